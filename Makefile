@@ -1,0 +1,54 @@
+# Sluice build, test and benchmark targets. `make help` lists them.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin/sluice
+PKGS := ./...
+FUZZTIME ?= 3s
+
+.PHONY: help build test test-short check lint fmt bench proto demo deps models fuzz clean
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+deps: ## install what the tests and the demo need (idempotent)
+	@scripts/setup.sh
+
+build: ## build bin/sluice
+	$(GO) build -o $(BIN) ./cmd/sluice
+
+test: deps ## unit + integration tests with -race, then each fuzz target briefly
+	$(GO) vet $(PKGS)
+	$(GO) test -race -shuffle=on -count=1 -timeout 20m $(PKGS)
+	@scripts/fuzz.sh $(FUZZTIME)
+
+test-short: ## unit tests only, no race detector
+	$(GO) test -short -count=1 $(PKGS)
+
+fuzz: ## run every fuzz target for FUZZTIME each
+	@scripts/fuzz.sh $(FUZZTIME)
+
+check: ## format check, vet, lint, tests
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^internal/pb/'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '^internal/pb/'); exit 1; }
+	$(GO) vet $(PKGS)
+	@if command -v golangci-lint >/dev/null; then golangci-lint run; else echo "golangci-lint not installed; skipping lint"; fi
+	$(MAKE) test
+
+proto: ## regenerate internal/pb from proto/ with the pinned generators in go.mod
+	protoc -I proto \
+	  --plugin=protoc-gen-go=$$($(GO) tool -n protoc-gen-go) \
+	  --plugin=protoc-gen-go-grpc=$$($(GO) tool -n protoc-gen-go-grpc) \
+	  --go_out=. --go_opt=module=github.com/sluice-ml/sluice \
+	  --go-grpc_out=. --go-grpc_opt=module=github.com/sluice-ml/sluice \
+	  proto/*.proto
+
+models: ## regenerate examples/models with Debian's torch (slow; results are committed)
+	/usr/bin/python3 scripts/make_models.py
+
+bench: deps build ## run the benchmark harness; results land in bench/results/
+	@bench/run.sh
+
+demo: deps build ## run the whole chain on the embedded default
+	$(BIN) serve --model-repository examples/models
+
+clean:
+	rm -rf bin

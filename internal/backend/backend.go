@@ -1,0 +1,137 @@
+// Package backend defines what a model execution engine provides and keeps
+// the registry of engines keyed by Triton platform and backend names.
+// Backends know no protocol and no scheduler.
+package backend
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// LoadOptions tell a backend how to build one instance of a model version.
+type LoadOptions struct {
+	Model   string // model name, for logs and errors
+	Version int64
+	// Path is the model file (or folder) inside the version folder.
+	Path string
+	// Parameters are config.pbtxt's parameters map (string values).
+	Parameters map[string]string
+	// InstanceCount is how many instances of this model the server runs
+	// in total; backends use it to size thread pools.
+	InstanceCount int
+}
+
+// Backend is one execution engine, e.g. ONNX Runtime.
+type Backend interface {
+	// Name is the backend name used in config.pbtxt's backend field,
+	// e.g. "onnxruntime".
+	Name() string
+	// DefaultFilename is the model file name used when the config sets no
+	// default_model_filename, e.g. "model.onnx".
+	DefaultFilename() string
+	// Signature reads a model file's inputs and outputs without keeping it
+	// loaded.
+	Signature(ctx context.Context, path string) (infer.Signature, error)
+	// Load builds one executable instance.
+	Load(ctx context.Context, opts LoadOptions) (Instance, error)
+}
+
+// Instance is one loaded copy of a model version.
+type Instance interface {
+	// Execute runs the model once. Inputs are concrete tensors (including
+	// the batch dimension when the model batches). outputs names the
+	// outputs wanted, in order; the result has one tensor per name. An
+	// instance may be called from several goroutines at once.
+	Execute(ctx context.Context, inputs []infer.Tensor, outputs []string) ([]infer.Tensor, error)
+	// Close frees the instance. It is called once, after every Execute
+	// has returned.
+	Close() error
+}
+
+// Registry maps backend names and platforms to backends. The zero value is
+// empty and ready to use.
+type Registry struct {
+	mu        sync.RWMutex // protects the maps
+	backends  map[string]Backend
+	platforms map[string]string // platform -> backend name
+}
+
+// Register adds b under its name and under each of the given Triton
+// platform names (e.g. "onnxruntime_onnx").
+func (r *Registry) Register(b Backend, platforms ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.backends == nil {
+		r.backends = map[string]Backend{}
+		r.platforms = map[string]string{}
+	}
+	r.backends[b.Name()] = b
+	for _, p := range platforms {
+		r.platforms[p] = b.Name()
+	}
+}
+
+// Lookup finds the backend for a config's backend or platform field. The
+// backend field wins when both are set.
+func (r *Registry) Lookup(backendName, platform string) (Backend, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if backendName != "" {
+		if b, ok := r.backends[backendName]; ok {
+			return b, nil
+		}
+		return nil, fmt.Errorf("unknown backend %q (available: %v)", backendName, r.namesLocked())
+	}
+	if platform != "" {
+		if n, ok := r.platforms[platform]; ok {
+			return r.backends[n], nil
+		}
+		return nil, fmt.Errorf("unknown platform %q (available: %v)", platform, r.namesLocked())
+	}
+	return nil, fmt.Errorf("config sets neither backend nor platform")
+}
+
+// Platform returns the first platform registered for a backend name.
+func (r *Registry) Platform(backendName string) string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var ps []string
+	for p, n := range r.platforms {
+		if n == backendName {
+			ps = append(ps, p)
+		}
+	}
+	sort.Strings(ps)
+	if len(ps) == 0 {
+		return ""
+	}
+	return ps[0]
+}
+
+// Backends returns the registered backends, sorted by name.
+func (r *Registry) Backends() []Backend {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]Backend, 0, len(r.backends))
+	for _, b := range r.backends {
+		out = append(out, b)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
+	return out
+}
+
+func (r *Registry) namesLocked() []string {
+	var ns []string
+	for n := range r.backends {
+		ns = append(ns, n)
+	}
+	for p := range r.platforms {
+		ns = append(ns, p)
+	}
+	sort.Strings(ns)
+	return ns
+}

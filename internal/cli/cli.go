@@ -1,0 +1,74 @@
+// Package cli holds Sluice's commands. It turns flags into component
+// options and wires the components together; nothing else lives here.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+)
+
+// Version is the Sluice version, set at build time with
+// -ldflags "-X github.com/sluice-ml/sluice/internal/cli.Version=...".
+var Version = "0.1.0-dev"
+
+// exitError carries a process exit code through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// Run executes the command line args and returns the process exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil && ee.err.Error() != "" {
+			fmt.Fprintln(stderr, "sluice:", ee.err)
+		}
+		return ee.code
+	}
+	fmt.Fprintln(stderr, "sluice:", err)
+	return 1
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "sluice",
+		Short: "Sluice serves ML models (Triton-compatible), features and the gateway between them",
+		Long: `Sluice is an online ML inference platform in one binary.
+
+  sluice serve --model-repository DIR   serve a Triton-layout model repository
+                                        (KServe v2 HTTP :8000, gRPC :8001, metrics :8002)
+  sluice repo check DIR                 validate a model repository offline`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(
+		newServeCmd("serve", "Run the Sluice server (today: the model server)"),
+		newServeCmd("model-server", "Run the model server alone"),
+		newRepoCmd(),
+		&cobra.Command{
+			Use:   "version",
+			Short: "Print the Sluice version",
+			Args:  cobra.NoArgs,
+			Run: func(cmd *cobra.Command, _ []string) {
+				fmt.Fprintln(cmd.OutOrStdout(), "sluice", Version)
+			},
+		},
+	)
+	return root
+}

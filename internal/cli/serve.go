@@ -1,0 +1,249 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sluice-ml/sluice/internal/backend"
+	"github.com/sluice-ml/sluice/internal/backend/onnxruntime"
+	"github.com/sluice-ml/sluice/internal/grpcapi"
+	"github.com/sluice-ml/sluice/internal/httpapi"
+	"github.com/sluice-ml/sluice/internal/modelrepo"
+	"github.com/sluice-ml/sluice/internal/telemetry"
+)
+
+// serveFlags are the model server's flags. Names follow tritonserver's.
+type serveFlags struct {
+	repos           []string
+	controlMode     string
+	loadModels      []string
+	pollSecs        int
+	strictConfig    bool
+	exitOnError     bool
+	strictReadiness bool
+	backendConfig   []string
+	gitCommits      []string
+	address         string
+	httpPort        int
+	grpcPort        int
+	metricsPort     int
+	maxBodyBytes    int64
+	exitTimeoutSecs int
+	logFormat       string
+	logLevel        string
+}
+
+func newServeCmd(use, short string) *cobra.Command {
+	f := &serveFlags{}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runServe(cmd.Context(), cmd, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringArrayVar(&f.repos, "model-repository", nil, "model repository folder (Triton layout); may repeat")
+	fl.StringVar(&f.controlMode, "model-control-mode", "none", "model control mode: none, poll or explicit")
+	fl.StringArrayVar(&f.loadModels, "load-model", nil, "model to load at start-up in explicit mode; '*' loads all; may repeat")
+	fl.IntVar(&f.pollSecs, "repository-poll-secs", 15, "seconds between repository polls in poll mode")
+	fl.BoolVar(&f.strictConfig, "strict-model-config", false, "require a complete config.pbtxt; no auto-complete from the model")
+	fl.BoolVar(&f.exitOnError, "exit-on-error", false, "exit at start-up if any model fails to load (Triton's default is true; Sluice keeps serving the others)")
+	fl.BoolVar(&f.strictReadiness, "strict-readiness", true, "server readiness requires every model to be ready")
+	fl.StringArrayVar(&f.backendConfig, "backend-config", nil, "backend setting as <backend>,<setting>=<value>, e.g. onnxruntime,library=/path/libonnxruntime.so.1")
+	fl.StringArrayVar(&f.gitCommits, "model-git-commit", nil, "expected git commit of a model as <model>=<sha>; a mismatch refuses the load; may repeat")
+	fl.StringVar(&f.address, "address", "0.0.0.0", "address the HTTP, gRPC and metrics listeners bind to")
+	fl.IntVar(&f.httpPort, "http-port", 8000, "KServe v2 HTTP port")
+	fl.IntVar(&f.grpcPort, "grpc-port", 8001, "KServe v2 gRPC port")
+	fl.IntVar(&f.metricsPort, "metrics-port", 8002, "Prometheus /metrics port")
+	fl.Int64Var(&f.maxBodyBytes, "max-request-bytes", 64<<20, "largest HTTP body or gRPC message accepted")
+	fl.IntVar(&f.exitTimeoutSecs, "exit-timeout-secs", 30, "seconds to wait for in-flight requests at shutdown")
+	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
+	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}
+
+// backendSettings parses --backend-config values into backend → key → value.
+func backendSettings(values []string) (map[string]map[string]string, error) {
+	out := map[string]map[string]string{}
+	for _, v := range values {
+		name, kv, ok := strings.Cut(v, ",")
+		key, val, ok2 := strings.Cut(kv, "=")
+		if !ok || !ok2 || name == "" || key == "" {
+			return nil, fmt.Errorf("--backend-config %q: want <backend>,<setting>=<value>", v)
+		}
+		if out[name] == nil {
+			out[name] = map[string]string{}
+		}
+		out[name][key] = val
+	}
+	return out, nil
+}
+
+func parseCommits(values []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, v := range values {
+		name, sha, ok := strings.Cut(v, "=")
+		if !ok || name == "" || sha == "" {
+			return nil, fmt.Errorf("--model-git-commit %q: want <model>=<sha>", v)
+		}
+		out[name] = sha
+	}
+	return out, nil
+}
+
+// newBackends builds the backend registry. A missing ONNX Runtime library is
+// a start-up error that names the install script.
+func newBackends(settings map[string]map[string]string, logger *slog.Logger) (*backend.Registry, func() error, error) {
+	reg := &backend.Registry{}
+	lib, err := onnxruntime.FindLibrary(settings["onnxruntime"]["library"])
+	if err != nil {
+		return nil, nil, err
+	}
+	ort, err := onnxruntime.New(onnxruntime.Options{LibraryPath: lib}, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	reg.Register(ort, onnxruntime.Platform)
+	return reg, ort.Close, nil
+}
+
+// drainingModels makes readiness fail as soon as shutdown begins, so load
+// balancers stop sending before the listeners close.
+type drainingModels struct {
+	*modelrepo.Manager
+	draining atomic.Bool
+}
+
+func (d *drainingModels) Ready() bool { return !d.draining.Load() && d.Manager.Ready() }
+
+func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
+	start := time.Now()
+	logger, err := telemetry.NewLogger(cmd.ErrOrStderr(), telemetry.LogOptions{Format: f.logFormat, Level: f.logLevel})
+	if err != nil {
+		return err
+	}
+	if len(f.repos) == 0 {
+		return errors.New("--model-repository is required")
+	}
+	mode := modelrepo.ControlMode(f.controlMode)
+	switch mode {
+	case modelrepo.ControlNone, modelrepo.ControlPoll, modelrepo.ControlExplicit:
+	default:
+		return fmt.Errorf("--model-control-mode %q: want none, poll or explicit", f.controlMode)
+	}
+	settings, err := backendSettings(f.backendConfig)
+	if err != nil {
+		return err
+	}
+	commits, err := parseCommits(f.gitCommits)
+	if err != nil {
+		return err
+	}
+	backends, closeBackends, err := newBackends(settings, logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := closeBackends(); err != nil {
+			logger.Warn("close backends", "err", err)
+		}
+	}()
+
+	reg := telemetry.NewRegistry()
+	mgr, err := modelrepo.New(modelrepo.Options{
+		Repositories:    f.repos,
+		ControlMode:     mode,
+		StartupModels:   f.loadModels,
+		PollInterval:    time.Duration(f.pollSecs) * time.Second,
+		StrictConfig:    f.strictConfig,
+		ExitOnError:     f.exitOnError,
+		ExpectedCommits: commits,
+		StrictReadiness: f.strictReadiness,
+	}, backends, logger, reg)
+	if err != nil {
+		return err
+	}
+	models := &drainingModels{Manager: mgr}
+
+	listen := func(port int) (net.Listener, error) {
+		return net.Listen("tcp", net.JoinHostPort(f.address, strconv.Itoa(port)))
+	}
+	httpLn, err := listen(f.httpPort)
+	if err != nil {
+		return fmt.Errorf("listen http: %w", err)
+	}
+	grpcLn, err := listen(f.grpcPort)
+	if err != nil {
+		return fmt.Errorf("listen grpc: %w", err)
+	}
+	metrics, err := telemetry.NewMetricsServer(net.JoinHostPort(f.address, strconv.Itoa(f.metricsPort)), reg, logger)
+	if err != nil {
+		return err
+	}
+
+	httpSrv := httpapi.NewServer(httpapi.New(models, httpapi.Options{
+		MaxBodyBytes: f.maxBodyBytes, ServerVersion: Version,
+	}, logger, reg), httpapi.ServerOptions{})
+	grpcSrv := grpcapi.NewServer(grpcapi.New(models, grpcapi.Options{ServerVersion: Version}, logger, reg),
+		grpcapi.ServerOptions{MaxRecvMsgSize: int(f.maxBodyBytes)})
+
+	if err := mgr.Start(ctx); err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	logger.Info("sluice ready",
+		"http", httpLn.Addr().String(), "grpc", grpcLn.Addr().String(), "metrics", metrics.Addr().String(),
+		"startup_seconds", time.Since(start).Seconds())
+
+	exitTimeout := time.Duration(f.exitTimeoutSecs) * time.Second
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return mgr.Run(gctx) })
+	g.Go(func() error { return metrics.Run(gctx) })
+	g.Go(func() error {
+		if err := httpSrv.Serve(httpLn); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve http: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := grpcSrv.Serve(grpcLn); err != nil {
+			return fmt.Errorf("serve grpc: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		// Shutdown order: fail readiness, stop taking requests while letting
+		// in-flight ones finish, then unload the models they ran on.
+		models.draining.Store(true)
+		logger.Info("shutting down", "exit_timeout_seconds", exitTimeout.Seconds())
+		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), exitTimeout)
+		defer cancel()
+		stopped := make(chan struct{})
+		go func() { grpcSrv.GracefulStop(); close(stopped) }()
+		err := httpSrv.Shutdown(shutCtx)
+		select {
+		case <-stopped:
+		case <-shutCtx.Done():
+			grpcSrv.Stop()
+		}
+		return errors.Join(err, mgr.Close(shutCtx))
+	})
+	err = g.Wait()
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# setup.sh — install what Sluice's demo and tests need. Idempotent: each
+# step checks first and does nothing when its piece is already there.
+#   - the ONNX Runtime shared library (scripts/install-onnxruntime.sh)
+#   - promtool (Debian package "prometheus"), when running as root
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { echo "setup: $*" >&2; }
+
+if ! command -v go >/dev/null 2>&1; then
+  say "Go is required (1.26 or newer): https://go.dev/doc/install"
+  exit 1
+fi
+
+scripts/install-onnxruntime.sh >/dev/null
+
+need_apt=()
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)
+if [ "${#need_apt[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing Debian packages: ${need_apt[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  else
+    say "missing: ${need_apt[*]} (install them with your package manager; tests that need them will fail loudly)"
+  fi
+fi
