@@ -197,8 +197,8 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	httpSrv := httpapi.NewServer(httpapi.New(models, httpapi.Options{
 		MaxBodyBytes: f.maxBodyBytes, ServerVersion: Version,
 	}, logger, reg), httpapi.ServerOptions{})
-	grpcSrv := grpcapi.NewServer(grpcapi.New(models, grpcapi.Options{ServerVersion: Version}, logger, reg),
-		grpcapi.ServerOptions{MaxRecvMsgSize: int(f.maxBodyBytes)})
+	grpcSvc := grpcapi.New(models, grpcapi.Options{ServerVersion: Version}, logger, reg)
+	grpcSrv := grpcapi.NewServer(grpcSvc, grpcapi.ServerOptions{MaxRecvMsgSize: int(f.maxBodyBytes)})
 
 	if err := mgr.Start(ctx); err != nil {
 		return &exitError{code: 1, err: err}
@@ -228,6 +228,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 		// Shutdown order: fail readiness, stop taking requests while letting
 		// in-flight ones finish, then unload the models they ran on.
 		models.draining.Store(true)
+		grpcSvc.Shutdown() // health turns NOT_SERVING; Watch streams end
 		logger.Info("shutting down", "exit_timeout_seconds", exitTimeout.Seconds())
 		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), exitTimeout)
 		defer cancel()

@@ -1,0 +1,400 @@
+//go:build cgo
+
+package onnxruntime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+
+	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/sluice-ml/sluice/internal/backend"
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// Instance is one ONNX Runtime session. ONNX Runtime's Run is safe to call
+// from several goroutines; every call brings its own tensors.
+type Instance struct {
+	model     string
+	version   int64
+	sig       infer.Signature
+	inputIdx  map[string]int // input name -> position in sig.Inputs
+	outputIdx map[string]int // output name -> position in sig.Outputs
+	session   *ort.DynamicAdvancedSession
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ backend.Instance = (*Instance)(nil)
+
+func newInstance(model string, version int64, sig infer.Signature, s *ort.DynamicAdvancedSession) *Instance {
+	in := &Instance{
+		model: model, version: version, sig: sig, session: s,
+		inputIdx:  make(map[string]int, len(sig.Inputs)),
+		outputIdx: make(map[string]int, len(sig.Outputs)),
+	}
+	for i, t := range sig.Inputs {
+		in.inputIdx[t.Name] = i
+	}
+	for i, t := range sig.Outputs {
+		in.outputIdx[t.Name] = i
+	}
+	return in
+}
+
+// Signature returns the model's inputs and outputs.
+func (in *Instance) Signature() infer.Signature { return in.sig }
+
+// Close destroys the session. It is idempotent.
+func (in *Instance) Close() error {
+	in.closeOnce.Do(func() {
+		if err := in.session.Destroy(); err != nil {
+			in.closeErr = fmt.Errorf("destroy onnxruntime session: %w", err)
+		}
+	})
+	return in.closeErr
+}
+
+// Execute runs the model once. Inputs are matched to the model's inputs by
+// name; each must be present exactly once, with the model's data type and a
+// shape its signature allows. outputs names the outputs to return, in
+// order; when empty, every output is returned in the model's order. The
+// input tensors' Data must not change until Execute returns. The returned
+// tensors' Data is owned by the caller.
+func (in *Instance) Execute(ctx context.Context, inputs []infer.Tensor, outputs []string) ([]infer.Tensor, error) {
+	ordered, err := in.orderInputs(inputs)
+	if err != nil {
+		return nil, err
+	}
+	want, err := in.wantedOutputs(outputs)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, ctxError(err)
+	}
+
+	values := make([]ort.Value, len(ordered))
+	outs := make([]ort.Value, len(in.sig.Outputs))
+	defer func() {
+		for _, v := range values {
+			destroy(v)
+		}
+		for _, v := range outs {
+			destroy(v)
+		}
+	}()
+	for i, t := range ordered {
+		if values[i], err = newValue(t); err != nil {
+			return nil, err
+		}
+	}
+	if err := in.preallocate(ordered, outs); err != nil {
+		return nil, err
+	}
+	if err := in.run(ctx, values, outs); err != nil {
+		return nil, err
+	}
+
+	result := make([]infer.Tensor, len(want))
+	for i, j := range want {
+		spec := in.sig.Outputs[j]
+		if result[i], err = tensorFromValue(spec.Name, outs[j]); err != nil {
+			return nil, &infer.Error{Kind: infer.KindInternal, Reason: "backend_error",
+				Msg: in.where("read output"), Err: err}
+		}
+	}
+	return result, nil
+}
+
+// run calls ONNX Runtime. When ctx can be cancelled, cancelling it asks
+// ONNX Runtime to stop the run early.
+func (in *Instance) run(ctx context.Context, values, outs []ort.Value) error {
+	var err error
+	if ctx.Done() == nil {
+		err = in.session.Run(values, outs)
+	} else {
+		err = in.runCancellable(ctx, values, outs)
+	}
+	if err == nil {
+		return nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return ctxError(ctxErr)
+	}
+	return &infer.Error{Kind: infer.KindInternal, Reason: "backend_error", Msg: in.where("run"), Err: err}
+}
+
+func (in *Instance) runCancellable(ctx context.Context, values, outs []ort.Value) error {
+	ro, err := ort.NewRunOptions()
+	if err != nil {
+		return fmt.Errorf("create run options: %w", err)
+	}
+	var mu sync.Mutex // protects ro against Terminate after Destroy
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if ro != nil {
+			ro.Terminate()
+		}
+	})
+	defer func() {
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		ro.Destroy()
+		ro = nil
+	}()
+	return in.session.RunWithOptions(values, outs, ro)
+}
+
+func (in *Instance) where(what string) string {
+	return fmt.Sprintf("model '%s' version %d: onnxruntime %s", in.model, in.version, what)
+}
+
+// orderInputs checks the inputs against the signature and returns them in
+// the model's input order.
+func (in *Instance) orderInputs(inputs []infer.Tensor) ([]*infer.Tensor, error) {
+	ordered := make([]*infer.Tensor, len(in.sig.Inputs))
+	for i := range inputs {
+		t := &inputs[i]
+		j, ok := in.inputIdx[t.Name]
+		if !ok {
+			return nil, infer.Errorf(infer.KindInvalid, "unknown_input",
+				"unexpected input '%s' for model '%s' (inputs: %v)", t.Name, in.model, names(in.sig.Inputs))
+		}
+		if ordered[j] != nil {
+			return nil, infer.Errorf(infer.KindInvalid, "duplicate_input", "input '%s' given more than once", t.Name)
+		}
+		spec := in.sig.Inputs[j]
+		if t.DataType != spec.DataType {
+			return nil, infer.Errorf(infer.KindInvalid, "datatype_mismatch",
+				"input '%s': expected datatype %s, got %s", t.Name, spec.DataType, t.DataType)
+		}
+		if !t.Shape.Matches(spec.Shape) {
+			return nil, infer.Errorf(infer.KindInvalid, "invalid_shape",
+				"input '%s': expected shape %s, got %s", t.Name, spec.Shape, t.Shape)
+		}
+		if err := t.CheckSize(); err != nil {
+			return nil, &infer.Error{Kind: infer.KindInvalid, Reason: "invalid_size",
+				Msg: fmt.Sprintf("input '%s'", t.Name), Err: err}
+		}
+		ordered[j] = t
+	}
+	for j, t := range ordered {
+		if t == nil {
+			return nil, infer.Errorf(infer.KindInvalid, "missing_input",
+				"missing input '%s' for model '%s'", in.sig.Inputs[j].Name, in.model)
+		}
+	}
+	return ordered, nil
+}
+
+// wantedOutputs maps output names to positions in the signature.
+func (in *Instance) wantedOutputs(outputs []string) ([]int, error) {
+	if len(outputs) == 0 {
+		all := make([]int, len(in.sig.Outputs))
+		for i := range all {
+			all[i] = i
+		}
+		return all, nil
+	}
+	want := make([]int, len(outputs))
+	for i, n := range outputs {
+		j, ok := in.outputIdx[n]
+		if !ok {
+			return nil, infer.Errorf(infer.KindInvalid, "unknown_output",
+				"unknown output '%s' for model '%s' (outputs: %v)", n, in.model, names(in.sig.Outputs))
+		}
+		want[i] = j
+	}
+	return want, nil
+}
+
+// preallocate creates FP16 and BF16 output tensors up front when their
+// shape can be predicted from the signature and the batch size.
+// onnxruntime_go v1.27.0 cannot hand back such outputs when it allocates
+// them itself (it copies half the bytes and fails with "not enough space"),
+// so a model whose FP16 or BF16 outputs have variable inner dimensions
+// fails at run time with that error.
+func (in *Instance) preallocate(inputs []*infer.Tensor, outs []ort.Value) error {
+	batch := int64(-2) // not yet computed
+	for j, spec := range in.sig.Outputs {
+		if spec.DataType != infer.FP16 && spec.DataType != infer.BF16 {
+			continue
+		}
+		if batch == -2 {
+			batch = batchSize(in.sig.Inputs, inputs)
+		}
+		shape, ok := guessOutputShape(spec.Shape, batch)
+		if !ok {
+			continue
+		}
+		n, err := shape.Elements()
+		if err != nil {
+			continue
+		}
+		buf := make([]byte, max(n*spec.DataType.Size(), 8))
+		v, err := ort.NewCustomDataTensor(ort.Shape(shape), buf, ortCustomType(spec.DataType))
+		if err != nil {
+			return &infer.Error{Kind: infer.KindInternal, Reason: "backend_error",
+				Msg: in.where(fmt.Sprintf("allocate output '%s'", spec.Name)), Err: err}
+		}
+		outs[j] = v
+	}
+	return nil
+}
+
+// newValue wraps one input tensor for ONNX Runtime. Numeric data is shared,
+// not copied, when it is aligned.
+func newValue(t *infer.Tensor) (ort.Value, error) {
+	shape := ort.Shape(t.Shape)
+	var v ort.Value
+	var err error
+	switch t.DataType {
+	case infer.FP32:
+		v, err = ort.NewTensor(shape, viewAs[float32](t.Data))
+	case infer.FP64:
+		v, err = ort.NewTensor(shape, viewAs[float64](t.Data))
+	case infer.Int8:
+		v, err = ort.NewTensor(shape, viewAs[int8](t.Data))
+	case infer.Int16:
+		v, err = ort.NewTensor(shape, viewAs[int16](t.Data))
+	case infer.Int32:
+		v, err = ort.NewTensor(shape, viewAs[int32](t.Data))
+	case infer.Int64:
+		v, err = ort.NewTensor(shape, viewAs[int64](t.Data))
+	case infer.Uint8:
+		v, err = ort.NewTensor(shape, t.Data)
+	case infer.Uint16:
+		v, err = ort.NewTensor(shape, viewAs[uint16](t.Data))
+	case infer.Uint32:
+		v, err = ort.NewTensor(shape, viewAs[uint32](t.Data))
+	case infer.Uint64:
+		v, err = ort.NewTensor(shape, viewAs[uint64](t.Data))
+	case infer.Bool:
+		v, err = newCustom(shape, normalizeBool(t.Data), infer.Bool)
+	case infer.FP16, infer.BF16:
+		v, err = newCustom(shape, alignedBytes(t.Data, 2), t.DataType)
+	case infer.Bytes:
+		v, err = newStrings(t)
+	default:
+		return nil, infer.Errorf(infer.KindUnsupported, "unsupported_datatype",
+			"input '%s': datatype %s is not supported by the onnxruntime backend", t.Name, t.DataType)
+	}
+	if err != nil {
+		var ie *infer.Error
+		if errors.As(err, &ie) {
+			return nil, err
+		}
+		return nil, &infer.Error{Kind: infer.KindInternal, Reason: "backend_error",
+			Msg: fmt.Sprintf("input '%s': create onnxruntime tensor", t.Name), Err: err}
+	}
+	return v, nil
+}
+
+// newCustom wraps raw bytes. onnxruntime_go refuses an empty buffer even
+// for a shape with no elements, so those get a few spare bytes.
+func newCustom(shape ort.Shape, data []byte, dt infer.DataType) (ort.Value, error) {
+	if len(data) == 0 {
+		data = make([]byte, 8)
+	}
+	return ort.NewCustomDataTensor(shape, data, ortCustomType(dt))
+}
+
+func newStrings(t *infer.Tensor) (ort.Value, error) {
+	ss, err := bytesToStrings(t.Name, t.Data)
+	if err != nil {
+		return nil, err
+	}
+	st, err := ort.NewStringTensor(ort.Shape(t.Shape))
+	if err != nil {
+		return nil, err
+	}
+	if err := st.SetContents(ss); err != nil {
+		st.Destroy()
+		return nil, err
+	}
+	return st, nil
+}
+
+// tensorFromValue converts an output. The bytes of numeric outputs are the
+// Go slice onnxruntime_go copied them into, reinterpreted without a second
+// copy; that slice is plain Go memory, so it outlives the Value.
+func tensorFromValue(name string, v ort.Value) (infer.Tensor, error) {
+	t := infer.Tensor{Name: name, Shape: infer.Shape(v.GetShape())}
+	switch x := v.(type) {
+	case *ort.Tensor[float32]:
+		t.DataType, t.Data = infer.FP32, asBytes(x.GetData())
+	case *ort.Tensor[float64]:
+		t.DataType, t.Data = infer.FP64, asBytes(x.GetData())
+	case *ort.Tensor[int8]:
+		t.DataType, t.Data = infer.Int8, asBytes(x.GetData())
+	case *ort.Tensor[int16]:
+		t.DataType, t.Data = infer.Int16, asBytes(x.GetData())
+	case *ort.Tensor[int32]:
+		t.DataType, t.Data = infer.Int32, asBytes(x.GetData())
+	case *ort.Tensor[int64]:
+		t.DataType, t.Data = infer.Int64, asBytes(x.GetData())
+	case *ort.Tensor[uint8]:
+		t.DataType, t.Data = infer.Uint8, asBytes(x.GetData())
+	case *ort.Tensor[uint16]:
+		t.DataType, t.Data = infer.Uint16, asBytes(x.GetData())
+	case *ort.Tensor[uint32]:
+		t.DataType, t.Data = infer.Uint32, asBytes(x.GetData())
+	case *ort.Tensor[uint64]:
+		t.DataType, t.Data = infer.Uint64, asBytes(x.GetData())
+	case *ort.Tensor[bool]:
+		t.DataType, t.Data = infer.Bool, asBytes(x.GetData())
+	case *ort.CustomDataTensor:
+		dt, err := fromORTType(ort.TensorElementDataType(x.DataType()))
+		if err != nil {
+			return infer.Tensor{}, fmt.Errorf("output '%s': %w", name, err)
+		}
+		n, err := t.Shape.Elements()
+		if err != nil {
+			return infer.Tensor{}, fmt.Errorf("output '%s': %w", name, err)
+		}
+		data := x.GetData()
+		if len(data) > n*dt.Size() {
+			data = data[:n*dt.Size()] // spare bytes of an empty preallocated tensor
+		}
+		if err := checkOutputBytes(name, dt, t.Shape, data); err != nil {
+			return infer.Tensor{}, err
+		}
+		t.DataType, t.Data = dt, data
+	case *ort.StringTensor:
+		ss, err := x.GetContents()
+		if err != nil {
+			return infer.Tensor{}, fmt.Errorf("output '%s': read strings: %w", name, err)
+		}
+		t.DataType, t.Data = infer.Bytes, stringsToBytes(ss)
+	default:
+		return infer.Tensor{}, fmt.Errorf("output '%s' is not a tensor (ONNX type %s)", name, v.GetONNXType())
+	}
+	return t, nil
+}
+
+// destroy releases v. onnxruntime_go can leave a typed nil pointer in an
+// output slot when it fails to convert that output, so nil pointers inside
+// the interface are skipped too.
+func destroy(v ort.Value) {
+	if v == nil {
+		return
+	}
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.IsNil() {
+		return
+	}
+	v.Destroy()
+}
+
+// ctxError describes a cancelled or expired request.
+func ctxError(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &infer.Error{Kind: infer.KindTimeout, Reason: "deadline_exceeded", Msg: "inference deadline exceeded", Err: err}
+	}
+	return &infer.Error{Kind: infer.KindUnavailable, Reason: "canceled", Msg: "inference canceled", Err: err}
+}

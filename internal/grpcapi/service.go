@@ -1,0 +1,457 @@
+package grpcapi
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+
+	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/modelconfig"
+	"github.com/sluice-ml/sluice/internal/modelrepo"
+	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
+)
+
+// Models is what the gRPC edge needs from the model layer
+// (*modelrepo.Manager in production). Errors are *infer.Error where the
+// caller should see a specific status; methods are called concurrently.
+type Models interface {
+	// Infer runs one request. The request's tensors may alias the gRPC
+	// message and must not be kept after Infer returns.
+	Infer(ctx context.Context, req *infer.Request) (*infer.Response, error)
+	// Metadata returns a model's metadata; version "" means the latest.
+	Metadata(ctx context.Context, name, version string) (*modelrepo.Metadata, error)
+	// Config returns a model's configuration. The caller does not modify it.
+	Config(ctx context.Context, name, version string) (*pb.ModelConfig, error)
+	// ModelReady returns nil when the model (version) is ready.
+	ModelReady(ctx context.Context, name, version string) error
+	// Live reports whether the server is live.
+	Live() bool
+	// Ready reports whether the server is ready for inference.
+	Ready() bool
+	// Index lists the repository's models, only the ready ones if readyOnly.
+	Index(ctx context.Context, readyOnly bool) []modelrepo.IndexEntry
+	// Load loads or reloads a model.
+	Load(ctx context.Context, name string, opts modelrepo.LoadOptions) error
+	// Unload unloads a model.
+	Unload(ctx context.Context, name string, opts modelrepo.UnloadOptions) error
+	// Statistics returns per-version statistics; name "" means all models.
+	Statistics(ctx context.Context, name, version string) ([]modelrepo.ModelStats, error)
+}
+
+// DefaultExtensions are the Triton protocol extensions Sluice serves; they
+// are listed in ServerMetadata.
+var DefaultExtensions = []string{
+	"model_repository",
+	"model_configuration",
+	"statistics",
+	"schedule_policy",
+	"parameters",
+}
+
+// Options configure a Service. Zero values take defaults.
+type Options struct {
+	// ServerName is reported by ServerMetadata; default "sluice".
+	ServerName string
+	// ServerVersion is reported by ServerMetadata.
+	ServerVersion string
+	// Extensions are reported by ServerMetadata; default DefaultExtensions.
+	Extensions []string
+}
+
+// Service implements inference.GRPCInferenceService on top of Models. The
+// shared-memory, trace and log-settings RPCs answer Unimplemented.
+type Service struct {
+	pb.UnimplementedGRPCInferenceServiceServer
+
+	models  Models
+	opts    Options
+	logger  *slog.Logger
+	metrics *metrics
+
+	closeOnce sync.Once
+	closed    chan struct{} // closed by Shutdown
+}
+
+// New returns a Service. A nil logger discards logs; a nil registerer
+// leaves the metrics unregistered.
+func New(models Models, opts Options, logger *slog.Logger, reg prometheus.Registerer) *Service {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.ServerName == "" {
+		opts.ServerName = "sluice"
+	}
+	if opts.Extensions == nil {
+		opts.Extensions = DefaultExtensions
+	}
+	return &Service{
+		models:  models,
+		opts:    opts,
+		logger:  logger.With("component", "grpcapi"),
+		metrics: newMetrics(reg),
+		closed:  make(chan struct{}),
+	}
+}
+
+// Shutdown makes the health service report NOT_SERVING and ends health
+// Watch streams, so a graceful stop of the gRPC server is not held up by
+// them. Call it first when shutting down; it is idempotent.
+func (s *Service) Shutdown() {
+	s.closeOnce.Do(func() { close(s.closed) })
+}
+
+func (s *Service) shuttingDown() bool {
+	select {
+	case <-s.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// ServerLive implements the KServe v2 ServerLive RPC.
+func (s *Service) ServerLive(context.Context, *pb.ServerLiveRequest) (*pb.ServerLiveResponse, error) {
+	return &pb.ServerLiveResponse{Live: s.models.Live()}, nil
+}
+
+// ServerReady implements the KServe v2 ServerReady RPC.
+func (s *Service) ServerReady(context.Context, *pb.ServerReadyRequest) (*pb.ServerReadyResponse, error) {
+	return &pb.ServerReadyResponse{Ready: s.ready()}, nil
+}
+
+func (s *Service) ready() bool { return !s.shuttingDown() && s.models.Ready() }
+
+// ModelReady implements the KServe v2 ModelReady RPC. Like Triton, an
+// unknown or unavailable model is reported as not ready rather than as an
+// error.
+func (s *Service) ModelReady(ctx context.Context, req *pb.ModelReadyRequest) (*pb.ModelReadyResponse, error) {
+	if req.GetName() == "" {
+		return nil, toStatus(invalidf(reasonMissingModelName, "model name is empty"))
+	}
+	err := s.models.ModelReady(ctx, req.GetName(), req.GetVersion())
+	if err == nil {
+		return &pb.ModelReadyResponse{Ready: true}, nil
+	}
+	var ie *infer.Error
+	if errors.As(err, &ie) && (ie.Kind == infer.KindNotFound || ie.Kind == infer.KindUnavailable) {
+		return &pb.ModelReadyResponse{Ready: false}, nil
+	}
+	return nil, s.fail(ctx, "ModelReady", err)
+}
+
+// ServerMetadata implements the KServe v2 ServerMetadata RPC.
+func (s *Service) ServerMetadata(context.Context, *pb.ServerMetadataRequest) (*pb.ServerMetadataResponse, error) {
+	return &pb.ServerMetadataResponse{
+		Name:       s.opts.ServerName,
+		Version:    s.opts.ServerVersion,
+		Extensions: append([]string(nil), s.opts.Extensions...),
+	}, nil
+}
+
+// ModelMetadata implements the KServe v2 ModelMetadata RPC.
+func (s *Service) ModelMetadata(ctx context.Context, req *pb.ModelMetadataRequest) (*pb.ModelMetadataResponse, error) {
+	if req.GetName() == "" {
+		return nil, toStatus(invalidf(reasonMissingModelName, "model name is empty"))
+	}
+	md, err := s.models.Metadata(ctx, req.GetName(), req.GetVersion())
+	if err != nil {
+		return nil, s.fail(ctx, "ModelMetadata", err)
+	}
+	return &pb.ModelMetadataResponse{
+		Name:     md.Name,
+		Versions: md.Versions,
+		Platform: md.Platform,
+		Inputs:   tensorMetadata(md.Inputs),
+		Outputs:  tensorMetadata(md.Outputs),
+	}, nil
+}
+
+func tensorMetadata(specs []modelrepo.TensorMeta) []*pb.ModelMetadataResponse_TensorMetadata {
+	out := make([]*pb.ModelMetadataResponse_TensorMetadata, len(specs))
+	for i, sp := range specs {
+		out[i] = &pb.ModelMetadataResponse_TensorMetadata{
+			Name:     sp.Name,
+			Datatype: sp.DataType.String(),
+			Shape:    sp.Shape.Clone(),
+		}
+	}
+	return out
+}
+
+// ModelInfer implements the KServe v2 ModelInfer RPC.
+func (s *Service) ModelInfer(ctx context.Context, req *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
+	resp, err := s.infer(ctx, req)
+	if err != nil {
+		return nil, s.fail(ctx, "ModelInfer", err)
+	}
+	return resp, nil
+}
+
+func (s *Service) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
+	ir, err := DecodeInferRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.models.Infer(ctx, ir)
+	if err != nil {
+		return nil, err
+	}
+	if resp.ID == "" {
+		resp.ID = ir.ID
+	}
+	if resp.Model == "" {
+		resp.Model = ir.Model
+	}
+	return EncodeInferResponse(resp), nil
+}
+
+// ModelStreamInfer implements Triton's bidirectional streaming inference.
+// Requests are answered one at a time, in order; a failed request yields a
+// response with error_message set and the stream stays open.
+func (s *Service) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInferServer) error {
+	ctx := stream.Context()
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		resp, err := s.infer(ctx, req)
+		var msg *pb.ModelStreamInferResponse
+		if err != nil {
+			if ctx.Err() != nil {
+				return toStatus(ctx.Err())
+			}
+			s.logInternal(ctx, "ModelStreamInfer", err)
+			msg = &pb.ModelStreamInferResponse{
+				ErrorMessage: err.Error(),
+				InferResponse: &pb.ModelInferResponse{
+					ModelName:    req.GetModelName(),
+					ModelVersion: req.GetModelVersion(),
+					Id:           req.GetId(),
+				},
+			}
+		} else {
+			msg = &pb.ModelStreamInferResponse{InferResponse: resp}
+		}
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+	}
+}
+
+// ModelConfig implements Triton's model_configuration extension.
+func (s *Service) ModelConfig(ctx context.Context, req *pb.ModelConfigRequest) (*pb.ModelConfigResponse, error) {
+	if req.GetName() == "" {
+		return nil, toStatus(invalidf(reasonMissingModelName, "model name is empty"))
+	}
+	cfg, err := s.models.Config(ctx, req.GetName(), req.GetVersion())
+	if err != nil {
+		return nil, s.fail(ctx, "ModelConfig", err)
+	}
+	return &pb.ModelConfigResponse{Config: cfg}, nil
+}
+
+// ModelStatistics implements Triton's statistics extension.
+func (s *Service) ModelStatistics(ctx context.Context, req *pb.ModelStatisticsRequest) (*pb.ModelStatisticsResponse, error) {
+	stats, err := s.models.Statistics(ctx, req.GetName(), req.GetVersion())
+	if err != nil {
+		return nil, s.fail(ctx, "ModelStatistics", err)
+	}
+	out := &pb.ModelStatisticsResponse{ModelStats: make([]*pb.ModelStatistics, len(stats))}
+	for i := range stats {
+		out.ModelStats[i] = encodeStats(&stats[i])
+	}
+	return out, nil
+}
+
+func duration(d modelrepo.Duration) *pb.StatisticDuration {
+	return &pb.StatisticDuration{Count: d.Count, Ns: d.Ns}
+}
+
+func encodeStats(st *modelrepo.ModelStats) *pb.ModelStatistics {
+	last := uint64(0)
+	if st.LastInference > 0 {
+		last = uint64(st.LastInference)
+	}
+	ms := &pb.ModelStatistics{
+		Name:           st.Name,
+		Version:        st.Version,
+		LastInference:  last,
+		InferenceCount: st.InferenceCount,
+		ExecutionCount: st.ExecutionCount,
+		InferenceStats: &pb.InferStatistics{
+			Success:       duration(st.Success),
+			Fail:          duration(st.Fail),
+			Queue:         duration(st.Queue),
+			ComputeInput:  duration(st.ComputeInput),
+			ComputeInfer:  duration(st.ComputeInfer),
+			ComputeOutput: duration(st.ComputeOutput),
+			CacheHit:      &pb.StatisticDuration{},
+			CacheMiss:     &pb.StatisticDuration{},
+		},
+		BatchStats: make([]*pb.InferBatchStatistics, len(st.BatchStats)),
+	}
+	for i, b := range st.BatchStats {
+		ms.BatchStats[i] = &pb.InferBatchStatistics{
+			BatchSize:     b.BatchSize,
+			ComputeInput:  duration(b.ComputeInput),
+			ComputeInfer:  duration(b.ComputeInfer),
+			ComputeOutput: duration(b.ComputeOutput),
+		}
+	}
+	return ms
+}
+
+// RepositoryIndex implements Triton's model_repository index.
+func (s *Service) RepositoryIndex(ctx context.Context, req *pb.RepositoryIndexRequest) (*pb.RepositoryIndexResponse, error) {
+	if err := checkRepositoryName(req.GetRepositoryName()); err != nil {
+		return nil, s.fail(ctx, "RepositoryIndex", err)
+	}
+	entries := s.models.Index(ctx, req.GetReady())
+	out := &pb.RepositoryIndexResponse{Models: make([]*pb.RepositoryIndexResponse_ModelIndex, len(entries))}
+	for i, e := range entries {
+		out.Models[i] = &pb.RepositoryIndexResponse_ModelIndex{
+			Name:    e.Name,
+			Version: e.Version,
+			State:   string(e.State),
+			Reason:  e.Reason,
+		}
+	}
+	return out, nil
+}
+
+// checkRepositoryName rejects a named repository: like Triton, Sluice
+// serves its repositories as one and cannot address them one by one.
+func checkRepositoryName(name string) error {
+	if name != "" {
+		return infer.Errorf(infer.KindUnsupported, reasonUnsupportedRepo,
+			"repository_name %q: addressing one repository is not supported", name)
+	}
+	return nil
+}
+
+// The load parameters of Triton's model_repository extension.
+const (
+	loadParamConfig  = "config"
+	loadParamFile    = "file:"
+	unloadDependents = "unload_dependents"
+)
+
+// maxParamNameShown bounds how much of a client-chosen name goes into an
+// error message.
+const maxParamNameShown = 64
+
+// RepositoryModelLoad implements Triton's model_repository load. The
+// "config" parameter is a JSON ModelConfig that replaces the one on disk;
+// "file:<version>/<name>" parameters carry file contents (bytes) and
+// require "config".
+func (s *Service) RepositoryModelLoad(ctx context.Context, req *pb.RepositoryModelLoadRequest) (*pb.RepositoryModelLoadResponse, error) {
+	opts, err := decodeLoad(req)
+	if err != nil {
+		return nil, s.fail(ctx, "RepositoryModelLoad", err)
+	}
+	if err := s.models.Load(ctx, req.GetModelName(), opts); err != nil {
+		return nil, s.fail(ctx, "RepositoryModelLoad", err)
+	}
+	return &pb.RepositoryModelLoadResponse{}, nil
+}
+
+func decodeLoad(req *pb.RepositoryModelLoadRequest) (modelrepo.LoadOptions, error) {
+	var opts modelrepo.LoadOptions
+	if err := checkRepositoryName(req.GetRepositoryName()); err != nil {
+		return opts, err
+	}
+	name := req.GetModelName()
+	if name == "" {
+		return opts, invalidf(reasonMissingModelName, "model_name is empty")
+	}
+	for k, p := range req.GetParameters() {
+		switch {
+		case k == loadParamConfig:
+			js, ok := p.GetParameterChoice().(*pb.ModelRepositoryParameter_StringParam)
+			if !ok {
+				return opts, invalidf(modelrepo.ReasonInvalidLoadRequest,
+					"model '%s': load parameter 'config' must be a string_param holding JSON", name)
+			}
+			cfg, err := modelconfig.ParseJSON([]byte(js.StringParam))
+			if err != nil {
+				return opts, invalidf(modelconfig.ReasonInvalidConfig, "model '%s': load parameter 'config': %v", name, err)
+			}
+			opts.Config = cfg
+		case strings.HasPrefix(k, loadParamFile):
+			path := strings.TrimPrefix(k, loadParamFile)
+			b, ok := p.GetParameterChoice().(*pb.ModelRepositoryParameter_BytesParam)
+			if !ok {
+				return opts, invalidf(modelrepo.ReasonInvalidLoadRequest,
+					"model '%s': load parameter '%s' must be a bytes_param", name, shorten(k))
+			}
+			if path == "" {
+				return opts, invalidf(modelrepo.ReasonInvalidLoadRequest,
+					"model '%s': load parameter 'file:' names no file", name)
+			}
+			if opts.Files == nil {
+				opts.Files = make(map[string][]byte)
+			}
+			opts.Files[path] = b.BytesParam
+		}
+	}
+	if len(opts.Files) > 0 && opts.Config == nil {
+		return opts, invalidf(modelrepo.ReasonInvalidLoadRequest,
+			"model '%s': load parameters 'file:...' require a 'config' parameter", name)
+	}
+	return opts, nil
+}
+
+// shorten bounds a client-chosen string before it goes into a message.
+func shorten(s string) string {
+	if len(s) > maxParamNameShown {
+		return s[:maxParamNameShown] + "..."
+	}
+	return s
+}
+
+// RepositoryModelUnload implements Triton's model_repository unload.
+func (s *Service) RepositoryModelUnload(ctx context.Context, req *pb.RepositoryModelUnloadRequest) (*pb.RepositoryModelUnloadResponse, error) {
+	if err := checkRepositoryName(req.GetRepositoryName()); err != nil {
+		return nil, s.fail(ctx, "RepositoryModelUnload", err)
+	}
+	name := req.GetModelName()
+	if name == "" {
+		return nil, toStatus(invalidf(reasonMissingModelName, "model_name is empty"))
+	}
+	var opts modelrepo.UnloadOptions
+	if p, ok := req.GetParameters()[unloadDependents]; ok {
+		b, ok := p.GetParameterChoice().(*pb.ModelRepositoryParameter_BoolParam)
+		if !ok {
+			return nil, toStatus(invalidf(reasonInvalidParameter,
+				"model '%s': unload parameter 'unload_dependents' must be a bool_param", name))
+		}
+		opts.UnloadDependents = b.BoolParam
+	}
+	if err := s.models.Unload(ctx, name, opts); err != nil {
+		return nil, s.fail(ctx, "RepositoryModelUnload", err)
+	}
+	return &pb.RepositoryModelUnloadResponse{}, nil
+}
+
+// fail converts err to a status, logging errors that are the server's
+// fault (the client sees only the status).
+func (s *Service) fail(ctx context.Context, method string, err error) error {
+	s.logInternal(ctx, method, err)
+	return toStatus(err)
+}
+
+func (s *Service) logInternal(ctx context.Context, method string, err error) {
+	if CodeOf(err) == codes.Internal {
+		s.logger.ErrorContext(ctx, "request failed", "method", method, "err", err)
+	}
+}

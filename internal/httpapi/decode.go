@@ -1,0 +1,822 @@
+package httpapi
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// Protocol parameters that steer the edge itself. They are taken out of
+// the parameters passed on to the model.
+const (
+	paramBinaryDataSize   = "binary_data_size"
+	paramBinaryData       = "binary_data"
+	paramBinaryDataOutput = "binary_data_output"
+	paramClassification   = "classification"
+)
+
+// inferBody is a decoded v2 inference request plus the protocol choices
+// that do not travel in infer.Request.
+type inferBody struct {
+	req infer.Request
+	// binarySize[i] is input i's binary_data_size, or -1 when its data
+	// came as JSON.
+	binarySize []int64
+	// binaryOutput is the request-level binary_data_output parameter.
+	binaryOutput bool
+	// outputBinary[i] is requested output i's binary_data parameter:
+	// -1 unset, 0 false, 1 true.
+	outputBinary []int8
+}
+
+// wantsBinary reports whether the response output named name goes in the
+// binary section.
+func (b *inferBody) wantsBinary(name string) bool {
+	for i, o := range b.req.Outputs {
+		if o.Name == name && b.outputBinary[i] >= 0 {
+			return b.outputBinary[i] == 1
+		}
+	}
+	return b.binaryOutput
+}
+
+// decoder turns the JSON of a v2 inference request into infer types. Tensor
+// data is parsed straight from the JSON text into the wire-layout bytes of
+// infer.Tensor, with no intermediate values.
+type decoder struct {
+	s    scanner
+	body inferBody
+}
+
+// decodeInferJSON decodes the JSON part of an inference request. Inputs
+// that declare binary_data_size are left without Data; attachBinary fills
+// them.
+func decodeInferJSON(js []byte) (*inferBody, error) {
+	d := &decoder{s: scanner{buf: js}}
+	var seen [4]bool
+	err := d.s.readObject(1, func(key []byte) error {
+		switch string(key) {
+		case "id":
+			if err := once(&seen[0], "id", "the request"); err != nil {
+				return err
+			}
+			if ok, err := d.s.is('"'); !ok {
+				if err != nil {
+					return err
+				}
+				return invalidf(reasonInvalidRequest, `"id" must be a string`)
+			}
+			id, err := d.s.readString()
+			d.body.req.ID = id
+			return err
+		case "parameters":
+			if err := once(&seen[1], "parameters", "the request"); err != nil {
+				return err
+			}
+			return d.readRequestParams()
+		case "inputs":
+			if err := once(&seen[2], "inputs", "the request"); err != nil {
+				return err
+			}
+			return d.readInputs()
+		case "outputs":
+			if err := once(&seen[3], "outputs", "the request"); err != nil {
+				return err
+			}
+			return d.readOutputs()
+		default:
+			return d.s.skipValue(1)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := d.s.atEnd(); err != nil {
+		return nil, err
+	}
+	if !seen[2] {
+		return nil, invalidf(reasonInvalidRequest, `request has no "inputs"`)
+	}
+	return &d.body, nil
+}
+
+// once fails when a member appears twice in one object, which would
+// otherwise silently merge or replace data.
+func once(seen *bool, key, where string) error {
+	if *seen {
+		return invalidf(reasonInvalidRequest, "%s has %q more than once", where, key)
+	}
+	*seen = true
+	return nil
+}
+
+func (d *decoder) readRequestParams() error {
+	params, err := d.readParams("request")
+	if err != nil {
+		return err
+	}
+	if v, ok := params[paramBinaryDataOutput]; ok {
+		b, isBool := v.(bool)
+		if !isBool {
+			return invalidf(reasonInvalidParameter, "request parameter %q must be a bool, got %v", paramBinaryDataOutput, v)
+		}
+		d.body.binaryOutput = b
+		delete(params, paramBinaryDataOutput)
+	}
+	if len(params) > 0 {
+		d.body.req.Parameters = params
+	}
+	return nil
+}
+
+// readParams reads a parameters object whose values are strings, numbers
+// or bools. where names the owner in errors ("request", "input 'x'").
+func (d *decoder) readParams(where string) (infer.Parameters, error) {
+	if ok, err := d.s.is('{'); !ok {
+		if err != nil {
+			return nil, err
+		}
+		return nil, invalidf(reasonInvalidParameter, "%s: \"parameters\" must be an object", where)
+	}
+	params := infer.Parameters{}
+	err := d.s.readObject(2, func(key []byte) error {
+		k := string(key)
+		if _, dup := params[k]; dup {
+			return invalidf(reasonInvalidParameter, "%s: parameter %q appears more than once", where, k)
+		}
+		v, err := d.readParamValue(where, k)
+		if err != nil {
+			return err
+		}
+		params[k] = v
+		return nil
+	})
+	return params, err
+}
+
+// readParamValue reads one parameter value: a string, a bool, or a number
+// kept as int64 when it is an integer that fits, uint64 when only that
+// fits, and float64 otherwise.
+func (d *decoder) readParamValue(where, key string) (any, error) {
+	switch c := d.s.peek(); {
+	case c == '"':
+		return d.s.readString()
+	case c == 't' || c == 'f':
+		lit, err := d.s.readLiteral()
+		return lit == 't', err
+	case c == '-' || (c >= '0' && c <= '9'):
+		tok, integer, err := d.s.readNumber()
+		if err != nil {
+			return nil, err
+		}
+		if integer {
+			if v, err := strconv.ParseInt(string(tok), 10, 64); err == nil {
+				return v, nil
+			}
+			if v, err := strconv.ParseUint(string(tok), 10, 64); err == nil {
+				return v, nil
+			}
+		}
+		v, err := strconv.ParseFloat(string(tok), 64)
+		if err != nil {
+			return nil, invalidf(reasonInvalidParameter, "%s: parameter %q: %s is out of range", where, key, tok)
+		}
+		return v, nil
+	case c == 0:
+		return nil, d.s.unexpected("a value")
+	default:
+		return nil, invalidf(reasonInvalidParameter, "%s: parameter %q must be a string, number or bool", where, key)
+	}
+}
+
+func (d *decoder) readInputs() error {
+	if ok, err := d.s.is('['); !ok {
+		if err != nil {
+			return err
+		}
+		return invalidf(reasonInvalidRequest, `"inputs" must be an array`)
+	}
+	return d.s.readArray(2, func(i int) error {
+		t, size, err := d.readInput(i)
+		if err != nil {
+			return err
+		}
+		for j := range d.body.req.Inputs {
+			if d.body.req.Inputs[j].Name == t.Name {
+				return invalidf(reasonDuplicateInput, "input '%s' appears more than once", t.Name)
+			}
+		}
+		d.body.req.Inputs = append(d.body.req.Inputs, t)
+		d.body.binarySize = append(d.body.binarySize, size)
+		return nil
+	})
+}
+
+// inputState collects one input object's members, which JSON allows in any
+// order.
+type inputState struct {
+	idx        int // position in "inputs", for errors before the name is known
+	name       string
+	dt         infer.DataType
+	shape      infer.Shape
+	params     infer.Parameters
+	binarySize int64 // -1 when absent
+	data       []byte
+	count      int // elements parsed from "data"
+	// deferredData is the offset of a "data" value that came before the
+	// name or datatype; -1 if none.
+	deferredData                        int
+	hasName, hasDT, hasShape, hasParams bool
+	seenData                            bool
+}
+
+// label names the input in errors: by name once known, else by position.
+func (t *inputState) label() string {
+	if t.hasName {
+		return "input '" + t.name + "'"
+	}
+	return fmt.Sprintf("input #%d", t.idx)
+}
+
+func (d *decoder) readInput(idx int) (infer.Tensor, int64, error) {
+	t := &inputState{idx: idx, binarySize: -1, deferredData: -1}
+	if ok, err := d.s.is('{'); !ok {
+		if err != nil {
+			return infer.Tensor{}, 0, err
+		}
+		return infer.Tensor{}, 0, invalidf(reasonInvalidInput, "input #%d must be an object", idx)
+	}
+	err := d.s.readObject(3, func(key []byte) error {
+		switch string(key) {
+		case "name":
+			if err := once(&t.hasName, "name", t.label()); err != nil {
+				return err
+			}
+			if ok, err := d.s.is('"'); !ok {
+				if err != nil {
+					return err
+				}
+				return invalidf(reasonInvalidInput, `input #%d: "name" must be a string`, idx)
+			}
+			name, err := d.s.readString()
+			t.name = name
+			return err
+		case "datatype":
+			if err := once(&t.hasDT, "datatype", t.label()); err != nil {
+				return err
+			}
+			if ok, err := d.s.is('"'); !ok {
+				if err != nil {
+					return err
+				}
+				return invalidf(reasonInvalidDatatype, `%s: "datatype" must be a string`, t.label())
+			}
+			raw, escaped, err := d.s.readStringRaw()
+			if err != nil {
+				return err
+			}
+			if escaped {
+				raw = appendUnescaped(nil, raw)
+			}
+			dt, ok := infer.ParseDataType(string(raw))
+			if !ok {
+				return invalidf(reasonInvalidDatatype, "%s: unknown datatype %q", t.label(), raw)
+			}
+			t.dt = dt
+			return nil
+		case "shape":
+			if err := once(&t.hasShape, "shape", t.label()); err != nil {
+				return err
+			}
+			return d.readShape(t)
+		case "parameters":
+			if err := once(&t.hasParams, "parameters", t.label()); err != nil {
+				return err
+			}
+			params, err := d.readParams(t.label())
+			if err != nil {
+				return err
+			}
+			if v, ok := params[paramBinaryDataSize]; ok {
+				size, ok := nonNegativeInt(v)
+				if !ok {
+					return invalidf(reasonInvalidParameter, "%s: %s must be a non-negative integer, got %v", t.label(), paramBinaryDataSize, v)
+				}
+				t.binarySize = size
+				delete(params, paramBinaryDataSize)
+			}
+			if len(params) > 0 {
+				t.params = params
+			}
+			return nil
+		case "data":
+			if err := once(&t.seenData, "data", t.label()); err != nil {
+				return err
+			}
+			if ok, err := d.s.is('['); !ok {
+				if err != nil {
+					return err
+				}
+				return invalidf(reasonInvalidInput, `%s: "data" must be an array`, t.label())
+			}
+			if !t.hasName || !t.hasDT {
+				// Parse once name and datatype are known, so errors can name
+				// the tensor and values go straight into the right layout.
+				t.deferredData = d.s.pos
+				return d.s.skipValue(3)
+			}
+			return d.readData(t)
+		default:
+			return d.s.skipValue(3)
+		}
+	})
+	if err != nil {
+		return infer.Tensor{}, 0, err
+	}
+	switch {
+	case !t.hasName:
+		return infer.Tensor{}, 0, invalidf(reasonInvalidInput, `input #%d has no "name"`, idx)
+	case !t.hasDT:
+		return infer.Tensor{}, 0, invalidf(reasonInvalidDatatype, `%s has no "datatype"`, t.label())
+	case !t.hasShape:
+		return infer.Tensor{}, 0, invalidf(reasonInvalidShape, `%s has no "shape"`, t.label())
+	}
+	n, err := t.shape.Elements()
+	if err != nil {
+		return infer.Tensor{}, 0, invalidf(reasonInvalidShape, "%s: %v", t.label(), err)
+	}
+	if t.deferredData >= 0 {
+		end := d.s.pos
+		d.s.pos = t.deferredData
+		if err := d.readData(t); err != nil {
+			return infer.Tensor{}, 0, err
+		}
+		d.s.pos = end
+	}
+	switch {
+	case t.seenData && t.binarySize >= 0:
+		return infer.Tensor{}, 0, invalidf(reasonInvalidInput, `%s has both "data" and a %s parameter`, t.label(), paramBinaryDataSize)
+	case !t.seenData && t.binarySize < 0:
+		return infer.Tensor{}, 0, invalidf(reasonInvalidInput, `%s has no "data" and no %s parameter`, t.label(), paramBinaryDataSize)
+	case t.seenData && t.count != n:
+		return infer.Tensor{}, 0, invalidf(reasonSizeMismatch, "%s: shape %s needs %d elements, got %d", t.label(), t.shape, n, t.count)
+	}
+	data := t.data
+	if t.seenData && data == nil {
+		data = []byte{} // an empty tensor still has (empty) data
+	}
+	return infer.Tensor{Name: t.name, DataType: t.dt, Shape: t.shape, Data: data, Parameters: t.params}, t.binarySize, nil
+}
+
+// nonNegativeInt accepts an integer parameter value >= 0.
+func nonNegativeInt(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return x, x >= 0
+	case uint64:
+		if x <= math.MaxInt64 {
+			return int64(x), true
+		}
+	}
+	return 0, false
+}
+
+func (d *decoder) readShape(t *inputState) error {
+	if ok, err := d.s.is('['); !ok {
+		if err != nil {
+			return err
+		}
+		return invalidf(reasonInvalidShape, `%s: "shape" must be an array of integers`, t.label())
+	}
+	shape := infer.Shape{}
+	err := d.s.readArray(4, func(int) error {
+		c := d.s.peek()
+		if c != '-' && (c < '0' || c > '9') {
+			return invalidf(reasonInvalidShape, `%s: "shape" must be an array of integers`, t.label())
+		}
+		tok, integer, err := d.s.readNumber()
+		if err != nil {
+			return err
+		}
+		v, perr := strconv.ParseInt(string(tok), 10, 64)
+		if !integer || perr != nil {
+			return invalidf(reasonInvalidShape, `%s: shape dimension %s is not an integer`, t.label(), tok)
+		}
+		if v < 0 {
+			return invalidf(reasonInvalidShape, `%s: shape dimension %d is negative`, t.label(), v)
+		}
+		shape = append(shape, v)
+		return nil
+	})
+	t.shape = shape
+	return err
+}
+
+// readData parses a "data" array, flat or nested, into t.data in the wire
+// layout of t.dt. Nesting must be regular: all scalars at one depth and
+// sibling arrays of equal length. The element count is checked against the
+// shape by the caller.
+func (d *decoder) readData(t *inputState) error {
+	s := &d.s
+	// Size the buffer from the shape, but never beyond what the remaining
+	// text could possibly hold (each element takes at least two bytes), so a
+	// claimed shape cannot make us allocate more than the body justifies.
+	limit := (len(s.buf)-s.pos)/2 + 1
+	n := -1
+	if t.hasShape {
+		if e, err := t.shape.Elements(); err == nil {
+			n = e
+		}
+	}
+	capElems := min(limit, 1024)
+	if n >= 0 {
+		capElems = min(n, limit)
+	}
+	size := t.dt.Size()
+	if t.dt == infer.Bytes {
+		size = 8 // a guess: prefix plus a few bytes
+	}
+	out := make([]byte, 0, capElems*size)
+
+	// counts[d] is the number of values so far in the open array at depth
+	// d; want[d] is one more than the length every array at depth d must
+	// have (0 = not yet known).
+	var counts, want [maxDepth + 1]int
+	leafDepth, maxOpened := -1, 1
+	count := 0
+	s.pos++ // the '[' checked by the caller
+	depth := 1
+	justOpened := true
+	for depth > 0 {
+		c := s.peek()
+		if c == '[' {
+			if leafDepth >= 0 && depth >= leafDepth {
+				return invalidf(reasonRaggedData, "%s: element %d: nested arrays mix numbers and arrays at one level", t.label(), count)
+			}
+			if depth == maxDepth {
+				return s.syntaxError("nesting deeper than %d levels", maxDepth)
+			}
+			s.pos++
+			depth++
+			maxOpened = max(maxOpened, depth)
+			counts[depth] = 0
+			justOpened = true
+			continue
+		}
+		if c != ']' || !justOpened {
+			if leafDepth < 0 {
+				if depth < maxOpened {
+					return invalidf(reasonRaggedData, "%s: element %d: nested arrays mix numbers and arrays at one level", t.label(), count)
+				}
+				leafDepth = depth
+			} else if depth != leafDepth {
+				return invalidf(reasonRaggedData, "%s: element %d: nested arrays mix numbers and arrays at one level", t.label(), count)
+			}
+			if n >= 0 && count >= n {
+				// More values than the shape holds: stop rather than parse
+				// (and store) the rest of an oversized array.
+				return invalidf(reasonSizeMismatch, "%s: shape %s needs %d elements, got more", t.label(), t.shape, n)
+			}
+			var err error
+			if out, err = d.appendElement(out, t, count); err != nil {
+				return err
+			}
+			count++
+			counts[depth]++
+			c = s.peek()
+		}
+		justOpened = false
+		// After a value or a closed array: ',' or one or more ']'.
+		for {
+			if c == ',' {
+				s.pos++
+				if s.peek() == ']' {
+					return s.unexpected("a value after ','")
+				}
+				break
+			}
+			if c != ']' {
+				return s.unexpected("',' or ']' after an array element")
+			}
+			s.pos++
+			switch w := want[depth]; {
+			case w == 0:
+				want[depth] = counts[depth] + 1
+			case w != counts[depth]+1:
+				return invalidf(reasonRaggedData, "%s: nested arrays at depth %d have lengths %d and %d", t.label(), depth, w-1, counts[depth])
+			}
+			depth--
+			if depth == 0 {
+				break
+			}
+			counts[depth]++
+			c = s.peek()
+		}
+	}
+	t.data = out
+	t.count = count
+	return nil
+}
+
+// appendElement parses one scalar at the scanner's position and appends it
+// to out in t.dt's wire layout.
+func (d *decoder) appendElement(out []byte, t *inputState, idx int) ([]byte, error) {
+	s := &d.s
+	c := s.peek()
+	switch t.dt {
+	case infer.Bool:
+		if c != 't' && c != 'f' {
+			return nil, d.typeError(t, idx, c, "true or false")
+		}
+		lit, err := s.readLiteral()
+		if err != nil {
+			return nil, err
+		}
+		if lit == 't' {
+			return append(out, 1), nil
+		}
+		return append(out, 0), nil
+	case infer.Bytes:
+		if c != '"' {
+			return nil, d.typeError(t, idx, c, "a string")
+		}
+		raw, escaped, err := s.readStringRaw()
+		if err != nil {
+			return nil, err
+		}
+		if !escaped {
+			return infer.AppendBytesElement(out, raw), nil
+		}
+		at := len(out)
+		out = append(out, 0, 0, 0, 0)
+		out = appendUnescaped(out, raw)
+		binary.LittleEndian.PutUint32(out[at:], uint32(len(out)-at-4))
+		return out, nil
+	}
+	if c != '-' && (c < '0' || c > '9') {
+		return nil, d.typeError(t, idx, c, "a number")
+	}
+	tok, integer, err := s.readNumber()
+	if err != nil {
+		return nil, err
+	}
+	switch t.dt {
+	case infer.FP32:
+		f, err := strconv.ParseFloat(string(tok), 32)
+		if err != nil {
+			return nil, d.rangeError(t, idx, tok)
+		}
+		return binary.LittleEndian.AppendUint32(out, math.Float32bits(float32(f))), nil
+	case infer.FP64:
+		f, err := strconv.ParseFloat(string(tok), 64)
+		if err != nil {
+			return nil, d.rangeError(t, idx, tok)
+		}
+		return binary.LittleEndian.AppendUint64(out, math.Float64bits(f)), nil
+	case infer.FP16, infer.BF16:
+		f, err := strconv.ParseFloat(string(tok), 64)
+		if err != nil {
+			return nil, d.rangeError(t, idx, tok)
+		}
+		var h uint16
+		var ok bool
+		if t.dt == infer.FP16 {
+			h, ok = float64ToFP16(f)
+		} else {
+			h, ok = float64ToBF16(f)
+		}
+		if !ok {
+			return nil, d.rangeError(t, idx, tok)
+		}
+		return binary.LittleEndian.AppendUint16(out, h), nil
+	}
+	return d.appendInteger(out, t, idx, tok, integer)
+}
+
+// intBits is the width of each integer data type.
+func intBits(dt infer.DataType) (bits uint, signed bool) {
+	switch dt {
+	case infer.Int8:
+		return 8, true
+	case infer.Int16:
+		return 16, true
+	case infer.Int32:
+		return 32, true
+	case infer.Int64:
+		return 64, true
+	case infer.Uint8:
+		return 8, false
+	case infer.Uint16:
+		return 16, false
+	case infer.Uint32:
+		return 32, false
+	default:
+		return 64, false
+	}
+}
+
+// appendInteger parses an integer element. Integer literals are parsed
+// exactly; a literal with a fraction or exponent is accepted only when its
+// value is integral (1.0, 2e3), as numpy's float-typed lists send them.
+func (d *decoder) appendInteger(out []byte, t *inputState, idx int, tok []byte, integer bool) ([]byte, error) {
+	bits, signed := intBits(t.dt)
+	var u uint64 // two's complement bit pattern
+	if integer {
+		neg, mag, ok := parseMagnitude(tok)
+		switch {
+		case !ok:
+			return nil, d.rangeError(t, idx, tok)
+		case signed && neg:
+			if mag > 1<<(bits-1) {
+				return nil, d.rangeError(t, idx, tok)
+			}
+			u = -mag
+		case signed:
+			if mag > 1<<(bits-1)-1 {
+				return nil, d.rangeError(t, idx, tok)
+			}
+			u = mag
+		default:
+			if (neg && mag != 0) || (bits < 64 && mag >= 1<<bits) {
+				return nil, d.rangeError(t, idx, tok)
+			}
+			u = mag
+		}
+	} else {
+		f, err := strconv.ParseFloat(string(tok), 64)
+		if err != nil {
+			return nil, d.rangeError(t, idx, tok)
+		}
+		if f != math.Trunc(f) {
+			return nil, invalidf(reasonContentsMismatch, "%s: element %d: %s is not an integer, as %s needs", t.label(), idx, tok, t.dt)
+		}
+		if signed {
+			lim := math.Ldexp(1, int(bits-1))
+			if f < -lim || f >= lim {
+				return nil, d.rangeError(t, idx, tok)
+			}
+			u = uint64(int64(f))
+		} else {
+			if f < 0 || f >= math.Ldexp(1, int(bits)) {
+				return nil, d.rangeError(t, idx, tok)
+			}
+			u = uint64(f)
+		}
+	}
+	switch bits {
+	case 8:
+		return append(out, byte(u)), nil
+	case 16:
+		return binary.LittleEndian.AppendUint16(out, uint16(u)), nil
+	case 32:
+		return binary.LittleEndian.AppendUint32(out, uint32(u)), nil
+	default:
+		return binary.LittleEndian.AppendUint64(out, u), nil
+	}
+}
+
+// parseMagnitude splits a JSON integer literal into sign and magnitude; ok
+// is false when the magnitude overflows uint64.
+func parseMagnitude(tok []byte) (neg bool, mag uint64, ok bool) {
+	if tok[0] == '-' {
+		neg = true
+		tok = tok[1:]
+	}
+	for _, c := range tok {
+		dgt := uint64(c - '0')
+		if mag > (math.MaxUint64-dgt)/10 {
+			return neg, 0, false
+		}
+		mag = mag*10 + dgt
+	}
+	return neg, mag, true
+}
+
+func (d *decoder) typeError(t *inputState, idx int, c byte, want string) error {
+	if !isValueStart(c) {
+		return d.s.unexpected("a value")
+	}
+	return invalidf(reasonContentsMismatch, "%s: element %d: expected %s for %s, got %s", t.label(), idx, want, t.dt, jsonKind(c))
+}
+
+func (d *decoder) rangeError(t *inputState, idx int, tok []byte) error {
+	return invalidf(reasonValueOutOfRange, "%s: element %d: %s is out of range for %s", t.label(), idx, tok, t.dt)
+}
+
+// isValueStart reports whether c can begin a JSON value.
+func isValueStart(c byte) bool {
+	switch c {
+	case '"', 't', 'f', 'n', '{', '[', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		return true
+	}
+	return false
+}
+
+// jsonKind names the JSON type that starts with c.
+func jsonKind(c byte) string {
+	switch c {
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a bool"
+	case 'n':
+		return "null"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		return "a number"
+	}
+	return quoteByte(c)
+}
+
+func (d *decoder) readOutputs() error {
+	if ok, err := d.s.is('['); !ok {
+		if err != nil {
+			return err
+		}
+		return invalidf(reasonInvalidRequest, `"outputs" must be an array`)
+	}
+	return d.s.readArray(2, func(i int) error {
+		if ok, err := d.s.is('{'); !ok {
+			if err != nil {
+				return err
+			}
+			return invalidf(reasonInvalidRequest, "output #%d must be an object", i)
+		}
+		var out infer.RequestedOutput
+		var hasName, hasParams bool
+		bin := int8(-1)
+		label := func() string {
+			if hasName {
+				return "output '" + out.Name + "'"
+			}
+			return fmt.Sprintf("output #%d", i)
+		}
+		err := d.s.readObject(3, func(key []byte) error {
+			switch string(key) {
+			case "name":
+				if err := once(&hasName, "name", label()); err != nil {
+					return err
+				}
+				if ok, err := d.s.is('"'); !ok {
+					if err != nil {
+						return err
+					}
+					return invalidf(reasonInvalidRequest, `output #%d: "name" must be a string`, i)
+				}
+				name, err := d.s.readString()
+				out.Name = name
+				return err
+			case "parameters":
+				if err := once(&hasParams, "parameters", label()); err != nil {
+					return err
+				}
+				params, err := d.readParams(label())
+				if err != nil {
+					return err
+				}
+				out.Parameters = params
+				return nil
+			default:
+				return d.s.skipValue(3)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if !hasName {
+			return invalidf(reasonInvalidRequest, `output #%d has no "name"`, i)
+		}
+		if v, ok := out.Parameters[paramBinaryData]; ok {
+			b, isBool := v.(bool)
+			if !isBool {
+				return invalidf(reasonInvalidParameter, "%s: parameter %q must be a bool, got %v", label(), paramBinaryData, v)
+			}
+			bin = 0
+			if b {
+				bin = 1
+			}
+			delete(out.Parameters, paramBinaryData)
+		}
+		if _, ok := out.Parameters[paramClassification]; ok {
+			return infer.Errorf(infer.KindUnsupported, reasonUnsupportedParameter,
+				"%s: the classification extension is not supported; request the output itself and classify on the client", label())
+		}
+		if len(out.Parameters) == 0 {
+			out.Parameters = nil
+		}
+		for _, o := range d.body.req.Outputs {
+			if o.Name == out.Name {
+				return invalidf(reasonDuplicateOutput, "%s is requested more than once", label())
+			}
+		}
+		d.body.req.Outputs = append(d.body.req.Outputs, out)
+		d.body.outputBinary = append(d.body.outputBinary, bin)
+		return nil
+	})
+}

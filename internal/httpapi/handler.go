@@ -1,0 +1,223 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultMaxBodyBytes is the request body limit when Options leaves it 0.
+const DefaultMaxBodyBytes = 64 << 20
+
+// DefaultExtensions are the protocol extensions this package implements,
+// as listed in the server metadata.
+var DefaultExtensions = []string{
+	"model_repository",
+	"model_configuration",
+	"statistics",
+	"binary_tensor_data",
+	"parameters",
+}
+
+// Options configure a Handler. The zero value is usable.
+type Options struct {
+	// MaxBodyBytes bounds a request body, after decompression. Larger
+	// bodies are answered 413. Default DefaultMaxBodyBytes (64 MiB).
+	MaxBodyBytes int64
+	// ServerName is the name in the server metadata. Default "sluice".
+	ServerName string
+	// ServerVersion is the version in the server metadata.
+	ServerVersion string
+	// Extensions are listed in the server metadata. Default
+	// DefaultExtensions; set it only to advertise fewer.
+	Extensions []string
+}
+
+// Handler serves the KServe v2 HTTP protocol and Triton's HTTP extensions
+// on top of a Models implementation. It is an http.Handler and is safe for
+// concurrent use.
+type Handler struct {
+	models  Models
+	opts    Options
+	logger  *slog.Logger
+	metrics *metrics
+	mux     *http.ServeMux
+	// serverMeta is the server metadata response, fixed at construction.
+	serverMeta []byte
+	// bufs pools response buffers; entries are *[]byte.
+	bufs sync.Pool
+}
+
+// New builds a Handler serving models. A nil logger discards; a nil
+// registerer leaves the metrics unregistered.
+func New(models Models, opts Options, logger *slog.Logger, reg prometheus.Registerer) *Handler {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.ServerName == "" {
+		opts.ServerName = "sluice"
+	}
+	if opts.Extensions == nil {
+		opts.Extensions = DefaultExtensions
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{
+		models:  models,
+		opts:    opts,
+		logger:  logger.With("component", "httpapi"),
+		metrics: newMetrics(reg),
+		mux:     http.NewServeMux(),
+	}
+	meta, err := json.Marshal(struct {
+		Name       string   `json:"name"`
+		Version    string   `json:"version"`
+		Extensions []string `json:"extensions"`
+	}{opts.ServerName, opts.ServerVersion, opts.Extensions})
+	if err != nil {
+		panic("httpapi: marshal server metadata: " + err.Error()) // strings only; cannot fail
+	}
+	h.serverMeta = meta
+	h.routes()
+	return h
+}
+
+// routes registers every endpoint. Each model route exists with and
+// without /versions/{version}.
+func (h *Handler) routes() {
+	h.mux.HandleFunc("GET /v2/health/live", h.handleLive)
+	h.mux.HandleFunc("GET /v2/health/ready", h.handleReady)
+	h.mux.HandleFunc("GET /v2", h.handleServerMetadata)
+	h.mux.HandleFunc("GET /v2/models/stats", h.handleStats)
+	h.mux.HandleFunc("POST /v2/repository/index", h.handleIndex)
+	h.mux.HandleFunc("POST /v2/repository/models/{model}/load", h.handleLoad)
+	h.mux.HandleFunc("POST /v2/repository/models/{model}/unload", h.handleUnload)
+	for _, base := range []string{"/v2/models/{model}", "/v2/models/{model}/versions/{version}"} {
+		h.mux.HandleFunc("GET "+base, h.handleModelMetadata)
+		h.mux.HandleFunc("GET "+base+"/ready", h.handleModelReady)
+		h.mux.HandleFunc("GET "+base+"/config", h.handleModelConfig)
+		h.mux.HandleFunc("GET "+base+"/stats", h.handleStats)
+		h.mux.HandleFunc("POST "+base+"/infer", h.handleInfer)
+	}
+}
+
+// ServeHTTP routes the request, answers unknown routes and methods with
+// JSON errors, turns a panic into a 500 and records the request metrics.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w, r: r}
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler { //nolint:errorlint // sentinel compared as net/http does
+				panic(p)
+			}
+			h.logger.Error("handler panicked", "method", r.Method, "path", r.URL.Path,
+				"request_id", r.Header.Get("X-Request-Id"), "panic", p, "stack", string(debug.Stack()))
+			if !sw.wrote {
+				writeErrorBody(sw, http.StatusInternalServerError, reasonInternal, "internal error")
+			}
+		}
+		switch {
+		case sw.intercepted && sw.code == http.StatusMethodNotAllowed:
+			writeErrorBody(w, sw.code, reasonMethodNotAllowed,
+				"method "+r.Method+" is not allowed for "+r.URL.Path+" (allowed: "+w.Header().Get("Allow")+")")
+		case sw.intercepted:
+			writeErrorBody(w, sw.code, reasonNotFound, "no endpoint "+r.Method+" "+r.URL.Path)
+		}
+		route := r.Pattern
+		if route == "" {
+			route = "unmatched"
+		}
+		h.metrics.observe(route, sw.status(), time.Since(start))
+	}()
+	h.mux.ServeHTTP(sw, r)
+}
+
+// statusWriter records the status code and replaces ServeMux's plain-text
+// 404 and 405 answers (which it writes when no pattern matched) with the
+// JSON error body every other error has.
+type statusWriter struct {
+	http.ResponseWriter
+	r           *http.Request
+	code        int
+	wrote       bool
+	intercepted bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.wrote {
+		return
+	}
+	w.wrote = true
+	w.code = code
+	if w.r.Pattern == "" && (code == http.StatusNotFound || code == http.StatusMethodNotAllowed) {
+		w.intercepted = true
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.intercepted {
+		return len(p), nil
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) status() int {
+	if !w.wrote {
+		return http.StatusOK
+	}
+	return w.code
+}
+
+// maxPooledBuffer keeps one huge response from pinning its buffer forever.
+const maxPooledBuffer = 1 << 20
+
+func (h *Handler) getBuf() *[]byte {
+	if b, ok := h.bufs.Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, 0, 4096)
+	return &b
+}
+
+func (h *Handler) putBuf(b *[]byte) {
+	if cap(*b) > maxPooledBuffer {
+		return
+	}
+	*b = (*b)[:0]
+	h.bufs.Put(b)
+}
+
+// writeJSON answers 200 with a body that is already JSON.
+func writeJSON(w http.ResponseWriter, body []byte) {
+	hdr := w.Header()
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Content-Length", itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
+// writeJSONValue marshals v with encoding/json (used off the inference
+// path) and answers 200.
+func (h *Handler) writeJSONValue(w http.ResponseWriter, r *http.Request, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		h.writeError(w, r, r.Header.Get("X-Request-Id"), err)
+		return
+	}
+	writeJSON(w, b)
+}

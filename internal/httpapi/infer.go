@@ -1,0 +1,330 @@
+package httpapi
+
+import (
+	"compress/gzip"
+	"compress/zlib"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/modelrepo"
+)
+
+// headerLength is the binary extension's header naming the JSON part's
+// length.
+const headerLength = "Inference-Header-Content-Length"
+
+func (h *Handler) handleInfer(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	name, version := r.PathValue("model"), r.PathValue("version")
+	requestID := r.Header.Get("X-Request-Id")
+	body, err := h.readBody(w, r)
+	if err != nil {
+		h.writeError(w, r, requestID, err)
+		return
+	}
+	ib, err := h.decodeInfer(ctx, r.Header.Get(headerLength), name, version, body)
+	if err != nil {
+		h.writeError(w, r, requestID, err)
+		return
+	}
+	if ib.req.ID != "" {
+		requestID = ib.req.ID
+	}
+	ib.req.Model, ib.req.Version = name, version
+	resp, err := h.models.Infer(ctx, &ib.req)
+	if err != nil {
+		h.writeError(w, r, requestID, err)
+		return
+	}
+	h.writeInferResponse(w, r, requestID, ib, resp)
+}
+
+// readBody reads the whole request body, decompressing gzip or deflate
+// bodies, and enforces MaxBodyBytes on the result. The buffer grows with
+// the bytes that arrive; a claimed Content-Length only sizes the first
+// allocation, and at most 1 MiB of it.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	limit := h.opts.MaxBodyBytes
+	if r.ContentLength > limit {
+		return nil, bodyTooLarge(limit)
+	}
+	var rd io.Reader = http.MaxBytesReader(w, r.Body, limit)
+	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
+	switch enc {
+	case "", "identity":
+		enc = ""
+	case "gzip", "deflate":
+		var zr io.ReadCloser
+		var err error
+		if enc == "gzip" {
+			zr, err = gzip.NewReader(rd)
+		} else {
+			zr, err = zlib.NewReader(rd) // HTTP's "deflate" is the zlib format
+		}
+		if err != nil {
+			return nil, bodyReadError(err, limit, enc)
+		}
+		defer zr.Close()
+		// One byte more than the limit tells a too-large result apart
+		// from one that just fits.
+		rd = io.LimitReader(zr, limit+1)
+	default:
+		return nil, infer.Errorf(infer.KindUnsupported, reasonUnsupportedEncoding,
+			"Content-Encoding %q is not supported (use gzip, deflate or none)", enc)
+	}
+	size := 512
+	if r.ContentLength > 0 {
+		size = int(min(r.ContentLength+1, 1<<20))
+	}
+	buf := make([]byte, 0, size)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := rd.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return nil, bodyTooLarge(limit)
+		}
+		if errors.Is(err, io.EOF) {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, bodyReadError(err, limit, enc)
+		}
+	}
+}
+
+func bodyTooLarge(limit int64) error {
+	return infer.Errorf(infer.KindResourceExhausted, reasonBodyTooLarge, "request body exceeds the limit of %d bytes", limit)
+}
+
+// bodyReadError classifies an error met while reading (and perhaps
+// decompressing, enc != "") the body.
+func bodyReadError(err error, limit int64, enc string) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return bodyTooLarge(limit)
+	}
+	if enc != "" {
+		return &infer.Error{Kind: infer.KindInvalid, Reason: reasonInvalidRequest, Msg: "decompress request body", Err: err}
+	}
+	return &infer.Error{Kind: infer.KindInvalid, Reason: reasonInvalidRequest, Msg: "read request body", Err: err}
+}
+
+// decodeInfer splits the body by the Inference-Header-Content-Length
+// header (hdr, "" when absent) and decodes it. A length of 0 is raw body
+// mode, which needs the model's metadata.
+func (h *Handler) decodeInfer(ctx context.Context, hdr, name, version string, body []byte) (*inferBody, error) {
+	if hdr == "" {
+		return decodeInferBody(body, -1)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(hdr), 10, 64)
+	if err != nil || n < 0 {
+		return nil, invalidf(reasonInvalidHeader, "%s %q is not a non-negative integer", headerLength, hdr)
+	}
+	if n > int64(len(body)) {
+		return nil, invalidf(reasonInvalidHeader, "%s is %d but the body has only %d bytes", headerLength, n, len(body))
+	}
+	if n > 0 {
+		return decodeInferBody(body, int(n))
+	}
+	md, err := h.models.Metadata(ctx, name, version)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := h.models.Config(ctx, name, version)
+	if err != nil {
+		return nil, err
+	}
+	return decodeRawBody(md, cfg.GetMaxBatchSize() > 0, body)
+}
+
+// decodeInferBody decodes a request whose first headerLen bytes are JSON
+// and whose remainder is binary tensor data. headerLen -1 means the whole
+// body is JSON.
+func decodeInferBody(body []byte, headerLen int) (*inferBody, error) {
+	js, bin := body, []byte(nil)
+	if headerLen >= 0 {
+		js, bin = body[:headerLen], body[headerLen:]
+	}
+	ib, err := decodeInferJSON(js)
+	if err != nil {
+		return nil, err
+	}
+	if err := attachBinary(ib, bin, headerLen >= 0); err != nil {
+		return nil, err
+	}
+	return ib, nil
+}
+
+// attachBinary hands out the binary section to the inputs that declared
+// binary_data_size, in input order, and checks that the sizes fit the
+// shapes and add up to the section exactly. Data aliases bin.
+func attachBinary(ib *inferBody, bin []byte, hasHeader bool) error {
+	off := int64(0)
+	for i := range ib.req.Inputs {
+		size := ib.binarySize[i]
+		if size < 0 {
+			continue
+		}
+		t := &ib.req.Inputs[i]
+		if !hasHeader {
+			return invalidf(reasonInvalidBinarySize, "input '%s' has %s but the request has no %s header", t.Name, paramBinaryDataSize, headerLength)
+		}
+		n, err := t.Shape.Elements()
+		if err != nil { // checked by the decoder; kept for safety
+			return invalidf(reasonInvalidShape, "input '%s': %v", t.Name, err)
+		}
+		if t.DataType != infer.Bytes {
+			if need := int64(n) * int64(t.DataType.Size()); size != need {
+				return invalidf(reasonInvalidBinarySize, "input '%s': %s is %d but shape %s of %s needs %d bytes",
+					t.Name, paramBinaryDataSize, size, t.Shape, t.DataType, need)
+			}
+		}
+		if rest := int64(len(bin)) - off; size > rest {
+			return invalidf(reasonInvalidBinarySize, "input '%s': %s is %d but only %d bytes of binary data remain",
+				t.Name, paramBinaryDataSize, size, rest)
+		}
+		t.Data = bin[off : off+size : off+size]
+		off += size
+		if t.DataType == infer.Bytes {
+			count, err := infer.CountBytesElements(t.Data)
+			if err != nil {
+				return invalidf(reasonInvalidBinarySize, "input '%s': %v", t.Name, err)
+			}
+			if count != n {
+				return invalidf(reasonInvalidBinarySize, "input '%s': binary data holds %d BYTES elements but shape %s needs %d",
+					t.Name, count, t.Shape, n)
+			}
+		}
+	}
+	if off != int64(len(bin)) {
+		return invalidf(reasonInvalidBinarySize, "the body has %d bytes of binary data after the JSON header, but the inputs' %s values add up to %d",
+			len(bin), paramBinaryDataSize, off)
+	}
+	return nil
+}
+
+// decodeRawBody builds the request of raw body mode: the whole body is the
+// model's only input, at batch 1 for a batching model, and every output is
+// binary. At most one variable dimension is allowed; its size follows from
+// the body.
+func decodeRawBody(md *modelrepo.Metadata, batching bool, body []byte) (*inferBody, error) {
+	if len(md.Inputs) != 1 {
+		return nil, invalidf(reasonRawInput, "a raw binary body (%s: 0) needs a model with exactly one input; model '%s' has %d",
+			headerLength, md.Name, len(md.Inputs))
+	}
+	spec := md.Inputs[0]
+	if !spec.DataType.Valid() {
+		return nil, infer.Errorf(infer.KindInternal, reasonInternal, "input '%s' of model '%s' has no valid datatype", spec.Name, md.Name)
+	}
+	shape := spec.Shape.Clone()
+	if batching && len(shape) > 0 {
+		shape[0] = 1
+	}
+	variable, known := -1, int64(1)
+	for i, d := range shape {
+		switch {
+		case d < 0 && variable >= 0:
+			return nil, invalidf(reasonRawInput, "input '%s' has shape %s with more than one variable dimension; send a JSON header to give its shape",
+				spec.Name, spec.Shape)
+		case d < 0:
+			variable = i
+		default:
+			known *= d
+			if known > infer.MaxElements {
+				return nil, invalidf(reasonInvalidShape, "input '%s': shape %s holds too many elements", spec.Name, spec.Shape)
+			}
+		}
+	}
+	if variable >= 0 {
+		var total int64
+		if spec.DataType == infer.Bytes {
+			n, err := infer.CountBytesElements(body)
+			if err != nil {
+				return nil, invalidf(reasonInvalidBinarySize, "input '%s': %v", spec.Name, err)
+			}
+			total = int64(n)
+		} else {
+			size := int64(spec.DataType.Size())
+			if int64(len(body))%size != 0 {
+				return nil, invalidf(reasonInvalidBinarySize, "input '%s': raw body of %d bytes is not a whole number of %s elements",
+					spec.Name, len(body), spec.DataType)
+			}
+			total = int64(len(body)) / size
+		}
+		switch {
+		case known == 0 && total == 0:
+			shape[variable] = 0
+		case known == 0 || total%known != 0:
+			return nil, invalidf(reasonInvalidBinarySize, "input '%s': %d elements in the raw body do not fit shape %s", spec.Name, total, spec.Shape)
+		default:
+			shape[variable] = total / known
+		}
+	}
+	t := infer.Tensor{Name: spec.Name, DataType: spec.DataType, Shape: shape, Data: body}
+	if err := t.CheckSize(); err != nil {
+		return nil, invalidf(reasonInvalidBinarySize, "input '%s': raw body of %d bytes does not fit shape %s: %v", spec.Name, len(body), shape, err)
+	}
+	return &inferBody{
+		req:          infer.Request{Inputs: []infer.Tensor{t}},
+		binarySize:   []int64{int64(len(body))},
+		binaryOutput: true,
+	}, nil
+}
+
+// writeInferResponse encodes resp, putting the outputs the client asked to
+// get in binary after the JSON.
+func (h *Handler) writeInferResponse(w http.ResponseWriter, r *http.Request, requestID string, ib *inferBody, resp *infer.Response) {
+	if resp.ID == "" {
+		resp.ID = ib.req.ID
+	}
+	if resp.Model == "" {
+		resp.Model = ib.req.Model
+	}
+	isBinary := make([]bool, len(resp.Outputs))
+	binBytes := 0
+	for i := range resp.Outputs {
+		isBinary[i] = ib.wantsBinary(resp.Outputs[i].Name)
+		if isBinary[i] {
+			binBytes += len(resp.Outputs[i].Data)
+		}
+	}
+	bufp := h.getBuf()
+	defer h.putBuf(bufp)
+	js, err := appendInferResponse((*bufp)[:0], resp, isBinary)
+	if err != nil {
+		h.writeError(w, r, requestID, err)
+		return
+	}
+	*bufp = js
+	hdr := w.Header()
+	anyBinary := false
+	for _, b := range isBinary {
+		anyBinary = anyBinary || b
+	}
+	if anyBinary {
+		hdr.Set("Content-Type", "application/octet-stream")
+		hdr.Set(headerLength, itoa(len(js)))
+	} else {
+		hdr.Set("Content-Type", "application/json")
+	}
+	hdr.Set("Content-Length", itoa(len(js)+binBytes))
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write(js); err != nil {
+		return // the client went away; nothing left to tell it
+	}
+	for i := range resp.Outputs {
+		if isBinary[i] {
+			if _, err := w.Write(resp.Outputs[i].Data); err != nil {
+				return
+			}
+		}
+	}
+}

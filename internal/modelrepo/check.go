@@ -1,0 +1,217 @@
+package modelrepo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluice-ml/sluice/internal/backend"
+	"github.com/sluice-ml/sluice/internal/modelconfig"
+	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
+)
+
+// Check validates repositories offline, for `sluice repo check`: config
+// parse errors, config validation, backends, version folders, model files,
+// provenance files and pins, SHA256SUMS manifests, warm-up files and each
+// version's real I/O signature against its config. It reports every
+// problem found, in repository, model and version order, each with the
+// file and, where it has one, the line and column. It builds no instances.
+// An empty result means the repositories would load.
+func Check(ctx context.Context, repos []string, backends *backend.Registry, strict bool) []modelconfig.Problem {
+	var ps []modelconfig.Problem
+	where := map[string][]string{}
+	var order []string
+	for _, repo := range repos {
+		names, err := listRepository(repo)
+		if err != nil {
+			ps = append(ps, modelconfig.Problem{Pos: modelconfig.Position{File: repo}, Msg: fmt.Sprintf("read model repository: %v", err)})
+			continue
+		}
+		if len(names) == 0 {
+			ps = append(ps, modelconfig.Problem{Pos: modelconfig.Position{File: repo}, Msg: "model repository holds no model folder"})
+		}
+		for _, n := range names {
+			if where[n] == nil {
+				order = append(order, n)
+			}
+			where[n] = append(where[n], repo)
+		}
+	}
+	for _, name := range order {
+		rs := where[name]
+		if len(rs) > 1 {
+			ps = append(ps, modelconfig.Problem{Pos: modelconfig.Position{File: filepath.Join(rs[1], name)},
+				Msg: fmt.Sprintf("model '%s' is in more than one model repository (%s)", name, strings.Join(rs, ", "))})
+		}
+		for _, repo := range rs {
+			ps = append(ps, checkModel(ctx, filepath.Join(repo, name), name, backends, strict)...)
+		}
+	}
+	return ps
+}
+
+// checkModel lists the problems of one model folder.
+func checkModel(ctx context.Context, dir, name string, backends *backend.Registry, strict bool) modelconfig.Problems {
+	var ps modelconfig.Problems
+	seen := map[string]bool{}
+	add := func(more ...modelconfig.Problem) {
+		for _, p := range more {
+			if k := p.Error(); !seen[k] {
+				seen[k] = true
+				ps = append(ps, p)
+			}
+		}
+	}
+	at := func(file, format string, args ...any) {
+		add(modelconfig.Problem{Pos: modelconfig.Position{File: file}, Msg: fmt.Sprintf(format, args...)})
+	}
+
+	cfgPath := filepath.Join(dir, configFile)
+	var cfg *inferencepb.ModelConfig
+	var src *modelconfig.Source
+	switch data, err := os.ReadFile(cfgPath); {
+	case errors.Is(err, fs.ErrNotExist) && strict:
+		at(cfgPath, "config.pbtxt is missing (required with --strict-model-config)")
+		return ps
+	case errors.Is(err, fs.ErrNotExist):
+		cfg = &inferencepb.ModelConfig{}
+	case err != nil:
+		at(cfgPath, "%v", err)
+		return ps
+	default:
+		c, s, err := modelconfig.Parse(cfgPath, data)
+		if err != nil {
+			if cps := problemsOf(err); len(cps) > 0 {
+				add(cps...)
+			} else {
+				at(cfgPath, "%v", err)
+			}
+			return ps
+		}
+		cfg, src = c, s
+	}
+	if n := cfg.GetName(); n != "" && n != name {
+		add(modelconfig.Problem{Pos: src.Pos("name"), Msg: fmt.Sprintf("name '%s' does not match the model folder '%s'", n, name)})
+	}
+	modelconfig.ApplyDefaults(cfg, name)
+
+	avail, err := versionDirs(dir)
+	if err != nil {
+		at(dir, "%v", err)
+		return ps
+	}
+	versions, missing := selectVersions(cfg.GetVersionPolicy(), avail)
+	for _, v := range missing {
+		add(modelconfig.Problem{Pos: src.Pos("version_policy"), Msg: fmt.Sprintf("version %d is named by version_policy but has no folder", v)})
+	}
+	if len(avail) == 0 {
+		at(dir, "no version folder (version folders are named 1, 2, ...)")
+	}
+
+	be, err := pickBackend(backends, strict, cfg, dir, avail)
+	if err != nil {
+		pos := src.Pos("backend")
+		if cfg.GetBackend() == "" {
+			pos = src.Pos("platform")
+		}
+		if pos.File == "" {
+			pos.File = cfgPath
+		}
+		add(modelconfig.Problem{Pos: pos, Msg: err.Error()})
+	}
+	autoComplete := !strict
+	pin, err := readPin(dir)
+	if err != nil {
+		at(filepath.Join(dir, pinFile), "%v", err)
+	}
+
+	validated := false
+	sort.Slice(versions, func(i, j int) bool { return versions[i] < versions[j] })
+	for _, v := range versions {
+		vdir := filepath.Join(dir, strconv.FormatInt(v, 10))
+		prov, err := readProvenance(vdir)
+		var pp modelconfig.Problem
+		switch {
+		case errors.As(err, &pp):
+			add(pp)
+		case err != nil:
+			at(filepath.Join(vdir, provenanceFile), "%v", err)
+		case pin != "" && !commitMatches(pin, prov.GitCommit):
+			got := prov.GitCommit
+			if got == "" {
+				got = "none"
+			}
+			at(filepath.Join(vdir, provenanceFile), "git commit mismatch: %s expects %s, version %d has %s", pinFile, pin, v, got)
+		}
+		_, mps := verifyManifest(vdir)
+		add(mps...)
+		if be == nil {
+			continue
+		}
+		file := cfg.GetDefaultModelFilename()
+		if file == "" {
+			file = be.DefaultFilename()
+		}
+		path := filepath.Join(vdir, file)
+		if _, err := os.Stat(path); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				at(path, "model file is missing")
+			} else {
+				at(path, "%v", err)
+			}
+			continue
+		}
+		sig, err := be.Signature(ctx, path)
+		if err != nil {
+			at(path, "read model: %v", err)
+			continue
+		}
+		vcfg := proto.CloneOf(cfg)
+		if autoComplete {
+			if err := modelconfig.AutoComplete(vcfg, sig); err != nil {
+				at(cfgPath, "auto-complete config from %s: %v", path, err)
+				continue
+			}
+		}
+		validated = true
+		add(modelconfig.Validate(vcfg, src)...)
+		add(modelconfig.ValidateSignature(vcfg, sig, src)...)
+		add(checkWarmupFiles(vcfg, vdir, src)...)
+	}
+	if !validated && (!autoComplete || len(cfg.GetInput()) > 0) {
+		add(modelconfig.Validate(cfg, src)...)
+	}
+	return ps
+}
+
+// checkWarmupFiles reports model_warmup input files that are missing.
+func checkWarmupFiles(cfg *inferencepb.ModelConfig, vdir string, src *modelconfig.Source) modelconfig.Problems {
+	var ps modelconfig.Problems
+	for i, w := range cfg.GetModelWarmup() {
+		for name, in := range w.GetInputs() {
+			f := in.GetInputDataFile()
+			if f == "" {
+				continue
+			}
+			path := fmt.Sprintf("model_warmup[%d].inputs[%q].input_data_file", i, name)
+			rel := filepath.FromSlash(f)
+			if !filepath.IsLocal(rel) {
+				ps = append(ps, modelconfig.Problem{Pos: src.Pos(path), Msg: fmt.Sprintf("input_data_file %q is outside the warmup folder", f)})
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(vdir, "warmup", rel)); err != nil {
+				ps = append(ps, modelconfig.Problem{Pos: src.Pos(path), Msg: fmt.Sprintf("input_data_file: %v", err)})
+			}
+		}
+	}
+	sort.SliceStable(ps, func(i, j int) bool { return ps[i].Msg < ps[j].Msg })
+	return ps
+}

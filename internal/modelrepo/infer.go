@@ -1,0 +1,483 @@
+package modelrepo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluice-ml/sluice/internal/backend"
+	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
+)
+
+// maxAcquireAttempts bounds the retries of a request that raced a swap:
+// each retry sees a newer serving set, so one is almost always enough.
+const maxAcquireAttempts = 8
+
+// Infer validates a request against the model version's config and runs
+// it on a free instance of that version. An empty req.Version picks the
+// highest ready version. Errors are *infer.Error values.
+func (m *Manager) Infer(ctx context.Context, req *infer.Request) (*infer.Response, error) {
+	start := time.Now()
+	if m.closed.Load() {
+		return nil, infer.Errorf(infer.KindUnavailable, ReasonShuttingDown, "server is shutting down")
+	}
+	mdl := m.lookup(req.Model)
+	if mdl == nil {
+		return nil, modelNotFound(req.Model)
+	}
+	lv, err := mdl.acquire(req.Version)
+	if err != nil {
+		return nil, err
+	}
+	defer lv.release()
+	resp, batch, compute, ierr := lv.run(ctx, req)
+	elapsed := time.Since(start)
+	if ierr != nil {
+		m.metrics.failures.WithLabelValues(lv.model, lv.vstr, ierr.Reason).Inc()
+		lv.stats.fail(elapsed)
+		return nil, ierr
+	}
+	lv.obs.requests.Inc()
+	lv.obs.inferences.Add(float64(batch))
+	lv.obs.executions.Inc()
+	lv.obs.duration.Observe(elapsed.Seconds())
+	lv.stats.success(uint64(batch), elapsed, compute, time.Now())
+	return resp, nil
+}
+
+func modelNotFound(name string) *infer.Error {
+	return infer.Errorf(infer.KindNotFound, ReasonModelNotFound, "model '%s' not found", name)
+}
+
+// acquire finds the version a request asks for and takes a reference on
+// it. A version retired between the lookup and the reference was replaced
+// by a newer serving set, so the lookup is simply repeated.
+func (mdl *model) acquire(version string) (*loaded, *infer.Error) {
+	for range maxAcquireAttempts {
+		lv, err := mdl.find(version)
+		if err != nil {
+			return nil, err
+		}
+		if lv.acquire() {
+			return lv, nil
+		}
+	}
+	return nil, infer.Errorf(infer.KindUnavailable, ReasonModelNotReady, "model '%s' is being swapped; retry", mdl.name)
+}
+
+// find resolves a version string against what serves now.
+func (mdl *model) find(version string) (*loaded, *infer.Error) {
+	set := mdl.serving.Load()
+	if version == "" {
+		if lv := set.latest(); lv != nil {
+			return lv, nil
+		}
+		return nil, mdl.notReady(0)
+	}
+	v, ok := versionNumber(version)
+	if !ok {
+		return nil, infer.Errorf(infer.KindNotFound, ReasonVersionNotFound, "model '%s' has no version '%s'", mdl.name, version)
+	}
+	if lv := set.get(v); lv != nil {
+		return lv, nil
+	}
+	return nil, mdl.notReady(v)
+}
+
+// notReady explains why a model (v == 0) or one of its versions cannot
+// serve.
+func (mdl *model) notReady(v int64) *infer.Error {
+	mdl.mu.Lock()
+	defer mdl.mu.Unlock()
+	unavailable := func(format string, args ...any) *infer.Error {
+		return infer.Errorf(infer.KindUnavailable, ReasonModelNotReady, format, args...)
+	}
+	if v != 0 {
+		switch st := mdl.status[v]; {
+		case st != nil && st.loading:
+			return unavailable("model '%s' version %d is %s", mdl.name, v, StateLoading)
+		case st != nil && st.reason != "":
+			return unavailable("model '%s' version %d is %s: %s", mdl.name, v, StateUnavailable, st.reason)
+		}
+		return infer.Errorf(infer.KindNotFound, ReasonVersionNotFound, "model '%s' has no version %d", mdl.name, v)
+	}
+	switch {
+	case mdl.reason != "":
+		return unavailable("model '%s' is %s: %s", mdl.name, StateUnavailable, mdl.reason)
+	case mdl.phase == phaseNotLoaded:
+		return unavailable("model '%s' is not loaded", mdl.name)
+	case mdl.phase == phaseUnloaded:
+		return unavailable("model '%s' is %s: unloaded", mdl.name, StateUnavailable)
+	}
+	var versions []int64
+	for v := range mdl.status {
+		versions = append(versions, v)
+	}
+	slices.Sort(versions)
+	for i := len(versions) - 1; i >= 0; i-- {
+		st := mdl.status[versions[i]]
+		if st.loading {
+			return unavailable("model '%s' version %d is %s", mdl.name, versions[i], StateLoading)
+		}
+		if st.reason != "" {
+			return unavailable("model '%s' version %d is %s: %s", mdl.name, versions[i], StateUnavailable, st.reason)
+		}
+	}
+	return unavailable("model '%s' has no ready version", mdl.name)
+}
+
+// run validates and executes one request on a free instance. It returns
+// the batch size and the time spent executing.
+func (lv *loaded) run(ctx context.Context, req *infer.Request) (*infer.Response, int64, time.Duration, *infer.Error) {
+	inputs, outputs, batch, ierr := lv.prepare(req)
+	if ierr != nil {
+		return nil, 0, 0, ierr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, 0, 0, ctxError(ctx)
+	}
+	var in backend.Instance
+	select {
+	case in = <-lv.pool:
+	case <-ctx.Done():
+		return nil, 0, 0, ctxError(ctx)
+	}
+	t0 := time.Now()
+	outs, err := in.Execute(ctx, inputs, outputs)
+	compute := time.Since(t0)
+	lv.pool <- in
+	if err != nil {
+		return nil, 0, 0, lv.backendError(ctx, err)
+	}
+	if len(outs) != len(outputs) {
+		return nil, 0, 0, infer.Errorf(infer.KindInternal, ReasonBackendError,
+			"model '%s' version %d returned %d outputs, want %d", lv.model, lv.version, len(outs), len(outputs))
+	}
+	return &infer.Response{ID: req.ID, Model: lv.model, Version: lv.vstr, Outputs: outs}, batch, compute, nil
+}
+
+// ctxError reports a request whose context ended.
+func ctxError(ctx context.Context) *infer.Error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return &infer.Error{Kind: infer.KindTimeout, Reason: ReasonDeadlineExceeded, Msg: "request deadline exceeded", Err: context.Cause(ctx)}
+	}
+	return &infer.Error{Kind: infer.KindUnavailable, Reason: ReasonCanceled, Msg: "request canceled", Err: context.Cause(ctx)}
+}
+
+// backendError keeps a backend's *infer.Error and wraps anything else.
+func (lv *loaded) backendError(ctx context.Context, err error) *infer.Error {
+	var ie *infer.Error
+	if errors.As(err, &ie) {
+		if ie.Reason == "" {
+			c := *ie
+			c.Reason = ReasonBackendError
+			return &c
+		}
+		return ie
+	}
+	if ctx.Err() != nil {
+		return ctxError(ctx)
+	}
+	return &infer.Error{Kind: infer.KindInternal, Reason: ReasonBackendError,
+		Msg: fmt.Sprintf("model '%s' version %d: execute", lv.model, lv.version), Err: err}
+}
+
+// prepare checks a request against the config and returns the inputs in
+// config order (reshaped for the model), the outputs to compute and the
+// batch size (1 for models that do not batch).
+func (lv *loaded) prepare(req *infer.Request) ([]infer.Tensor, []string, int64, *infer.Error) {
+	invalid := func(reason, format string, args ...any) ([]infer.Tensor, []string, int64, *infer.Error) {
+		return nil, nil, 0, infer.Errorf(infer.KindInvalid, reason, format, args...)
+	}
+	byInput := make([]int, len(lv.inputs)) // config index -> request index + 1
+	batch, batchFrom := int64(-1), ""
+	for ri := range req.Inputs {
+		t := &req.Inputs[ri]
+		ci := slices.IndexFunc(lv.inputs, func(s inputSpec) bool { return s.name == t.Name })
+		if ci < 0 {
+			return invalid(ReasonUnknownInput, "input '%s' is not an input of model '%s'", t.Name, lv.model)
+		}
+		if byInput[ci] != 0 {
+			return invalid(ReasonDuplicateInput, "input '%s' is given more than once", t.Name)
+		}
+		byInput[ci] = ri + 1
+		spec := lv.inputs[ci]
+		if t.DataType != spec.dtype {
+			return invalid(ReasonInvalidDatatype, "input '%s': expected datatype %s, got %s", t.Name, spec.dtype, t.DataType)
+		}
+		if !t.Shape.Matches(spec.shape) || slices.ContainsFunc(t.Shape, func(d int64) bool { return d < 0 }) {
+			return invalid(ReasonInvalidShape, "input '%s': expected shape %s, got %s", t.Name, spec.shape, t.Shape)
+		}
+		if lv.maxBatch > 0 {
+			b := t.Shape[0]
+			switch {
+			case b < 1:
+				return invalid(ReasonInvalidShape, "input '%s': batch size must be at least 1, got %d", t.Name, b)
+			case b > lv.maxBatch:
+				return invalid(ReasonBatchTooLarge, "input '%s': batch size %d exceeds max_batch_size %d", t.Name, b, lv.maxBatch)
+			case batch >= 0 && b != batch:
+				return invalid(ReasonInvalidShape, "input '%s': batch size %d differs from batch size %d of input '%s'", t.Name, b, batch, batchFrom)
+			}
+			batch, batchFrom = b, t.Name
+		}
+		if err := t.CheckSize(); err != nil {
+			return invalid(ReasonInvalidSize, "input '%s': %v", t.Name, err)
+		}
+	}
+	inputs := make([]infer.Tensor, 0, len(req.Inputs))
+	for ci, spec := range lv.inputs {
+		if byInput[ci] == 0 {
+			if spec.optional {
+				continue
+			}
+			return invalid(ReasonMissingInput, "input '%s' is missing", spec.name)
+		}
+		inputs = append(inputs, lv.modelTensor(spec, req.Inputs[byInput[ci]-1]))
+	}
+	outputs := lv.outputs
+	if len(req.Outputs) > 0 {
+		outputs = make([]string, 0, len(req.Outputs))
+		for _, o := range req.Outputs {
+			if !slices.Contains(lv.outputs, o.Name) {
+				return invalid(ReasonUnknownOutput, "output '%s' is not an output of model '%s'", o.Name, lv.model)
+			}
+			if slices.Contains(outputs, o.Name) {
+				return invalid(ReasonDuplicateOutput, "output '%s' is requested more than once", o.Name)
+			}
+			outputs = append(outputs, o.Name)
+		}
+	}
+	if batch < 0 {
+		batch = 1
+	}
+	return inputs, outputs, batch, nil
+}
+
+// modelTensor gives a request tensor the shape the model wants when the
+// config reshapes it. The data is shared.
+func (lv *loaded) modelTensor(spec inputSpec, t infer.Tensor) infer.Tensor {
+	if spec.reshape == nil {
+		return t
+	}
+	shape := spec.reshape.Clone()
+	if lv.maxBatch > 0 && len(shape) > 0 && len(t.Shape) > 0 {
+		shape[0] = t.Shape[0]
+	}
+	want, err1 := shape.Elements()
+	have, err2 := t.Shape.Elements()
+	if err1 != nil || err2 != nil || want != have {
+		return t // a variable reshape: leave it to the backend
+	}
+	t.Shape = shape
+	return t
+}
+
+// Metadata returns a model's metadata, as of the given version or, when
+// version is empty, the highest ready one.
+func (m *Manager) Metadata(_ context.Context, name, version string) (*Metadata, error) {
+	mdl, lv, err := m.resolve(name, version)
+	if err != nil {
+		return nil, err
+	}
+	md := &Metadata{
+		Name:      name,
+		Platform:  lv.platform,
+		Inputs:    cloneSpecs(lv.client.Inputs),
+		Outputs:   cloneSpecs(lv.client.Outputs),
+		Label:     lv.label,
+		GitCommit: lv.commit,
+	}
+	for _, s := range mdl.serving.Load().all() {
+		md.Versions = append(md.Versions, s.vstr)
+	}
+	return md, nil
+}
+
+func cloneSpecs(in []infer.TensorSpec) []infer.TensorSpec {
+	out := make([]infer.TensorSpec, len(in))
+	for i, s := range in {
+		out[i] = infer.TensorSpec{Name: s.Name, DataType: s.DataType, Shape: s.Shape.Clone()}
+	}
+	return out
+}
+
+// Config returns the configuration a ready version runs with, after
+// defaults and auto-complete. The result is a copy.
+func (m *Manager) Config(_ context.Context, name, version string) (*inferencepb.ModelConfig, error) {
+	_, lv, err := m.resolve(name, version)
+	if err != nil {
+		return nil, err
+	}
+	return proto.CloneOf(lv.cfg), nil
+}
+
+// ModelReady returns nil when the model version (or, with an empty
+// version, any version) is ready, else why it is not.
+func (m *Manager) ModelReady(_ context.Context, name, version string) error {
+	_, _, err := m.resolve(name, version)
+	return err
+}
+
+// resolve finds a ready version without taking a reference.
+func (m *Manager) resolve(name, version string) (*model, *loaded, error) {
+	mdl := m.lookup(name)
+	if mdl == nil {
+		return nil, nil, modelNotFound(name)
+	}
+	lv, ierr := mdl.find(version)
+	if ierr != nil {
+		return nil, nil, ierr
+	}
+	return mdl, lv, nil
+}
+
+// Statistics returns the statistics of the ready versions of one model
+// (name set), or of every model (name empty). With a version, only that
+// version's.
+func (m *Manager) Statistics(_ context.Context, name, version string) ([]ModelStats, error) {
+	var models []*model
+	if name == "" {
+		models = m.sortedModels()
+	} else {
+		mdl := m.lookup(name)
+		if mdl == nil {
+			return nil, modelNotFound(name)
+		}
+		models = []*model{mdl}
+	}
+	var out []ModelStats
+	for _, mdl := range models {
+		versions := mdl.serving.Load().all()
+		if version != "" {
+			lv, err := mdl.find(version)
+			if err != nil {
+				return nil, err
+			}
+			versions = []*loaded{lv}
+		}
+		for _, lv := range versions {
+			out = append(out, lv.stats.snapshot(mdl.name, lv.version))
+		}
+	}
+	return out, nil
+}
+
+// Index lists every model the repositories hold and each known version,
+// with its state and, when it is not ready, why. With readyOnly, only
+// READY entries. A READY entry may still carry a reason: a reload of it
+// that failed, or an unreadable repository.
+func (m *Manager) Index(_ context.Context, readyOnly bool) []IndexEntry {
+	m.mu.Lock()
+	repoErr := make(map[string]string, len(m.repoErr))
+	for k, v := range m.repoErr {
+		repoErr[k] = v
+	}
+	m.mu.Unlock()
+
+	var out []IndexEntry
+	seen := map[string]bool{}
+	for _, mdl := range m.sortedModels() {
+		seen[mdl.name] = true
+		out = append(out, mdl.index(repoErr)...)
+	}
+	if m.opts.ControlMode == ControlExplicit {
+		// Triton's index also lists the models nobody loaded yet.
+		for _, repo := range m.opts.Repositories {
+			names, err := listRepository(repo)
+			if err != nil {
+				continue
+			}
+			for _, n := range names {
+				if !seen[n] {
+					seen[n] = true
+					out = append(out, IndexEntry{Name: n, State: StateUnknown, Reason: "not loaded"})
+				}
+			}
+		}
+		slices.SortStableFunc(out, func(a, b IndexEntry) int {
+			switch {
+			case a.Name < b.Name:
+				return -1
+			case a.Name > b.Name:
+				return 1
+			}
+			return 0
+		})
+	}
+	if readyOnly {
+		out = slices.DeleteFunc(out, func(e IndexEntry) bool { return e.State != StateReady })
+	}
+	return out
+}
+
+// index lists one model's entries.
+func (mdl *model) index(repoErr map[string]string) []IndexEntry {
+	set := mdl.serving.Load()
+	mdl.mu.Lock()
+	defer mdl.mu.Unlock()
+	warn := ""
+	if e := repoErr[mdl.repo]; e != "" && mdl.repo != "" {
+		warn = fmt.Sprintf("repository %s unreadable: %s; serving what was loaded before", mdl.repo, e)
+	}
+	versions := map[int64]bool{}
+	for _, lv := range set.all() {
+		versions[lv.version] = true
+	}
+	for v := range mdl.status {
+		versions[v] = true
+	}
+	if len(versions) == 0 {
+		e := IndexEntry{Name: mdl.name, State: StateUnavailable, Reason: mdl.reason}
+		switch {
+		case mdl.reason != "":
+		case mdl.phase == phaseNotLoaded:
+			e.State, e.Reason = StateUnknown, "not loaded"
+		case mdl.phase == phaseUnloaded:
+			e.Reason = "unloaded"
+		default:
+			e.Reason = "no version loaded"
+		}
+		return []IndexEntry{e}
+	}
+	sorted := make([]int64, 0, len(versions))
+	for v := range versions {
+		sorted = append(sorted, v)
+	}
+	slices.Sort(sorted)
+	out := make([]IndexEntry, 0, len(sorted))
+	for _, v := range sorted {
+		e := IndexEntry{Name: mdl.name, Version: strconv.FormatInt(v, 10)}
+		st := mdl.status[v]
+		switch {
+		case set.get(v) != nil:
+			e.State = StateReady
+			var reasons []string
+			if st != nil && st.loading {
+				reasons = append(reasons, "reloading")
+			}
+			if st != nil && st.reason != "" {
+				reasons = append(reasons, "reload failed, the previous load keeps serving: "+st.reason)
+			}
+			if warn != "" {
+				reasons = append(reasons, warn)
+			}
+			e.Reason = strings.Join(reasons, "; ")
+		case st != nil && st.loading:
+			e.State = StateLoading
+		default:
+			e.State = StateUnavailable
+			if st != nil {
+				e.Reason = st.reason
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}

@@ -1,0 +1,573 @@
+package modelrepo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-ml/sluice/internal/backend"
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// ControlMode is Triton's --model-control-mode.
+type ControlMode string
+
+// The control modes.
+const (
+	// ControlNone loads every model at start; the load and unload API is
+	// refused.
+	ControlNone ControlMode = "none"
+	// ControlPoll loads every model at start and rescans the repositories
+	// every PollInterval; the load and unload API is refused.
+	ControlPoll ControlMode = "poll"
+	// ControlExplicit loads only Options.StartupModels at start, then
+	// follows the load and unload API.
+	ControlExplicit ControlMode = "explicit"
+)
+
+// DefaultPollInterval is the poll interval when Options.PollInterval is 0
+// (Triton's --repository-poll-secs default).
+const DefaultPollInterval = 15 * time.Second
+
+// maxParallelLoads bounds how many versions load at once (Triton's
+// --model-load-thread-count default).
+const maxParallelLoads = 4
+
+// Options configure a Manager.
+type Options struct {
+	// Repositories are the model repository folders (--model-repository,
+	// may repeat).
+	Repositories []string
+	// ControlMode is none (the default when empty), poll or explicit.
+	ControlMode ControlMode
+	// StartupModels are the models to load at start in explicit mode
+	// (--load-model); "*" loads all.
+	StartupModels []string
+	// PollInterval is the rescan interval in poll mode
+	// (--repository-poll-secs); 0 means DefaultPollInterval.
+	PollInterval time.Duration
+	// StrictConfig requires config.pbtxt and turns auto-complete off
+	// (--strict-model-config).
+	StrictConfig bool
+	// ExitOnError makes Start fail when any model fails to load
+	// (--exit-on-error).
+	ExitOnError bool
+	// ExpectedCommits maps model names to the git commit their versions
+	// must have been built from (--model-git-commit name=sha). It wins over
+	// the repository pin file <repo>/<model>/expected_git_commit.
+	ExpectedCommits map[string]string
+	// StrictReadiness makes Ready require every model that should be
+	// loaded to have a ready version (Triton's --strict-readiness; the
+	// server's flag defaults to true).
+	StrictReadiness bool
+}
+
+// Manager owns the models of the repositories: it loads, swaps, drains and
+// unloads them and runs inference requests on them. Its methods are safe
+// for concurrent use.
+type Manager struct {
+	opts      Options
+	backends  *backend.Registry
+	logger    *slog.Logger
+	metrics   *metrics
+	loadSlots chan struct{} // one token per concurrent version load
+
+	// stopCtx is cancelled by Close, which aborts loads in progress.
+	stopCtx context.Context
+	stop    context.CancelFunc
+
+	mu      sync.Mutex                        // protects writes to models, and repoErr
+	models  atomic.Pointer[map[string]*model] // copied on write
+	repoErr map[string]string                 // repository -> why it is unreadable
+
+	pollMu    sync.Mutex            // serializes Start and polls; protects pollState
+	pollState map[string]pollRecord // model name -> what polls have seen
+
+	started atomic.Bool
+	closed  atomic.Bool
+	bg      sync.WaitGroup // drains that outlived the call that retired them
+}
+
+// pollRecord is what the polls have seen of one model folder.
+type pollRecord struct {
+	applied string // content key last handed to a load
+	pending string // content key seen by the last poll, waiting to be stable
+}
+
+// New builds a Manager. Nothing is read or loaded until Start. A nil
+// logger discards logs; a nil registerer registers no metrics.
+func New(opts Options, backends *backend.Registry, logger *slog.Logger, reg prometheus.Registerer) (*Manager, error) {
+	if backends == nil {
+		return nil, errors.New("no backend registry")
+	}
+	if len(opts.Repositories) == 0 {
+		return nil, errors.New("no model repository given")
+	}
+	switch opts.ControlMode {
+	case "":
+		opts.ControlMode = ControlNone
+	case ControlNone, ControlPoll, ControlExplicit:
+	default:
+		return nil, fmt.Errorf("unknown model control mode %q (want none, poll or explicit)", opts.ControlMode)
+	}
+	if len(opts.StartupModels) > 0 && opts.ControlMode != ControlExplicit {
+		return nil, fmt.Errorf("models to load at start (--load-model) need model control mode explicit, not %s", opts.ControlMode)
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = DefaultPollInterval
+	}
+	opts.Repositories = slices.Clone(opts.Repositories)
+	opts.StartupModels = slices.Clone(opts.StartupModels)
+	commits := make(map[string]string, len(opts.ExpectedCommits))
+	for k, v := range opts.ExpectedCommits {
+		commits[k] = v
+	}
+	opts.ExpectedCommits = commits
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	stopCtx, stop := context.WithCancel(context.Background())
+	m := &Manager{
+		opts:      opts,
+		backends:  backends,
+		logger:    logger.With("component", "modelrepo"),
+		metrics:   newMetrics(reg),
+		loadSlots: make(chan struct{}, maxParallelLoads),
+		stopCtx:   stopCtx,
+		stop:      stop,
+		repoErr:   map[string]string{},
+		pollState: map[string]pollRecord{},
+	}
+	m.models.Store(&map[string]*model{})
+	return m, nil
+}
+
+// Start scans the repositories and loads the models the control mode asks
+// for, in parallel. A model that fails to load is marked UNAVAILABLE with
+// its reason and does not stop the others. Start returns an error when a
+// repository cannot be read, or, with ExitOnError, when any model failed.
+func (m *Manager) Start(ctx context.Context) error {
+	m.pollMu.Lock()
+	defer m.pollMu.Unlock()
+	if m.closed.Load() {
+		return errors.New("model repository is closed")
+	}
+	found := map[string][]string{}
+	for _, repo := range m.opts.Repositories {
+		names, err := listRepository(repo)
+		if err != nil {
+			m.repoDown(repo, err)
+			return fmt.Errorf("read model repository: %w", err)
+		}
+		m.repoUp(repo)
+		for _, n := range names {
+			found[n] = append(found[n], repo)
+		}
+	}
+
+	var want []string
+	var errs []error
+	switch {
+	case m.opts.ControlMode != ControlExplicit || slices.Contains(m.opts.StartupModels, "*"):
+		for n := range found {
+			want = append(want, n)
+		}
+	default:
+		for _, n := range m.opts.StartupModels {
+			if _, ok := found[n]; !ok {
+				m.logger.Warn("model to load at start not found", "model", n, "repositories", m.opts.Repositories)
+				errs = append(errs, fmt.Errorf("model '%s' not found in any model repository", n))
+				continue
+			}
+			want = append(want, n)
+		}
+	}
+	sort.Strings(want)
+	want = slices.Compact(want)
+
+	var mu sync.Mutex // protects errs
+	var wg sync.WaitGroup
+	for _, name := range want {
+		mdl := m.ensureModel(name)
+		src := m.sourceFor(name, found[name])
+		wg.Go(func() {
+			key := ""
+			if fp, err := fingerprintDir(src.dir); err == nil {
+				src.fp = fp
+				key = src.key()
+			}
+			fails := m.reconcile(ctx, mdl, src, false)
+			mu.Lock()
+			defer mu.Unlock()
+			m.pollState[name] = pollRecord{applied: key}
+			for _, f := range fails {
+				errs = append(errs, f)
+			}
+		})
+	}
+	wg.Wait()
+	m.started.Store(true)
+	if m.opts.ExitOnError && len(errs) > 0 {
+		return fmt.Errorf("load models: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// Run rescans the repositories every PollInterval in poll mode, until ctx
+// is done. In the other modes it only waits for ctx. It returns nil.
+func (m *Manager) Run(ctx context.Context) error {
+	if m.opts.ControlMode != ControlPoll {
+		<-ctx.Done()
+		return nil
+	}
+	t := time.NewTicker(m.opts.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			m.pollOnce(ctx)
+		}
+	}
+}
+
+// pollOnce rescans every repository and loads what changed. A model folder
+// whose content changed loads once two consecutive polls see the same
+// content; new folders load, removed folders unload. A repository that
+// cannot be read gives no information: its models are left as they are.
+// pollOnce returns when the loads it started are done.
+func (m *Manager) pollOnce(ctx context.Context) {
+	m.pollMu.Lock()
+	defer m.pollMu.Unlock()
+	if m.closed.Load() {
+		return
+	}
+	found := map[string][]string{}
+	readable := map[string]bool{}
+	for _, repo := range m.opts.Repositories {
+		names, err := listRepository(repo)
+		if err != nil {
+			m.repoDown(repo, err)
+			continue
+		}
+		m.repoUp(repo)
+		readable[repo] = true
+		for _, n := range names {
+			found[n] = append(found[n], repo)
+		}
+	}
+
+	var wg sync.WaitGroup
+	for name, repos := range found {
+		src := m.sourceFor(name, repos)
+		fp, err := fingerprintDir(src.dir)
+		if err != nil {
+			// Probably changing under us; the next poll will tell.
+			m.logger.Debug("model folder not fingerprinted", "model", name, "err", err)
+			continue
+		}
+		src.fp = fp
+		key := src.key()
+		rec := m.pollState[name]
+		switch {
+		case key == rec.applied:
+			rec.pending = ""
+		case key != rec.pending:
+			rec.pending = key // changed: wait until it is stable
+		default:
+			rec = pollRecord{applied: key}
+			mdl := m.ensureModel(name)
+			wg.Go(func() { m.reconcile(ctx, mdl, src, false) })
+		}
+		m.pollState[name] = rec
+	}
+	for name, mdl := range *m.models.Load() {
+		if _, ok := found[name]; ok {
+			continue
+		}
+		mdl.mu.Lock()
+		repo := mdl.repo
+		mdl.mu.Unlock()
+		if repo == "" || !readable[repo] {
+			continue // unreadable now: no information, keep serving
+		}
+		delete(m.pollState, name)
+		wg.Go(func() { m.removeModel(ctx, mdl) })
+	}
+	wg.Wait()
+}
+
+// repoDown records that a repository could not be read.
+func (m *Manager) repoDown(repo string, err error) {
+	m.metrics.repoUp.WithLabelValues(repo).Set(0)
+	m.metrics.repoErrors.WithLabelValues(repo).Inc()
+	m.mu.Lock()
+	first := m.repoErr[repo] == ""
+	m.repoErr[repo] = err.Error()
+	m.mu.Unlock()
+	if first {
+		m.logger.Warn("model repository unreadable; its models keep serving", "repository", repo, "err", err)
+	}
+}
+
+// repoUp records that a repository was read.
+func (m *Manager) repoUp(repo string) {
+	m.metrics.repoUp.WithLabelValues(repo).Set(1)
+	m.mu.Lock()
+	was := m.repoErr[repo]
+	delete(m.repoErr, repo)
+	m.mu.Unlock()
+	if was != "" {
+		m.logger.Info("model repository readable again", "repository", repo)
+	}
+}
+
+// sourceFor describes where a model found in repos loads from.
+func (m *Manager) sourceFor(name string, repos []string) modelSource {
+	src := modelSource{repo: repos[0], dir: filepath.Join(repos[0], name)}
+	src.pinDir = src.dir
+	if len(repos) > 1 {
+		src.dupErr = fmt.Errorf("model '%s' is in more than one model repository (%s); remove all but one", name, strings.Join(repos, ", "))
+	}
+	return src
+}
+
+// lookup returns the model named name, or nil.
+func (m *Manager) lookup(name string) *model {
+	return (*m.models.Load())[name]
+}
+
+// ensureModel returns the model named name, creating it if needed.
+func (m *Manager) ensureModel(name string) *model {
+	if mdl := m.lookup(name); mdl != nil {
+		return mdl
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur := *m.models.Load()
+	if mdl := cur[name]; mdl != nil {
+		return mdl
+	}
+	next := make(map[string]*model, len(cur)+1)
+	for k, v := range cur {
+		next[k] = v
+	}
+	mdl := newModel(name)
+	next[name] = mdl
+	m.models.Store(&next)
+	return mdl
+}
+
+// dropModel forgets a model entirely.
+func (m *Manager) dropModel(mdl *model) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur := *m.models.Load()
+	if cur[mdl.name] != mdl {
+		return
+	}
+	next := make(map[string]*model, len(cur))
+	for k, v := range cur {
+		if k != mdl.name {
+			next[k] = v
+		}
+	}
+	m.models.Store(&next)
+}
+
+// sortedModels returns the models sorted by name.
+func (m *Manager) sortedModels() []*model {
+	cur := *m.models.Load()
+	out := make([]*model, 0, len(cur))
+	for _, mdl := range cur {
+		out = append(out, mdl)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// Live reports whether the server is live: true until Close.
+func (m *Manager) Live() bool { return !m.closed.Load() }
+
+// Ready reports whether the server is ready: Start has finished, Close has
+// not begun and, with StrictReadiness, every model that should be loaded
+// has at least one ready version.
+func (m *Manager) Ready() bool {
+	if !m.started.Load() || m.closed.Load() {
+		return false
+	}
+	if !m.opts.StrictReadiness {
+		return true
+	}
+	for _, mdl := range *m.models.Load() {
+		mdl.mu.Lock()
+		active := mdl.phase == phaseActive
+		mdl.mu.Unlock()
+		if active && mdl.serving.Load().latest() == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// Load loads or reloads a model (explicit mode only). The new versions
+// load beside what serves now and are swapped in atomically, so a reload
+// never drops a request. opts.Config replaces config.pbtxt; opts.Files
+// replace the model folder's files (and need opts.Config). A failed load
+// leaves what served before serving and returns why.
+func (m *Manager) Load(ctx context.Context, name string, opts LoadOptions) error {
+	if err := m.controlAllowed(); err != nil {
+		return err
+	}
+	if err := checkModelName(name); err != nil {
+		return err
+	}
+	if len(opts.Files) > 0 && opts.Config == nil {
+		return infer.Errorf(infer.KindInvalid, ReasonInvalidLoadRequest, "load model '%s': file overrides need a config override", name)
+	}
+	repos := m.findModel(name)
+	if len(repos) == 0 && len(opts.Files) == 0 {
+		return infer.Errorf(infer.KindNotFound, ReasonModelNotFound, "model '%s' not found in any model repository", name)
+	}
+	var src modelSource
+	if len(repos) > 0 {
+		src = m.sourceFor(name, repos)
+	}
+	src.override = opts.Config
+	mdl := m.ensureModel(name)
+	if len(opts.Files) > 0 {
+		dir, err := writeOverrideFiles(name, opts.Files)
+		if err != nil {
+			return infer.Errorf(infer.KindInvalid, ReasonInvalidLoadRequest, "load model '%s': %v", name, err)
+		}
+		mdl.addTmpDir(dir)
+		src.dir, src.dupErr = dir, nil
+	}
+	if fails := m.reconcile(ctx, mdl, src, true); len(fails) > 0 {
+		e := fails[0].clientError()
+		for _, f := range fails[1:] {
+			e.Msg += "; " + oneLine(f.Error())
+		}
+		return e
+	}
+	return nil
+}
+
+// Unload unloads every version of a model (explicit mode only), after the
+// requests in flight on them finish (bounded by ctx; past it, they finish
+// in the background).
+func (m *Manager) Unload(ctx context.Context, name string, _ UnloadOptions) error {
+	if err := m.controlAllowed(); err != nil {
+		return err
+	}
+	mdl := m.lookup(name)
+	if mdl == nil {
+		if len(m.findModel(name)) > 0 {
+			return nil // known but never loaded: nothing to do
+		}
+		return infer.Errorf(infer.KindNotFound, ReasonModelNotFound, "model '%s' not found", name)
+	}
+	m.unloadModel(ctx, mdl)
+	return nil
+}
+
+// controlAllowed refuses the load and unload API outside explicit mode.
+func (m *Manager) controlAllowed() error {
+	if m.closed.Load() {
+		return infer.Errorf(infer.KindUnavailable, ReasonShuttingDown, "server is shutting down")
+	}
+	switch m.opts.ControlMode {
+	case ControlExplicit:
+		return nil
+	case ControlPoll:
+		return infer.Errorf(infer.KindUnsupported, ReasonControlDisabled, "explicit model load / unload is not allowed if polling is enabled")
+	default:
+		return infer.Errorf(infer.KindUnsupported, ReasonControlDisabled, "explicit model load / unload is not allowed in model control mode 'none'")
+	}
+}
+
+// checkModelName rejects names that are not a single folder name.
+func checkModelName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, `/\`) || strings.HasPrefix(name, ".") {
+		return infer.Errorf(infer.KindInvalid, ReasonInvalidLoadRequest, "invalid model name %q", name)
+	}
+	return nil
+}
+
+// findModel returns the readable repositories holding a folder named name.
+func (m *Manager) findModel(name string) []string {
+	if checkModelName(name) != nil {
+		return nil
+	}
+	var repos []string
+	for _, repo := range m.opts.Repositories {
+		if fi, err := os.Stat(filepath.Join(repo, name)); err == nil && fi.IsDir() {
+			repos = append(repos, repo)
+		}
+	}
+	return repos
+}
+
+// writeOverrideFiles lays out a load request's files as a model folder in
+// a new temporary folder.
+func writeOverrideFiles(name string, files map[string][]byte) (string, error) {
+	for rel := range files {
+		if !filepath.IsLocal(filepath.FromSlash(rel)) || strings.Contains(rel, `\`) {
+			return "", fmt.Errorf("file override %q is not a relative path inside the model folder", rel)
+		}
+	}
+	dir, err := os.MkdirTemp("", "sluice-model-"+name+"-")
+	if err != nil {
+		return "", fmt.Errorf("create folder for file overrides: %w", err)
+	}
+	for rel, data := range files {
+		path := filepath.Join(dir, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			_ = os.RemoveAll(dir)
+			return "", fmt.Errorf("write file override %q: %w", rel, err)
+		}
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			_ = os.RemoveAll(dir)
+			return "", fmt.Errorf("write file override %q: %w", rel, err)
+		}
+	}
+	return dir, nil
+}
+
+// Close unloads every model, letting requests in flight finish first, and
+// cancels loads in progress. It waits at most until ctx is done; requests
+// still running then finish in the background before their instances
+// close.
+func (m *Manager) Close(ctx context.Context) error {
+	if !m.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	m.stop()
+	for _, mdl := range m.sortedModels() {
+		m.unloadModel(ctx, mdl)
+	}
+	done := make(chan struct{})
+	go func() {
+		m.bg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("close model repository: requests still in flight: %w", context.Cause(ctx))
+	}
+}

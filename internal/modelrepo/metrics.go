@@ -1,0 +1,149 @@
+package modelrepo
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// states are the values of the state label of sluice_model_state. Every
+// known version has one series per state, 1 for its current state.
+var states = [...]State{StateReady, StateUnavailable, StateLoading, StateUnloading}
+
+// metrics are the repository's collectors. Labels are bounded: model and
+// version come from the repositories, reason and state from closed sets,
+// and a version's series are deleted when it is unloaded.
+type metrics struct {
+	requests     *prometheus.CounterVec
+	failures     *prometheus.CounterVec
+	inferences   *prometheus.CounterVec
+	executions   *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	loadDuration *prometheus.GaugeVec
+	state        *prometheus.GaugeVec
+	loadFailures *prometheus.CounterVec
+	info         *prometheus.GaugeVec
+	repoUp       *prometheus.GaugeVec
+	repoErrors   *prometheus.CounterVec
+}
+
+// newMetrics builds the collectors and registers them with reg; a nil reg
+// registers nothing.
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	mv := []string{"model", "version"}
+	return &metrics{
+		requests: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "model", Name: "inference_requests_total",
+			Help: "Inference requests that succeeded.",
+		}, mv),
+		failures: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "model", Name: "inference_failures_total",
+			Help: "Inference requests that failed after the model version was resolved, by reason.",
+		}, []string{"model", "version", "reason"}),
+		inferences: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "model", Name: "inferences_total",
+			Help: "Inferences performed; a request with a batch of n counts n.",
+		}, mv),
+		executions: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "model", Name: "executions_total",
+			Help: "Model executions on an instance.",
+		}, mv),
+		duration: f.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "sluice", Subsystem: "model", Name: "request_duration_seconds",
+			Help:                            "Time to serve an inference request, from version lookup to response.",
+			Buckets:                         prometheus.ExponentialBucketsRange(50e-6, 10, 18), // 50µs to 10s
+			NativeHistogramBucketFactor:     1.1,
+			NativeHistogramMaxBucketNumber:  160,
+			NativeHistogramMinResetDuration: time.Hour,
+		}, mv),
+		loadDuration: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "sluice", Subsystem: "model", Name: "load_duration_seconds",
+			Help: "Duration of the last successful load of a model version, verification and warm-up included.",
+		}, mv),
+		state: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "sluice", Subsystem: "model", Name: "state",
+			Help: "Lifecycle state of a model version: 1 for the current state, 0 for the others.",
+		}, []string{"model", "version", "state"}),
+		loadFailures: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "model", Name: "load_failures_total",
+			Help: "Model version loads that failed, by cause.",
+		}, []string{"model", "reason"}),
+		info: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "sluice", Subsystem: "model", Name: "info",
+			Help: "Provenance of each loaded model version (always 1).",
+		}, []string{"model", "version", "version_label", "git_commit"}),
+		repoUp: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "sluice", Subsystem: "model", Name: "repository_up",
+			Help: "Whether the last scan could read the model repository (1) or not (0).",
+		}, []string{"repository"}),
+		repoErrors: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "model", Name: "repository_errors_total",
+			Help: "Scans of the model repository that could not read it.",
+		}, []string{"repository"}),
+	}
+}
+
+// versionObservers are one version's request collectors, looked up once at
+// load so the request path does no label hashing.
+type versionObservers struct {
+	requests   prometheus.Counter
+	inferences prometheus.Counter
+	executions prometheus.Counter
+	duration   prometheus.Observer
+}
+
+func (m *metrics) observers(model, version string) versionObservers {
+	return versionObservers{
+		requests:   m.requests.WithLabelValues(model, version),
+		inferences: m.inferences.WithLabelValues(model, version),
+		executions: m.executions.WithLabelValues(model, version),
+		duration:   m.duration.WithLabelValues(model, version),
+	}
+}
+
+// setState marks a version's current state.
+func (m *metrics) setState(model, version string, s State) {
+	for _, st := range states {
+		v := 0.0
+		if st == s {
+			v = 1
+		}
+		m.state.WithLabelValues(model, version, string(st)).Set(v)
+	}
+}
+
+// setInfo records a loaded version's provenance, replacing what an earlier
+// load of the same version said.
+func (m *metrics) setInfo(model, version, label, commit string) {
+	m.info.DeletePartialMatch(prometheus.Labels{"model": model, "version": version})
+	m.info.WithLabelValues(model, version, label, commit).Set(1)
+}
+
+// forgetVersion deletes every series of one version.
+func (m *metrics) forgetVersion(model, version string) {
+	l := prometheus.Labels{"model": model, "version": version}
+	m.requests.DeletePartialMatch(l)
+	m.failures.DeletePartialMatch(l)
+	m.inferences.DeletePartialMatch(l)
+	m.executions.DeletePartialMatch(l)
+	m.duration.DeletePartialMatch(l)
+	m.loadDuration.DeletePartialMatch(l)
+	m.state.DeletePartialMatch(l)
+	m.info.DeletePartialMatch(l)
+}
+
+// forgetModel deletes every series of a model that left the repository.
+func (m *metrics) forgetModel(model string) {
+	l := prometheus.Labels{"model": model}
+	m.requests.DeletePartialMatch(l)
+	m.failures.DeletePartialMatch(l)
+	m.inferences.DeletePartialMatch(l)
+	m.executions.DeletePartialMatch(l)
+	m.duration.DeletePartialMatch(l)
+	m.loadDuration.DeletePartialMatch(l)
+	m.state.DeletePartialMatch(l)
+	m.info.DeletePartialMatch(l)
+	m.loadFailures.DeletePartialMatch(l)
+}

@@ -1,0 +1,375 @@
+package modelrepo
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+func TestVersionPolicies(t *testing.T) {
+	tests := []struct {
+		name   string
+		policy string
+		want   []string // ready versions
+	}{
+		{name: "default is latest 1", policy: "", want: []string{"3"}},
+		{name: "latest 2", policy: "version_policy: { latest: { num_versions: 2 } }", want: []string{"2", "3"}},
+		{name: "all", policy: "version_policy: { all: {} }", want: []string{"1", "2", "3"}},
+		{name: "specific", policy: "version_policy: { specific: { versions: [ 1, 3 ] } }", want: []string{"1", "3"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			repo := t.TempDir()
+			writeFiles(t, repo, map[string]string{
+				"m/config.pbtxt": fakeConfig(tt.policy),
+				"m/1/model.fake": fakeFile(1000),
+				"m/2/model.fake": fakeFile(2000),
+				"m/3/model.fake": fakeFile(3000),
+				// Not versions: a leading 0, and names that are not numbers.
+				"m/04/model.fake":    fakeFile(4000),
+				"m/0/model.fake":     fakeFile(4000),
+				"m/abc/model.fake":   fakeFile(4000),
+				"m/9x/model.fake":    fakeFile(4000),
+				"m/notes/readme.txt": "hello",
+				"m/10":               "a file named like a version is not a version folder",
+			})
+			h := newHarness(t, Options{Repositories: []string{repo}})
+			h.start(t)
+
+			md, err := h.m.Metadata(t.Context(), "m", "")
+			require.NoError(t, err)
+			require.Equal(t, tt.want, md.Versions)
+			var ready []string
+			for _, e := range h.m.Index(t.Context(), true) {
+				ready = append(ready, e.Version)
+			}
+			require.Equal(t, tt.want, ready)
+
+			for _, v := range tt.want {
+				resp, err := h.infer(t.Context(), "m", v)
+				require.NoError(t, err)
+				require.Equal(t, v, resp.Version)
+				require.Equal(t, fmt.Sprint(servedAdd(t, resp)/1000), v, "version %s answered by another version", v)
+			}
+			resp, err := h.infer(t.Context(), "m", "")
+			require.NoError(t, err)
+			require.Equal(t, tt.want[len(tt.want)-1], resp.Version, "no version asked: the highest ready one answers")
+
+			_, err = h.infer(t.Context(), "m", "04")
+			requireInferError(t, err, infer.KindNotFound, ReasonVersionNotFound, "model 'm' has no version '04'")
+			_, err = h.infer(t.Context(), "m", "7")
+			requireInferError(t, err, infer.KindNotFound, ReasonVersionNotFound, "model 'm' has no version 7")
+		})
+	}
+}
+
+func TestSpecificPolicyNamingAMissingVersion(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{
+		"m/config.pbtxt": fakeConfig("version_policy: { specific: { versions: [ 1, 5 ] } }"),
+		"m/1/model.fake": fakeFile(1000),
+	})
+	h := newHarness(t, Options{Repositories: []string{repo}})
+	h.start(t)
+	require.Equal(t, []string{
+		"1 READY",
+		"5 UNAVAILABLE: version 5 is named by version_policy but has no folder in " + filepath.Join(repo, "m"),
+	}, entries(h, "m"))
+}
+
+func TestAutoCompleteAndStrictConfig(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{
+		// No config at all: backend from the file name, I/O and
+		// max_batch_size from the model.
+		"bare/1/model.fake": fakeFile(5),
+		// A partial config: only the batch size.
+		"partial/config.pbtxt":  "max_batch_size: 2\n",
+		"partial/1/model.fake":  fakeFile(6),
+		"complete/config.pbtxt": fakeConfig(""),
+		"complete/1/model.fake": fakeFile(7),
+	})
+
+	t.Run("auto-complete", func(t *testing.T) {
+		h := newHarness(t, Options{Repositories: []string{repo}})
+		h.start(t)
+		cfg, err := h.m.Config(t.Context(), "bare", "")
+		require.NoError(t, err)
+		require.Equal(t, "fake", cfg.GetBackend())
+		require.Equal(t, "bare", cfg.GetName())
+		require.Equal(t, int32(4), cfg.GetMaxBatchSize())
+		require.Len(t, cfg.GetInput(), 1)
+		require.Equal(t, "IN", cfg.GetInput()[0].GetName())
+		require.Equal(t, []int64{4}, cfg.GetInput()[0].GetDims())
+
+		md, err := h.m.Metadata(t.Context(), "bare", "1")
+		require.NoError(t, err)
+		require.Equal(t, "fake_platform", md.Platform)
+		require.Equal(t, infer.Shape{-1, 4}, md.Inputs[0].Shape)
+
+		cfg, err = h.m.Config(t.Context(), "partial", "1")
+		require.NoError(t, err)
+		require.Equal(t, int32(2), cfg.GetMaxBatchSize())
+		require.Len(t, cfg.GetOutput(), 1)
+		resp, err := h.infer(t.Context(), "partial", "")
+		require.NoError(t, err)
+		require.Equal(t, int32(6), servedAdd(t, resp))
+	})
+
+	t.Run("strict", func(t *testing.T) {
+		h := newHarness(t, Options{Repositories: []string{repo}, StrictConfig: true})
+		h.start(t)
+		require.Equal(t, []string{" UNAVAILABLE: " + filepath.Join(repo, "bare", "config.pbtxt") + " is missing (required with --strict-model-config)"}, entries(h, "bare"))
+		got := entries(h, "partial")
+		require.Len(t, got, 1)
+		require.Contains(t, got[0], "UNAVAILABLE: config.pbtxt sets neither backend nor platform")
+		require.Equal(t, []string{"1 READY"}, entries(h, "complete"))
+		_, err := h.infer(t.Context(), "bare", "")
+		requireInferError(t, err, infer.KindUnavailable, ReasonModelNotReady, "model 'bare' is UNAVAILABLE: ")
+	})
+}
+
+func TestExitOnError(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{
+		"good/config.pbtxt": fakeConfig(""),
+		"good/1/model.fake": fakeFile(1),
+		"bad/config.pbtxt":  fakeConfig(""),
+		"bad/1/model.fake":  "this is not a model",
+	})
+	t.Run("degrade", func(t *testing.T) {
+		h := newHarness(t, Options{Repositories: []string{repo}, StrictReadiness: true})
+		require.NoError(t, h.m.Start(t.Context()), "one bad model must not stop the server")
+		require.Equal(t, []string{"1 READY"}, entries(h, "good"))
+		bad := entries(h, "bad")
+		require.Len(t, bad, 1)
+		require.Contains(t, bad[0], "1 UNAVAILABLE: read model "+filepath.Join(repo, "bad", "1", "model.fake")+": not a fake model")
+		_, err := h.infer(t.Context(), "good", "")
+		require.NoError(t, err)
+		require.True(t, h.m.Live())
+		require.False(t, h.m.Ready(), "strict readiness: a model without a ready version makes the server unready")
+	})
+	t.Run("exit", func(t *testing.T) {
+		h := newHarness(t, Options{Repositories: []string{repo}, ExitOnError: true})
+		err := h.m.Start(t.Context())
+		require.ErrorContains(t, err, "model 'bad' version 1: read model")
+	})
+	t.Run("unreadable repository at start", func(t *testing.T) {
+		h := newHarness(t, Options{Repositories: []string{repo, filepath.Join(repo, "missing")}})
+		require.ErrorContains(t, h.m.Start(t.Context()), "read model repository")
+	})
+}
+
+func TestDuplicateModelAcrossRepositories(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	writeFiles(t, a, map[string]string{"m/config.pbtxt": fakeConfig(""), "m/1/model.fake": fakeFile(1)})
+	writeFiles(t, b, map[string]string{"m/config.pbtxt": fakeConfig(""), "m/1/model.fake": fakeFile(2), "n/1/model.fake": fakeFile(3)})
+	h := newHarness(t, Options{Repositories: []string{a, b}})
+	h.start(t)
+	require.Equal(t, []string{fmt.Sprintf(" UNAVAILABLE: model 'm' is in more than one model repository (%s, %s); remove all but one", a, b)}, entries(h, "m"))
+	require.Equal(t, []string{"1 READY"}, entries(h, "n"))
+}
+
+func TestExplicitMode(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{
+		"a/config.pbtxt": fakeConfig(""),
+		"a/1/model.fake": fakeFile(1),
+		"b/config.pbtxt": fakeConfig(""),
+		"b/1/model.fake": fakeFile(2),
+	})
+
+	t.Run("load-model list, load and unload", func(t *testing.T) {
+		h := newHarness(t, Options{Repositories: []string{repo}, ControlMode: ControlExplicit, StartupModels: []string{"a"}, StrictReadiness: true})
+		h.start(t)
+		require.Equal(t, []string{"1 READY"}, entries(h, "a"))
+		require.Equal(t, []string{" UNKNOWN: not loaded"}, entries(h, "b"))
+		require.True(t, h.m.Ready(), "models nobody asked for do not make the server unready")
+		_, err := h.infer(t.Context(), "b", "")
+		requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "model 'b' not found")
+
+		require.NoError(t, h.m.Load(t.Context(), "b", LoadOptions{}))
+		resp, err := h.infer(t.Context(), "b", "")
+		require.NoError(t, err)
+		require.Equal(t, int32(2), servedAdd(t, resp))
+
+		require.NoError(t, h.m.Unload(t.Context(), "a", UnloadOptions{}))
+		require.Equal(t, []string{" UNAVAILABLE: unloaded"}, entries(h, "a"))
+		_, err = h.infer(t.Context(), "a", "")
+		requireInferError(t, err, infer.KindUnavailable, ReasonModelNotReady, "model 'a' is UNAVAILABLE: unloaded")
+		require.True(t, h.m.Ready(), "an unloaded model does not make the server unready")
+		require.Empty(t, h.m.Index(t.Context(), true)[1:], "only b is ready")
+
+		err = h.m.Load(t.Context(), "nope", LoadOptions{})
+		requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "model 'nope' not found in any model repository")
+		err = h.m.Load(t.Context(), "../a", LoadOptions{})
+		requireInferError(t, err, infer.KindInvalid, ReasonInvalidLoadRequest, "invalid model name")
+		err = h.m.Load(t.Context(), "a", LoadOptions{Files: map[string][]byte{"1/model.fake": []byte(fakeFile(9))}})
+		requireInferError(t, err, infer.KindInvalid, ReasonInvalidLoadRequest, "file overrides need a config override")
+		err = h.m.Unload(t.Context(), "nope", UnloadOptions{})
+		requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "model 'nope' not found")
+	})
+
+	t.Run("star loads all", func(t *testing.T) {
+		h := newHarness(t, Options{Repositories: []string{repo}, ControlMode: ControlExplicit, StartupModels: []string{"*"}})
+		h.start(t)
+		require.Len(t, h.m.Index(t.Context(), true), 2)
+	})
+
+	for _, mode := range []ControlMode{ControlNone, ControlPoll} {
+		t.Run("refused in mode "+string(mode), func(t *testing.T) {
+			h := newHarness(t, Options{Repositories: []string{repo}, ControlMode: mode})
+			h.start(t)
+			for _, err := range []error{
+				h.m.Load(t.Context(), "a", LoadOptions{}),
+				h.m.Unload(t.Context(), "a", UnloadOptions{}),
+			} {
+				requireInferError(t, err, infer.KindUnsupported, ReasonControlDisabled, "explicit model load / unload is not allowed")
+			}
+			require.Len(t, h.m.Index(t.Context(), true), 2, "none and poll load everything at start")
+		})
+	}
+
+	t.Run("file override", func(t *testing.T) {
+		h := newHarness(t, Options{Repositories: []string{repo}, ControlMode: ControlExplicit})
+		h.start(t)
+		cfg, err := h.m.Config(t.Context(), "a", "")
+		requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "model 'a' not found")
+		require.Nil(t, cfg)
+		require.NoError(t, h.m.Load(t.Context(), "a", LoadOptions{}))
+		cfg, err = h.m.Config(t.Context(), "a", "")
+		require.NoError(t, err)
+		require.NoError(t, h.m.Load(t.Context(), "a", LoadOptions{
+			Config: cfg,
+			Files:  map[string][]byte{"3/model.fake": []byte(fakeFile(333))},
+		}))
+		resp, err := h.infer(t.Context(), "a", "")
+		require.NoError(t, err)
+		require.Equal(t, "3", resp.Version)
+		require.Equal(t, int32(333), servedAdd(t, resp))
+		tmp := h.m.lookup("a").tmpDirs
+		require.Len(t, tmp, 1)
+		require.DirExists(t, tmp[0])
+		require.NoError(t, h.m.Unload(t.Context(), "a", UnloadOptions{}))
+		require.NoDirExists(t, tmp[0], "the override folder goes with the unload")
+	})
+}
+
+func TestOptionsRejected(t *testing.T) {
+	for name, opts := range map[string]Options{
+		"no repository":               {},
+		"unknown mode":                {Repositories: []string{"x"}, ControlMode: "sometimes"},
+		"load-model outside explicit": {Repositories: []string{"x"}, StartupModels: []string{"a"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := New(opts, nil, nil, nil)
+			require.Error(t, err)
+		})
+	}
+}
+
+func TestStatisticsAndMetadata(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{"m/config.pbtxt": fakeConfig(""), "m/1/model.fake": fakeFile(1)})
+	h := newHarness(t, Options{Repositories: []string{repo}})
+	h.start(t)
+	for range 3 {
+		_, err := h.infer(t.Context(), "m", "")
+		require.NoError(t, err)
+	}
+	_, err := h.m.Infer(t.Context(), &infer.Request{Model: "m", Inputs: []infer.Tensor{int32Tensor("IN", []int64{2, 4}, 1, 2, 3, 4, 5, 6, 7, 8)}})
+	require.NoError(t, err)
+	_, err = h.m.Infer(t.Context(), &infer.Request{Model: "m"})
+	require.Error(t, err)
+
+	stats, err := h.m.Statistics(t.Context(), "m", "")
+	require.NoError(t, err)
+	require.Len(t, stats, 1)
+	s := stats[0]
+	require.Equal(t, "m", s.Name)
+	require.Equal(t, "1", s.Version)
+	require.Equal(t, uint64(5), s.InferenceCount, "a batch of 2 counts 2")
+	require.Equal(t, uint64(4), s.ExecutionCount)
+	require.Equal(t, uint64(4), s.Success.Count)
+	require.Equal(t, uint64(1), s.Fail.Count)
+	require.Equal(t, uint64(4), s.ComputeInfer.Count)
+	require.NotZero(t, s.LastInference)
+	require.Len(t, s.BatchStats, 2)
+	require.Equal(t, uint64(1), s.BatchStats[0].BatchSize)
+	require.Equal(t, uint64(3), s.BatchStats[0].ComputeInfer.Count)
+	require.Equal(t, uint64(2), s.BatchStats[1].BatchSize)
+
+	all, err := h.m.Statistics(t.Context(), "", "")
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	_, err = h.m.Statistics(t.Context(), "zzz", "")
+	requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "model 'zzz' not found")
+
+	require.NoError(t, h.m.ModelReady(t.Context(), "m", "1"))
+	requireInferError(t, h.m.ModelReady(t.Context(), "m", "2"), infer.KindNotFound, ReasonVersionNotFound, "model 'm' has no version 2")
+	requireInferError(t, h.m.ModelReady(t.Context(), "x", ""), infer.KindNotFound, ReasonModelNotFound, "model 'x' not found")
+}
+
+func TestCloseDrainsInFlightRequests(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{
+		"m/config.pbtxt": fakeConfig(""),
+		"m/1/model.fake": fakeFile(1, func(fm *fakeModel) { fm.ExecDelayMS = 150 }),
+	})
+	h := newHarness(t, Options{Repositories: []string{repo}, StrictReadiness: true})
+	h.start(t)
+	require.True(t, h.m.Ready())
+	started := h.fake.executions.Load()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := h.infer(context.Background(), "m", "")
+		errc <- err
+	}()
+	require.Eventually(t, func() bool { return h.fake.executions.Load() > started }, 5e9, 1e6)
+	require.NoError(t, h.m.Close(t.Context()))
+	require.NoError(t, <-errc, "a request in flight at Close finishes")
+	require.Equal(t, h.fake.loads.Load(), h.fake.closes.Load())
+	require.False(t, h.m.Live())
+	require.False(t, h.m.Ready())
+	_, err := h.infer(t.Context(), "m", "")
+	requireInferError(t, err, infer.KindUnavailable, ReasonShuttingDown, "shutting down")
+}
+
+func TestInstanceGroupCount(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{
+		"m/config.pbtxt": fakeConfig("instance_group [ { kind: KIND_CPU count: 2 }, { count: 1 } ]"),
+		"m/1/model.fake": fakeFile(1),
+	})
+	h := newHarness(t, Options{Repositories: []string{repo}})
+	h.start(t)
+	require.Equal(t, int64(3), h.fake.loads.Load())
+	require.Equal(t, int64(3), h.fake.executions.Load(), "each instance is warmed up once")
+}
+
+func TestWarmupFromConfig(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{
+		"m/config.pbtxt": fakeConfig(`version_policy: { all: {} }
+model_warmup [
+  { name: "zeros" batch_size: 2 count: 3 inputs { key: "IN" value: { data_type: TYPE_INT32 dims: [ 4 ] zero_data: true } } },
+  { name: "file" batch_size: 2 inputs { key: "IN" value: { data_type: TYPE_INT32 dims: [ 4 ] input_data_file: "in.bin" } } }
+]`),
+		"m/1/model.fake":    fakeFile(1),
+		"m/1/warmup/in.bin": string(int32Tensor("IN", nil, 1, 2, 3, 4, 5, 6, 7, 8).Data),
+		"m/2/model.fake":    fakeFile(2),
+		"m/2/warmup/in.bin": "short",
+	})
+	h := newHarness(t, Options{Repositories: []string{repo}})
+	h.start(t)
+	got := entries(h, "m")
+	require.Len(t, got, 2)
+	require.Equal(t, "1 READY", got[0])
+	require.Contains(t, got[1], "2 UNAVAILABLE: warm-up sample 'file': input 'IN': input_data_file in.bin")
+	require.Equal(t, int64(4), h.fake.executions.Load(), "v1: 3 zero samples and 1 from the file; v2: none, its file is refused before any run")
+}

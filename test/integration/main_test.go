@@ -1,0 +1,224 @@
+// Package integration_test drives the real sluice binary, built once per
+// run, against the example model repository with the real ONNX Runtime.
+package integration_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-ml/sluice/internal/backend/onnxruntime"
+)
+
+var (
+	binPath string // the sluice binary built by TestMain
+	repoDir string // the module root
+	ortLib  string // the ONNX Runtime library
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	_, file, _, _ := runtime.Caller(0)
+	repoDir = filepath.Join(filepath.Dir(file), "..", "..")
+	lib, err := onnxruntime.FindLibrary("")
+	if err != nil {
+		// The integration suite needs the real runtime; `make test` installs it.
+		fmt.Fprintln(os.Stderr, "integration:", err)
+		return 1
+	}
+	ortLib = lib
+	dir, err := os.MkdirTemp("", "sluice-it-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binPath = filepath.Join(dir, "sluice")
+	build := exec.Command("go", "build", "-race", "-o", binPath, "./cmd/sluice")
+	build.Dir = repoDir
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "integration: build sluice:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// server is one running sluice process.
+type server struct {
+	cmd                 *exec.Cmd
+	http, grpc, metrics string // host:port
+	logs                *syncBuffer
+	startup             time.Duration
+	done                chan struct{}
+	waitErr             error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex // protects b
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startServer runs `sluice serve` with args on free loopback ports and waits
+// until the HTTP endpoint answers live. The process is stopped with SIGTERM
+// when the test ends.
+func startServer(t *testing.T, args ...string) *server {
+	t.Helper()
+	hp, gp, mp := freePort(t), freePort(t), freePort(t)
+	all := append([]string{"serve", "--address", "127.0.0.1",
+		"--http-port", strconv.Itoa(hp), "--grpc-port", strconv.Itoa(gp), "--metrics-port", strconv.Itoa(mp),
+		"--backend-config", "onnxruntime,library=" + ortLib, "--log-format", "text"}, args...)
+	s := &server{
+		http: fmt.Sprintf("127.0.0.1:%d", hp), grpc: fmt.Sprintf("127.0.0.1:%d", gp), metrics: fmt.Sprintf("127.0.0.1:%d", mp),
+		logs: &syncBuffer{}, done: make(chan struct{}),
+	}
+	s.cmd = exec.Command(binPath, all...)
+	s.cmd.Dir = repoDir
+	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
+	begin := time.Now()
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.waitErr = s.cmd.Wait(); close(s.done) }()
+	t.Cleanup(func() { s.stop(t) })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case <-s.done:
+			t.Fatalf("sluice exited during start-up (%v); logs:\n%s", s.waitErr, s.logs)
+		default:
+		}
+		resp, err := http.Get("http://" + s.http + "/v2/health/live")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				s.startup = time.Since(begin)
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sluice not live after 30s; logs:\n%s", s.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *server) stop(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(20 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+		t.Errorf("sluice did not exit within 20s of SIGTERM; logs:\n%s", s.logs)
+	}
+	if strings.Contains(s.logs.String(), "DATA RACE") {
+		t.Errorf("race detected in sluice; logs:\n%s", s.logs)
+	}
+}
+
+// do sends one HTTP request and returns status, headers and body.
+func do(t *testing.T, method, url string, body []byte, hdr map[string]string) (int, http.Header, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, b
+}
+
+func readFile(t *testing.T, rel string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoDir, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// v2Response is the KServe v2 JSON response.
+type v2Response struct {
+	ModelName    string `json:"model_name"`
+	ModelVersion string `json:"model_version"`
+	Outputs      []struct {
+		Name       string         `json:"name"`
+		Datatype   string         `json:"datatype"`
+		Shape      []int64        `json:"shape"`
+		Data       []float64      `json:"data"`
+		Parameters map[string]any `json:"parameters"`
+	} `json:"outputs"`
+}
+
+func decodeV2(t *testing.T, b []byte) v2Response {
+	t.Helper()
+	var r v2Response
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("decode response %q: %v", b, err)
+	}
+	return r
+}
+
+// errorBody is Sluice's error answer.
+type errorBody struct {
+	Error  string `json:"error"`
+	Reason string `json:"reason"`
+}
