@@ -60,7 +60,7 @@ func decodeInferJSON(js []byte) (*inferBody, error) {
 	err := d.s.readObject(1, func(key []byte) error {
 		switch string(key) {
 		case "id":
-			if err := once(&seen[0], "id", "the request"); err != nil {
+			if err := once(&seen[0], "id", theRequest); err != nil {
 				return err
 			}
 			if ok, err := d.s.is('"'); !ok {
@@ -73,17 +73,17 @@ func decodeInferJSON(js []byte) (*inferBody, error) {
 			d.body.req.ID = id
 			return err
 		case "parameters":
-			if err := once(&seen[1], "parameters", "the request"); err != nil {
+			if err := once(&seen[1], "parameters", theRequest); err != nil {
 				return err
 			}
 			return d.readRequestParams()
 		case "inputs":
-			if err := once(&seen[2], "inputs", "the request"); err != nil {
+			if err := once(&seen[2], "inputs", theRequest); err != nil {
 				return err
 			}
 			return d.readInputs()
 		case "outputs":
-			if err := once(&seen[3], "outputs", "the request"); err != nil {
+			if err := once(&seen[3], "outputs", theRequest); err != nil {
 				return err
 			}
 			return d.readOutputs()
@@ -104,14 +104,17 @@ func decodeInferJSON(js []byte) (*inferBody, error) {
 }
 
 // once fails when a member appears twice in one object, which would
-// otherwise silently merge or replace data.
-func once(seen *bool, key, where string) error {
+// otherwise silently merge or replace data. where names the object; it is
+// only called on error, so the common path builds no strings.
+func once(seen *bool, key string, where func() string) error {
 	if *seen {
-		return invalidf(reasonInvalidRequest, "%s has %q more than once", where, key)
+		return invalidf(reasonInvalidRequest, "%s has %q more than once", where(), key)
 	}
 	*seen = true
 	return nil
 }
+
+func theRequest() string { return "the request" }
 
 func (d *decoder) readRequestParams() error {
 	params, err := d.readParams("request")
@@ -199,6 +202,10 @@ func (d *decoder) readInputs() error {
 		}
 		return invalidf(reasonInvalidRequest, `"inputs" must be an array`)
 	}
+	if d.body.req.Inputs == nil {
+		d.body.req.Inputs = make([]infer.Tensor, 0, 4)
+		d.body.binarySize = make([]int64, 0, 4)
+	}
 	return d.s.readArray(2, func(i int) error {
 		t, size, err := d.readInput(i)
 		if err != nil {
@@ -252,7 +259,7 @@ func (d *decoder) readInput(idx int) (infer.Tensor, int64, error) {
 	err := d.s.readObject(3, func(key []byte) error {
 		switch string(key) {
 		case "name":
-			if err := once(&t.hasName, "name", t.label()); err != nil {
+			if err := once(&t.hasName, "name", t.label); err != nil {
 				return err
 			}
 			if ok, err := d.s.is('"'); !ok {
@@ -265,7 +272,7 @@ func (d *decoder) readInput(idx int) (infer.Tensor, int64, error) {
 			t.name = name
 			return err
 		case "datatype":
-			if err := once(&t.hasDT, "datatype", t.label()); err != nil {
+			if err := once(&t.hasDT, "datatype", t.label); err != nil {
 				return err
 			}
 			if ok, err := d.s.is('"'); !ok {
@@ -288,12 +295,12 @@ func (d *decoder) readInput(idx int) (infer.Tensor, int64, error) {
 			t.dt = dt
 			return nil
 		case "shape":
-			if err := once(&t.hasShape, "shape", t.label()); err != nil {
+			if err := once(&t.hasShape, "shape", t.label); err != nil {
 				return err
 			}
 			return d.readShape(t)
 		case "parameters":
-			if err := once(&t.hasParams, "parameters", t.label()); err != nil {
+			if err := once(&t.hasParams, "parameters", t.label); err != nil {
 				return err
 			}
 			params, err := d.readParams(t.label())
@@ -313,7 +320,7 @@ func (d *decoder) readInput(idx int) (infer.Tensor, int64, error) {
 			}
 			return nil
 		case "data":
-			if err := once(&t.seenData, "data", t.label()); err != nil {
+			if err := once(&t.seenData, "data", t.label); err != nil {
 				return err
 			}
 			if ok, err := d.s.is('['); !ok {
@@ -385,17 +392,30 @@ func nonNegativeInt(v any) (int64, bool) {
 }
 
 func (d *decoder) readShape(t *inputState) error {
+	notInts := func() error {
+		return invalidf(reasonInvalidShape, `%s: "shape" must be an array of integers`, t.label())
+	}
 	if ok, err := d.s.is('['); !ok {
 		if err != nil {
 			return err
 		}
-		return invalidf(reasonInvalidShape, `%s: "shape" must be an array of integers`, t.label())
+		return notInts()
 	}
-	shape := infer.Shape{}
-	err := d.s.readArray(4, func(int) error {
-		c := d.s.peek()
-		if c != '-' && (c < '0' || c > '9') {
-			return invalidf(reasonInvalidShape, `%s: "shape" must be an array of integers`, t.label())
+	d.s.pos++
+	shape := make(infer.Shape, 0, 4)
+	if d.s.peek() == ']' {
+		d.s.pos++
+		t.shape = shape
+		return nil
+	}
+	for {
+		if ok, err := d.s.is('-'); !ok {
+			if err != nil {
+				return err
+			}
+			if c := d.s.peek(); c < '0' || c > '9' {
+				return notInts()
+			}
 		}
 		tok, integer, err := d.s.readNumber()
 		if err != nil {
@@ -409,10 +429,17 @@ func (d *decoder) readShape(t *inputState) error {
 			return invalidf(reasonInvalidShape, `%s: shape dimension %d is negative`, t.label(), v)
 		}
 		shape = append(shape, v)
-		return nil
-	})
-	t.shape = shape
-	return err
+		switch d.s.peek() {
+		case ',':
+			d.s.pos++
+		case ']':
+			d.s.pos++
+			t.shape = shape
+			return nil
+		default:
+			return d.s.unexpected("',' or ']' after a shape dimension")
+		}
+	}
 }
 
 // readData parses a "data" array, flat or nested, into t.data in the wire
@@ -760,7 +787,7 @@ func (d *decoder) readOutputs() error {
 		err := d.s.readObject(3, func(key []byte) error {
 			switch string(key) {
 			case "name":
-				if err := once(&hasName, "name", label()); err != nil {
+				if err := once(&hasName, "name", label); err != nil {
 					return err
 				}
 				if ok, err := d.s.is('"'); !ok {
@@ -773,7 +800,7 @@ func (d *decoder) readOutputs() error {
 				out.Name = name
 				return err
 			case "parameters":
-				if err := once(&hasParams, "parameters", label()); err != nil {
+				if err := once(&hasParams, "parameters", label); err != nil {
 					return err
 				}
 				params, err := d.readParams(label())

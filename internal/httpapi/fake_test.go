@@ -202,3 +202,6 @@ func (f *fakeModels) Statistics(_ context.Context, name, version string) ([]mode
 		BatchStats: []modelrepo.BatchStats{{BatchSize: 2, ComputeInfer: modelrepo.Duration{Count: 4, Ns: 4000}}},
 	}}, nil
 }
+
+// The repository manager is what the server wires in.
+var _ Models = (*modelrepo.Manager)(nil)

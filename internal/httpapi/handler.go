@@ -114,8 +114,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &statusWriter{ResponseWriter: w, r: r}
 	defer func() {
 		if p := recover(); p != nil {
-			if p == http.ErrAbortHandler { //nolint:errorlint // sentinel compared as net/http does
-				panic(p)
+			if p == http.ErrAbortHandler {
+				panic(p) // net/http's way to abort a response; let it through
 			}
 			h.logger.Error("handler panicked", "method", r.Method, "path", r.URL.Path,
 				"request_id", r.Header.Get("X-Request-Id"), "panic", p, "stack", string(debug.Stack()))

@@ -53,7 +53,9 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	if r.ContentLength > limit {
 		return nil, bodyTooLarge(limit)
 	}
-	var rd io.Reader = http.MaxBytesReader(w, r.Body, limit)
+	// MaxBytesReader tells the server to close the connection once the
+	// limit is hit, but only when it gets the server's own writer.
+	var rd io.Reader = http.MaxBytesReader(innermost(w), r.Body, limit)
 	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
 	switch enc {
 	case "", "identity":
@@ -98,6 +100,18 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 			return nil, bodyReadError(err, limit, enc)
 		}
 	}
+}
+
+// innermost unwraps response writer wrappers such as statusWriter.
+func innermost(w http.ResponseWriter) http.ResponseWriter {
+	for range 16 { // wrappers do not nest deeper; the bound guards a cycle
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			break
+		}
+		w = u.Unwrap()
+	}
+	return w
 }
 
 func bodyTooLarge(limit int64) error {

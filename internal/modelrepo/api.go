@@ -39,7 +39,10 @@ type IndexEntry struct {
 	Name    string
 	Version string // empty for a model with no version known
 	State   State
-	Reason  string // why the model is not READY; empty when READY
+	// Reason says why the version is not READY. On a READY entry it is
+	// empty, or a warning: a reload that failed (the previous load keeps
+	// serving) or a repository that cannot be read.
+	Reason string
 }
 
 // Duration is a count of events and their total time in nanoseconds, as in

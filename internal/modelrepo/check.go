@@ -64,6 +64,7 @@ func checkModel(ctx context.Context, dir, name string, backends *backend.Registr
 	seen := map[string]bool{}
 	add := func(more ...modelconfig.Problem) {
 		for _, p := range more {
+			p.Msg = strings.TrimSpace(p.Msg)
 			if k := p.Error(); !seen[k] {
 				seen[k] = true
 				ps = append(ps, p)

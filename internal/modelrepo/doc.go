@@ -23,7 +23,17 @@
 // models and then follows the Load and Unload API. Polling compares a
 // content fingerprint (the sha256 of every file), not modification times,
 // and loads a change only once the fingerprint is the same in two
-// consecutive polls, so half-copied versions are not loaded.
+// consecutive polls, so half-copied versions are not loaded. Hashing reads
+// every file of every model at each poll: poll mode suits repositories of
+// modest size (Triton, too, calls it a development mode).
+//
+// # Index reasons
+//
+// A version that failed to load is UNAVAILABLE with the reason. When the
+// failed load was a reload of a version that serves, the entry stays READY
+// and its reason says the reload failed and the previous load keeps
+// serving. A failure that concerns no version (a model whose config cannot
+// be read and that serves nothing) is an entry with an empty version.
 //
 // # Unreadable repositories
 //

@@ -39,21 +39,20 @@ const (
 // also the reasons the Load API returns, every other cause is returned as
 // model_load_failed.
 const (
-	causeConfig        = "config_invalid"
-	causeBackend       = "backend_unknown"
-	causeNoVersions    = "no_versions"
-	causeModelFile     = "model_file_missing"
-	causeProvenance    = "provenance_invalid"
-	causeGitMismatch   = ReasonGitMismatch
-	causeChecksum      = ReasonChecksumMismatch
-	causeManifest      = "manifest_invalid"
-	causeUnreadable    = "model_unreadable"
-	causeSignature     = "signature_mismatch"
-	causeInstance      = "instance_failed"
-	causeWarmup        = "warmup_failed"
-	causeDuplicate     = "duplicate_model"
-	causeCanceled      = "load_canceled"
-	causeFileOverrides = "file_override_invalid"
+	causeConfig      = "config_invalid"
+	causeBackend     = "backend_unknown"
+	causeNoVersions  = "no_versions"
+	causeModelFile   = "model_file_missing"
+	causeProvenance  = "provenance_invalid"
+	causeGitMismatch = ReasonGitMismatch
+	causeChecksum    = ReasonChecksumMismatch
+	causeManifest    = "manifest_invalid"
+	causeUnreadable  = "model_unreadable"
+	causeSignature   = "signature_mismatch"
+	causeInstance    = "instance_failed"
+	causeWarmup      = "warmup_failed"
+	causeDuplicate   = "duplicate_model"
+	causeCanceled    = "load_canceled"
 )
 
 // loadError is why one version (or, with version 0, a whole model) failed

@@ -2,12 +2,12 @@ package modelrepo
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -719,17 +719,17 @@ func fillTensor(name string, dt infer.DataType, shape infer.Shape, random bool) 
 	var data []byte
 	switch {
 	case dt == infer.Bytes && random:
-		for range n {
-			data = infer.AppendBytesElement(data, []byte{byte(rand.IntN(256))})
+		b := make([]byte, n)
+		_, _ = rand.Read(b) // never fails (Go 1.24+)
+		for i := range n {
+			data = infer.AppendBytesElement(data, b[i:i+1])
 		}
 	case dt == infer.Bytes:
 		data = make([]byte, 4*n) // n empty strings
 	default:
 		data = make([]byte, n*dt.Size())
 		if random {
-			for i := range data {
-				data[i] = byte(rand.IntN(256))
-			}
+			_, _ = rand.Read(data)
 		}
 	}
 	return infer.Tensor{Name: name, DataType: dt, Shape: shape, Data: data}, nil

@@ -53,7 +53,7 @@ type Options struct {
 	// ControlMode is none (the default when empty), poll or explicit.
 	ControlMode ControlMode
 	// StartupModels are the models to load at start in explicit mode
-	// (--load-model); "*" loads all.
+	// (--load-model); "*", given alone, loads all. Other modes ignore it.
 	StartupModels []string
 	// PollInterval is the rescan interval in poll mode
 	// (--repository-poll-secs); 0 means DefaultPollInterval.
@@ -122,8 +122,8 @@ func New(opts Options, backends *backend.Registry, logger *slog.Logger, reg prom
 	default:
 		return nil, fmt.Errorf("unknown model control mode %q (want none, poll or explicit)", opts.ControlMode)
 	}
-	if len(opts.StartupModels) > 0 && opts.ControlMode != ControlExplicit {
-		return nil, fmt.Errorf("models to load at start (--load-model) need model control mode explicit, not %s", opts.ControlMode)
+	if slices.Contains(opts.StartupModels, "*") && len(opts.StartupModels) > 1 {
+		return nil, errors.New(`--load-model=* must be the only --load-model`)
 	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = DefaultPollInterval
@@ -151,6 +151,10 @@ func New(opts Options, backends *backend.Registry, logger *slog.Logger, reg prom
 		pollState: map[string]pollRecord{},
 	}
 	m.models.Store(&map[string]*model{})
+	if len(opts.StartupModels) > 0 && opts.ControlMode != ControlExplicit {
+		// As in Triton, --load-model only takes effect in explicit mode.
+		m.logger.Warn("models to load at start are ignored outside explicit mode", "models", opts.StartupModels, "mode", string(opts.ControlMode))
+	}
 	return m, nil
 }
 

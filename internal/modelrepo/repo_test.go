@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -262,12 +263,12 @@ func TestExplicitMode(t *testing.T) {
 
 func TestOptionsRejected(t *testing.T) {
 	for name, opts := range map[string]Options{
-		"no repository":               {},
-		"unknown mode":                {Repositories: []string{"x"}, ControlMode: "sometimes"},
-		"load-model outside explicit": {Repositories: []string{"x"}, StartupModels: []string{"a"}},
+		"no repository":         {},
+		"unknown mode":          {Repositories: []string{"x"}, ControlMode: "sometimes"},
+		"star with other names": {Repositories: []string{"x"}, ControlMode: ControlExplicit, StartupModels: []string{"*", "a"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := New(opts, nil, nil, nil)
+			_, err := New(opts, &backend.Registry{}, nil, nil)
 			require.Error(t, err)
 		})
 	}
@@ -358,6 +359,7 @@ func TestWarmupFromConfig(t *testing.T) {
 		"m/config.pbtxt": fakeConfig(`version_policy: { all: {} }
 model_warmup [
   { name: "zeros" batch_size: 2 count: 3 inputs { key: "IN" value: { data_type: TYPE_INT32 dims: [ 4 ] zero_data: true } } },
+  { name: "random" batch_size: 1 inputs { key: "IN" value: { data_type: TYPE_INT32 dims: [ 4 ] random_data: true } } },
   { name: "file" batch_size: 2 inputs { key: "IN" value: { data_type: TYPE_INT32 dims: [ 4 ] input_data_file: "in.bin" } } }
 ]`),
 		"m/1/model.fake":    fakeFile(1),
@@ -371,5 +373,5 @@ model_warmup [
 	require.Len(t, got, 2)
 	require.Equal(t, "1 READY", got[0])
 	require.Contains(t, got[1], "2 UNAVAILABLE: warm-up sample 'file': input 'IN': input_data_file in.bin")
-	require.Equal(t, int64(4), h.fake.executions.Load(), "v1: 3 zero samples and 1 from the file; v2: none, its file is refused before any run")
+	require.Equal(t, int64(5), h.fake.executions.Load(), "v1: 3 zero samples, 1 random and 1 from the file; v2: none, its file is refused before any run")
 }

@@ -125,74 +125,90 @@ type fingerprint struct {
 	versions map[int64]string // each version folder
 }
 
-// maxFingerprintFiles bounds the files one model folder may hold.
-const maxFingerprintFiles = 100_000
+// Bounds on what one model folder may hold.
+const (
+	maxFingerprintFiles = 100_000
+	maxFingerprintDepth = 16 // also stops loops of symbolic links
+)
 
 // fingerprintDir computes the fingerprint of a model folder. Symbolic
-// links to files are followed; links to folders are not walked.
+// links are followed, so a repository may link model files or version
+// folders from elsewhere; special files count by name only.
 func fingerprintDir(dir string) (fingerprint, error) {
-	fp := fingerprint{versions: map[int64]string{}}
-	whole := sha256.New()
-	top := sha256.New()
-	vers := map[int64]hash.Hash{}
-	files := 0
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if path == dir {
-			return nil
-		}
-		rel, err := filepath.Rel(dir, path)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
-		first, _, _ := strings.Cut(rel, "/")
-		part := top
-		if v, ok := versionNumber(first); ok {
-			if vers[v] == nil {
-				vers[v] = sha256.New()
-			}
-			part = vers[v]
-		}
-		var line string
-		switch {
-		case d.IsDir():
-			line = "d " + rel + "\n"
-		default:
-			fi, err := os.Stat(path) // follows symbolic links
-			if err != nil {
-				return err
-			}
-			if !fi.Mode().IsRegular() {
-				// Folders behind links and special files: name only (a
-				// FIFO would block a read).
-				line = "o " + rel + "\n"
-				break
-			}
-			if files++; files > maxFingerprintFiles {
-				return fmt.Errorf("more than %d files", maxFingerprintFiles)
-			}
-			size, sum, err := hashFile(path)
-			if err != nil {
-				return err
-			}
-			line = fmt.Sprintf("f %s %d %x\n", rel, size, sum)
-		}
-		whole.Write([]byte(line))
-		part.Write([]byte(line))
-		return nil
-	})
-	if err != nil {
+	w := fpWalker{whole: sha256.New(), top: sha256.New(), vers: map[int64]hash.Hash{}}
+	if err := w.walk(dir, "", 0); err != nil {
 		return fingerprint{}, fmt.Errorf("fingerprint %s: %w", dir, err)
 	}
-	fp.model = hex.EncodeToString(whole.Sum(nil))
-	fp.top = hex.EncodeToString(top.Sum(nil))
-	for v, h := range vers {
+	fp := fingerprint{
+		model:    hex.EncodeToString(w.whole.Sum(nil)),
+		top:      hex.EncodeToString(w.top.Sum(nil)),
+		versions: map[int64]string{},
+	}
+	for v, h := range w.vers {
 		fp.versions[v] = hex.EncodeToString(h.Sum(nil))
 	}
 	return fp, nil
+}
+
+type fpWalker struct {
+	whole, top hash.Hash
+	vers       map[int64]hash.Hash
+	files      int
+}
+
+// walk hashes the folder path (rel inside the model folder), in name
+// order.
+func (w *fpWalker) walk(path, rel string, depth int) error {
+	if depth > maxFingerprintDepth {
+		return fmt.Errorf("%s: folders nested more than %d deep", rel, maxFingerprintDepth)
+	}
+	entries, err := os.ReadDir(path) // sorted by name
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		r := e.Name()
+		if rel != "" {
+			r = rel + "/" + e.Name()
+		}
+		p := filepath.Join(path, e.Name())
+		fi, err := os.Stat(p) // follows symbolic links
+		if err != nil {
+			return err
+		}
+		first, _, _ := strings.Cut(r, "/")
+		part := w.top
+		if v, ok := versionNumber(first); ok {
+			if w.vers[v] == nil {
+				w.vers[v] = sha256.New()
+			}
+			part = w.vers[v]
+		}
+		var line string
+		switch {
+		case fi.IsDir():
+			line = "d " + r + "\n"
+		case fi.Mode().IsRegular():
+			if w.files++; w.files > maxFingerprintFiles {
+				return fmt.Errorf("more than %d files", maxFingerprintFiles)
+			}
+			size, sum, err := hashFile(p)
+			if err != nil {
+				return err
+			}
+			line = fmt.Sprintf("f %s %d %x\n", r, size, sum)
+		default:
+			line = "o " + r + "\n" // a FIFO or device: never read it
+		}
+		w.whole.Write([]byte(line))
+		part.Write([]byte(line))
+		if fi.IsDir() {
+			if err := w.walk(p, r, depth+1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // hashFile returns a file's size and sha256.
