@@ -43,12 +43,74 @@ func (b *inferBody) wantsBinary(name string) bool {
 	return b.binaryOutput
 }
 
+// binaryOutputs decides, for each output of resp, whether it goes in the
+// binary section. Many requested outputs are looked up through a map, so
+// the work stays linear.
+func (b *inferBody) binaryOutputs(outs []infer.Tensor) []bool {
+	isBinary := make([]bool, len(outs))
+	if len(b.req.Outputs) <= smallSet {
+		for i := range outs {
+			isBinary[i] = b.wantsBinary(outs[i].Name)
+		}
+		return isBinary
+	}
+	flags := make(map[string]int8, len(b.req.Outputs))
+	for i, o := range b.req.Outputs {
+		flags[o.Name] = b.outputBinary[i]
+	}
+	for i := range outs {
+		f, ok := flags[outs[i].Name]
+		isBinary[i] = b.binaryOutput
+		if ok && f >= 0 {
+			isBinary[i] = f == 1
+		}
+	}
+	return isBinary
+}
+
+// smallSet is the size up to which name sets are scanned, not hashed.
+const smallSet = 8
+
+// nameSet finds duplicate tensor names. Small sets are scanned; larger
+// ones switch to a map, so a request naming many tensors cannot make the
+// check quadratic.
+type nameSet struct {
+	list []string
+	m    map[string]struct{}
+}
+
+// add records name and reports false if it was already there.
+func (s *nameSet) add(name string) bool {
+	if s.m != nil {
+		if _, dup := s.m[name]; dup {
+			return false
+		}
+		s.m[name] = struct{}{}
+		return true
+	}
+	for _, n := range s.list {
+		if n == name {
+			return false
+		}
+	}
+	s.list = append(s.list, name)
+	if len(s.list) > smallSet {
+		s.m = make(map[string]struct{}, 2*len(s.list))
+		for _, n := range s.list {
+			s.m[n] = struct{}{}
+		}
+	}
+	return true
+}
+
 // decoder turns the JSON of a v2 inference request into infer types. Tensor
 // data is parsed straight from the JSON text into the wire-layout bytes of
 // infer.Tensor, with no intermediate values.
 type decoder struct {
-	s    scanner
-	body inferBody
+	s           scanner
+	body        inferBody
+	inputNames  nameSet
+	outputNames nameSet
 }
 
 // decodeInferJSON decodes the JSON part of an inference request. Inputs
@@ -211,10 +273,8 @@ func (d *decoder) readInputs() error {
 		if err != nil {
 			return err
 		}
-		for j := range d.body.req.Inputs {
-			if d.body.req.Inputs[j].Name == t.Name {
-				return invalidf(reasonDuplicateInput, "input '%s' appears more than once", t.Name)
-			}
+		if !d.inputNames.add(t.Name) {
+			return invalidf(reasonDuplicateInput, "input '%s' appears more than once", t.Name)
 		}
 		d.body.req.Inputs = append(d.body.req.Inputs, t)
 		d.body.binarySize = append(d.body.binarySize, size)
@@ -837,10 +897,8 @@ func (d *decoder) readOutputs() error {
 		if len(out.Parameters) == 0 {
 			out.Parameters = nil
 		}
-		for _, o := range d.body.req.Outputs {
-			if o.Name == out.Name {
-				return invalidf(reasonDuplicateOutput, "%s is requested more than once", label())
-			}
+		if !d.outputNames.add(out.Name) {
+			return invalidf(reasonDuplicateOutput, "%s is requested more than once", label())
 		}
 		d.body.req.Outputs = append(d.body.req.Outputs, out)
 		d.body.outputBinary = append(d.body.outputBinary, bin)

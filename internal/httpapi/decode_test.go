@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -76,8 +77,10 @@ func TestDecodeDataTypes(t *testing.T) {
 		{"FP16", oneInput("FP16", "[4]", "[1,-2,65504,0.1]"), le16(0x3c00, 0xc000, 0x7bff, 0x2e66)},
 		{"FP16 subnormal", oneInput("FP16", "[1]", "[5.960464477539063e-8]"), le16(0x0001)},
 		{"BF16", oneInput("BF16", "[3]", "[1,-2,0.333333333]"), le16(0x3f80, 0xc000, 0x3eab)},
-		{"BYTES", oneInput("BYTES", "[3]", `["ab","","\u00e9\n\"\ud83d\ude00"]`),
-			append(append(append(le32(2), "ab"...), le32(0)...), append(le32(8), "é\n\"😀"...)...)},
+		{
+			"BYTES", oneInput("BYTES", "[3]", `["ab","","\u00e9\n\"\ud83d\ude00"]`),
+			append(append(append(le32(2), "ab"...), le32(0)...), append(le32(8), "é\n\"😀"...)...),
+		},
 		{"BYTES lone surrogate", oneInput("BYTES", "[1]", `["\ud800x"]`), append(le32(4), "\uFFFDx"...)},
 		{"nested", oneInput("INT32", "[2,2]", "[[1,2],[3,4]]"), le32(1, 2, 3, 4)},
 		{"deep nested", oneInput("INT8", "[2,1,2]", "[[[1,2]],[[3,4]]]"), []byte{1, 2, 3, 4}},
@@ -239,8 +242,10 @@ func TestAttachBinary(t *testing.T) {
 	}{
 		{"short", bin[:12], "input 'C': binary_data_size is 2 but only 1 bytes of binary data remain"},
 		{"long", append(append([]byte(nil), bin...), 9), "add up to 13"},
-		{"bytes overrun", append(append(append(le32(1), 'x'), append(le32(9), "yz"...)...), 0x00, 0x3c),
-			"input 'A': tensor data size does not match its shape: BYTES element of 9 bytes overruns the buffer"},
+		{
+			"bytes overrun", append(append(append(le32(1), 'x'), append(le32(9), "yz"...)...), 0x00, 0x3c),
+			"input 'A': tensor data size does not match its shape: BYTES element of 9 bytes overruns the buffer",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := decodeInferBody(append([]byte(js), tc.bin...), len(js))
@@ -286,4 +291,29 @@ func TestDecodeRawBody(t *testing.T) {
 			require.True(t, b.binaryOutput)
 		})
 	}
+}
+
+func TestDecodeManyTensors(t *testing.T) {
+	var ins, outs []string
+	for i := range 20 {
+		ins = append(ins, `{"name":"I`+strconv.Itoa(i)+`","datatype":"INT8","shape":[1],"data":[1]}`)
+		bin := "false"
+		if i%2 == 0 {
+			bin = "true"
+		}
+		outs = append(outs, `{"name":"O`+strconv.Itoa(i)+`","parameters":{"binary_data":`+bin+`}}`)
+	}
+	body := `{"inputs":[` + strings.Join(ins, ",") + `],"outputs":[` + strings.Join(outs, ",") + `]}`
+	b, err := decodeInferJSON([]byte(body))
+	require.NoError(t, err)
+	require.Len(t, b.req.Inputs, 20)
+	resp := []infer.Tensor{{Name: "O3"}, {Name: "O4"}, {Name: "unrequested"}}
+	require.Equal(t, []bool{false, true, false}, b.binaryOutputs(resp))
+
+	dupIn := `{"inputs":[` + strings.Join(append(ins, ins[3]), ",") + `]}`
+	_, err = decodeInferJSON([]byte(dupIn))
+	require.ErrorContains(t, err, "input 'I3' appears more than once")
+	dupOut := `{"inputs":[],"outputs":[` + strings.Join(append(outs, outs[15]), ",") + `]}`
+	_, err = decodeInferJSON([]byte(dupOut))
+	require.ErrorContains(t, err, "output 'O15' is requested more than once")
 }

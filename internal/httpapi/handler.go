@@ -14,14 +14,10 @@ import (
 // DefaultMaxBodyBytes is the request body limit when Options leaves it 0.
 const DefaultMaxBodyBytes = 64 << 20
 
-// DefaultExtensions are the protocol extensions this package implements,
-// as listed in the server metadata.
-var DefaultExtensions = []string{
-	"model_repository",
-	"model_configuration",
-	"statistics",
-	"binary_tensor_data",
-	"parameters",
+// implementedExtensions are the protocol extensions this package
+// implements, as listed in the server metadata by default.
+func implementedExtensions() []string {
+	return []string{"model_repository", "model_configuration", "statistics", "binary_tensor_data", "parameters"}
 }
 
 // Options configure a Handler. The zero value is usable.
@@ -33,8 +29,10 @@ type Options struct {
 	ServerName string
 	// ServerVersion is the version in the server metadata.
 	ServerVersion string
-	// Extensions are listed in the server metadata. Default
-	// DefaultExtensions; set it only to advertise fewer.
+	// Extensions are listed in the server metadata. Default: the ones
+	// this package implements (model_repository, model_configuration,
+	// statistics, binary_tensor_data, parameters); set it only to
+	// advertise fewer.
 	Extensions []string
 }
 
@@ -63,7 +61,7 @@ func New(models Models, opts Options, logger *slog.Logger, reg prometheus.Regist
 		opts.ServerName = "sluice"
 	}
 	if opts.Extensions == nil {
-		opts.Extensions = DefaultExtensions
+		opts.Extensions = implementedExtensions()
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -75,15 +73,18 @@ func New(models Models, opts Options, logger *slog.Logger, reg prometheus.Regist
 		metrics: newMetrics(reg),
 		mux:     http.NewServeMux(),
 	}
-	meta, err := json.Marshal(struct {
-		Name       string   `json:"name"`
-		Version    string   `json:"version"`
-		Extensions []string `json:"extensions"`
-	}{opts.ServerName, opts.ServerVersion, opts.Extensions})
-	if err != nil {
-		panic("httpapi: marshal server metadata: " + err.Error()) // strings only; cannot fail
+	meta := []byte(`{"name":`)
+	meta = appendJSONStringS(meta, opts.ServerName)
+	meta = append(meta, `,"version":`...)
+	meta = appendJSONStringS(meta, opts.ServerVersion)
+	meta = append(meta, `,"extensions":[`...)
+	for i, e := range opts.Extensions {
+		if i > 0 {
+			meta = append(meta, ',')
+		}
+		meta = appendJSONStringS(meta, e)
 	}
-	h.serverMeta = meta
+	h.serverMeta = append(meta, "]}"...)
 	h.routes()
 	return h
 }

@@ -133,6 +133,10 @@ func TestServerMetadata(t *testing.T) {
 	require.Equal(t, 200, rec.Code)
 	require.JSONEq(t, `{"name":"sluice","version":"1.2.3","extensions":
 		["model_repository","model_configuration","statistics","binary_tensor_data","parameters"]}`, rec.Body.String())
+
+	custom := New(newFakeModels(), Options{ServerName: `my "server"`, Extensions: []string{"statistics"}}, nil, nil)
+	rec = do(t, custom, "GET", "/v2", nil, nil)
+	require.JSONEq(t, `{"name":"my \"server\"","version":"","extensions":["statistics"]}`, rec.Body.String())
 }
 
 func TestModelMetadata(t *testing.T) {
@@ -481,45 +485,81 @@ func TestInferErrors(t *testing.T) {
 	}{
 		{name: "malformed JSON", body: `{"inputs":[{"name":"INPUT0",}]}`, status: 400, reason: "invalid_json", want: []string{"byte offset 28"}},
 		{name: "truncated JSON", body: `{"inputs":[`, status: 400, reason: "invalid_json", want: []string{"end of input"}},
-		{name: "unknown datatype", body: strings.Replace(simpleRequest(good, good), `"INT32"`, `"FP33"`, 1), status: 400,
-			reason: "invalid_datatype", want: []string{"'INPUT0'", "FP33"}},
-		{name: "float in INT32", body: strings.Replace(simpleRequest(good, good), `[0,1,2`, `[0,1.5,2`, 1), status: 400,
-			reason: "contents_datatype_mismatch", want: []string{"'INPUT0'", "element 1", "1.5", "INT32"}},
-		{name: "string in INT32", body: strings.Replace(simpleRequest(good, good), `[0,1,2`, `[0,"1",2`, 1), status: 400,
-			reason: "contents_datatype_mismatch", want: []string{"'INPUT0'", "element 1", "string"}},
-		{name: "INT32 out of range", body: strings.Replace(simpleRequest(good, good), `[0,1,2`, `[0,2147483648,2`, 1), status: 400,
-			reason: "value_out_of_range", want: []string{"'INPUT0'", "element 1", "2147483648"}},
-		{name: "wrong element count", body: strings.Replace(simpleRequest(seq(0, 15), good), `"shape":[1,15]`, `"shape":[1,16]`, 1),
-			status: 400, reason: "tensor_size_mismatch", want: []string{"input 'INPUT0': shape [1,16] needs 16 elements, got 15"}},
-		{name: "element count vs shape", body: strings.Replace(simpleRequest(good, good), `"shape":[1,16]`, `"shape":[1,17]`, 1),
-			status: 400, reason: "tensor_size_mismatch", want: []string{"input 'INPUT0': shape [1,17] needs 17 elements, got 16"}},
-		{name: "huge shape", body: strings.Replace(simpleRequest(good, good), `"shape":[1,16]`, `"shape":[1000000000000,1000000000000]`, 1),
-			status: 400, reason: "invalid_shape", want: []string{"'INPUT0'"}},
-		{name: "ragged data", body: `{"inputs":[{"name":"INPUT0","shape":[2,2],"datatype":"INT32","data":[[1,2],[3]]}]}`,
-			status: 400, reason: "ragged_data", want: []string{"'INPUT0'"}},
-		{name: "missing input", body: `{"inputs":[{"name":"INPUT0","shape":[1,16],"datatype":"INT32","data":` + jsonInts(good) + `}]}`,
-			status: 400, reason: "missing_input", want: []string{"'INPUT1'"}},
-		{name: "duplicate input", body: `{"inputs":[{"name":"A","shape":[1],"datatype":"INT32","data":[1]},{"name":"A","shape":[1],"datatype":"INT32","data":[1]}]}`,
-			status: 400, reason: "duplicate_input", want: []string{"'A'"}},
+		{
+			name: "unknown datatype", body: strings.Replace(simpleRequest(good, good), `"INT32"`, `"FP33"`, 1), status: 400,
+			reason: "invalid_datatype", want: []string{"'INPUT0'", "FP33"},
+		},
+		{
+			name: "float in INT32", body: strings.Replace(simpleRequest(good, good), `[0,1,2`, `[0,1.5,2`, 1), status: 400,
+			reason: "contents_datatype_mismatch", want: []string{"'INPUT0'", "element 1", "1.5", "INT32"},
+		},
+		{
+			name: "string in INT32", body: strings.Replace(simpleRequest(good, good), `[0,1,2`, `[0,"1",2`, 1), status: 400,
+			reason: "contents_datatype_mismatch", want: []string{"'INPUT0'", "element 1", "string"},
+		},
+		{
+			name: "INT32 out of range", body: strings.Replace(simpleRequest(good, good), `[0,1,2`, `[0,2147483648,2`, 1), status: 400,
+			reason: "value_out_of_range", want: []string{"'INPUT0'", "element 1", "2147483648"},
+		},
+		{
+			name: "wrong element count", body: strings.Replace(simpleRequest(seq(0, 15), good), `"shape":[1,15]`, `"shape":[1,16]`, 1),
+			status: 400, reason: "tensor_size_mismatch", want: []string{"input 'INPUT0': shape [1,16] needs 16 elements, got 15"},
+		},
+		{
+			name: "element count vs shape", body: strings.Replace(simpleRequest(good, good), `"shape":[1,16]`, `"shape":[1,17]`, 1),
+			status: 400, reason: "tensor_size_mismatch", want: []string{"input 'INPUT0': shape [1,17] needs 17 elements, got 16"},
+		},
+		{
+			name: "huge shape", body: strings.Replace(simpleRequest(good, good), `"shape":[1,16]`, `"shape":[1000000000000,1000000000000]`, 1),
+			status: 400, reason: "invalid_shape", want: []string{"'INPUT0'"},
+		},
+		{
+			name: "ragged data", body: `{"inputs":[{"name":"INPUT0","shape":[2,2],"datatype":"INT32","data":[[1,2],[3]]}]}`,
+			status: 400, reason: "ragged_data", want: []string{"'INPUT0'"},
+		},
+		{
+			name: "missing input", body: `{"inputs":[{"name":"INPUT0","shape":[1,16],"datatype":"INT32","data":` + jsonInts(good) + `}]}`,
+			status: 400, reason: "missing_input", want: []string{"'INPUT1'"},
+		},
+		{
+			name: "duplicate input", body: `{"inputs":[{"name":"A","shape":[1],"datatype":"INT32","data":[1]},{"name":"A","shape":[1],"datatype":"INT32","data":[1]}]}`,
+			status: 400, reason: "duplicate_input", want: []string{"'A'"},
+		},
 		{name: "no inputs", body: `{"id":"x"}`, status: 400, reason: "invalid_request", want: []string{"inputs"}},
-		{name: "unknown output", body: strings.Replace(simpleRequest(good, good), `"inputs"`, `"outputs":[{"name":"OUTPUT9"}],"inputs"`, 1),
-			status: 400, reason: "unknown_output", want: []string{"'OUTPUT9'"}},
-		{name: "classification", body: strings.Replace(simpleRequest(good, good), `"inputs"`, `"outputs":[{"name":"OUTPUT0","parameters":{"classification":3}}],"inputs"`, 1),
-			status: 400, reason: "unsupported_parameter", want: []string{"'OUTPUT0'", "classification"}},
-		{name: "binary size mismatch", body: string(body60), hdr: map[string]string{headerLength: strconv.Itoa(len(js60))},
-			status: 400, reason: "invalid_binary_size", want: []string{"input 'INPUT0': binary_data_size is 60 but shape [1,16] of INT32 needs 64 bytes"}},
-		{name: "binary data left over", body: string(append(append([]byte(nil), body60...), 1, 2, 3, 4, 5)),
+		{
+			name: "unknown output", body: strings.Replace(simpleRequest(good, good), `"inputs"`, `"outputs":[{"name":"OUTPUT9"}],"inputs"`, 1),
+			status: 400, reason: "unknown_output", want: []string{"'OUTPUT9'"},
+		},
+		{
+			name: "classification", body: strings.Replace(simpleRequest(good, good), `"inputs"`, `"outputs":[{"name":"OUTPUT0","parameters":{"classification":3}}],"inputs"`, 1),
+			status: 400, reason: "unsupported_parameter", want: []string{"'OUTPUT0'", "classification"},
+		},
+		{
+			name: "binary size mismatch", body: string(body60), hdr: map[string]string{headerLength: strconv.Itoa(len(js60))},
+			status: 400, reason: "invalid_binary_size", want: []string{"input 'INPUT0': binary_data_size is 60 but shape [1,16] of INT32 needs 64 bytes"},
+		},
+		{
+			name: "binary data left over", body: string(append(append([]byte(nil), body60...), 1, 2, 3, 4, 5)),
 			hdr:    map[string]string{headerLength: strconv.Itoa(len(js60))},
-			status: 400, reason: "invalid_binary_size", want: []string{"binary_data_size is 60"}},
-		{name: "header length beyond body", body: simpleRequest(good, good), hdr: map[string]string{headerLength: "100000"},
-			status: 400, reason: "invalid_header", want: []string{"Inference-Header-Content-Length is 100000"}},
-		{name: "header length not a number", body: simpleRequest(good, good), hdr: map[string]string{headerLength: "ten"},
-			status: 400, reason: "invalid_header", want: []string{"ten"}},
-		{name: "binary size without header", body: js60, status: 400, reason: "invalid_binary_size",
-			want: []string{"'INPUT0'", "Inference-Header-Content-Length"}},
+			status: 400, reason: "invalid_binary_size", want: []string{"binary_data_size is 60"},
+		},
+		{
+			name: "header length beyond body", body: simpleRequest(good, good), hdr: map[string]string{headerLength: "100000"},
+			status: 400, reason: "invalid_header", want: []string{"Inference-Header-Content-Length is 100000"},
+		},
+		{
+			name: "header length not a number", body: simpleRequest(good, good), hdr: map[string]string{headerLength: "ten"},
+			status: 400, reason: "invalid_header", want: []string{"ten"},
+		},
+		{
+			name: "binary size without header", body: js60, status: 400, reason: "invalid_binary_size",
+			want: []string{"'INPUT0'", "Inference-Header-Content-Length"},
+		},
 		{name: "unknown model", model: "nope", body: simpleRequest(good, good), status: 404, reason: "model_not_found", want: []string{"'nope'"}},
-		{name: "unsupported encoding", body: simpleRequest(good, good), hdr: map[string]string{"Content-Encoding": "br"},
-			status: 400, reason: "unsupported_content_encoding", want: []string{"br"}},
+		{
+			name: "unsupported encoding", body: simpleRequest(good, good), hdr: map[string]string{"Content-Encoding": "br"},
+			status: 400, reason: "unsupported_content_encoding", want: []string{"br"},
+		},
 		{name: "oversized body", body: `{"inputs":[` + strings.Repeat(" ", 1<<16) + `]}`, status: 413, reason: "body_too_large", want: []string{"65536"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

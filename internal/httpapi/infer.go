@@ -302,10 +302,9 @@ func (h *Handler) writeInferResponse(w http.ResponseWriter, r *http.Request, req
 	if resp.Model == "" {
 		resp.Model = ib.req.Model
 	}
-	isBinary := make([]bool, len(resp.Outputs))
+	isBinary := ib.binaryOutputs(resp.Outputs)
 	binBytes := 0
 	for i := range resp.Outputs {
-		isBinary[i] = ib.wantsBinary(resp.Outputs[i].Name)
 		if isBinary[i] {
 			binBytes += len(resp.Outputs[i].Data)
 		}

@@ -73,10 +73,11 @@ func (e *loadError) Error() string {
 
 func (e *loadError) Unwrap() error { return e.err }
 
-// reason is the text shown in the index: the cause without the model name,
-// on one line.
+// reason is the text shown in the index: the cause code, then the message
+// without the model name, on one line ("model_git_mismatch: git commit
+// mismatch: ..."), so operators can match on the code.
 func (e *loadError) reason() string {
-	return oneLine(e.err.Error())
+	return e.cause + ": " + oneLine(e.err.Error())
 }
 
 // clientError turns a load failure into the error the Load API returns.

@@ -196,7 +196,7 @@ func TestFailedReloadOfServingVersionKeepsIt(t *testing.T) {
 	h.m.pollOnce(t.Context())
 	got := entries(h, "m")
 	require.Len(t, got, 1)
-	require.Contains(t, got[0], "1 READY: reload failed, the previous load keeps serving: read model ")
+	require.Contains(t, got[0], "1 READY: reload failed, the previous load keeps serving: model_unreadable: read model ")
 	resp, err := h.infer(t.Context(), "m", "")
 	require.NoError(t, err)
 	require.Equal(t, int32(1000), servedAdd(t, resp))
@@ -252,10 +252,10 @@ func TestProvenance(t *testing.T) {
 		require.True(t, found, "a 'loading model' log line for parcel_eta")
 		require.InDelta(t, 1, testutil.ToFloat64(h.m.metrics.info.WithLabelValues("parcel_eta", "2", "2.1.0-a1b2c3d", commit)), 0)
 
-		require.Equal(t, []string{"1 UNAVAILABLE: " + filepath.Join(repo, "bad_json", "1", "model_config.json") + ":2:15: version must be a string, not a JSON number"}, entries(h, "bad_json"))
-		require.Equal(t, []string{"1 UNAVAILABLE: git commit mismatch: expected a1b2c3d, version has ffff0000"}, entries(h, "pinned"))
+		require.Equal(t, []string{"1 UNAVAILABLE: provenance_invalid: " + filepath.Join(repo, "bad_json", "1", "model_config.json") + ":2:15: version must be a string, not a JSON number"}, entries(h, "bad_json"))
+		require.Equal(t, []string{"1 UNAVAILABLE: model_git_mismatch: git commit mismatch: expected a1b2c3d, version has ffff0000"}, entries(h, "pinned"))
 		require.Equal(t, []string{"1 READY"}, entries(h, "pinned_ok"), "an abbreviated pin matches, case aside")
-		require.Equal(t, []string{"1 UNAVAILABLE: git commit mismatch: expected " + commit + ", version has none (model_config.json names no git_commit)"}, entries(h, "pinned_absent"))
+		require.Equal(t, []string{"1 UNAVAILABLE: model_git_mismatch: git commit mismatch: expected " + commit + ", version has none (model_config.json names no git_commit)"}, entries(h, "pinned_absent"))
 		require.InDelta(t, 2, testutil.ToFloat64(h.m.metrics.loadFailures.WithLabelValues("pinned", causeGitMismatch))+
 			testutil.ToFloat64(h.m.metrics.loadFailures.WithLabelValues("pinned_absent", causeGitMismatch)), 0)
 	})

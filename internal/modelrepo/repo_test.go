@@ -79,7 +79,7 @@ func TestSpecificPolicyNamingAMissingVersion(t *testing.T) {
 	h.start(t)
 	require.Equal(t, []string{
 		"1 READY",
-		"5 UNAVAILABLE: version 5 is named by version_policy but has no folder in " + filepath.Join(repo, "m"),
+		"5 UNAVAILABLE: no_versions: version 5 is named by version_policy but has no folder in " + filepath.Join(repo, "m"),
 	}, entries(h, "m"))
 }
 
@@ -125,10 +125,10 @@ func TestAutoCompleteAndStrictConfig(t *testing.T) {
 	t.Run("strict", func(t *testing.T) {
 		h := newHarness(t, Options{Repositories: []string{repo}, StrictConfig: true})
 		h.start(t)
-		require.Equal(t, []string{" UNAVAILABLE: " + filepath.Join(repo, "bare", "config.pbtxt") + " is missing (required with --strict-model-config)"}, entries(h, "bare"))
+		require.Equal(t, []string{" UNAVAILABLE: config_invalid: " + filepath.Join(repo, "bare", "config.pbtxt") + " is missing (required with --strict-model-config)"}, entries(h, "bare"))
 		got := entries(h, "partial")
 		require.Len(t, got, 1)
-		require.Contains(t, got[0], "UNAVAILABLE: config.pbtxt sets neither backend nor platform")
+		require.Contains(t, got[0], "UNAVAILABLE: backend_unknown: config.pbtxt sets neither backend nor platform")
 		require.Equal(t, []string{"1 READY"}, entries(h, "complete"))
 		_, err := h.infer(t.Context(), "bare", "")
 		requireInferError(t, err, infer.KindUnavailable, ReasonModelNotReady, "model 'bare' is UNAVAILABLE: ")
@@ -149,7 +149,7 @@ func TestExitOnError(t *testing.T) {
 		require.Equal(t, []string{"1 READY"}, entries(h, "good"))
 		bad := entries(h, "bad")
 		require.Len(t, bad, 1)
-		require.Contains(t, bad[0], "1 UNAVAILABLE: read model "+filepath.Join(repo, "bad", "1", "model.fake")+": not a fake model")
+		require.Contains(t, bad[0], "1 UNAVAILABLE: model_unreadable: read model "+filepath.Join(repo, "bad", "1", "model.fake")+": not a fake model")
 		_, err := h.infer(t.Context(), "good", "")
 		require.NoError(t, err)
 		require.True(t, h.m.Live())
@@ -172,7 +172,7 @@ func TestDuplicateModelAcrossRepositories(t *testing.T) {
 	writeFiles(t, b, map[string]string{"m/config.pbtxt": fakeConfig(""), "m/1/model.fake": fakeFile(2), "n/1/model.fake": fakeFile(3)})
 	h := newHarness(t, Options{Repositories: []string{a, b}})
 	h.start(t)
-	require.Equal(t, []string{fmt.Sprintf(" UNAVAILABLE: model 'm' is in more than one model repository (%s, %s); remove all but one", a, b)}, entries(h, "m"))
+	require.Equal(t, []string{fmt.Sprintf(" UNAVAILABLE: duplicate_model: model 'm' is in more than one model repository (%s, %s); remove all but one", a, b)}, entries(h, "m"))
 	require.Equal(t, []string{"1 READY"}, entries(h, "n"))
 }
 
@@ -372,6 +372,6 @@ model_warmup [
 	got := entries(h, "m")
 	require.Len(t, got, 2)
 	require.Equal(t, "1 READY", got[0])
-	require.Contains(t, got[1], "2 UNAVAILABLE: warm-up sample 'file': input 'IN': input_data_file in.bin")
+	require.Contains(t, got[1], "2 UNAVAILABLE: warmup_failed: warm-up sample 'file': input 'IN': input_data_file in.bin")
 	require.Equal(t, int64(5), h.fake.executions.Load(), "v1: 3 zero samples, 1 random and 1 from the file; v2: none, its file is refused before any run")
 }
