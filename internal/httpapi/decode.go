@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/sluice-ml/sluice/internal/infer"
@@ -88,10 +89,8 @@ func (s *nameSet) add(name string) bool {
 		s.m[name] = struct{}{}
 		return true
 	}
-	for _, n := range s.list {
-		if n == name {
-			return false
-		}
+	if slices.Contains(s.list, name) {
+		return false
 	}
 	s.list = append(s.list, name)
 	if len(s.list) > smallSet {
@@ -543,13 +542,13 @@ func (d *decoder) readData(t *inputState) error {
 			if leafDepth >= 0 && depth >= leafDepth {
 				return invalidf(reasonRaggedData, "%s: element %d: nested arrays mix numbers and arrays at one level", t.label(), count)
 			}
-			if depth == maxDepth {
+			if depth+1 >= len(counts) {
 				return s.syntaxError("nesting deeper than %d levels", maxDepth)
 			}
 			s.pos++
 			depth++
 			maxOpened = max(maxOpened, depth)
-			counts[depth] = 0
+			counts[depth] = 0 //nolint:gosec // G602: depth < len(counts), checked just above
 			justOpened = true
 			continue
 		}
@@ -642,11 +641,18 @@ func (d *decoder) appendElement(out []byte, t *inputState, idx int) ([]byte, err
 		out = appendUnescaped(out, raw)
 		binary.LittleEndian.PutUint32(out[at:], uint32(len(out)-at-4))
 		return out, nil
+	default:
+		return d.appendNumber(out, t, idx, c)
 	}
+}
+
+// appendNumber parses one number element of a numeric t.dt; c is its first
+// byte.
+func (d *decoder) appendNumber(out []byte, t *inputState, idx int, c byte) ([]byte, error) {
 	if c != '-' && (c < '0' || c > '9') {
 		return nil, d.typeError(t, idx, c, "a number")
 	}
-	tok, integer, err := s.readNumber()
+	tok, integer, err := d.s.readNumber()
 	if err != nil {
 		return nil, err
 	}
@@ -679,8 +685,9 @@ func (d *decoder) appendElement(out []byte, t *inputState, idx int) ([]byte, err
 			return nil, d.rangeError(t, idx, tok)
 		}
 		return binary.LittleEndian.AppendUint16(out, h), nil
+	default:
+		return d.appendInteger(out, t, idx, tok, integer)
 	}
-	return d.appendInteger(out, t, idx, tok, integer)
 }
 
 // intBits is the width of each integer data type.

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -15,6 +16,9 @@ import (
 // isBinary entry is true get a binary_data_size parameter and no "data";
 // the caller sends their bytes after the JSON, in output order.
 func appendInferResponse(dst []byte, resp *infer.Response, isBinary []bool) ([]byte, error) {
+	if len(isBinary) != len(resp.Outputs) {
+		return nil, infer.Errorf(infer.KindInternal, reasonInternal, "%d binary flags for %d outputs", len(isBinary), len(resp.Outputs))
+	}
 	dst = append(dst, `{"model_name":`...)
 	dst = appendJSONStringS(dst, resp.Model)
 	dst = append(dst, `,"model_version":`...)
@@ -29,7 +33,7 @@ func appendInferResponse(dst []byte, resp *infer.Response, isBinary []bool) ([]b
 		}
 	}
 	dst = append(dst, `,"outputs":[`...)
-	for i := range resp.Outputs {
+	for i, bin := range isBinary {
 		t := &resp.Outputs[i]
 		if i > 0 {
 			dst = append(dst, ',')
@@ -49,14 +53,11 @@ func appendInferResponse(dst []byte, resp *infer.Response, isBinary []bool) ([]b
 			dst = strconv.AppendInt(dst, d, 10)
 		}
 		dst = append(dst, ']')
-		bin := isBinary[i]
 		if bin || len(t.Parameters) > 0 {
 			params := t.Parameters
 			if bin {
 				params = make(infer.Parameters, len(t.Parameters)+1)
-				for k, v := range t.Parameters {
-					params[k] = v
-				}
+				maps.Copy(params, t.Parameters)
 				params[paramBinaryDataSize] = int64(len(t.Data))
 			}
 			var err error

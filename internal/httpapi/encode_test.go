@@ -177,8 +177,9 @@ func finiteElement(dt infer.DataType, b []byte) bool {
 		return finite(float64(math.Float32frombits(binary.LittleEndian.Uint32(b))))
 	case infer.FP64:
 		return finite(math.Float64frombits(binary.LittleEndian.Uint64(b)))
+	default:
+		return true
 	}
-	return true
 }
 
 // TestResponseRequestRoundTrip encodes random tensors of every datatype as

@@ -42,8 +42,7 @@ const (
 // statusOf maps an error to its HTTP status and reason code. This is the
 // only place a domain error Kind becomes an HTTP status.
 func statusOf(err error) (int, string) {
-	var ie *infer.Error
-	if errors.As(err, &ie) {
+	if ie, ok := errors.AsType[*infer.Error](err); ok {
 		reason := ie.Reason
 		if reason == "" {
 			reason = reasonInternal
@@ -68,9 +67,8 @@ func statusOf(err error) (int, string) {
 			return http.StatusInternalServerError, reason
 		}
 	}
-	var mbe *http.MaxBytesError
 	switch {
-	case errors.As(err, &mbe):
+	case isMaxBytes(err):
 		return http.StatusRequestEntityTooLarge, reasonBodyTooLarge
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout, reasonDeadlineExceeded
@@ -80,6 +78,12 @@ func statusOf(err error) (int, string) {
 		return http.StatusBadRequest, reasonCanceled
 	}
 	return http.StatusInternalServerError, reasonInternal
+}
+
+// isMaxBytes reports whether err comes from http.MaxBytesReader.
+func isMaxBytes(err error) bool {
+	_, ok := errors.AsType[*http.MaxBytesError](err)
+	return ok
 }
 
 // invalidf builds a KindInvalid domain error.
@@ -118,5 +122,5 @@ func writeErrorBody(w http.ResponseWriter, code int, reason, msg string) {
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Del("Content-Length")
 	w.WriteHeader(code)
-	_, _ = w.Write(b)
+	_, _ = w.Write(b) //nolint:gosec // G705: a JSON body sent as application/json with nosniff, not HTML
 }

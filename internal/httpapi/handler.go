@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -84,7 +85,8 @@ func New(models Models, opts Options, logger *slog.Logger, reg prometheus.Regist
 		}
 		meta = appendJSONStringS(meta, e)
 	}
-	h.serverMeta = append(meta, "]}"...)
+	meta = append(meta, "]}"...)
+	h.serverMeta = meta
 	h.routes()
 	return h
 }
@@ -115,7 +117,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &statusWriter{ResponseWriter: w, r: r}
 	defer func() {
 		if p := recover(); p != nil {
-			if p == http.ErrAbortHandler {
+			if err, ok := p.(error); ok && errors.Is(err, http.ErrAbortHandler) {
 				panic(p) // net/http's way to abort a response; let it through
 			}
 			h.logger.Error("handler panicked", "method", r.Method, "path", r.URL.Path,
@@ -209,7 +211,7 @@ func writeJSON(w http.ResponseWriter, body []byte) {
 	hdr.Set("Content-Type", "application/json")
 	hdr.Set("Content-Length", itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(body)
+	_, _ = w.Write(body) //nolint:gosec // G705: a JSON body sent as application/json, not HTML
 }
 
 // writeJSONValue marshals v with encoding/json (used off the inference

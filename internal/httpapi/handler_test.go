@@ -583,6 +583,7 @@ func TestInferModelErrors(t *testing.T) {
 		{"deadline", fmt.Errorf("run: %w", context.DeadlineExceeded), 504, "deadline_exceeded"},
 		{"canceled", context.Canceled, 400, "canceled"},
 		{"plain error", fmt.Errorf("boom"), 500, "internal"},
+		{"no response and no error", nil, 500, "internal"},
 		{"unavailable", infer.Errorf(infer.KindUnavailable, "model_not_ready", "model 'simple' is LOADING"), 503, "model_not_ready"},
 		{"exhausted", infer.Errorf(infer.KindResourceExhausted, "queue_full", "queue of model 'simple' is full"), 429, "queue_full"},
 		{"conflict", infer.Errorf(infer.KindConflict, "busy", "busy"), 409, "busy"},
@@ -704,7 +705,7 @@ func TestOverHTTP(t *testing.T) {
 		},
 		"parameters": map[string]any{"binary_data_output": true},
 	}, int32Bytes(seq(0, 16)), int32Bytes(seq(0, 16)))
-	req, err := http.NewRequestWithContext(t.Context(), "POST", srv.URL+"/v2/models/simple/infer", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/v2/models/simple/infer", bytes.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set(headerLength, strconv.Itoa(hl))
 	resp, err := srv.Client().Do(req)
@@ -726,7 +727,7 @@ func TestOverHTTP(t *testing.T) {
 
 	// An oversized body over a real connection: 413, JSON.
 	big := bytes.Repeat([]byte(" "), 1<<17)
-	req, err = http.NewRequestWithContext(t.Context(), "POST", srv.URL+"/v2/models/simple/infer", bytes.NewReader(big))
+	req, err = http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/v2/models/simple/infer", bytes.NewReader(big))
 	require.NoError(t, err)
 	resp2, err := srv.Client().Do(req)
 	require.NoError(t, err)

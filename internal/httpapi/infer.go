@@ -37,6 +37,9 @@ func (h *Handler) handleInfer(w http.ResponseWriter, r *http.Request) {
 	}
 	ib.req.Model, ib.req.Version = name, version
 	resp, err := h.models.Infer(ctx, &ib.req)
+	if err == nil && resp == nil {
+		err = infer.Errorf(infer.KindInternal, reasonInternal, "model '%s' returned no response", name)
+	}
 	if err != nil {
 		h.writeError(w, r, requestID, err)
 		return
@@ -121,8 +124,7 @@ func bodyTooLarge(limit int64) error {
 // bodyReadError classifies an error met while reading (and perhaps
 // decompressing, enc != "") the body.
 func bodyReadError(err error, limit int64, enc string) error {
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
+	if isMaxBytes(err) {
 		return bodyTooLarge(limit)
 	}
 	if enc != "" {
@@ -151,6 +153,9 @@ func (h *Handler) decodeInfer(ctx context.Context, hdr, name, version string, bo
 	md, err := h.models.Metadata(ctx, name, version)
 	if err != nil {
 		return nil, err
+	}
+	if md == nil {
+		return nil, infer.Errorf(infer.KindInternal, reasonInternal, "model '%s' has no metadata", name)
 	}
 	cfg, err := h.models.Config(ctx, name, version)
 	if err != nil {

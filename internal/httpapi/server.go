@@ -24,15 +24,20 @@ const (
 type ServerOptions struct {
 	// Addr is the listen address for ListenAndServe; callers that pass
 	// their own listener to Serve can leave it empty.
-	Addr              string
+	Addr string
+	// ReadHeaderTimeout default DefaultReadHeaderTimeout (10s).
 	ReadHeaderTimeout time.Duration
-	ReadTimeout       time.Duration
+	// ReadTimeout default DefaultReadTimeout (60s).
+	ReadTimeout time.Duration
 	// WriteTimeout bounds the time from the end of reading the request
 	// headers to the end of the response. It is off by default, because an
 	// inference may legitimately queue and run for long; per-request
 	// deadlines belong to the scheduler's timeout parameter.
-	WriteTimeout   time.Duration
-	IdleTimeout    time.Duration
+	WriteTimeout time.Duration
+	// IdleTimeout default DefaultIdleTimeout (120s).
+	IdleTimeout time.Duration
+	// MaxHeaderBytes default DefaultMaxHeaderBytes (1 MiB); <= 0 takes
+	// the default.
 	MaxHeaderBytes int
 }
 

@@ -116,7 +116,7 @@ func fmtRatio(num, den float64) string {
 	case r >= 0.1:
 		return fmt.Sprintf("%.2f×", r)
 	default:
-		return fmt.Sprintf("%.3f×", r)
+		return fmt.Sprintf("%.2g×", r)
 	}
 }
 
@@ -259,6 +259,17 @@ func renderMarkdown(rep *report) string {
 		"stack is usually deployed).\n", c.PeerDesc)
 	b.WriteString("- Closed loop under-reports tail latency at saturation (a slow answer delays the next send); " +
 		"use the open-loop table for latency at a rate.\n")
+	if busy := busyNote(rep); busy != "" {
+		fmt.Fprintf(&b, "- %s\n", busy)
+	}
+	for i, m := range rep.Batch1 {
+		if m.Open != nil {
+			if lag := percentile(m.Open.Lag, 0.99); lag > lagLimit {
+				fmt.Fprintf(&b, "- Open-loop row %d (%s, %s): the load generator ran %s late at p99, so it was starved "+
+					"of CPU during this cell; treat the row as unreliable.\n", i+1, m.T.Row, m.T.Transport, fmtDur(lag)+" ms")
+			}
+		}
+	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(&b, "- %s\n", oneLine(n))
 	}
@@ -280,4 +291,28 @@ func oneLine(s string) string {
 		s = s[:300] + "…"
 	}
 	return s
+}
+
+// lagLimit is the generator lag above which an open-loop cell is flagged:
+// well beyond timer granularity, so the harness itself was starved.
+const lagLimit = 10 * time.Millisecond
+
+// busyNote warns when the load average shows more runnable work than cores
+// at the start or end of the run.
+func busyNote(rep *report) string {
+	worst := 0.0
+	for _, la := range []string{rep.LoadStart, rep.LoadEnd} {
+		f := strings.Fields(la)
+		if len(f) == 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+			worst = max(worst, v)
+		}
+	}
+	if rep.Machine.CPUs <= 0 || worst <= float64(rep.Machine.CPUs) {
+		return ""
+	}
+	return fmt.Sprintf("The machine was busy: the 1-minute load average reached %.1f on %d cores (other jobs were running), "+
+		"so absolute numbers are depressed and noisier than usual; ratios are still same-run comparisons.", worst, rep.Machine.CPUs)
 }

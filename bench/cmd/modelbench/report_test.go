@@ -26,6 +26,8 @@ func TestRenderMarkdownRatiosAgainstPeer(t *testing.T) {
 		},
 		Startup:   []time.Duration{100 * time.Millisecond, 300 * time.Millisecond},
 		StartErrs: []string{"server exited before ready"},
+		LoadStart: "0.50 0.40 0.30",
+		LoadEnd:   "1.00 0.90 0.80",
 	}
 	md := renderMarkdown(rep)
 	row := lineWith(t, md, "| 1 | Sluice | HTTP JSON |")
@@ -40,6 +42,43 @@ func TestRenderMarkdownRatiosAgainstPeer(t *testing.T) {
 	require.Contains(t, start, "| 200 | 300 |", "median and max of the successful runs")
 	require.Contains(t, start, "meets")
 	require.Contains(t, md, "- failed run: server exited before ready")
+	require.NotContains(t, md, "The machine was busy", "load below the core count")
+	require.NotContains(t, md, "unreliable")
+}
+
+func TestRenderMarkdownFlagsBusyMachineAndStarvedGenerator(t *testing.T) {
+	open := cell(10, time.Second, time.Millisecond)
+	open.Lag = []time.Duration{time.Millisecond, 500 * time.Millisecond}
+	rep := &report{
+		Cfg:       config{Model: "m", Workers: 8, Rate: 500},
+		Machine:   machineInfo{CPUs: 2},
+		LoadStart: "1.50 1.00 1.00",
+		LoadEnd:   "6.25 3.00 1.00",
+		Batch1:    []measured{{T: &target{Row: "Sluice", Transport: "gRPC", Batch: 1}, Closed: cell(10, time.Second, time.Millisecond), Open: open}},
+	}
+	md := renderMarkdown(rep)
+	require.Contains(t, md, "load average reached 6.2 on 2 cores")
+	require.Contains(t, md, "Open-loop row 1 (Sluice, gRPC)")
+	require.Contains(t, lineWith(t, md, "| 1 | Sluice | gRPC | 500 |"), "| 500 |", "generator lag p99 column")
+}
+
+func TestFmtRatio(t *testing.T) {
+	tests := []struct {
+		num, den float64
+		want     string
+	}{
+		{43.2, 1, "43×"},
+		{7.9, 1, "7.90×"},
+		{0.24, 1, "0.24×"},
+		{0.00027, 1, "0.00027×"},
+		{1, 0, "n/a"},
+		{0, 1, "n/a"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			require.Equal(t, tt.want, fmtRatio(tt.num, tt.den))
+		})
+	}
 }
 
 func TestRenderMarkdownWithoutPeer(t *testing.T) {
