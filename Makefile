@@ -47,8 +47,8 @@ models: ## regenerate examples/models with Debian's torch (slow; results are com
 bench: deps build ## run the benchmark harness; results land in bench/results/
 	@bench/run.sh
 
-demo: deps build ## run the whole chain on the embedded default
-	$(BIN) serve --model-repository examples/models
+demo: deps build ## run the whole chain on the embedded default (today: the model server) and show a few calls
+	@scripts/demo.sh
 
 clean:
 	rm -rf bin

@@ -32,8 +32,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	var ee *exitError
-	if errors.As(err, &ee) {
+	if ee, ok := errors.AsType[*exitError](err); ok {
 		if ee.err != nil && ee.err.Error() != "" {
 			fmt.Fprintln(stderr, "sluice:", ee.err)
 		}

@@ -23,7 +23,7 @@ func newRepoCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+			logger := slog.New(slog.DiscardHandler)
 			backends, closeBackends, err := newBackends(settings, logger)
 			if err != nil {
 				return err

@@ -179,7 +179,8 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	models := &drainingModels{Manager: mgr}
 
 	listen := func(port int) (net.Listener, error) {
-		return net.Listen("tcp", net.JoinHostPort(f.address, strconv.Itoa(port)))
+		var lc net.ListenConfig
+		return lc.Listen(ctx, "tcp", net.JoinHostPort(f.address, strconv.Itoa(port)))
 	}
 	httpLn, err := listen(f.httpPort)
 	if err != nil {
@@ -189,7 +190,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	if err != nil {
 		return fmt.Errorf("listen grpc: %w", err)
 	}
-	metrics, err := telemetry.NewMetricsServer(net.JoinHostPort(f.address, strconv.Itoa(f.metricsPort)), reg, logger)
+	metrics, err := telemetry.NewMetricsServer(ctx, net.JoinHostPort(f.address, strconv.Itoa(f.metricsPort)), reg, logger)
 	if err != nil {
 		return err
 	}

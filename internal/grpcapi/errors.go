@@ -60,8 +60,7 @@ func classify(err error) (codes.Code, string) {
 	if err == nil {
 		return codes.OK, ""
 	}
-	var ie *infer.Error
-	if errors.As(err, &ie) {
+	if ie, ok := errors.AsType[*infer.Error](err); ok {
 		code, ok := kindCodes[ie.Kind]
 		if !ok {
 			code = codes.Internal
@@ -90,8 +89,7 @@ func toStatus(err error) error {
 	if err == nil {
 		return nil
 	}
-	var ie *infer.Error
-	if !errors.As(err, &ie) {
+	if _, ok := errors.AsType[*infer.Error](err); !ok {
 		if _, ok := status.FromError(err); ok {
 			return err // already a status, e.g. from grpc itself
 		}

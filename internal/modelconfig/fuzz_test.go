@@ -21,7 +21,7 @@ func FuzzParse(f *testing.F) {
 		}
 		_ = src.Pos("input[0].dims[0]")
 		if err != nil {
-			var ps Problems
+			var ps Errors
 			if !errors.As(err, &ps) || len(ps) == 0 {
 				t.Fatalf("parse error is not a list of problems: %v", err)
 			}

@@ -24,7 +24,7 @@ func load(t *testing.T, path string) (*inferencepb.ModelConfig, []string) {
 	require.NoError(t, err)
 	cfg, src, err := Parse("config.pbtxt", data)
 	if err != nil {
-		var ps Problems
+		var ps Errors
 		require.ErrorAs(t, err, &ps)
 		return nil, lines(ps)
 	}
@@ -32,7 +32,7 @@ func load(t *testing.T, path string) (*inferencepb.ModelConfig, []string) {
 	return cfg, lines(Validate(cfg, src))
 }
 
-func lines(ps Problems) []string {
+func lines(ps Errors) []string {
 	out := make([]string, len(ps))
 	for i, p := range ps {
 		out[i] = p.Error()
@@ -132,13 +132,13 @@ func TestPositionAndProblems(t *testing.T) {
 	require.Equal(t, "c.pbtxt:3:7", Position{File: "c.pbtxt", Line: 3, Col: 7}.String())
 	require.Equal(t, "c.pbtxt:3", Position{File: "c.pbtxt", Line: 3}.String())
 	require.Equal(t, "c.pbtxt", Position{File: "c.pbtxt"}.String())
-	require.Equal(t, "bad", Problem{Msg: "bad"}.Error())
+	require.Equal(t, "bad", Error{Msg: "bad"}.Error())
 
 	var src *Source
 	require.Equal(t, Position{}, src.Pos("input[0]"))
 
-	require.NoError(t, Problems(nil).Err())
-	ps := Problems{
+	require.NoError(t, Errors(nil).Err())
+	ps := Errors{
 		{Pos: Position{File: "a", Line: 1, Col: 2}, Msg: "first"},
 		{Pos: Position{File: "a", Line: 5, Col: 1}, Msg: "second"},
 	}
@@ -148,7 +148,7 @@ func TestPositionAndProblems(t *testing.T) {
 	require.ErrorAs(t, err, &ie)
 	require.Equal(t, infer.KindInvalid, ie.Kind)
 	require.Equal(t, ReasonInvalidConfig, ie.Reason)
-	var got Problems
+	var got Errors
 	require.True(t, errors.As(err, &got))
 	require.Equal(t, ps, got)
 }
@@ -214,7 +214,7 @@ func TestParseReportsLaterErrorsWithStablePositions(t *testing.T) {
 	// error on the same line, even with multi-byte characters before it.
 	in := "name: \"é\" bogus: \"ü\" other: 1\n"
 	_, _, err := Parse("c.pbtxt", []byte(in))
-	var ps Problems
+	var ps Errors
 	require.ErrorAs(t, err, &ps)
 	require.Len(t, ps, 2)
 	require.Equal(t, `c.pbtxt:1:11: unknown field "bogus" in inference.ModelConfig`, ps[0].Error())

@@ -24,7 +24,7 @@ const maxParseProblems = 20
 
 // Parse decodes a config.pbtxt. file names the file in positions. Unknown
 // fields, values of the wrong type and syntax errors come back as an error
-// from Problems.Err, each with its line and column; Parse reports as many
+// from Errors.Err, each with its line and column; Parse reports as many
 // of them as it can by setting aside each offending field and parsing
 // again. The Source is returned even when parsing fails.
 func Parse(file string, data []byte) (*inferencepb.ModelConfig, *Source, error) {
@@ -42,14 +42,14 @@ var textErrRE = regexp.MustCompile(`(?s)^(.*?)\(line (\d+):(\d+)\): (.*)$`)
 
 // parseProblems turns a prototext error into problems and keeps going by
 // blanking the offending field (offsets stay the same) and parsing again.
-func parseProblems(orig []byte, src *Source, err error) Problems {
-	var ps Problems
+func parseProblems(orig []byte, src *Source, err error) Errors {
+	var ps Errors
 	work := bytes.Clone(orig)
 	blanked := map[int]bool{}
 	for len(ps) < maxParseProblems {
 		m := textErrRE.FindStringSubmatch(err.Error())
 		if m == nil {
-			ps = append(ps, Problem{Pos: Position{File: src.file}, Msg: cleanTextMsg(err.Error())})
+			ps = append(ps, Error{Pos: Position{File: src.file}, Msg: cleanTextMsg(err.Error())})
 			return ps
 		}
 		line, _ := strconv.Atoi(m[2])
@@ -59,11 +59,11 @@ func parseProblems(orig []byte, src *Source, err error) Problems {
 		line, col = c.at(off)
 		pos := Position{File: src.file, Line: line, Col: col}
 		if strings.Contains(m[1], "syntax error") {
-			ps = append(ps, Problem{Pos: pos, Msg: "syntax error: " + m[4]})
+			ps = append(ps, Error{Pos: pos, Msg: "syntax error: " + m[4]})
 			return ps
 		}
 		sp, found := src.span(off)
-		ps = append(ps, Problem{Pos: pos, Msg: describeTextErr(m[4], sp, found)})
+		ps = append(ps, Error{Pos: pos, Msg: describeTextErr(m[4], sp, found)})
 		if !found || blanked[sp.start] {
 			return ps
 		}

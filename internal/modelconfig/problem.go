@@ -34,27 +34,28 @@ func (p Position) String() string {
 	return p.File + ":" + s
 }
 
-// Problem is one error in a model configuration.
-type Problem struct {
+// Error is one problem in a model configuration (or a model repository),
+// with where it was found.
+type Error struct {
 	Pos Position
 	Msg string
 }
 
 // Error formats the problem as "file:line:col: msg".
-func (p Problem) Error() string {
+func (p Error) Error() string {
 	if pos := p.Pos.String(); pos != "" {
 		return pos + ": " + p.Msg
 	}
 	return p.Msg
 }
 
-// Problems is every error found in one configuration, in the order found.
+// Errors is every problem found in one configuration, in the order found.
 // It is itself an error, so callers can recover the list with errors.As
 // from the error Err returns.
-type Problems []Problem
+type Errors []Error
 
 // Error lists the problems, one a line.
-func (ps Problems) Error() string {
+func (ps Errors) Error() string {
 	lines := make([]string, len(ps))
 	for i, p := range ps {
 		lines[i] = p.Error()
@@ -65,7 +66,7 @@ func (ps Problems) Error() string {
 // Err returns nil when ps is empty, else an *infer.Error of kind
 // KindInvalid and reason ReasonInvalidConfig that wraps ps and lists every
 // problem, one a line.
-func (ps Problems) Err() error {
+func (ps Errors) Err() error {
 	if len(ps) == 0 {
 		return nil
 	}

@@ -139,11 +139,11 @@ func lex(data []byte) []token {
 	i := 0
 	for i < len(data) {
 		b := data[i]
-		switch {
-		case b == ' ' || b == '\t' || b == '\n' || b == '\r' || b == '\v' || b == '\f':
+		switch b {
+		case ' ', '\t', '\n', '\r', '\v', '\f':
 			i++
 			continue
-		case b == '#':
+		case '#':
 			for i < len(data) && data[i] != '\n' {
 				i++
 			}

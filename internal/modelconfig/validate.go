@@ -25,17 +25,17 @@ const (
 type validator struct {
 	cfg *inferencepb.ModelConfig
 	src *Source
-	ps  Problems
+	ps  Errors
 }
 
 func (v *validator) add(path, format string, args ...any) {
-	v.ps = append(v.ps, Problem{Pos: v.src.Pos(path), Msg: fmt.Sprintf(format, args...)})
+	v.ps = append(v.ps, Error{Pos: v.src.Pos(path), Msg: fmt.Sprintf(format, args...)})
 }
 
 // Validate checks a configuration on its own (after ApplyDefaults and
 // AutoComplete) and reports every problem found, each at the position of
 // the offending field in src (which may be nil).
-func Validate(cfg *inferencepb.ModelConfig, src *Source) Problems {
+func Validate(cfg *inferencepb.ModelConfig, src *Source) Errors {
 	v := &validator{cfg: cfg, src: src}
 	if cfg == nil {
 		v.add("", "model configuration is empty")
@@ -59,8 +59,8 @@ func Validate(cfg *inferencepb.ModelConfig, src *Source) Problems {
 
 // sorted orders the problems by position in the file, those without a
 // position last, keeping the order found among equals.
-func (v *validator) sorted() Problems {
-	slices.SortStableFunc(v.ps, func(a, b Problem) int {
+func (v *validator) sorted() Errors {
+	slices.SortStableFunc(v.ps, func(a, b Error) int {
 		ka, kb := a.Pos.Line, b.Pos.Line
 		if ka <= 0 {
 			ka = math.MaxInt
@@ -396,7 +396,7 @@ func (v *validator) warmup() {
 // tensor exists with the same data type and compatible dims, the model's
 // first dimension is variable when max_batch_size > 0, and every model
 // input is listed.
-func ValidateSignature(cfg *inferencepb.ModelConfig, sig infer.Signature, src *Source) Problems {
+func ValidateSignature(cfg *inferencepb.ModelConfig, sig infer.Signature, src *Source) Errors {
 	v := &validator{cfg: cfg, src: src}
 	if cfg == nil {
 		v.add("", "model configuration is empty")

@@ -25,18 +25,18 @@ import (
 // problem found, in repository, model and version order, each with the
 // file and, where it has one, the line and column. It builds no instances.
 // An empty result means the repositories would load.
-func Check(ctx context.Context, repos []string, backends *backend.Registry, strict bool) []modelconfig.Problem {
-	var ps []modelconfig.Problem
+func Check(ctx context.Context, repos []string, backends *backend.Registry, strict bool) []modelconfig.Error {
+	var ps []modelconfig.Error
 	where := map[string][]string{}
 	var order []string
 	for _, repo := range repos {
 		names, err := listRepository(repo)
 		if err != nil {
-			ps = append(ps, modelconfig.Problem{Pos: modelconfig.Position{File: repo}, Msg: fmt.Sprintf("read model repository: %v", err)})
+			ps = append(ps, modelconfig.Error{Pos: modelconfig.Position{File: repo}, Msg: fmt.Sprintf("read model repository: %v", err)})
 			continue
 		}
 		if len(names) == 0 {
-			ps = append(ps, modelconfig.Problem{Pos: modelconfig.Position{File: repo}, Msg: "model repository holds no model folder"})
+			ps = append(ps, modelconfig.Error{Pos: modelconfig.Position{File: repo}, Msg: "model repository holds no model folder"})
 		}
 		for _, n := range names {
 			if where[n] == nil {
@@ -48,7 +48,7 @@ func Check(ctx context.Context, repos []string, backends *backend.Registry, stri
 	for _, name := range order {
 		rs := where[name]
 		if len(rs) > 1 {
-			ps = append(ps, modelconfig.Problem{Pos: modelconfig.Position{File: filepath.Join(rs[1], name)},
+			ps = append(ps, modelconfig.Error{Pos: modelconfig.Position{File: filepath.Join(rs[1], name)},
 				Msg: fmt.Sprintf("model '%s' is in more than one model repository (%s)", name, strings.Join(rs, ", "))})
 		}
 		for _, repo := range rs {
@@ -59,10 +59,10 @@ func Check(ctx context.Context, repos []string, backends *backend.Registry, stri
 }
 
 // checkModel lists the problems of one model folder.
-func checkModel(ctx context.Context, dir, name string, backends *backend.Registry, strict bool) modelconfig.Problems {
-	var ps modelconfig.Problems
+func checkModel(ctx context.Context, dir, name string, backends *backend.Registry, strict bool) modelconfig.Errors {
+	var ps modelconfig.Errors
 	seen := map[string]bool{}
-	add := func(more ...modelconfig.Problem) {
+	add := func(more ...modelconfig.Error) {
 		for _, p := range more {
 			p.Msg = strings.TrimSpace(p.Msg)
 			if k := p.Error(); !seen[k] {
@@ -72,7 +72,7 @@ func checkModel(ctx context.Context, dir, name string, backends *backend.Registr
 		}
 	}
 	at := func(file, format string, args ...any) {
-		add(modelconfig.Problem{Pos: modelconfig.Position{File: file}, Msg: fmt.Sprintf(format, args...)})
+		add(modelconfig.Error{Pos: modelconfig.Position{File: file}, Msg: fmt.Sprintf(format, args...)})
 	}
 
 	cfgPath := filepath.Join(dir, configFile)
@@ -100,7 +100,7 @@ func checkModel(ctx context.Context, dir, name string, backends *backend.Registr
 		cfg, src = c, s
 	}
 	if n := cfg.GetName(); n != "" && n != name {
-		add(modelconfig.Problem{Pos: src.Pos("name"), Msg: fmt.Sprintf("name '%s' does not match the model folder '%s'", n, name)})
+		add(modelconfig.Error{Pos: src.Pos("name"), Msg: fmt.Sprintf("name '%s' does not match the model folder '%s'", n, name)})
 	}
 	modelconfig.ApplyDefaults(cfg, name)
 
@@ -111,7 +111,7 @@ func checkModel(ctx context.Context, dir, name string, backends *backend.Registr
 	}
 	versions, missing := selectVersions(cfg.GetVersionPolicy(), avail)
 	for _, v := range missing {
-		add(modelconfig.Problem{Pos: src.Pos("version_policy"), Msg: fmt.Sprintf("version %d is named by version_policy but has no folder", v)})
+		add(modelconfig.Error{Pos: src.Pos("version_policy"), Msg: fmt.Sprintf("version %d is named by version_policy but has no folder", v)})
 	}
 	if len(avail) == 0 {
 		at(dir, "no version folder (version folders are named 1, 2, ...)")
@@ -126,7 +126,7 @@ func checkModel(ctx context.Context, dir, name string, backends *backend.Registr
 		if pos.File == "" {
 			pos.File = cfgPath
 		}
-		add(modelconfig.Problem{Pos: pos, Msg: err.Error()})
+		add(modelconfig.Error{Pos: pos, Msg: err.Error()})
 	}
 	autoComplete := !strict
 	pin, err := readPin(dir)
@@ -135,11 +135,11 @@ func checkModel(ctx context.Context, dir, name string, backends *backend.Registr
 	}
 
 	validated := false
-	sort.Slice(versions, func(i, j int) bool { return versions[i] < versions[j] })
+	slices.Sort(versions)
 	for _, v := range versions {
 		vdir := filepath.Join(dir, strconv.FormatInt(v, 10))
 		prov, err := readProvenance(vdir)
-		var pp modelconfig.Problem
+		var pp modelconfig.Error
 		switch {
 		case errors.As(err, &pp):
 			add(pp)
@@ -194,8 +194,8 @@ func checkModel(ctx context.Context, dir, name string, backends *backend.Registr
 }
 
 // checkWarmupFiles reports model_warmup input files that are missing.
-func checkWarmupFiles(cfg *inferencepb.ModelConfig, vdir string, src *modelconfig.Source) modelconfig.Problems {
-	var ps modelconfig.Problems
+func checkWarmupFiles(cfg *inferencepb.ModelConfig, vdir string, src *modelconfig.Source) modelconfig.Errors {
+	var ps modelconfig.Errors
 	for i, w := range cfg.GetModelWarmup() {
 		for name, in := range w.GetInputs() {
 			f := in.GetInputDataFile()
@@ -205,11 +205,11 @@ func checkWarmupFiles(cfg *inferencepb.ModelConfig, vdir string, src *modelconfi
 			path := fmt.Sprintf("model_warmup[%d].inputs[%q].input_data_file", i, name)
 			rel := filepath.FromSlash(f)
 			if !filepath.IsLocal(rel) {
-				ps = append(ps, modelconfig.Problem{Pos: src.Pos(path), Msg: fmt.Sprintf("input_data_file %q is outside the warmup folder", f)})
+				ps = append(ps, modelconfig.Error{Pos: src.Pos(path), Msg: fmt.Sprintf("input_data_file %q is outside the warmup folder", f)})
 				continue
 			}
 			if _, err := os.Stat(filepath.Join(vdir, "warmup", rel)); err != nil {
-				ps = append(ps, modelconfig.Problem{Pos: src.Pos(path), Msg: fmt.Sprintf("input_data_file: %v", err)})
+				ps = append(ps, modelconfig.Error{Pos: src.Pos(path), Msg: fmt.Sprintf("input_data_file: %v", err)})
 			}
 		}
 	}

@@ -100,9 +100,8 @@ func oneLine(s string) string {
 }
 
 // problemsOf extracts config problems from err, if it carries them.
-func problemsOf(err error) modelconfig.Problems {
-	var ps modelconfig.Problems
-	if errors.As(err, &ps) {
+func problemsOf(err error) modelconfig.Errors {
+	if ps, ok := errors.AsType[modelconfig.Errors](err); ok {
 		return ps
 	}
 	return nil

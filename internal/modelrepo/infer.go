@@ -121,13 +121,13 @@ func (mdl *model) notReady(v int64) *infer.Error {
 		versions = append(versions, v)
 	}
 	slices.Sort(versions)
-	for i := len(versions) - 1; i >= 0; i-- {
-		st := mdl.status[versions[i]]
+	for _, v := range slices.Backward(versions) {
+		st := mdl.status[v]
 		if st.loading {
-			return unavailable("model '%s' version %d is %s", mdl.name, versions[i], StateLoading)
+			return unavailable("model '%s' version %d is %s", mdl.name, v, StateLoading)
 		}
 		if st.reason != "" {
-			return unavailable("model '%s' version %d is %s: %s", mdl.name, versions[i], StateUnavailable, st.reason)
+			return unavailable("model '%s' version %d is %s: %s", mdl.name, v, StateUnavailable, st.reason)
 		}
 	}
 	return unavailable("model '%s' has no ready version", mdl.name)
@@ -173,8 +173,7 @@ func ctxError(ctx context.Context) *infer.Error {
 
 // backendError keeps a backend's *infer.Error and wraps anything else.
 func (lv *loaded) backendError(ctx context.Context, err error) *infer.Error {
-	var ie *infer.Error
-	if errors.As(err, &ie) {
+	if ie, ok := errors.AsType[*infer.Error](err); ok {
 		if ie.Reason == "" {
 			c := *ie
 			c.Reason = ReasonBackendError
@@ -376,9 +375,7 @@ func (m *Manager) Statistics(_ context.Context, name, version string) ([]ModelSt
 func (m *Manager) Index(_ context.Context, readyOnly bool) []IndexEntry {
 	m.mu.Lock()
 	repoErr := make(map[string]string, len(m.repoErr))
-	for k, v := range m.repoErr {
-		repoErr[k] = v
-	}
+	maps.Copy(repoErr, m.repoErr)
 	m.mu.Unlock()
 
 	var out []IndexEntry

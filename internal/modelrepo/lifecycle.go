@@ -99,7 +99,7 @@ func (m *Manager) plan(name string, src modelSource) (*plan, *loadError) {
 		p.base, p.cfgSrc = cfg, cs
 	}
 	if n := p.base.GetName(); n != "" && n != name {
-		return fail(causeConfig, modelconfig.Problem{Pos: p.cfgSrc.Pos("name"),
+		return fail(causeConfig, modelconfig.Error{Pos: p.cfgSrc.Pos("name"),
 			Msg: fmt.Sprintf("name '%s' does not match the model folder '%s'", n, name)})
 	}
 	modelconfig.ApplyDefaults(p.base, name)
@@ -177,6 +177,7 @@ func pickBackend(reg *backend.Registry, strict bool, cfg *inferencepb.ModelConfi
 			file = f
 		}
 		for _, v := range versions {
+			//nolint:gosec // G703: file comes from config.pbtxt in the operator's own model repository
 			if _, err := os.Stat(filepath.Join(dir, strconv.FormatInt(v, 10), file)); err == nil {
 				matches = append(matches, b)
 				break

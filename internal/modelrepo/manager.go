@@ -131,12 +131,10 @@ func New(opts Options, backends *backend.Registry, logger *slog.Logger, reg prom
 	opts.Repositories = slices.Clone(opts.Repositories)
 	opts.StartupModels = slices.Clone(opts.StartupModels)
 	commits := make(map[string]string, len(opts.ExpectedCommits))
-	for k, v := range opts.ExpectedCommits {
-		commits[k] = v
-	}
+	maps.Copy(commits, opts.ExpectedCommits)
 	opts.ExpectedCommits = commits
 	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		logger = slog.New(slog.DiscardHandler)
 	}
 	stopCtx, stop := context.WithCancel(context.Background())
 	m := &Manager{
@@ -366,9 +364,7 @@ func (m *Manager) ensureModel(name string) *model {
 		return mdl
 	}
 	next := make(map[string]*model, len(cur)+1)
-	for k, v := range cur {
-		next[k] = v
-	}
+	maps.Copy(next, cur)
 	mdl := newModel(name)
 	next[name] = mdl
 	m.models.Store(&next)

@@ -68,7 +68,7 @@ func jsonProblem(file string, data []byte, fallback int64, err error) error {
 }
 
 // problemAt builds a problem at a byte offset of data.
-func problemAt(file string, data []byte, off int, msg string) modelconfig.Problem {
+func problemAt(file string, data []byte, off int, msg string) modelconfig.Error {
 	if off > len(data) {
 		off = len(data)
 	}
@@ -77,7 +77,7 @@ func problemAt(file string, data []byte, off int, msg string) modelconfig.Proble
 	}
 	line := 1 + bytes.Count(data[:off], []byte("\n"))
 	col := off - bytes.LastIndexByte(data[:off], '\n')
-	return modelconfig.Problem{Pos: modelconfig.Position{File: file, Line: line, Col: col}, Msg: msg}
+	return modelconfig.Error{Pos: modelconfig.Position{File: file, Line: line, Col: col}, Msg: msg}
 }
 
 // readProvenance reads a version folder's model_config.json; a missing
@@ -156,11 +156,11 @@ type manifestEntry struct {
 // ("<64 hex digits>  <file>", or " *<file>" for binary mode). Blank lines
 // are skipped. File names must stay inside the version folder. Every
 // malformed line is a problem.
-func parseManifest(file string, data []byte) ([]manifestEntry, modelconfig.Problems) {
+func parseManifest(file string, data []byte) ([]manifestEntry, modelconfig.Errors) {
 	var entries []manifestEntry
-	var ps modelconfig.Problems
+	var ps modelconfig.Errors
 	bad := func(line int, format string, args ...any) {
-		ps = append(ps, modelconfig.Problem{
+		ps = append(ps, modelconfig.Error{
 			Pos: modelconfig.Position{File: file, Line: line, Col: 1},
 			Msg: fmt.Sprintf(format, args...),
 		})
@@ -195,14 +195,14 @@ func parseManifest(file string, data []byte) ([]manifestEntry, modelconfig.Probl
 // verifyManifest checks a version folder against its SHA256SUMS, if it has
 // one. It returns every problem found: malformed lines (cause
 // manifest_invalid) and missing or changed files (cause checksum_mismatch).
-func verifyManifest(vdir string) (cause string, ps modelconfig.Problems) {
+func verifyManifest(vdir string) (cause string, ps modelconfig.Errors) {
 	path := filepath.Join(vdir, manifestFile)
 	data, err := readSmall(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
 	if err != nil {
-		return causeManifest, modelconfig.Problems{{Pos: modelconfig.Position{File: path}, Msg: err.Error()}}
+		return causeManifest, modelconfig.Errors{{Pos: modelconfig.Position{File: path}, Msg: err.Error()}}
 	}
 	entries, ps := parseManifest(path, data)
 	if len(ps) > 0 {
@@ -213,11 +213,11 @@ func verifyManifest(vdir string) (cause string, ps modelconfig.Problems) {
 		_, sum, err := hashFile(filepath.Join(vdir, filepath.FromSlash(e.File)))
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			ps = append(ps, modelconfig.Problem{Pos: pos, Msg: fmt.Sprintf("checksum mismatch: file '%s' is missing", e.File)})
+			ps = append(ps, modelconfig.Error{Pos: pos, Msg: fmt.Sprintf("checksum mismatch: file '%s' is missing", e.File)})
 		case err != nil:
-			ps = append(ps, modelconfig.Problem{Pos: pos, Msg: fmt.Sprintf("checksum of '%s': %v", e.File, err)})
+			ps = append(ps, modelconfig.Error{Pos: pos, Msg: fmt.Sprintf("checksum of '%s': %v", e.File, err)})
 		case !bytes.Equal(sum, e.Sum[:]):
-			ps = append(ps, modelconfig.Problem{Pos: pos, Msg: fmt.Sprintf("checksum mismatch: file '%s' has sha256 %x, the manifest says %x", e.File, sum, e.Sum)})
+			ps = append(ps, modelconfig.Error{Pos: pos, Msg: fmt.Sprintf("checksum mismatch: file '%s' has sha256 %x, the manifest says %x", e.File, sum, e.Sum)})
 		default:
 			continue
 		}

@@ -67,8 +67,10 @@ type MetricsServer struct {
 }
 
 // NewMetricsServer listens on addr and prepares to serve reg on /metrics.
-func NewMetricsServer(addr string, reg *prometheus.Registry, logger *slog.Logger) (*MetricsServer, error) {
-	ln, err := net.Listen("tcp", addr)
+// ctx bounds only the listen itself, not the server's lifetime.
+func NewMetricsServer(ctx context.Context, addr string, reg *prometheus.Registry, logger *slog.Logger) (*MetricsServer, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen metrics on %s: %w", addr, err)
 	}

@@ -118,7 +118,8 @@ func readSignature(path string) (infer.Signature, error) {
 	if err != nil {
 		return infer.Signature{}, fmt.Errorf("create session options: %w", err)
 	}
-	defer o.Destroy()
+	// Destroy fails only on options that were never created.
+	defer func() { _ = o.Destroy() }()
 	if err := errors.Join(o.SetIntraOpNumThreads(1), o.SetInterOpNumThreads(1),
 		o.SetGraphOptimizationLevel(ort.GraphOptimizationLevelDisableAll)); err != nil {
 		return infer.Signature{}, fmt.Errorf("set session options: %w", err)
@@ -167,7 +168,9 @@ func (b *Backend) Load(ctx context.Context, opts backend.LoadOptions) (backend.I
 	if err != nil {
 		return nil, err
 	}
-	defer so.Destroy()
+	// The session keeps its own copy of the options; Destroy fails only on
+	// options that were never created.
+	defer func() { _ = so.Destroy() }()
 	session, err := ort.NewDynamicAdvancedSession(opts.Path, names(sig.Inputs), names(sig.Outputs), so)
 	if err != nil {
 		return nil, fmt.Errorf("create onnxruntime session for %s: %w", opts.Path, err)
@@ -194,7 +197,7 @@ func sessionOptions(cfg sessionConfig) (*ort.SessionOptions, error) {
 		errs = append(errs, o.SetGraphOptimizationLevel(ortLevel(cfg.level)))
 	}
 	if err := errors.Join(errs...); err != nil {
-		o.Destroy()
+		_ = o.Destroy() // fails only on options that were never created
 		return nil, fmt.Errorf("set session options: %w", err)
 	}
 	return o, nil
@@ -208,8 +211,9 @@ func ortLevel(l graphLevel) ort.GraphOptimizationLevel {
 		return ort.GraphOptimizationLevelEnableBasic
 	case levelExtended:
 		return ort.GraphOptimizationLevelEnableExtended
+	default: // levelDefault, levelAll
+		return ort.GraphOptimizationLevelEnableAll
 	}
-	return ort.GraphOptimizationLevelEnableAll
 }
 
 func names(specs []infer.TensorSpec) []string {

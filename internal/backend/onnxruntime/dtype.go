@@ -54,8 +54,9 @@ func ortCustomType(dt infer.DataType) ort.TensorElementDataType {
 		return ort.TensorElementDataTypeBFloat16
 	case infer.Bool:
 		return ort.TensorElementDataTypeBool
+	default: // other types travel as typed Go slices, not raw bytes
+		return ort.TensorElementDataTypeUndefined
 	}
-	return ort.TensorElementDataTypeUndefined
 }
 
 // specFromInfo turns ONNX Runtime's description of an input or output into
