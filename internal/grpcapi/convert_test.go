@@ -173,61 +173,110 @@ func TestDecodeErrors(t *testing.T) {
 	}{
 		{"no model", &pb.ModelInferRequest{}, reasonMissingModelName, "model_name"},
 		{"unknown datatype", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
-			input("INPUT0", "FLOAT32", []int64{1}, nil)}}, reasonInvalidDatatype, `input 'INPUT0': unknown datatype "FLOAT32"`},
+			input("INPUT0", "FLOAT32", []int64{1}, nil),
+		}}, reasonInvalidDatatype, `input 'INPUT0': unknown datatype "FLOAT32"`},
 		{"negative dim", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
-			input("INPUT0", "INT32", []int64{-1, 2}, nil)}}, reasonInvalidShape, "input 'INPUT0'"},
+			input("INPUT0", "INT32", []int64{-1, 2}, nil),
+		}}, reasonInvalidShape, "input 'INPUT0'"},
 		{"huge shape", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
-			input("INPUT0", "INT32", []int64{1 << 40, 1 << 40}, ints(1))}}, reasonInvalidShape, "input 'INPUT0'"},
-		{"typed count", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
-			input("INPUT0", "INT32", []int64{1, 4}, ints(1, 2, 3))}}, reasonSizeMismatch,
-			"input 'INPUT0': int_contents has 3 elements but shape [1,4] needs 4"},
+			input("INPUT0", "INT32", []int64{1 << 40, 1 << 40}, ints(1)),
+		}}, reasonInvalidShape, "input 'INPUT0'"},
+		{
+			"typed count", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
+				input("INPUT0", "INT32", []int64{1, 4}, ints(1, 2, 3)),
+			}}, reasonSizeMismatch,
+			"input 'INPUT0': int_contents has 3 elements but shape [1,4] needs 4",
+		},
 		{"no data", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
-			input("INPUT0", "FP32", []int64{2}, nil)}}, reasonSizeMismatch, "input 'INPUT0': fp32_contents has 0 elements"},
-		{"wrong field", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
-			input("INPUT0", "FP32", []int64{1}, ints(1))}}, reasonContentsMismatch,
-			"input 'INPUT0': datatype FP32 takes fp32_contents, got int_contents"},
-		{"int8 range", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
-			input("INPUT0", "INT8", []int64{2}, ints(1, 128))}}, reasonValueOutOfRange,
-			"input 'INPUT0': element 1 value 128 is out of range for INT8"},
+			input("INPUT0", "FP32", []int64{2}, nil),
+		}}, reasonSizeMismatch, "input 'INPUT0': fp32_contents has 0 elements"},
+		{
+			"wrong field", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
+				input("INPUT0", "FP32", []int64{1}, ints(1)),
+			}}, reasonContentsMismatch,
+			"input 'INPUT0': datatype FP32 takes fp32_contents, got int_contents",
+		},
+		{
+			"int8 range", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
+				input("INPUT0", "INT8", []int64{2}, ints(1, 128)),
+			}}, reasonValueOutOfRange,
+			"input 'INPUT0': element 1 value 128 is out of range for INT8",
+		},
 		{"int16 range", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
-			input("INPUT0", "INT16", []int64{1}, ints(-32769))}}, reasonValueOutOfRange, "input 'INPUT0'"},
+			input("INPUT0", "INT16", []int64{1}, ints(-32769)),
+		}}, reasonValueOutOfRange, "input 'INPUT0'"},
 		{"uint8 range", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
-			input("INPUT0", "UINT8", []int64{1}, &pb.InferTensorContents{UintContents: []uint32{256}})}}, reasonValueOutOfRange, "input 'INPUT0'"},
-		{"fp16 typed", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
-			input("INPUT0", "FP16", []int64{1}, &pb.InferTensorContents{Fp32Contents: []float32{1}})}}, reasonRawOnlyDatatype,
-			"input 'INPUT0': FP16 data must travel in raw_input_contents"},
-		{"duplicate", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
-			input("INPUT0", "INT32", []int64{1}, ints(1)), input("INPUT0", "INT32", []int64{1}, ints(1))}},
-			reasonDuplicateInput, "input 'INPUT0'"},
-		{"raw size", &pb.ModelInferRequest{ModelName: "m",
-			Inputs:           []*pb.ModelInferRequest_InferInputTensor{input("INPUT0", "INT32", []int64{1, 16}, nil)},
-			RawInputContents: [][]byte{make([]byte, 60)}}, reasonSizeMismatch,
-			"input 'INPUT0': raw content is 60 bytes but shape [1,16] of INT32 needs 64"},
-		{"raw bytes count", &pb.ModelInferRequest{ModelName: "m",
-			Inputs:           []*pb.ModelInferRequest_InferInputTensor{input("TEXT", "BYTES", []int64{3}, nil)},
-			RawInputContents: [][]byte{byteElems("a", "b")}}, reasonSizeMismatch,
-			"input 'TEXT': raw content holds 2 BYTES elements but shape [3] needs 3"},
-		{"raw bytes truncated", &pb.ModelInferRequest{ModelName: "m",
+			input("INPUT0", "UINT8", []int64{1}, &pb.InferTensorContents{UintContents: []uint32{256}}),
+		}}, reasonValueOutOfRange, "input 'INPUT0'"},
+		{
+			"fp16 typed", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
+				input("INPUT0", "FP16", []int64{1}, &pb.InferTensorContents{Fp32Contents: []float32{1}}),
+			}}, reasonRawOnlyDatatype,
+			"input 'INPUT0': FP16 data must travel in raw_input_contents",
+		},
+		{
+			"duplicate", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
+				input("INPUT0", "INT32", []int64{1}, ints(1)), input("INPUT0", "INT32", []int64{1}, ints(1)),
+			}},
+			reasonDuplicateInput, "input 'INPUT0'",
+		},
+		{
+			"raw size", &pb.ModelInferRequest{
+				ModelName:        "m",
+				Inputs:           []*pb.ModelInferRequest_InferInputTensor{input("INPUT0", "INT32", []int64{1, 16}, nil)},
+				RawInputContents: [][]byte{make([]byte, 60)},
+			}, reasonSizeMismatch,
+			"input 'INPUT0': raw content is 60 bytes but shape [1,16] of INT32 needs 64",
+		},
+		{
+			"raw bytes count", &pb.ModelInferRequest{
+				ModelName:        "m",
+				Inputs:           []*pb.ModelInferRequest_InferInputTensor{input("TEXT", "BYTES", []int64{3}, nil)},
+				RawInputContents: [][]byte{byteElems("a", "b")},
+			}, reasonSizeMismatch,
+			"input 'TEXT': raw content holds 2 BYTES elements but shape [3] needs 3",
+		},
+		{"raw bytes truncated", &pb.ModelInferRequest{
+			ModelName:        "m",
 			Inputs:           []*pb.ModelInferRequest_InferInputTensor{input("TEXT", "BYTES", []int64{1}, nil)},
-			RawInputContents: [][]byte{{9, 0, 0, 0, 'a'}}}, reasonSizeMismatch, "input 'TEXT'"},
-		{"raw too few", &pb.ModelInferRequest{ModelName: "m",
-			Inputs: []*pb.ModelInferRequest_InferInputTensor{
-				input("INPUT0", "INT32", []int64{1}, nil), input("INPUT1", "INT32", []int64{1}, nil)},
-			RawInputContents: [][]byte{le[int32](1)}}, reasonRawInputCount,
-			"input 'INPUT1': no raw content: raw_input_contents has 1 entries for 2 inputs"},
-		{"raw too many", &pb.ModelInferRequest{ModelName: "m",
-			Inputs:           []*pb.ModelInferRequest_InferInputTensor{input("INPUT0", "INT32", []int64{1}, nil)},
-			RawInputContents: [][]byte{le[int32](1), le[int32](2)}}, reasonRawInputCount,
-			"raw_input_contents has 2 entries for 1 inputs"},
-		{"mixed", &pb.ModelInferRequest{ModelName: "m",
-			Inputs: []*pb.ModelInferRequest_InferInputTensor{
-				input("INPUT0", "INT32", []int64{1}, nil), input("INPUT1", "INT32", []int64{1}, ints(1))},
-			RawInputContents: [][]byte{le[int32](1), le[int32](2)}}, reasonMixedRawAndTyped,
-			"input 'INPUT1': has typed contents (int_contents) while the request uses raw_input_contents"},
-		{"empty param", &pb.ModelInferRequest{ModelName: "m", Parameters: map[string]*pb.InferParameter{"p": {}}},
-			reasonInvalidParameter, "parameter 'p' has no value"},
-		{"unnamed output", &pb.ModelInferRequest{ModelName: "m",
-			Outputs: []*pb.ModelInferRequest_InferRequestedOutputTensor{{}}}, reasonInvalidInput, "requested output #0"},
+			RawInputContents: [][]byte{{9, 0, 0, 0, 'a'}},
+		}, reasonSizeMismatch, "input 'TEXT'"},
+		{
+			"raw too few", &pb.ModelInferRequest{
+				ModelName: "m",
+				Inputs: []*pb.ModelInferRequest_InferInputTensor{
+					input("INPUT0", "INT32", []int64{1}, nil), input("INPUT1", "INT32", []int64{1}, nil),
+				},
+				RawInputContents: [][]byte{le[int32](1)},
+			}, reasonRawInputCount,
+			"input 'INPUT1': no raw content: raw_input_contents has 1 entries for 2 inputs",
+		},
+		{
+			"raw too many", &pb.ModelInferRequest{
+				ModelName:        "m",
+				Inputs:           []*pb.ModelInferRequest_InferInputTensor{input("INPUT0", "INT32", []int64{1}, nil)},
+				RawInputContents: [][]byte{le[int32](1), le[int32](2)},
+			}, reasonRawInputCount,
+			"raw_input_contents has 2 entries for 1 inputs",
+		},
+		{
+			"mixed", &pb.ModelInferRequest{
+				ModelName: "m",
+				Inputs: []*pb.ModelInferRequest_InferInputTensor{
+					input("INPUT0", "INT32", []int64{1}, nil), input("INPUT1", "INT32", []int64{1}, ints(1)),
+				},
+				RawInputContents: [][]byte{le[int32](1), le[int32](2)},
+			}, reasonMixedRawAndTyped,
+			"input 'INPUT1': has typed contents (int_contents) while the request uses raw_input_contents",
+		},
+		{
+			"empty param", &pb.ModelInferRequest{ModelName: "m", Parameters: map[string]*pb.InferParameter{"p": {}}},
+			reasonInvalidParameter, "parameter 'p' has no value",
+		},
+		{"unnamed output", &pb.ModelInferRequest{
+			ModelName: "m",
+			Outputs:   []*pb.ModelInferRequest_InferRequestedOutputTensor{{}},
+		}, reasonInvalidInput, "requested output #0"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

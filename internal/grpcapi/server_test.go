@@ -234,20 +234,38 @@ func TestRepositoryRPCs(t *testing.T) {
 			reason string
 			msg    string
 		}{
-			{"bad json", &pb.RepositoryModelLoadRequest{ModelName: "echo",
-				Parameters: map[string]*pb.ModelRepositoryParameter{"config": strParam(`{"name":`)}},
-				codes.InvalidArgument, modelconfig.ReasonInvalidConfig, "model 'echo': load parameter 'config'"},
-			{"unknown config field", &pb.RepositoryModelLoadRequest{ModelName: "echo",
-				Parameters: map[string]*pb.ModelRepositoryParameter{"config": strParam(`{"nmae":"x"}`)}},
-				codes.InvalidArgument, modelconfig.ReasonInvalidConfig, "nmae"},
-			{"file without config", &pb.RepositoryModelLoadRequest{ModelName: "echo",
-				Parameters: map[string]*pb.ModelRepositoryParameter{"file:1/model.onnx": bytesParam([]byte{1})}},
-				codes.InvalidArgument, modelrepo.ReasonInvalidLoadRequest, "require a 'config'"},
-			{"file as string", &pb.RepositoryModelLoadRequest{ModelName: "echo",
-				Parameters: map[string]*pb.ModelRepositoryParameter{"config": strParam(`{}`), "file:1/m": strParam("x")}},
-				codes.InvalidArgument, modelrepo.ReasonInvalidLoadRequest, "'file:1/m' must be a bytes_param"},
-			{"unknown model", &pb.RepositoryModelLoadRequest{ModelName: "nope"},
-				codes.NotFound, "model_not_found", "model 'nope'"},
+			{
+				"bad json", &pb.RepositoryModelLoadRequest{
+					ModelName:  "echo",
+					Parameters: map[string]*pb.ModelRepositoryParameter{"config": strParam(`{"name":`)},
+				},
+				codes.InvalidArgument, modelconfig.ReasonInvalidConfig, "model 'echo': load parameter 'config'",
+			},
+			{
+				"unknown config field", &pb.RepositoryModelLoadRequest{
+					ModelName:  "echo",
+					Parameters: map[string]*pb.ModelRepositoryParameter{"config": strParam(`{"no_such_field":"x"}`)},
+				},
+				codes.InvalidArgument, modelconfig.ReasonInvalidConfig, "no_such_field",
+			},
+			{
+				"file without config", &pb.RepositoryModelLoadRequest{
+					ModelName:  "echo",
+					Parameters: map[string]*pb.ModelRepositoryParameter{"file:1/model.onnx": bytesParam([]byte{1})},
+				},
+				codes.InvalidArgument, modelrepo.ReasonInvalidLoadRequest, "require a 'config'",
+			},
+			{
+				"file as string", &pb.RepositoryModelLoadRequest{
+					ModelName:  "echo",
+					Parameters: map[string]*pb.ModelRepositoryParameter{"config": strParam(`{}`), "file:1/m": strParam("x")},
+				},
+				codes.InvalidArgument, modelrepo.ReasonInvalidLoadRequest, "'file:1/m' must be a bytes_param",
+			},
+			{
+				"unknown model", &pb.RepositoryModelLoadRequest{ModelName: "nope"},
+				codes.NotFound, "model_not_found", "model 'nope'",
+			},
 			{"no name", &pb.RepositoryModelLoadRequest{}, codes.InvalidArgument, reasonMissingModelName, "model_name"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
@@ -270,8 +288,10 @@ func TestRepositoryRPCs(t *testing.T) {
 
 		_, err = c.RepositoryModelUnload(ctx, &pb.RepositoryModelUnloadRequest{ModelName: "nope"})
 		requireStatus(t, err, codes.NotFound, "model_not_found", "model 'nope'")
-		_, err = c.RepositoryModelUnload(ctx, &pb.RepositoryModelUnloadRequest{ModelName: "echo",
-			Parameters: map[string]*pb.ModelRepositoryParameter{"unload_dependents": strParam("yes")}})
+		_, err = c.RepositoryModelUnload(ctx, &pb.RepositoryModelUnloadRequest{
+			ModelName:  "echo",
+			Parameters: map[string]*pb.ModelRepositoryParameter{"unload_dependents": strParam("yes")},
+		})
 		requireStatus(t, err, codes.InvalidArgument, reasonInvalidParameter, "unload_dependents")
 	})
 }
@@ -382,34 +402,62 @@ func TestModelInferErrors(t *testing.T) {
 		reason string
 		msg    string
 	}{
-		{"wrong datatype string", echoRequest(in("INPUT0", "float32", []int64{1}, ints(1))),
-			codes.InvalidArgument, reasonInvalidDatatype, `input 'INPUT0': unknown datatype "float32"`},
-		{"typed count mismatch", echoRequest(in("INPUT0", "INT32", []int64{1, 16}, ints(1, 2))),
-			codes.InvalidArgument, reasonSizeMismatch, "input 'INPUT0': int_contents has 2 elements but shape [1,16] needs 16"},
-		{"raw size mismatch", &pb.ModelInferRequest{ModelName: "echo",
-			Inputs:           []*pb.ModelInferRequest_InferInputTensor{in("INPUT0", "INT32", []int64{1, 16}, nil)},
-			RawInputContents: [][]byte{make([]byte, 60)}},
-			codes.InvalidArgument, reasonSizeMismatch, "input 'INPUT0': raw content is 60 bytes but shape [1,16] of INT32 needs 64"},
-		{"raw count != inputs", &pb.ModelInferRequest{ModelName: "echo",
-			Inputs:           []*pb.ModelInferRequest_InferInputTensor{in("INPUT0", "INT32", []int64{1}, nil), in("INPUT1", "INT32", []int64{1}, nil)},
-			RawInputContents: [][]byte{le[int32](1)}},
-			codes.InvalidArgument, reasonRawInputCount, "input 'INPUT1': no raw content"},
-		{"mixed raw and typed", &pb.ModelInferRequest{ModelName: "echo",
-			Inputs:           []*pb.ModelInferRequest_InferInputTensor{in("INPUT0", "INT32", []int64{1}, ints(1))},
-			RawInputContents: [][]byte{le[int32](1)}},
-			codes.InvalidArgument, reasonMixedRawAndTyped, "input 'INPUT0': has typed contents"},
-		{"INT8 out of range", echoRequest(in("INPUT0", "INT8", []int64{3}, ints(1, -129, 0))),
-			codes.InvalidArgument, reasonValueOutOfRange, "input 'INPUT0': element 1 value -129 is out of range for INT8"},
-		{"unknown model", &pb.ModelInferRequest{ModelName: "nope", Inputs: []*pb.ModelInferRequest_InferInputTensor{in("INPUT0", "INT32", []int64{1}, ints(1))}},
-			codes.NotFound, "model_not_found", "model 'nope'"},
-		{"unknown output", &pb.ModelInferRequest{ModelName: "echo",
-			Inputs:  []*pb.ModelInferRequest_InferInputTensor{in("INPUT0", "INT32", []int64{1}, ints(1))},
-			Outputs: []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: "OUTPUT9"}}},
-			codes.InvalidArgument, "unknown_output", "output 'OUTPUT9'"},
-		{"model timeout", &pb.ModelInferRequest{ModelName: "slow"},
-			codes.DeadlineExceeded, "queue_timeout", "model 'slow'"},
-		{"panic", &pb.ModelInferRequest{ModelName: "panic"},
-			codes.Internal, reasonInternal, "ModelInfer"},
+		{
+			"wrong datatype string", echoRequest(in("INPUT0", "float32", []int64{1}, ints(1))),
+			codes.InvalidArgument, reasonInvalidDatatype, `input 'INPUT0': unknown datatype "float32"`,
+		},
+		{
+			"typed count mismatch", echoRequest(in("INPUT0", "INT32", []int64{1, 16}, ints(1, 2))),
+			codes.InvalidArgument, reasonSizeMismatch, "input 'INPUT0': int_contents has 2 elements but shape [1,16] needs 16",
+		},
+		{
+			"raw size mismatch", &pb.ModelInferRequest{
+				ModelName:        "echo",
+				Inputs:           []*pb.ModelInferRequest_InferInputTensor{in("INPUT0", "INT32", []int64{1, 16}, nil)},
+				RawInputContents: [][]byte{make([]byte, 60)},
+			},
+			codes.InvalidArgument, reasonSizeMismatch, "input 'INPUT0': raw content is 60 bytes but shape [1,16] of INT32 needs 64",
+		},
+		{
+			"raw count != inputs", &pb.ModelInferRequest{
+				ModelName:        "echo",
+				Inputs:           []*pb.ModelInferRequest_InferInputTensor{in("INPUT0", "INT32", []int64{1}, nil), in("INPUT1", "INT32", []int64{1}, nil)},
+				RawInputContents: [][]byte{le[int32](1)},
+			},
+			codes.InvalidArgument, reasonRawInputCount, "input 'INPUT1': no raw content",
+		},
+		{
+			"mixed raw and typed", &pb.ModelInferRequest{
+				ModelName:        "echo",
+				Inputs:           []*pb.ModelInferRequest_InferInputTensor{in("INPUT0", "INT32", []int64{1}, ints(1))},
+				RawInputContents: [][]byte{le[int32](1)},
+			},
+			codes.InvalidArgument, reasonMixedRawAndTyped, "input 'INPUT0': has typed contents",
+		},
+		{
+			"INT8 out of range", echoRequest(in("INPUT0", "INT8", []int64{3}, ints(1, -129, 0))),
+			codes.InvalidArgument, reasonValueOutOfRange, "input 'INPUT0': element 1 value -129 is out of range for INT8",
+		},
+		{
+			"unknown model", &pb.ModelInferRequest{ModelName: "nope", Inputs: []*pb.ModelInferRequest_InferInputTensor{in("INPUT0", "INT32", []int64{1}, ints(1))}},
+			codes.NotFound, "model_not_found", "model 'nope'",
+		},
+		{
+			"unknown output", &pb.ModelInferRequest{
+				ModelName: "echo",
+				Inputs:    []*pb.ModelInferRequest_InferInputTensor{in("INPUT0", "INT32", []int64{1}, ints(1))},
+				Outputs:   []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: "OUTPUT9"}},
+			},
+			codes.InvalidArgument, "unknown_output", "output 'OUTPUT9'",
+		},
+		{
+			"model timeout", &pb.ModelInferRequest{ModelName: "slow"},
+			codes.DeadlineExceeded, "queue_timeout", "model 'slow'",
+		},
+		{
+			"panic", &pb.ModelInferRequest{ModelName: "panic"},
+			codes.Internal, reasonInternal, "ModelInfer",
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -419,9 +467,11 @@ func TestModelInferErrors(t *testing.T) {
 	}
 
 	t.Run("oversized message", func(t *testing.T) {
-		_, err := ts.client.ModelInfer(ctx, &pb.ModelInferRequest{ModelName: "echo",
+		_, err := ts.client.ModelInfer(ctx, &pb.ModelInferRequest{
+			ModelName:        "echo",
 			Inputs:           []*pb.ModelInferRequest_InferInputTensor{in("INPUT0", "UINT8", []int64{100 << 10}, nil)},
-			RawInputContents: [][]byte{make([]byte, 100<<10)}})
+			RawInputContents: [][]byte{make([]byte, 100<<10)},
+		})
 		// gRPC refuses the message before any handler runs, so there is
 		// no ErrorInfo to check.
 		require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)

@@ -71,7 +71,7 @@ func TestBadConfigs(t *testing.T) {
 			data, err := os.ReadFile(f)
 			require.NoError(t, err)
 			var wants []string
-			for _, l := range strings.Split(string(data), "\n") {
+			for l := range strings.SplitSeq(string(data), "\n") {
 				if w, ok := strings.CutPrefix(l, "# want: "); ok {
 					wants = append(wants, w)
 				}
@@ -392,8 +392,10 @@ output { name: "score" data_type: TYPE_FP32 dims: [ 1 ] }
 		want []string
 	}{
 		{name: "batching model matches", cfg: good, sig: sig},
-		{name: "non-batching model matches", sig: fixed, cfg: `input { name: "x" data_type: TYPE_FP32 dims: [1, 3] } output { name: "y" data_type: TYPE_FP32 dims: [-1] }`,
-			want: []string{"config.pbtxt:1:95: output 'y': config dims [-1] do not match the model's [1]"}},
+		{
+			name: "non-batching model matches", sig: fixed, cfg: `input { name: "x" data_type: TYPE_FP32 dims: [1, 3] } output { name: "y" data_type: TYPE_FP32 dims: [-1] }`,
+			want: []string{"config.pbtxt:1:95: output 'y': config dims [-1] do not match the model's [1]"},
+		},
 		{name: "reshape is what the model sees", sig: fixed, cfg: `input { name: "x" data_type: TYPE_FP32 dims: [3] reshape { shape: [1, 3] } } output { name: "y" data_type: TYPE_FP32 dims: [1] }`},
 		{
 			name: "mismatched dims",

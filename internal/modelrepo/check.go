@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,8 +49,10 @@ func Check(ctx context.Context, repos []string, backends *backend.Registry, stri
 	for _, name := range order {
 		rs := where[name]
 		if len(rs) > 1 {
-			ps = append(ps, modelconfig.Error{Pos: modelconfig.Position{File: filepath.Join(rs[1], name)},
-				Msg: fmt.Sprintf("model '%s' is in more than one model repository (%s)", name, strings.Join(rs, ", "))})
+			ps = append(ps, modelconfig.Error{
+				Pos: modelconfig.Position{File: filepath.Join(rs[1], name)},
+				Msg: fmt.Sprintf("model '%s' is in more than one model repository (%s)", name, strings.Join(rs, ", ")),
+			})
 		}
 		for _, repo := range rs {
 			ps = append(ps, checkModel(ctx, filepath.Join(repo, name), name, backends, strict)...)

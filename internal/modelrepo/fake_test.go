@@ -192,7 +192,7 @@ func (s *syncBuffer) String() string {
 func (s *syncBuffer) logLines(t *testing.T, msg string) []map[string]any {
 	t.Helper()
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(s.String()), "\n") {
+	for line := range strings.SplitSeq(strings.TrimSpace(s.String()), "\n") {
 		if line == "" {
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -184,8 +185,10 @@ func (lv *loaded) backendError(ctx context.Context, err error) *infer.Error {
 	if ctx.Err() != nil {
 		return ctxError(ctx)
 	}
-	return &infer.Error{Kind: infer.KindInternal, Reason: ReasonBackendError,
-		Msg: fmt.Sprintf("model '%s' version %d: execute", lv.model, lv.version), Err: err}
+	return &infer.Error{
+		Kind: infer.KindInternal, Reason: ReasonBackendError,
+		Msg: fmt.Sprintf("model '%s' version %d: execute", lv.model, lv.version), Err: err,
+	}
 }
 
 // prepare checks a request against the config and returns the inputs in

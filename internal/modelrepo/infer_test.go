@@ -68,8 +68,10 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 2, 2 ] } ]
 		{"missing input", req(in0), infer.KindInvalid, ReasonMissingInput, "input 'INPUT1' is missing"},
 		{"unknown input", req(in0, in1, int32Tensor("EXTRA", []int64{1}, 1)), infer.KindInvalid, ReasonUnknownInput, "input 'EXTRA' is not an input of model 'simple'"},
 		{"duplicate input", req(in0, in0, in1), infer.KindInvalid, ReasonDuplicateInput, "input 'INPUT0' is given more than once"},
-		{"datatype", req(in0, infer.Tensor{Name: "INPUT1", DataType: infer.FP32, Shape: infer.Shape{1, 4}, Data: make([]byte, 16)}),
-			infer.KindInvalid, ReasonInvalidDatatype, "input 'INPUT1': expected datatype INT32, got FP32"},
+		{
+			"datatype", req(in0, infer.Tensor{Name: "INPUT1", DataType: infer.FP32, Shape: infer.Shape{1, 4}, Data: make([]byte, 16)}),
+			infer.KindInvalid, ReasonInvalidDatatype, "input 'INPUT1': expected datatype INT32, got FP32",
+		},
 		{"shape", req(in0, int32Tensor("INPUT1", []int64{2, 3}, 1, 2, 3, 4, 5, 6)), infer.KindInvalid, ReasonInvalidShape, "input 'INPUT1': expected shape [-1,4], got [2,3]"},
 		{"rank", req(in0, int32Tensor("INPUT1", []int64{4}, 1, 2, 3, 4)), infer.KindInvalid, ReasonInvalidShape, "input 'INPUT1': expected shape [-1,4], got [4]"},
 		{"negative dim", req(in0, infer.Tensor{Name: "INPUT1", DataType: infer.Int32, Shape: infer.Shape{-1, 4}}), infer.KindInvalid, ReasonInvalidShape, "expected shape [-1,4], got [-1,4]"},
@@ -89,8 +91,10 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 2, 2 ] } ]
 	}
 
 	t.Run("valid requests", func(t *testing.T) {
-		resp, err := h.m.Infer(t.Context(), &infer.Request{ID: "42", Model: "simple", Inputs: []infer.Tensor{in1, in0},
-			Outputs: []infer.RequestedOutput{{Name: "OUTPUT1"}, {Name: "OUTPUT0"}}})
+		resp, err := h.m.Infer(t.Context(), &infer.Request{
+			ID: "42", Model: "simple", Inputs: []infer.Tensor{in1, in0},
+			Outputs: []infer.RequestedOutput{{Name: "OUTPUT1"}, {Name: "OUTPUT0"}},
+		})
 		require.NoError(t, err)
 		require.Equal(t, "42", resp.ID)
 		require.Equal(t, "simple", resp.Model)
@@ -212,9 +216,11 @@ func TestMetrics(t *testing.T) {
 		}
 		return n
 	}
-	families := []string{"sluice_model_inference_requests_total", "sluice_model_inferences_total", "sluice_model_executions_total",
+	families := []string{
+		"sluice_model_inference_requests_total", "sluice_model_inferences_total", "sluice_model_executions_total",
 		"sluice_model_request_duration_seconds", "sluice_model_inference_failures_total", "sluice_model_load_duration_seconds",
-		"sluice_model_info", "sluice_model_state"}
+		"sluice_model_info", "sluice_model_state",
+	}
 	for _, name := range families {
 		require.Positive(t, series(name), name)
 	}

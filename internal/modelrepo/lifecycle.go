@@ -99,8 +99,10 @@ func (m *Manager) plan(name string, src modelSource) (*plan, *loadError) {
 		p.base, p.cfgSrc = cfg, cs
 	}
 	if n := p.base.GetName(); n != "" && n != name {
-		return fail(causeConfig, modelconfig.Error{Pos: p.cfgSrc.Pos("name"),
-			Msg: fmt.Sprintf("name '%s' does not match the model folder '%s'", n, name)})
+		return fail(causeConfig, modelconfig.Error{
+			Pos: p.cfgSrc.Pos("name"),
+			Msg: fmt.Sprintf("name '%s' does not match the model folder '%s'", n, name),
+		})
 	}
 	modelconfig.ApplyDefaults(p.base, name)
 

@@ -3,6 +3,7 @@ package integration_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -34,10 +35,12 @@ func TestBadInputAnswers(t *testing.T) {
 	}{
 		{name: "malformed json", model: "simple", body: []byte(`{"inputs":[{"name":"INPUT0",`), wantStatus: 400, wantReason: "invalid_json"},
 		{name: "wrong datatype", model: "simple", body: []byte(simple(strings.Replace(good0, `"INT32"`, `"FP32"`, 1))), wantStatus: 400, wantReason: "invalid_datatype", wantInMsg: "INPUT0"},
-		{name: "wrong shape", model: "parcel_eta", body: []byte(`{"inputs":[{"name":"user_features","datatype":"FP32","shape":[2,127],"data":` + zeros(254) + `},` +
-			`{"name":"package_features","datatype":"FP32","shape":[2,64],"data":` + zeros(128) + `},` +
-			`{"name":"route_features","datatype":"FP32","shape":[2,32],"data":` + zeros(64) + `}]}`),
-			wantStatus: 400, wantReason: "invalid_shape", wantInMsg: "input 'user_features': expected shape [-1,128], got [2,127]"},
+		{
+			name: "wrong shape", model: "parcel_eta", body: []byte(`{"inputs":[{"name":"user_features","datatype":"FP32","shape":[2,127],"data":` + zeros(254) + `},` +
+				`{"name":"package_features","datatype":"FP32","shape":[2,64],"data":` + zeros(128) + `},` +
+				`{"name":"route_features","datatype":"FP32","shape":[2,32],"data":` + zeros(64) + `}]}`),
+			wantStatus: 400, wantReason: "invalid_shape", wantInMsg: "input 'user_features': expected shape [-1,128], got [2,127]",
+		},
 		{name: "element count", model: "simple", body: []byte(simple(strings.Replace(good0, "15,16]", "15]", 1))), wantStatus: 400, wantInMsg: "INPUT0"},
 		{name: "missing input", model: "simple", body: []byte(`{"inputs":[` + good0 + `]}`), wantStatus: 400, wantReason: "missing_input", wantInMsg: "INPUT1"},
 		{name: "unknown output", model: "simple", body: []byte(`{"inputs":[` + good0 + `,` + strings.Replace(good0, "INPUT0", "INPUT1", 1) + `],"outputs":[{"name":"OUTPUT9"}]}`), wantStatus: 400, wantReason: "unknown_output", wantInMsg: "OUTPUT9"},
@@ -88,7 +91,7 @@ func TestRepoCheck(t *testing.T) {
 		cmd.Dir = repoDir
 		out, err := cmd.CombinedOutput()
 		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
 			code = ee.ExitCode()
 		} else if err != nil {
 			t.Fatal(err)

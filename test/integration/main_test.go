@@ -104,9 +104,11 @@ func freePort(t *testing.T) int {
 func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
 	hp, gp, mp := freePort(t), freePort(t), freePort(t)
-	all := append([]string{"serve", "--address", "127.0.0.1",
+	all := append([]string{
+		"serve", "--address", "127.0.0.1",
 		"--http-port", strconv.Itoa(hp), "--grpc-port", strconv.Itoa(gp), "--metrics-port", strconv.Itoa(mp),
-		"--backend-config", "onnxruntime,library=" + ortLib, "--log-format", "text"}, args...)
+		"--backend-config", "onnxruntime,library=" + ortLib, "--log-format", "text",
+	}, args...)
 	s := &server{
 		http: fmt.Sprintf("127.0.0.1:%d", hp), grpc: fmt.Sprintf("127.0.0.1:%d", gp), metrics: fmt.Sprintf("127.0.0.1:%d", mp),
 		logs: &syncBuffer{}, done: make(chan struct{}),

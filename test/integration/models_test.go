@@ -284,6 +284,7 @@ func TestBrokenVersionKeepsOldServing(t *testing.T) {
 		{
 			name: "corrupt model file",
 			break3: func(t *testing.T, model string) {
+				t.Helper()
 				mustWrite(t, filepath.Join(model, "3", "model.onnx"), []byte("this is not an onnx model"))
 			},
 			wantReason: "model.onnx",
@@ -291,6 +292,7 @@ func TestBrokenVersionKeepsOldServing(t *testing.T) {
 		{
 			name: "checksum mismatch",
 			break3: func(t *testing.T, model string) {
+				t.Helper()
 				onnx, err := os.ReadFile(filepath.Join(model, "2", "model.onnx"))
 				if err != nil {
 					t.Fatal(err)
@@ -303,6 +305,7 @@ func TestBrokenVersionKeepsOldServing(t *testing.T) {
 		{
 			name: "bad config",
 			break3: func(t *testing.T, model string) {
+				t.Helper()
 				onnx, err := os.ReadFile(filepath.Join(model, "2", "model.onnx"))
 				if err != nil {
 					t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -63,7 +64,7 @@ func TestServeExamples(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, ext := range []string{"model_repository", "model_configuration", "statistics", "binary_tensor_data"} {
-			if !contains(md.Extensions, ext) {
+			if !slices.Contains(md.Extensions, ext) {
 				t.Errorf("extensions %v lack %q", md.Extensions, ext)
 			}
 		}
@@ -159,15 +160,6 @@ func checkSimple(t *testing.T, in0, in1 []float64, output func(string) []float64
 			t.Fatalf("element %d: got sum %v diff %v, want %v and %v", i, sum[i], diff[i], in0[i]+in1[i], in0[i]-in1[i])
 		}
 	}
-}
-
-func contains(xs []string, x string) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 func parseInt(s string) (int, error) {

@@ -51,8 +51,16 @@ func TestSignature(t *testing.T) {
 	for _, k := range []struct {
 		suffix string
 		dt     infer.DataType
-	}{{"fp16", infer.FP16}, {"bf16", infer.BF16}, {"fp64", infer.FP64}, {"i8", infer.Int8},
-		{"u16", infer.Uint16}, {"u64", infer.Uint64}, {"str", infer.Bytes}, {"bool", infer.Bool}} {
+	}{
+		{"fp16", infer.FP16},
+		{"bf16", infer.BF16},
+		{"fp64", infer.FP64},
+		{"i8", infer.Int8},
+		{"u16", infer.Uint16},
+		{"u64", infer.Uint64},
+		{"str", infer.Bytes},
+		{"bool", infer.Bool},
+	} {
 		types.Inputs = append(types.Inputs, spec("x_"+k.suffix, k.dt, -1, 3))
 		types.Outputs = append(types.Outputs, spec("y_"+k.suffix, k.dt, -1, 3))
 	}
@@ -93,8 +101,10 @@ func TestSignatureErrors(t *testing.T) {
 		path    string
 		wantErr string
 	}{
-		{name: "sequence output", ctx: t.Context(), path: "testdata/sequence.onnx",
-			wantErr: "output 'seq' is a sequence; only tensor inputs and outputs are supported"},
+		{
+			name: "sequence output", ctx: t.Context(), path: "testdata/sequence.onnx",
+			wantErr: "output 'seq' is a sequence; only tensor inputs and outputs are supported",
+		},
 		{name: "missing file", ctx: t.Context(), path: missing, wantErr: "read onnx model " + missing},
 		{name: "not a model", ctx: t.Context(), path: "testdata/fuzz/FuzzBytesStrings/nul", wantErr: "read onnx model"},
 		{name: "canceled", ctx: canceled, path: modelPath("simple", 1), wantErr: context.Canceled.Error()},
@@ -408,20 +418,34 @@ func TestExecuteErrors(t *testing.T) {
 		reason  string
 		msg     string
 	}{
-		{name: "missing input", inputs: []infer.Tensor{ok0}, kind: infer.KindInvalid, reason: "missing_input",
-			msg: "missing input 'INPUT1' for model 'simple'"},
-		{name: "unknown input", inputs: []infer.Tensor{ok0, ok1, i32Tensor("INPUT2", shape, make([]int32, 16))},
-			kind: infer.KindInvalid, reason: "unknown_input", msg: "unexpected input 'INPUT2'"},
-		{name: "duplicate input", inputs: []infer.Tensor{ok0, ok1, ok0}, kind: infer.KindInvalid, reason: "duplicate_input",
-			msg: "input 'INPUT0' given more than once"},
-		{name: "wrong datatype", inputs: []infer.Tensor{ok0, f32Tensor("INPUT1", shape, make([]float32, 16))},
-			kind: infer.KindInvalid, reason: "datatype_mismatch", msg: "input 'INPUT1': expected datatype INT32, got FP32"},
-		{name: "wrong shape", inputs: []infer.Tensor{i32Tensor("INPUT0", infer.Shape{1, 15}, make([]int32, 15)), ok1},
-			kind: infer.KindInvalid, reason: "invalid_shape", msg: "input 'INPUT0': expected shape [-1,16], got [1,15]"},
-		{name: "wrong byte size", inputs: []infer.Tensor{ok0, {Name: "INPUT1", DataType: infer.Int32, Shape: shape, Data: make([]byte, 63)}},
-			kind: infer.KindInvalid, reason: "invalid_size", msg: "input 'INPUT1'"},
-		{name: "unknown output", inputs: []infer.Tensor{ok0, ok1}, outputs: []string{"OUTPUT9"},
-			kind: infer.KindInvalid, reason: "unknown_output", msg: "unknown output 'OUTPUT9'"},
+		{
+			name: "missing input", inputs: []infer.Tensor{ok0}, kind: infer.KindInvalid, reason: "missing_input",
+			msg: "missing input 'INPUT1' for model 'simple'",
+		},
+		{
+			name: "unknown input", inputs: []infer.Tensor{ok0, ok1, i32Tensor("INPUT2", shape, make([]int32, 16))},
+			kind: infer.KindInvalid, reason: "unknown_input", msg: "unexpected input 'INPUT2'",
+		},
+		{
+			name: "duplicate input", inputs: []infer.Tensor{ok0, ok1, ok0}, kind: infer.KindInvalid, reason: "duplicate_input",
+			msg: "input 'INPUT0' given more than once",
+		},
+		{
+			name: "wrong datatype", inputs: []infer.Tensor{ok0, f32Tensor("INPUT1", shape, make([]float32, 16))},
+			kind: infer.KindInvalid, reason: "datatype_mismatch", msg: "input 'INPUT1': expected datatype INT32, got FP32",
+		},
+		{
+			name: "wrong shape", inputs: []infer.Tensor{i32Tensor("INPUT0", infer.Shape{1, 15}, make([]int32, 15)), ok1},
+			kind: infer.KindInvalid, reason: "invalid_shape", msg: "input 'INPUT0': expected shape [-1,16], got [1,15]",
+		},
+		{
+			name: "wrong byte size", inputs: []infer.Tensor{ok0, {Name: "INPUT1", DataType: infer.Int32, Shape: shape, Data: make([]byte, 63)}},
+			kind: infer.KindInvalid, reason: "invalid_size", msg: "input 'INPUT1'",
+		},
+		{
+			name: "unknown output", inputs: []infer.Tensor{ok0, ok1}, outputs: []string{"OUTPUT9"},
+			kind: infer.KindInvalid, reason: "unknown_output", msg: "unknown output 'OUTPUT9'",
+		},
 		{name: "canceled", ctx: canceled, inputs: []infer.Tensor{ok0, ok1}, kind: infer.KindUnavailable, reason: "canceled"},
 		{name: "deadline", ctx: expired, inputs: []infer.Tensor{ok0, ok1}, kind: infer.KindTimeout, reason: "deadline_exceeded"},
 	}
@@ -448,8 +472,10 @@ func TestExecuteErrors(t *testing.T) {
 func TestLoadParameters(t *testing.T) {
 	b := testBackend(t)
 	load := func(params map[string]string, instances int) error {
-		inst, err := b.Load(t.Context(), backend.LoadOptions{Model: "simple", Version: 1,
-			Path: modelPath("simple", 1), Parameters: params, InstanceCount: instances})
+		inst, err := b.Load(t.Context(), backend.LoadOptions{
+			Model: "simple", Version: 1,
+			Path: modelPath("simple", 1), Parameters: params, InstanceCount: instances,
+		})
 		if err != nil {
 			return err
 		}
@@ -459,7 +485,8 @@ func TestLoadParameters(t *testing.T) {
 			one[i] = int32(i)
 		}
 		out, err := inst.Execute(t.Context(), []infer.Tensor{
-			i32Tensor("INPUT0", infer.Shape{1, 16}, one), i32Tensor("INPUT1", infer.Shape{1, 16}, one)}, []string{"OUTPUT0"})
+			i32Tensor("INPUT0", infer.Shape{1, 16}, one), i32Tensor("INPUT1", infer.Shape{1, 16}, one),
+		}, []string{"OUTPUT0"})
 		if err != nil {
 			return err
 		}

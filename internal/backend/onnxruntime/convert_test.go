@@ -19,11 +19,15 @@ func TestBytesStrings(t *testing.T) {
 		wire    []byte
 		wantErr string // reason
 	}{
-		{name: "two elements", strs: []string{"ab", ""},
-			wire: []byte{2, 0, 0, 0, 'a', 'b', 0, 0, 0, 0}},
+		{
+			name: "two elements", strs: []string{"ab", ""},
+			wire: []byte{2, 0, 0, 0, 'a', 'b', 0, 0, 0, 0},
+		},
 		{name: "empty tensor", strs: []string{}, wire: []byte{}},
-		{name: "utf-8 kept byte for byte", strs: []string{"é\xff"},
-			wire: []byte{3, 0, 0, 0, 0xc3, 0xa9, 0xff}},
+		{
+			name: "utf-8 kept byte for byte", strs: []string{"é\xff"},
+			wire: []byte{3, 0, 0, 0, 0xc3, 0xa9, 0xff},
+		},
 		{name: "truncated prefix", wire: []byte{1, 0}, wantErr: "invalid_size"},
 		{name: "element overruns", wire: []byte{9, 0, 0, 0, 'a'}, wantErr: "invalid_size"},
 		{name: "NUL refused", wire: []byte{3, 0, 0, 0, 'a', 0, 'b'}, wantErr: "invalid_bytes"},

@@ -103,8 +103,10 @@ func (in *Instance) Execute(ctx context.Context, inputs []infer.Tensor, outputs 
 	for i, j := range want {
 		spec := in.sig.Outputs[j]
 		if result[i], err = tensorFromValue(spec.Name, outs[j]); err != nil {
-			return nil, &infer.Error{Kind: infer.KindInternal, Reason: "backend_error",
-				Msg: in.where("read output"), Err: err}
+			return nil, &infer.Error{
+				Kind: infer.KindInternal, Reason: "backend_error",
+				Msg: in.where("read output"), Err: err,
+			}
 		}
 	}
 	return result, nil
@@ -181,8 +183,10 @@ func (in *Instance) orderInputs(inputs []infer.Tensor) ([]*infer.Tensor, error) 
 				"input '%s': expected shape %s, got %s", t.Name, spec.Shape, t.Shape)
 		}
 		if err := t.CheckSize(); err != nil {
-			return nil, &infer.Error{Kind: infer.KindInvalid, Reason: "invalid_size",
-				Msg: fmt.Sprintf("input '%s'", t.Name), Err: err}
+			return nil, &infer.Error{
+				Kind: infer.KindInvalid, Reason: "invalid_size",
+				Msg: fmt.Sprintf("input '%s'", t.Name), Err: err,
+			}
 		}
 		ordered[j] = t
 	}
@@ -242,8 +246,10 @@ func (in *Instance) preallocate(inputs []*infer.Tensor, outs []ort.Value) error 
 		buf := make([]byte, max(n*spec.DataType.Size(), 8))
 		v, err := ort.NewCustomDataTensor(ort.Shape(shape), buf, ortCustomType(spec.DataType))
 		if err != nil {
-			return &infer.Error{Kind: infer.KindInternal, Reason: "backend_error",
-				Msg: in.where(fmt.Sprintf("allocate output '%s'", spec.Name)), Err: err}
+			return &infer.Error{
+				Kind: infer.KindInternal, Reason: "backend_error",
+				Msg: in.where(fmt.Sprintf("allocate output '%s'", spec.Name)), Err: err,
+			}
 		}
 		outs[j] = v
 	}
@@ -291,8 +297,10 @@ func newValue(t *infer.Tensor) (ort.Value, error) {
 		if _, ok := errors.AsType[*infer.Error](err); ok {
 			return nil, err
 		}
-		return nil, &infer.Error{Kind: infer.KindInternal, Reason: "backend_error",
-			Msg: fmt.Sprintf("input '%s': create onnxruntime tensor", t.Name), Err: err}
+		return nil, &infer.Error{
+			Kind: infer.KindInternal, Reason: "backend_error",
+			Msg: fmt.Sprintf("input '%s': create onnxruntime tensor", t.Name), Err: err,
+		}
 	}
 	return v, nil
 }

@@ -38,8 +38,10 @@ func TestFindLibrary(t *testing.T) {
 		{name: "missing flag path is an error", flag: missing, env: map[string]string{LibraryEnv: envLib}, wantErr: missing},
 		{name: "missing env path is an error", env: map[string]string{LibraryEnv: missing}, wantErr: missing},
 		{name: "directory is not a library", flag: dir, wantErr: dir},
-		{name: "nothing installed", env: map[string]string{"HOME": filepath.Join(dir, "empty")},
-			wantErr: filepath.Join(dir, "empty", ".cache", "sluice", "onnxruntime-1.30.0", "libonnxruntime.so.1")},
+		{
+			name: "nothing installed", env: map[string]string{"HOME": filepath.Join(dir, "empty")},
+			wantErr: filepath.Join(dir, "empty", ".cache", "sluice", "onnxruntime-1.30.0", "libonnxruntime.so.1"),
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
