@@ -1,0 +1,77 @@
+package batch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// The reasons of the *infer.Error values the batcher returns.
+const (
+	// ReasonQueueFull: the request's priority level already holds
+	// MaxQueueSize requests (KindUnavailable).
+	ReasonQueueFull = "queue_full"
+	// ReasonQueueTimeout: the request waited longer than its queue
+	// timeout under the Reject action (KindUnavailable).
+	ReasonQueueTimeout = "queue_timeout"
+	// ReasonInvalidPriority: the priority is negative or above the
+	// model's priority levels (KindInvalid).
+	ReasonInvalidPriority = "invalid_priority"
+	// ReasonModelUnloading: the batcher is closing (KindUnavailable).
+	ReasonModelUnloading = "model_unloading"
+	// ReasonDeadlineExceeded: the request's deadline passed before it ran
+	// (KindTimeout).
+	ReasonDeadlineExceeded = "deadline_exceeded"
+	// ReasonCanceled: the request's context was cancelled before it ran
+	// (KindUnavailable).
+	ReasonCanceled = "canceled"
+	// ReasonBackendError: the executor failed with a plain error or
+	// returned outputs that do not fit the batch (KindInternal).
+	ReasonBackendError = "backend_error"
+)
+
+// ctxError reports a request whose context ended.
+func ctxError(ctx context.Context) *infer.Error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return &infer.Error{Kind: infer.KindTimeout, Reason: ReasonDeadlineExceeded, Msg: "request deadline exceeded", Err: context.Cause(ctx)}
+	}
+	return &infer.Error{Kind: infer.KindUnavailable, Reason: ReasonCanceled, Msg: "request canceled", Err: context.Cause(ctx)}
+}
+
+func (b *Batcher) unloadingError() *infer.Error {
+	return infer.Errorf(infer.KindUnavailable, ReasonModelUnloading, "model '%s' version %s is unloading", b.model, b.version)
+}
+
+func (b *Batcher) queueFullError(level, size int) *infer.Error {
+	return infer.Errorf(infer.KindUnavailable, ReasonQueueFull,
+		"model '%s' version %s: queue of priority level %d is full (max_queue_size %d)", b.model, b.version, level+1, size)
+}
+
+func (b *Batcher) queueTimeoutError(p *pending) *infer.Error {
+	return infer.Errorf(infer.KindUnavailable, ReasonQueueTimeout,
+		"model '%s' version %s: request timed out after %s in the queue", b.model, b.version, p.deadline.Sub(p.enq))
+}
+
+// backendError keeps an executor's *infer.Error and wraps anything else.
+func (b *Batcher) backendError(ctx context.Context, err error) error {
+	if ie, ok := errors.AsType[*infer.Error](err); ok {
+		return ie
+	}
+	if ctx.Err() != nil {
+		return ctxError(ctx)
+	}
+	return &infer.Error{
+		Kind: infer.KindInternal, Reason: ReasonBackendError,
+		Msg: fmt.Sprintf("model '%s' version %s: execute", b.model, b.version), Err: err,
+	}
+}
+
+// outputError reports executor outputs that cannot be split by request.
+func (b *Batcher) outputError(format string, args ...any) error {
+	return &infer.Error{
+		Kind: infer.KindInternal, Reason: ReasonBackendError,
+		Msg: fmt.Sprintf("model '%s' version %s: ", b.model, b.version) + fmt.Sprintf(format, args...),
+	}
+}
