@@ -43,6 +43,7 @@ proto: ## regenerate internal/pb from proto/ with the pinned generators in go.mo
 
 models: ## regenerate examples/models with Debian's torch (slow; results are committed)
 	/usr/bin/python3 scripts/make_models.py
+	/usr/bin/python3 scripts/make_ensemble_example.py
 
 bench: deps build ## run the benchmark harness; results land in bench/results/
 	@bench/run.sh

@@ -42,6 +42,7 @@ type serveFlags struct {
 	exitTimeoutSecs int
 	logFormat       string
 	logLevel        string
+	cacheSize       int64
 }
 
 func newServeCmd(use, short string) *cobra.Command {
@@ -70,6 +71,7 @@ func newServeCmd(use, short string) *cobra.Command {
 	fl.IntVar(&f.metricsPort, "metrics-port", 8002, "Prometheus /metrics port")
 	fl.Int64Var(&f.maxBodyBytes, "max-request-bytes", 64<<20, "largest HTTP body or gRPC message accepted")
 	fl.IntVar(&f.exitTimeoutSecs, "exit-timeout-secs", 30, "seconds to wait for in-flight requests at shutdown")
+	fl.Int64Var(&f.cacheSize, "cache-size", 0, "bytes of the response cache shared by models with response_cache { enable: true }; 0 disables it")
 	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
@@ -172,6 +174,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 		ExitOnError:     f.exitOnError,
 		ExpectedCommits: commits,
 		StrictReadiness: f.strictReadiness,
+		CacheSizeBytes:  f.cacheSize,
 	}, backends, logger, reg)
 	if err != nil {
 		return err

@@ -162,6 +162,8 @@ func (f *fakeModels) Statistics(_ context.Context, name, _ string) ([]modelrepo.
 		Success:      modelrepo.Duration{Count: 10, Ns: 5000},
 		Queue:        modelrepo.Duration{Count: 10, Ns: 700},
 		ComputeInfer: modelrepo.Duration{Count: 4, Ns: 3000},
+		CacheHit:     modelrepo.Duration{Count: 3, Ns: 30},
+		CacheMiss:    modelrepo.Duration{Count: 7, Ns: 70},
 		BatchStats: []modelrepo.BatchStats{{
 			BatchSize: 4, ComputeInfer: modelrepo.Duration{Count: 2, Ns: 1500},
 		}},

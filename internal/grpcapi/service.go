@@ -295,8 +295,8 @@ func encodeStats(st *modelrepo.ModelStats) *pb.ModelStatistics {
 			ComputeInput:  duration(st.ComputeInput),
 			ComputeInfer:  duration(st.ComputeInfer),
 			ComputeOutput: duration(st.ComputeOutput),
-			CacheHit:      &pb.StatisticDuration{},
-			CacheMiss:     &pb.StatisticDuration{},
+			CacheHit:      duration(st.CacheHit),
+			CacheMiss:     duration(st.CacheMiss),
 		},
 		BatchStats: make([]*pb.InferBatchStatistics, len(st.BatchStats)),
 	}

@@ -199,6 +199,7 @@ func (f *fakeModels) Statistics(_ context.Context, name, version string) ([]mode
 		Name: "simple", Version: "1", LastInference: 1700000000000, InferenceCount: 10, ExecutionCount: 4,
 		Success: modelrepo.Duration{Count: 10, Ns: 5000}, Fail: modelrepo.Duration{Count: 1, Ns: 20},
 		Queue: modelrepo.Duration{Count: 10, Ns: 100}, ComputeInfer: modelrepo.Duration{Count: 4, Ns: 4000},
+		CacheHit: modelrepo.Duration{Count: 3, Ns: 30}, CacheMiss: modelrepo.Duration{Count: 7, Ns: 70},
 		BatchStats: []modelrepo.BatchStats{{BatchSize: 2, ComputeInfer: modelrepo.Duration{Count: 4, Ns: 4000}}},
 	}}, nil
 }

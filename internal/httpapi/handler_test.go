@@ -132,7 +132,7 @@ func TestServerMetadata(t *testing.T) {
 	rec := do(t, h, "GET", "/v2", nil, nil)
 	require.Equal(t, 200, rec.Code)
 	require.JSONEq(t, `{"name":"sluice","version":"1.2.3","extensions":
-		["model_repository","model_configuration","statistics","binary_tensor_data","parameters"]}`, rec.Body.String())
+		["model_repository","model_configuration","statistics","binary_tensor_data","schedule_policy","parameters"]}`, rec.Body.String())
 
 	custom := New(newFakeModels(), Options{ServerName: `my "server"`, Extensions: []string{"statistics"}}, nil, nil)
 	rec = do(t, custom, "GET", "/v2", nil, nil)
@@ -205,7 +205,7 @@ func TestStatistics(t *testing.T) {
 				"inference_count":10,"execution_count":4,
 				"inference_stats":{"success":{"count":10,"ns":5000},"fail":{"count":1,"ns":20},"queue":{"count":10,"ns":100},
 					"compute_input":`+zero+`,"compute_infer":{"count":4,"ns":4000},"compute_output":`+zero+`,
-					"cache_hit":`+zero+`,"cache_miss":`+zero+`},
+					"cache_hit":{"count":3,"ns":30},"cache_miss":{"count":7,"ns":70}},
 				"batch_stats":[{"batch_size":2,"compute_input":`+zero+`,"compute_infer":{"count":4,"ns":4000},"compute_output":`+zero+`}]}]}`,
 				rec.Body.String())
 		})

@@ -130,9 +130,7 @@ type duration struct {
 
 func durationOf(d modelrepo.Duration) duration { return duration{Count: d.Count, Ns: d.Ns} }
 
-// inferenceStats is Triton's inference_stats object. Sluice has no
-// response cache, so cache_hit and cache_miss are always zero; they are
-// present because Triton's clients expect them.
+// inferenceStats is Triton's inference_stats object.
 type inferenceStats struct {
 	Success       duration `json:"success"`
 	Fail          duration `json:"fail"`
@@ -184,6 +182,8 @@ func (h *Handler) handleStats(w http.ResponseWriter, r *http.Request) {
 				ComputeInput:  durationOf(s.ComputeInput),
 				ComputeInfer:  durationOf(s.ComputeInfer),
 				ComputeOutput: durationOf(s.ComputeOutput),
+				CacheHit:      durationOf(s.CacheHit),
+				CacheMiss:     durationOf(s.CacheMiss),
 			},
 			BatchStats: make([]batchStats, len(s.BatchStats)),
 		}

@@ -74,7 +74,13 @@ type ModelStats struct {
 	ComputeInput   Duration
 	ComputeInfer   Duration
 	ComputeOutput  Duration
-	BatchStats     []BatchStats
+	// CacheHit counts the requests the response cache answered and the
+	// time spent looking them up; CacheMiss the requests it could not
+	// answer and the time spent looking up and inserting their responses.
+	// Both stay zero for a model without response_cache.
+	CacheHit   Duration
+	CacheMiss  Duration
+	BatchStats []BatchStats
 }
 
 // UnloadOptions are the options of a repository unload request.

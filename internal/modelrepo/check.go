@@ -46,7 +46,19 @@ func Check(ctx context.Context, repos []string, backends *backend.Registry, stri
 			where[n] = append(where[n], repo)
 		}
 	}
-	for _, name := range order {
+	known := func(name string) bool { return where[name] != nil }
+	results := make([][]*checkedModel, len(order))
+	effective := map[string]*inferencepb.ModelConfig{}
+	for i, name := range order {
+		for _, repo := range where[name] {
+			c := checkModel(ctx, filepath.Join(repo, name), name, backends, strict, known)
+			results[i] = append(results[i], c)
+			if effective[name] == nil {
+				effective[name] = c.cfg
+			}
+		}
+	}
+	for i, name := range order {
 		rs := where[name]
 		if len(rs) > 1 {
 			ps = append(ps, modelconfig.Error{
@@ -54,15 +66,38 @@ func Check(ctx context.Context, repos []string, backends *backend.Registry, stri
 				Msg: fmt.Sprintf("model '%s' is in more than one model repository (%s)", name, strings.Join(rs, ", ")),
 			})
 		}
-		for _, repo := range rs {
-			ps = append(ps, checkModel(ctx, filepath.Join(repo, name), name, backends, strict)...)
+		for _, c := range results[i] {
+			ps = append(ps, c.problems...)
+			if c.ens != nil {
+				// Step models are checked as their highest selected
+				// version's effective configuration.
+				ps = append(ps, c.ens.checkTypes(c.cfg, c.src, func(j int) *inferencepb.ModelConfig {
+					return effective[c.ens.steps[j].model]
+				})...)
+			}
 		}
 	}
 	return ps
 }
 
-// checkModel lists the problems of one model folder.
-func checkModel(ctx context.Context, dir, name string, backends *backend.Registry, strict bool) modelconfig.Errors {
+// checkedModel is what checking one model folder found.
+type checkedModel struct {
+	problems modelconfig.Errors
+	cfg      *inferencepb.ModelConfig // effective config; nil when it could not be read
+	src      *modelconfig.Source
+	ens      *ensemble // the step graph of a valid ensemble
+}
+
+// checkModel lists the problems of one model folder and returns its
+// effective configuration. known says whether a model name is in the
+// repositories.
+func checkModel(ctx context.Context, dir, name string, backends *backend.Registry, strict bool, known func(string) bool) *checkedModel {
+	c := &checkedModel{}
+	c.problems, c.cfg, c.src, c.ens = checkModelFolder(ctx, dir, name, backends, strict, known)
+	return c
+}
+
+func checkModelFolder(ctx context.Context, dir, name string, backends *backend.Registry, strict bool, known func(string) bool) (modelconfig.Errors, *inferencepb.ModelConfig, *modelconfig.Source, *ensemble) {
 	var ps modelconfig.Errors
 	seen := map[string]bool{}
 	add := func(more ...modelconfig.Error) {
@@ -84,12 +119,12 @@ func checkModel(ctx context.Context, dir, name string, backends *backend.Registr
 	switch data, err := os.ReadFile(cfgPath); {
 	case errors.Is(err, fs.ErrNotExist) && strict:
 		at(cfgPath, "config.pbtxt is missing (required with --strict-model-config)")
-		return ps
+		return ps, nil, nil, nil
 	case errors.Is(err, fs.ErrNotExist):
 		cfg = &inferencepb.ModelConfig{}
 	case err != nil:
 		at(cfgPath, "%v", err)
-		return ps
+		return ps, nil, nil, nil
 	default:
 		c, s, err := modelconfig.Parse(cfgPath, data)
 		if err != nil {
@@ -98,7 +133,7 @@ func checkModel(ctx context.Context, dir, name string, backends *backend.Registr
 			} else {
 				at(cfgPath, "%v", err)
 			}
-			return ps
+			return ps, nil, nil, nil
 		}
 		cfg, src = c, s
 	}
@@ -110,7 +145,20 @@ func checkModel(ctx context.Context, dir, name string, backends *backend.Registr
 	avail, err := versionDirs(dir)
 	if err != nil {
 		at(dir, "%v", err)
-		return ps
+		return ps, nil, nil, nil
+	}
+	if isEnsemble(cfg) {
+		if len(avail) == 0 {
+			avail = []int64{1} // an ensemble needs no version folder
+		}
+		_, missing := selectVersions(cfg.GetVersionPolicy(), avail)
+		for _, v := range missing {
+			add(modelconfig.Error{Pos: src.Pos("version_policy"), Msg: fmt.Sprintf("version %d is named by version_policy but has no folder", v)})
+		}
+		add(modelconfig.Validate(cfg, src)...)
+		e, eps := parseEnsemble(cfg, src, known)
+		add(eps...)
+		return ps, cfg, src, e
 	}
 	versions, missing := selectVersions(cfg.GetVersionPolicy(), avail)
 	for _, v := range missing {
@@ -138,6 +186,7 @@ func checkModel(ctx context.Context, dir, name string, backends *backend.Registr
 	}
 
 	validated := false
+	effective := cfg
 	slices.Sort(versions)
 	for _, v := range versions {
 		vdir := filepath.Join(dir, strconv.FormatInt(v, 10))
@@ -186,6 +235,7 @@ func checkModel(ctx context.Context, dir, name string, backends *backend.Registr
 			}
 		}
 		validated = true
+		effective = vcfg
 		add(modelconfig.Validate(vcfg, src)...)
 		add(modelconfig.ValidateSignature(vcfg, sig, src)...)
 		add(checkWarmupFiles(vcfg, vdir, src)...)
@@ -193,7 +243,7 @@ func checkModel(ctx context.Context, dir, name string, backends *backend.Registr
 	if !validated && (!autoComplete || len(cfg.GetInput()) > 0) {
 		add(modelconfig.Validate(cfg, src)...)
 	}
-	return ps
+	return ps, effective, src, nil
 }
 
 // checkWarmupFiles reports model_warmup input files that are missing.

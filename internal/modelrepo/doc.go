@@ -16,6 +16,33 @@
 // closes its instances. A load that fails leaves the versions that served
 // before serving, and says why in the index, the log and the metrics.
 //
+// # Scheduling
+//
+// Every loaded version has a batch.Batcher over all its instances, built
+// from dynamic_batching (or, without it, one that runs each request
+// alone). Requests reach it after validation, with the priority and timeout
+// request parameters. The batcher reports each executed batch to the
+// version's statistics (execution_count, batch_stats); each request adds
+// its batch size, queue and compute times. A retired version's batcher is
+// closed only once its last request has finished, then its instances.
+//
+// # Ensembles
+//
+// A model with platform "ensemble" runs no model file: its versions hold a
+// step graph checked at load (structure always, tensor types against the
+// step models loaded then). Whether it can serve is decided per request,
+// from the step models' serving versions, and cached until they change;
+// the index shows the reason when it cannot. Each step runs through the
+// step model's own Infer path as soon as its input tensors exist.
+//
+// # Response cache
+//
+// With Options.CacheSizeBytes, models with response_cache enabled look up
+// a sha256 of their validated request before scheduling it; the cache is
+// shared and evicts by bytes, least recently used first. Keys include the
+// load a response came from, and a version's entries are dropped when it
+// is unloaded or replaced, so no load answers with another's results.
+//
 // # Control modes
 //
 // ControlNone loads every model at start; ControlPoll also rescans the

@@ -32,6 +32,8 @@ const (
 	ReasonDeadlineExceeded   = "deadline_exceeded"
 	ReasonCanceled           = "request_canceled"
 	ReasonShuttingDown       = "shutting_down"
+	ReasonInvalidParameter   = "invalid_parameter"
+	ReasonEnsembleError      = "ensemble_error"
 )
 
 // Load failure causes. They label sluice_model_load_failures_total, so the
@@ -53,6 +55,7 @@ const (
 	causeWarmup      = "warmup_failed"
 	causeDuplicate   = "duplicate_model"
 	causeCanceled    = "load_canceled"
+	causeEnsemble    = "ensemble_invalid"
 )
 
 // loadError is why one version (or, with version 0, a whole model) failed

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,7 +13,6 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
@@ -22,8 +22,10 @@ import (
 const maxAcquireAttempts = 8
 
 // Infer validates a request against the model version's config and runs
-// it on a free instance of that version. An empty req.Version picks the
-// highest ready version. Errors are *infer.Error values.
+// it: from the response cache when the model has one and holds the
+// answer, else through the version's scheduler on its instances, or, for
+// an ensemble, step by step through the step models. An empty req.Version
+// picks the highest ready version. Errors are *infer.Error values.
 func (m *Manager) Infer(ctx context.Context, req *infer.Request) (*infer.Response, error) {
 	start := time.Now()
 	if m.closed.Load() {
@@ -33,28 +35,149 @@ func (m *Manager) Infer(ctx context.Context, req *infer.Request) (*infer.Respons
 	if mdl == nil {
 		return nil, modelNotFound(req.Model)
 	}
-	lv, err := mdl.acquire(req.Version)
+	lv, err := m.acquire(mdl, req.Version)
 	if err != nil {
 		return nil, err
 	}
 	defer lv.release()
-	resp, batch, compute, ierr := lv.run(ctx, req)
-	elapsed := time.Since(start)
+	resp, ierr := m.serve(ctx, lv, req, start)
 	if ierr != nil {
 		m.metrics.failures.WithLabelValues(lv.model, lv.vstr, ierr.Reason).Inc()
-		lv.stats.fail(elapsed)
+		lv.stats.fail(time.Since(start))
 		return nil, ierr
 	}
+	return resp, nil
+}
+
+// serve answers one request on a version the caller holds a reference
+// on, and records its success in the statistics and metrics.
+func (m *Manager) serve(ctx context.Context, lv *loaded, req *infer.Request, start time.Time) (*infer.Response, *infer.Error) {
+	inputs, outputs, batch, ierr := lv.prepare(req)
+	if ierr != nil {
+		return nil, ierr
+	}
+	sched, ierr := scheduleParams(req.Parameters)
+	if ierr != nil {
+		return nil, ierr
+	}
+	var key cacheKey
+	var lookup time.Duration
+	if lv.cached {
+		t0 := time.Now()
+		key = newCacheKey(lv, inputs, outputs)
+		outs, hit := m.cache.get(key)
+		lookup = time.Since(t0)
+		if hit {
+			now := time.Now()
+			total := now.Sub(start)
+			lv.obs.requests.Inc()
+			lv.obs.cacheHits.Inc()
+			lv.obs.duration.Observe(total.Seconds())
+			lv.stats.cacheHit(total, lookup, now)
+			return lv.response(req, outs), nil
+		}
+	}
+	var outs []infer.Tensor
+	var times execTimes
+	if lv.ens != nil {
+		outs, ierr = m.runEnsemble(ctx, lv, req, inputs, outputs)
+	} else {
+		outs, times, ierr = lv.execute(ctx, inputs, outputs, batch, sched)
+	}
+	if lv.cached {
+		t0 := time.Now()
+		if ierr == nil {
+			m.cache.put(key, lv.id, outs)
+		}
+		lv.stats.cacheMiss(lookup + time.Since(t0))
+		lv.obs.cacheMisses.Inc()
+	}
+	if ierr != nil {
+		return nil, ierr
+	}
+	now := time.Now()
+	total := now.Sub(start)
 	lv.obs.requests.Inc()
 	lv.obs.inferences.Add(float64(batch))
-	lv.obs.executions.Inc()
-	lv.obs.duration.Observe(elapsed.Seconds())
-	lv.stats.success(uint64(batch), elapsed, compute, time.Now())
-	return resp, nil
+	lv.obs.duration.Observe(total.Seconds())
+	if lv.ens != nil {
+		lv.obs.executions.Inc()
+		lv.stats.ensembleSuccess(uint64(batch), total, now)
+	} else {
+		lv.stats.success(uint64(batch), total, times, now)
+	}
+	return lv.response(req, outs), nil
+}
+
+func (lv *loaded) response(req *infer.Request, outs []infer.Tensor) *infer.Response {
+	return &infer.Response{ID: req.ID, Model: lv.model, Version: lv.vstr, Outputs: outs}
+}
+
+// schedParams are the request parameters the scheduler honours.
+type schedParams struct {
+	priority int           // 0 = the model's default level
+	timeout  time.Duration // 0 = the queue policy's default
+}
+
+// Request parameters the scheduler reads, as Triton names them.
+const (
+	paramPriority = "priority"
+	paramTimeout  = "timeout" // microseconds
+)
+
+// scheduleParams reads the priority and timeout request parameters.
+func scheduleParams(p infer.Parameters) (schedParams, *infer.Error) {
+	var s schedParams
+	if v, ok := p[paramPriority]; ok {
+		n, ok := paramUint(v)
+		if !ok || n > math.MaxInt32 {
+			return s, infer.Errorf(infer.KindInvalid, ReasonInvalidParameter, "request parameter '%s' must be a non-negative integer, got %v", paramPriority, v)
+		}
+		s.priority = int(n)
+	}
+	if v, ok := p[paramTimeout]; ok {
+		n, ok := paramUint(v)
+		if !ok || n > uint64(math.MaxInt64/int64(time.Microsecond)) {
+			return s, infer.Errorf(infer.KindInvalid, ReasonInvalidParameter, "request parameter '%s' must be a non-negative integer number of microseconds, got %v", paramTimeout, v)
+		}
+		s.timeout = time.Duration(n) * time.Microsecond
+	}
+	return s, nil
+}
+
+// paramUint reads an integer parameter that must not be negative.
+func paramUint(v any) (uint64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return uint64(x), x >= 0
+	case uint64:
+		return x, true
+	}
+	return 0, false
 }
 
 func modelNotFound(name string) *infer.Error {
 	return infer.Errorf(infer.KindNotFound, ReasonModelNotFound, "model '%s' not found", name)
+}
+
+// acquire takes a reference on the version a request asks for. An
+// ensemble version serves only while every step model can run.
+func (m *Manager) acquire(mdl *model, version string) (*loaded, *infer.Error) {
+	lv, err := mdl.acquire(version)
+	if err != nil {
+		return nil, err
+	}
+	if lv.ens != nil {
+		if r := m.ensembleReason(lv, 0); r != "" {
+			lv.release()
+			return nil, ensembleUnavailable(lv, r)
+		}
+	}
+	return lv, nil
+}
+
+func ensembleUnavailable(lv *loaded, reason string) *infer.Error {
+	return infer.Errorf(infer.KindUnavailable, ReasonModelNotReady, "model '%s' version %d is %s: %s", lv.model, lv.version, StateUnavailable, reason)
 }
 
 // acquire finds the version a request asks for and takes a reference on
@@ -132,36 +255,6 @@ func (mdl *model) notReady(v int64) *infer.Error {
 		}
 	}
 	return unavailable("model '%s' has no ready version", mdl.name)
-}
-
-// run validates and executes one request on a free instance. It returns
-// the batch size and the time spent executing.
-func (lv *loaded) run(ctx context.Context, req *infer.Request) (*infer.Response, int64, time.Duration, *infer.Error) {
-	inputs, outputs, batch, ierr := lv.prepare(req)
-	if ierr != nil {
-		return nil, 0, 0, ierr
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, 0, 0, ctxError(ctx)
-	}
-	var in backend.Instance
-	select {
-	case in = <-lv.pool:
-	case <-ctx.Done():
-		return nil, 0, 0, ctxError(ctx)
-	}
-	t0 := time.Now()
-	outs, err := in.Execute(ctx, inputs, outputs)
-	compute := time.Since(t0)
-	lv.pool <- in
-	if err != nil {
-		return nil, 0, 0, lv.backendError(ctx, err)
-	}
-	if len(outs) != len(outputs) {
-		return nil, 0, 0, infer.Errorf(infer.KindInternal, ReasonBackendError,
-			"model '%s' version %d returned %d outputs, want %d", lv.model, lv.version, len(outs), len(outputs))
-	}
-	return &infer.Response{ID: req.ID, Model: lv.model, Version: lv.vstr, Outputs: outs}, batch, compute, nil
 }
 
 // ctxError reports a request whose context ended.
@@ -337,6 +430,11 @@ func (m *Manager) resolve(name, version string) (*model, *loaded, error) {
 	if ierr != nil {
 		return nil, nil, ierr
 	}
+	if lv.ens != nil {
+		if r := m.ensembleReason(lv, 0); r != "" {
+			return nil, nil, ensembleUnavailable(lv, r)
+		}
+	}
 	return mdl, lv, nil
 }
 
@@ -385,7 +483,7 @@ func (m *Manager) Index(_ context.Context, readyOnly bool) []IndexEntry {
 	seen := map[string]bool{}
 	for _, mdl := range m.sortedModels() {
 		seen[mdl.name] = true
-		out = append(out, mdl.index(repoErr)...)
+		out = append(out, m.ensembleIndex(mdl, mdl.index(repoErr))...)
 	}
 	if m.opts.ControlMode == ControlExplicit {
 		// Triton's index also lists the models nobody loaded yet.
@@ -415,6 +513,24 @@ func (m *Manager) Index(_ context.Context, readyOnly bool) []IndexEntry {
 		out = slices.DeleteFunc(out, func(e IndexEntry) bool { return e.State != StateReady })
 	}
 	return out
+}
+
+// ensembleIndex marks the READY entries of ensemble versions whose step
+// models cannot run as UNAVAILABLE, with the reason.
+func (m *Manager) ensembleIndex(mdl *model, es []IndexEntry) []IndexEntry {
+	set := mdl.serving.Load()
+	for i, e := range es {
+		v, ok := versionNumber(e.Version)
+		if !ok || e.State != StateReady {
+			continue
+		}
+		if lv := set.get(v); lv != nil && lv.ens != nil {
+			if r := m.ensembleReason(lv, 0); r != "" {
+				es[i].State, es[i].Reason = StateUnavailable, r
+			}
+		}
+	}
+	return es
 }
 
 // index lists one model's entries.

@@ -131,11 +131,12 @@ func TestInferHonoursContext(t *testing.T) {
 	// The only instance is busy: a second request waits for it until its
 	// deadline.
 	busy := make(chan error, 1)
+	before := h.fake.executions.Load()
 	go func() {
 		_, err := h.infer(context.Background(), "m", "")
 		busy <- err
 	}()
-	require.Eventually(t, func() bool { return len(h.m.lookup("m").serving.Load().latest().pool) == 0 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return h.fake.executions.Load() > before }, 5*time.Second, time.Millisecond)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
 	defer cancel()
 	_, err := h.infer(ctx, "m", "")

@@ -57,6 +57,7 @@ type plan struct {
 	missing      []int64 // named by a specific policy, not on disk
 	expected     string  // git commit the versions must have; "" = any
 	keyPrefix    string
+	ensemble     bool // the model runs other models; be is nil
 }
 
 // key is the content key of one version under this plan.
@@ -110,6 +111,18 @@ func (m *Manager) plan(name string, src modelSource) (*plan, *loadError) {
 	if err != nil {
 		return fail(causeUnreadable, err)
 	}
+	if isEnsemble(p.base) {
+		p.ensemble = true
+		p.platform = platformEnsemble
+		if len(avail) == 0 {
+			// An ensemble has no files of its own; Triton still wants an
+			// empty version folder, Sluice takes its absence as version 1.
+			avail = []int64{1}
+		}
+		p.versions, p.missing = selectVersions(p.base.GetVersionPolicy(), avail)
+		p.keyPrefix = m.planKey(p)
+		return p, nil
+	}
 	be, err := pickBackend(m.backends, m.opts.StrictConfig, p.base, src.dir, avail)
 	if err != nil {
 		return fail(causeBackend, err)
@@ -140,14 +153,20 @@ func (m *Manager) plan(name string, src modelSource) (*plan, *loadError) {
 		p.expected = pin
 	}
 
+	p.keyPrefix = m.planKey(p)
+	return p, nil
+}
+
+// planKey is the part of every version's content key that the model
+// folder's top level and the options decide.
+func (m *Manager) planKey(p *plan) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%t\x00", src.dir, src.fp.top, p.expected, m.opts.StrictConfig)
-	if src.override != nil {
-		b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(src.override)
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%t\x00", p.src.dir, p.src.fp.top, p.expected, m.opts.StrictConfig)
+	if p.src.override != nil {
+		b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(p.src.override)
 		h.Write(b)
 	}
-	p.keyPrefix = hex.EncodeToString(h.Sum(nil))
-	return p, nil
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // configErr keeps config problems on one error value.
@@ -283,7 +302,7 @@ func (m *Manager) reconcile(ctx context.Context, mdl *model, src modelSource, fo
 	}
 	if !m.publish(mdl, &servingSet{versions: next}, status, "") {
 		for _, lv := range fresh {
-			_ = lv.closeInstances()
+			_ = lv.shutdown()
 		}
 		return []*loadError{newLoadError(mdl.name, 0, causeCanceled, errors.New("server is shutting down"))}
 	}
@@ -377,6 +396,7 @@ func (m *Manager) publish(mdl *model, set *servingSet, status map[int64]*version
 	for v := range before {
 		if !after[v] {
 			m.metrics.forgetVersion(mdl.name, strconv.FormatInt(v, 10))
+			m.batchMetrics.Forget(mdl.name, strconv.FormatInt(v, 10))
 			delete(mdl.stats, v)
 		}
 	}
@@ -421,7 +441,10 @@ func (m *Manager) drain(ctx context.Context, retired []*loaded) {
 }
 
 func (m *Manager) finishUnload(lv *loaded) {
-	if err := lv.closeInstances(); err != nil {
+	if lv.cached {
+		m.cache.drop(lv.id)
+	}
+	if err := lv.shutdown(); err != nil {
 		m.logger.Warn("model instance close failed", "model", lv.model, "version", lv.vstr, "err", err)
 	}
 	m.logger.Info("model version unloaded", "model", lv.model, "version", lv.vstr)
@@ -465,6 +488,9 @@ func (m *Manager) loadVersion(ctx context.Context, p *plan, v int64) (*loaded, *
 		defer func() { <-m.loadSlots }()
 	case <-ctx.Done():
 		return fail(causeCanceled, context.Cause(ctx))
+	}
+	if p.ensemble {
+		return m.loadEnsembleVersion(p, v)
 	}
 	start := time.Now()
 	vstr := strconv.FormatInt(v, 10)
@@ -530,18 +556,55 @@ func (m *Manager) loadVersion(ctx context.Context, p *plan, v int64) (*loaded, *
 		}
 		lv.instances = append(lv.instances, in)
 	}
-	lv.pool = make(chan backend.Instance, len(lv.instances))
-	for _, in := range lv.instances {
-		lv.pool <- in
-	}
 	if err := m.warmup(ctx, lv, vdir); err != nil {
 		_ = lv.closeInstances()
 		return fail(causeWarmup, err)
+	}
+	if err := m.startScheduler(lv); err != nil {
+		_ = lv.closeInstances()
+		return fail(causeConfig, err)
 	}
 	d := time.Since(start)
 	m.metrics.loadDuration.WithLabelValues(p.name, vstr).Set(d.Seconds())
 	m.logger.Info("loaded model", "model", p.name, "version", vstr, "version_label", prov.Version, "duration_seconds", d.Seconds())
 	return lv, nil
+}
+
+// loadEnsembleVersion validates an ensemble version's configuration and
+// step graph. Step models that are loaded now are checked against the
+// graph at once; the others are checked when requests need them (an
+// ensemble serves only while every step model can run).
+func (m *Manager) loadEnsembleVersion(p *plan, v int64) (*loaded, *loadError) {
+	cfg := proto.CloneOf(p.base)
+	if ps := modelconfig.Validate(cfg, p.cfgSrc); len(ps) > 0 {
+		return nil, newLoadError(p.name, v, causeConfig, ps)
+	}
+	e, ps := parseEnsemble(cfg, p.cfgSrc, m.modelKnown)
+	if len(ps) > 0 {
+		return nil, newLoadError(p.name, v, causeEnsemble, ps)
+	}
+	ps = e.checkTypes(cfg, p.cfgSrc, func(i int) *inferencepb.ModelConfig {
+		st := e.steps[i]
+		if mdl := m.lookup(st.model); mdl != nil {
+			if slv, err := mdl.find(st.version); err == nil {
+				return slv.cfg
+			}
+		}
+		return nil
+	})
+	if len(ps) > 0 {
+		return nil, newLoadError(p.name, v, causeEnsemble, ps)
+	}
+	lv := m.newLoaded(p, v, cfg, provenance{})
+	lv.ens = e
+	m.logger.Info("loaded ensemble", "model", p.name, "version", lv.vstr, "steps", len(e.steps))
+	return lv, nil
+}
+
+// modelKnown reports whether a model name is in a repository or was
+// loaded from a load request's files.
+func (m *Manager) modelKnown(name string) bool {
+	return m.lookup(name) != nil || len(m.findModel(name)) > 0
 }
 
 // instanceCount is the number of instances instance_group asks for.
@@ -556,7 +619,13 @@ func instanceCount(cfg *inferencepb.ModelConfig) int {
 // newLoaded prepares a version for serving, instances aside.
 func (m *Manager) newLoaded(p *plan, v int64, cfg *inferencepb.ModelConfig, prov provenance) *loaded {
 	vstr := strconv.FormatInt(v, 10)
+	cached := cfg.GetResponseCache().GetEnable() && m.cache != nil
+	if cfg.GetResponseCache().GetEnable() && m.cache == nil {
+		m.logger.Warn("response_cache is enabled but the server has no cache (--cache-size 0); responses are not cached", "model", p.name, "version", vstr)
+	}
 	lv := &loaded{
+		id:       m.loadIDs.Add(1),
+		cached:   cached,
 		model:    p.name,
 		version:  v,
 		vstr:     vstr,
@@ -568,7 +637,7 @@ func (m *Manager) newLoaded(p *plan, v int64, cfg *inferencepb.ModelConfig, prov
 		commit:   prov.GitCommit,
 		client:   modelconfig.ClientSignature(cfg),
 		maxBatch: int64(cfg.GetMaxBatchSize()),
-		obs:      m.metrics.observers(p.name, vstr),
+		obs:      m.metrics.observers(p.name, vstr, cached),
 		drained:  make(chan struct{}),
 	}
 	for _, in := range cfg.GetInput() {

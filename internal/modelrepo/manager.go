@@ -18,7 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-ml/sluice/internal/backend"
+	"github.com/sluice-ml/sluice/internal/batch"
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/modelconfig"
 )
 
 // ControlMode is Triton's --model-control-mode.
@@ -72,6 +74,10 @@ type Options struct {
 	// loaded to have a ready version (Triton's --strict-readiness; the
 	// server's flag defaults to true).
 	StrictReadiness bool
+	// CacheSizeBytes is the size of the response cache shared by every
+	// model with response_cache { enable: true } (--cache-size). 0 means
+	// no cache: such models serve uncached.
+	CacheSizeBytes int64
 }
 
 // Manager owns the models of the repositories: it loads, swaps, drains and
@@ -82,7 +88,11 @@ type Manager struct {
 	backends  *backend.Registry
 	logger    *slog.Logger
 	metrics   *metrics
-	loadSlots chan struct{} // one token per concurrent version load
+	loadSlots chan struct{}  // one token per concurrent version load
+	cache     *responseCache // nil when CacheSizeBytes is 0
+	// batchMetrics are shared by the batchers of every version.
+	batchMetrics *batch.Metrics
+	loadIDs      atomic.Uint64 // source of loaded.id
 
 	// stopCtx is cancelled by Close, which aborts loads in progress.
 	stopCtx context.Context
@@ -128,6 +138,9 @@ func New(opts Options, backends *backend.Registry, logger *slog.Logger, reg prom
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = DefaultPollInterval
 	}
+	if opts.CacheSizeBytes < 0 {
+		return nil, fmt.Errorf("cache size %d bytes is negative", opts.CacheSizeBytes)
+	}
 	opts.Repositories = slices.Clone(opts.Repositories)
 	opts.StartupModels = slices.Clone(opts.StartupModels)
 	commits := make(map[string]string, len(opts.ExpectedCommits))
@@ -138,17 +151,21 @@ func New(opts Options, backends *backend.Registry, logger *slog.Logger, reg prom
 	}
 	stopCtx, stop := context.WithCancel(context.Background())
 	m := &Manager{
-		opts:      opts,
-		backends:  backends,
-		logger:    logger.With("component", "modelrepo"),
-		metrics:   newMetrics(reg),
-		loadSlots: make(chan struct{}, maxParallelLoads),
-		stopCtx:   stopCtx,
-		stop:      stop,
-		repoErr:   map[string]string{},
-		pollState: map[string]pollRecord{},
+		opts:         opts,
+		backends:     backends,
+		logger:       logger.With("component", "modelrepo"),
+		metrics:      newMetrics(reg),
+		batchMetrics: batch.NewMetrics(reg),
+		loadSlots:    make(chan struct{}, maxParallelLoads),
+		stopCtx:      stopCtx,
+		stop:         stop,
+		repoErr:      map[string]string{},
+		pollState:    map[string]pollRecord{},
 	}
 	m.models.Store(&map[string]*model{})
+	if opts.CacheSizeBytes > 0 {
+		m.cache = newResponseCache(opts.CacheSizeBytes, m.metrics.cacheBytes, m.metrics.cacheEvictions)
+	}
 	if len(opts.StartupModels) > 0 && opts.ControlMode != ControlExplicit {
 		// As in Triton, --load-model only takes effect in explicit mode.
 		m.logger.Warn("models to load at start are ignored outside explicit mode", "models", opts.StartupModels, "mode", string(opts.ControlMode))
@@ -198,28 +215,66 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	sort.Strings(want)
 	want = slices.Compact(want)
+	deps := map[string][]string{} // ensemble -> the models its steps run
+	for i := 0; i < len(want); i++ {
+		name := want[i]
+		steps, ok := ensembleSteps(filepath.Join(found[name][0], name))
+		if !ok {
+			continue
+		}
+		deps[name] = steps
+		if m.opts.ControlMode != ControlExplicit {
+			continue
+		}
+		// As in Triton, loading an ensemble loads the models it runs.
+		for _, st := range steps {
+			if _, ok := found[st]; ok && !slices.Contains(want, st) {
+				want = append(want, st)
+			}
+		}
+	}
 
 	var mu sync.Mutex // protects errs
-	var wg sync.WaitGroup
-	for _, name := range want {
-		mdl := m.ensureModel(name)
-		src := m.sourceFor(name, found[name])
-		wg.Go(func() {
-			key := ""
-			if fp, err := fingerprintDir(src.dir); err == nil {
-				src.fp = fp
-				key = src.key()
+	// Models load in rounds: a model waits for the models its steps run,
+	// so that an ensemble's graph is checked against loaded step models.
+	// A round where nothing can start (ensembles naming each other) loads
+	// what is left.
+	pending := want
+	for len(pending) > 0 {
+		var round, rest []string
+		for _, name := range pending {
+			waits := slices.ContainsFunc(deps[name], func(d string) bool { return d != name && slices.Contains(pending, d) })
+			if waits {
+				rest = append(rest, name)
+			} else {
+				round = append(round, name)
 			}
-			fails := m.reconcile(ctx, mdl, src, false)
-			mu.Lock()
-			defer mu.Unlock()
-			m.pollState[name] = pollRecord{applied: key}
-			for _, f := range fails {
-				errs = append(errs, f)
-			}
-		})
+		}
+		if len(round) == 0 {
+			round, rest = rest, nil
+		}
+		var wg sync.WaitGroup
+		for _, name := range round {
+			mdl := m.ensureModel(name)
+			src := m.sourceFor(name, found[name])
+			wg.Go(func() {
+				key := ""
+				if fp, err := fingerprintDir(src.dir); err == nil {
+					src.fp = fp
+					key = src.key()
+				}
+				fails := m.reconcile(ctx, mdl, src, false)
+				mu.Lock()
+				defer mu.Unlock()
+				m.pollState[name] = pollRecord{applied: key}
+				for _, f := range fails {
+					errs = append(errs, f)
+				}
+			})
+		}
+		wg.Wait()
+		pending = rest
 	}
-	wg.Wait()
 	m.started.Store(true)
 	if m.opts.ExitOnError && len(errs) > 0 {
 		return fmt.Errorf("load models: %w", errors.Join(errs...))
@@ -416,22 +471,55 @@ func (m *Manager) Ready() bool {
 		mdl.mu.Lock()
 		active := mdl.phase == phaseActive
 		mdl.mu.Unlock()
-		if active && mdl.serving.Load().latest() == nil {
+		if active && !m.servable(mdl) {
 			return false
 		}
 	}
 	return true
 }
 
+// servable reports whether a model has a version that can serve now.
+func (m *Manager) servable(mdl *model) bool {
+	for _, lv := range mdl.serving.Load().all() {
+		if lv.ens == nil || m.ensembleReason(lv, 0) == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// ensembleSteps reads a model folder's config and, when the model is an
+// ensemble, returns the models its steps run. A config that cannot be
+// read is left for the load to report.
+func ensembleSteps(dir string) ([]string, bool) {
+	data, err := os.ReadFile(filepath.Join(dir, configFile))
+	if err != nil {
+		return nil, false
+	}
+	cfg, _, err := modelconfig.Parse(configFile, data)
+	if err != nil || !isEnsemble(cfg) {
+		return nil, false
+	}
+	return stepModels(cfg), true
+}
+
 // Load loads or reloads a model (explicit mode only). The new versions
 // load beside what serves now and are swapped in atomically, so a reload
 // never drops a request. opts.Config replaces config.pbtxt; opts.Files
 // replace the model folder's files (and need opts.Config). A failed load
-// leaves what served before serving and returns why.
+// leaves what served before serving and returns why. Loading an ensemble
+// first loads the models its steps run that are not loaded (as Triton
+// does); one that fails leaves the ensemble UNAVAILABLE and is returned.
 func (m *Manager) Load(ctx context.Context, name string, opts LoadOptions) error {
 	if err := m.controlAllowed(); err != nil {
 		return err
 	}
+	return m.load(ctx, name, opts, map[string]bool{})
+}
+
+// load is Load; visiting holds the ensembles whose step models are being
+// loaded, so that ensembles naming each other end.
+func (m *Manager) load(ctx context.Context, name string, opts LoadOptions, visiting map[string]bool) error {
 	if err := checkModelName(name); err != nil {
 		return err
 	}
@@ -447,6 +535,28 @@ func (m *Manager) Load(ctx context.Context, name string, opts LoadOptions) error
 		src = m.sourceFor(name, repos)
 	}
 	src.override = opts.Config
+	var steps []string
+	if opts.Config != nil && isEnsemble(opts.Config) {
+		steps = stepModels(opts.Config)
+	} else if opts.Config == nil && len(repos) > 0 {
+		steps, _ = ensembleSteps(src.dir)
+	}
+	var depErr *infer.Error
+	visiting[name] = true
+	for _, st := range steps {
+		if visiting[st] || st == name {
+			continue
+		}
+		if dep := m.lookup(st); dep != nil && m.active(dep) {
+			continue
+		}
+		if len(m.findModel(st)) == 0 {
+			continue // the ensemble's load says the step model is unknown
+		}
+		if err := m.load(ctx, st, LoadOptions{}, visiting); err != nil && depErr == nil {
+			depErr = infer.Errorf(infer.KindInvalid, ReasonLoadFailed, "load model '%s': step model '%s' did not load: %s", name, st, oneLine(err.Error()))
+		}
+	}
 	mdl := m.ensureModel(name)
 	if len(opts.Files) > 0 {
 		dir, err := writeOverrideFiles(name, opts.Files)
@@ -463,16 +573,36 @@ func (m *Manager) Load(ctx context.Context, name string, opts LoadOptions) error
 		}
 		return e
 	}
+	if depErr != nil {
+		return depErr
+	}
 	return nil
+}
+
+// active reports whether a model should be loaded and has something
+// serving.
+func (m *Manager) active(mdl *model) bool {
+	mdl.mu.Lock()
+	phase := mdl.phase
+	mdl.mu.Unlock()
+	return phase == phaseActive && mdl.serving.Load().latest() != nil
 }
 
 // Unload unloads every version of a model (explicit mode only), after the
 // requests in flight on them finish (bounded by ctx; past it, they finish
-// in the background).
-func (m *Manager) Unload(ctx context.Context, name string, _ UnloadOptions) error {
+// in the background). With UnloadDependents, unloading an ensemble also
+// unloads the models its steps run, except those another loaded ensemble
+// still runs (Triton's unload_dependents).
+func (m *Manager) Unload(ctx context.Context, name string, opts UnloadOptions) error {
 	if err := m.controlAllowed(); err != nil {
 		return err
 	}
+	return m.unload(ctx, name, opts, map[string]bool{})
+}
+
+// unload is Unload; done holds the models already unloaded by this call.
+func (m *Manager) unload(ctx context.Context, name string, opts UnloadOptions, done map[string]bool) error {
+	done[name] = true
 	mdl := m.lookup(name)
 	if mdl == nil {
 		if len(m.findModel(name)) > 0 {
@@ -480,8 +610,42 @@ func (m *Manager) Unload(ctx context.Context, name string, _ UnloadOptions) erro
 		}
 		return infer.Errorf(infer.KindNotFound, ReasonModelNotFound, "model '%s' not found", name)
 	}
+	var steps []string
+	for _, lv := range mdl.serving.Load().all() {
+		if lv.ens != nil {
+			for _, st := range stepModels(lv.cfg) {
+				if !slices.Contains(steps, st) {
+					steps = append(steps, st)
+				}
+			}
+		}
+	}
 	m.unloadModel(ctx, mdl)
-	return nil
+	if !opts.UnloadDependents {
+		return nil
+	}
+	var errs []error
+	for _, st := range steps {
+		if done[st] || m.lookup(st) == nil || m.usedByEnsemble(st) {
+			continue
+		}
+		if err := m.unload(ctx, st, opts, done); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// usedByEnsemble reports whether a serving ensemble runs the model.
+func (m *Manager) usedByEnsemble(name string) bool {
+	for _, mdl := range *m.models.Load() {
+		for _, lv := range mdl.serving.Load().all() {
+			if lv.ens != nil && slices.Contains(stepModels(lv.cfg), name) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // controlAllowed refuses the load and unload API outside explicit mode.
@@ -514,6 +678,7 @@ func (m *Manager) findModel(name string) []string {
 	}
 	var repos []string
 	for _, repo := range m.opts.Repositories {
+		//nolint:gosec // G703: checkModelName above allows only a single folder name
 		if fi, err := os.Stat(filepath.Join(repo, name)); err == nil && fi.IsDir() {
 			repos = append(repos, repo)
 		}

@@ -26,6 +26,11 @@ type metrics struct {
 	info         *prometheus.GaugeVec
 	repoUp       *prometheus.GaugeVec
 	repoErrors   *prometheus.CounterVec
+
+	cacheHits      *prometheus.CounterVec
+	cacheMisses    *prometheus.CounterVec
+	cacheBytes     prometheus.Gauge
+	cacheEvictions prometheus.Counter
 }
 
 // newMetrics builds the collectors and registers them with reg; a nil reg
@@ -82,25 +87,49 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "sluice", Subsystem: "model", Name: "repository_errors_total",
 			Help: "Scans of the model repository that could not read it.",
 		}, []string{"repository"}),
+		cacheHits: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "model", Name: "cache_hits_total",
+			Help: "Inference requests answered from the response cache.",
+		}, mv),
+		cacheMisses: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "model", Name: "cache_misses_total",
+			Help: "Inference requests to a model with response_cache enabled that the cache could not answer.",
+		}, mv),
+		cacheBytes: f.NewGauge(prometheus.GaugeOpts{
+			Namespace: "sluice", Name: "cache_bytes",
+			Help: "Bytes held by the response cache (tensor data plus a small per-entry overhead).",
+		}),
+		cacheEvictions: f.NewCounter(prometheus.CounterOpts{
+			Namespace: "sluice", Name: "cache_evictions_total",
+			Help: "Response cache entries evicted to make room for newer ones.",
+		}),
 	}
 }
 
 // versionObservers are one version's request collectors, looked up once at
 // load so the request path does no label hashing.
 type versionObservers struct {
-	requests   prometheus.Counter
-	inferences prometheus.Counter
-	executions prometheus.Counter
-	duration   prometheus.Observer
+	requests    prometheus.Counter
+	inferences  prometheus.Counter
+	executions  prometheus.Counter
+	duration    prometheus.Observer
+	cacheHits   prometheus.Counter
+	cacheMisses prometheus.Counter
 }
 
-func (m *metrics) observers(model, version string) versionObservers {
-	return versionObservers{
+func (m *metrics) observers(model, version string, cached bool) versionObservers {
+	o := versionObservers{
 		requests:   m.requests.WithLabelValues(model, version),
 		inferences: m.inferences.WithLabelValues(model, version),
 		executions: m.executions.WithLabelValues(model, version),
 		duration:   m.duration.WithLabelValues(model, version),
 	}
+	// Only versions with a response cache export the cache series.
+	if cached {
+		o.cacheHits = m.cacheHits.WithLabelValues(model, version)
+		o.cacheMisses = m.cacheMisses.WithLabelValues(model, version)
+	}
+	return o
 }
 
 // setState marks a version's current state.
@@ -132,6 +161,8 @@ func (m *metrics) forgetVersion(model, version string) {
 	m.loadDuration.DeletePartialMatch(l)
 	m.state.DeletePartialMatch(l)
 	m.info.DeletePartialMatch(l)
+	m.cacheHits.DeletePartialMatch(l)
+	m.cacheMisses.DeletePartialMatch(l)
 }
 
 // forgetModel deletes every series of a model that left the repository.
@@ -146,4 +177,6 @@ func (m *metrics) forgetModel(model string) {
 	m.state.DeletePartialMatch(l)
 	m.info.DeletePartialMatch(l)
 	m.loadFailures.DeletePartialMatch(l)
+	m.cacheHits.DeletePartialMatch(l)
+	m.cacheMisses.DeletePartialMatch(l)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/backend"
+	"github.com/sluice-ml/sluice/internal/batch"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
@@ -127,6 +128,7 @@ type inputSpec struct {
 // loaded is one loaded version of a model: its config, its instances and
 // the reference count that lets it drain.
 type loaded struct {
+	id       uint64 // unique per load in this manager; part of cache keys
 	model    string
 	version  int64
 	vstr     string
@@ -142,9 +144,11 @@ type loaded struct {
 	maxBatch int64    // 0 = the model does not batch
 
 	instances []backend.Instance
-	pool      chan backend.Instance // free instances
+	batcher   *batch.Batcher // schedules requests onto the instances; nil for ensembles
 	obs       versionObservers
-	stats     *versionStats
+	stats     *versionStats // set when the version is published
+	ens       *ensemble     // nil unless the model is an ensemble
+	cached    bool          // response_cache is on and the server has a cache
 
 	mu      sync.Mutex // protects refs and retired
 	refs    int
@@ -219,21 +223,68 @@ func addDuration(d *Duration, t time.Duration) {
 	d.Ns += uint64(t.Nanoseconds())
 }
 
-// success records a served request.
-func (vs *versionStats) success(batch uint64, total, compute time.Duration, now time.Time) {
+// execTimes is one request's share of the execution it rode in.
+type execTimes struct {
+	queue, input, infer, output time.Duration
+}
+
+// success records a request a model executed: batch inferences (its batch
+// size), its queue and compute times. Executions are counted apart, once
+// per executed batch, by executed.
+func (vs *versionStats) success(batch uint64, total time.Duration, t execTimes, now time.Time) {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	vs.s.LastInference = now.UnixMilli()
+	vs.s.InferenceCount += batch
+	addDuration(&vs.s.Success, total)
+	addDuration(&vs.s.Queue, t.queue)
+	addDuration(&vs.s.ComputeInput, t.input)
+	addDuration(&vs.s.ComputeInfer, t.infer)
+	addDuration(&vs.s.ComputeOutput, t.output)
+}
+
+// executed records one execution of a batch of batchSize rows.
+func (vs *versionStats) executed(batchSize uint64, input, infer, output time.Duration) {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	vs.s.ExecutionCount++
+	b := vs.batches[batchSize]
+	if b == nil {
+		b = &BatchStats{BatchSize: batchSize}
+		vs.batches[batchSize] = b
+	}
+	addDuration(&b.ComputeInput, input)
+	addDuration(&b.ComputeInfer, infer)
+	addDuration(&b.ComputeOutput, output)
+}
+
+// ensembleSuccess records a request an ensemble served: its steps are
+// counted by their own models, the ensemble counts one execution.
+func (vs *versionStats) ensembleSuccess(batch uint64, total time.Duration, now time.Time) {
 	vs.mu.Lock()
 	defer vs.mu.Unlock()
 	vs.s.LastInference = now.UnixMilli()
 	vs.s.InferenceCount += batch
 	vs.s.ExecutionCount++
 	addDuration(&vs.s.Success, total)
-	addDuration(&vs.s.ComputeInfer, compute)
-	b := vs.batches[batch]
-	if b == nil {
-		b = &BatchStats{BatchSize: batch}
-		vs.batches[batch] = b
-	}
-	addDuration(&b.ComputeInfer, compute)
+}
+
+// cacheHit records a request the response cache answered. As in Triton,
+// it counts as a success but neither as an inference nor an execution.
+func (vs *versionStats) cacheHit(total, lookup time.Duration, now time.Time) {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	vs.s.LastInference = now.UnixMilli()
+	addDuration(&vs.s.Success, total)
+	addDuration(&vs.s.CacheHit, lookup)
+}
+
+// cacheMiss records a lookup that found nothing, with the time spent
+// looking up and inserting the response.
+func (vs *versionStats) cacheMiss(d time.Duration) {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	addDuration(&vs.s.CacheMiss, d)
 }
 
 // fail records a failed request.

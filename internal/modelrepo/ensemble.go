@@ -1,0 +1,580 @@
+package modelrepo
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/modelconfig"
+	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
+)
+
+// platformEnsemble is the platform of a model that runs other models.
+const platformEnsemble = "ensemble"
+
+// maxEnsembleDepth bounds how deeply ensembles may nest, so that two
+// ensembles naming each other fail instead of recursing forever.
+const maxEnsembleDepth = 8
+
+// isEnsemble reports whether a configuration describes an ensemble.
+func isEnsemble(cfg *inferencepb.ModelConfig) bool {
+	return cfg.GetPlatform() == platformEnsemble || cfg.GetEnsembleScheduling() != nil
+}
+
+// ensemble is the step graph of an ensemble version, resolved from its
+// configuration. It is immutable once built, apart from the cache of the
+// last dependency check.
+type ensemble struct {
+	name    string
+	tensors []string // every tensor the graph names, by id
+	inputs  []int    // ids of the ensemble's inputs, in config order
+	steps   []ensembleStep
+
+	// checked caches the last check of the step models against the
+	// graph, keyed by the step versions it saw.
+	checked atomic.Pointer[depCheck]
+}
+
+// ensembleStep is one step: a model run on some ensemble tensors, whose
+// outputs become other ensemble tensors.
+type ensembleStep struct {
+	model   string
+	version string // "" = the latest ready version
+	in      []stepTensor
+	out     []stepTensor
+}
+
+// stepTensor maps a step model's input or output to an ensemble tensor.
+type stepTensor struct {
+	name   string // the step model's tensor
+	tensor int    // the ensemble tensor's id
+}
+
+// depCheck is the result of checking an ensemble against the step model
+// versions in steps.
+type depCheck struct {
+	steps  []*loaded
+	reason string // "" when the step models fit the graph
+}
+
+func stepLabel(i int, model string) string {
+	return fmt.Sprintf("step %d (model '%s')", i, model)
+}
+
+// parseEnsemble builds an ensemble's graph from its configuration and
+// reports every structural problem: steps naming no model, an unknown
+// model or the ensemble itself, bad versions, empty maps, tensors produced
+// twice, tensors consumed that nothing produces, ensemble inputs nothing
+// consumes, ensemble outputs nothing produces, and cycles. exists says
+// whether a model name is known; nil accepts every name.
+func parseEnsemble(cfg *inferencepb.ModelConfig, src *modelconfig.Source, exists func(string) bool) (*ensemble, modelconfig.Errors) {
+	var ps modelconfig.Errors
+	add := func(path, format string, args ...any) {
+		ps = append(ps, modelconfig.Error{Pos: src.Pos(path), Msg: fmt.Sprintf(format, args...)})
+	}
+	es := cfg.GetEnsembleScheduling()
+	if es == nil {
+		add("platform", "platform \"ensemble\" needs ensemble_scheduling")
+		return nil, ps
+	}
+	if len(es.GetStep()) == 0 {
+		add("ensemble_scheduling", "ensemble_scheduling must list at least one step")
+		return nil, ps
+	}
+	e := &ensemble{name: cfg.GetName()}
+	ids := map[string]int{}
+	id := func(name string) int {
+		if i, ok := ids[name]; ok {
+			return i
+		}
+		ids[name] = len(e.tensors)
+		e.tensors = append(e.tensors, name)
+		return ids[name]
+	}
+	const fromInput = -1
+	producer := map[int]int{} // tensor -> step, or fromInput
+	for _, in := range cfg.GetInput() {
+		t := id(in.GetName())
+		e.inputs = append(e.inputs, t)
+		producer[t] = fromInput
+	}
+	for i, st := range es.GetStep() {
+		at := fmt.Sprintf("ensemble_scheduling.step[%d]", i)
+		name := st.GetModelName()
+		label := stepLabel(i, name)
+		step := ensembleStep{model: name}
+		switch {
+		case name == "":
+			add(at, "ensemble_scheduling: step[%d]: model_name must be set", i)
+		case name == cfg.GetName():
+			add(at+".model_name", "%s: an ensemble cannot be a step of itself", label)
+		case exists != nil && !exists(name):
+			add(at+".model_name", "%s: model '%s' is not in any model repository", label, name)
+		}
+		// proto3 cannot tell an omitted model_version from 0: both mean
+		// the latest version, like -1.
+		switch v := st.GetModelVersion(); {
+		case v == -1 || v == 0:
+		case v >= 1:
+			step.version = strconv.FormatInt(v, 10)
+		default:
+			add(at+".model_version", "%s: model_version must be -1 (latest) or a version >= 1, got %d", label, v)
+		}
+		if len(st.GetInputMap()) == 0 {
+			add(at, "%s maps no input: input_map is empty", label)
+		}
+		if len(st.GetOutputMap()) == 0 {
+			add(at, "%s maps no output: output_map is empty", label)
+		}
+		for _, k := range sortedKeys(st.GetInputMap()) {
+			v := st.GetInputMap()[k]
+			if v == "" {
+				add(at+".input_map["+strconv.Quote(k)+"]", "%s: input '%s' is mapped to an empty tensor name", label, k)
+				continue
+			}
+			step.in = append(step.in, stepTensor{name: k, tensor: id(v)})
+		}
+		for _, k := range sortedKeys(st.GetOutputMap()) {
+			v := st.GetOutputMap()[k]
+			path := at + ".output_map[" + strconv.Quote(k) + "]"
+			if v == "" {
+				add(path, "%s: output '%s' is mapped to an empty tensor name", label, k)
+				continue
+			}
+			t := id(v)
+			switch p, ok := producer[t]; {
+			case !ok:
+				producer[t] = i
+			case p == fromInput:
+				add(path, "tensor '%s' is produced by %s but it is also an ensemble input", v, label)
+			case p == i:
+				add(path, "tensor '%s' is produced twice by %s", v, label)
+			default:
+				add(path, "tensor '%s' is produced by %s and by %s", v, stepLabel(p, es.GetStep()[p].GetModelName()), label)
+			}
+			step.out = append(step.out, stepTensor{name: k, tensor: t})
+		}
+		e.steps = append(e.steps, step)
+	}
+
+	consumed := map[int]bool{}
+	for i, st := range e.steps {
+		for _, in := range st.in {
+			consumed[in.tensor] = true
+			path := fmt.Sprintf("ensemble_scheduling.step[%d].input_map[%s]", i, strconv.Quote(in.name))
+			switch p, ok := producer[in.tensor]; {
+			case !ok:
+				add(path, "tensor '%s' is consumed by %s but no step produces it and it is not an ensemble input", e.tensors[in.tensor], stepLabel(i, st.model))
+			case p == i:
+				add(path, "%s consumes its own output '%s' (a cycle)", stepLabel(i, st.model), e.tensors[in.tensor])
+			}
+		}
+	}
+	for i, in := range cfg.GetInput() {
+		if t := ids[in.GetName()]; !consumed[t] {
+			add(fmt.Sprintf("input[%d]", i), "ensemble input '%s' is not consumed by any step", in.GetName())
+		}
+	}
+	for i, out := range cfg.GetOutput() {
+		if _, ok := producer[id(out.GetName())]; !ok {
+			add(fmt.Sprintf("output[%d]", i), "ensemble output '%s' is not produced by any step", out.GetName())
+		}
+	}
+	if cycle := e.cycle(producer); cycle != nil {
+		labels := make([]string, len(cycle))
+		for j, s := range cycle {
+			labels[j] = stepLabel(s, e.steps[s].model)
+		}
+		add("ensemble_scheduling", "the steps form a cycle: %s", strings.Join(labels, " → "))
+	}
+	if len(ps) > 0 {
+		return nil, byPosition(ps)
+	}
+	return e, nil
+}
+
+// byPosition orders problems by line and column, those without a line
+// last, keeping the order found among equals.
+func byPosition(ps modelconfig.Errors) modelconfig.Errors {
+	key := func(p modelconfig.Error) (int, int) {
+		if p.Pos.Line <= 0 {
+			return math.MaxInt, 0
+		}
+		return p.Pos.Line, p.Pos.Col
+	}
+	slices.SortStableFunc(ps, func(a, b modelconfig.Error) int {
+		al, ac := key(a)
+		bl, bc := key(b)
+		if c := cmp.Compare(al, bl); c != 0 {
+			return c
+		}
+		return cmp.Compare(ac, bc)
+	})
+	return ps
+}
+
+// cycle returns the steps of one cycle (the first step repeated at the
+// end), or nil when the steps form a DAG. A step consuming its own output
+// is reported elsewhere and ignored here.
+func (e *ensemble) cycle(producer map[int]int) []int {
+	const (
+		white = iota
+		grey
+		black
+	)
+	color := make([]int, len(e.steps))
+	var stack []int
+	var found []int
+	var visit func(s int) bool
+	visit = func(s int) bool {
+		color[s] = grey
+		stack = append(stack, s)
+		// s depends on the producers of its inputs; a path back to a grey
+		// step closes a cycle.
+		for _, in := range e.steps[s].in {
+			p, ok := producer[in.tensor]
+			if !ok || p < 0 || p == s {
+				continue
+			}
+			switch color[p] {
+			case grey:
+				// stack[k] consumes what stack[k+1] produces; reversed,
+				// each step feeds the next.
+				found = slices.Clone(stack[slices.Index(stack, p):])
+				slices.Reverse(found)
+				found = append(found, found[0])
+				return true
+			case white:
+				if visit(p) {
+					return true
+				}
+			}
+		}
+		stack = stack[:len(stack)-1]
+		color[s] = black
+		return false
+	}
+	for s := range e.steps {
+		if color[s] == white && visit(s) {
+			return found
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// tensorType is what one side of an ensemble tensor says it holds.
+type tensorType struct {
+	dtype infer.DataType
+	shape infer.Shape // -1 for the batch dimension and variable ones
+	who   string      // "step 0 (model 'a') output 'x'", for messages
+}
+
+func (t tensorType) String() string { return t.dtype.String() + " " + t.shape.String() }
+
+// fits reports whether a producer's type can feed a consumer's: the same
+// data type and rank, and dimensions that agree wherever both are fixed.
+func (t tensorType) fits(c tensorType) bool {
+	if t.dtype != c.dtype || len(t.shape) != len(c.shape) {
+		return false
+	}
+	for i := range t.shape {
+		if t.shape[i] >= 0 && c.shape[i] >= 0 && t.shape[i] != c.shape[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// checkTypes checks the graph against its step models' configurations:
+// mapped names exist, required inputs are mapped, max_batch_size is large
+// enough, and each tensor's data type and shape agree between its
+// producer and its consumers and with the ensemble's declared inputs and
+// outputs. stepCfg returns the configuration of step i's model, or nil
+// when it is not known; such steps are skipped.
+func (e *ensemble) checkTypes(cfg *inferencepb.ModelConfig, src *modelconfig.Source, stepCfg func(int) *inferencepb.ModelConfig) modelconfig.Errors {
+	var ps modelconfig.Errors
+	add := func(path, format string, args ...any) {
+		ps = append(ps, modelconfig.Error{Pos: src.Pos(path), Msg: fmt.Sprintf(format, args...)})
+	}
+	ensBatch := int64(cfg.GetMaxBatchSize())
+	types := map[int]tensorType{}
+	for i, in := range cfg.GetInput() {
+		types[e.inputs[i]] = tensorType{
+			dtype: modelconfig.ToInfer(in.GetDataType()),
+			shape: batchShape(ensBatch, in.GetDims()),
+			who:   fmt.Sprintf("ensemble input '%s'", in.GetName()),
+		}
+	}
+	cfgs := make([]*inferencepb.ModelConfig, len(e.steps))
+	for i, st := range e.steps {
+		sc := stepCfg(i)
+		if sc == nil {
+			continue
+		}
+		cfgs[i] = sc
+		at := fmt.Sprintf("ensemble_scheduling.step[%d]", i)
+		label := stepLabel(i, st.model)
+		if mb := int64(sc.GetMaxBatchSize()); ensBatch > 0 && mb < ensBatch {
+			add(at, "%s: max_batch_size %d is less than the ensemble's max_batch_size %d", label, mb, ensBatch)
+		}
+		for _, o := range st.out {
+			spec := findOutput(sc, o.name)
+			if spec == nil {
+				add(at+".output_map["+strconv.Quote(o.name)+"]", "%s: '%s' is not an output of model '%s'; its outputs are [%s]",
+					label, o.name, st.model, strings.Join(outputNames(sc), ", "))
+				continue
+			}
+			types[o.tensor] = tensorType{
+				dtype: modelconfig.ToInfer(spec.GetDataType()),
+				shape: batchShape(int64(sc.GetMaxBatchSize()), spec.GetDims()),
+				who:   fmt.Sprintf("%s output '%s'", label, o.name),
+			}
+		}
+	}
+	for i, st := range e.steps {
+		sc := cfgs[i]
+		if sc == nil {
+			continue
+		}
+		at := fmt.Sprintf("ensemble_scheduling.step[%d]", i)
+		label := stepLabel(i, st.model)
+		for _, in := range st.in {
+			path := at + ".input_map[" + strconv.Quote(in.name) + "]"
+			spec := findInput(sc, in.name)
+			if spec == nil {
+				add(path, "%s: '%s' is not an input of model '%s'; its inputs are [%s]",
+					label, in.name, st.model, strings.Join(inputNames(sc), ", "))
+				continue
+			}
+			want := tensorType{
+				dtype: modelconfig.ToInfer(spec.GetDataType()),
+				shape: batchShape(int64(sc.GetMaxBatchSize()), spec.GetDims()),
+			}
+			if have, ok := types[in.tensor]; ok && !have.fits(want) {
+				add(path, "tensor '%s': %s is %s but %s input '%s' wants %s",
+					e.tensors[in.tensor], have.who, have, label, in.name, want)
+			}
+		}
+		for _, spec := range sc.GetInput() {
+			mapped := slices.ContainsFunc(st.in, func(s stepTensor) bool { return s.name == spec.GetName() })
+			if !mapped && !spec.GetOptional() {
+				add(at+".input_map", "%s: input '%s' of model '%s' is not mapped", label, spec.GetName(), st.model)
+			}
+		}
+	}
+	for i, out := range cfg.GetOutput() {
+		declared := tensorType{dtype: modelconfig.ToInfer(out.GetDataType()), shape: batchShape(ensBatch, out.GetDims())}
+		// Every ensemble output has an id: parseEnsemble named it.
+		t := slices.Index(e.tensors, out.GetName())
+		if have, ok := types[t]; t >= 0 && ok && !have.fits(declared) {
+			add(fmt.Sprintf("output[%d]", i), "ensemble output '%s' is declared %s but %s is %s", out.GetName(), declared, have.who, have)
+		}
+	}
+	return byPosition(ps)
+}
+
+func findInput(cfg *inferencepb.ModelConfig, name string) *inferencepb.ModelInput {
+	for _, in := range cfg.GetInput() {
+		if in.GetName() == name {
+			return in
+		}
+	}
+	return nil
+}
+
+func findOutput(cfg *inferencepb.ModelConfig, name string) *inferencepb.ModelOutput {
+	for _, out := range cfg.GetOutput() {
+		if out.GetName() == name {
+			return out
+		}
+	}
+	return nil
+}
+
+func inputNames(cfg *inferencepb.ModelConfig) []string {
+	var out []string
+	for _, in := range cfg.GetInput() {
+		out = append(out, in.GetName())
+	}
+	return out
+}
+
+func outputNames(cfg *inferencepb.ModelConfig) []string {
+	var out []string
+	for _, o := range cfg.GetOutput() {
+		out = append(out, o.GetName())
+	}
+	return out
+}
+
+// stepModels lists the distinct models an ensemble configuration runs.
+func stepModels(cfg *inferencepb.ModelConfig) []string {
+	var out []string
+	for _, st := range cfg.GetEnsembleScheduling().GetStep() {
+		if n := st.GetModelName(); n != "" && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// ensembleReason says why an ensemble version cannot serve now: a step
+// model that has no ready version, or step models whose tensors no longer
+// fit the graph. It returns "" when every step can run.
+func (m *Manager) ensembleReason(lv *loaded, depth int) string {
+	e := lv.ens
+	if depth >= maxEnsembleDepth {
+		return fmt.Sprintf("ensembles nest more than %d deep (do two ensembles name each other?)", maxEnsembleDepth)
+	}
+	steps := make([]*loaded, len(e.steps))
+	for i, st := range e.steps {
+		label := stepLabel(i, st.model)
+		mdl := m.lookup(st.model)
+		if mdl == nil {
+			return label + " is not loaded"
+		}
+		slv, ierr := mdl.find(st.version)
+		if ierr != nil {
+			return label + " is not ready: " + ierr.Msg
+		}
+		if slv.ens != nil {
+			if r := m.ensembleReason(slv, depth+1); r != "" {
+				return label + " is not ready: model '" + st.model + "' version " + slv.vstr + ": " + r
+			}
+		}
+		steps[i] = slv
+	}
+	if c := e.checked.Load(); c != nil && slices.Equal(c.steps, steps) {
+		return c.reason
+	}
+	ps := e.checkTypes(lv.cfg, nil, func(i int) *inferencepb.ModelConfig { return steps[i].cfg })
+	c := &depCheck{steps: steps}
+	if len(ps) > 0 {
+		c.reason = "the step models do not fit the ensemble: " + oneLine(ps.Error())
+	}
+	e.checked.Store(c)
+	return c.reason
+}
+
+// ensembleDepthKey is the context key holding how many ensembles a
+// request is nested in.
+type ensembleDepthKey struct{}
+
+// runEnsemble runs an ensemble request: every step as soon as its input
+// tensors exist, each through its own model's Infer path (so the step
+// model's batcher, cache and statistics apply), passing tensors by name.
+// inputs are the validated request inputs; outputs the ensemble outputs
+// wanted.
+func (m *Manager) runEnsemble(ctx context.Context, lv *loaded, req *infer.Request, inputs []infer.Tensor, outputs []string) ([]infer.Tensor, *infer.Error) {
+	e := lv.ens
+	depth, _ := ctx.Value(ensembleDepthKey{}).(int)
+	if depth >= maxEnsembleDepth {
+		return nil, infer.Errorf(infer.KindInvalid, ReasonEnsembleError, "ensemble '%s': ensembles nest more than %d deep", e.name, maxEnsembleDepth)
+	}
+	ctx = context.WithValue(ctx, ensembleDepthKey{}, depth+1)
+
+	n := len(e.tensors)
+	vals := make([]infer.Tensor, n)
+	have := make([]bool, n)
+	ready := make([]chan struct{}, n)
+	for i := range ready {
+		ready[i] = make(chan struct{})
+	}
+	for _, t := range e.inputs {
+		name := e.tensors[t]
+		if i := slices.IndexFunc(inputs, func(x infer.Tensor) bool { return x.Name == name }); i >= 0 {
+			vals[t], have[t] = inputs[i], true
+		}
+		close(ready[t]) // an optional input left out is ready and absent
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	for i, st := range e.steps {
+		g.Go(func() error {
+			for _, in := range st.in {
+				select {
+				case <-ready[in.tensor]:
+				case <-gctx.Done():
+					return gctx.Err()
+				}
+			}
+			sreq := &infer.Request{ID: req.ID, Model: st.model, Version: st.version, Parameters: req.Parameters}
+			for _, in := range st.in {
+				if have[in.tensor] {
+					t := vals[in.tensor]
+					sreq.Inputs = append(sreq.Inputs, infer.Tensor{Name: in.name, DataType: t.DataType, Shape: t.Shape, Data: t.Data})
+				}
+			}
+			for _, o := range st.out {
+				sreq.Outputs = append(sreq.Outputs, infer.RequestedOutput{Name: o.name})
+			}
+			resp, err := m.Infer(gctx, sreq)
+			if err != nil {
+				return stepError(e.name, i, st.model, err)
+			}
+			for _, o := range st.out {
+				k := slices.IndexFunc(resp.Outputs, func(x infer.Tensor) bool { return x.Name == o.name })
+				if k < 0 {
+					return infer.Errorf(infer.KindInternal, ReasonEnsembleError, "ensemble '%s' %s returned no output '%s'", e.name, stepLabel(i, st.model), o.name)
+				}
+				t := resp.Outputs[k]
+				vals[o.tensor] = infer.Tensor{Name: e.tensors[o.tensor], DataType: t.DataType, Shape: t.Shape, Data: t.Data}
+				have[o.tensor] = true
+				close(ready[o.tensor])
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		if ie, ok := errors.AsType[*infer.Error](err); ok {
+			return nil, ie
+		}
+		if ctx.Err() != nil {
+			return nil, ctxError(ctx)
+		}
+		return nil, &infer.Error{Kind: infer.KindInternal, Reason: ReasonEnsembleError, Msg: "ensemble '" + e.name + "'", Err: err}
+	}
+	out := make([]infer.Tensor, 0, len(outputs))
+	for _, name := range outputs {
+		t := slices.Index(e.tensors, name)
+		if t < 0 || !have[t] {
+			return nil, infer.Errorf(infer.KindInternal, ReasonEnsembleError, "ensemble '%s': no step produced output '%s'", e.name, name)
+		}
+		out = append(out, vals[t])
+	}
+	return out, nil
+}
+
+// stepError names the ensemble step a failure happened in, keeping the
+// step's kind and reason so clients see why.
+func stepError(ensemble string, i int, model string, err error) *infer.Error {
+	ie, ok := errors.AsType[*infer.Error](err)
+	if !ok {
+		return &infer.Error{
+			Kind: infer.KindInternal, Reason: ReasonEnsembleError,
+			Msg: fmt.Sprintf("ensemble '%s' %s", ensemble, stepLabel(i, model)), Err: err,
+		}
+	}
+	return &infer.Error{
+		Kind: ie.Kind, Reason: ie.Reason,
+		Msg: fmt.Sprintf("ensemble '%s' %s: %s", ensemble, stepLabel(i, model), ie.Msg), Err: ie.Err,
+	}
+}

@@ -1,0 +1,137 @@
+package modelrepo
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/sluice-ml/sluice/internal/batch"
+	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
+)
+
+// closeBatcherTimeout bounds how long closing a drained version's batcher
+// may take. The version has no request left by then, so Close only stops
+// its goroutines.
+const closeBatcherTimeout = 10 * time.Second
+
+// schedulerOptions turns a version's configuration into its batcher's
+// options. Without dynamic_batching every request runs alone, still
+// through the queue and the instance pool.
+func schedulerOptions(model, version string, cfg *inferencepb.ModelConfig) batch.Options {
+	o := batch.Options{Model: model, Version: version, MaxBatchSize: int(cfg.GetMaxBatchSize())}
+	for _, in := range cfg.GetInput() {
+		if in.GetAllowRaggedBatch() {
+			if o.RaggedInputs == nil {
+				o.RaggedInputs = map[string]bool{}
+			}
+			o.RaggedInputs[in.GetName()] = true
+		}
+	}
+	db := cfg.GetDynamicBatching()
+	if db == nil {
+		return o
+	}
+	o.Dynamic = true
+	for _, s := range db.GetPreferredBatchSize() {
+		o.PreferredBatchSizes = append(o.PreferredBatchSizes, int(s))
+	}
+	o.MaxQueueDelay = microseconds(db.GetMaxQueueDelayMicroseconds())
+	o.PreserveOrdering = db.GetPreserveOrdering()
+	// modelconfig.Validate bounds the levels, so these fit an int.
+	o.PriorityLevels = int(db.GetPriorityLevels())
+	o.DefaultPriority = int(db.GetDefaultPriorityLevel())
+	o.DefaultQueuePolicy = queuePolicy(db.GetDefaultQueuePolicy())
+	for level, qp := range db.GetPriorityQueuePolicy() {
+		if o.PriorityQueuePolicy == nil {
+			o.PriorityQueuePolicy = map[int]batch.QueuePolicy{}
+		}
+		o.PriorityQueuePolicy[int(level)] = queuePolicy(qp)
+	}
+	return o
+}
+
+// queuePolicy converts Triton's ModelQueuePolicy.
+func queuePolicy(qp *inferencepb.ModelQueuePolicy) batch.QueuePolicy {
+	p := batch.QueuePolicy{
+		DefaultTimeout:       microseconds(qp.GetDefaultTimeoutMicroseconds()),
+		AllowTimeoutOverride: qp.GetAllowTimeoutOverride(),
+		MaxQueueSize:         int(qp.GetMaxQueueSize()),
+	}
+	if qp.GetTimeoutAction() == inferencepb.ModelQueuePolicy_DELAY {
+		p.TimeoutAction = batch.Delay
+	}
+	return p
+}
+
+// microseconds converts a config duration, saturating instead of
+// overflowing.
+func microseconds(us uint64) time.Duration {
+	if us > uint64(math.MaxInt64/int64(time.Microsecond)) {
+		return math.MaxInt64
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// statsObserver feeds a version's executed batches into its statistics
+// (execution_count and batch_stats) and its executions counter. The
+// batcher calls it only for requests, which reach a version after it was
+// published, so lv.stats is set by then.
+type statsObserver struct{ lv *loaded }
+
+// Executed records one executed batch.
+func (o statsObserver) Executed(batchSize int, input, compute, output time.Duration) {
+	o.lv.obs.executions.Inc()
+	o.lv.stats.executed(uint64(batchSize), input, compute, output)
+}
+
+// startScheduler builds the version's batcher over all its instances.
+func (m *Manager) startScheduler(lv *loaded) error {
+	execs := make([]batch.Executor, len(lv.instances))
+	for i, in := range lv.instances {
+		execs[i] = in
+	}
+	b, err := batch.New(schedulerOptions(lv.model, lv.vstr, lv.cfg), execs, statsObserver{lv}, m.batchMetrics, m.logger)
+	if err != nil {
+		return err
+	}
+	lv.batcher = b
+	return nil
+}
+
+// execute runs validated inputs through the version's batcher and returns
+// the request's outputs and its share of the times.
+func (lv *loaded) execute(ctx context.Context, inputs []infer.Tensor, outputs []string, batchSize int64, sched schedParams) ([]infer.Tensor, execTimes, *infer.Error) {
+	res, err := lv.batcher.Submit(ctx, &batch.Request{
+		Inputs:    inputs,
+		Outputs:   outputs,
+		BatchSize: int(batchSize),
+		Priority:  sched.priority,
+		Timeout:   sched.timeout,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, execTimes{}, ctxError(ctx)
+		}
+		return nil, execTimes{}, lv.backendError(ctx, err)
+	}
+	if len(res.Outputs) != len(outputs) {
+		return nil, execTimes{}, infer.Errorf(infer.KindInternal, ReasonBackendError,
+			"model '%s' version %d returned %d outputs, want %d", lv.model, lv.version, len(res.Outputs), len(outputs))
+	}
+	return res.Outputs, execTimes{queue: res.QueueTime, input: res.InputTime, infer: res.ComputeTime, output: res.OutputTime}, nil
+}
+
+// shutdown stops a version that no request holds any more: its batcher,
+// then its instances.
+func (lv *loaded) shutdown() error {
+	var errs []error
+	if lv.batcher != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), closeBatcherTimeout)
+		errs = append(errs, lv.batcher.Close(ctx))
+		cancel()
+	}
+	errs = append(errs, lv.closeInstances())
+	return errors.Join(errs...)
+}
