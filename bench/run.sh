@@ -1,33 +1,43 @@
 #!/usr/bin/env bash
-# run.sh — measure Sluice and its peers side by side and write
-# bench/results/model-server.md (also printed to stdout).
+# run.sh — measure Sluice and its peers side by side on parcel_eta and write
+# bench/results/serving.md (also printed to stdout).
 #
-# Starts, on free 127.0.0.1 ports: bin/sluice serving examples/models, and the
-# Flask + gunicorn + PyTorch peer from ../shared/peers. Runs the Go harness
-# (bench/cmd/modelbench) against them, then stops every process it started,
-# by pid, whatever happens. `make bench` builds bin/sluice first.
+# Starts, on free 127.0.0.1 ports: bin/sluice serving a temporary repository
+# that holds parcel_eta twice (as `parcel_eta`, dynamic batching off, and as
+# `parcel_eta_batched`, dynamic batching on), and the Flask + gunicorn +
+# PyTorch peer from ../shared/peers. The harness (bench/cmd/modelbench)
+# measures raw ONNX Runtime in-process, then drives every server row with
+# `bin/sluice perf`, and writes the report. Every process this script starts
+# is stopped by pid, whatever happens. `make bench` builds bin/sluice first.
 #
 # Environment (defaults in brackets):
-#   BENCH_SECONDS [8]            seconds per cell
-#   BENCH_WORKERS [8]            closed-loop workers
-#   BENCH_RATE [500]             open-loop arrival rate, req/s
-#   BENCH_MAX_REQUESTS [1000000] cap on requests per cell
-#   BENCH_STARTUP_RUNS [5]       Sluice start-up measurements
-#   BENCH_OUT [bench/results/model-server.md]
+#   BENCH_WINDOW_MS [2000]            sluice perf measurement window
+#   BENCH_MAX_TRIALS [5]              sluice perf windows per level at most (>= 3)
+#   BENCH_CONCURRENCY [1,8,32,64]     concurrency levels of every server row
+#   BENCH_TRANSPORTS [grpc,http-json,http-binary]
+#   BENCH_ORT_BATCHES [1,8,32,64]     raw ONNX Runtime batch sizes
+#   BENCH_ORT_SECONDS [2]             seconds per raw ONNX Runtime row
+#   BENCH_BATCH_DELAY_US [1000]        max_queue_delay_microseconds of parcel_eta_batched
+#   BENCH_STARTUP_RUNS [5]            Sluice start-up measurements
+#   BENCH_OUT [bench/results/serving.md]
 #   BENCH_PEERS_DIR [<repo>/../shared/peers]
-#   BENCH_NO_PEER [unset]        set to 1 to leave the Flask peer out
+#   BENCH_NO_PEER [unset]             set to 1 to leave the Flask peer out
 #   SLUICE_BIN [bin/sluice]
+# Quick run: BENCH_WINDOW_MS=500 BENCH_MAX_TRIALS=3 BENCH_CONCURRENCY=1,32 BENCH_ORT_SECONDS=1 BENCH_STARTUP_RUNS=1 bench/run.sh
 set -euo pipefail
 
 ROOT="$(git -C "$(dirname "$0")" rev-parse --show-toplevel 2>/dev/null || (cd "$(dirname "$0")/.." && pwd))"
 cd "$ROOT"
 
-SECS="${BENCH_SECONDS:-8}"
-WORKERS="${BENCH_WORKERS:-8}"
-RATE="${BENCH_RATE:-500}"
-MAXREQ="${BENCH_MAX_REQUESTS:-1000000}"
+WINDOW_MS="${BENCH_WINDOW_MS:-2000}"
+TRIALS="${BENCH_MAX_TRIALS:-5}"
+LEVELS="${BENCH_CONCURRENCY:-1,8,32,64}"
+TRANSPORTS="${BENCH_TRANSPORTS:-grpc,http-json,http-binary}"
+ORT_BATCHES="${BENCH_ORT_BATCHES:-1,8,32,64}"
+ORT_SECS="${BENCH_ORT_SECONDS:-2}"
+DELAY_US="${BENCH_BATCH_DELAY_US:-1000}"
 STARTUP_RUNS="${BENCH_STARTUP_RUNS:-5}"
-OUT="${BENCH_OUT:-bench/results/model-server.md}"
+OUT="${BENCH_OUT:-bench/results/serving.md}"
 PEERS="${BENCH_PEERS_DIR:-$ROOT/../shared/peers}"
 BIN="${SLUICE_BIN:-bin/sluice}"
 PY=/usr/bin/python3 # Debian's python3-torch and python3-flask live here
@@ -113,8 +123,17 @@ wait_ready() { # name url pid log
 say "building the harness"
 go build -o "$WORK/modelbench" ./bench/cmd/modelbench
 
+# One repository, the same model twice: batching off and on.
+REPO="$WORK/models"
+mkdir -p "$REPO"
+cp -r examples/models/parcel_eta "$REPO/parcel_eta"
+cp -r examples/models/parcel_eta "$REPO/parcel_eta_batched"
+BATCHING="dynamic_batching { max_queue_delay_microseconds: $DELAY_US }"
+sed -i 's/^name: "parcel_eta"/name: "parcel_eta_batched"/' "$REPO/parcel_eta_batched/config.pbtxt"
+printf '%s\n' "$BATCHING" >>"$REPO/parcel_eta_batched/config.pbtxt"
+
 HTTP_PORT="$(free_port)"; GRPC_PORT="$(free_port)"; METRICS_PORT="$(free_port)"
-"$BIN" serve --model-repository examples/models --address 127.0.0.1 \
+"$BIN" serve --model-repository "$REPO" --address 127.0.0.1 \
   --http-port "$HTTP_PORT" --grpc-port "$GRPC_PORT" --metrics-port "$METRICS_PORT" \
   --log-level warn >"$WORK/sluice.log" 2>&1 &
 PIDS+=("$!")
@@ -132,17 +151,21 @@ if [ "$peer_ok" = 1 ]; then
     --chdir "$PEERS" 'flask_kserve_peer:app' >"$WORK/peer.log" 2>&1 &
   PIDS+=("$!")
   if wait_ready "flask peer" "http://127.0.0.1:$PEER_PORT/v2/health/ready" "$!" "$WORK/peer.log"; then
-    peer_args=(-peer-http "http://127.0.0.1:$PEER_PORT"
+    peer_args=(-peer-http "127.0.0.1:$PEER_PORT"
       -peer-desc "Flask + gunicorn ($CORES sync workers, 1 torch thread each) + PyTorch")
   fi
 fi
 
 if [ -n "${MAKELEVEL:-}" ]; then invoked="make bench"; else invoked="bench/run.sh"; fi
-cmdline="$invoked  # BENCH_SECONDS=$SECS BENCH_WORKERS=$WORKERS BENCH_RATE=$RATE BENCH_MAX_REQUESTS=$MAXREQ BENCH_STARTUP_RUNS=$STARTUP_RUNS"
+cmdline="$invoked  # BENCH_WINDOW_MS=$WINDOW_MS BENCH_MAX_TRIALS=$TRIALS BENCH_CONCURRENCY=$LEVELS BENCH_ORT_BATCHES=$ORT_BATCHES BENCH_ORT_SECONDS=$ORT_SECS BENCH_BATCH_DELAY_US=$DELAY_US BENCH_STARTUP_RUNS=$STARTUP_RUNS"
 
-say "running the harness (about $(( (SECS + 1) * 12 + STARTUP_RUNS * 2 )) s)"
-timeout --signal=TERM --kill-after=10 600 "$WORK/modelbench" \
-  -duration "${SECS}s" -workers "$WORKERS" -rate "$RATE" -max-requests "$MAXREQ" \
+rows=$(( $(tr ',' '\n' <<<"$TRANSPORTS" | grep -c .) * 2 + ${#peer_args[@]} / 4 ))
+levels=$(tr ',' '\n' <<<"$LEVELS" | grep -c .)
+say "running the harness: $rows server rows x $levels levels, 3-$TRIALS windows of ${WINDOW_MS} ms each (at most about $(( rows * levels * TRIALS * WINDOW_MS / 1000 + 30 )) s)"
+timeout --signal=TERM --kill-after=10 900 "$WORK/modelbench" \
+  -window "${WINDOW_MS}ms" -max-trials "$TRIALS" -concurrency "$LEVELS" -transports "$TRANSPORTS" \
+  -ort-batches "$ORT_BATCHES" -ort-time "${ORT_SECS}s" \
   -startup-runs "$STARTUP_RUNS" -sluice-bin "$BIN" -model-repository examples/models \
-  -sluice-http "http://127.0.0.1:$HTTP_PORT" -sluice-grpc "127.0.0.1:$GRPC_PORT" \
+  -sluice-http "127.0.0.1:$HTTP_PORT" -sluice-grpc "127.0.0.1:$GRPC_PORT" \
+  -model parcel_eta -batched-model parcel_eta_batched -batching-desc "$BATCHING" \
   "${peer_args[@]}" -command "$cmdline" -out "$OUT"

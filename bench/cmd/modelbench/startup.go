@@ -16,7 +16,7 @@ import (
 // freePorts asks the kernel for n distinct free 127.0.0.1 ports. The ports
 // are released before they are used, so another process could take one in
 // between; the caller treats a failed start as a failed run.
-func freePorts(n int) ([]int, error) {
+func freePorts(ctx context.Context, n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	ls := make([]net.Listener, 0, n)
 	defer func() {
@@ -25,7 +25,7 @@ func freePorts(n int) ([]int, error) {
 		}
 	}()
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("find free port: %w", err)
 		}
@@ -62,17 +62,21 @@ func (t *tailBuffer) String() string {
 // exec to the first 200 from /v2/health/ready. The server is then stopped
 // with SIGTERM (SIGKILL after a grace period) and reaped before returning.
 func measureStartup(ctx context.Context, bin string, repos []string, limit time.Duration) (time.Duration, error) {
-	ports, err := freePorts(3)
+	ports, err := freePorts(ctx, 3)
 	if err != nil {
 		return 0, err
 	}
-	args := []string{"serve", "--address", "127.0.0.1",
+	args := []string{
+		"serve", "--address", "127.0.0.1",
 		"--http-port", strconv.Itoa(ports[0]), "--grpc-port", strconv.Itoa(ports[1]),
-		"--metrics-port", strconv.Itoa(ports[2]), "--log-level", "warn"}
+		"--metrics-port", strconv.Itoa(ports[2]), "--log-level", "warn",
+	}
 	for _, r := range repos {
 		args = append(args, "--model-repository", r)
 	}
-	cmd := exec.Command(bin, args...)
+	// Not CommandContext: the process must be stopped by stopProcess
+	// (SIGTERM, then SIGKILL) and reaped, whatever happens to ctx.
+	cmd := exec.Command(bin, args...) //nolint:gosec,noctx // bin is the operator's -sluice-bin; stopped by stopProcess below
 	logs := &tailBuffer{max: 2048}
 	cmd.Stdout = logs
 	cmd.Stderr = logs
@@ -103,7 +107,7 @@ func measureStartup(ctx context.Context, bin string, repos []string, limit time.
 		select {
 		case err := <-exited:
 			exited <- err // let stopProcess see it
-			return 0, fmt.Errorf("server exited before ready (%v): %s", err, logs.String())
+			return 0, fmt.Errorf("server exited before ready (%w): %s", err, logs.String())
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-time.After(5 * time.Millisecond):
@@ -125,9 +129,11 @@ func stopProcess(cmd *exec.Cmd, exited chan error) {
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-exited:
+	case err := <-exited:
+		_ = err // a signalled exit is expected
 	case <-time.After(10 * time.Second):
 		_ = cmd.Process.Kill()
-		<-exited
+		err := <-exited
+		_ = err
 	}
 }

@@ -1,0 +1,515 @@
+package perf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// Measurement modes (perf_analyzer's --measurement-mode).
+const (
+	// TimeWindows ends a window after MeasurementInterval.
+	TimeWindows = "time_windows"
+	// CountWindows ends a window after MeasurementRequestCount requests
+	// complete (or after CountWindowLimit × MeasurementInterval).
+	CountWindows = "count_windows"
+)
+
+// CountWindowLimit bounds a count window at this many measurement
+// intervals, so a stalled server cannot hold a window open forever.
+const CountWindowLimit = 10
+
+// Options configure a run. Zero values take perf_analyzer's defaults where
+// it has them.
+type Options struct {
+	Model   string
+	Version string // empty: the server's choice
+	// URL is HOST:PORT (an http:// prefix is accepted for HTTP).
+	URL      string
+	Protocol string // ProtocolHTTP (default) or ProtocolGRPC
+	// Concurrency lists the closed-loop levels; RequestRate the open-loop
+	// ones (requests per second). Exactly one may be set; neither means
+	// concurrency 1.
+	Concurrency  []int
+	RequestRate  []float64
+	Distribution Distribution // open loop; default Constant
+	Batch        int          // default 1
+	// InputData is a KServe v2 JSON request file, InputRandom (default) or
+	// InputZero.
+	InputData string
+	// Shapes sets variable input dims (without the batch dimension).
+	Shapes map[string]infer.Shape
+	// Binary uses the HTTP binary-tensor extension instead of JSON.
+	Binary bool
+
+	MeasurementMode         string        // default TimeWindows
+	MeasurementInterval     time.Duration // default 5 s
+	MeasurementRequestCount int           // default 50
+	StabilityPercentage     float64       // default 10
+	MaxTrials               int           // default 10
+	// Percentile is the latency percentile the stability rule watches; 0
+	// watches the average (perf_analyzer's default).
+	Percentile int
+	// RequestTimeout bounds each request; default 30 s.
+	RequestTimeout time.Duration
+	// MaxInFlight caps outstanding open-loop requests; default 256.
+	MaxInFlight int
+	// Seed makes random inputs and Poisson arrivals repeatable; default 1.
+	Seed uint64
+
+	// Progress receives one line per measurement window; nil discards.
+	Progress io.Writer
+	// Logger receives notes (e.g. missing metadata or statistics); nil
+	// discards.
+	Logger *slog.Logger
+}
+
+// ServerSplit is the server-side view of the stable windows, from the
+// statistics extension's deltas: average time per request in each phase.
+type ServerSplit struct {
+	Requests      uint64 // inference requests the server completed (success count)
+	Inferences    uint64 // inference_count delta (requests × batch)
+	Executions    uint64 // execution_count delta (model executions, i.e. batches)
+	Request       time.Duration
+	Queue         time.Duration
+	ComputeInput  time.Duration
+	ComputeInfer  time.Duration
+	ComputeOutput time.Duration
+}
+
+// Overhead is the server's request time not spent queued or computing.
+func (s ServerSplit) Overhead() time.Duration {
+	return max(0, s.Request-s.Queue-s.ComputeInput-s.ComputeInfer-s.ComputeOutput)
+}
+
+// AvgBatch is the average executed batch size (inferences per execution).
+func (s ServerSplit) AvgBatch() float64 {
+	if s.Executions == 0 {
+		return 0
+	}
+	return float64(s.Inferences) / float64(s.Executions)
+}
+
+// Result is one load level's measurement.
+type Result struct {
+	Concurrency int     // closed loop; 0 for open loop
+	RequestRate float64 // open loop; 0 for closed loop
+	Batch       int
+	// Throughput is completed inferences per second (requests × batch).
+	Throughput float64
+	P50        time.Duration
+	P90        time.Duration
+	P95        time.Duration
+	P99        time.Duration
+	Avg        time.Duration
+	Requests   int // successful requests in the reported windows
+	Errors     int // failed requests in the reported windows
+	FirstError string
+	Windows    int  // windows measured at this level
+	Stable     bool // false: MaxTrials reached without three agreeing windows
+	// Server is nil when the server has no statistics extension.
+	Server *ServerSplit
+}
+
+// Run measures every load level in turn and returns one Result per level.
+// When ctx is cancelled it stops at once and returns the levels finished
+// so far with ctx's error.
+func Run(ctx context.Context, opts Options) ([]Result, error) {
+	o, err := withDefaults(opts)
+	if err != nil {
+		return nil, err
+	}
+	logger := o.Logger
+	var c client
+	switch o.Protocol {
+	case ProtocolHTTP:
+		c = newHTTPClient(o.URL, max(o.MaxInFlight, maxLevel(o.Concurrency))+8)
+	case ProtocolGRPC:
+		gc, err := newGRPCClient(o.URL)
+		if err != nil {
+			return nil, err
+		}
+		c = gc
+	}
+	defer func() { _ = c.close() }()
+
+	var file []infer.Tensor
+	if o.InputData != InputRandom && o.InputData != InputZero {
+		if file, err = ReadRequestFile(o.InputData); err != nil {
+			return nil, err
+		}
+	}
+	info, err := c.modelInfo(ctx, o.Model, o.Version)
+	if err != nil {
+		if !errors.Is(err, ErrUnsupported) {
+			return nil, fmt.Errorf("get model metadata: %w", err)
+		}
+		logger.Warn("the server has no model metadata endpoint", "err", err)
+		info = nil
+	}
+	rng := rand.New(rand.NewPCG(o.Seed, o.Seed+1)) //nolint:gosec // test data, not secrets: repeatable by design
+	inputs, notes, err := resolveInputs(info, o.Batch, o.InputData, file, o.Shapes, rng)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range notes {
+		logger.Warn("input data", "note", n)
+		if o.Progress != nil {
+			fmt.Fprintln(o.Progress, "perf: note:", n)
+		}
+	}
+	send, err := c.sender(o.Model, o.Version, inputs, o.Binary)
+	if err != nil {
+		return nil, err
+	}
+	// One request before measuring: a model or input problem fails here,
+	// with the server's message, instead of as a window full of errors.
+	pctx, cancel := context.WithTimeout(ctx, o.RequestTimeout)
+	err = send(pctx)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("first inference request: %w", err)
+	}
+	r := &runner{o: o, c: c, send: send, statsOK: true}
+	if _, err := c.stats(ctx, o.Model, o.Version); err != nil {
+		r.statsOK = false
+		logger.Warn("server-side statistics unavailable; the server split is reported as n/a", "err", err)
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, "perf: note: server statistics unavailable (%v); server columns are n/a\n", err)
+		}
+	}
+
+	var results []Result
+	if len(o.RequestRate) > 0 {
+		for _, rate := range o.RequestRate {
+			res, err := r.level(ctx, 0, rate)
+			if err != nil {
+				return results, err
+			}
+			results = append(results, res)
+		}
+		return results, nil
+	}
+	for _, conc := range o.Concurrency {
+		res, err := r.level(ctx, conc, 0)
+		if err != nil {
+			return results, err
+		}
+		results = append(results, res)
+	}
+	return results, nil
+}
+
+func maxLevel(v []int) int {
+	m := 0
+	for _, x := range v {
+		m = max(m, x)
+	}
+	return m
+}
+
+// withDefaults validates opts and fills in defaults.
+func withDefaults(o Options) (Options, error) {
+	if o.Model == "" {
+		return o, errors.New("a model name is required (-m)")
+	}
+	if o.Protocol == "" {
+		o.Protocol = ProtocolHTTP
+	}
+	if o.Protocol != ProtocolHTTP && o.Protocol != ProtocolGRPC {
+		return o, fmt.Errorf("unknown protocol %q (want http or grpc)", o.Protocol)
+	}
+	if o.URL == "" {
+		o.URL = "localhost:8000"
+		if o.Protocol == ProtocolGRPC {
+			o.URL = "localhost:8001"
+		}
+	}
+	if o.Binary && o.Protocol != ProtocolHTTP {
+		return o, errors.New("--binary applies to HTTP only (gRPC always sends raw tensors)")
+	}
+	if len(o.Concurrency) > 0 && len(o.RequestRate) > 0 {
+		return o, errors.New("give either a concurrency range or a request-rate range, not both")
+	}
+	if len(o.Concurrency) == 0 && len(o.RequestRate) == 0 {
+		o.Concurrency = []int{1}
+	}
+	for _, c := range o.Concurrency {
+		if c <= 0 || c > 100_000 {
+			return o, fmt.Errorf("concurrency %d is out of range (1..100000)", c)
+		}
+	}
+	if o.Distribution == "" {
+		o.Distribution = Constant
+	}
+	if o.Distribution != Constant && o.Distribution != Poisson {
+		return o, fmt.Errorf("unknown request distribution %q (want constant or poisson)", o.Distribution)
+	}
+	if o.Batch == 0 {
+		o.Batch = 1
+	}
+	if o.Batch < 0 {
+		return o, fmt.Errorf("batch size %d must be positive", o.Batch)
+	}
+	if o.InputData == "" {
+		o.InputData = InputRandom
+	}
+	if o.MeasurementMode == "" {
+		o.MeasurementMode = TimeWindows
+	}
+	if o.MeasurementMode != TimeWindows && o.MeasurementMode != CountWindows {
+		return o, fmt.Errorf("unknown measurement mode %q (want time_windows or count_windows)", o.MeasurementMode)
+	}
+	if o.MeasurementInterval == 0 {
+		o.MeasurementInterval = 5 * time.Second
+	}
+	if o.MeasurementInterval < time.Millisecond {
+		return o, fmt.Errorf("measurement interval %s is too short", o.MeasurementInterval)
+	}
+	if o.MeasurementRequestCount == 0 {
+		o.MeasurementRequestCount = 50
+	}
+	if o.MeasurementRequestCount < 0 {
+		return o, errors.New("measurement request count must be positive")
+	}
+	if o.StabilityPercentage == 0 {
+		o.StabilityPercentage = 10
+	}
+	if o.StabilityPercentage < 0 {
+		return o, errors.New("stability percentage must be positive")
+	}
+	if o.MaxTrials == 0 {
+		o.MaxTrials = 10
+	}
+	if o.MaxTrials < StabilityWindows {
+		return o, fmt.Errorf("max trials must be at least %d", StabilityWindows)
+	}
+	if o.Percentile < 0 || o.Percentile > 100 {
+		return o, fmt.Errorf("percentile %d is out of range (1..99, or 0 for the average)", o.Percentile)
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = 30 * time.Second
+	}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = 256
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
+
+// runner measures load levels against one prepared request.
+type runner struct {
+	o       Options
+	c       client
+	send    sender
+	statsOK bool
+}
+
+func (r *runner) call(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, r.o.RequestTimeout)
+	defer cancel()
+	return r.send(ctx)
+}
+
+// level drives one load level (conc > 0: closed loop; else open loop at
+// rate) and measures windows until they are stable or MaxTrials is reached.
+func (r *runner) level(ctx context.Context, conc int, rate float64) (Result, error) {
+	lctx, stop := context.WithCancel(ctx)
+	defer stop()
+	rec := &recorder{}
+	var wg sync.WaitGroup
+	if conc > 0 {
+		for range conc {
+			wg.Go(func() {
+				for lctx.Err() == nil {
+					t0 := time.Now()
+					err := r.call(lctx)
+					if lctx.Err() != nil {
+						return // the level ended mid-request; not a server error
+					}
+					rec.add(time.Since(t0), err)
+				}
+			})
+		}
+	} else {
+		sched, err := newSchedule(r.o.Distribution, rate, r.o.Seed)
+		if err != nil {
+			return Result{}, err
+		}
+		wg.Go(func() { r.dispatch(lctx, sched, rec) })
+	}
+	// However the level ends, stop its goroutines before returning.
+	defer func() { stop(); wg.Wait() }()
+
+	var windows []window
+	var snaps []*StatsSnapshot
+	snap := func() *StatsSnapshot {
+		if !r.statsOK {
+			return nil
+		}
+		s, err := r.c.stats(ctx, r.o.Model, r.o.Version)
+		if err != nil {
+			r.o.Logger.Warn("statistics request failed", "err", err)
+			return nil
+		}
+		return &s
+	}
+	rec.take() // discard anything before the first window
+	snaps = append(snaps, snap())
+	start := time.Now()
+	for trial := 1; trial <= r.o.MaxTrials; trial++ {
+		if err := r.wait(ctx, rec, start); err != nil {
+			return Result{}, err
+		}
+		end := time.Now()
+		lat, errs, firstErr := rec.take()
+		w := window{Elapsed: end.Sub(start), Latencies: lat, Errors: errs, FirstErr: firstErr}
+		start = end
+		windows = append(windows, w)
+		snaps = append(snaps, snap())
+		r.progress(conc, rate, trial, w)
+		if stable(windows, r.o.Batch, r.o.StabilityPercentage, r.o.Percentile) {
+			break
+		}
+	}
+	n := min(StabilityWindows, len(windows))
+	last := windows[len(windows)-n:]
+	m := mergeWindows(last)
+	res := Result{
+		Concurrency: conc, RequestRate: rate, Batch: r.o.Batch,
+		Throughput: m.throughput(r.o.Batch),
+		P50:        percentile(m.Latencies, 0.50), P90: percentile(m.Latencies, 0.90),
+		P95: percentile(m.Latencies, 0.95), P99: percentile(m.Latencies, 0.99),
+		Avg: mean(m.Latencies), Requests: len(m.Latencies), Errors: m.Errors, FirstError: m.FirstErr,
+		Windows: len(windows), Stable: stable(windows, r.o.Batch, r.o.StabilityPercentage, r.o.Percentile),
+	}
+	from, to := snaps[len(snaps)-1-n], snaps[len(snaps)-1]
+	if from != nil && to != nil {
+		res.Server = split(*from, *to)
+	}
+	return res, nil
+}
+
+// wait blocks until the current window ends: after MeasurementInterval, or
+// in count mode once MeasurementRequestCount requests have completed
+// (bounded by CountWindowLimit intervals).
+func (r *runner) wait(ctx context.Context, rec *recorder, start time.Time) error {
+	if r.o.MeasurementMode == TimeWindows {
+		t := time.NewTimer(time.Until(start.Add(r.o.MeasurementInterval)))
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return nil
+		}
+	}
+	deadline := start.Add(CountWindowLimit * r.o.MeasurementInterval)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for rec.count() < r.o.MeasurementRequestCount && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// dispatch releases open-loop arrivals on the schedule until ctx ends;
+// when it wakes late it releases every overdue arrival at once, so the
+// offered rate holds. Each request's latency counts from its release, so a
+// wait for a free slot (MaxInFlight) behind a slow server is charged to the
+// latency rather than hidden; the generator's own timer lateness is not.
+func (r *runner) dispatch(ctx context.Context, sched *schedule, rec *recorder) {
+	slots := make(chan struct{}, r.o.MaxInFlight)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	due := time.Now()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for ctx.Err() == nil {
+		due = due.Add(sched.next())
+		if d := time.Until(due); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			}
+		}
+		released := time.Now()
+		select {
+		case <-ctx.Done():
+			return
+		case slots <- struct{}{}:
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			err := r.call(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			rec.add(time.Since(released), err)
+		})
+	}
+}
+
+func (r *runner) progress(conc int, rate float64, trial int, w window) {
+	if r.o.Progress == nil {
+		return
+	}
+	level := fmt.Sprintf("concurrency %d", conc)
+	if conc == 0 {
+		level = fmt.Sprintf("request rate %g/s", rate)
+	}
+	pct := r.o.Percentile
+	if pct == 0 {
+		pct = 99
+	}
+	fmt.Fprintf(r.o.Progress, "perf: %s, window %d/%d: %.1f infer/s, avg %s, p%d %s, errors %d\n",
+		level, trial, r.o.MaxTrials, w.throughput(r.o.Batch), us(mean(w.Latencies)),
+		pct, us(w.stabilizer(pct)), w.Errors)
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%d µs", d.Microseconds()) }
+
+// split turns two statistics snapshots into per-request averages.
+func split(from, to StatsSnapshot) *ServerSplit {
+	per := func(a, b Duration) time.Duration {
+		if b.Count <= a.Count || b.Ns < a.Ns {
+			return 0
+		}
+		return time.Duration((b.Ns - a.Ns) / (b.Count - a.Count))
+	}
+	sub := func(a, b uint64) uint64 {
+		if b < a {
+			return 0
+		}
+		return b - a
+	}
+	return &ServerSplit{
+		Requests:      sub(from.Success.Count, to.Success.Count),
+		Inferences:    sub(from.InferenceCount, to.InferenceCount),
+		Executions:    sub(from.ExecutionCount, to.ExecutionCount),
+		Request:       per(from.Success, to.Success),
+		Queue:         per(from.Queue, to.Queue),
+		ComputeInput:  per(from.ComputeInput, to.ComputeInput),
+		ComputeInfer:  per(from.ComputeInfer, to.ComputeInfer),
+		ComputeOutput: per(from.ComputeOutput, to.ComputeOutput),
+	}
+}

@@ -1,0 +1,108 @@
+package perf
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+)
+
+// CSVHeader returns the CSV columns. The first is "Concurrency" or
+// "Request Rate"; latencies and the server split are in microseconds, as
+// perf_analyzer writes them.
+func CSVHeader(openLoop bool) []string {
+	first := "Concurrency"
+	if openLoop {
+		first = "Request Rate"
+	}
+	return []string{
+		first, "Inferences/Second", "Batch",
+		"Network+Server Send/Recv", "Server Queue", "Server Compute Input",
+		"Server Compute Infer", "Server Compute Output", "Server Overhead", "Server Avg Batch",
+		"p50 latency", "p90 latency", "p95 latency", "p99 latency", "Avg latency",
+		"Requests", "Errors", "Stable",
+	}
+}
+
+// WriteCSV writes results as CSV with a header row. Server columns are
+// empty when the server has no statistics extension.
+func WriteCSV(w io.Writer, results []Result) error {
+	cw := csv.NewWriter(w)
+	open := len(results) > 0 && results[0].Concurrency == 0
+	if err := cw.Write(CSVHeader(open)); err != nil {
+		return fmt.Errorf("write CSV: %w", err)
+	}
+	micros := func(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }
+	for _, r := range results {
+		level := strconv.Itoa(r.Concurrency)
+		if open {
+			level = strconv.FormatFloat(r.RequestRate, 'f', -1, 64)
+		}
+		row := []string{level, strconv.FormatFloat(r.Throughput, 'f', 1, 64), strconv.Itoa(r.Batch)}
+		if s := r.Server; s != nil {
+			network := max(0, r.Avg-s.Queue-s.ComputeInput-s.ComputeInfer-s.ComputeOutput)
+			row = append(row, micros(network), micros(s.Queue), micros(s.ComputeInput), micros(s.ComputeInfer),
+				micros(s.ComputeOutput), micros(s.Overhead()), strconv.FormatFloat(s.AvgBatch(), 'f', 2, 64))
+		} else {
+			row = append(row, "", "", "", "", "", "", "")
+		}
+		row = append(row, micros(r.P50), micros(r.P90), micros(r.P95), micros(r.P99), micros(r.Avg),
+			strconv.Itoa(r.Requests), strconv.Itoa(r.Errors), strconv.FormatBool(r.Stable))
+		if err := cw.Write(row); err != nil {
+			return fmt.Errorf("write CSV: %w", err)
+		}
+	}
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		return fmt.Errorf("write CSV: %w", err)
+	}
+	return nil
+}
+
+// WriteSummary prints results as an aligned table for people.
+func WriteSummary(w io.Writer, results []Result) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	open := len(results) > 0 && results[0].Concurrency == 0
+	first := "concurrency"
+	if open {
+		first = "rate/s"
+	}
+	fmt.Fprintf(tw, "%s\tinfer/s\tp50 µs\tp90 µs\tp95 µs\tp99 µs\tavg µs\tqueue µs\tcompute µs\tavg batch\terrors\tstable\t\n", first)
+	for _, r := range results {
+		level := strconv.Itoa(r.Concurrency)
+		if open {
+			level = strconv.FormatFloat(r.RequestRate, 'f', -1, 64)
+		}
+		queue, compute, batch := "n/a", "n/a", "n/a"
+		if s := r.Server; s != nil {
+			queue = strconv.FormatInt(s.Queue.Microseconds(), 10)
+			compute = strconv.FormatInt((s.ComputeInput + s.ComputeInfer + s.ComputeOutput).Microseconds(), 10)
+			batch = strconv.FormatFloat(s.AvgBatch(), 'f', 2, 64)
+		}
+		stable := "yes"
+		if !r.Stable {
+			stable = "unstable"
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%d\t%s\t\n", level, r.Throughput,
+			r.P50.Microseconds(), r.P90.Microseconds(), r.P95.Microseconds(), r.P99.Microseconds(),
+			r.Avg.Microseconds(), queue, compute, batch, r.Errors, stable)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write summary: %w", err)
+	}
+	for _, r := range results {
+		if r.FirstError != "" {
+			fmt.Fprintf(w, "first error at %s: %s\n", levelName(r), r.FirstError)
+		}
+	}
+	return nil
+}
+
+func levelName(r Result) string {
+	if r.Concurrency > 0 {
+		return fmt.Sprintf("concurrency %d", r.Concurrency)
+	}
+	return fmt.Sprintf("request rate %g/s", r.RequestRate)
+}
