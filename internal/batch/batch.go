@@ -73,7 +73,15 @@ type Options struct {
 	MaxBatchSize        int
 	PreferredBatchSizes []int
 	MaxQueueDelay       time.Duration
-	PreserveOrdering    bool
+	// SpinBelow makes the batcher busy-wait (yielding the processor) for
+	// waits shorter than this instead of sleeping on a timer. Go's timers
+	// can fire about 1 ms late on an idle Linux machine (the netpoller
+	// sleeps in whole milliseconds), which would stretch a 200 µs
+	// max_queue_delay to over a millisecond. Longer waits sleep until
+	// SpinBelow before their due time, then spin. 0 turns spinning off
+	// (the fake clock of testing/synctest needs that).
+	SpinBelow        time.Duration
+	PreserveOrdering bool
 	// PriorityLevels is the number of priority levels; 0 or 1 = one.
 	PriorityLevels int
 	// DefaultPriority is the 1-based level of requests without a
@@ -149,6 +157,8 @@ type Batcher struct {
 	exited         chan struct{} // closed when the last executor goroutine returns
 	drained        chan struct{} // closed once stopped
 	timer          *time.Timer
+	spinBelow      time.Duration
+	spinDue        atomic.Int64 // unix ns the spinner fires at; 0 = no spin wanted
 
 	mu        sync.Mutex // protects the fields below and the links of queued pendings
 	levels    []level
@@ -157,7 +167,8 @@ type Batcher struct {
 	cand      []*pending // scratch of formLocked
 	slots     []*slot
 	idle      []*slot
-	timerAt   time.Time // when the timer fires; zero = stopped
+	timerAt   time.Time // when the timer (or the spinner) fires; zero = stopped
+	spinning  bool      // a spinner goroutine runs
 	order     orderList // PreserveOrdering: unanswered requests in submission order
 	closed    bool      // Close was called
 	stopped   bool      // no more dispatching; work channels closed
@@ -188,20 +199,21 @@ func New(opts Options, executors []Executor, obs Observer, m *Metrics, logger *s
 	}
 	nlevels := max(opts.PriorityLevels, 1)
 	b := &Batcher{
-		model:    opts.Model,
-		version:  opts.Version,
-		batching: opts.Dynamic && opts.MaxBatchSize > 0,
-		maxBatch: opts.MaxBatchSize,
-		delay:    opts.MaxQueueDelay,
-		preserve: opts.PreserveOrdering,
-		levelsOn: opts.PriorityLevels > 0,
-		defLevel: (nlevels+1)/2 - 1,
-		obs:      obs,
-		m:        m.observers(opts.Model, opts.Version),
-		log:      logger.With("component", "batch", "model", opts.Model, "version", opts.Version),
-		drained:  make(chan struct{}),
-		exited:   make(chan struct{}),
-		levels:   make([]level, nlevels),
+		model:     opts.Model,
+		version:   opts.Version,
+		batching:  opts.Dynamic && opts.MaxBatchSize > 0,
+		maxBatch:  opts.MaxBatchSize,
+		delay:     opts.MaxQueueDelay,
+		spinBelow: opts.SpinBelow,
+		preserve:  opts.PreserveOrdering,
+		levelsOn:  opts.PriorityLevels > 0,
+		defLevel:  (nlevels+1)/2 - 1,
+		obs:       obs,
+		m:         m.observers(opts.Model, opts.Version),
+		log:       logger.With("component", "batch", "model", opts.Model, "version", opts.Version),
+		drained:   make(chan struct{}),
+		exited:    make(chan struct{}),
+		levels:    make([]level, nlevels),
 	}
 	if opts.DefaultPriority > 0 {
 		b.defLevel = opts.DefaultPriority - 1
@@ -249,6 +261,9 @@ func (o *Options) validate(executors int) error {
 		if n < 1 || n > o.MaxBatchSize {
 			errs = append(errs, fmt.Errorf("preferred batch size %d outside [1, %d]", n, o.MaxBatchSize))
 		}
+	}
+	if o.SpinBelow < 0 {
+		errs = append(errs, fmt.Errorf("spin threshold %s is negative", o.SpinBelow))
 	}
 	if o.MaxQueueDelay < 0 {
 		errs = append(errs, fmt.Errorf("max queue delay %s is negative", o.MaxQueueDelay))

@@ -3,6 +3,7 @@ package batch
 import (
 	"container/heap"
 	"context"
+	"runtime"
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/infer"
@@ -382,11 +383,56 @@ func (b *Batcher) armLocked(now, due time.Time) {
 	case due.IsZero():
 		if !b.timerAt.IsZero() {
 			b.timer.Stop()
+			b.spinDue.Store(0)
 			b.timerAt = time.Time{}
 		}
 	case !due.Equal(b.timerAt):
 		b.timerAt = due
-		b.timer.Reset(due.Sub(now))
+		wait := due.Sub(now)
+		if b.spinBelow > 0 && wait <= b.spinBelow {
+			b.timer.Stop()
+			b.startSpinLocked(due)
+			return
+		}
+		b.spinDue.Store(0)
+		// With spinning on, wake up early and spin the rest of the way.
+		b.timer.Reset(wait - b.spinBelow)
+	}
+}
+
+// startSpinLocked makes the spinner fire dispatch at due, starting it
+// when none runs.
+func (b *Batcher) startSpinLocked(due time.Time) {
+	b.spinDue.Store(due.UnixNano())
+	if b.spinning {
+		return // the running spinner reads the new due time
+	}
+	b.spinning = true
+	go b.spin()
+}
+
+// spin busy-waits, yielding the processor, until the due time in spinDue,
+// then dispatches. It returns when spinDue is cleared (the wait was
+// cancelled or moved to the timer) or after firing.
+func (b *Batcher) spin() {
+	for {
+		d := b.spinDue.Load()
+		for d != 0 && time.Now().UnixNano() < d {
+			runtime.Gosched()
+			d = b.spinDue.Load()
+		}
+		b.mu.Lock()
+		if cur := b.spinDue.Load(); cur != 0 && time.Now().UnixNano() < cur {
+			b.mu.Unlock() // the due time moved later meanwhile: keep spinning
+			continue
+		}
+		b.spinning = false
+		if b.spinDue.Swap(0) != 0 {
+			b.timerAt = time.Time{}
+			b.dispatchLocked()
+		}
+		b.mu.Unlock()
+		return
 	}
 }
 
@@ -405,6 +451,7 @@ func (b *Batcher) stopLocked() {
 	}
 	b.stopped = true
 	b.timer.Stop()
+	b.spinDue.Store(0)
 	b.timerAt = time.Time{}
 	for _, s := range b.slots {
 		close(s.work)

@@ -21,7 +21,7 @@ func TestSchedulerOptionsFromConfig(t *testing.T) {
 		want  batch.Options
 	}{
 		{"no dynamic batching", ``, batch.Options{Model: "m", Version: "1", MaxBatchSize: 8}},
-		{"empty dynamic batching", `dynamic_batching { }`, batch.Options{Model: "m", Version: "1", MaxBatchSize: 8, Dynamic: true}},
+		{"empty dynamic batching", `dynamic_batching { }`, batch.Options{Model: "m", Version: "1", MaxBatchSize: 8, Dynamic: true, SpinBelow: spinBelow}},
 		{
 			"everything",
 			`dynamic_batching {
@@ -34,7 +34,7 @@ func TestSchedulerOptionsFromConfig(t *testing.T) {
   priority_queue_policy { key: 3 value: { max_queue_size: 2 } }
 }`,
 			batch.Options{
-				Model: "m", Version: "1", MaxBatchSize: 8, Dynamic: true,
+				Model: "m", Version: "1", MaxBatchSize: 8, Dynamic: true, SpinBelow: spinBelow,
 				PreferredBatchSizes: []int{2, 4},
 				MaxQueueDelay:       1500 * time.Microsecond,
 				PreserveOrdering:    true,
