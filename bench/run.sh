@@ -17,7 +17,7 @@
 #   BENCH_TRANSPORTS [grpc,http-json,http-binary]
 #   BENCH_ORT_BATCHES [1,8,32,64]     raw ONNX Runtime batch sizes
 #   BENCH_ORT_SECONDS [2]             seconds per raw ONNX Runtime row
-#   BENCH_BATCH_DELAY_US [1000]        max_queue_delay_microseconds of parcel_eta_batched
+#   BENCH_BATCH_DELAY_US [500]         max_queue_delay_microseconds of parcel_eta_batched
 #   BENCH_STARTUP_RUNS [5]            Sluice start-up measurements
 #   BENCH_OUT [bench/results/serving.md]
 #   BENCH_PEERS_DIR [<repo>/../shared/peers]
@@ -35,7 +35,7 @@ LEVELS="${BENCH_CONCURRENCY:-1,8,32,64}"
 TRANSPORTS="${BENCH_TRANSPORTS:-grpc,http-json,http-binary}"
 ORT_BATCHES="${BENCH_ORT_BATCHES:-1,8,32,64}"
 ORT_SECS="${BENCH_ORT_SECONDS:-2}"
-DELAY_US="${BENCH_BATCH_DELAY_US:-1000}"
+DELAY_US="${BENCH_BATCH_DELAY_US:-500}"
 STARTUP_RUNS="${BENCH_STARTUP_RUNS:-5}"
 OUT="${BENCH_OUT:-bench/results/serving.md}"
 PEERS="${BENCH_PEERS_DIR:-$ROOT/../shared/peers}"
