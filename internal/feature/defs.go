@@ -1,0 +1,93 @@
+package feature
+
+import "time"
+
+// Entity is a feature store entity: something features describe (a user,
+// a package), identified by one join key.
+type Entity struct {
+	Name      string
+	JoinKey   string
+	ValueType Type // a scalar: Int32, Int64, String or Bytes
+	Tags      map[string]string
+}
+
+// Field is one column of a feature view's schema.
+type Field struct {
+	Name string
+	Type Type
+}
+
+// SourceKind says where a view's rows come from.
+type SourceKind uint8
+
+// The source kinds.
+const (
+	SourceFile SourceKind = iota + 1 // Parquet file(s)
+	SourcePush                       // rows pushed over the API; BatchSource backs it offline
+)
+
+// Source is a data source: a Parquet file (or folder of files) with an
+// event timestamp column, or a push source.
+type Source struct {
+	Name                   string
+	Kind                   SourceKind
+	Path                   string            // file sources: a .parquet file or a folder of them, relative paths resolved against the repository
+	TimestampField         string            // event timestamp column
+	CreatedTimestampColumn string            // optional tie-breaker column
+	FieldMapping           map[string]string // source column -> feature/join key name
+	BatchSource            string            // push sources: the file source that backs it offline (optional)
+}
+
+// StalePolicy says what an online read does with a value older than the
+// view's TTL.
+type StalePolicy uint8
+
+// The stale-value policies.
+const (
+	StaleWithhold StalePolicy = iota // OUTSIDE_MAX_AGE with a null value (the default)
+	StaleFlag                        // OUTSIDE_MAX_AGE with the value
+)
+
+// HotSubset is a view's hot entity subset: a few entities (e.g. top users)
+// materialized separately with a shorter TTL and read first.
+type HotSubset struct {
+	// View is the name of the hot copy's storage view ("<view>__hot").
+	View string
+	// Keys are the hot entities' join key values, as written in the
+	// definition (or loaded from a file named there).
+	Keys []Value
+	TTL  time.Duration
+}
+
+// View is a feature view: a set of features of the same entities, from
+// one source, with a TTL that Sluice enforces online.
+type View struct {
+	Name        string
+	Entities    []string // entity names, in key order
+	Schema      []Field  // features only (join keys and timestamps excluded)
+	TTL         time.Duration
+	Online      bool
+	Source      string
+	Tags        map[string]string
+	StalePolicy StalePolicy
+	Hot         *HotSubset // nil when the view has no hot subset
+}
+
+// FeatureRef names some features of one view.
+type FeatureRef struct {
+	View     string
+	Features []string // empty means all of the view's features
+}
+
+// Service is a feature service: a named set of features a model reads.
+type Service struct {
+	Name     string
+	Features []FeatureRef
+	Tags     map[string]string
+}
+
+// Position locates a definition in the repository's files.
+type Position struct {
+	File string
+	Line int
+}
