@@ -60,6 +60,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		newServeCmd("serve", "Run the Sluice server (today: the model server)"),
 		newServeCmd("model-server", "Run the model server alone"),
 		newRepoCmd(),
+		newFeaturesCmd(),
 		newPerfCmd(),
 		&cobra.Command{
 			Use:   "version",

@@ -91,3 +91,22 @@ type Position struct {
 	File string
 	Line int
 }
+
+// ViewState is what Sluice remembers about a view's data, kept as JSON in
+// the online store's metadata under ViewStateName(view): materialization
+// writes it, pushes refresh it, and serving reads it to enforce freshness.
+type ViewState struct {
+	// Watermark is the end of the last successful materialization window
+	// (clamped to the time it ran), where the next incremental run starts.
+	Watermark time.Time `json:"watermark"`
+	// LastSuccess is when the last materialization or push that wrote the
+	// view succeeded.
+	LastSuccess time.Time `json:"last_success"`
+	// NewestEventTS is the newest event timestamp written to the view.
+	NewestEventTS time.Time `json:"newest_event_ts"`
+	// Rows is how many rows the last run wrote.
+	Rows int64 `json:"rows"`
+}
+
+// ViewStateName is the metadata name of a view's ViewState.
+func ViewStateName(view string) string { return "view_state/" + view }
