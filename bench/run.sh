@@ -23,6 +23,10 @@
 #   BENCH_PEERS_DIR [<repo>/../shared/peers]
 #   BENCH_NO_PEER [unset]             set to 1 to leave the Flask peer out
 #   SLUICE_BIN [bin/sluice]
+#   BENCH_FEATURES [1]                 0 leaves the feature store benchmark out
+#   BENCH_FEATURE_SECONDS [3]          measured seconds per feature-read row at most
+#   BENCH_FEATURES_OUT [bench/results/features.md]
+#   SLUICE_REDIS_ADDR [127.0.0.1:6379] Redis for the feature store rows
 # Quick run: BENCH_WINDOW_MS=500 BENCH_MAX_TRIALS=3 BENCH_CONCURRENCY=1,32 BENCH_ORT_SECONDS=1 BENCH_STARTUP_RUNS=1 bench/run.sh
 set -euo pipefail
 
@@ -169,3 +173,14 @@ timeout --signal=TERM --kill-after=10 900 "$WORK/modelbench" \
   -sluice-http "127.0.0.1:$HTTP_PORT" -sluice-grpc "127.0.0.1:$GRPC_PORT" \
   -model parcel_eta -batched-model parcel_eta_batched -batching-desc "$BATCHING" \
   "${peer_args[@]}" -command "$cmdline" -out "$OUT"
+
+# Feature store: online reads (embedded vs Redis vs a raw go-redis
+# pipeline; store, in-process serving and HTTP) and materialization
+# throughput, written to bench/results/features.md.
+if [ "${BENCH_FEATURES:-1}" != 0 ]; then
+  say "feature store benchmark"
+  go build -o "$WORK/featurebench" ./bench/cmd/featurebench
+  timeout --signal=TERM --kill-after=10 900 "$WORK/featurebench" \
+    -seconds "${BENCH_FEATURE_SECONDS:-3}" -redis "${SLUICE_REDIS_ADDR:-127.0.0.1:6379}" \
+    -out "${BENCH_FEATURES_OUT:-bench/results/features.md}"
+fi

@@ -61,6 +61,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		newServeCmd("model-server", "Run the model server alone"),
 		newRepoCmd(),
 		newFeaturesCmd(),
+		newFeatureServerCmd(),
 		newPerfCmd(),
 		&cobra.Command{
 			Use:   "version",

@@ -10,6 +10,6 @@ func newFeaturesCmd() *cobra.Command {
 		Use:   "features",
 		Short: "Work with a feature repository (Feast-style definitions in YAML)",
 	}
-	cmd.AddCommand()
+	cmd.AddCommand(newFeaturesPlanCmd(), newFeaturesApplyCmd(), newFeaturesHistoricalCmd(), newFeaturesMaterializeCmd(), newFeaturesMaterializeIncrementalCmd())
 	return cmd
 }

@@ -1,0 +1,400 @@
+// Command featurebench measures online feature reads (1 and 100 entities
+// × 10 and 50 features) from the embedded and Redis online stores: the
+// bare store, the in-process serving API and HTTP /get-online-features,
+// next to a raw go-redis pipeline fetching the same keys (the floor). It
+// also measures materialization throughput. It writes a Markdown report.
+//
+// It builds a throw-away feature repository in a temporary directory
+// (Parquet sources, two views), materializes it into a fresh embedded
+// store and into Redis under a random project prefix, and deletes that
+// prefix when done (never FLUSHALL).
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/feature/materialize"
+	"github.com/sluice-ml/sluice/internal/feature/offline"
+	"github.com/sluice-ml/sluice/internal/feature/online"
+	"github.com/sluice-ml/sluice/internal/feature/online/embedded"
+	"github.com/sluice-ml/sluice/internal/feature/online/redis"
+	"github.com/sluice-ml/sluice/internal/feature/registry"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
+)
+
+type config struct {
+	out       string
+	redisAddr string
+	matRows   int
+	entities  int
+	iters     int
+	seconds   float64
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.out, "out", "bench/results/features.md", "report file ('-' for stdout only)")
+	flag.StringVar(&c.redisAddr, "redis", envOr("SLUICE_REDIS_ADDR", "127.0.0.1:6379"), "Redis address ('' to leave Redis out)")
+	flag.IntVar(&c.matRows, "mat-rows", 200_000, "rows of the 10-feature view's source (materialization throughput)")
+	flag.IntVar(&c.entities, "entities", 10_000, "rows (entities) of the 50-feature view's source")
+	flag.IntVar(&c.iters, "iters", 5000, "measured calls per row at most")
+	flag.Float64Var(&c.seconds, "seconds", 2, "measured seconds per row at most")
+	flag.Parse()
+	if err := run(context.Background(), c); err != nil {
+		fmt.Fprintln(os.Stderr, "featurebench:", err)
+		os.Exit(1)
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func say(format string, args ...any) { fmt.Fprintf(os.Stderr, "featurebench: "+format+"\n", args...) }
+
+// writeRepo writes feature_store.yaml, the definitions and two sources.
+func writeRepo(dir string, c config, now time.Time) error {
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
+		return err
+	}
+	cfg := "project: featurebench\nonline_store: {type: embedded, path: data/online.db}\noffline_store: {type: file}\n"
+	if err := os.WriteFile(filepath.Join(dir, "feature_store.yaml"), []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	var defs strings.Builder
+	defs.WriteString("entities:\n  - {name: user, join_keys: [user_id], value_type: Int64}\nsources:\n")
+	defs.WriteString("  - {name: s10, path: data/f10.parquet, timestamp_field: event_timestamp}\n")
+	defs.WriteString("  - {name: s50, path: data/f50.parquet, timestamp_field: event_timestamp}\nfeature_views:\n")
+	for _, n := range []int{10, 50} {
+		fmt.Fprintf(&defs, "  - name: f%d\n    entities: [user]\n    source: s%d\n    ttl: 30d\n    schema:\n", n, n)
+		for i := range n {
+			fmt.Fprintf(&defs, "      - {name: x%02d, dtype: Float32}\n", i)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "features.yaml"), []byte(defs.String()), 0o644); err != nil {
+		return err
+	}
+	for _, v := range []struct{ n, rows int }{{10, c.matRows}, {50, c.entities}} {
+		if err := writeSource(filepath.Join(dir, "data", fmt.Sprintf("f%d.parquet", v.n)), v.n, v.rows, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeSource(path string, nfeat, rows int, now time.Time) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cols := []offline.Column{{Name: "user_id", Type: feature.Type{Kind: feature.KindInt64}}, {Name: "event_timestamp", Type: feature.Type{Kind: feature.KindUnixTimestamp}}}
+	for i := range nfeat {
+		cols = append(cols, offline.Column{Name: fmt.Sprintf("x%02d", i), Type: feature.Type{Kind: feature.KindFloat32}})
+	}
+	w, err := offline.NewWriter(f, cols)
+	if err != nil {
+		return err
+	}
+	vals := make([]feature.Value, len(cols))
+	base := now.Add(-time.Hour).UnixNano()
+	for r := range rows {
+		vals[0] = feature.Value{I64: int64(r)}
+		vals[1] = feature.Value{I64: base + int64(r)}
+		for i := range nfeat {
+			vals[2+i] = feature.Value{F64: float64(r%1000) + float64(i)/100}
+		}
+		if err := w.Write(vals); err != nil {
+			return err
+		}
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+type fixedRepo struct{ r *registry.Repo }
+
+func (f fixedRepo) Current() *registry.Repo { return f.r }
+
+// row is one measured line of the report.
+type row struct {
+	store, path, shape string
+	p50, p99, mean     time.Duration
+	n                  int
+	note               string
+}
+
+func measure(c config, fn func() error) (p50, p99, mean time.Duration, n int, err error) {
+	for range 200 { // warm up
+		if err := fn(); err != nil {
+			return 0, 0, 0, 0, err
+		}
+	}
+	ds := make([]time.Duration, 0, c.iters)
+	deadline := time.Now().Add(time.Duration(c.seconds * float64(time.Second)))
+	var total time.Duration
+	for len(ds) < c.iters && (len(ds) < 100 || time.Now().Before(deadline)) {
+		t0 := time.Now()
+		if err := fn(); err != nil {
+			return 0, 0, 0, 0, err
+		}
+		d := time.Since(t0)
+		ds = append(ds, d)
+		total += d
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2], ds[(len(ds)*99)/100], total / time.Duration(len(ds)), len(ds), nil
+}
+
+type shape struct{ ents, feats int }
+
+func (s shape) String() string { return fmt.Sprintf("%d×%d", s.ents, s.feats) }
+
+var shapes = []shape{{1, 10}, {1, 50}, {100, 10}, {100, 50}}
+
+func run(ctx context.Context, c config) error {
+	dir, err := os.MkdirTemp("", "featurebench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	now := time.Now()
+	say("writing sources (%d + %d rows)", c.matRows, c.entities)
+	if err := writeRepo(dir, c, now); err != nil {
+		return fmt.Errorf("write repository: %w", err)
+	}
+	repo, err := registry.Load(ctx, dir)
+	if err != nil {
+		return fmt.Errorf("load repository: %w", err)
+	}
+
+	type target struct {
+		name  string
+		store online.Store
+	}
+	var targets []target
+	emb, err := embedded.Open(filepath.Join(dir, "data", "online.db"), embedded.Options{})
+	if err != nil {
+		return err
+	}
+	defer emb.Close()
+	targets = append(targets, target{"embedded", emb})
+
+	var (
+		rs     *redis.Store
+		raw    *goredis.Client
+		prefix string
+	)
+	if c.redisAddr != "" {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		prefix = "featurebench:" + hex.EncodeToString(b[:]) + ":"
+		rs, err = redis.Open(ctx, "", redis.Options{Addrs: []string{c.redisAddr}, KeyPrefix: prefix})
+		if err != nil {
+			say("redis at %s: %v; Redis rows left out", c.redisAddr, err)
+			rs = nil
+		} else {
+			defer func() {
+				if err := rs.DeletePrefix(context.Background()); err != nil {
+					say("delete %s*: %v", prefix, err)
+				}
+				rs.Close()
+			}()
+			targets = append(targets, target{"redis", rs})
+			raw = goredis.NewClient(&goredis.Options{Addr: c.redisAddr, DisableIdentity: true})
+			defer raw.Close()
+		}
+	}
+
+	var matRows []row
+	start, end := now.Add(-2*time.Hour), now
+	for _, tg := range targets {
+		m := materialize.New(repo, tg.store, materialize.Options{}, nil, nil)
+		say("materializing into %s", tg.name)
+		rep, err := m.Run(ctx, start, end, nil, false)
+		if err != nil {
+			return fmt.Errorf("materialize into %s: %w", tg.name, err)
+		}
+		for _, v := range rep.Views {
+			if v.Err != nil {
+				return fmt.Errorf("materialize %s into %s: %w", v.View, tg.name, v.Err)
+			}
+			matRows = append(matRows, row{store: tg.name, path: v.View, n: int(v.RowsRead), mean: v.Duration, note: fmt.Sprintf("%.0f", v.RowsPerSecond())})
+		}
+	}
+
+	var rows []row
+	add := func(store, path string, s shape, fn func() error) error {
+		p50, p99, mean, n, err := measure(c, fn)
+		if err != nil {
+			return fmt.Errorf("%s %s %s: %w", store, path, s, err)
+		}
+		say("%-8s %-22s %-6s p50 %-10s p99 %s", store, path, s, p50, p99)
+		rows = append(rows, row{store: store, path: path, shape: s.String(), p50: p50, p99: p99, mean: mean, n: n})
+		return nil
+	}
+	for _, tg := range targets {
+		srv := serving.New(fixedRepo{repo}, tg.store, serving.Options{}, nil, nil)
+		hs := httptest.NewServer(serving.NewHandler(srv, serving.HandlerOptions{}))
+		client := hs.Client()
+		for _, s := range shapes {
+			keys := make([]online.Key, s.ents)
+			ids := make([]feature.Value, s.ents)
+			jsonIDs := make([]int64, s.ents)
+			for i := range s.ents {
+				id := int64((i * 97) % c.entities)
+				ids[i], jsonIDs[i] = feature.Value{I64: id}, id
+				ek, _ := feature.AppendEntityKey(nil, []feature.Kind{feature.KindInt64}, []feature.Value{{I64: id}})
+				keys[i] = online.Key{View: fmt.Sprintf("f%d", s.feats), Entity: ek}
+			}
+			refs := make([]string, s.feats)
+			for i := range refs {
+				refs[i] = fmt.Sprintf("f%d:x%02d", s.feats, i)
+			}
+			if err := add(tg.name, "store.Read", s, func() error {
+				res, err := tg.store.Read(ctx, keys)
+				if err == nil && !res[0].Found {
+					err = fmt.Errorf("key not found")
+				}
+				return err
+			}); err != nil {
+				return err
+			}
+			if err := add(tg.name, "in-process serving", s, func() error {
+				_, err := srv.GetOnlineFeatures(ctx, &serving.Request{Features: refs, Entities: map[string][]feature.Value{"user_id": ids}})
+				return err
+			}); err != nil {
+				return err
+			}
+			body, _ := json.Marshal(map[string]any{"features": refs, "entities": map[string]any{"user_id": jsonIDs}})
+			if err := add(tg.name, "HTTP", s, func() error {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, hs.URL+"/get-online-features", bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := client.Do(req)
+				if err != nil {
+					return err
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					return fmt.Errorf("status %d", resp.StatusCode)
+				}
+				return nil
+			}); err != nil {
+				hs.Close()
+				return err
+			}
+			if tg.name == "redis" && raw != nil {
+				rawKeys := make([]string, len(keys))
+				for i, k := range keys {
+					rawKeys[i] = prefix + "v:" + k.View + ":" + string(k.Entity)
+				}
+				if err := add("redis", "raw go-redis pipeline", s, func() error {
+					pipe := raw.Pipeline()
+					cmds := make([]*goredis.StringCmd, len(rawKeys))
+					for i, k := range rawKeys {
+						cmds[i] = pipe.Get(ctx, k)
+					}
+					_, err := pipe.Exec(ctx)
+					return err
+				}); err != nil {
+					hs.Close()
+					return err
+				}
+			}
+		}
+		hs.Close()
+	}
+	report := render(c, rows, matRows, rs != nil)
+	fmt.Print(report)
+	if c.out != "-" {
+		if err := os.WriteFile(c.out, []byte(report), 0o644); err != nil {
+			return err
+		}
+		say("wrote %s", c.out)
+	}
+	return nil
+}
+
+func find(rows []row, store, path, s string) (row, bool) {
+	for _, r := range rows {
+		if r.store == store && r.path == path && r.shape == s {
+			return r, true
+		}
+	}
+	return row{}, false
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Nanoseconds())/1e3) }
+
+func render(c config, rows, mat []row, haveRedis bool) string {
+	var b strings.Builder
+	cpu := runtime.NumCPU()
+	fmt.Fprintf(&b, "# Feature store benchmark\n\nGenerated by `go run ./bench/cmd/featurebench` (from `bench/run.sh`) on %s, %s/%s, %d CPUs, %s. ", time.Now().UTC().Format("2006-01-02"), runtime.GOOS, runtime.GOARCH, cpu, runtime.Version())
+	fmt.Fprintf(&b, "One client, sequential calls (closed loop, concurrency 1), at most %d calls or %.1f s per row after 200 warm-up calls. Entities: int64 join key; features: Float32. Redis: %s.\n\n", c.iters, c.seconds, map[bool]string{true: c.redisAddr, false: "not available"}[haveRedis])
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Fprintf(&b, "Load average when the report was written: %s (tail latencies on a busy machine measure the scheduler as much as Sluice; compare p50s across rows, and rerun on an idle machine for the targets).\n\n", strings.Join(strings.Fields(string(la))[:3], " "))
+	}
+	b.WriteString("`store.Read` is the bare online store; `in-process serving` adds the GetOnlineFeatures assembly (plan, freshness, decode); `HTTP` is POST /get-online-features on a loopback httptest server, including the client's request encoding; `raw go-redis pipeline` GETs the same keys with go-redis and decodes nothing (the floor).\n\n")
+	b.WriteString("## Online reads (µs)\n\n| store | path | entities×features | p50 | p99 | mean | calls | p99 / raw pipeline p99 |\n|---|---|---|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		ratio := ""
+		if raw, ok := find(rows, "redis", "raw go-redis pipeline", r.shape); ok && r.store == "redis" && r.path != "raw go-redis pipeline" {
+			ratio = fmt.Sprintf("%.2f×", float64(r.p99)/float64(raw.p99))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %d | %s |\n", r.store, r.path, r.shape, us(r.p50), us(r.p99), us(r.mean), r.n, ratio)
+	}
+	b.WriteString("\n## Materialization (Parquet source → online store)\n\n| store | view | rows | seconds | rows/s |\n|---|---|---:|---:|---:|\n")
+	for _, r := range mat {
+		fmt.Fprintf(&b, "| %s | %s | %d | %.2f | %s |\n", r.store, r.path, r.n, r.mean.Seconds(), r.note)
+	}
+	b.WriteString("\n## Targets\n\n| target | measured | verdict |\n|---|---|---|\n")
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "not met"
+	}
+	if h, ok := find(rows, "redis", "HTTP", "1×50"); ok {
+		fmt.Fprintf(&b, "| Redis, 1×50 over HTTP: p99 ≤ 2 ms | p99 %s µs | %s |\n", us(h.p99), verdict(h.p99 <= 2*time.Millisecond))
+		if raw, ok := find(rows, "redis", "raw go-redis pipeline", "1×50"); ok {
+			fmt.Fprintf(&b, "| Redis, 1×50 over HTTP: p99 ≤ 2× raw pipeline p99 | %s µs vs %s µs (%.2f×) | %s |\n", us(h.p99), us(raw.p99), float64(h.p99)/float64(raw.p99), verdict(h.p99 <= 2*raw.p99))
+		}
+	} else {
+		b.WriteString("| Redis, 1×50 over HTTP: p99 ≤ 2 ms and ≤ 2× raw pipeline p99 | not measured (no Redis) | not measured |\n")
+	}
+	if e, ok := find(rows, "embedded", "in-process serving", "1×50"); ok {
+		fmt.Fprintf(&b, "| Embedded, in-process (serving API), 1×50: p99 ≤ 100 µs | p99 %s µs | %s |\n", us(e.p99), verdict(e.p99 <= 100*time.Microsecond))
+	}
+	for _, r := range mat {
+		if r.store == "embedded" && r.path == "f10" {
+			var rps float64
+			fmt.Sscan(r.note, &rps)
+			fmt.Fprintf(&b, "| Materialization into embedded ≥ 200k rows/s | %s rows/s (%d rows, 10 features) | %s |\n", r.note, r.n, verdict(rps >= 200_000))
+		}
+	}
+	return b.String()
+}

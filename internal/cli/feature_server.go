@@ -1,0 +1,151 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sluice-ml/sluice/internal/feature/materialize"
+	"github.com/sluice-ml/sluice/internal/feature/online"
+	"github.com/sluice-ml/sluice/internal/feature/online/connect"
+	"github.com/sluice-ml/sluice/internal/feature/registry"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/httpapi"
+	"github.com/sluice-ml/sluice/internal/telemetry"
+)
+
+// featureServerFlags are `sluice feature-server`'s flags.
+type featureServerFlags struct {
+	repo            string
+	address         string
+	port            int
+	metricsPort     int
+	pollSecs        int
+	maxBodyBytes    int64
+	tolerance       time.Duration
+	exitTimeoutSecs int
+	logFormat       string
+	logLevel        string
+}
+
+func newFeatureServerCmd() *cobra.Command {
+	f := &featureServerFlags{}
+	cmd := &cobra.Command{
+		Use:   "feature-server",
+		Short: "Serve online features over Feast's HTTP API (/get-online-features, /push, /materialize)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runFeatureServer(cmd.Context(), cmd, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.repo, "repo", ".", "feature repository folder (feature_store.yaml and definitions)")
+	fl.StringVar(&f.address, "address", "0.0.0.0", "address the listeners bind to")
+	fl.IntVar(&f.port, "port", 6566, "HTTP port (Feast's default); /metrics is served here too")
+	fl.IntVar(&f.metricsPort, "metrics-port", 0, "extra port serving only /metrics; 0 for none")
+	fl.IntVar(&f.pollSecs, "registry-poll-secs", 10, "seconds between checks of the definitions for changes; 0 disables reloading")
+	fl.Int64Var(&f.maxBodyBytes, "max-request-bytes", serving.DefaultMaxBodyBytes, "largest request body accepted")
+	fl.DurationVar(&f.tolerance, "event-time-tolerance", serving.DefaultEventTimeTolerance, "how far past a request's event_timestamp a feature may be before the request is refused")
+	fl.IntVar(&f.exitTimeoutSecs, "exit-timeout-secs", 30, "seconds to wait for in-flight requests at shutdown")
+	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
+	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}
+
+// holderMaterializer runs materializations against the registry snapshot
+// current at each call.
+type holderMaterializer struct {
+	holder *registry.Holder
+	store  online.Store
+}
+
+func (m *holderMaterializer) materializer() *materialize.Materializer {
+	// Metrics are left unregistered: the server's own gauges already
+	// export freshness, and a registerer would reject a second Materializer.
+	return materialize.New(m.holder.Current(), m.store, materialize.Options{}, nil, nil)
+}
+
+func (m *holderMaterializer) Materialize(ctx context.Context, start, end time.Time, views []string) (any, error) {
+	return m.materializer().Run(ctx, start, end, views, false)
+}
+
+func (m *holderMaterializer) MaterializeIncremental(ctx context.Context, end time.Time, views []string) (any, error) {
+	return m.materializer().RunIncremental(ctx, end, views)
+}
+
+func runFeatureServer(ctx context.Context, cmd *cobra.Command, f *featureServerFlags) error {
+	logger, err := telemetry.NewLogger(cmd.ErrOrStderr(), telemetry.LogOptions{Format: f.logFormat, Level: f.logLevel})
+	if err != nil {
+		return err
+	}
+	reg := telemetry.NewRegistry()
+	holder, err := registry.NewHolder(ctx, f.repo, logger, reg)
+	if err != nil {
+		return err
+	}
+	repo := holder.Current()
+	store, err := connect.Open(ctx, repo.Config.Online, repo.Project, repo.Dir, logger, reg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := store.Close(); err != nil {
+			logger.Warn("close online store", "err", err)
+		}
+	}()
+
+	srv := serving.New(holder, store, serving.Options{EventTimeTolerance: f.tolerance}, logger, reg)
+	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true, Registry: reg})
+	h := serving.NewHandler(srv, serving.HandlerOptions{
+		MaxBodyBytes: f.maxBodyBytes,
+		Materializer: &holderMaterializer{holder: holder, store: store},
+		Metrics:      metricsHandler,
+	})
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(f.address, strconv.Itoa(f.port)))
+	if err != nil {
+		return fmt.Errorf("listen http: %w", err)
+	}
+	httpSrv := httpapi.NewServer(h, httpapi.ServerOptions{})
+
+	g, gctx := errgroup.WithContext(ctx)
+	if f.metricsPort > 0 {
+		ms, err := telemetry.NewMetricsServer(ctx, net.JoinHostPort(f.address, strconv.Itoa(f.metricsPort)), reg, logger)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		g.Go(func() error { return ms.Run(gctx) })
+	}
+	if f.pollSecs > 0 {
+		g.Go(func() error { return holder.Watch(gctx, time.Duration(f.pollSecs)*time.Second) })
+	}
+	g.Go(func() error { return srv.Run(gctx) })
+	g.Go(func() error {
+		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve http: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(f.exitTimeoutSecs)*time.Second)
+		defer cancel()
+		return httpSrv.Shutdown(shutCtx)
+	})
+	logger.Info("feature server ready", "http", ln.Addr().String(), "project", repo.Project,
+		"views", len(repo.Views), "online_store", repo.Config.Online.Type)
+	err = g.Wait()
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}

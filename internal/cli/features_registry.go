@@ -1,0 +1,83 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-ml/sluice/internal/feature/registry"
+)
+
+// loadFeatureRepo loads the repository in dir, printing every definition
+// problem to out; it returns an exit error when there are any.
+func loadFeatureRepo(cmd *cobra.Command, dir string, out io.Writer) (*registry.Repo, error) {
+	r, err := registry.Load(cmd.Context(), dir)
+	if errs, ok := errors.AsType[registry.Errors](err); ok {
+		for _, e := range errs {
+			fmt.Fprintln(out, e.Error())
+		}
+		return nil, &exitError{code: 1, err: fmt.Errorf("%d definition error(s) in %s", len(errs), dir)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func newFeaturesPlanCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "plan",
+		Short: "Validate the feature definitions and show how they differ from the registry",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := cmd.OutOrStdout()
+			r, err := loadFeatureRepo(cmd, dir, out)
+			if err != nil {
+				return err
+			}
+			old, err := registry.ReadSnapshot(r.Path(r.Config.Registry))
+			if err != nil {
+				return err
+			}
+			return registry.WritePlan(out, registry.Diff(old, r.Snapshot()))
+		},
+	}
+	cmd.Flags().StringVar(&dir, "repo", ".", "feature repository folder (holding feature_store.yaml)")
+	return cmd
+}
+
+func newFeaturesApplyCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "apply",
+		Short: "Validate the feature definitions and write them to the registry",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := cmd.OutOrStdout()
+			r, err := loadFeatureRepo(cmd, dir, out)
+			if err != nil {
+				return err
+			}
+			path := r.Path(r.Config.Registry)
+			old, err := registry.ReadSnapshot(path)
+			if err != nil {
+				return err
+			}
+			snap := r.Snapshot()
+			if err := registry.WritePlan(out, registry.Diff(old, snap)); err != nil {
+				return err
+			}
+			if err := registry.WriteSnapshot(path, snap); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "Applied: registry %s (%d entities, %d sources, %d feature views, %d feature services).\n",
+				r.Config.Registry, len(r.Entities), len(r.Sources), len(r.Views), len(r.Services))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "repo", ".", "feature repository folder (holding feature_store.yaml)")
+	return cmd
+}

@@ -1,0 +1,130 @@
+package connect
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-ml/sluice/internal/feature/online"
+)
+
+// Operation label values.
+const (
+	opRead       = "read"
+	opWrite      = "write"
+	opDeleteView = "delete_view"
+	opGetMeta    = "get_meta"
+	opPutMeta    = "put_meta"
+	opPing       = "ping"
+)
+
+type metrics struct {
+	requests *prometheus.CounterVec   // store, op, outcome
+	duration *prometheus.HistogramVec // store, op
+}
+
+// register registers c on reg, or returns the collector already there
+// (two stores opened in one process share the series, told apart by the
+// store label).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if reg == nil {
+		return c
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		panic(err) // a conflicting definition is a programming error
+	}
+	return c
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	return &metrics{
+		requests: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_feature_online_requests_total",
+			Help: "Online store calls by store type, operation and outcome (ok, unavailable, error).",
+		}, []string{"store", "op", "outcome"})),
+		duration: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_feature_online_request_duration_seconds",
+			Help:    "Online store call latency by store type and operation.",
+			Buckets: []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}, []string{"store", "op"})),
+	}
+}
+
+// instrumented wraps an online.Store with request metrics.
+type instrumented struct {
+	online.Store
+	store string
+	m     *metrics
+}
+
+// Instrument wraps s so every call is counted and timed under the store
+// label kind ("embedded" or "redis"). reg nil leaves the metrics
+// unregistered.
+func Instrument(s online.Store, kind string, reg prometheus.Registerer) online.Store {
+	return &instrumented{Store: s, store: kind, m: newMetrics(reg)}
+}
+
+// Unwrap returns the wrapped store.
+func (i *instrumented) Unwrap() online.Store { return i.Store }
+
+func (i *instrumented) observe(op string, start time.Time, err error) {
+	i.m.duration.WithLabelValues(i.store, op).Observe(time.Since(start).Seconds())
+	outcome := "ok"
+	switch {
+	case errors.Is(err, online.ErrUnavailable):
+		outcome = "unavailable"
+	case err != nil:
+		outcome = "error"
+	}
+	i.m.requests.WithLabelValues(i.store, op, outcome).Inc()
+}
+
+func (i *instrumented) Read(ctx context.Context, keys []online.Key) ([]online.Result, error) {
+	start := time.Now()
+	r, err := i.Store.Read(ctx, keys)
+	i.observe(opRead, start, err)
+	return r, err
+}
+
+func (i *instrumented) Write(ctx context.Context, entries []online.Entry, opts online.WriteOptions) (online.WriteStats, error) {
+	start := time.Now()
+	st, err := i.Store.Write(ctx, entries, opts)
+	i.observe(opWrite, start, err)
+	return st, err
+}
+
+func (i *instrumented) DeleteView(ctx context.Context, view string) error {
+	start := time.Now()
+	err := i.Store.DeleteView(ctx, view)
+	i.observe(opDeleteView, start, err)
+	return err
+}
+
+func (i *instrumented) GetMeta(ctx context.Context, name string) ([]byte, error) {
+	start := time.Now()
+	v, err := i.Store.GetMeta(ctx, name)
+	i.observe(opGetMeta, start, err)
+	return v, err
+}
+
+func (i *instrumented) PutMeta(ctx context.Context, name string, value []byte) error {
+	start := time.Now()
+	err := i.Store.PutMeta(ctx, name, value)
+	i.observe(opPutMeta, start, err)
+	return err
+}
+
+func (i *instrumented) Ping(ctx context.Context) error {
+	start := time.Now()
+	err := i.Store.Ping(ctx)
+	i.observe(opPing, start, err)
+	return err
+}

@@ -1,0 +1,64 @@
+package embedded
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/feature/online"
+	"github.com/sluice-ml/sluice/internal/feature/online/onlinetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var _ online.Store = (*Store)(nil)
+
+func TestConformance(t *testing.T) {
+	onlinetest.Run(t, func(t *testing.T) online.Store {
+		s, err := Open(filepath.Join(t.TempDir(), "data", "online.db"), Options{NoSync: true})
+		require.NoError(t, err)
+		return s
+	})
+}
+
+func TestLockedFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "online.db")
+	s, err := Open(path, Options{})
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = Open(path, Options{LockTimeout: 100 * time.Millisecond})
+	require.ErrorIs(t, err, ErrLocked)
+	require.ErrorContains(t, err, path)
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.NoError(t, s.Close())
+	s2, err := Open(path, Options{LockTimeout: 100 * time.Millisecond})
+	require.NoError(t, err, "the lock is released on Close")
+	require.NoError(t, s2.Close())
+}
+
+func TestReopenKeepsData(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "online.db")
+	s, err := Open(path, Options{})
+	require.NoError(t, err)
+	k := online.Key{View: "v", Entity: onlinetest.Ent(3)}
+	_, err = s.Write(t.Context(), []online.Entry{{Key: k, Record: feature.Record{EventTS: 5, Payload: []byte("p")}}}, online.WriteOptions{})
+	require.NoError(t, err)
+	require.NoError(t, s.PutMeta(t.Context(), "m", []byte("meta")))
+	require.NoError(t, s.Close())
+
+	s, err = Open(path, Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	rs, err := s.Read(context.Background(), []online.Key{k})
+	require.NoError(t, err)
+	require.True(t, rs[0].Found)
+	require.Equal(t, "p", string(rs[0].Record.Payload))
+	m, err := s.GetMeta(t.Context(), "m")
+	require.NoError(t, err)
+	require.Equal(t, "meta", string(m))
+}

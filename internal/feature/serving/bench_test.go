@@ -1,0 +1,61 @@
+package serving
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/feature/online"
+	"github.com/sluice-ml/sluice/internal/feature/online/embedded"
+)
+
+// BenchmarkGetOnlineFeatures reads 1 entity × 50 Float32 features from
+// the embedded (bbolt) store through the Go API.
+func BenchmarkGetOnlineFeatures(b *testing.B) {
+	store, err := embedded.Open(filepath.Join(b.TempDir(), "online.db"), embedded.Options{NoSync: true})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = store.Close() })
+
+	repo := testRepo(b)
+	v := &feature.View{Name: "wide", Entities: []string{"user"}, TTL: 24 * time.Hour, Online: true, Source: "user_file"}
+	refs := make([]string, 50)
+	vals := make([]feature.Value, 50)
+	for i := range 50 {
+		name := fmt.Sprintf("f%02d", i)
+		v.Schema = append(v.Schema, feature.Field{Name: name, Type: feature.Type{Kind: feature.KindFloat32}})
+		refs[i] = "wide:" + name
+		vals[i] = feature.Value{F64: float64(i) / 4}
+	}
+	repo.Views[v.Name] = v
+	h := &holder{}
+	h.p.Store(repo)
+
+	ctx := b.Context()
+	payload, err := feature.AppendValues(nil, v.Schema, vals)
+	require.NoError(b, err)
+	var entries []online.Entry
+	for u := range int64(1000) {
+		ek, err := feature.AppendEntityKey(nil, []feature.Kind{feature.KindInt64}, []feature.Value{{I64: u}})
+		require.NoError(b, err)
+		entries = append(entries, online.Entry{Key: online.Key{View: "wide", Entity: ek}, Record: feature.Record{EventTS: now.Add(-time.Minute).UnixNano(), Payload: payload}})
+	}
+	_, err = store.Write(ctx, entries, online.WriteOptions{})
+	require.NoError(b, err)
+	require.NoError(b, store.PutMeta(ctx, feature.ViewStateName("wide"), []byte(`{"last_success":"2026-01-02T11:59:00Z"}`)))
+
+	srv := New(h, store, Options{Now: func() time.Time { return now }}, nil, nil)
+	req := &Request{Features: refs, Entities: map[string][]feature.Value{"user_id": {{I64: 42}}}}
+	resp, err := srv.GetOnlineFeatures(ctx, req)
+	require.NoError(b, err)
+	require.Equal(b, StatusPresent, resp.Results[50].Statuses[0])
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := srv.GetOnlineFeatures(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,36 @@
+package serving
+
+import "github.com/sluice-ml/sluice/internal/infer"
+
+// Reason codes of the errors this package returns. Clients match on them.
+const (
+	ReasonUnknownFeature         = "unknown_feature"
+	ReasonUnknownView            = "unknown_feature_view"
+	ReasonUnknownService         = "unknown_feature_service"
+	ReasonUnknownEntityKey       = "unknown_entity_key"
+	ReasonMissingEntityKey       = "missing_entity_key"
+	ReasonInvalidEntityValue     = "invalid_entity_value"
+	ReasonEntityLengthMismatch   = "entity_length_mismatch"
+	ReasonInvalidRequest         = "invalid_request"
+	ReasonDuplicateFeature       = "duplicate_feature"
+	ReasonFeatureNameCollision   = "feature_name_collision"
+	ReasonViewNotOnline          = "feature_view_not_online"
+	ReasonViewStale              = "feature_view_stale"
+	ReasonEventTimestampTooOld   = "event_timestamp_too_old"
+	ReasonStoreUnavailable       = "online_store_unavailable"
+	ReasonRegistryNotLoaded      = "registry_not_loaded"
+	ReasonUnknownPushSource      = "unknown_push_source"
+	ReasonMissingColumn          = "missing_column"
+	ReasonInvalidColumnValue     = "invalid_column_value"
+	ReasonPushOfflineUnsupported = "push_offline_unsupported"
+	ReasonMaterializeUnavailable = "materialize_unavailable"
+	ReasonInternal               = "internal"
+)
+
+func invalidf(reason, format string, args ...any) *infer.Error {
+	return infer.Errorf(infer.KindInvalid, reason, format, args...)
+}
+
+func unavailablef(reason, format string, args ...any) *infer.Error {
+	return infer.Errorf(infer.KindUnavailable, reason, format, args...)
+}

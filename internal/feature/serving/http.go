@@ -1,0 +1,628 @@
+package serving
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// DefaultMaxBodyBytes bounds a request body when HandlerOptions leaves it 0.
+const DefaultMaxBodyBytes = 16 << 20
+
+// healthTimeout bounds the store ping of GET /health.
+const healthTimeout = 2 * time.Second
+
+// Materializer runs materializations for the /materialize endpoints. Its
+// reports are sent back as JSON.
+type Materializer interface {
+	// Materialize loads views (all when empty) over [start, end].
+	Materialize(ctx context.Context, start, end time.Time, views []string) (any, error)
+	// MaterializeIncremental loads views from their watermarks to end.
+	MaterializeIncremental(ctx context.Context, end time.Time, views []string) (any, error)
+}
+
+// HandlerOptions configure the HTTP handler. The zero value is usable.
+type HandlerOptions struct {
+	// MaxBodyBytes bounds a request body; larger ones get 413. Default
+	// DefaultMaxBodyBytes (16 MiB).
+	MaxBodyBytes int64
+	// Materializer serves /materialize and /materialize-incremental;
+	// nil answers them 501.
+	Materializer Materializer
+	// Metrics, when set, is served on GET /metrics.
+	Metrics http.Handler
+}
+
+// Handler is the feature server's HTTP edge, with Feast's JSON shapes.
+type Handler struct {
+	s    *Server
+	opts HandlerOptions
+	mux  *http.ServeMux
+}
+
+// NewHandler returns the HTTP handler for s: POST /get-online-features,
+// /push, /materialize and /materialize-incremental, GET /health and, with
+// opts.Metrics, GET /metrics.
+func NewHandler(s *Server, opts HandlerOptions) *Handler {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	h := &Handler{s: s, opts: opts, mux: http.NewServeMux()}
+	h.mux.HandleFunc("POST /get-online-features", h.handleGet)
+	h.mux.HandleFunc("POST /push", h.handlePush)
+	h.mux.HandleFunc("POST /materialize", h.handleMaterialize)
+	h.mux.HandleFunc("POST /materialize-incremental", h.handleMaterializeIncremental)
+	h.mux.HandleFunc("GET /health", h.handleHealth)
+	if opts.Metrics != nil {
+		h.mux.Handle("GET /metrics", opts.Metrics)
+	}
+	return h
+}
+
+// ServeHTTP routes the request, turns a panic into a 500 and records the
+// request metrics.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		if p := recover(); p != nil {
+			if err, ok := p.(error); ok && errors.Is(err, http.ErrAbortHandler) {
+				panic(p)
+			}
+			h.s.logger.Error("handler panicked", "method", r.Method, "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
+			if !sw.wrote {
+				writeErrorBody(sw, http.StatusInternalServerError, ReasonInternal, "internal error")
+			}
+		}
+		route := r.Pattern
+		if route == "" {
+			route = "unmatched"
+		}
+		h.s.metrics.httpReqs.WithLabelValues(route, strconv.Itoa(sw.status())).Inc()
+		h.s.metrics.httpDur.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	}()
+	if _, pattern := h.mux.Handler(r); pattern == "" {
+		writeErrorBody(sw, http.StatusNotFound, "not_found", "no endpoint "+r.Method+" "+r.URL.Path)
+		return
+	}
+	h.mux.ServeHTTP(sw, r)
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.wrote {
+		return
+	}
+	w.wrote, w.code = true, code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) status() int {
+	if !w.wrote {
+		return http.StatusOK
+	}
+	return w.code
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// statusOf maps an error to its HTTP status and reason.
+func statusOf(err error) (int, string) {
+	if ie, ok := errors.AsType[*infer.Error](err); ok {
+		reason := ie.Reason
+		if reason == "" {
+			reason = ReasonInternal
+		}
+		switch ie.Kind {
+		case infer.KindInvalid:
+			return http.StatusBadRequest, reason
+		case infer.KindUnsupported:
+			return http.StatusNotImplemented, reason
+		case infer.KindNotFound:
+			return http.StatusNotFound, reason
+		case infer.KindUnavailable:
+			return http.StatusServiceUnavailable, reason
+		case infer.KindResourceExhausted:
+			if reason == "body_too_large" {
+				return http.StatusRequestEntityTooLarge, reason
+			}
+			return http.StatusTooManyRequests, reason
+		case infer.KindConflict:
+			return http.StatusConflict, reason
+		case infer.KindTimeout:
+			return http.StatusGatewayTimeout, reason
+		}
+		return http.StatusInternalServerError, reason
+	}
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		return http.StatusRequestEntityTooLarge, "body_too_large"
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, "deadline_exceeded"
+	case errors.Is(err, context.Canceled):
+		return http.StatusBadRequest, "canceled"
+	}
+	return http.StatusInternalServerError, ReasonInternal
+}
+
+func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	code, reason := statusOf(err)
+	if code >= 500 && code != http.StatusNotImplemented {
+		lvl := h.s.logger.Error
+		if code == http.StatusServiceUnavailable {
+			lvl = h.s.logger.Warn
+		}
+		lvl("request failed", "path", r.URL.Path, "status", code, "reason", reason, "err", err)
+	} else {
+		h.s.logger.Debug("request rejected", "path", r.URL.Path, "status", code, "reason", reason, "err", err)
+	}
+	writeErrorBody(w, code, reason, err.Error())
+}
+
+// writeErrorBody writes {"error": msg, "reason": reason}; an
+// event_timestamp_too_old error also carries Feast-style
+// "feature_stale_reason".
+func writeErrorBody(w http.ResponseWriter, code int, reason, msg string) {
+	b := make([]byte, 0, len(msg)+len(reason)+64)
+	b = append(b, `{"error":`...)
+	b = appendJSONString(b, msg)
+	b = append(b, `,"reason":`...)
+	b = appendJSONString(b, reason)
+	if reason == ReasonEventTimestampTooOld {
+		b = append(b, `,"feature_stale_reason":`...)
+		b = appendJSONString(b, reason)
+	}
+	b = append(b, "}\n"...)
+	hdr := w.Header()
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = w.Write(b) //nolint:gosec // G705: JSON sent as application/json with nosniff
+}
+
+func writeJSON(w http.ResponseWriter, b []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b) //nolint:gosec // G705: JSON sent as application/json
+}
+
+// readJSON decodes the body into v, numbers kept as json.Number.
+func (h *Handler) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return infer.Errorf(infer.KindResourceExhausted, "body_too_large", "request body is larger than %d bytes", h.opts.MaxBodyBytes)
+		}
+		return invalidf(ReasonInvalidRequest, "read request body: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		return invalidf("invalid_json", "request body is not valid JSON for this endpoint: %v", err)
+	}
+	if dec.More() {
+		return invalidf("invalid_json", "request body has data after the JSON object")
+	}
+	return nil
+}
+
+// getRequest is the body of POST /get-online-features (Feast's
+// GetOnlineFeaturesRequest; unknown fields are ignored, as Feast's client
+// may send more).
+type getRequest struct {
+	Features         []string                   `json:"features"`
+	FeatureService   string                     `json:"feature_service"`
+	Entities         map[string]json.RawMessage `json:"entities"`
+	FullFeatureNames bool                       `json:"full_feature_names"`
+	EventTimestamp   *string                    `json:"event_timestamp"`
+}
+
+func (h *Handler) handleGet(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	resp, err := h.getOnline(w, r)
+	h.s.observe(start, err)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, appendResponse(make([]byte, 0, 256+64*len(resp.Results)), resp))
+}
+
+func (h *Handler) getOnline(w http.ResponseWriter, r *http.Request) (*Response, error) {
+	var req getRequest
+	if err := h.readJSON(w, r, &req); err != nil {
+		return nil, err
+	}
+	p, err := h.s.plan(req.Features, req.FeatureService, req.FullFeatureNames)
+	if err != nil {
+		return nil, err
+	}
+	var ets *time.Time
+	if req.EventTimestamp != nil {
+		t, err := parseTime(*req.EventTimestamp)
+		if err != nil {
+			return nil, invalidf(ReasonInvalidRequest, "event_timestamp: %v", err)
+		}
+		ets = &t
+	}
+	ents, err := decodeEntities(p, req.Entities)
+	if err != nil {
+		return nil, err
+	}
+	return h.s.read(r.Context(), p, ents, ets)
+}
+
+// decodeEntities converts the JSON entity columns with the join keys'
+// types. Columns the plan does not know are kept (empty) so the read
+// reports them as unknown.
+func decodeEntities(p *plan, raw map[string]json.RawMessage) (map[string][]feature.Value, error) {
+	out := make(map[string][]feature.Value, len(raw))
+	for name, msg := range raw {
+		ki := -1
+		for i, k := range p.keys {
+			if k.name == name {
+				ki = i
+				break
+			}
+		}
+		if ki < 0 {
+			out[name] = nil
+			continue
+		}
+		var col []any
+		dec := json.NewDecoder(bytes.NewReader(msg))
+		dec.UseNumber()
+		if err := dec.Decode(&col); err != nil || col == nil {
+			return nil, invalidf(ReasonInvalidEntityValue, "entity key '%s': want a list of values, one per entity row", name)
+		}
+		kind := p.keys[ki].kind
+		vals := make([]feature.Value, len(col))
+		for i, x := range col {
+			v, err := toValue(x, feature.Type{Kind: kind})
+			if err == nil && v.Null {
+				err = errors.New("null")
+			}
+			if err != nil {
+				return nil, invalidf(ReasonInvalidEntityValue, "entity key '%s' value %d: %s key: %v", name, i, kind, err)
+			}
+			vals[i] = v
+		}
+		out[name] = vals
+	}
+	return out, nil
+}
+
+// appendResponse appends resp as Feast's JSON:
+// {"metadata":{"feature_names":[…]},"results":[{"values":[…],"statuses":[…],"event_timestamps":[…]},…]}.
+func appendResponse(b []byte, resp *Response) []byte {
+	b = append(b, `{"metadata":{"feature_names":[`...)
+	for i, n := range resp.FeatureNames {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, n)
+	}
+	b = append(b, `]},"results":[`...)
+	for i := range resp.Results {
+		c := &resp.Results[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		t := resp.Types[i]
+		b = append(b, `{"values":[`...)
+		for j := range c.Values {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = appendValue(b, t, &c.Values[j])
+		}
+		b = append(b, `],"statuses":[`...)
+		for j, st := range c.Statuses {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = append(b, st.String()...)
+			b = append(b, '"')
+		}
+		b = append(b, `],"event_timestamps":[`...)
+		for j, ts := range c.EventTimestamps {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = ts.UTC().AppendFormat(b, time.RFC3339Nano)
+			b = append(b, '"')
+		}
+		b = append(b, "]}"...)
+	}
+	return append(b, "]}\n"...)
+}
+
+// appendValue appends v as JSON: numbers, strings, booleans, base64
+// bytes, RFC 3339 strings for UnixTimestamp, arrays for lists, null for
+// null and for floats JSON cannot carry (NaN, ±Inf).
+func appendValue(b []byte, t feature.Type, v *feature.Value) []byte {
+	if v.Null {
+		return append(b, "null"...)
+	}
+	if !t.List {
+		switch t.Kind {
+		case feature.KindInt32, feature.KindInt64:
+			return strconv.AppendInt(b, v.I64, 10)
+		case feature.KindFloat32:
+			return appendFloat(b, v.F64, 32)
+		case feature.KindFloat64:
+			return appendFloat(b, v.F64, 64)
+		case feature.KindString:
+			return appendJSONString(b, v.S)
+		case feature.KindBytes:
+			b = append(b, '"')
+			b = base64.StdEncoding.AppendEncode(b, v.B)
+			return append(b, '"')
+		case feature.KindBool:
+			return strconv.AppendBool(b, v.Bool)
+		case feature.KindUnixTimestamp:
+			b = append(b, '"')
+			b = time.Unix(0, v.I64).UTC().AppendFormat(b, time.RFC3339Nano)
+			return append(b, '"')
+		}
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	switch t.Kind {
+	case feature.KindInt32, feature.KindInt64:
+		for i, x := range v.I64s {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, x, 10)
+		}
+	case feature.KindFloat32:
+		for i, x := range v.F32s {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendFloat(b, float64(x), 32)
+		}
+	case feature.KindFloat64:
+		for i, x := range v.F64s {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendFloat(b, x, 64)
+		}
+	case feature.KindString:
+		for i, x := range v.Ss {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, x)
+		}
+	case feature.KindBytes:
+		for i, x := range v.Ss {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = base64.StdEncoding.AppendEncode(b, []byte(x))
+			b = append(b, '"')
+		}
+	case feature.KindBool:
+		for i, x := range v.Bools {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendBool(b, x)
+		}
+	}
+	return append(b, ']')
+}
+
+func appendFloat(b []byte, f float64, bits int) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return append(b, "null"...)
+	}
+	return strconv.AppendFloat(b, f, 'g', -1, bits)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string; invalid UTF-8 becomes U+FFFD.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// pushRequest is the body of POST /push (Feast's PushFeaturesRequest).
+type pushRequest struct {
+	PushSourceName string           `json:"push_source_name"`
+	DF             map[string][]any `json:"df"`
+	To             string           `json:"to"`
+}
+
+func (h *Handler) handlePush(w http.ResponseWriter, r *http.Request) {
+	var req pushRequest
+	if err := h.readJSON(w, r, &req); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	if req.PushSourceName == "" {
+		h.writeError(w, r, invalidf(ReasonInvalidRequest, "push_source_name is required"))
+		return
+	}
+	to, err := ParsePushTo(req.To)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	rep, err := h.s.Push(r.Context(), req.PushSourceName, req.DF, to)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, append(b, '\n'))
+}
+
+// materializeRequest is the body of POST /materialize and
+// /materialize-incremental (Feast's MaterializeRequest).
+type materializeRequest struct {
+	StartTS      *string  `json:"start_ts"`
+	EndTS        *string  `json:"end_ts"`
+	FeatureViews []string `json:"feature_views"`
+}
+
+func (h *Handler) handleMaterialize(w http.ResponseWriter, r *http.Request) {
+	h.materialize(w, r, false)
+}
+
+func (h *Handler) handleMaterializeIncremental(w http.ResponseWriter, r *http.Request) {
+	h.materialize(w, r, true)
+}
+
+func (h *Handler) materialize(w http.ResponseWriter, r *http.Request, incremental bool) {
+	if h.opts.Materializer == nil {
+		h.writeError(w, r, infer.Errorf(infer.KindUnsupported, ReasonMaterializeUnavailable, "this feature server does not run materializations"))
+		return
+	}
+	var req materializeRequest
+	if err := h.readJSON(w, r, &req); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	ts := func(name string, s *string) (time.Time, error) {
+		if s == nil {
+			return time.Time{}, invalidf(ReasonInvalidRequest, "%s is required", name)
+		}
+		t, err := parseTime(*s)
+		if err != nil {
+			return time.Time{}, invalidf(ReasonInvalidRequest, "%s: %v", name, err)
+		}
+		return t, nil
+	}
+	end, err := ts("end_ts", req.EndTS)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	if repo := h.s.repos.Current(); repo != nil {
+		for _, v := range req.FeatureViews {
+			if _, ok := repo.Views[v]; !ok {
+				h.writeError(w, r, invalidf(ReasonUnknownView, "unknown feature view '%s'", v))
+				return
+			}
+		}
+	}
+	var rep any
+	if incremental {
+		rep, err = h.opts.Materializer.MaterializeIncremental(r.Context(), end, req.FeatureViews)
+	} else {
+		var start time.Time
+		if start, err = ts("start_ts", req.StartTS); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+		if start.After(end) {
+			h.writeError(w, r, invalidf(ReasonInvalidRequest, "start_ts %s is after end_ts %s", start.Format(time.RFC3339), end.Format(time.RFC3339)))
+			return
+		}
+		rep, err = h.opts.Materializer.Materialize(r.Context(), start, end, req.FeatureViews)
+	}
+	for _, v := range req.FeatureViews {
+		h.s.forgetState(v)
+	}
+	if len(req.FeatureViews) == 0 {
+		h.s.forgetAllStates()
+	}
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, append(b, '\n'))
+}
+
+func (h *Handler) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if h.s.repos.Current() == nil {
+		h.writeError(w, r, unavailablef(ReasonRegistryNotLoaded, "no feature registry is loaded"))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
+	defer cancel()
+	if err := h.s.store.Ping(ctx); err != nil {
+		h.writeError(w, r, &infer.Error{Kind: infer.KindUnavailable, Reason: ReasonStoreUnavailable, Msg: "ping online store", Err: err})
+		return
+	}
+	writeJSON(w, []byte(`{"status":"ok"}`+"\n"))
+}

@@ -1,0 +1,245 @@
+package serving
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/feature/registry"
+)
+
+// plan is a compiled read: which views and fields a feature list needs,
+// the entity columns it takes and the names and types it answers with.
+// Plans are immutable and shared by concurrent requests.
+type plan struct {
+	keys    []keyCol   // entity columns, in first-use order
+	keySets [][]int    // distinct join-key combinations (indexes into keys)
+	views   []viewPlan // views read, in first-use order
+	cols    []outCol   // feature columns, in request order
+	names   []string   // all column names: keys, then features
+	types   []feature.Type
+}
+
+type keyCol struct {
+	name string
+	kind feature.Kind
+}
+
+type viewPlan struct {
+	view   *feature.View
+	keySet int // index into plan.keySets
+	kinds  []feature.Kind
+	hot    *hotPlan
+}
+
+// hotPlan is a view's hot subset as serving uses it.
+type hotPlan struct {
+	view string
+	ttl  time.Duration
+	// members holds the hot entities' keys; nil means every entity is
+	// looked up in the hot view.
+	members map[string]struct{}
+}
+
+type outCol struct {
+	view  int // index into plan.views
+	field int // index into the view's schema
+	name  string
+}
+
+// planKey identifies a plan in the cache: a repository snapshot and the
+// request's feature selection.
+type planKey struct {
+	repo *registry.Repo
+	sel  string
+}
+
+// maxCachedPlans bounds the plan cache: clients choosing arbitrary feature
+// lists cannot grow it without end. Plans past the bound are compiled per
+// request.
+const maxCachedPlans = 4096
+
+// planCache caches compiled plans for the current repository snapshot; a
+// new snapshot drops the old one's plans.
+type planCache struct {
+	mu   sync.RWMutex // protects repo and m
+	repo *registry.Repo
+	m    map[planKey]*plan
+}
+
+func (c *planCache) get(repo *registry.Repo, features []string, service string, full bool) (*plan, error) {
+	var sb strings.Builder
+	if full {
+		sb.WriteString("F")
+	} else {
+		sb.WriteString("S")
+	}
+	if service != "" {
+		sb.WriteString("svc\x00")
+		sb.WriteString(service)
+	}
+	for _, f := range features {
+		sb.WriteByte(0)
+		sb.WriteString(f)
+	}
+	k := planKey{repo: repo, sel: sb.String()}
+	c.mu.RLock()
+	p, ok := c.m[k]
+	c.mu.RUnlock()
+	if ok {
+		return p, nil
+	}
+	p, err := compile(repo, features, service, full)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.repo != repo {
+		c.repo, c.m = repo, make(map[planKey]*plan)
+	}
+	if len(c.m) < maxCachedPlans {
+		c.m[k] = p
+	}
+	c.mu.Unlock()
+	return p, nil
+}
+
+// selection is one view's requested features.
+type selection struct {
+	view     string
+	features []string // empty: all of the view's features
+}
+
+// compile resolves a feature list ("view:feature") or a feature service
+// against repo.
+func compile(repo *registry.Repo, features []string, service string, full bool) (*plan, error) {
+	var sels []selection
+	switch {
+	case service != "" && len(features) > 0:
+		return nil, invalidf(ReasonInvalidRequest, "give either features or feature_service, not both")
+	case service != "":
+		svc, ok := repo.Services[service]
+		if !ok {
+			return nil, invalidf(ReasonUnknownService, "unknown feature service '%s'", service)
+		}
+		for _, r := range svc.Features {
+			sels = append(sels, selection{view: r.View, features: r.Features})
+		}
+	case len(features) > 0:
+		for _, ref := range features {
+			view, feat, ok := strings.Cut(ref, ":")
+			if !ok || view == "" || feat == "" {
+				return nil, invalidf(ReasonUnknownFeature, "feature reference '%s': want 'view:feature'", ref)
+			}
+			sels = append(sels, selection{view: view, features: []string{feat}})
+		}
+	default:
+		return nil, invalidf(ReasonInvalidRequest, "the request names no features: give features or feature_service")
+	}
+
+	p := &plan{}
+	viewIdx := make(map[string]int)
+	seenName := make(map[string]string) // output name -> "view:feature"
+	for _, sel := range sels {
+		vi, ok := viewIdx[sel.view]
+		if !ok {
+			v, found := repo.Views[sel.view]
+			if !found {
+				return nil, invalidf(ReasonUnknownView, "unknown feature view '%s'", sel.view)
+			}
+			if !v.Online {
+				return nil, invalidf(ReasonViewNotOnline, "feature view '%s' is not online (online: false)", v.Name)
+			}
+			vp, err := p.addView(repo, v)
+			if err != nil {
+				return nil, err
+			}
+			vi = len(p.views)
+			p.views = append(p.views, vp)
+			viewIdx[sel.view] = vi
+		}
+		v := p.views[vi].view
+		fields := sel.features
+		if len(fields) == 0 {
+			fields = make([]string, len(v.Schema))
+			for i, f := range v.Schema {
+				fields[i] = f.Name
+			}
+		}
+		for _, name := range fields {
+			fi := slices.IndexFunc(v.Schema, func(f feature.Field) bool { return f.Name == name })
+			if fi < 0 {
+				return nil, invalidf(ReasonUnknownFeature, "unknown feature '%s:%s': view '%s' has no feature '%s'", v.Name, name, v.Name, name)
+			}
+			out := name
+			if full {
+				out = v.Name + "__" + name
+			}
+			ref := v.Name + ":" + name
+			if prev, dup := seenName[out]; dup {
+				if prev == ref {
+					return nil, invalidf(ReasonDuplicateFeature, "feature '%s' is requested twice", ref)
+				}
+				return nil, invalidf(ReasonFeatureNameCollision, "features '%s' and '%s' are both named '%s': set full_feature_names to tell them apart", prev, ref, out)
+			}
+			seenName[out] = ref
+			p.cols = append(p.cols, outCol{view: vi, field: fi, name: out})
+		}
+	}
+	for _, k := range p.keys {
+		p.names = append(p.names, k.name)
+		p.types = append(p.types, feature.Type{Kind: k.kind})
+	}
+	for _, c := range p.cols {
+		if slices.ContainsFunc(p.keys, func(k keyCol) bool { return k.name == c.name }) {
+			return nil, invalidf(ReasonFeatureNameCollision, "feature '%s' has the name of an entity key: set full_feature_names", seenName[c.name])
+		}
+		p.names = append(p.names, c.name)
+		p.types = append(p.types, p.views[c.view].view.Schema[c.field].Type)
+	}
+	return p, nil
+}
+
+// addView resolves v's join keys into p's entity columns.
+func (p *plan) addView(repo *registry.Repo, v *feature.View) (viewPlan, error) {
+	vp := viewPlan{view: v}
+	set := make([]int, 0, len(v.Entities))
+	for _, en := range v.Entities {
+		e, ok := repo.Entities[en]
+		if !ok {
+			return vp, fmt.Errorf("feature view '%s': entity '%s' is not defined", v.Name, en)
+		}
+		ki := slices.IndexFunc(p.keys, func(k keyCol) bool { return k.name == e.JoinKey })
+		if ki < 0 {
+			ki = len(p.keys)
+			p.keys = append(p.keys, keyCol{name: e.JoinKey, kind: e.ValueType.Kind})
+		} else if p.keys[ki].kind != e.ValueType.Kind {
+			return vp, invalidf(ReasonInvalidRequest, "join key '%s' is %s in one view and %s in view '%s'", e.JoinKey, p.keys[ki].kind, e.ValueType.Kind, v.Name)
+		}
+		set = append(set, ki)
+		vp.kinds = append(vp.kinds, e.ValueType.Kind)
+	}
+	vp.keySet = slices.IndexFunc(p.keySets, func(s []int) bool { return slices.Equal(s, set) })
+	if vp.keySet < 0 {
+		vp.keySet = len(p.keySets)
+		p.keySets = append(p.keySets, set)
+	}
+	if h := v.Hot; h != nil && h.View != "" {
+		hp := &hotPlan{view: h.View, ttl: h.TTL}
+		if len(h.Keys) > 0 && len(vp.kinds) == 1 {
+			hp.members = make(map[string]struct{}, len(h.Keys))
+			for _, k := range h.Keys {
+				b, err := feature.AppendEntityKey(nil, vp.kinds, []feature.Value{k})
+				if err != nil {
+					return vp, fmt.Errorf("feature view '%s': hot key: %w", v.Name, err)
+				}
+				hp.members[string(b)] = struct{}{}
+			}
+		}
+		vp.hot = hp
+	}
+	return vp, nil
+}
