@@ -121,8 +121,10 @@ func (c *compiler) sources(items []item[rawSource]) {
 			continue
 		}
 		obj := fmt.Sprintf("source '%s'", r.Name)
-		s := &feature.Source{Name: r.Name, Path: r.Path, TimestampField: r.TimestampField,
-			CreatedTimestampColumn: r.CreatedTimestampColumn, FieldMapping: r.FieldMapping, BatchSource: r.BatchSource}
+		s := &feature.Source{
+			Name: r.Name, Path: r.Path, TimestampField: r.TimestampField,
+			CreatedTimestampColumn: r.CreatedTimestampColumn, FieldMapping: r.FieldMapping, BatchSource: r.BatchSource,
+		}
 		ok := true
 		switch r.Type {
 		case "file", "":
@@ -510,7 +512,7 @@ func parseTTL(s string) (time.Duration, error) {
 	if i := strings.IndexByte(s, 'd'); i > 0 {
 		d, err := strconv.ParseInt(s[:i], 10, 64)
 		if err == nil {
-			if d < 0 || d > int64(math.MaxInt64/int64(24*time.Hour)) {
+			if d < 0 || d > math.MaxInt64/int64(24*time.Hour) {
 				return 0, fmt.Errorf("%q is out of range", s)
 			}
 			days, rest = d, s[i+1:]

@@ -143,16 +143,20 @@ feature_views:
     hot: {entities_file: hot/users.txt, ttl: 10m}
 `
 	t.Run("ok", func(t *testing.T) {
-		dir := writeRepo(t, map[string]string{ConfigFile: "project: p\n", "d.yaml": defsYAML,
-			"hot/users.txt": "# top users\n7\n\n9\n"})
+		dir := writeRepo(t, map[string]string{
+			ConfigFile: "project: p\n", "d.yaml": defsYAML,
+			"hot/users.txt": "# top users\n7\n\n9\n",
+		})
 		r, err := Load(t.Context(), dir)
 		require.NoError(t, err)
 		require.Len(t, r.Views["v"].Hot.Keys, 2)
 		require.Equal(t, int64(9), r.Views["v"].Hot.Keys[1].I64)
 	})
 	t.Run("bad key names the keys file", func(t *testing.T) {
-		dir := writeRepo(t, map[string]string{ConfigFile: "project: p\n", "d.yaml": defsYAML,
-			"hot/users.txt": "7\nseven\n"})
+		dir := writeRepo(t, map[string]string{
+			ConfigFile: "project: p\n", "d.yaml": defsYAML,
+			"hot/users.txt": "7\nseven\n",
+		})
 		_, err := Load(t.Context(), dir)
 		requireErrors(t, err, []string{`hot/users.txt:2: feature view 'v': hot key "seven": not an Int64`})
 	})

@@ -124,16 +124,20 @@ func parseDefinitions(file string, data []byte, d *defs, errs *[]Error) {
 
 func parseSections(file string, m *yaml.Node, d *defs, errs *[]Error) {
 	if m.Kind != yaml.MappingNode {
-		*errs = append(*errs, Error{Pos: posAt(file, m.Line),
-			Msg: "want a mapping of entities, sources, feature_views and feature_services (or a list of them)"})
+		*errs = append(*errs, Error{
+			Pos: posAt(file, m.Line),
+			Msg: "want a mapping of entities, sources, feature_views and feature_services (or a list of them)",
+		})
 		return
 	}
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], resolve(m.Content[i+1])
 		kind, ok := sectionKinds[k.Value]
 		if !ok {
-			*errs = append(*errs, Error{Pos: posAt(file, k.Line),
-				Msg: fmt.Sprintf("unknown section %q (want entities, sources, feature_views or feature_services)", k.Value)})
+			*errs = append(*errs, Error{
+				Pos: posAt(file, k.Line),
+				Msg: fmt.Sprintf("unknown section %q (want entities, sources, feature_views or feature_services)", k.Value),
+			})
 			continue
 		}
 		if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
@@ -240,8 +244,10 @@ func (c *fieldChecker) check(n *yaml.Node, t reflect.Type, depth int) {
 			}
 			ft, ok := fields[k.Value]
 			if !ok {
-				*errs = append(*errs, Error{Pos: posAt(file, k.Line), Object: obj,
-					Msg: fmt.Sprintf("unknown field %q (want one of %s)", k.Value, strings.Join(fieldNames(t), ", "))})
+				*errs = append(*errs, Error{
+					Pos: posAt(file, k.Line), Object: obj,
+					Msg: fmt.Sprintf("unknown field %q (want one of %s)", k.Value, strings.Join(fieldNames(t), ", ")),
+				})
 				continue
 			}
 			c.check(n.Content[i+1], ft, depth+1)
@@ -253,6 +259,7 @@ func (c *fieldChecker) check(n *yaml.Node, t reflect.Type, depth int) {
 		for _, e := range n.Content {
 			c.check(e, t.Elem(), depth+1)
 		}
+	default: // scalars and maps: nothing to check
 	}
 }
 
@@ -280,8 +287,7 @@ type yamlField struct {
 // structFields lists t's yaml keys in declaration order, flattening
 // ",inline" structs as yaml does.
 func structFields(t reflect.Type, out []yamlField) []yamlField {
-	for i := range t.NumField() {
-		f := t.Field(i)
+	for f := range t.Fields() {
 		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 		if name == "-" || !f.IsExported() {
 			continue
@@ -361,6 +367,7 @@ func lineOf(n *yaml.Node, path ...string) int {
 			if i, err := strconv.Atoi(p); err == nil && i >= 0 && i < len(cur.Content) {
 				next = resolve(cur.Content[i])
 			}
+		default:
 		}
 		if next == nil {
 			break

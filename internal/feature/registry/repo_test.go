@@ -3,6 +3,7 @@ package registry
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,9 +43,11 @@ func TestResolveFeatures(t *testing.T) {
 		wantReason string
 		wantMsg    string
 	}{
-		{name: "grouped by view in first-seen order, duplicates dropped",
+		{
+			name: "grouped by view in first-seen order, duplicates dropped",
 			refs: []string{"route_features:stops", "user_stats:u_f01", "route_features:hour_sin", "user_stats:u_f01"},
-			want: []feature.FeatureRef{{View: "route_features", Features: []string{"stops", "hour_sin"}}, {View: "user_stats", Features: []string{"u_f01"}}}},
+			want: []feature.FeatureRef{{View: "route_features", Features: []string{"stops", "hour_sin"}}, {View: "user_stats", Features: []string{"u_f01"}}},
+		},
 		{name: "unknown view", refs: []string{"user_stat:u_f01"}, wantReason: "unknown_feature_view", wantMsg: "feature view 'user_stat'"},
 		{name: "unknown feature", refs: []string{"user_stats:u_f99"}, wantReason: "unknown_feature", wantMsg: "no feature 'u_f99'"},
 		{name: "unknown service", service: "eta", wantReason: "unknown_feature_service", wantMsg: "feature service 'eta'"},
@@ -60,7 +63,7 @@ func TestResolveFeatures(t *testing.T) {
 				require.Equal(t, tt.want, got)
 				return
 			}
-			ie, ok := err.(*infer.Error)
+			ie, ok := errors.AsType[*infer.Error](err)
 			require.True(t, ok, "error %v is not *infer.Error", err)
 			require.Equal(t, infer.KindInvalid, ie.Kind)
 			require.Equal(t, tt.wantReason, ie.Reason)
@@ -201,9 +204,6 @@ func FuzzLoadDefinitions(f *testing.F) {
 	f.Add([]byte("- &a [*a]\n"))
 	f.Add([]byte("feature_services: [{name: s, features: [{view: v, <<: {features: [x]}}]}]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if p := os.Getenv("FUZZ_TRACE"); p != "" {
-			_ = os.WriteFile(p, data, 0o644)
-		}
 		fsys := fstest.MapFS{
 			ConfigFile: {Data: []byte("project: p\n")},
 			"d.yaml":   {Data: data},
@@ -211,7 +211,11 @@ func FuzzLoadDefinitions(f *testing.F) {
 		}
 		r, err := load(t.Context(), fsys, "/repo")
 		if err != nil {
-			for _, e := range err.(Errors) {
+			errs, ok := errors.AsType[Errors](err)
+			if !ok {
+				t.Fatalf("error %v is not Errors", err)
+			}
+			for _, e := range errs {
 				if e.Msg == "" {
 					t.Fatalf("error without a message: %+v", e)
 				}

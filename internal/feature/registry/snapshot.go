@@ -94,8 +94,10 @@ func (r *Repo) Snapshot() *Snapshot {
 		if src.Kind == feature.SourcePush {
 			typ = "push"
 		}
-		s.Sources = append(s.Sources, SnapshotSource{Name: src.Name, Type: typ, Path: src.Path, TimestampField: src.TimestampField,
-			CreatedTimestampColumn: src.CreatedTimestampColumn, FieldMapping: src.FieldMapping, BatchSource: src.BatchSource})
+		s.Sources = append(s.Sources, SnapshotSource{
+			Name: src.Name, Type: typ, Path: src.Path, TimestampField: src.TimestampField,
+			CreatedTimestampColumn: src.CreatedTimestampColumn, FieldMapping: src.FieldMapping, BatchSource: src.BatchSource,
+		})
 	}
 	for _, name := range slices.Sorted(maps.Keys(r.Views)) {
 		v := r.Views[name]
@@ -159,7 +161,7 @@ func WriteSnapshot(path string, s *Snapshot) error {
 	}
 	data = append(data, '\n')
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fmt.Errorf("write registry: %w", err)
 	}
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
@@ -209,26 +211,26 @@ type Change struct {
 }
 
 // Diff compares the applied registry (old, nil when none) with the
-// definitions (new) and returns the changes, by kind and then name.
-func Diff(old, new *Snapshot) []Change {
+// definitions (cur) and returns the changes, by kind and then name.
+func Diff(old, cur *Snapshot) []Change {
 	if old == nil {
 		old = &Snapshot{}
 	}
 	var out []Change
-	out = diffKind(out, "entity", old.Entities, new.Entities, func(e SnapshotEntity) string { return e.Name }, fieldDiff[SnapshotEntity])
-	out = diffKind(out, "source", old.Sources, new.Sources, func(s SnapshotSource) string { return s.Name }, fieldDiff[SnapshotSource])
-	out = diffKind(out, "feature view", old.Views, new.Views, func(v SnapshotView) string { return v.Name }, viewDiff)
-	out = diffKind(out, "feature service", old.Services, new.Services, func(s SnapshotService) string { return s.Name }, serviceDiff)
+	out = diffKind(out, "entity", old.Entities, cur.Entities, func(e SnapshotEntity) string { return e.Name }, fieldDiff[SnapshotEntity])
+	out = diffKind(out, "source", old.Sources, cur.Sources, func(s SnapshotSource) string { return s.Name }, fieldDiff[SnapshotSource])
+	out = diffKind(out, "feature view", old.Views, cur.Views, func(v SnapshotView) string { return v.Name }, viewDiff)
+	out = diffKind(out, "feature service", old.Services, cur.Services, func(s SnapshotService) string { return s.Name }, serviceDiff)
 	return out
 }
 
-func diffKind[T any](out []Change, kind string, old, new []T, name func(T) string, details func(a, b T) []string) []Change {
+func diffKind[T any](out []Change, kind string, old, cur []T, name func(T) string, details func(a, b T) []string) []Change {
 	om := make(map[string]T, len(old))
 	for _, o := range old {
 		om[name(o)] = o
 	}
-	nm := make(map[string]T, len(new))
-	for _, n := range new {
+	nm := make(map[string]T, len(cur))
+	for _, n := range cur {
 		nm[name(n)] = n
 	}
 	names := slices.Sorted(maps.Keys(nm))

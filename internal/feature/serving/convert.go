@@ -80,6 +80,7 @@ func toValue(x any, t feature.Type) (feature.Value, error) {
 		if v.Bools == nil {
 			v.Bools = []bool{}
 		}
+	default: // rejected in the loop above
 	}
 	return v, nil
 }

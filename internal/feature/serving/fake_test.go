@@ -117,10 +117,10 @@ func (h *holder) Current() *registry.Repo { return h.p.Load() }
 // now is the fixed clock of the tests.
 var now = time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC)
 
-func mustType(t testing.TB, s string) feature.Type {
-	t.Helper()
+func mustType(tb testing.TB, s string) feature.Type {
+	tb.Helper()
 	ty, err := feature.ParseType(s)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	return ty
 }
 
@@ -132,24 +132,36 @@ func mustType(t testing.TB, s string) feature.Type {
 //   - user_live (user) from push source user_push: level Int64; no ttl
 //   - offline_only (user): x Int64, not online
 //   - services: eta_svc = user_stats:clicks,score + route_stats (all)
-func testRepo(t testing.TB) *registry.Repo {
+func testRepo(tb testing.TB) *registry.Repo {
+	tb.Helper()
+	t := tb
 	i64 := feature.Type{Kind: feature.KindInt64}
 	user := &feature.Entity{Name: "user", JoinKey: "user_id", ValueType: i64}
 	route := &feature.Entity{Name: "route", JoinKey: "route_id", ValueType: feature.Type{Kind: feature.KindString}}
 	views := []*feature.View{
 		{Name: "user_stats", Entities: []string{"user"}, TTL: time.Hour, Online: true, Source: "user_file", Schema: []feature.Field{
-			{Name: "clicks", Type: i64}, {Name: "score", Type: mustType(t, "Float32")},
-			{Name: "name", Type: mustType(t, "String")}, {Name: "emb", Type: mustType(t, "Array(Float32, 3)")},
+			{Name: "clicks", Type: i64},
+			{Name: "score", Type: mustType(t, "Float32")},
+			{Name: "name", Type: mustType(t, "String")},
+			{Name: "emb", Type: mustType(t, "Array(Float32, 3)")},
 		}},
-		{Name: "user_flags", Entities: []string{"user"}, TTL: time.Hour, Online: true, Source: "user_file", StalePolicy: feature.StaleFlag,
-			Schema: []feature.Field{{Name: "active", Type: mustType(t, "Bool")}, {Name: "tags", Type: mustType(t, "Array(String)")}}},
-		{Name: "route_stats", Entities: []string{"route"}, Online: true, Source: "route_file",
-			Schema: []feature.Field{{Name: "eta", Type: mustType(t, "Float64")}, {Name: "blob", Type: mustType(t, "Bytes")}}},
-		{Name: "user_recent", Entities: []string{"user"}, TTL: time.Hour, Online: true, Source: "user_file",
+		{
+			Name: "user_flags", Entities: []string{"user"}, TTL: time.Hour, Online: true, Source: "user_file", StalePolicy: feature.StaleFlag,
+			Schema: []feature.Field{{Name: "active", Type: mustType(t, "Bool")}, {Name: "tags", Type: mustType(t, "Array(String)")}},
+		},
+		{
+			Name: "route_stats", Entities: []string{"route"}, Online: true, Source: "route_file",
+			Schema: []feature.Field{{Name: "eta", Type: mustType(t, "Float64")}, {Name: "blob", Type: mustType(t, "Bytes")}},
+		},
+		{
+			Name: "user_recent", Entities: []string{"user"}, TTL: time.Hour, Online: true, Source: "user_file",
 			Schema: []feature.Field{{Name: "recent", Type: i64}},
-			Hot:    &feature.HotSubset{View: "user_recent__hot", Keys: []feature.Value{{I64: 1}, {I64: 5}}, TTL: 5 * time.Minute}},
-		{Name: "user_live", Entities: []string{"user"}, Online: true, Source: "user_push",
-			Schema: []feature.Field{{Name: "level", Type: i64}}},
+			Hot:    &feature.HotSubset{View: "user_recent__hot", Keys: []feature.Value{{I64: 1}, {I64: 5}}, TTL: 5 * time.Minute},
+		},
+		{
+			Name: "user_live", Entities: []string{"user"}, Online: true, Source: "user_push",
+			Schema: []feature.Field{{Name: "level", Type: i64}},
+		},
 		{Name: "offline_only", Entities: []string{"user"}, Source: "user_file", Schema: []feature.Field{{Name: "x", Type: i64}}},
 	}
 	r := &registry.Repo{
@@ -182,8 +194,9 @@ type fixture struct {
 	logs  *syncBuffer
 }
 
-func newFixture(t testing.TB, opts Options) *fixture {
-	t.Helper()
+func newFixture(tb testing.TB, opts Options) *fixture {
+	tb.Helper()
+	t := tb
 	f := &fixture{repo: testRepo(t), hold: &holder{}, store: newFakeStore(), reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
 	f.hold.p.Store(f.repo)
 	if opts.Now == nil {
@@ -199,41 +212,41 @@ func newFixture(t testing.TB, opts Options) *fixture {
 	return f
 }
 
-func (f *fixture) setState(t testing.TB, view string, last time.Time) {
-	t.Helper()
+func (f *fixture) setState(tb testing.TB, view string, last time.Time) {
+	tb.Helper()
 	b, err := json.Marshal(feature.ViewState{LastSuccess: last, NewestEventTS: last.Add(-time.Minute), Watermark: last})
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	f.store.meta[feature.ViewStateName(view)] = b
 }
 
 // put stores one row of view for a single-key entity.
-func (f *fixture) put(t testing.TB, view string, key feature.Value, ev time.Time, vals ...feature.Value) {
-	t.Helper()
+func (f *fixture) put(tb testing.TB, view string, key feature.Value, ev time.Time, vals ...feature.Value) {
+	tb.Helper()
 	v := f.repo.Views[view]
 	if v == nil {
 		v = f.repo.Views[strings.TrimSuffix(view, "__hot")]
 	}
 	kind := f.repo.Entities[v.Entities[0]].ValueType.Kind
 	ek, err := feature.AppendEntityKey(nil, []feature.Kind{kind}, []feature.Value{key})
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	payload, err := feature.AppendValues(nil, v.Schema, vals)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	f.store.rows[rowKey(online.Key{View: view, Entity: ek})] = feature.Record{EventTS: ev.UnixNano(), Payload: payload}
 }
 
 // post sends body to path and returns the status and decoded body.
-func (f *fixture) post(t testing.TB, path, body string) (int, []byte) {
-	t.Helper()
+func (f *fixture) post(tb testing.TB, path, body string) (int, []byte) {
+	tb.Helper()
 	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
 	rec := httptest.NewRecorder()
 	f.h.ServeHTTP(rec, req)
 	return rec.Code, rec.Body.Bytes()
 }
 
-func (f *fixture) counter(t testing.TB, name string, labels map[string]string) float64 {
-	t.Helper()
+func (f *fixture) counter(tb testing.TB, name string, labels map[string]string) float64 {
+	tb.Helper()
 	mfs, err := f.reg.Gather()
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue

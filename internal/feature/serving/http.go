@@ -156,8 +156,9 @@ func statusOf(err error) (int, string) {
 			return http.StatusConflict, reason
 		case infer.KindTimeout:
 			return http.StatusGatewayTimeout, reason
+		default:
+			return http.StatusInternalServerError, reason
 		}
-		return http.StatusInternalServerError, reason
 	}
 	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 		return http.StatusRequestEntityTooLarge, "body_too_large"
@@ -392,8 +393,9 @@ func appendValue(b []byte, t feature.Type, v *feature.Value) []byte {
 			b = append(b, '"')
 			b = time.Unix(0, v.I64).UTC().AppendFormat(b, time.RFC3339Nano)
 			return append(b, '"')
+		default:
+			return append(b, "null"...)
 		}
-		return append(b, "null"...)
 	}
 	b = append(b, '[')
 	switch t.Kind {
@@ -441,6 +443,7 @@ func appendValue(b []byte, t feature.Type, v *feature.Value) []byte {
 			}
 			b = strconv.AppendBool(b, x)
 		}
+	default: // no other list element types exist
 	}
 	return append(b, ']')
 }

@@ -269,7 +269,7 @@ func (s *Server) Push(ctx context.Context, source string, df map[string][]any, t
 
 // recordPush updates a view's state after a successful push: the push is
 // its latest success, and its newest event timestamp moves forward.
-func (s *Server) recordPush(ctx context.Context, view string, now time.Time, newest int64, written int, any bool) error {
+func (s *Server) recordPush(ctx context.Context, view string, now time.Time, newest int64, written int, wrote bool) error {
 	name := feature.ViewStateName(view)
 	b, err := s.store.GetMeta(ctx, name)
 	if err != nil {
@@ -282,7 +282,7 @@ func (s *Server) recordPush(ctx context.Context, view string, now time.Time, new
 		}
 	}
 	st.LastSuccess = now.UTC()
-	if any {
+	if wrote {
 		if t := time.Unix(0, newest).UTC(); t.After(st.NewestEventTS) {
 			st.NewestEventTS = t
 		}
