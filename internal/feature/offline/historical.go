@@ -491,6 +491,9 @@ func writeOutput(ctx context.Context, out string, cols []Column, entSchema []fea
 	if err := tmpOut.Close(); err != nil {
 		return fmt.Errorf("write output: %w", err)
 	}
+	if err := os.Chmod(tmpOut.Name(), 0o644); err != nil {
+		return fmt.Errorf("write output: %w", err)
+	}
 	if err := os.Rename(tmpOut.Name(), out); err != nil {
 		return fmt.Errorf("write output: %w", err)
 	}

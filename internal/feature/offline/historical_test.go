@@ -245,3 +245,29 @@ func TestHistoricalMatchesOracle(t *testing.T) {
 		})
 	}
 }
+
+func TestHistoricalErrorsWriteNothing(t *testing.T) {
+	dir := t.TempDir()
+	writeParquet(t, filepath.Join(dir, "data", "stats.parquet"), []Column{{"user_id", tInt64}, {"event_timestamp", tTS}, {"created", tTS}, {"score", tString}},
+		[][]feature.Value{{{I64: 1}, {I64: sec(1)}, {I64: sec(1)}, {S: "x"}}})
+	repo, _ := statsRepo(dir, []feature.Field{{Name: "score", Type: tFloat32}})
+	out := filepath.Join(dir, "out.parquet")
+	cases := []struct{ name, csv, want string }{
+		{"no key column", "event_timestamp\n2026-01-01T00:00:00Z\n", "no column 'user_id'"},
+		{"bad timestamp", "user_id,event_timestamp\n1,yesterday\n", "line 2: column 'event_timestamp': \"yesterday\" is not a timestamp"},
+		{"bad key", "user_id,event_timestamp\nabc,2026-01-01T00:00:00Z\n", "column 'user_id': \"abc\" is not an integer"},
+		{"source type", "user_id,event_timestamp\n1,2026-01-01T00:00:00Z\n", "data/stats.parquet: column 'score': type BYTE_ARRAY (STRING) cannot hold Float32"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ents := filepath.Join(dir, "e.csv")
+			require.NoError(t, os.WriteFile(ents, []byte(c.csv), 0o644))
+			err := Historical(t.Context(), repo, ents, []feature.FeatureRef{{View: "stats"}}, out, Options{TempDir: t.TempDir()})
+			require.ErrorContains(t, err, c.want)
+			_, statErr := os.Stat(out)
+			require.ErrorIs(t, statErr, os.ErrNotExist, "nothing written on failure")
+			left, _ := filepath.Glob(filepath.Join(dir, ".out.parquet.tmp-*"))
+			require.Empty(t, left)
+		})
+	}
+}

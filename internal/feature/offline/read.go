@@ -29,7 +29,7 @@ type colSpec struct {
 // itself, or the *.parquet files of a folder in name order. Relative paths
 // are resolved against dir. Display names keep the path as written.
 func sourceFiles(dir, path string) (full, display []string, err error) {
-	p := path
+	p := filepath.FromSlash(path)
 	if !filepath.IsAbs(p) {
 		p = filepath.Join(dir, p)
 	}

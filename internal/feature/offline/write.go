@@ -26,8 +26,8 @@ const writerRowGroupRows = 32 << 10
 type Writer struct {
 	pw    *parquet.Writer
 	cols  []Column
-	leaf  []int // leaf column index of each column
-	order []int // columns in leaf order
+	leaf  []int         // leaf column index of each column
+	order []int         // columns in leaf order
 	rows  []parquet.Row // buffered rows, flushed in batches
 	n     int           // rows buffered
 }
@@ -35,7 +35,6 @@ type Writer struct {
 // writerBatch is how many rows Write buffers before handing them to the
 // Parquet writer.
 const writerBatch = 256
-
 
 // orderedGroup is a Parquet group whose fields keep the order they were
 // declared in (parquet.Group sorts them by name).
