@@ -1,0 +1,221 @@
+package integration_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// redisServer is a private redis-server on a loopback port, stopped by pid.
+type redisServer struct {
+	port int
+	cmd  *exec.Cmd
+}
+
+func startRedis(t *testing.T, port int) *redisServer {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal("redis-server not found: install Debian's redis-server (make deps does, as root)")
+	}
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := &redisServer{port: port, cmd: cmd}
+	t.Cleanup(r.kill)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := exec.Command("redis-cli", "-p", strconv.Itoa(port), "ping").Output()
+		if err == nil && strings.TrimSpace(string(out)) == "PONG" {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server on port %d did not answer PING", port)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (r *redisServer) kill() {
+	if r.cmd.ProcessState != nil {
+		return
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGKILL)
+	_ = r.cmd.Wait()
+}
+
+// featureRepo copies the example definitions (not the data) and points the
+// online store at a Redis on port.
+func featureRepo(t *testing.T, redisPort int) string {
+	t.Helper()
+	dir := t.TempDir()
+	src := filepath.Join(repoDir, "examples/parcel-eta/features")
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".yaml") || e.Name() == "feature_store.yaml" {
+			continue
+		}
+		mustWrite(t, filepath.Join(dir, e.Name()), readFile(t, filepath.Join("examples/parcel-eta/features", e.Name())))
+	}
+	mustWrite(t, filepath.Join(dir, "feature_store.yaml"), fmt.Appendf(nil, `project: it_%d
+online_store:
+  type: redis
+  redis_type: standalone
+  addrs: ["127.0.0.1:%d"]
+  read_timeout: 300ms
+  write_timeout: 300ms
+  dial_timeout: 300ms
+offline_store:
+  type: file
+`, time.Now().UnixNano(), redisPort))
+	return dir
+}
+
+func startFeatureServer(t *testing.T, repo string) string {
+	t.Helper()
+	port := freePort(t)
+	logs := &syncBuffer{}
+	cmd := exec.Command(binPath, "feature-server", "--repo", repo, "--address", "127.0.0.1", "--port", strconv.Itoa(port), "--log-format", "text")
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if strings.Contains(logs.String(), "DATA RACE") {
+			t.Errorf("race detected in the feature server:\n%s", logs)
+		}
+	})
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case <-done:
+			t.Fatalf("feature server exited during start-up; logs:\n%s", logs)
+		default:
+		}
+		if resp, err := http.Get(base + "/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return base
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("feature server not healthy after 30s; logs:\n%s", logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// pushRoutes pushes one row per route id through the route_push source.
+func pushRoutes(t *testing.T, base string, ids ...int) (int, []byte) {
+	t.Helper()
+	df := map[string][]any{"route_id": {}, "event_timestamp": {}}
+	scalars := []string{"distance_km", "avg_speed_kmh", "traffic_index", "stops", "hour_sin", "hour_cos", "weekday_sin", "weekday_cos"}
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	for _, id := range ids {
+		df["route_id"] = append(df["route_id"], id)
+		df["event_timestamp"] = append(df["event_timestamp"], now)
+		for i, s := range scalars {
+			df[s] = append(df[s], float64(id*10+i))
+		}
+		emb := make([]float64, 24)
+		emb[0] = float64(id)
+		df["embedding"] = append(df["embedding"], emb)
+	}
+	body, _ := json.Marshal(map[string]any{"push_source_name": "route_push", "df": df, "to": "online"})
+	code, _, resp := do(t, http.MethodPost, base+"/push", body, nil)
+	return code, resp
+}
+
+func readRoutes(t *testing.T, base string, ids ...int) (int, []byte) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"features": []string{"route_features:distance_km"}, "entities": map[string]any{"route_id": ids}})
+	code, _, resp := do(t, http.MethodPost, base+"/get-online-features", body, nil)
+	return code, resp
+}
+
+// TestFeatureServerSurvivesRedisRestart kills the feature server's Redis
+// mid-test: reads answer 503 online_store_unavailable, and once Redis is
+// back the same server pushes and reads again without a restart.
+func TestFeatureServerSurvivesRedisRestart(t *testing.T) {
+	port := freePort(t)
+	rs := startRedis(t, port)
+	base := startFeatureServer(t, featureRepo(t, port))
+
+	if code, resp := pushRoutes(t, base, 1, 2); code != http.StatusOK {
+		t.Fatalf("push = %d %s", code, resp)
+	}
+	code, resp := readRoutes(t, base, 1, 2, 3)
+	if code != http.StatusOK {
+		t.Fatalf("read = %d %s", code, resp)
+	}
+	var got struct {
+		Metadata struct {
+			FeatureNames []string `json:"feature_names"`
+		} `json:"metadata"`
+		Results []struct {
+			Values   []any    `json:"values"`
+			Statuses []string `json:"statuses"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(resp, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Results) != 2 || got.Metadata.FeatureNames[1] != "distance_km" {
+		t.Fatalf("response shape: %s", resp)
+	}
+	if st := got.Results[1].Statuses; st[0] != "PRESENT" || st[1] != "PRESENT" || st[2] != "NOT_FOUND" {
+		t.Fatalf("statuses = %v, want PRESENT PRESENT NOT_FOUND (%s)", st, resp)
+	}
+	if v := got.Results[1].Values[0]; v != float64(10) {
+		t.Fatalf("route 1 distance_km = %v, want 10", v)
+	}
+
+	rs.kill()
+	code, resp = readRoutes(t, base, 1)
+	var eb errorBody
+	_ = json.Unmarshal(resp, &eb)
+	if code != http.StatusServiceUnavailable || eb.Reason != "online_store_unavailable" {
+		t.Fatalf("with Redis down: %d %s, want 503 online_store_unavailable", code, resp)
+	}
+	if code, _, _ := do(t, http.MethodGet, base+"/health", nil, nil); code != http.StatusServiceUnavailable {
+		t.Errorf("/health with Redis down = %d, want 503", code)
+	}
+
+	startRedis(t, port) // the same port, empty: the server reconnects by itself
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		code, resp = pushRoutes(t, base, 1)
+		if code == http.StatusOK || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code != http.StatusOK {
+		t.Fatalf("push after Redis returned = %d %s", code, resp)
+	}
+	if code, resp = readRoutes(t, base, 1); code != http.StatusOK || !strings.Contains(string(resp), `"PRESENT"`) {
+		t.Fatalf("read after recovery = %d %s", code, resp)
+	}
+}
