@@ -2,7 +2,8 @@
 # setup.sh — install what Sluice's demo and tests need. Idempotent: each
 # step checks first and does nothing when its piece is already there.
 #   - the ONNX Runtime shared library (scripts/install-onnxruntime.sh)
-#   - promtool (Debian package "prometheus"), when running as root
+#   - promtool (Debian package "prometheus"), redis-server and redis-cli
+#     (private Redis servers and clusters for the online-store tests), when root
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +19,8 @@ scripts/install-onnxruntime.sh >/dev/null
 need_apt=()
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     say "installing Debian packages: ${need_apt[*]}"

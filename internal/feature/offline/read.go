@@ -361,7 +361,15 @@ func openScanner(path, display string, specs []colSpec) (s *fileScanner, err err
 	if err != nil {
 		return nil, fmt.Errorf("stat %s: %w", display, err)
 	}
-	pf, err := parquet.OpenFile(f, st.Size(), parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
+	// Check the footer before parquet-go decodes it: parquet-go allocates
+	// whatever lengths the metadata declares.
+	if _, err := readMetadata(f, st.Size()); err != nil {
+		return nil, fmt.Errorf("%s: corrupt Parquet file: %w", display, err)
+	}
+	// Synchronous reads: the async mode reads pages on goroutines, where a
+	// panic on corrupt data could not be recovered.
+	pf, err := parquet.OpenFile(f, st.Size(), parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true),
+		parquet.FileReadMode(parquet.ReadModeSync))
 	if err != nil {
 		return nil, fmt.Errorf("%s: corrupt Parquet file: %w", display, err)
 	}
@@ -418,8 +426,18 @@ func (s *fileScanner) scan(ctx context.Context, fn func(vals []feature.Value) er
 		}
 	}()
 	vals := make([]feature.Value, len(s.cols))
-	for _, rg := range s.pf.RowGroups() {
+	mdGroups := s.pf.Metadata().RowGroups
+	for g, rg := range s.pf.RowGroups() {
 		chunks := rg.ColumnChunks()
+		for _, c := range s.cols {
+			if c.missing {
+				continue
+			}
+			// Check the page headers before parquet-go trusts their sizes.
+			if err := checkPages(s.f, &mdGroups[g].Columns[c.index].MetaData); err != nil {
+				return c.errorf("row group %d: %v", g, err)
+			}
+		}
 		for _, c := range s.cols {
 			if c.missing {
 				continue

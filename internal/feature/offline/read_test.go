@@ -2,6 +2,7 @@ package offline
 
 import (
 	"bytes"
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"testing"
@@ -209,4 +210,44 @@ func FuzzReadParquet(f *testing.F) {
 			return nil
 		})
 	})
+}
+
+func TestOpenScannerRejectsCorruptMetadata(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, []Column{{"user_id", tInt64}})
+	require.NoError(t, err)
+	require.NoError(t, w.Write([]feature.Value{{I64: 1}}))
+	require.NoError(t, w.Close())
+	valid := buf.Bytes()
+	// withFooter replaces the file metadata of the valid file.
+	withFooter := func(md []byte) []byte {
+		n := binary.LittleEndian.Uint32(valid[len(valid)-8:])
+		out := append([]byte(nil), valid[:len(valid)-8-int(n)]...)
+		out = append(out, md...)
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(md)))
+		return append(out, "PAR1"...)
+	}
+	hugeFooter := append([]byte(nil), valid...)
+	binary.LittleEndian.PutUint32(hugeFooter[len(hugeFooter)-8:], 0xfffffff0)
+	for _, tc := range []struct {
+		name, want string
+		data       []byte
+	}{
+		{"footer length past the file", "footer length", hugeFooter},
+		// Field 2 (schema), a list of structs declaring 2^31-1 elements.
+		{"list longer than the metadata", "exceeds the data", withFooter([]byte{0x19, 0xfc, 0xff, 0xff, 0xff, 0xff, 0x07, 0x00})},
+		// Field 1 (version) then a byte string declaring 2^31-1 bytes.
+		{"string longer than the metadata", "exceeds the data", withFooter([]byte{0x15, 0x02, 0x18, 0xff, 0xff, 0xff, 0xff, 0x07, 0x00})},
+		{"encrypted", "not supported", append(valid[:len(valid)-4:len(valid)-4], "PARE"...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "bad.parquet")
+			require.NoError(t, os.WriteFile(path, tc.data, 0o644))
+			start := time.Now()
+			_, err := openScanner(path, "data/bad.parquet", []colSpec{{name: "user_id", typ: tInt64}})
+			require.ErrorContains(t, err, "data/bad.parquet: corrupt Parquet file")
+			require.ErrorContains(t, err, tc.want)
+			require.Less(t, time.Since(start), time.Second)
+		})
+	}
 }
