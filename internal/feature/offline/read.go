@@ -82,7 +82,11 @@ func (c *colReader) errorf(format string, args ...any) error {
 // peek returns the next value without consuming it; ok is false at the end
 // of the column chunk.
 func (c *colReader) peek() (parquet.Value, bool, error) {
-	for c.i >= c.n {
+	for empty := 0; c.i >= c.n; empty++ {
+		// A reader that keeps returning no values and no error would spin.
+		if empty > 64 {
+			return parquet.Value{}, false, c.errorf("read values: no progress")
+		}
 		if c.vals == nil {
 			p, err := c.pages.ReadPage()
 			if errors.Is(err, io.EOF) {

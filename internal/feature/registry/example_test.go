@@ -55,7 +55,7 @@ func TestLoadExample(t *testing.T) {
 
 	for name, path := range map[string]string{
 		"user_stats_source": "data/user_stats.parquet", "user_embedding_source": "data/user_embedding.parquet",
-		"package_source": "data/package_features.parquet", "route_source": "data/route_features.parquet",
+		"package_source": "data/package_features.parquet", "route_source": "data/route_features/",
 	} {
 		s := r.Sources[name]
 		require.NotNil(t, s, name)

@@ -46,10 +46,22 @@ type PushViewReport struct {
 	HotWritten int `json:"hot_written,omitempty"`
 }
 
+// PushOfflineReport is what a push appended to the offline store.
+type PushOfflineReport struct {
+	// Source is the batch source the rows were appended to.
+	Source string `json:"source"`
+	// File is the new Parquet file, as the source's path joined with
+	// its name ("" when there were no rows to write).
+	File string `json:"file"`
+	Rows int    `json:"rows"`
+}
+
 // PushReport is what a push did.
 type PushReport struct {
 	Rows  int              `json:"rows"`
 	Views []PushViewReport `json:"views"`
+	// Offline is set when the push wrote to the offline store.
+	Offline *PushOfflineReport `json:"offline,omitempty"`
 }
 
 // Push writes rows of the push source named source to the online store,
@@ -59,12 +71,14 @@ type PushReport struct {
 // timestamp column (the source's timestamp_field, its batch source's, or
 // "event_timestamp"), plus the created timestamp column when the source
 // names one. A row only replaces an older stored row. Every row is
-// checked before anything is written. A successful push counts as the
-// views' latest success for freshness.
+// checked before anything is written. A successful online push counts as
+// the views' latest success for freshness.
 //
-// Pushing to the offline store is not supported yet: PushOffline and
-// PushOnlineAndOffline fail with push_offline_unsupported and write
-// nothing.
+// PushOffline appends the rows as a new Parquet file to the push source's
+// batch source, which must be a folder source (see pushOffline);
+// PushOnlineAndOffline does that first and then writes online. When the
+// online write fails after the offline append, the offline rows stay and
+// the error says so.
 func (s *Server) Push(ctx context.Context, source string, df map[string][]any, to PushTo) (PushReport, error) {
 	repo := s.repos.Current()
 	if repo == nil {
@@ -74,9 +88,12 @@ func (s *Server) Push(ctx context.Context, source string, df map[string][]any, t
 	if !ok || src.Kind != feature.SourcePush {
 		return PushReport{}, invalidf(ReasonUnknownPushSource, "unknown push source '%s'", source)
 	}
+	var target offlineTarget
 	if to != PushOnline {
-		return PushReport{}, infer.Errorf(infer.KindUnsupported, ReasonPushOfflineUnsupported,
-			"push source '%s': pushing to the offline store is not supported yet; push with to=online and append rows to the batch source's Parquet files", source)
+		var err error
+		if target, err = resolveOfflineTarget(repo, src); err != nil {
+			return PushReport{}, err
+		}
 	}
 	n := -1
 	first := ""
@@ -126,6 +143,7 @@ func (s *Server) Push(ctx context.Context, source string, df map[string][]any, t
 	}
 	events := make([]int64, n)
 	created := make([]int64, n)
+	hasCreated := make([]bool, n) // the client sent a created timestamp
 	for r := range n {
 		t, err := toTime(tsCol[r])
 		if err != nil {
@@ -144,14 +162,30 @@ func (s *Server) Push(ctx context.Context, source string, df map[string][]any, t
 					return PushReport{}, invalidf(ReasonInvalidColumnValue, "column '%s' row %d: %v", column(createdField), r, err)
 				}
 				created[r] = t.UnixNano()
+				hasCreated[r] = true
 			}
 		}
 	}
 
+	now := s.opts.Now()
+	var off offlineRows
+	if to != PushOnline {
+		var err error
+		in := pushInput{
+			repo: repo, src: src, df: df, n: n, column: column,
+			events: events, created: created, hasCreated: hasCreated, now: now,
+		}
+		if off, err = buildOfflineRows(in, target); err != nil {
+			return PushReport{}, err
+		}
+	}
+
 	var views []*feature.View
-	for _, v := range repo.Views {
-		if v.Source == source && v.Online {
-			views = append(views, v)
+	if to != PushOffline {
+		for _, v := range repo.Views {
+			if v.Source == source && v.Online {
+				views = append(views, v)
+			}
 		}
 	}
 	slices.SortFunc(views, func(a, b *feature.View) int {
@@ -241,13 +275,34 @@ func (s *Server) Push(ctx context.Context, source string, df map[string][]any, t
 		spans[vi][1] = len(entries)
 	}
 
-	rep := PushReport{Rows: n}
-	now := s.opts.Now()
+	rep := PushReport{Rows: n, Views: []PushViewReport{}}
+	if to != PushOnline {
+		offRep, err := s.pushOffline(ctx, source, target, off, now)
+		if err != nil {
+			return rep, err
+		}
+		rep.Offline = &offRep
+		if to == PushOffline {
+			return rep, nil
+		}
+	}
+	err = s.pushOnline(ctx, views, entries, spans, hotEntries, newest, n, now, &rep)
+	if err != nil && rep.Offline != nil {
+		return rep, offlineKept(source, rep.Offline, err)
+	}
+	return rep, err
+}
+
+// pushOnline writes each view's entries (and its hot copy's) to the online
+// store and records the push in the views' state.
+func (s *Server) pushOnline(ctx context.Context, views []*feature.View, entries []online.Entry, spans [][2]int,
+	hotEntries [][]online.Entry, newest []int64, n int, now time.Time, rep *PushReport,
+) error {
 	for vi, v := range views {
 		// One Write per view, so each view's counts are its own.
 		st, err := s.store.Write(ctx, entries[spans[vi][0]:spans[vi][1]], online.WriteOptions{})
 		if err != nil {
-			return rep, storeError("push to feature view '"+v.Name+"'", err)
+			return storeError("push to feature view '"+v.Name+"'", err)
 		}
 		s.metrics.pushedRows.WithLabelValues(v.Name, "written").Add(float64(st.Written))
 		s.metrics.pushedRows.WithLabelValues(v.Name, "skipped").Add(float64(st.Skipped))
@@ -255,16 +310,16 @@ func (s *Server) Push(ctx context.Context, source string, df map[string][]any, t
 		if len(hotEntries[vi]) > 0 {
 			hst, err := s.store.Write(ctx, hotEntries[vi], online.WriteOptions{})
 			if err != nil {
-				return rep, storeError("push to the hot copy of feature view '"+v.Name+"'", err)
+				return storeError("push to the hot copy of feature view '"+v.Name+"'", err)
 			}
 			vr.HotWritten = hst.Written
 		}
 		rep.Views = append(rep.Views, vr)
 		if err := s.recordPush(ctx, v.Name, now, newest[vi], st.Written, n > 0); err != nil {
-			return rep, err
+			return err
 		}
 	}
-	return rep, nil
+	return nil
 }
 
 // recordPush updates a view's state after a successful push: the push is

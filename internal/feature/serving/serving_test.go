@@ -209,7 +209,7 @@ func TestBadInput(t *testing.T) {
 		{"body too large", "/get-online-features", big, 413, "body_too_large", "larger than"},
 		{"unknown route", "/nope", `{}`, 404, "not_found", "/nope"},
 		{"unknown push source", "/push", `{"push_source_name":"nope","df":{}}`, 400, ReasonUnknownPushSource, "nope"},
-		{"push to offline", "/push", `{"push_source_name":"user_push","df":{},"to":"offline"}`, 501, ReasonPushOfflineUnsupported, "offline"},
+		{"push to offline, file source", "/push", `{"push_source_name":"user_push","df":{},"to":"offline"}`, 400, ReasonPushOfflineNeedsFolder, "'user_file'"},
 		{"push bad to", "/push", `{"push_source_name":"user_push","df":{},"to":"moon"}`, 400, ReasonInvalidRequest, "moon"},
 		{"push missing column", "/push", `{"push_source_name":"user_push","df":{"user_id":[1],"event_timestamp":["2026-01-02T11:00:00Z"]}}`, 400, ReasonMissingColumn, "level"},
 		{"push bad value", "/push", `{"push_source_name":"user_push","df":{"user_id":[1],"level":["x"],"event_timestamp":["2026-01-02T11:00:00Z"]}}`, 400, ReasonInvalidColumnValue, "level"},

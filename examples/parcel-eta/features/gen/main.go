@@ -1,6 +1,7 @@
 // Command gen writes synthetic Parquet data for the parcel_eta feature
 // repository: user_stats.parquet, user_embedding.parquet,
-// package_features.parquet and route_features.parquet, each with the join
+// package_features.parquet and route_features/part-00000.parquet (the
+// route source is a folder, so offline pushes can add files), each with the join
 // key, event_timestamp, created and the features. The data has several
 // rows per entity over the history, some late rows (created hours after
 // their event) and some duplicates (the same key and event timestamp
@@ -75,17 +76,21 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("create output folder: %w", err)
 	}
 	for _, g := range []struct {
-		name string
+		name string // the file, under -out
+		seed string // names the file's random stream
 		fn   func(context.Context, config, *rand.Rand, func([]feature.Value) error) error
 		cols []offline.Column
 	}{
-		{"user_stats.parquet", genUserStats, userStatsCols()},
-		{"user_embedding.parquet", genUserEmbedding, embCols("user_id", 78)},
-		{"package_features.parquet", genPackages, packageCols()},
-		{"route_features.parquet", genRoutes, routeCols()},
+		{"user_stats.parquet", "user_stats.parquet", genUserStats, userStatsCols()},
+		{"user_embedding.parquet", "user_embedding.parquet", genUserEmbedding, embCols("user_id", 78)},
+		{"package_features.parquet", "package_features.parquet", genPackages, packageCols()},
+		// The route source is a folder (offline pushes add files to it);
+		// its stream keeps the name of the former single file, so the
+		// data is unchanged.
+		{filepath.Join("route_features", "part-00000.parquet"), "route_features.parquet", genRoutes, routeCols()},
 	} {
 		started := time.Now()
-		rng := rand.New(rand.NewPCG(c.seed, hashName(g.name)))
+		rng := rand.New(rand.NewPCG(c.seed, hashName(g.seed)))
 		n, err := writeFile(ctx, filepath.Join(c.out, g.name), g.cols, func(emit func([]feature.Value) error) error {
 			return g.fn(ctx, c, rng, emit)
 		})
@@ -107,6 +112,9 @@ func hashName(s string) uint64 {
 
 // writeFile writes the rows gen emits to path, atomically.
 func writeFile(ctx context.Context, path string, cols []offline.Column, gen func(emit func([]feature.Value) error) error) (n int64, err error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return 0, fmt.Errorf("create %s: %w", filepath.Dir(path), err)
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return 0, fmt.Errorf("create %s: %w", path, err)

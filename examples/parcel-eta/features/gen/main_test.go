@@ -29,10 +29,10 @@ func TestGenerateAndJoin(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, run(t.Context(), args, &out))
 	require.Contains(t, out.String(), "user_stats.parquet")
-	first, err := os.ReadFile(filepath.Join(repoDir, "data", "route_features.parquet"))
+	first, err := os.ReadFile(filepath.Join(repoDir, "data", "route_features", "part-00000.parquet"))
 	require.NoError(t, err)
 	require.NoError(t, run(t.Context(), args, &out))
-	second, err := os.ReadFile(filepath.Join(repoDir, "data", "route_features.parquet"))
+	second, err := os.ReadFile(filepath.Join(repoDir, "data", "route_features", "part-00000.parquet"))
 	require.NoError(t, err)
 	require.Equal(t, first, second, "same seed, same data")
 
