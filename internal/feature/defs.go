@@ -74,7 +74,7 @@ type View struct {
 }
 
 // FeatureRef names some features of one view.
-type FeatureRef struct {
+type FeatureRef struct { //nolint:revive // exported: the name is part of the package API used by registry, serving and offline; renaming is out of scope
 	View     string
 	Features []string // empty means all of the view's features
 }

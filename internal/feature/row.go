@@ -167,7 +167,7 @@ func DecodeValues(b []byte, schema []Field, vals []Value) ([]Value, error) {
 			d.fail()
 		}
 		if d.err != nil {
-			return nil, fmt.Errorf("%w: feature '%s': %v", ErrCorrupt, f.Name, d.err)
+			return nil, fmt.Errorf("%w: feature '%s': %w", ErrCorrupt, f.Name, d.err)
 		}
 		vals = append(vals, v)
 	}

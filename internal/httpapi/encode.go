@@ -7,9 +7,9 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/jsonenc"
 )
 
 // appendInferResponse appends the JSON of resp to dst. Outputs whose
@@ -20,11 +20,11 @@ func appendInferResponse(dst []byte, resp *infer.Response, isBinary []bool) ([]b
 		return nil, infer.Errorf(infer.KindInternal, reasonInternal, "%d binary flags for %d outputs", len(isBinary), len(resp.Outputs))
 	}
 	dst = append(dst, `{"model_name":`...)
-	dst = appendJSONStringS(dst, resp.Model)
+	dst = jsonenc.AppendString(dst, resp.Model)
 	dst = append(dst, `,"model_version":`...)
-	dst = appendJSONStringS(dst, resp.Version)
+	dst = jsonenc.AppendString(dst, resp.Version)
 	dst = append(dst, `,"id":`...)
-	dst = appendJSONStringS(dst, resp.ID)
+	dst = jsonenc.AppendString(dst, resp.ID)
 	if len(resp.Parameters) > 0 {
 		var err error
 		dst = append(dst, `,"parameters":`...)
@@ -42,7 +42,7 @@ func appendInferResponse(dst []byte, resp *infer.Response, isBinary []bool) ([]b
 			return nil, infer.Errorf(infer.KindInternal, reasonInternal, "output '%s': %v", t.Name, err)
 		}
 		dst = append(dst, `{"name":`...)
-		dst = appendJSONStringS(dst, t.Name)
+		dst = jsonenc.AppendString(dst, t.Name)
 		dst = append(dst, `,"datatype":"`...)
 		dst = append(dst, t.DataType.String()...)
 		dst = append(dst, `","shape":[`...)
@@ -176,7 +176,7 @@ func appendTensorData(dst []byte, t *infer.Tensor) ([]byte, error) {
 			// The size check has walked these prefixes already.
 			n := le.Uint32(b)
 			sep(i)
-			dst = appendJSONString(dst, b[4:4+n])
+			dst = jsonenc.AppendString(dst, b[4:4+n])
 			b = b[4+n:]
 		}
 	default:
@@ -217,11 +217,11 @@ func appendParams(dst []byte, p infer.Parameters, owner string) ([]byte, error) 
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendJSONStringS(dst, k)
+		dst = jsonenc.AppendString(dst, k)
 		dst = append(dst, ':')
 		switch v := p[k].(type) {
 		case string:
-			dst = appendJSONStringS(dst, v)
+			dst = jsonenc.AppendString(dst, v)
 		case bool:
 			dst = strconv.AppendBool(dst, v)
 		case int64:
@@ -245,7 +245,7 @@ func appendParams(dst []byte, p infer.Parameters, owner string) ([]byte, error) 
 			}
 			dst = appendFloat(dst, float64(v), 32)
 		default:
-			dst = appendJSONStringS(dst, fmt.Sprint(v))
+			dst = jsonenc.AppendString(dst, fmt.Sprint(v))
 		}
 	}
 	return append(dst, '}'), nil
@@ -257,57 +257,4 @@ func paramError(owner, key string, v any) error {
 		where = "output '" + owner + "'"
 	}
 	return infer.Errorf(infer.KindInternal, reasonUnrepresentable, "%s: parameter %q is %v, which JSON cannot represent", where, key, v)
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string. Bytes that are not valid
-// UTF-8 become U+FFFD, so the result is always valid JSON; clients that
-// need such bytes exactly must ask for binary output.
-func appendJSONString(dst, s []byte) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRune(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
-
-// appendJSONStringS is appendJSONString for a string.
-func appendJSONStringS(dst []byte, s string) []byte {
-	// The conversion does not escape, so the compiler avoids a copy for
-	// short strings; names and ids are short.
-	return appendJSONString(dst, []byte(s))
 }

@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
-	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -249,21 +248,4 @@ func TestAppendInferResponse(t *testing.T) {
 			require.ErrorContains(t, err, "output 'Z': element 0 is")
 		}
 	})
-}
-
-func TestAppendJSONString(t *testing.T) {
-	for _, s := range []string{"", "plain", "quote\"back\\slash", "\x00\x1f\t\r\n", "é😀", "\xff\xfe", "a\xc3", "\u2028"} {
-		js := appendJSONString(nil, []byte(s))
-		require.True(t, json.Valid(js), "%q -> %s", s, js)
-		var back string
-		require.NoError(t, json.Unmarshal(js, &back))
-		// Each byte that is not valid UTF-8 becomes one U+FFFD.
-		var want strings.Builder
-		for i := 0; i < len(s); {
-			r, size := utf8.DecodeRuneInString(s[i:])
-			want.WriteRune(r)
-			i += size
-		}
-		require.Equal(t, want.String(), back)
-	}
 }

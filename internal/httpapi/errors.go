@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/jsonenc"
 )
 
 // Reason codes this package produces itself. Errors from the model layer
@@ -112,9 +113,9 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, requestID s
 func writeErrorBody(w http.ResponseWriter, code int, reason, msg string) {
 	b := make([]byte, 0, len(msg)+len(reason)+32)
 	b = append(b, `{"error":`...)
-	b = appendJSONString(b, []byte(msg))
+	b = jsonenc.AppendString(b, msg)
 	b = append(b, `,"reason":`...)
-	b = appendJSONString(b, []byte(reason))
+	b = jsonenc.AppendString(b, reason)
 	b = append(b, "}\n"...)
 	hdr := w.Header()
 	hdr.Del("Inference-Header-Content-Length")

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-ml/sluice/internal/jsonenc"
 )
 
 // DefaultMaxBodyBytes is the request body limit when Options leaves it 0.
@@ -75,15 +77,15 @@ func New(models Models, opts Options, logger *slog.Logger, reg prometheus.Regist
 		mux:     http.NewServeMux(),
 	}
 	meta := []byte(`{"name":`)
-	meta = appendJSONStringS(meta, opts.ServerName)
+	meta = jsonenc.AppendString(meta, opts.ServerName)
 	meta = append(meta, `,"version":`...)
-	meta = appendJSONStringS(meta, opts.ServerVersion)
+	meta = jsonenc.AppendString(meta, opts.ServerVersion)
 	meta = append(meta, `,"extensions":[`...)
 	for i, e := range opts.Extensions {
 		if i > 0 {
 			meta = append(meta, ',')
 		}
-		meta = appendJSONStringS(meta, e)
+		meta = jsonenc.AppendString(meta, e)
 	}
 	meta = append(meta, "]}"...)
 	h.serverMeta = meta

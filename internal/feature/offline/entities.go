@@ -119,7 +119,7 @@ func openParquetEntities(path string, keyKinds map[string]feature.Kind) (*entity
 	}
 	names := probe.columnNames()
 	schema := probe.pf.Schema()
-	probe.close()
+	_ = probe.close() // read-only probe; a close error cannot lose data
 	if err := checkEntityColumns(path, names, keyKinds); err != nil {
 		return nil, err
 	}
@@ -164,12 +164,12 @@ func openCSVEntities(path string, keyKinds map[string]feature.Kind) (*entityRead
 	cr.ReuseRecord = true
 	header, err := cr.Read()
 	if err != nil {
-		f.Close()
+		_ = f.Close() // best effort: the read error is what the caller needs
 		return nil, fmt.Errorf("entity rows %s: read header: %w", path, err)
 	}
 	header = append([]string(nil), header...)
 	if err := checkEntityColumns(path, header, keyKinds); err != nil {
-		f.Close()
+		_ = f.Close() // best effort: the read error is what the caller needs
 		return nil, err
 	}
 	r := &entityReader{ts: -1, done: f.Close}

@@ -249,7 +249,8 @@ type featRow struct {
 }
 
 func joinView(ctx context.Context, dir string, sp *spill, p *viewPlan, v int, entParts []*spillFile,
-	nrows, minTS, maxTS int64) (*resultFile, error) {
+	nrows, minTS, maxTS int64,
+) (*resultFile, error) {
 	featParts := make([]*spillFile, p.parts)
 	for i := range p.parts {
 		f, err := sp.create(fmt.Sprintf("v%d-f%d", v, i))
@@ -266,9 +267,11 @@ func joinView(ctx context.Context, dir string, sp *spill, p *viewPlan, v int, en
 		var key, payload []byte
 		sel := make([]feature.Value, len(p.fields))
 		err := scanSource(ctx, dir, p.src, p.keys, p.kinds, p.view.Schema, start, maxTS, func(r Row) error {
-			var err error
-			key, err = feature.AppendEntityKey(key[:0], p.kinds, r.Keys)
-			if err != nil {
+			var (
+				ok  bool
+				err error
+			)
+			if key, ok = appendKey(key[:0], p.kinds, r.Keys); !ok {
 				return nil // rows without a key cannot match
 			}
 			for i, j := range p.pick {
@@ -412,7 +415,8 @@ func readRecord(r *bufio.Reader) ([]byte, error) {
 }
 
 func writeOutput(ctx context.Context, out string, cols []Column, entSchema []feature.Field, ent *spillFile,
-	plans []*viewPlan, results []*resultFile, nrows int64) (err error) {
+	plans []*viewPlan, results []*resultFile, nrows int64,
+) (err error) {
 	outCols := slices.Clone(cols)
 	for _, p := range plans {
 		for i, f := range p.fields {
@@ -425,8 +429,8 @@ func writeOutput(ctx context.Context, out string, cols []Column, entSchema []fea
 	}
 	defer func() {
 		if err != nil {
-			tmpOut.Close()
-			os.Remove(tmpOut.Name())
+			_ = tmpOut.Close() // best effort: err is already being returned
+			_ = os.Remove(tmpOut.Name())
 		}
 	}()
 	bw := bufio.NewWriterSize(tmpOut, 1<<20)
@@ -491,6 +495,7 @@ func writeOutput(ctx context.Context, out string, cols []Column, entSchema []fea
 	if err := tmpOut.Close(); err != nil {
 		return fmt.Errorf("write output: %w", err)
 	}
+	//nolint:gosec // G302: the output is a dataset for the operator's training jobs and gets the usual 0644 of a created file; 0600 is only CreateTemp's default
 	if err := os.Chmod(tmpOut.Name(), 0o644); err != nil {
 		return fmt.Errorf("write output: %w", err)
 	}
@@ -498,4 +503,12 @@ func writeOutput(ctx context.Context, out string, cols []Column, entSchema []fea
 		return fmt.Errorf("write output: %w", err)
 	}
 	return nil
+}
+
+// appendKey appends the storage key of one row's join keys to dst. ok is
+// false when the row has no usable key (a null key value, or any key
+// AppendEntityKey rejects), which matches no entity row.
+func appendKey(dst []byte, kinds []feature.Kind, vals []feature.Value) (key []byte, ok bool) {
+	key, err := feature.AppendEntityKey(dst, kinds, vals)
+	return key, err == nil
 }

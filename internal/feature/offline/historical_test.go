@@ -88,6 +88,7 @@ func randKey(r *rand.Rand, kind feature.Kind, n int) feature.Value {
 // buildRepo writes the views' sources (each split over a few files of a
 // folder) and returns a hand-built repository.
 func buildRepo(t *testing.T, r *rand.Rand, dir string, views []*pitView) *registry.Repo {
+	t.Helper()
 	repo := &registry.Repo{Dir: dir, Entities: map[string]*feature.Entity{}, Sources: map[string]*feature.Source{}, Views: map[string]*feature.View{}}
 	for _, v := range views {
 		ent := "e_" + v.keyCol
@@ -102,8 +103,15 @@ func buildRepo(t *testing.T, r *rand.Rand, dir string, views []*pitView) *regist
 			Name: v.name, Entities: []string{ent}, TTL: v.ttl, Source: srcName,
 			Schema: []feature.Field{{Name: "f", Type: tInt64}, {Name: v.name + "_x", Type: tFloat32}, {Name: "emb", Type: tEmb}},
 		}
-		cols := []Column{{"raw_key", feature.Type{Kind: v.keyKind}}, {"ts", tTS}, {"created", tTS}, {"raw_f", tInt64},
-			{v.name + "_x", tFloat32}, {"emb", tEmb}, {"unused", tString}}
+		cols := []Column{
+			{"raw_key", feature.Type{Kind: v.keyKind}},
+			{"ts", tTS},
+			{"created", tTS},
+			{"raw_f", tInt64},
+			{v.name + "_x", tFloat32},
+			{"emb", tEmb},
+			{"unused", tString},
+		}
 		nfiles := 1 + r.IntN(3)
 		for fi := range nfiles {
 			var rows [][]feature.Value
@@ -153,8 +161,10 @@ func TestHistoricalMatchesOracle(t *testing.T) {
 				n := r.IntN(40)
 				for range n {
 					id++
-					sr := srcRow{key: randKey(r, v.keyKind, 3), ev: sec(r.IntN(20)), id: id,
-						x: feature.Value{F64: float64(r.IntN(100))}, emb: feature.Value{F32s: []float32{float32(id), 1}}}
+					sr := srcRow{
+						key: randKey(r, v.keyKind, 3), ev: sec(r.IntN(20)), id: id,
+						x: feature.Value{F64: float64(r.IntN(100))}, emb: feature.Value{F32s: []float32{float32(id), 1}},
+					}
 					sr.cr = sr.ev + int64(r.IntN(4))*int64(time.Second) // late rows: created after the event
 					if r.IntN(5) == 0 {
 						sr.x = feature.Value{Null: true}
@@ -217,8 +227,17 @@ func TestHistoricalMatchesOracle(t *testing.T) {
 			out := filepath.Join(dir, "out.parquet")
 			require.NoError(t, Historical(t.Context(), repo, entPath, refs, out, opts))
 
-			got := readParquet(t, out, []Column{{"label", tString}, {"event_timestamp", tTS},
-				{"a__f", tInt64}, {"a_x", tFloat32}, {"a__emb", tEmb}, {"b__f", tInt64}, {"c__f", tInt64}, {"c_x", tFloat32}, {"c__emb", tEmb}})
+			got := readParquet(t, out, []Column{
+				{"label", tString},
+				{"event_timestamp", tTS},
+				{"a__f", tInt64},
+				{"a_x", tFloat32},
+				{"a__emb", tEmb},
+				{"b__f", tInt64},
+				{"c__f", tInt64},
+				{"c_x", tFloat32},
+				{"c__emb", tEmb},
+			})
 			require.Len(t, got, len(ents))
 			for i, e := range ents {
 				require.Equal(t, e.extra, got[i][0].S, "row order")

@@ -186,6 +186,7 @@ func appendElem(k feature.Kind, v, e *feature.Value) {
 		v.Ss = append(v.Ss, string(e.B))
 	case feature.KindBool:
 		v.Bools = append(v.Bools, e.Bool)
+	default: // lists of timestamps do not exist (ParseType rejects them)
 	}
 }
 
@@ -205,6 +206,7 @@ func converter(leaf parquet.Node, k feature.Kind) (func(parquet.Value, *feature.
 			return func(p parquet.Value, v *feature.Value) error { v.I64 = int64(p.Int32()); return nil }, true
 		case parquet.Int64:
 			return func(p parquet.Value, v *feature.Value) error { v.I64 = p.Int64(); return nil }, true
+		default: // not an integer column
 		}
 	case feature.KindFloat32, feature.KindFloat64:
 		switch pk {
@@ -221,6 +223,7 @@ func converter(leaf parquet.Node, k feature.Kind) (func(parquet.Value, *feature.
 				}
 			}
 			return func(p parquet.Value, v *feature.Value) error { v.F64 = float64(p.Int64()); return nil }, true
+		default: // not a numeric column
 		}
 	case feature.KindString:
 		if pk == parquet.ByteArray || pk == parquet.FixedLenByteArray {
@@ -239,6 +242,7 @@ func converter(leaf parquet.Node, k feature.Kind) (func(parquet.Value, *feature.
 		}
 	case feature.KindUnixTimestamp:
 		return timestampConverter(leaf)
+	default: // KindInvalid
 	}
 	return nil, false
 }
@@ -276,6 +280,7 @@ func timestampConverter(leaf parquet.Node) (func(parquet.Value, *feature.Value) 
 				mult = 1e6
 			case deprecated.TimestampMicros:
 				mult = 1e3
+			default: // any other annotation: a plain integer in nanoseconds
 			}
 		}
 		return func(p parquet.Value, v *feature.Value) error {
@@ -286,6 +291,7 @@ func timestampConverter(leaf parquet.Node) (func(parquet.Value, *feature.Value) 
 			v.I64 = x * mult
 			return nil
 		}, true
+	default: // no other physical type holds a timestamp
 	}
 	return nil, false
 }
@@ -358,7 +364,7 @@ func openScanner(path, display string, specs []colSpec) (s *fileScanner, err err
 			err = fmt.Errorf("%s: corrupt Parquet file: %v", display, r)
 		}
 		if err != nil {
-			f.Close()
+			_ = f.Close() // best effort: err is already being returned
 		}
 	}()
 	st, err := f.Stat()
@@ -454,7 +460,7 @@ func (s *fileScanner) scan(ctx context.Context, fn func(vals []feature.Value) er
 			defer func() {
 				for _, c := range s.cols {
 					if c.pages != nil {
-						c.pages.Close()
+						_ = c.pages.Close() // read-only pages: nothing to lose on close
 						c.pages = nil
 					}
 				}

@@ -30,6 +30,7 @@ func statsRepo(dir string, schema []feature.Field) (*registry.Repo, *feature.Vie
 }
 
 func scanAll(t *testing.T, repo *registry.Repo, view *feature.View, start, end time.Time) ([]Row, error) {
+	t.Helper()
 	var rows []Row
 	err := ScanView(t.Context(), repo, view, start, end, func(r Row) error {
 		r.Keys, r.Values = append([]feature.Value(nil), r.Keys...), append([]feature.Value(nil), r.Values...)

@@ -33,7 +33,8 @@ func sourceColumn(src *feature.Source, name string) string {
 // end] (ns, inclusive): join key columns converted to keyKinds, features to
 // schema's types.
 func scanSource(ctx context.Context, dir string, src *feature.Source, keys []string, keyKinds []feature.Kind,
-	schema []feature.Field, start, end int64, fn func(Row) error) error {
+	schema []feature.Field, start, end int64, fn func(Row) error,
+) error {
 	files, display, err := sourceFiles(dir, src.Path)
 	if err != nil {
 		return err
@@ -76,7 +77,7 @@ func scanSource(ctx context.Context, dir string, src *feature.Source, keys []str
 			copy(row.Values, vals[nf:])
 			return fn(row)
 		})
-		s.close()
+		_ = s.close() // read-only scan: a close error cannot lose data
 		if err != nil {
 			return err
 		}

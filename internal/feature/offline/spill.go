@@ -47,7 +47,7 @@ func (s *spill) part(key []byte, n int) int {
 
 func (s *spill) closeAll() {
 	for _, f := range s.files {
-		f.f.Close()
+		_ = f.f.Close() // spill files are scratch, removed with their folder
 	}
 }
 
@@ -82,8 +82,8 @@ func (f *spillFile) reader() (*bufio.Reader, error) {
 
 // remove deletes a file that is no longer needed.
 func (f *spillFile) remove() {
-	f.f.Close()
-	os.Remove(f.f.Name())
+	_ = f.f.Close() // scratch file: nothing to lose
+	_ = os.Remove(f.f.Name())
 }
 
 // resultFile records, per entity row index, the matched feature payload of
@@ -158,7 +158,7 @@ func (r *resultReader) next() ([]byte, bool, error) {
 		r.buf = make([]byte, n)
 	}
 	r.buf = r.buf[:n]
-	if _, err := r.data.ReadAt(r.buf, off-1); err != nil && !(errors.Is(err, io.EOF) && n == 0) {
+	if _, err := r.data.ReadAt(r.buf, off-1); err != nil && (!errors.Is(err, io.EOF) || n != 0) {
 		return nil, false, fmt.Errorf("read spill file: %w", err)
 	}
 	return r.buf, true, nil

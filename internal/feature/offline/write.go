@@ -24,7 +24,7 @@ const writerRowGroupRows = 32 << 10
 // Writer writes rows of feature values to a Parquet file, streaming: it
 // holds at most one row group in memory.
 type Writer struct {
-	pw    *parquet.Writer
+	pw    *parquet.GenericWriter[any] // rows are written with WriteRows; T is unused
 	cols  []Column
 	leaf  []int         // leaf column index of each column
 	order []int         // columns in leaf order
@@ -124,7 +124,7 @@ func NewWriter(w io.Writer, cols []Column) (*Writer, error) {
 			wr.order[j], wr.order[j-1] = wr.order[j-1], wr.order[j]
 		}
 	}
-	wr.pw = parquet.NewWriter(w, schema, parquet.Compression(&parquet.Snappy),
+	wr.pw = parquet.NewGenericWriter[any](w, schema, parquet.Compression(&parquet.Snappy),
 		parquet.MaxRowsPerRowGroup(writerRowGroupRows))
 	return wr, nil
 }

@@ -12,10 +12,10 @@ import (
 	"runtime/debug"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/jsonenc"
 )
 
 // DefaultMaxBodyBytes bounds a request body when HandlerOptions leaves it 0.
@@ -192,12 +192,12 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 func writeErrorBody(w http.ResponseWriter, code int, reason, msg string) {
 	b := make([]byte, 0, len(msg)+len(reason)+64)
 	b = append(b, `{"error":`...)
-	b = appendJSONString(b, msg)
+	b = jsonenc.AppendHTMLSafeString(b, msg)
 	b = append(b, `,"reason":`...)
-	b = appendJSONString(b, reason)
+	b = jsonenc.AppendHTMLSafeString(b, reason)
 	if reason == ReasonEventTimestampTooOld {
 		b = append(b, `,"feature_stale_reason":`...)
-		b = appendJSONString(b, reason)
+		b = jsonenc.AppendHTMLSafeString(b, reason)
 	}
 	b = append(b, "}\n"...)
 	hdr := w.Header()
@@ -327,7 +327,7 @@ func appendResponse(b []byte, resp *Response) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(b, n)
+		b = jsonenc.AppendHTMLSafeString(b, n)
 	}
 	b = append(b, `]},"results":[`...)
 	for i := range resp.Results {
@@ -382,7 +382,7 @@ func appendValue(b []byte, t feature.Type, v *feature.Value) []byte {
 		case feature.KindFloat64:
 			return appendFloat(b, v.F64, 64)
 		case feature.KindString:
-			return appendJSONString(b, v.S)
+			return jsonenc.AppendHTMLSafeString(b, v.S)
 		case feature.KindBytes:
 			b = append(b, '"')
 			b = base64.StdEncoding.AppendEncode(b, v.B)
@@ -425,7 +425,7 @@ func appendValue(b []byte, t feature.Type, v *feature.Value) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, x)
+			b = jsonenc.AppendHTMLSafeString(b, x)
 		}
 	case feature.KindBytes:
 		for i, x := range v.Ss {
@@ -453,50 +453,6 @@ func appendFloat(b []byte, f float64, bits int) []byte {
 		return append(b, "null"...)
 	}
 	return strconv.AppendFloat(b, f, 'g', -1, bits)
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string; invalid UTF-8 becomes U+FFFD.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
 
 // pushRequest is the body of POST /push (Feast's PushFeaturesRequest).

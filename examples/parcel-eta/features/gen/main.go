@@ -72,6 +72,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		c.end = t.UTC()
 	}
+	//nolint:gosec // G301: the example repository is shared with the sluice server, which may run under another account (e.g. a container)
 	if err := os.MkdirAll(c.out, 0o755); err != nil {
 		return fmt.Errorf("create output folder: %w", err)
 	}
@@ -90,7 +91,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		{filepath.Join("route_features", "part-00000.parquet"), "route_features.parquet", genRoutes, routeCols()},
 	} {
 		started := time.Now()
-		rng := rand.New(rand.NewPCG(c.seed, hashName(g.seed)))
+		rng := rand.New(rand.NewPCG(c.seed, hashName(g.seed))) //nolint:gosec // G404: seeded so the synthetic data is reproducible; not a secret
 		n, err := writeFile(ctx, filepath.Join(c.out, g.name), g.cols, func(emit func([]feature.Value) error) error {
 			return g.fn(ctx, c, rng, emit)
 		})
@@ -112,6 +113,7 @@ func hashName(s string) uint64 {
 
 // writeFile writes the rows gen emits to path, atomically.
 func writeFile(ctx context.Context, path string, cols []offline.Column, gen func(emit func([]feature.Value) error) error) (n int64, err error) {
+	//nolint:gosec // G301: readable by the sluice server, which may run under another account
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return 0, fmt.Errorf("create %s: %w", filepath.Dir(path), err)
 	}
@@ -121,8 +123,8 @@ func writeFile(ctx context.Context, path string, cols []offline.Column, gen func
 	}
 	defer func() {
 		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
+			_ = tmp.Close() // best effort: err is already being returned
+			_ = os.Remove(tmp.Name())
 		}
 	}()
 	bw := bufio.NewWriterSize(tmp, 1<<20)
@@ -145,6 +147,7 @@ func writeFile(ctx context.Context, path string, cols []offline.Column, gen func
 	if err := errors.Join(w.Close(), bw.Flush(), tmp.Close()); err != nil {
 		return 0, fmt.Errorf("write %s: %w", path, err)
 	}
+	//nolint:gosec // G302: source data for the sluice server, which may run under another account; 0600 is only CreateTemp's default
 	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
 		return 0, fmt.Errorf("write %s: %w", path, err)
 	}
@@ -343,14 +346,16 @@ func genRoutes(_ context.Context, c config, rng *rand.Rand, emit func([]feature.
 		err := timeline(c, rng, 7*24*time.Hour, func(ev time.Time) error {
 			hour := float64(ev.Hour()) + float64(ev.Minute())/60
 			wd := float64(ev.Weekday())
-			rush := math.Exp(-math.Pow(hour-8.5, 2)/4) + math.Exp(-math.Pow(hour-17.5, 2)/4)
+			am, pm := hour-8.5, hour-17.5
+			rush := math.Exp(-(am*am)/4) + math.Exp(-(pm*pm)/4)
 			traffic := math.Max(0, 0.3+0.6*rush+0.1*rng.NormFloat64())
 			e := make([]float32, 24)
 			embedding(rng, base, e, 0.05)
 			vals := []feature.Value{
 				f32(dist), f32(speed * (1 - 0.5*traffic)), f32(traffic), f32(stops),
 				f32(math.Sin(2 * math.Pi * hour / 24)), f32(math.Cos(2 * math.Pi * hour / 24)),
-				f32(math.Sin(2 * math.Pi * wd / 7)), f32(math.Cos(2 * math.Pi * wd / 7)), {F32s: e},
+				f32(math.Sin(2 * math.Pi * wd / 7)), f32(math.Cos(2 * math.Pi * wd / 7)),
+				{F32s: e},
 			}
 			return emitRow(rng, int64(r+1), ev, vals, func(v []feature.Value) { noise(rng, v, 0.02) }, emit)
 		})

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -155,7 +154,7 @@ func (c Config) Validate() error {
 // registered on reg (nil = unregistered).
 func Open(ctx context.Context, cfg Config, project, baseDir string, logger *slog.Logger, reg prometheus.Registerer) (online.Store, error) {
 	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		logger = slog.New(slog.DiscardHandler)
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("open online store: %w", err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/online"
@@ -58,6 +59,7 @@ func Open(path string, opts Options) (*Store, error) {
 		opts.LockTimeout = time.Second
 	}
 	if !opts.ReadOnly {
+		//nolint:gosec // G301: same access as the 0644 store file inside, so a serving process under another account can open it read-only
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return nil, fmt.Errorf("open online store: %w", err)
 		}
@@ -69,7 +71,7 @@ func Open(path string, opts Options) (*Store, error) {
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
 	})
-	if errors.Is(err, bolt.ErrTimeout) {
+	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("open online store %s: %w (waited %s; stop the other sluice process or use the redis online store to share data)", path, ErrLocked, opts.LockTimeout)
 	}
 	if err != nil {
@@ -213,7 +215,7 @@ func (s *Store) DeleteView(ctx context.Context, view string) error {
 	}
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		err := tx.DeleteBucket(viewBucket(view))
-		if errors.Is(err, bolt.ErrBucketNotFound) {
+		if errors.Is(err, bolterrors.ErrBucketNotFound) {
 			return nil
 		}
 		return err

@@ -20,6 +20,7 @@ var _ online.Store = (*Store)(nil)
 
 func TestConformance(t *testing.T) {
 	onlinetest.Run(t, func(t *testing.T) online.Store {
+		t.Helper()
 		s, err := Open(filepath.Join(t.TempDir(), "data", "online.db"), Options{NoSync: true})
 		require.NoError(t, err)
 		return s

@@ -77,12 +77,14 @@ func read1(t *testing.T, s online.Store, view string, ent []byte) online.Result 
 }
 
 func testReadMissing(t *testing.T, s online.Store) {
+	t.Helper()
 	rs, err := s.Read(t.Context(), []online.Key{{View: "v", Entity: Ent(1)}, {View: "nope", Entity: Ent(2)}})
 	require.NoError(t, err)
 	require.Equal(t, []online.Result{{}, {}}, rs)
 }
 
 func testWriteThenRead(t *testing.T, s online.Store) {
+	t.Helper()
 	payload := string([]byte{0, 1, 2, 0xff, 0, 'x'})
 	st := write(t, s, online.WriteOptions{}, online.Entry{Key: online.Key{View: "v", Entity: Ent(7)}, Record: rec(100, 5, payload)})
 	require.Equal(t, online.WriteStats{Written: 1}, st)
@@ -105,17 +107,23 @@ func testWriteThenRead(t *testing.T, s online.Store) {
 }
 
 func testMultiViewOrder(t *testing.T, s online.Store) {
+	t.Helper()
 	var es []online.Entry
 	for _, v := range []string{"a", "b", "c"} {
-		for i := int64(0); i < 5; i++ {
+		for i := range int64(5) {
 			es = append(es, online.Entry{Key: online.Key{View: v, Entity: Ent(i)}, Record: rec(10+i, 0, fmt.Sprintf("%s-%d", v, i))})
 		}
 	}
 	st := write(t, s, online.WriteOptions{}, es...)
 	require.Equal(t, 15, st.Written)
 	keys := []online.Key{
-		{View: "c", Entity: Ent(4)}, {View: "a", Entity: Ent(0)}, {View: "b", Entity: Ent(99)},
-		{View: "b", Entity: Ent(2)}, {View: "a", Entity: Ent(0)}, {View: "zz", Entity: Ent(1)}, {View: "a", Entity: Ent(3)},
+		{View: "c", Entity: Ent(4)},
+		{View: "a", Entity: Ent(0)},
+		{View: "b", Entity: Ent(99)},
+		{View: "b", Entity: Ent(2)},
+		{View: "a", Entity: Ent(0)},
+		{View: "zz", Entity: Ent(1)},
+		{View: "a", Entity: Ent(3)},
 	}
 	want := []string{"c-4", "a-0", "", "b-2", "a-0", "", "a-3"}
 	rs, err := s.Read(t.Context(), keys)
@@ -132,6 +140,7 @@ func testMultiViewOrder(t *testing.T, s online.Store) {
 }
 
 func testNewerWins(t *testing.T, s online.Store) {
+	t.Helper()
 	k := online.Key{View: "v", Entity: Ent(1)}
 	steps := []struct {
 		name    string
@@ -169,6 +178,7 @@ func testNewerWins(t *testing.T, s online.Store) {
 }
 
 func testOverwrite(t *testing.T, s online.Store) {
+	t.Helper()
 	k := online.Key{View: "v", Entity: Ent(1)}
 	write(t, s, online.WriteOptions{}, online.Entry{Key: k, Record: rec(200, 0, "new")})
 	st := write(t, s, online.WriteOptions{Overwrite: true}, online.Entry{Key: k, Record: rec(100, 0, "corrected")})
@@ -182,6 +192,7 @@ func testOverwrite(t *testing.T, s online.Store) {
 }
 
 func testSameKeyTwice(t *testing.T, s online.Store) {
+	t.Helper()
 	for i, order := range [][2]int64{{1, 2}, {2, 1}} {
 		k := online.Key{View: "v", Entity: Ent(int64(i))}
 		st := write(t, s, online.WriteOptions{},
@@ -193,8 +204,9 @@ func testSameKeyTwice(t *testing.T, s online.Store) {
 }
 
 func testDeleteView(t *testing.T, s online.Store) {
+	t.Helper()
 	var es []online.Entry
-	for i := int64(0); i < 50; i++ {
+	for i := range int64(50) {
 		es = append(es,
 			online.Entry{Key: online.Key{View: "drop", Entity: Ent(i)}, Record: rec(1, 0, "d")},
 			online.Entry{Key: online.Key{View: "keep", Entity: Ent(i)}, Record: rec(1, 0, "k")},
@@ -203,7 +215,7 @@ func testDeleteView(t *testing.T, s online.Store) {
 	write(t, s, online.WriteOptions{}, es...)
 	require.NoError(t, s.PutMeta(t.Context(), feature.ViewStateName("drop"), []byte("{}")))
 	require.NoError(t, s.DeleteView(t.Context(), "drop"))
-	for i := int64(0); i < 50; i++ {
+	for i := range int64(50) {
 		rs, err := s.Read(t.Context(), []online.Key{{View: "drop", Entity: Ent(i)}, {View: "keep", Entity: Ent(i)}, {View: "drop2", Entity: Ent(i)}})
 		require.NoError(t, err)
 		require.False(t, rs[0].Found)
@@ -218,6 +230,7 @@ func testDeleteView(t *testing.T, s online.Store) {
 }
 
 func testMeta(t *testing.T, s online.Store) {
+	t.Helper()
 	v, err := s.GetMeta(t.Context(), "missing")
 	require.NoError(t, err)
 	require.Nil(t, v)
@@ -238,16 +251,15 @@ func testMeta(t *testing.T, s online.Store) {
 }
 
 func testConcurrent(t *testing.T, s online.Store) {
+	t.Helper()
 	const writers, rounds, keys = 4, 30, 8
 	maxTS := make([][]int64, writers)
 	var wg sync.WaitGroup
 	errs := make(chan error, writers+2)
 	stop := make(chan struct{})
 	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w), 1))
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 1)) //nolint:gosec // G404: a seeded, reproducible workload, not a secret
 			m := make([]int64, keys)
 			for range rounds {
 				var es []online.Entry
@@ -262,18 +274,16 @@ func testConcurrent(t *testing.T, s online.Store) {
 				}
 			}
 			maxTS[w] = m
-		}()
+		})
 	}
 	var rwg sync.WaitGroup
-	rwg.Add(1)
-	go func() { // a reader never sees a key's timestamp go down
-		defer rwg.Done()
+	rwg.Go(func() { // a reader never sees a key's timestamp go down
 		last := make([]int64, keys)
 		ks := make([]online.Key, keys)
 		for k := range keys {
 			ks[k] = online.Key{View: "v", Entity: Ent(int64(k))}
 		}
-		for i := 0; i < 2000; i++ {
+		for range 2000 {
 			select {
 			case <-stop:
 				return
@@ -299,7 +309,7 @@ func testConcurrent(t *testing.T, s online.Store) {
 				last[k] = r.Record.EventTS
 			}
 		}
-	}()
+	})
 	wg.Wait()
 	close(stop)
 	rwg.Wait()
@@ -317,6 +327,7 @@ func testConcurrent(t *testing.T, s online.Store) {
 }
 
 func testLargeBatch(t *testing.T, s online.Store) {
+	t.Helper()
 	const n = 10_000
 	es := make([]online.Entry, n)
 	keys := make([]online.Key, n)
@@ -339,6 +350,7 @@ func testLargeBatch(t *testing.T, s online.Store) {
 }
 
 func testEmpty(t *testing.T, s online.Store) {
+	t.Helper()
 	rs, err := s.Read(t.Context(), nil)
 	require.NoError(t, err)
 	require.Empty(t, rs)
@@ -348,6 +360,7 @@ func testEmpty(t *testing.T, s online.Store) {
 }
 
 func testCancelled(t *testing.T, s online.Store) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	k := online.Key{View: "v", Entity: Ent(1)}
@@ -363,6 +376,7 @@ func testCancelled(t *testing.T, s online.Store) {
 }
 
 func testBinaryKeys(t *testing.T, s online.Store) {
+	t.Helper()
 	keys := [][]byte{{}, {0}, {0, 0}, {'*'}, {'?', '['}, {0xff, ':', 0}, []byte("a:b:c")}
 	var es []online.Entry
 	for i, k := range keys {

@@ -216,9 +216,9 @@ func (s *Store) Read(ctx context.Context, keys []online.Key) ([]online.Result, e
 		if err != nil {
 			return nil, unavailable("read redis", err)
 		}
-		for i, v := range vals {
-			if str, ok := v.(string); ok {
-				if err := fill(&out[i], keys[i].View, str); err != nil {
+		for i, k := range keys {
+			if str, ok := vals[i].(string); ok {
+				if err := fill(&out[i], k.View, str); err != nil {
 					return nil, err
 				}
 			}
@@ -234,15 +234,15 @@ func (s *Store) Read(ctx context.Context, keys []online.Key) ([]online.Result, e
 	if err != nil && !errors.Is(err, goredis.Nil) {
 		return nil, unavailable("read redis", err)
 	}
-	for i, c := range cmds {
-		str, err := c.Result()
+	for i, k := range keys {
+		str, err := cmds[i].Result()
 		if errors.Is(err, goredis.Nil) {
 			continue
 		}
 		if err != nil {
 			return nil, unavailable("read redis", err)
 		}
-		if err := fill(&out[i], keys[i].View, str); err != nil {
+		if err := fill(&out[i], k.View, str); err != nil {
 			return nil, err
 		}
 	}

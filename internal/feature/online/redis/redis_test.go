@@ -42,6 +42,7 @@ func sharedAddr() string {
 }
 
 func randomPrefix(t *testing.T) string {
+	t.Helper()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return "sluicetest:" + hex.EncodeToString(b[:]) + ":"
@@ -83,6 +84,7 @@ func TestConformanceStandalone(t *testing.T) {
 	addr := sharedAddr()
 	needRedis(t, addr)
 	onlinetest.Run(t, func(t *testing.T) online.Store {
+		t.Helper()
 		return openIsolated(t, Options{Addrs: []string{addr}})
 	})
 }
@@ -90,6 +92,7 @@ func TestConformanceStandalone(t *testing.T) {
 func TestConformanceCluster(t *testing.T) {
 	addrs := startCluster(t, 3)
 	onlinetest.Run(t, func(t *testing.T) online.Store {
+		t.Helper()
 		return openIsolated(t, Options{Mode: Cluster, Addrs: addrs})
 	})
 }
@@ -106,6 +109,7 @@ func TestConformanceSentinel(t *testing.T) {
 	spawn(t, sentPort, []string{conf, "--sentinel", "--port", sentPort, "--bind", "127.0.0.1", "--dir", dir})
 	addrs := []string{"127.0.0.1:" + sentPort}
 	onlinetest.Run(t, func(t *testing.T) online.Store {
+		t.Helper()
 		return openIsolated(t, Options{Mode: Sentinel, MasterName: "sluicemaster", Addrs: addrs})
 	})
 }
@@ -257,6 +261,7 @@ func freePort(t *testing.T) string {
 }
 
 func portOf(t *testing.T, addr string) string {
+	t.Helper()
 	_, p, err := net.SplitHostPort(addr)
 	require.NoError(t, err)
 	return p
