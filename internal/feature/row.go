@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Record is one stored row of a view for one entity: what online stores
@@ -150,31 +151,66 @@ func appendScalar(dst []byte, k Kind, v *Value) []byte {
 // DecodeValues decodes AppendValues's output into vals (resized to the
 // schema). Strings and byte slices are copied; nothing aliases b.
 func DecodeValues(b []byte, schema []Field, vals []Value) ([]Value, error) {
-	vals = vals[:0]
+	vals = slices.Grow(vals[:0], len(schema))
 	d := decoder{b: b}
 	for _, f := range schema {
-		var v Value
-		switch d.byte() {
-		case 0:
-			v.Null = true
-		case 1:
-			if f.Type.List {
-				d.list(f.Type.Kind, &v)
-			} else {
-				d.scalar(f.Type.Kind, &v)
-			}
-		default:
-			d.fail()
+		vals = append(vals, Value{})
+		if err := d.field(f, &vals[len(vals)-1]); err != nil {
+			return nil, err
 		}
-		if d.err != nil {
-			return nil, fmt.Errorf("%w: feature '%s': %w", ErrCorrupt, f.Name, d.err)
-		}
-		vals = append(vals, v)
 	}
 	if len(d.b) != 0 {
 		return nil, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
 	}
 	return vals, nil
+}
+
+// DecodeValuesInto decodes AppendValues's output like DecodeValues, but
+// stores field i's value in *dst[i], overwriting it, so a caller can
+// decode straight into where the values are wanted. A field whose dst[i]
+// is nil is decoded and checked but not kept. dst has one entry per field.
+// On error the values stored so far are left in place.
+func DecodeValuesInto(b []byte, schema []Field, dst []*Value) error {
+	if len(dst) != len(schema) {
+		return fmt.Errorf("%d destinations for %d fields", len(dst), len(schema))
+	}
+	d := decoder{b: b}
+	for i, f := range schema {
+		v := dst[i]
+		if v == nil {
+			var tmp Value
+			v = &tmp
+		} else {
+			*v = Value{}
+		}
+		if err := d.field(f, v); err != nil {
+			return err
+		}
+	}
+	if len(d.b) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
+	}
+	return nil
+}
+
+// field decodes one value of f into v, which is zero.
+func (d *decoder) field(f Field, v *Value) error {
+	switch d.byte() {
+	case 0:
+		v.Null = true
+	case 1:
+		if f.Type.List {
+			d.list(f.Type.Kind, v)
+		} else {
+			d.scalar(f.Type.Kind, v)
+		}
+	default:
+		d.fail()
+	}
+	if d.err != nil {
+		return fmt.Errorf("%w: feature '%s': %w", ErrCorrupt, f.Name, d.err)
+	}
+	return nil
 }
 
 type decoder struct {

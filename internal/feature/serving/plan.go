@@ -15,12 +15,13 @@ import (
 // the entity columns it takes and the names and types it answers with.
 // Plans are immutable and shared by concurrent requests.
 type plan struct {
-	keys    []keyCol   // entity columns, in first-use order
-	keySets [][]int    // distinct join-key combinations (indexes into keys)
-	views   []viewPlan // views read, in first-use order
-	cols    []outCol   // feature columns, in request order
-	names   []string   // all column names: keys, then features
-	types   []feature.Type
+	keys     []keyCol         // entity columns, in first-use order
+	keySets  [][]int          // distinct join-key combinations (indexes into keys)
+	setKinds [][]feature.Kind // the kinds of each key set's keys
+	views    []viewPlan       // views read, in first-use order
+	cols     []outCol         // feature columns, in request order
+	names    []string         // all column names: keys, then features
+	types    []feature.Type
 }
 
 type keyCol struct {
@@ -33,6 +34,9 @@ type viewPlan struct {
 	keySet int // index into plan.keySets
 	kinds  []feature.Kind
 	hot    *hotPlan
+	// fieldCols maps each schema field to its feature column (an index
+	// into plan.cols), or -1 when the field is not requested.
+	fieldCols []int
 }
 
 // hotPlan is a view's hot subset as serving uses it.
@@ -52,59 +56,67 @@ type outCol struct {
 
 // planKey identifies a plan in the cache: a repository snapshot and the
 // request's feature selection.
-type planKey struct {
-	repo *registry.Repo
-	sel  string
-}
-
 // maxCachedPlans bounds the plan cache: clients choosing arbitrary feature
 // lists cannot grow it without end. Plans past the bound are compiled per
 // request.
 const maxCachedPlans = 4096
 
-// planCache caches compiled plans for the current repository snapshot; a
-// new snapshot drops the old one's plans.
+// planCache caches compiled plans for the current repository snapshot,
+// keyed by the request's feature selection (selectionKey); a new snapshot
+// drops the old one's plans.
 type planCache struct {
 	mu   sync.RWMutex // protects repo and m
 	repo *registry.Repo
-	m    map[planKey]*plan
+	m    map[string]*plan
 }
 
-func (c *planCache) get(repo *registry.Repo, features []string, service string, full bool) (*plan, error) {
-	var sb strings.Builder
+// appendSelectionKey appends the plan cache key of a feature selection.
+func appendSelectionKey(dst []byte, features []string, service string, full bool) []byte {
 	if full {
-		sb.WriteString("F")
+		dst = append(dst, 'F')
 	} else {
-		sb.WriteString("S")
+		dst = append(dst, 'S')
 	}
 	if service != "" {
-		sb.WriteString("svc\x00")
-		sb.WriteString(service)
+		dst = append(dst, "svc\x00"...)
+		dst = append(dst, service...)
 	}
 	for _, f := range features {
-		sb.WriteByte(0)
-		sb.WriteString(f)
+		dst = append(dst, 0)
+		dst = append(dst, f...)
 	}
-	k := planKey{repo: repo, sel: sb.String()}
+	return dst
+}
+
+// get returns the plan of a selection against repo. buf is scratch for the
+// cache key; get returns it, possibly grown, for reuse.
+func (c *planCache) get(repo *registry.Repo, features []string, service string, full bool, buf []byte) (*plan, []byte, error) {
+	buf = appendSelectionKey(buf[:0], features, service, full)
 	c.mu.RLock()
-	p, ok := c.m[k]
+	var (
+		p  *plan
+		ok bool
+	)
+	if c.repo == repo {
+		p, ok = c.m[string(buf)] // no allocation: the key is only looked up
+	}
 	c.mu.RUnlock()
 	if ok {
-		return p, nil
+		return p, buf, nil
 	}
 	p, err := compile(repo, features, service, full)
 	if err != nil {
-		return nil, err
+		return nil, buf, err
 	}
 	c.mu.Lock()
 	if c.repo != repo {
-		c.repo, c.m = repo, make(map[planKey]*plan)
+		c.repo, c.m = repo, make(map[string]*plan)
 	}
 	if len(c.m) < maxCachedPlans {
-		c.m[k] = p
+		c.m[string(buf)] = p
 	}
 	c.mu.Unlock()
-	return p, nil
+	return p, buf, nil
 }
 
 // selection is one view's requested features.
@@ -188,6 +200,27 @@ func compile(repo *registry.Repo, features []string, service string, full bool) 
 			seenName[out] = ref
 			p.cols = append(p.cols, outCol{view: vi, field: fi, name: out})
 		}
+	}
+	for vi := range p.views {
+		fc := make([]int, len(p.views[vi].view.Schema))
+		for i := range fc {
+			fc[i] = -1
+		}
+		p.views[vi].fieldCols = fc
+	}
+	for ci, c := range p.cols {
+		vp := &p.views[c.view]
+		if vp.fieldCols[c.field] >= 0 { // unreachable: duplicates are refused above
+			return nil, invalidf(ReasonDuplicateFeature, "feature '%s:%s' is requested twice", vp.view.Name, vp.view.Schema[c.field].Name)
+		}
+		vp.fieldCols[c.field] = ci
+	}
+	for _, set := range p.keySets {
+		kinds := make([]feature.Kind, len(set))
+		for j, ki := range set {
+			kinds[j] = p.keys[ki].kind
+		}
+		p.setKinds = append(p.setKinds, kinds)
 	}
 	for _, k := range p.keys {
 		p.names = append(p.names, k.name)

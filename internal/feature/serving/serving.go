@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -131,6 +132,58 @@ type Server struct {
 
 	alertMu   sync.Mutex // protects lastAlert
 	lastAlert map[string]time.Time
+
+	// Per-request scratch, reused to keep the read path's allocations
+	// (and so GC pauses in its tail latency) down.
+	selBufs  sync.Pool // *[]byte: plan cache keys
+	scratchs sync.Pool // *readScratch
+}
+
+// Bounds on what goes back to the scratch pools, so one huge request does
+// not pin its buffers for good.
+const (
+	maxPooledSelKey = 64 << 10
+	maxPooledRows   = 1 << 14
+)
+
+// readScratch is one read's working memory; nothing in it outlives the
+// read or reaches the response.
+type readScratch struct {
+	entBuf []byte           // entity keys, back to back
+	ents   [][]byte         // ents[si*n+r]: key set si's key of entity row r
+	vals   []feature.Value  // one row's join-key values
+	keys   []online.Key     // the store keys to read
+	hotIdx []int            // hotIdx[vi*n+r]: row r of view vi in keys, or -1
+	dst    []*feature.Value // one stored row's decode destinations
+}
+
+func (s *Server) getScratch() *readScratch {
+	if sc, ok := s.scratchs.Get().(*readScratch); ok {
+		return sc
+	}
+	return &readScratch{}
+}
+
+// putScratch drops what sc references and pools it again.
+func (s *Server) putScratch(sc *readScratch) {
+	if len(sc.keys) > maxPooledRows || len(sc.ents) > maxPooledRows || cap(sc.entBuf) > maxPooledRows*64 {
+		return
+	}
+	clear(sc.ents)
+	clear(sc.vals)
+	clear(sc.keys)
+	clear(sc.dst)
+	sc.entBuf, sc.ents, sc.vals, sc.keys, sc.hotIdx, sc.dst = sc.entBuf[:0], sc.ents[:0], sc.vals[:0], sc.keys[:0], sc.hotIdx[:0], sc.dst[:0]
+	s.scratchs.Put(sc)
+}
+
+// grow returns s resized to n elements, reusing its array when it can;
+// the elements are not cleared.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 // New builds a Server reading repos' current snapshot and store. A nil
@@ -166,6 +219,7 @@ func New(repos RepoSource, store online.Store, opts Options, logger *slog.Logger
 		lastAlert: make(map[string]time.Time),
 	}
 	s.states.m = make(map[string]stateEntry)
+	s.selBufs.New = func() any { return new([]byte) }
 	for i, n := range statusNames {
 		s.statusCounters[i] = s.metrics.values.WithLabelValues(n)
 	}
@@ -215,7 +269,13 @@ func (s *Server) plan(features []string, service string, full bool) (*plan, erro
 	if repo == nil {
 		return nil, unavailablef(ReasonRegistryNotLoaded, "no feature registry is loaded")
 	}
-	return s.plans.get(repo, features, service, full)
+	bp := s.selBufs.Get().(*[]byte)
+	p, buf, err := s.plans.get(repo, features, service, full, *bp)
+	if cap(buf) <= maxPooledSelKey {
+		*bp = buf[:0]
+		s.selBufs.Put(bp)
+	}
+	return p, err
 }
 
 // storeError classifies an online store failure.
@@ -280,63 +340,75 @@ func (s *Server) read(ctx context.Context, p *plan, entities map[string][]featur
 		}
 	}
 
+	sc := s.getScratch()
+	defer s.putScratch(sc)
+
 	// Entity keys, once per distinct join-key combination.
-	ents := make([][][]byte, len(p.keySets))
-	var buf []byte
+	sc.ents = grow(sc.ents, len(p.keySets)*n)
+	buf := sc.entBuf[:0]
 	for si, set := range p.keySets {
-		ents[si] = make([][]byte, n)
-		vals := make([]feature.Value, len(set))
-		kinds := make([]feature.Kind, len(set))
-		for j, ki := range set {
-			kinds[j] = p.keys[ki].kind
-		}
+		vals := grow(sc.vals, len(set))
+		sc.vals = vals
 		for r := range n {
 			for j, ki := range set {
 				vals[j] = entities[p.keys[ki].name][r]
 			}
 			start := len(buf)
-			if buf, err = feature.AppendEntityKey(buf, kinds, vals); err != nil {
+			if buf, err = feature.AppendEntityKey(buf, p.setKinds[si], vals); err != nil {
+				sc.entBuf = buf
 				return nil, invalidf(ReasonInvalidEntityValue, "entity row %d: %v", r, err)
 			}
-			ents[si][r] = buf[start:] // re-sliced below, once buf stops growing
+			sc.ents[si*n+r] = buf[start:] // re-sliced below, once buf stops growing
 		}
 	}
+	sc.entBuf = buf
 	// Rebuild the slices now that buf no longer moves.
 	off := 0
-	for si := range ents {
-		for r := range ents[si] {
-			l := len(ents[si][r])
-			ents[si][r] = buf[off : off+l : off+l]
-			off += l
-		}
+	for i, e := range sc.ents {
+		l := len(e)
+		sc.ents[i] = buf[off : off+l : off+l]
+		off += l
 	}
+	ents := func(si, r int) []byte { return sc.ents[si*n+r] }
 
 	// One read for every (view, entity) row: the cold rows of each view in
 	// order, then the hot rows.
-	keys := make([]online.Key, 0, len(p.views)*n)
+	nkeys := len(p.views) * n
+	anyHot := false
 	for _, vp := range p.views {
-		for r := range n {
-			keys = append(keys, online.Key{View: vp.view.Name, Entity: ents[vp.keySet][r]})
+		if vp.hot != nil {
+			nkeys += n
+			anyHot = true
 		}
 	}
-	hotIdx := make([][]int, len(p.views))
+	keys := slices.Grow(sc.keys[:0], nkeys)
+	for _, vp := range p.views {
+		for r := range n {
+			keys = append(keys, online.Key{View: vp.view.Name, Entity: ents(vp.keySet, r)})
+		}
+	}
+	var hotIdx []int
+	if anyHot {
+		hotIdx = grow(sc.hotIdx, len(p.views)*n)
+		sc.hotIdx = hotIdx
+	}
 	for vi, vp := range p.views {
 		if vp.hot == nil {
 			continue
 		}
-		hotIdx[vi] = make([]int, n)
 		for r := range n {
-			e := ents[vp.keySet][r]
+			e := ents(vp.keySet, r)
 			if vp.hot.members != nil {
 				if _, ok := vp.hot.members[string(e)]; !ok {
-					hotIdx[vi][r] = -1
+					hotIdx[vi*n+r] = -1
 					continue
 				}
 			}
-			hotIdx[vi][r] = len(keys)
+			hotIdx[vi*n+r] = len(keys)
 			keys = append(keys, online.Key{View: vp.hot.view, Entity: e})
 		}
 	}
+	sc.keys = keys
 	var results []online.Result
 	if len(keys) > 0 {
 		results, err = s.store.Read(ctx, keys)
@@ -374,7 +446,6 @@ func (s *Server) read(ctx context.Context, p *plan, entities map[string][]featur
 	}
 
 	var counts [len(statusNames)]int
-	var scratch []feature.Value
 	limit := time.Time{}
 	if eventTS != nil {
 		limit = eventTS.Add(s.opts.EventTimeTolerance)
@@ -385,12 +456,12 @@ func (s *Server) read(ctx context.Context, p *plan, entities map[string][]featur
 		var hits, misses int
 		for r := range n {
 			res := results[vi*n+r]
-			if hotIdx[vi] != nil {
+			if vp.hot != nil {
 				// Only hot members are looked up there; a member whose
 				// hot row is missing, past the hot ttl or older than the
 				// cold row (a push reached the cold view first) falls
 				// back to the cold row.
-				if hi := hotIdx[vi][r]; hi >= 0 {
+				if hi := hotIdx[vi*n+r]; hi >= 0 {
 					hot := results[hi]
 					if hot.Found && (vp.hot.ttl <= 0 || now.Sub(time.Unix(0, hot.Record.EventTS)) <= vp.hot.ttl) &&
 						(!res.Found || !res.Record.Newer(hot.Record)) {
@@ -414,8 +485,17 @@ func (s *Server) read(ctx context.Context, p *plan, entities map[string][]featur
 				}
 				continue
 			}
-			scratch, err = feature.DecodeValues(res.Record.Payload, v.Schema, scratch)
-			if err != nil {
+			// Decode straight into the response columns.
+			dst := grow(sc.dst, len(v.Schema))
+			sc.dst = dst
+			for fi, ci := range vp.fieldCols {
+				if ci < 0 {
+					dst[fi] = nil
+				} else {
+					dst[fi] = &resp.Results[len(p.keys)+ci].Values[r]
+				}
+			}
+			if err := feature.DecodeValuesInto(res.Record.Payload, v.Schema, dst); err != nil {
 				return nil, infer.Errorf(infer.KindInternal, ReasonInternal, "feature view '%s', entity row %d: %v", v.Name, r, err)
 			}
 			ev := time.Unix(0, res.Record.EventTS).UTC()
@@ -431,18 +511,16 @@ func (s *Server) read(ctx context.Context, p *plan, entities map[string][]featur
 					continue
 				}
 				col := &resp.Results[len(p.keys)+ci]
-				val := scratch[c.field]
 				st := StatusPresent
 				switch {
 				case expired:
 					st = StatusOutsideMaxAge
 					if withheld {
-						val = feature.Value{Null: true}
+						col.Values[r] = feature.Value{Null: true}
 					}
-				case val.Null:
+				case col.Values[r].Null:
 					st = StatusNullValue
 				}
-				col.Values[r] = val
 				col.Statuses[r] = st
 				col.EventTimestamps[r] = ev
 				counts[st]++
