@@ -174,9 +174,10 @@ func DecodeValuesInto(b []byte, schema []Field, dst []*Value) error {
 	if len(dst) != len(schema) {
 		return fmt.Errorf("%d destinations for %d fields", len(dst), len(schema))
 	}
+	schema = schema[:len(dst)]
 	d := decoder{b: b}
-	for i, f := range schema {
-		v := dst[i]
+	for i, v := range dst {
+		f := schema[i]
 		if v == nil {
 			var tmp Value
 			v = &tmp

@@ -135,8 +135,8 @@ type Server struct {
 
 	// Per-request scratch, reused to keep the read path's allocations
 	// (and so GC pauses in its tail latency) down.
-	selBufs  sync.Pool // *[]byte: plan cache keys
-	scratchs sync.Pool // *readScratch
+	selBufs sync.Pool // *[]byte: plan cache keys
+	scratch sync.Pool // *readScratch
 }
 
 // Bounds on what goes back to the scratch pools, so one huge request does
@@ -158,7 +158,7 @@ type readScratch struct {
 }
 
 func (s *Server) getScratch() *readScratch {
-	if sc, ok := s.scratchs.Get().(*readScratch); ok {
+	if sc, ok := s.scratch.Get().(*readScratch); ok {
 		return sc
 	}
 	return &readScratch{}
@@ -174,7 +174,7 @@ func (s *Server) putScratch(sc *readScratch) {
 	clear(sc.keys)
 	clear(sc.dst)
 	sc.entBuf, sc.ents, sc.vals, sc.keys, sc.hotIdx, sc.dst = sc.entBuf[:0], sc.ents[:0], sc.vals[:0], sc.keys[:0], sc.hotIdx[:0], sc.dst[:0]
-	s.scratchs.Put(sc)
+	s.scratch.Put(sc)
 }
 
 // grow returns s resized to n elements, reusing its array when it can;

@@ -95,22 +95,43 @@ func (s *Store) Read(ctx context.Context, keys []online.Key) ([]online.Result, e
 	if len(keys) == 0 {
 		return out, nil
 	}
-	var scratch [128]byte
+	var (
+		scratch [128]byte // the bbolt key of one entity
+		name    [64]byte  // the bucket name of one view
+		arena   []byte    // the payload copies, back to back
+	)
 	err := s.db.View(func(tx *bolt.Tx) error {
 		var (
 			b        *bolt.Bucket
+			cur      *bolt.Cursor // see below
 			lastView string
 			haveView bool
 		)
 		for i, k := range keys {
 			if !haveView || k.View != lastView {
-				b = tx.Bucket(viewBucket(k.View))
+				b = tx.Bucket(append(append(name[:0], viewPrefix...), k.View...))
+				cur = nil
 				lastView, haveView = k.View, true
 			}
 			if b == nil {
 				continue
 			}
-			v := b.Get(append(append(scratch[:0], keyMark), k.Entity...))
+			key := append(append(scratch[:0], keyMark), k.Entity...)
+			var v []byte
+			// Get builds a fresh cursor whose stack is allocated anew each
+			// time; for more than one key of a view, one reused cursor
+			// (itself one allocation) is cheaper.
+			if cur == nil && (i+1 == len(keys) || keys[i+1].View != k.View) {
+				v = b.Get(key)
+			} else {
+				if cur == nil {
+					cur = b.Cursor()
+				}
+				var ck []byte
+				if ck, v = cur.Seek(key); !bytes.Equal(ck, key) {
+					v = nil
+				}
+			}
 			if v == nil {
 				continue
 			}
@@ -118,7 +139,16 @@ func (s *Store) Read(ctx context.Context, keys []online.Key) ([]online.Result, e
 			if err != nil {
 				return fmt.Errorf("view '%s': %w", k.View, err)
 			}
-			r.Payload = append([]byte(nil), r.Payload...)
+			// v is only valid inside the transaction, so the payload is
+			// copied once, into an arena shared by this call's rows; a
+			// full arena is left to the rows that point into it.
+			n := len(r.Payload)
+			if cap(arena)-len(arena) < n {
+				arena = make([]byte, 0, max(n, min(n*(len(keys)-i), 64<<10)))
+			}
+			start := len(arena)
+			arena = append(arena, r.Payload...)
+			r.Payload = arena[start:len(arena):len(arena)]
 			out[i] = online.Result{Found: true, Record: r}
 		}
 		return nil
