@@ -63,6 +63,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		newFeaturesCmd(),
 		newFeatureServerCmd(),
 		newPerfCmd(),
+		newConfigCmd(),
 		&cobra.Command{
 			Use:   "version",
 			Short: "Print the Sluice version",

@@ -1,0 +1,395 @@
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the whole of a sluice.yaml. A section left out of the file is
+// nil, and the component it configures is not started.
+type Config struct {
+	// ModelServer configures the KServe v2 / Triton-compatible model server.
+	ModelServer *ModelServer `yaml:"model_server"`
+	// FeatureServer configures the Feast-compatible feature server.
+	FeatureServer *FeatureServer `yaml:"feature_server"`
+	// Gateway configures the inference gateway in front of both.
+	Gateway *Gateway `yaml:"gateway"`
+
+	src *source // where each field was written; nil for a Config built in code
+}
+
+// ModelServer mirrors the flags of "sluice model-server" (Triton's names).
+type ModelServer struct {
+	// ModelRepository lists the model repository folders (Triton layout).
+	ModelRepository []string `yaml:"model_repository"`
+	// Address is the address the listeners bind to. Default "0.0.0.0".
+	Address string `yaml:"address"`
+	// HTTPPort is the KServe v2 HTTP port. Default 8000.
+	HTTPPort int `yaml:"http_port"`
+	// GRPCPort is the KServe v2 gRPC port. Default 8001.
+	GRPCPort int `yaml:"grpc_port"`
+	// MetricsPort is the Prometheus /metrics port. Default 8002.
+	MetricsPort int `yaml:"metrics_port"`
+	// ControlMode is the model control mode: none, poll or explicit. Default none.
+	ControlMode string `yaml:"control_mode"`
+	// LoadModel names the models to load at start-up in explicit mode; "*" loads all.
+	LoadModel []string `yaml:"load_model"`
+	// RepositoryPollInterval is the time between repository polls in poll mode. Default 15s.
+	RepositoryPollInterval Duration `yaml:"repository_poll_interval"`
+	// StrictModelConfig requires a complete config.pbtxt (no auto-complete).
+	StrictModelConfig bool `yaml:"strict_model_config"`
+	// BackendConfig holds backend settings: backend → setting → value.
+	BackendConfig map[string]map[string]string `yaml:"backend_config"`
+}
+
+// FeatureServer configures the feature server.
+type FeatureServer struct {
+	// Repo is the feature repository folder (feature_store.yaml and definitions).
+	Repo string `yaml:"repo"`
+	// Address is the address the listener binds to. Default "0.0.0.0".
+	Address string `yaml:"address"`
+	// Port is the HTTP port. Default 6566 (Feast's).
+	Port int `yaml:"port"`
+}
+
+// Gateway configures the inference gateway.
+type Gateway struct {
+	// Listen is the address of the public listener. Default ":8080".
+	Listen string `yaml:"listen"`
+	// Admin is the address of the admin API (Envoy's convention). Default ":9901".
+	Admin string `yaml:"admin"`
+	// Clients are the API clients, identified by API key.
+	Clients []Client `yaml:"clients"`
+	// Anonymous says whether requests without a key are served, and their limit.
+	Anonymous Anonymous `yaml:"anonymous"`
+	// RateLimitBackend says where token buckets live. Default local.
+	RateLimitBackend RateLimitBackend `yaml:"rate_limit_backend"`
+	// Services are the inference services the gateway exposes.
+	Services []Service `yaml:"services"`
+	// Backends are the model-serving upstreams (Envoy's clusters).
+	Backends []Backend `yaml:"backends"`
+	// LogSampling sets which share of requests the access log records in full.
+	LogSampling LogSampling `yaml:"log_sampling"`
+}
+
+// Client is one API client.
+type Client struct {
+	// ID is the client_id reported in logs and metrics; unique.
+	ID string `yaml:"id"`
+	// APIKeySHA256 is the hex SHA-256 of the client's API key.
+	APIKeySHA256 string `yaml:"api_key_sha256"`
+	// APIKey is the plain API key. It is accepted only from ${ENV} expansion;
+	// Load hashes it into APIKeySHA256 and clears it, so a Config never keeps it.
+	APIKey string `yaml:"api_key,omitempty"`
+	// RateLimit is the client's token bucket; zero requests_per_second means unlimited.
+	RateLimit RateLimit `yaml:"rate_limit"`
+	// Priority is the model priority the client's requests get (1 is highest; 0 = default).
+	Priority int `yaml:"priority"`
+}
+
+// RateLimit is a token bucket.
+type RateLimit struct {
+	// RequestsPerSecond is the refill rate; 0 means no limit.
+	RequestsPerSecond float64 `yaml:"requests_per_second"`
+	// Burst is the bucket size. Default: ceil(requests_per_second), at least 1.
+	Burst int `yaml:"burst"`
+}
+
+// Anonymous configures requests that carry no API key.
+type Anonymous struct {
+	// Allowed serves requests without a key; otherwise they get 401.
+	Allowed bool `yaml:"allowed"`
+	// RateLimitPerIP is the token bucket per source IP for such requests.
+	RateLimitPerIP RateLimit `yaml:"rate_limit_per_ip"`
+}
+
+// RateLimitBackend says where token buckets are kept.
+type RateLimitBackend struct {
+	// Type is local (per process) or redis (shared, GCRA). Default local.
+	Type string `yaml:"type"`
+	// Redis configures the redis type.
+	Redis Redis `yaml:"redis"`
+}
+
+// Redis is a Redis connection.
+type Redis struct {
+	// Addrs are host:port addresses; several mean a cluster.
+	Addrs []string `yaml:"addrs"`
+	// Username is the ACL user name.
+	Username string `yaml:"username"`
+	// Password is the password; a secret, so write it as ${ENV}.
+	Password string `yaml:"password"`
+	// DB is the database number (single node only).
+	DB int `yaml:"db"`
+	// KeyPrefix prefixes every key. Default "sluice:rl:".
+	KeyPrefix string `yaml:"key_prefix"`
+	// DialTimeout bounds connecting. Default 200ms.
+	DialTimeout Duration `yaml:"dial_timeout"`
+}
+
+// Service is one inference service: request → features → model → answer.
+type Service struct {
+	// Name is the service name; unique.
+	Name string `yaml:"name"`
+	// Path is "METHOD /path", e.g. "POST /v1/services/parcel-eta:predict".
+	Path string `yaml:"path"`
+	// Entities are the entity keys a request carries.
+	Entities []Entity `yaml:"entities"`
+	// RequestFields are the other values a request carries.
+	RequestFields []RequestField `yaml:"request_fields"`
+	// FeatureService is the feature service to read features from.
+	FeatureService string `yaml:"feature_service"`
+	// Inputs say how each model input tensor is assembled.
+	Inputs []Input `yaml:"inputs"`
+	// Model is the model to call (the routes pick backend and version).
+	Model Model `yaml:"model"`
+	// Outputs map model outputs to fields of the JSON answer.
+	Outputs []Output `yaml:"outputs"`
+	// Routes are tried in order; the first match wins.
+	Routes []Route `yaml:"routes"`
+	// Fallback is the business-level fallback; nil means none.
+	Fallback *Fallback `yaml:"fallback"`
+}
+
+// Entity is an entity key a request carries.
+type Entity struct {
+	// Name is the entity name in the feature repository, e.g. "user".
+	Name string `yaml:"name"`
+	// JoinKey is the request field holding the key, e.g. "user_id".
+	JoinKey string `yaml:"join_key"`
+	// Type is int64 or string. Default int64.
+	Type string `yaml:"type"`
+}
+
+// RequestField is a non-entity value a request carries.
+type RequestField struct {
+	// Name is the JSON field name.
+	Name string `yaml:"name"`
+	// Type is float32, float64, int64, bool or string. Default float32.
+	Type string `yaml:"type"`
+	// Required refuses requests without the field (400).
+	Required bool `yaml:"required"`
+}
+
+// Input assembles one model input tensor.
+type Input struct {
+	// Tensor is the model input name.
+	Tensor string `yaml:"tensor"`
+	// Datatype is the KServe v2 datatype, e.g. FP32. Default FP32.
+	Datatype string `yaml:"datatype"`
+	// Features are concatenated in order: "view:feature" reads a feature,
+	// "field:NAME" a request field or entity join key.
+	Features []string `yaml:"features"`
+	// Missing is the policy for a missing value: fail, default or zero. Default fail.
+	Missing string `yaml:"missing"`
+	// Default is the value used when Missing is default.
+	Default *float64 `yaml:"default"`
+}
+
+// Model names the model a service calls.
+type Model struct {
+	// Name is the model name.
+	Name string `yaml:"name"`
+	// Version is the default version; empty lets the server choose.
+	Version string `yaml:"version"`
+}
+
+// Output maps one model output into the answer.
+type Output struct {
+	// Name is the field name in the JSON answer.
+	Name string `yaml:"name"`
+	// From is the model output tensor. Default: Name.
+	From string `yaml:"from"`
+}
+
+// Route is one routing rule (Envoy's route, Istio's HTTPRoute).
+type Route struct {
+	// Name names the route in metrics and logs; unique per service.
+	Name string `yaml:"name"`
+	// Match says which requests the route takes; empty matches all.
+	Match Match `yaml:"match"`
+	// Route says where matched requests go.
+	Route RouteAction `yaml:"route"`
+	// Timeout bounds the whole call, retries included. Default 1s.
+	Timeout Duration `yaml:"timeout"`
+	// Retries is the retry policy; nil means no retries.
+	Retries *RetryPolicy `yaml:"retries"`
+}
+
+// Match is a route's match; all parts must hold.
+type Match struct {
+	// Headers must all match.
+	Headers []HeaderMatch `yaml:"headers"`
+	// EntityHash matches by hash of an entity key.
+	EntityHash *EntityHash `yaml:"entity_hash"`
+}
+
+// HeaderMatch matches one header; exactly one of exact, prefix, regex and present is set.
+type HeaderMatch struct {
+	// Name is the header name (case-insensitive).
+	Name string `yaml:"name"`
+	// Exact matches the whole value.
+	Exact *string `yaml:"exact"`
+	// Prefix matches the start of the value.
+	Prefix *string `yaml:"prefix"`
+	// Regex matches the whole value with an RE2 expression.
+	Regex *string `yaml:"regex"`
+	// Present matches when the header is (true) or is not (false) present.
+	Present *bool `yaml:"present"`
+}
+
+// EntityHash matches when hash(key) % modulo < below.
+type EntityHash struct {
+	// Key is an entity join key or request field.
+	Key string `yaml:"key"`
+	// Modulo is the number of buckets. Default 100.
+	Modulo int `yaml:"modulo"`
+	// Below is the number of buckets, from 0, that match.
+	Below int `yaml:"below"`
+}
+
+// RouteAction says where matched requests go.
+type RouteAction struct {
+	// Weighted splits requests between backends and versions; weights sum to 100.
+	Weighted []WeightedBackend `yaml:"weighted"`
+	// StickyKey, when set, picks the split by hash of this request key
+	// instead of at random, so one key always gets the same version.
+	StickyKey string `yaml:"sticky_key"`
+}
+
+// WeightedBackend is one share of a weighted route.
+type WeightedBackend struct {
+	// Backend names a gateway backend.
+	Backend string `yaml:"backend"`
+	// Version is the model version; empty means the service's model.version.
+	Version string `yaml:"version"`
+	// Weight is the share in percent.
+	Weight int `yaml:"weight"`
+}
+
+// RetryPolicy is Envoy's retry policy.
+type RetryPolicy struct {
+	// RetryOn lists the conditions that allow a retry.
+	RetryOn []string `yaml:"retry_on"`
+	// NumRetries is the most retries per request. Default 1.
+	NumRetries int `yaml:"num_retries"`
+	// PerTryTimeout bounds each try; at most the route timeout. Default: the route timeout.
+	PerTryTimeout Duration `yaml:"per_try_timeout"`
+	// Budget caps retries to a share of active requests.
+	Budget RetryBudget `yaml:"budget"`
+}
+
+// RetryBudget is Envoy's retry budget.
+type RetryBudget struct {
+	// Percent of active requests that may be retries. Default 20.
+	Percent float64 `yaml:"percent"`
+	// MinConcurrency is the retry concurrency always allowed. Default 3.
+	MinConcurrency int `yaml:"min_concurrency"`
+}
+
+// Fallback is the business-level fallback of a service.
+type Fallback struct {
+	// Output is the model output watched for drift. Default eta_prediction.
+	Output string `yaml:"output"`
+	// BaselineWindow is how often the baseline is recomputed. Default 1h.
+	BaselineWindow Duration `yaml:"baseline_window"`
+	// History is how many windows the rolling baseline covers. Default 24.
+	History int `yaml:"history"`
+	// Trigger says when the fallback turns on.
+	Trigger Trigger `yaml:"trigger"`
+	// Confidence says which requests get the rule's answer while triggered.
+	Confidence Confidence `yaml:"confidence"`
+	// Rule is the expr-lang expression over features and request fields.
+	Rule string `yaml:"rule"`
+}
+
+// Trigger turns the fallback on when a percentile leaves the baseline band.
+type Trigger struct {
+	// Percentile of the output watched. Default 90.
+	Percentile float64 `yaml:"percentile"`
+	// Band is the allowed distance from the baseline in percent. Default 15.
+	Band float64 `yaml:"band"`
+	// Duration is how long it must stay outside. Default 10m.
+	Duration Duration `yaml:"duration"`
+}
+
+// Confidence selects requests for the rule.
+type Confidence struct {
+	// Output is the model output holding the confidence. Default confidence_score.
+	Output string `yaml:"output"`
+	// Below is the threshold. Default 0.7.
+	Below float64 `yaml:"below"`
+}
+
+// Backend is a model-serving upstream (Envoy's cluster).
+type Backend struct {
+	// Name is the backend name; unique.
+	Name string `yaml:"name"`
+	// Kind is in_process (this process's model server) or kserve_grpc.
+	Kind string `yaml:"kind"`
+	// Endpoints are host:port addresses (kserve_grpc only).
+	Endpoints []string `yaml:"endpoints"`
+	// LoadBalancing is least_request (P2C), round_robin or random. Default least_request.
+	LoadBalancing string `yaml:"load_balancing"`
+	// HealthCheck is the active health check (KServe v2 ready).
+	HealthCheck HealthCheck `yaml:"health_check"`
+	// OutlierDetection ejects failing endpoints.
+	OutlierDetection OutlierDetection `yaml:"outlier_detection"`
+}
+
+// HealthCheck is an active health check.
+type HealthCheck struct {
+	// Interval between checks. Default 5s.
+	Interval Duration `yaml:"interval"`
+	// Timeout of one check. Default 1s.
+	Timeout Duration `yaml:"timeout"`
+}
+
+// OutlierDetection is Envoy's outlier detection, with the issue's rules.
+type OutlierDetection struct {
+	// ErrorRatePercent over Window ejects an endpoint. Default 5.
+	ErrorRatePercent float64 `yaml:"error_rate_percent"`
+	// Interval between ejection sweeps. Default 10s.
+	Interval Duration `yaml:"interval"`
+	// Consecutive503 is how many 503s within a sliding minute mark an endpoint unhealthy. Default 3.
+	Consecutive503 int `yaml:"consecutive_503"`
+	// Window is the error-rate window. Default 1m.
+	Window Duration `yaml:"window"`
+	// BaseEjectionTime is how long an ejection lasts (fixed). Default 30s.
+	BaseEjectionTime Duration `yaml:"base_ejection_time"`
+	// MaxEjectionPercent caps the share of endpoints ejected. Default 50.
+	MaxEjectionPercent float64 `yaml:"max_ejection_percent"`
+}
+
+// LogSampling sets the share of requests logged in full.
+type LogSampling struct {
+	// SuccessPercent of successful requests, chosen by hash of the request id. Default 1.
+	SuccessPercent *float64 `yaml:"success_percent"`
+	// ErrorsPercent of failed requests. Default 100.
+	ErrorsPercent *float64 `yaml:"errors_percent"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("250ms", "1m").
+type Duration time.Duration
+
+// UnmarshalYAML parses a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %q is not a duration (want e.g. 250ms, 1m)", n.Line, s)}}
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration as a Go duration string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// Std returns d as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }

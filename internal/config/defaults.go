@@ -1,0 +1,111 @@
+package config
+
+import (
+	"math"
+	"time"
+)
+
+// applyDefaults fills the fields the file left unset.
+func (c *Config) applyDefaults() {
+	if m := c.ModelServer; m != nil {
+		m.Address = or(m.Address, "0.0.0.0")
+		m.HTTPPort = or(m.HTTPPort, 8000)
+		m.GRPCPort = or(m.GRPCPort, 8001)
+		m.MetricsPort = or(m.MetricsPort, 8002)
+		m.ControlMode = or(m.ControlMode, "none")
+		m.RepositoryPollInterval = or(m.RepositoryPollInterval, Duration(15*time.Second))
+	}
+	if f := c.FeatureServer; f != nil {
+		f.Address = or(f.Address, "0.0.0.0")
+		f.Port = or(f.Port, 6566)
+	}
+	g := c.Gateway
+	if g == nil {
+		return
+	}
+	g.Listen = or(g.Listen, ":8080")
+	g.Admin = or(g.Admin, ":9901")
+	for i := range g.Clients {
+		g.Clients[i].RateLimit.applyDefaults()
+	}
+	g.Anonymous.RateLimitPerIP.applyDefaults()
+	g.RateLimitBackend.Type = or(g.RateLimitBackend.Type, "local")
+	g.RateLimitBackend.Redis.KeyPrefix = or(g.RateLimitBackend.Redis.KeyPrefix, "sluice:rl:")
+	g.RateLimitBackend.Redis.DialTimeout = or(g.RateLimitBackend.Redis.DialTimeout, Duration(200*time.Millisecond))
+	for i := range g.Services {
+		g.Services[i].applyDefaults()
+	}
+	for i := range g.Backends {
+		b := &g.Backends[i]
+		b.LoadBalancing = or(b.LoadBalancing, "least_request")
+		b.HealthCheck.Interval = or(b.HealthCheck.Interval, Duration(5*time.Second))
+		b.HealthCheck.Timeout = or(b.HealthCheck.Timeout, Duration(time.Second))
+		od := &b.OutlierDetection
+		od.ErrorRatePercent = or(od.ErrorRatePercent, 5)
+		od.Interval = or(od.Interval, Duration(10*time.Second))
+		od.Consecutive503 = or(od.Consecutive503, 3)
+		od.Window = or(od.Window, Duration(time.Minute))
+		od.BaseEjectionTime = or(od.BaseEjectionTime, Duration(30*time.Second))
+		od.MaxEjectionPercent = or(od.MaxEjectionPercent, 50)
+	}
+	if g.LogSampling.SuccessPercent == nil {
+		g.LogSampling.SuccessPercent = new(1.0)
+	}
+	if g.LogSampling.ErrorsPercent == nil {
+		g.LogSampling.ErrorsPercent = new(100.0)
+	}
+}
+
+func (r *RateLimit) applyDefaults() {
+	if r.Burst == 0 && r.RequestsPerSecond > 0 {
+		r.Burst = max(1, int(math.Min(math.Ceil(r.RequestsPerSecond), math.MaxInt32)))
+	}
+}
+
+func (s *Service) applyDefaults() {
+	for i := range s.Entities {
+		s.Entities[i].Type = or(s.Entities[i].Type, "int64")
+	}
+	for i := range s.RequestFields {
+		s.RequestFields[i].Type = or(s.RequestFields[i].Type, "float32")
+	}
+	for i := range s.Inputs {
+		s.Inputs[i].Datatype = or(s.Inputs[i].Datatype, "FP32")
+		s.Inputs[i].Missing = or(s.Inputs[i].Missing, "fail")
+	}
+	for i := range s.Outputs {
+		s.Outputs[i].From = or(s.Outputs[i].From, s.Outputs[i].Name)
+	}
+	for i := range s.Routes {
+		r := &s.Routes[i]
+		r.Timeout = or(r.Timeout, Duration(time.Second))
+		if h := r.Match.EntityHash; h != nil {
+			h.Modulo = or(h.Modulo, 100)
+		}
+		if rp := r.Retries; rp != nil {
+			rp.NumRetries = or(rp.NumRetries, 1)
+			rp.PerTryTimeout = or(rp.PerTryTimeout, r.Timeout)
+			rp.Budget.Percent = or(rp.Budget.Percent, 20)
+			rp.Budget.MinConcurrency = or(rp.Budget.MinConcurrency, 3)
+		}
+	}
+	if f := s.Fallback; f != nil {
+		f.Output = or(f.Output, "eta_prediction")
+		f.BaselineWindow = or(f.BaselineWindow, Duration(time.Hour))
+		f.History = or(f.History, 24)
+		f.Trigger.Percentile = or(f.Trigger.Percentile, 90)
+		f.Trigger.Band = or(f.Trigger.Band, 15)
+		f.Trigger.Duration = or(f.Trigger.Duration, Duration(10*time.Minute))
+		f.Confidence.Output = or(f.Confidence.Output, "confidence_score")
+		f.Confidence.Below = or(f.Confidence.Below, 0.7)
+	}
+}
+
+// or returns v, or def when v is the zero value.
+func or[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}

@@ -1,0 +1,441 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// maxNodes bounds how many YAML nodes one load visits, aliases followed, so
+// that a hostile file (alias bombs) cannot make the walk run for ever.
+const maxNodes = 200_000
+
+// maxProblems bounds how many schema problems one load reports.
+const maxProblems = 100
+
+// FieldError is one thing wrong with a config file, with where it was written.
+type FieldError struct {
+	// File is the config file name as given to Load.
+	File string
+	// Line and Col are 1-based; 0 when the place is unknown.
+	Line, Col int
+	// Path is the field path, e.g. "gateway.services[0].routes[1].timeout".
+	Path string
+	// Msg says what is wrong.
+	Msg string
+}
+
+// Error formats the problem as "file:line:col: path: msg".
+func (p *FieldError) Error() string {
+	var b strings.Builder
+	if p.File != "" {
+		b.WriteString(p.File)
+		if p.Line > 0 {
+			fmt.Fprintf(&b, ":%d:%d", p.Line, p.Col)
+		}
+		b.WriteString(": ")
+	}
+	if p.Path != "" {
+		b.WriteString(p.Path)
+		b.WriteString(": ")
+	}
+	b.WriteString(p.Msg)
+	return b.String()
+}
+
+// position is a 1-based line and column.
+type position struct{ line, col int }
+
+// source remembers where each field path was written and which values came
+// from ${ENV} expansion.
+type source struct {
+	file    string
+	pos     map[string]position
+	fromEnv map[string]bool
+}
+
+// problem builds a FieldError for path, located at path or, when path was not
+// written (a defaulted field), at its closest written parent.
+func (s *source) problem(path, format string, args ...any) *FieldError {
+	p := &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)}
+	if s == nil {
+		return p
+	}
+	p.File = s.file
+	for q := path; ; {
+		if at, ok := s.pos[q]; ok {
+			p.Line, p.Col = at.line, at.col
+			return p
+		}
+		cut := strings.LastIndexAny(q, ".[")
+		if cut <= 0 {
+			return p
+		}
+		q = q[:cut]
+	}
+}
+
+// Load reads the sluice.yaml at path, expands ${ENV} references from the
+// process environment, decodes it strictly, applies defaults and validates
+// it. The error lists every problem found, one per line, each as
+// "file:line:col: field.path: message".
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err // *PathError already names the file
+	}
+	return Parse(path, data, os.LookupEnv)
+}
+
+// Parse is Load for a file already read; file names it in problems and
+// lookupEnv resolves ${ENV} references (nil resolves none).
+func Parse(file string, data []byte, lookupEnv func(string) (string, bool)) (*Config, error) {
+	if lookupEnv == nil {
+		lookupEnv = func(string) (string, bool) { return "", false }
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %s", file, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	src := &source{file: file, pos: map[string]position{}, fromEnv: map[string]bool{}}
+	cfg := &Config{}
+	if doc.Kind == 0 || len(doc.Content) == 0 { // empty file
+		cfg.src = src
+		cfg.applyDefaults()
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+		return cfg, nil
+	}
+	root := doc.Content[0]
+	w := &walker{src: src, lookupEnv: lookupEnv, seen: map[*yaml.Node]bool{}}
+	w.walk(root, reflect.TypeFor[Config](), "", 0)
+	if len(w.problems) > 0 {
+		return nil, errors.Join(w.problems...)
+	}
+	if err := root.Decode(cfg); err != nil {
+		return nil, decodeError(file, err)
+	}
+	cfg.src = src
+	problems := cfg.hashAPIKeys()
+	cfg.applyDefaults()
+	if err := cfg.Validate(); err != nil {
+		problems = append(problems, err)
+	}
+	if len(problems) > 0 {
+		return nil, errors.Join(problems...)
+	}
+	return cfg, nil
+}
+
+// decodeError rewrites yaml's "line N: msg" errors as "file:N: msg", one per line.
+func decodeError(file string, err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return fmt.Errorf("%s: %s", file, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	errs := make([]error, 0, len(te.Errors))
+	for _, e := range te.Errors {
+		if rest, ok := strings.CutPrefix(e, "line "); ok {
+			if n, msg, ok := strings.Cut(rest, ": "); ok {
+				errs = append(errs, fmt.Errorf("%s:%s: %s", file, n, msg))
+				continue
+			}
+		}
+		errs = append(errs, fmt.Errorf("%s: %s", file, e))
+	}
+	return errors.Join(errs...)
+}
+
+// hashAPIKeys replaces each client's plain api_key (which must come from
+// ${ENV}) by its SHA-256, so the Config never holds the secret.
+func (c *Config) hashAPIKeys() []error {
+	if c.Gateway == nil {
+		return nil
+	}
+	var problems []error
+	for i := range c.Gateway.Clients {
+		cl := &c.Gateway.Clients[i]
+		path := fmt.Sprintf("gateway.clients[%d].api_key", i)
+		switch {
+		case cl.APIKey == "" && c.src.fromEnv[path]:
+			problems = append(problems, c.src.problem(path, "expands to an empty key"))
+		case cl.APIKey == "":
+		case !c.src.fromEnv[path]:
+			problems = append(problems, c.src.problem(path, "a literal API key: secrets must not sit in config; write api_key: ${ENV_VAR} or api_key_sha256"))
+		case cl.APIKeySHA256 != "":
+			problems = append(problems, c.src.problem(path, "set api_key or api_key_sha256, not both"))
+		default:
+			sum := sha256.Sum256([]byte(cl.APIKey))
+			cl.APIKeySHA256 = hex.EncodeToString(sum[:])
+		}
+		cl.APIKey = ""
+	}
+	return problems
+}
+
+// walker expands ${ENV} in scalars, records the position of every field
+// path and reports unknown keys, guided by the Go type being decoded.
+type walker struct {
+	src       *source
+	lookupEnv func(string) (string, bool)
+	seen      map[*yaml.Node]bool // scalars already expanded (aliases share nodes)
+	visited   int
+	problems  []error
+}
+
+var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
+
+func (w *walker) walk(n *yaml.Node, t reflect.Type, path string, depth int) {
+	w.visited++
+	if len(w.problems) >= maxProblems {
+		return
+	}
+	if w.visited > maxNodes || depth > 100 {
+		if w.visited == maxNodes+1 || depth == 101 {
+			w.problems = append(w.problems, &FieldError{File: w.src.file, Line: n.Line, Col: n.Column, Path: path, Msg: "document too large or too deeply nested"})
+		}
+		return
+	}
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		w.walk(n.Alias, t, path, depth+1)
+		return
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch n.Kind {
+	case yaml.ScalarNode:
+		w.expand(n, path)
+		if n.ShortTag() != "!!null" && n.Decode(reflect.New(t).Interface()) != nil {
+			w.typeProblem(n, t, path)
+		}
+		return
+	case yaml.SequenceNode:
+		if t.Kind() != reflect.Slice {
+			w.typeProblem(n, t, path)
+			return
+		}
+		for i, item := range n.Content {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			w.record(p, item)
+			w.walk(item, t.Elem(), p, depth+1)
+		}
+	case yaml.MappingNode:
+		switch {
+		case t.Kind() == reflect.Map:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				p := join(path, k.Value)
+				w.record(p, k)
+				w.walk(v, t.Elem(), p, depth+1)
+			}
+		case t.Kind() == reflect.Struct && !reflect.PointerTo(t).Implements(unmarshalerType):
+			fields := yamlFields(t)
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				p := join(path, k.Value)
+				f, ok := fields[k.Value]
+				if !ok {
+					msg := "unknown field"
+					if s := suggest(k.Value, fields); s != "" {
+						msg += fmt.Sprintf(" (did you mean %q?)", s)
+					}
+					w.problems = append(w.problems, &FieldError{File: w.src.file, Line: k.Line, Col: k.Column, Path: p, Msg: msg})
+					continue
+				}
+				w.record(p, k)
+				w.walk(v, f, p, depth+1)
+			}
+		default:
+			w.typeProblem(n, t, path)
+		}
+	default: // documents and dangling aliases carry no value
+	}
+}
+
+// typeProblem reports a value that does not fit the field's type.
+func (w *walker) typeProblem(n *yaml.Node, t reflect.Type, path string) {
+	got := "a mapping"
+	switch n.Kind {
+	case yaml.ScalarNode:
+		got = quote(n.Value)
+	case yaml.SequenceNode:
+		got = "a list"
+	default:
+	}
+	w.problems = append(w.problems, &FieldError{File: w.src.file, Line: n.Line, Col: n.Column, Path: path, Msg: fmt.Sprintf("%s is not %s", got, typeName(t))})
+}
+
+// typeName names t for users.
+func typeName(t reflect.Type) string {
+	if t == reflect.TypeFor[Duration]() {
+		return "a duration (e.g. 250ms, 1m)"
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice:
+		return "a list"
+	default:
+		return "a mapping"
+	}
+}
+
+func (w *walker) record(path string, n *yaml.Node) {
+	if _, ok := w.src.pos[path]; !ok {
+		w.src.pos[path] = position{n.Line, n.Column}
+	}
+}
+
+// expand replaces ${NAME} and ${NAME:-default} in a scalar value; "$${"
+// writes a literal "${".
+func (w *walker) expand(n *yaml.Node, path string) {
+	if w.seen[n] || !strings.Contains(n.Value, "${") {
+		return
+	}
+	w.seen[n] = true
+	out, used, err := expandEnv(n.Value, w.lookupEnv)
+	if err != nil {
+		w.problems = append(w.problems, &FieldError{File: w.src.file, Line: n.Line, Col: n.Column, Path: path, Msg: err.Error()})
+		return
+	}
+	n.Value = out
+	if used {
+		w.src.fromEnv[path] = true
+		if n.Style == 0 && n.Tag == "!!str" {
+			n.Tag = "" // let the expanded value resolve as a number or bool
+		}
+	}
+}
+
+// expandEnv expands ${NAME} and ${NAME:-default} in s. used reports whether
+// any reference was expanded.
+func expandEnv(s string, lookup func(string) (string, bool)) (out string, used bool, err error) {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "${")
+		if i < 0 {
+			b.WriteString(s)
+			return b.String(), used, nil
+		}
+		if i > 0 && s[i-1] == '$' { // "$${" is a literal "${"
+			b.WriteString(s[:i-1])
+			b.WriteString("${")
+			s = s[i+2:]
+			continue
+		}
+		b.WriteString(s[:i])
+		end := strings.IndexByte(s[i:], '}')
+		if end < 0 {
+			return "", false, errors.New("unterminated ${ in value")
+		}
+		ref := s[i+2 : i+end]
+		s = s[i+end+1:]
+		name, def, hasDef := strings.Cut(ref, ":-")
+		if !validEnvName(name) {
+			return "", false, fmt.Errorf("${%s}: %q is not an environment variable name", ref, name)
+		}
+		used = true
+		if v, ok := lookup(name); ok {
+			b.WriteString(v)
+		} else if hasDef {
+			b.WriteString(def)
+		} else {
+			return "", false, fmt.Errorf("environment variable %s is not set (write ${%s:-default} for a default)", name, name)
+		}
+	}
+}
+
+func validEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r == '_', r >= 'A' && r <= 'Z', r >= 'a' && r <= 'z':
+		case r >= '0' && r <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// yamlFields maps the yaml names of t's fields to their types.
+func yamlFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for f := range t.Fields() {
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		out[name] = f.Type
+	}
+	return out
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// suggest returns the known field closest to key when it is a likely typo.
+func suggest(key string, fields map[string]reflect.Type) string {
+	best, bestD := "", 3
+	for name := range fields {
+		if d := editDistance(key, name); d < bestD || (d == bestD && best != "" && name < best) {
+			best, bestD = name, d
+		}
+	}
+	if bestD > 2 || bestD >= len(key) {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b (bytes).
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 1 << 30
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// quote is strconv.Quote, named for readability in messages.
+func quote(s string) string { return strconv.Quote(s) }

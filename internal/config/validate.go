@@ -1,0 +1,407 @@
+package config
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/expr-lang/expr"
+)
+
+// retryOnValues are the retry_on conditions the gateway knows (Envoy's HTTP
+// names plus gRPC status names).
+var retryOnValues = []string{
+	"5xx", "gateway-error", "reset", "connect-failure", "retriable-4xx",
+	"unavailable", "resource-exhausted", "cancelled", "deadline-exceeded",
+}
+
+// Validate checks everything that can be checked without the models and
+// feature repository, and reports every problem at once: the error joins
+// one *FieldError per problem. It does no I/O and does not change c.
+func (c *Config) Validate() error {
+	v := &validator{src: c.src}
+	if m := c.ModelServer; m != nil {
+		v.port("model_server.http_port", m.HTTPPort)
+		v.port("model_server.grpc_port", m.GRPCPort)
+		v.port("model_server.metrics_port", m.MetricsPort)
+		v.oneOf("model_server.control_mode", m.ControlMode, "none", "poll", "explicit")
+		if len(m.ModelRepository) == 0 {
+			v.add("model_server.model_repository", "at least one model repository is required")
+		}
+		if m.RepositoryPollInterval <= 0 {
+			v.add("model_server.repository_poll_interval", "must be positive")
+		}
+		if m.HTTPPort == m.GRPCPort || m.HTTPPort == m.MetricsPort || m.GRPCPort == m.MetricsPort {
+			v.add("model_server", "http_port, grpc_port and metrics_port must differ")
+		}
+	}
+	if f := c.FeatureServer; f != nil {
+		v.port("feature_server.port", f.Port)
+		if f.Repo == "" {
+			v.add("feature_server.repo", "is required")
+		}
+	}
+	if c.Gateway != nil {
+		v.gateway(c.Gateway)
+	}
+	return errors.Join(v.problems...)
+}
+
+type validator struct {
+	src      *source
+	problems []error
+}
+
+func (v *validator) add(path, format string, args ...any) {
+	v.problems = append(v.problems, v.src.problem(path, format, args...))
+}
+
+// written reports whether path was written in the file.
+func (v *validator) written(path string) bool {
+	if v.src == nil {
+		return false
+	}
+	_, ok := v.src.pos[path]
+	return ok
+}
+
+func (v *validator) port(path string, p int) {
+	if p < 1 || p > 65535 {
+		v.add(path, "port %d outside [1,65535]", p)
+	}
+}
+
+func (v *validator) oneOf(path, got string, allowed ...string) {
+	if !slices.Contains(allowed, got) {
+		v.add(path, "%q is not one of %s", got, strings.Join(allowed, ", "))
+	}
+}
+
+func (v *validator) percent(path string, p float64) {
+	if !(p >= 0 && p <= 100) { // also catches NaN
+		v.add(path, "%v outside [0,100]", p)
+	}
+}
+
+func (v *validator) positive(path string, d Duration) {
+	if d <= 0 {
+		v.add(path, "must be positive")
+	}
+}
+
+func (v *validator) hostPort(path, addr string, needHost bool) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		v.add(path, "%q is not host:port", addr)
+		return
+	}
+	if needHost && host == "" {
+		v.add(path, "%q has no host", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		v.add(path, "%q: port outside [1,65535]", addr)
+	}
+}
+
+// unique reports each name already seen under the same list.
+func (v *validator) unique(seen map[string]bool, path, what, name string) {
+	if name == "" {
+		v.add(path, "%s is required", what)
+		return
+	}
+	if seen[name] {
+		v.add(path, "duplicate %s %q", what, name)
+	}
+	seen[name] = true
+}
+
+func (v *validator) gateway(g *Gateway) {
+	v.hostPort("gateway.listen", g.Listen, false)
+	v.hostPort("gateway.admin", g.Admin, false)
+	if g.Listen == g.Admin {
+		v.add("gateway.admin", "must differ from gateway.listen")
+	}
+	ids := map[string]bool{}
+	for i, cl := range g.Clients {
+		p := fmt.Sprintf("gateway.clients[%d]", i)
+		v.unique(ids, p+".id", "client id", cl.ID)
+		if cl.APIKey != "" {
+			v.add(p+".api_key", "a plain API key must not be kept in config; Load hashes it from ${ENV}")
+		}
+		if cl.APIKeySHA256 == "" {
+			if !v.written(p + ".api_key") { // else Load already said why
+				v.add(p, "api_key_sha256 or api_key (from ${ENV}) is required")
+			}
+		} else if b, err := hex.DecodeString(cl.APIKeySHA256); err != nil || len(b) != 32 {
+			v.add(p+".api_key_sha256", "want 64 hex digits (SHA-256)")
+		}
+		v.rateLimit(p+".rate_limit", cl.RateLimit)
+		if cl.Priority < 0 {
+			v.add(p+".priority", "must not be negative")
+		}
+	}
+	v.rateLimit("gateway.anonymous.rate_limit_per_ip", g.Anonymous.RateLimitPerIP)
+	rb := g.RateLimitBackend
+	v.oneOf("gateway.rate_limit_backend.type", rb.Type, "local", "redis")
+	if rb.Type == "redis" {
+		if len(rb.Redis.Addrs) == 0 {
+			v.add("gateway.rate_limit_backend.redis.addrs", "at least one address is required for type redis")
+		}
+		for i, a := range rb.Redis.Addrs {
+			v.hostPort(fmt.Sprintf("gateway.rate_limit_backend.redis.addrs[%d]", i), a, true)
+		}
+		if rb.Redis.DB < 0 {
+			v.add("gateway.rate_limit_backend.redis.db", "must not be negative")
+		}
+		v.positive("gateway.rate_limit_backend.redis.dial_timeout", rb.Redis.DialTimeout)
+	}
+
+	backends := map[string]bool{}
+	for i, b := range g.Backends {
+		v.backend(fmt.Sprintf("gateway.backends[%d]", i), b, backends)
+	}
+	names, paths := map[string]bool{}, map[string]string{}
+	for i, s := range g.Services {
+		p := fmt.Sprintf("gateway.services[%d]", i)
+		v.unique(names, p+".name", "service name", s.Name)
+		if other, ok := paths[s.Path]; ok && s.Path != "" {
+			v.add(p+".path", "path %q already used by service %q", s.Path, other)
+		}
+		paths[s.Path] = s.Name
+		v.service(p, s, backends)
+	}
+	if sp := g.LogSampling.SuccessPercent; sp != nil {
+		v.percent("gateway.log_sampling.success_percent", *sp)
+	}
+	if ep := g.LogSampling.ErrorsPercent; ep != nil {
+		v.percent("gateway.log_sampling.errors_percent", *ep)
+	}
+}
+
+func (v *validator) rateLimit(path string, r RateLimit) {
+	if !(r.RequestsPerSecond >= 0) {
+		v.add(path+".requests_per_second", "must not be negative")
+	}
+	if r.Burst < 0 {
+		v.add(path+".burst", "must not be negative")
+	}
+}
+
+func (v *validator) backend(p string, b Backend, seen map[string]bool) {
+	v.unique(seen, p+".name", "backend name", b.Name)
+	v.oneOf(p+".kind", b.Kind, "in_process", "kserve_grpc")
+	switch b.Kind {
+	case "kserve_grpc":
+		if len(b.Endpoints) == 0 {
+			v.add(p+".endpoints", "at least one endpoint is required for kind kserve_grpc")
+		}
+	case "in_process":
+		if len(b.Endpoints) > 0 {
+			v.add(p+".endpoints", "kind in_process takes no endpoints")
+		}
+	}
+	eps := map[string]bool{}
+	for i, e := range b.Endpoints {
+		ep := fmt.Sprintf("%s.endpoints[%d]", p, i)
+		v.hostPort(ep, e, true)
+		if eps[e] {
+			v.add(ep, "duplicate endpoint %q", e)
+		}
+		eps[e] = true
+	}
+	v.oneOf(p+".load_balancing", b.LoadBalancing, "least_request", "round_robin", "random")
+	v.positive(p+".health_check.interval", b.HealthCheck.Interval)
+	v.positive(p+".health_check.timeout", b.HealthCheck.Timeout)
+	if b.HealthCheck.Timeout > b.HealthCheck.Interval {
+		v.add(p+".health_check.timeout", "must not exceed health_check.interval")
+	}
+	od := b.OutlierDetection
+	op := p + ".outlier_detection"
+	v.percent(op+".error_rate_percent", od.ErrorRatePercent)
+	v.percent(op+".max_ejection_percent", od.MaxEjectionPercent)
+	v.positive(op+".interval", od.Interval)
+	v.positive(op+".window", od.Window)
+	v.positive(op+".base_ejection_time", od.BaseEjectionTime)
+	if od.Consecutive503 < 1 {
+		v.add(op+".consecutive_503", "must be at least 1")
+	}
+}
+
+// pathPattern is "METHOD /path".
+var pathPattern = regexp.MustCompile(`^(GET|POST|PUT) /[^\s{}]*$`)
+
+func (v *validator) service(p string, s Service, backends map[string]bool) {
+	if !pathPattern.MatchString(s.Path) {
+		v.add(p+".path", "%s: want \"METHOD /path\", e.g. \"POST /v1/services/parcel-eta:predict\"", quote(s.Path))
+	}
+	fields := map[string]bool{} // names an input's "field:" may use
+	for i, e := range s.Entities {
+		ep := fmt.Sprintf("%s.entities[%d]", p, i)
+		if e.Name == "" {
+			v.add(ep+".name", "is required")
+		}
+		v.unique(fields, ep+".join_key", "request field", e.JoinKey)
+		v.oneOf(ep+".type", e.Type, "int64", "string")
+	}
+	for i, f := range s.RequestFields {
+		fp := fmt.Sprintf("%s.request_fields[%d]", p, i)
+		v.unique(fields, fp+".name", "request field", f.Name)
+		v.oneOf(fp+".type", f.Type, "float32", "float64", "int64", "bool", "string")
+	}
+	tensors := map[string]bool{}
+	usesFeatures := false
+	for i, in := range s.Inputs {
+		ip := fmt.Sprintf("%s.inputs[%d]", p, i)
+		v.unique(tensors, ip+".tensor", "input tensor", in.Tensor)
+		v.oneOf(ip+".datatype", in.Datatype, "FP32", "FP64", "FP16", "INT64", "INT32", "INT16", "INT8", "UINT8", "BOOL", "BYTES")
+		if len(in.Features) == 0 {
+			v.add(ip+".features", "at least one feature is required")
+		}
+		for j, f := range in.Features {
+			fp := fmt.Sprintf("%s.features[%d]", ip, j)
+			kind, name, ok := strings.Cut(f, ":")
+			switch {
+			case ok && kind == "field":
+				if !fields[name] {
+					v.add(fp, "field %q is not an entity join_key or request field of the service", name)
+				}
+			case ok && kind != "" && name != "" && !strings.Contains(name, ":"):
+				usesFeatures = true
+			default:
+				v.add(fp, "%s: want \"view:feature\" or \"field:NAME\"", quote(f))
+			}
+		}
+		v.oneOf(ip+".missing", in.Missing, "fail", "default", "zero")
+		if in.Missing == "default" && in.Default == nil {
+			v.add(ip+".default", "missing: default needs a default value")
+		}
+		if in.Missing != "default" && in.Default != nil {
+			v.add(ip+".default", "default is used only with missing: default")
+		}
+	}
+	if usesFeatures && s.FeatureService == "" {
+		v.add(p+".feature_service", "is required when inputs read features")
+	}
+	if s.Model.Name == "" {
+		v.add(p+".model.name", "is required")
+	}
+	outs := map[string]bool{}
+	for i, o := range s.Outputs {
+		v.unique(outs, fmt.Sprintf("%s.outputs[%d].name", p, i), "output name", o.Name)
+	}
+	if len(s.Routes) == 0 {
+		v.add(p+".routes", "at least one route is required")
+	}
+	routes := map[string]bool{}
+	for i, r := range s.Routes {
+		v.route(fmt.Sprintf("%s.routes[%d]", p, i), r, routes, backends, fields)
+	}
+	if s.Fallback != nil {
+		v.fallback(p+".fallback", *s.Fallback)
+	}
+}
+
+func (v *validator) route(p string, r Route, seen, backends, fields map[string]bool) {
+	v.unique(seen, p+".name", "route name", r.Name)
+	for i, h := range r.Match.Headers {
+		hp := fmt.Sprintf("%s.match.headers[%d]", p, i)
+		if h.Name == "" {
+			v.add(hp+".name", "is required")
+		}
+		set := 0
+		for _, b := range []bool{h.Exact != nil, h.Prefix != nil, h.Regex != nil, h.Present != nil} {
+			if b {
+				set++
+			}
+		}
+		if set != 1 {
+			v.add(hp, "set exactly one of exact, prefix, regex, present")
+		}
+		if h.Regex != nil {
+			if _, err := regexp.Compile(*h.Regex); err != nil {
+				v.add(hp+".regex", "%v", err)
+			}
+		}
+	}
+	if eh := r.Match.EntityHash; eh != nil {
+		ep := p + ".match.entity_hash"
+		if !fields[eh.Key] {
+			v.add(ep+".key", "%q is not an entity join_key or request field of the service", eh.Key)
+		}
+		if eh.Modulo < 1 {
+			v.add(ep+".modulo", "must be at least 1")
+		}
+		if eh.Below < 0 || eh.Below > eh.Modulo {
+			v.add(ep+".below", "%d outside [0,modulo=%d]", eh.Below, eh.Modulo)
+		}
+	}
+	if len(r.Route.Weighted) == 0 {
+		v.add(p+".route.weighted", "at least one backend is required")
+	}
+	sum := 0
+	for i, w := range r.Route.Weighted {
+		wp := fmt.Sprintf("%s.route.weighted[%d]", p, i)
+		if !backends[w.Backend] {
+			v.add(wp+".backend", "unknown backend %q", w.Backend)
+		}
+		if w.Weight < 0 || w.Weight > 100 {
+			v.add(wp+".weight", "weight %d outside [0,100]", w.Weight)
+		}
+		sum += w.Weight
+	}
+	if len(r.Route.Weighted) > 0 && sum != 100 {
+		v.add(p+".route.weighted", "weights sum to %d, want 100", sum)
+	}
+	if r.Route.StickyKey != "" && !fields[r.Route.StickyKey] {
+		v.add(p+".route.sticky_key", "%q is not an entity join_key or request field of the service", r.Route.StickyKey)
+	}
+	v.positive(p+".timeout", r.Timeout)
+	if rp := r.Retries; rp != nil {
+		for i, on := range rp.RetryOn {
+			if !slices.Contains(retryOnValues, on) {
+				v.add(fmt.Sprintf("%s.retries.retry_on[%d]", p, i), "%q is not one of %s", on, strings.Join(retryOnValues, ", "))
+			}
+		}
+		if rp.NumRetries < 0 || rp.NumRetries > 10 {
+			v.add(p+".retries.num_retries", "%d outside [0,10]", rp.NumRetries)
+		}
+		v.positive(p+".retries.per_try_timeout", rp.PerTryTimeout)
+		if rp.PerTryTimeout > r.Timeout {
+			v.add(p+".retries.per_try_timeout", "%s exceeds the route timeout %s", rp.PerTryTimeout.Std(), r.Timeout.Std())
+		}
+		v.percent(p+".retries.budget.percent", rp.Budget.Percent)
+		if rp.Budget.MinConcurrency < 0 {
+			v.add(p+".retries.budget.min_concurrency", "must not be negative")
+		}
+	}
+}
+
+func (v *validator) fallback(p string, f Fallback) {
+	if f.Rule == "" {
+		v.add(p+".rule", "is required")
+	} else if _, err := expr.Compile(f.Rule, expr.AllowUndefinedVariables()); err != nil {
+		v.add(p+".rule", "does not compile: %s", firstLine(err.Error()))
+	}
+	v.positive(p+".baseline_window", f.BaselineWindow)
+	if f.History < 1 {
+		v.add(p+".history", "must be at least 1")
+	}
+	if !(f.Trigger.Percentile > 0 && f.Trigger.Percentile <= 100) {
+		v.add(p+".trigger.percentile", "%v outside (0,100]", f.Trigger.Percentile)
+	}
+	v.percent(p+".trigger.band", f.Trigger.Band)
+	v.positive(p+".trigger.duration", f.Trigger.Duration)
+	if !(f.Confidence.Below >= 0 && f.Confidence.Below <= 1) {
+		v.add(p+".confidence.below", "%v outside [0,1]", f.Confidence.Below)
+	}
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
