@@ -46,6 +46,8 @@ var kindCodes = map[infer.Kind]codes.Code{
 	infer.KindConflict:          codes.FailedPrecondition,
 	infer.KindUnsupported:       codes.Unimplemented,
 	infer.KindTimeout:           codes.DeadlineExceeded,
+	infer.KindUnauthenticated:   codes.Unauthenticated,
+	infer.KindPermissionDenied:  codes.PermissionDenied,
 }
 
 // CodeOf returns the gRPC code for err: the code of an *infer.Error's

@@ -616,6 +616,8 @@ func TestErrorMapping(t *testing.T) {
 		{infer.Errorf(infer.KindConflict, "x", "m"), codes.FailedPrecondition},
 		{infer.Errorf(infer.KindUnsupported, "x", "m"), codes.Unimplemented},
 		{infer.Errorf(infer.KindTimeout, "x", "m"), codes.DeadlineExceeded},
+		{infer.Errorf(infer.KindUnauthenticated, "x", "m"), codes.Unauthenticated},
+		{infer.Errorf(infer.KindPermissionDenied, "x", "m"), codes.PermissionDenied},
 		{infer.Errorf(infer.KindInternal, "x", "m"), codes.Internal},
 		{infer.Errorf(infer.Kind(99), "x", "m"), codes.Internal},
 		{context.DeadlineExceeded, codes.DeadlineExceeded},

@@ -64,6 +64,10 @@ func statusOf(err error) (int, string) {
 			return http.StatusConflict, reason
 		case infer.KindTimeout:
 			return http.StatusGatewayTimeout, reason
+		case infer.KindUnauthenticated:
+			return http.StatusUnauthorized, reason
+		case infer.KindPermissionDenied:
+			return http.StatusForbidden, reason
 		default:
 			return http.StatusInternalServerError, reason
 		}

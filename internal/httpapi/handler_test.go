@@ -589,6 +589,8 @@ func TestInferModelErrors(t *testing.T) {
 		{"conflict", infer.Errorf(infer.KindConflict, "busy", "busy"), 409, "busy"},
 		{"timeout", infer.Errorf(infer.KindTimeout, "queue_timeout", "timed out in queue"), 504, "queue_timeout"},
 		{"unsupported", infer.Errorf(infer.KindUnsupported, "nope", "not supported"), 400, "nope"},
+		{"unauthenticated", infer.Errorf(infer.KindUnauthenticated, "invalid_api_key", "invalid API key"), 401, "invalid_api_key"},
+		{"permission denied", infer.Errorf(infer.KindPermissionDenied, "forbidden", "not allowed"), 403, "forbidden"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeModels()

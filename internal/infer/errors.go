@@ -16,6 +16,8 @@ const (
 	KindConflict                      // 409 / FailedPrecondition
 	KindUnsupported                   // 400 / Unimplemented
 	KindTimeout                       // 504 / DeadlineExceeded
+	KindUnauthenticated               // 401 / Unauthenticated
+	KindPermissionDenied              // 403 / PermissionDenied
 )
 
 // Error is a domain error with a stable, snake_case reason code that
