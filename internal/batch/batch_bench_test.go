@@ -100,31 +100,3 @@ func BenchmarkSubmit(b *testing.B) {
 		})
 	}
 }
-
-// TestSubmitAllocations pins the hot path: a batch of one allocates only
-// the Result.
-func TestSubmitAllocations(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector drops pooled objects on purpose")
-	}
-	req := request(1, 1)
-	bt, err := New(Options{Model: "m", Version: "1", Dynamic: true, MaxBatchSize: 8},
-		[]Executor{passExec([]infer.Tensor{req.Inputs[0]})}, nil, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := bt.Close(t.Context()); err != nil {
-			t.Error(err)
-		}
-	}()
-	ctx := context.Background()
-	allocs := testing.AllocsPerRun(500, func() {
-		if _, err := bt.Submit(ctx, req); err != nil {
-			t.Fatal(err)
-		}
-	})
-	if allocs > 1 {
-		t.Fatalf("Submit allocates %.0f times per request, want at most 1 (the Result)", allocs)
-	}
-}

@@ -690,9 +690,6 @@ func TestNewRejectsBadOptions(t *testing.T) {
 // without PreserveOrdering. Every request that succeeds must get its own
 // rows; every failure must be one of the documented reasons.
 func TestConcurrentStress(t *testing.T) {
-	if testing.Short() {
-		t.Skip("stress test")
-	}
 	for _, preserve := range []bool{false, true} {
 		t.Run(map[bool]string{false: "unordered", true: "ordered"}[preserve], func(t *testing.T) {
 			e1, e2 := newFakeExec(), newFakeExec()
