@@ -20,13 +20,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/sluice-ml/sluice/internal/telemetry"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -263,15 +264,15 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		entries: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		entries: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_gateway_access_log_entries_total",
 			Help: "Access-log entries written, by kind (sampled success or error).",
 		}, []string{"kind"})),
-		dropped: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		dropped: telemetry.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_gateway_access_log_dropped_total",
 			Help: "Access-log entries chosen by sampling but dropped because the writer could not keep up or the log was closed.",
 		})),
-		writeErrors: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		writeErrors: telemetry.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_gateway_access_log_write_errors_total",
 			Help: "Failed access-log encodes or writes.",
 		})),
@@ -279,20 +280,4 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.entries.WithLabelValues(kindSampled)
 	m.entries.WithLabelValues(kindError)
 	return m
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if reg == nil {
-		return c
-	}
-	if err := reg.Register(c); err != nil {
-		if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		// A different collector under our name is a wiring bug.
-		panic("accesslog: register metrics: " + err.Error())
-	}
-	return c
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/telemetry"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-ml/sluice/internal/feature/online"
@@ -25,31 +27,13 @@ type metrics struct {
 	duration *prometheus.HistogramVec // store, op
 }
 
-// register registers c on reg, or returns the collector already there
-// (two stores opened in one process share the series, told apart by the
-// store label).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if reg == nil {
-		return c
-	}
-	if err := reg.Register(c); err != nil {
-		if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		panic(err) // a conflicting definition is a programming error
-	}
-	return c
-}
-
 func newMetrics(reg prometheus.Registerer) *metrics {
 	return &metrics{
-		requests: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		requests: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_feature_online_requests_total",
 			Help: "Online store calls by store type, operation and outcome (ok, unavailable, error).",
 		}, []string{"store", "op", "outcome"})),
-		duration: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		duration: telemetry.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_feature_online_request_duration_seconds",
 			Help:    "Online store call latency by store type and operation.",
 			Buckets: []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
