@@ -22,5 +22,5 @@ func TestRegisterReusesTheRegisteredCollector(t *testing.T) {
 			t.Fatal("a different collector under the same name must panic")
 		}
 	}()
-	Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_test_total", Help: "other"}, []string{"x"}))
+	Register(reg, prometheus.NewCounterVec(opts, []string{"x"})) // same name, other labels
 }
