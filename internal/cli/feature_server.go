@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
@@ -87,65 +89,104 @@ func runFeatureServer(ctx context.Context, cmd *cobra.Command, f *featureServerF
 		return err
 	}
 	reg := telemetry.NewRegistry()
-	holder, err := registry.NewHolder(ctx, f.repo, logger, reg)
+	fsrv, err := startFeatureServer(ctx, f, logger, reg)
 	if err != nil {
 		return err
 	}
-	repo := holder.Current()
-	store, err := connect.Open(ctx, repo.Config.Online, repo.Project, repo.Dir, logger, reg)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err := store.Close(); err != nil {
-			logger.Warn("close online store", "err", err)
-		}
-	}()
-
-	srv := serving.New(holder, store, serving.Options{EventTimeTolerance: f.tolerance}, logger, reg)
-	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true, Registry: reg})
-	h := serving.NewHandler(srv, serving.HandlerOptions{
-		MaxBodyBytes: f.maxBodyBytes,
-		Materializer: &holderMaterializer{holder: holder, store: store},
-		Metrics:      metricsHandler,
-	})
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(f.address, strconv.Itoa(f.port)))
-	if err != nil {
-		return fmt.Errorf("listen http: %w", err)
-	}
-	httpSrv := httpapi.NewServer(h, httpapi.ServerOptions{})
-
+	defer fsrv.close()
 	g, gctx := errgroup.WithContext(ctx)
 	if f.metricsPort > 0 {
 		ms, err := telemetry.NewMetricsServer(ctx, net.JoinHostPort(f.address, strconv.Itoa(f.metricsPort)), reg, logger)
 		if err != nil {
-			_ = ln.Close()
+			_ = fsrv.ln.Close()
 			return err
 		}
 		g.Go(func() error { return ms.Run(gctx) })
 	}
-	if f.pollSecs > 0 {
-		g.Go(func() error { return holder.Watch(gctx, time.Duration(f.pollSecs)*time.Second) })
-	}
-	g.Go(func() error { return srv.Run(gctx) })
-	g.Go(func() error {
-		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve http: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(f.exitTimeoutSecs)*time.Second)
-		defer cancel()
-		return httpSrv.Shutdown(shutCtx)
-	})
-	logger.Info("feature server ready", "http", ln.Addr().String(), "project", repo.Project,
+	fsrv.run(ctx, g, gctx, nil)
+	repo := fsrv.holder.Current()
+	logger.Info("feature server ready", "http", fsrv.ln.Addr().String(), "project", repo.Project,
 		"views", len(repo.Views), "online_store", repo.Config.Online.Type)
 	err = g.Wait()
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		err = nil
 	}
 	return err
+}
+
+// featureServer is a started feature server: registry loaded, online
+// store open, listener bound.
+type featureServer struct {
+	holder      *registry.Holder
+	store       online.Store
+	srv         *serving.Server
+	ln          net.Listener
+	httpSrv     *http.Server
+	pollEvery   time.Duration
+	exitTimeout time.Duration
+	logger      *slog.Logger
+}
+
+func (fs *featureServer) close() {
+	if err := fs.store.Close(); err != nil {
+		fs.logger.Warn("close online store", "err", err)
+	}
+}
+
+// startFeatureServer loads the feature repository, opens its online store
+// and binds the HTTP listener; the caller runs it with run and closes it.
+func startFeatureServer(ctx context.Context, f *featureServerFlags, logger *slog.Logger, reg *prometheus.Registry) (*featureServer, error) {
+	holder, err := registry.NewHolder(ctx, f.repo, logger, reg)
+	if err != nil {
+		return nil, err
+	}
+	repo := holder.Current()
+	store, err := connect.Open(ctx, repo.Config.Online, repo.Project, repo.Dir, logger, reg)
+	if err != nil {
+		return nil, err
+	}
+	fs := &featureServer{
+		holder: holder, store: store, logger: logger,
+		pollEvery:   time.Duration(f.pollSecs) * time.Second,
+		exitTimeout: time.Duration(f.exitTimeoutSecs) * time.Second,
+	}
+	fs.srv = serving.New(holder, store, serving.Options{EventTimeTolerance: f.tolerance}, logger, reg)
+	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true, Registry: reg})
+	h := serving.NewHandler(fs.srv, serving.HandlerOptions{
+		MaxBodyBytes: f.maxBodyBytes,
+		Materializer: &holderMaterializer{holder: holder, store: store},
+		Metrics:      metricsHandler,
+	})
+	var lc net.ListenConfig
+	fs.ln, err = lc.Listen(ctx, "tcp", net.JoinHostPort(f.address, strconv.Itoa(f.port)))
+	if err != nil {
+		fs.close()
+		return nil, fmt.Errorf("listen http: %w", err)
+	}
+	fs.httpSrv = httpapi.NewServer(h, httpapi.ServerOptions{})
+	return fs, nil
+}
+
+// run serves until gctx ends, then shuts the listener down gracefully,
+// after the after channel closes when it is not nil.
+func (fs *featureServer) run(ctx context.Context, g *errgroup.Group, gctx context.Context, after <-chan struct{}) {
+	if fs.pollEvery > 0 {
+		g.Go(func() error { return fs.holder.Watch(gctx, fs.pollEvery) })
+	}
+	g.Go(func() error { return fs.srv.Run(gctx) })
+	g.Go(func() error {
+		if err := fs.httpSrv.Serve(fs.ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve http: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		if after != nil {
+			<-after
+		}
+		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fs.exitTimeout)
+		defer cancel()
+		return fs.httpSrv.Shutdown(shutCtx)
+	})
 }

@@ -12,7 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sluice-ml/sluice/internal/backend"
@@ -43,6 +45,11 @@ type serveFlags struct {
 	logFormat       string
 	logLevel        string
 	cacheSize       int64
+	configFile      string
+	materialize     bool
+	// backendSettings come from sluice.yaml's model_server.backend_config;
+	// --backend-config values win.
+	backendSettings map[string]map[string]string
 }
 
 func newServeCmd(use, short string) *cobra.Command {
@@ -72,6 +79,8 @@ func newServeCmd(use, short string) *cobra.Command {
 	fl.Int64Var(&f.maxBodyBytes, "max-request-bytes", 64<<20, "largest HTTP body or gRPC message accepted")
 	fl.IntVar(&f.exitTimeoutSecs, "exit-timeout-secs", 30, "seconds to wait for in-flight requests at shutdown")
 	fl.Int64Var(&f.cacheSize, "cache-size", 0, "bytes of the response cache shared by models with response_cache { enable: true }; 0 disables it")
+	fl.StringVarP(&f.configFile, "config", "c", "", "sluice.yaml: run the whole chain it describes (model server, feature server, gateway); the model-server flags are then ignored except --backend-config, --log-format and --log-level")
+	fl.BoolVar(&f.materialize, "materialize", true, "with -c: apply the feature repository and materialize it incrementally into the online store at start")
 	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
@@ -132,39 +141,95 @@ type drainingModels struct {
 func (d *drainingModels) Ready() bool { return !d.draining.Load() && d.Manager.Ready() }
 
 func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
+	if f.configFile != "" {
+		return runChain(ctx, cmd, f)
+	}
 	start := time.Now()
 	logger, err := telemetry.NewLogger(cmd.ErrOrStderr(), telemetry.LogOptions{Format: f.logFormat, Level: f.logLevel})
 	if err != nil {
 		return err
 	}
+	reg := telemetry.NewRegistry()
+	ms, err := startModelServer(ctx, f, logger, reg)
+	if err != nil {
+		return err
+	}
+	defer ms.closeBackends()
+	logger.Info("sluice ready",
+		"http", ms.httpLn.Addr().String(), "grpc", ms.grpcLn.Addr().String(), "metrics", ms.metrics.Addr().String(),
+		"startup_seconds", time.Since(start).Seconds())
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return ms.metrics.Run(gctx) })
+	ms.run(ctx, g, gctx, nil)
+	err = g.Wait()
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// modelServer is a started model server: models loaded, listeners open.
+type modelServer struct {
+	mgr           *modelrepo.Manager
+	models        *drainingModels
+	httpLn        net.Listener
+	grpcLn        net.Listener
+	metrics       *telemetry.MetricsServer
+	httpSrv       *http.Server
+	grpcSvc       *grpcapi.Service
+	grpcSrv       *grpc.Server
+	closeBack     func() error
+	logger        *slog.Logger
+	exitTimeout   time.Duration
+}
+
+func (ms *modelServer) closeBackends() {
+	if err := ms.closeBack(); err != nil {
+		ms.logger.Warn("close backends", "err", err)
+	}
+}
+
+// startModelServer loads the models and opens the listeners. The caller
+// runs it with run and closes the backends after.
+func startModelServer(ctx context.Context, f *serveFlags, logger *slog.Logger, reg *prometheus.Registry) (*modelServer, error) {
 	if len(f.repos) == 0 {
-		return errors.New("--model-repository is required")
+		return nil, errors.New("--model-repository is required")
 	}
 	mode := modelrepo.ControlMode(f.controlMode)
 	switch mode {
 	case modelrepo.ControlNone, modelrepo.ControlPoll, modelrepo.ControlExplicit:
 	default:
-		return fmt.Errorf("--model-control-mode %q: want none, poll or explicit", f.controlMode)
+		return nil, fmt.Errorf("--model-control-mode %q: want none, poll or explicit", f.controlMode)
 	}
 	settings, err := backendSettings(f.backendConfig)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	for name, kv := range f.backendSettings {
+		if settings[name] == nil {
+			settings[name] = map[string]string{}
+		}
+		for k, v := range kv {
+			if _, set := settings[name][k]; !set {
+				settings[name][k] = v
+			}
+		}
 	}
 	commits, err := parseCommits(f.gitCommits)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	backends, closeBackends, err := newBackends(settings, logger)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	ms := &modelServer{closeBack: closeBackends, logger: logger, exitTimeout: time.Duration(f.exitTimeoutSecs) * time.Second}
+	ok := false
 	defer func() {
-		if err := closeBackends(); err != nil {
-			logger.Warn("close backends", "err", err)
+		if !ok {
+			ms.closeBackends()
 		}
 	}()
-
-	reg := telemetry.NewRegistry()
 	mgr, err := modelrepo.New(modelrepo.Options{
 		Repositories:    f.repos,
 		ControlMode:     mode,
@@ -177,78 +242,79 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 		CacheSizeBytes:  f.cacheSize,
 	}, backends, logger, reg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	models := &drainingModels{Manager: mgr}
+	ms.mgr = mgr
+	ms.models = &drainingModels{Manager: mgr}
 
 	listen := func(port int) (net.Listener, error) {
 		var lc net.ListenConfig
 		return lc.Listen(ctx, "tcp", net.JoinHostPort(f.address, strconv.Itoa(port)))
 	}
-	httpLn, err := listen(f.httpPort)
-	if err != nil {
-		return fmt.Errorf("listen http: %w", err)
+	if ms.httpLn, err = listen(f.httpPort); err != nil {
+		return nil, fmt.Errorf("listen http: %w", err)
 	}
-	grpcLn, err := listen(f.grpcPort)
-	if err != nil {
-		return fmt.Errorf("listen grpc: %w", err)
+	if ms.grpcLn, err = listen(f.grpcPort); err != nil {
+		_ = ms.httpLn.Close()
+		return nil, fmt.Errorf("listen grpc: %w", err)
 	}
-	metrics, err := telemetry.NewMetricsServer(ctx, net.JoinHostPort(f.address, strconv.Itoa(f.metricsPort)), reg, logger)
+	ms.metrics, err = telemetry.NewMetricsServer(ctx, net.JoinHostPort(f.address, strconv.Itoa(f.metricsPort)), reg, logger)
 	if err != nil {
-		return err
+		_ = ms.httpLn.Close()
+		_ = ms.grpcLn.Close()
+		return nil, err
 	}
-
-	httpSrv := httpapi.NewServer(httpapi.New(models, httpapi.Options{
+	ms.httpSrv = httpapi.NewServer(httpapi.New(ms.models, httpapi.Options{
 		MaxBodyBytes: f.maxBodyBytes, ServerVersion: Version,
 	}, logger, reg), httpapi.ServerOptions{})
-	grpcSvc := grpcapi.New(models, grpcapi.Options{ServerVersion: Version}, logger, reg)
-	grpcSrv := grpcapi.NewServer(grpcSvc, grpcapi.ServerOptions{MaxRecvMsgSize: int(f.maxBodyBytes)})
+	ms.grpcSvc = grpcapi.New(ms.models, grpcapi.Options{ServerVersion: Version}, logger, reg)
+	ms.grpcSrv = grpcapi.NewServer(ms.grpcSvc, grpcapi.ServerOptions{MaxRecvMsgSize: int(f.maxBodyBytes)})
 
 	if err := mgr.Start(ctx); err != nil {
-		return &exitError{code: 1, err: err}
+		_ = ms.httpLn.Close()
+		_ = ms.grpcLn.Close()
+		return nil, &exitError{code: 1, err: err}
 	}
-	logger.Info("sluice ready",
-		"http", httpLn.Addr().String(), "grpc", grpcLn.Addr().String(), "metrics", metrics.Addr().String(),
-		"startup_seconds", time.Since(start).Seconds())
+	ok = true
+	return ms, nil
+}
 
-	exitTimeout := time.Duration(f.exitTimeoutSecs) * time.Second
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return mgr.Run(gctx) })
-	g.Go(func() error { return metrics.Run(gctx) })
+// run serves until gctx ends, then shuts down: readiness fails, listeners
+// stop taking requests while in-flight ones finish, then the models
+// unload. When after is not nil, the shutdown waits for it first (the
+// gateway in front drains before the model server goes).
+func (ms *modelServer) run(ctx context.Context, g *errgroup.Group, gctx context.Context, after <-chan struct{}) {
+	g.Go(func() error { return ms.mgr.Run(gctx) })
 	g.Go(func() error {
-		if err := httpSrv.Serve(httpLn); !errors.Is(err, http.ErrServerClosed) {
+		if err := ms.httpSrv.Serve(ms.httpLn); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve http: %w", err)
 		}
 		return nil
 	})
 	g.Go(func() error {
-		if err := grpcSrv.Serve(grpcLn); err != nil {
+		if err := ms.grpcSrv.Serve(ms.grpcLn); err != nil {
 			return fmt.Errorf("serve grpc: %w", err)
 		}
 		return nil
 	})
 	g.Go(func() error {
 		<-gctx.Done()
-		// Shutdown order: fail readiness, stop taking requests while letting
-		// in-flight ones finish, then unload the models they ran on.
-		models.draining.Store(true)
-		grpcSvc.Shutdown() // health turns NOT_SERVING; Watch streams end
-		logger.Info("shutting down", "exit_timeout_seconds", exitTimeout.Seconds())
-		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), exitTimeout)
+		if after != nil {
+			<-after
+		}
+		ms.models.draining.Store(true)
+		ms.grpcSvc.Shutdown() // health turns NOT_SERVING; Watch streams end
+		ms.logger.Info("shutting down the model server", "exit_timeout_seconds", ms.exitTimeout.Seconds())
+		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ms.exitTimeout)
 		defer cancel()
 		stopped := make(chan struct{})
-		go func() { grpcSrv.GracefulStop(); close(stopped) }()
-		err := httpSrv.Shutdown(shutCtx)
+		go func() { ms.grpcSrv.GracefulStop(); close(stopped) }()
+		err := ms.httpSrv.Shutdown(shutCtx)
 		select {
 		case <-stopped:
 		case <-shutCtx.Done():
-			grpcSrv.Stop()
+			ms.grpcSrv.Stop()
 		}
-		return errors.Join(err, mgr.Close(shutCtx))
+		return errors.Join(err, ms.mgr.Close(shutCtx))
 	})
-	err = g.Wait()
-	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		err = nil
-	}
-	return err
 }

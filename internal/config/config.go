@@ -72,6 +72,18 @@ type Gateway struct {
 	Backends []Backend `yaml:"backends"`
 	// LogSampling sets which share of requests the access log records in full.
 	LogSampling LogSampling `yaml:"log_sampling"`
+	// AccessLog is where access-log lines go: "stdout" (default), "stderr",
+	// "off" or a file path (appended to).
+	AccessLog string `yaml:"access_log"`
+	// DrainPeriod is how long, at shutdown, the gateway keeps serving with
+	// readiness failing before it stops its listeners [2s].
+	DrainPeriod Duration `yaml:"drain_period"`
+	// PriorityHeaders map a request header value to a model priority; the
+	// first match wins over the client's priority.
+	PriorityHeaders []PriorityHeader `yaml:"priority_headers"`
+	// Proxy passes KServe v2 requests (/v2/...) through to a backend, with
+	// authentication and rate limits: the gateway as a plain L7 hop.
+	Proxy *Proxy `yaml:"proxy"`
 }
 
 // Client is one API client.
@@ -90,6 +102,26 @@ type Client struct {
 }
 
 // RateLimit is a token bucket.
+// PriorityHeader maps "header: value" to a model priority (Triton's
+// convention: 1 is the highest).
+type PriorityHeader struct {
+	Name     string `yaml:"name"`
+	Value    string `yaml:"value"`
+	Priority int    `yaml:"priority"`
+}
+
+// Proxy is the KServe v2 passthrough.
+type Proxy struct {
+	// Backend names a backend of kind kserve_http.
+	Backend string `yaml:"backend"`
+	// PathPrefix is the path prefix forwarded as is [/v2/].
+	PathPrefix string `yaml:"path_prefix"`
+	// Timeout bounds a request, retries included [1s].
+	Timeout Duration `yaml:"timeout"`
+	// Retries retries failed tries on other endpoints; nil means none.
+	Retries *RetryPolicy `yaml:"retries"`
+}
+
 type RateLimit struct {
 	// RequestsPerSecond is the refill rate; 0 means no limit.
 	RequestsPerSecond float64 `yaml:"requests_per_second"`
@@ -151,6 +183,24 @@ type Service struct {
 	Routes []Route `yaml:"routes"`
 	// Fallback is the business-level fallback; nil means none.
 	Fallback *Fallback `yaml:"fallback"`
+	// Example is a sample request body, printed by "sluice serve" as a
+	// ready-to-paste curl command.
+	Example map[string]any `yaml:"example"`
+	// FeatureBreaker stops reading features (503 feature_service_unavailable)
+	// while the feature service keeps reporting stale views.
+	FeatureBreaker FeatureBreaker `yaml:"feature_breaker"`
+}
+
+// FeatureBreaker is a service's feature-level circuit breaker.
+type FeatureBreaker struct {
+	// StaleThreshold is the number of stale-feature events within Window
+	// that opens the breaker [10]; a negative value disables the breaker.
+	StaleThreshold int `yaml:"stale_threshold"`
+	// Window is the sliding window the events are counted in [5m].
+	Window Duration `yaml:"window"`
+	// ProbeInterval is how often an open breaker lets one request read
+	// features to see whether they are fresh again [5s].
+	ProbeInterval Duration `yaml:"probe_interval"`
 }
 
 // Entity is an entity key a request carries.
@@ -303,6 +353,9 @@ type Fallback struct {
 	Confidence Confidence `yaml:"confidence"`
 	// Rule is the expr-lang expression over features and request fields.
 	Rule string `yaml:"rule"`
+	// Window is the span of recent predictions whose percentile is
+	// compared with the baseline. Default 1m.
+	Window Duration `yaml:"window"`
 }
 
 // Trigger turns the fallback on when a percentile leaves the baseline band.
@@ -313,6 +366,9 @@ type Trigger struct {
 	Band float64 `yaml:"band"`
 	// Duration is how long it must stay outside. Default 10m.
 	Duration Duration `yaml:"duration"`
+	// ClearDuration is how long it must be back inside 0.8 × band before
+	// the fallback turns off. Default 1m.
+	ClearDuration Duration `yaml:"clear_duration"`
 }
 
 // Confidence selects requests for the rule.
@@ -327,9 +383,11 @@ type Confidence struct {
 type Backend struct {
 	// Name is the backend name; unique.
 	Name string `yaml:"name"`
-	// Kind is in_process (this process's model server) or kserve_grpc.
+	// Kind is in_process (this process's model server), kserve_grpc
+	// (KServe v2 gRPC servers: Sluice or Triton) or kserve_http (KServe v2
+	// HTTP servers, for the proxy only).
 	Kind string `yaml:"kind"`
-	// Endpoints are host:port addresses (kserve_grpc only).
+	// Endpoints are host:port addresses (kserve_grpc and kserve_http).
 	Endpoints []string `yaml:"endpoints"`
 	// LoadBalancing is least_request (P2C), round_robin or random. Default least_request.
 	LoadBalancing string `yaml:"load_balancing"`
@@ -349,13 +407,16 @@ type HealthCheck struct {
 
 // OutlierDetection is Envoy's outlier detection, with the issue's rules.
 type OutlierDetection struct {
-	// ErrorRatePercent over Window ejects an endpoint. Default 5.
+	// ErrorRatePercent of failed tries within Interval ejects an endpoint. Default 5.
 	ErrorRatePercent float64 `yaml:"error_rate_percent"`
-	// Interval between ejection sweeps. Default 10s.
+	// Interval is the rolling error-rate window. Default 10s.
 	Interval Duration `yaml:"interval"`
-	// Consecutive503 is how many 503s within a sliding minute mark an endpoint unhealthy. Default 3.
+	// MinRequestVolume is the number of tries within Interval below which
+	// the error rate is not judged. Default 20.
+	MinRequestVolume int `yaml:"min_request_volume"`
+	// Consecutive503 is how many 503s (gRPC UNAVAILABLE) within Window eject an endpoint. Default 3.
 	Consecutive503 int `yaml:"consecutive_503"`
-	// Window is the error-rate window. Default 1m.
+	// Window is the sliding window of the 503 rule. Default 1m.
 	Window Duration `yaml:"window"`
 	// BaseEjectionTime is how long an ejection lasts (fixed). Default 30s.
 	BaseEjectionTime Duration `yaml:"base_ejection_time"`

@@ -37,7 +37,7 @@ func TestLoadTestdata(t *testing.T) {
 		}},
 		{file: "retries.bad.yaml", want: []string{
 			`retries.bad.yaml:12:29: gateway.services[0].routes[0].retries.retry_on[1]: "teapot" is not one of`,
-			`retries.bad.yaml:13:13: gateway.services[0].routes[0].retries.per_try_timeout: 250ms exceeds the route timeout 100ms`,
+			`retries.bad.yaml:13:13: gateway.services[0].routes[0].retries.per_try_timeout: 250ms exceeds the timeout 100ms`,
 		}},
 		{file: "inputs.bad.yaml", want: []string{
 			`inputs.bad.yaml:10:38: gateway.services[0].inputs[0].features[1]: field "nope" is not an entity join_key or request field`,

@@ -24,6 +24,13 @@ func (c *Config) applyDefaults() {
 		return
 	}
 	g.Listen = or(g.Listen, ":8080")
+	g.DrainPeriod = or(g.DrainPeriod, Duration(2*time.Second))
+	g.AccessLog = or(g.AccessLog, "stdout")
+	if p := g.Proxy; p != nil {
+		p.PathPrefix = or(p.PathPrefix, "/v2/")
+		p.Timeout = or(p.Timeout, Duration(time.Second))
+		p.Retries.applyDefaults(p.Timeout)
+	}
 	g.Admin = or(g.Admin, ":9901")
 	for i := range g.Clients {
 		g.Clients[i].RateLimit.applyDefaults()
@@ -44,6 +51,7 @@ func (c *Config) applyDefaults() {
 		od.ErrorRatePercent = or(od.ErrorRatePercent, 5)
 		od.Interval = or(od.Interval, Duration(10*time.Second))
 		od.Consecutive503 = or(od.Consecutive503, 3)
+		od.MinRequestVolume = or(od.MinRequestVolume, 20)
 		od.Window = or(od.Window, Duration(time.Minute))
 		od.BaseEjectionTime = or(od.BaseEjectionTime, Duration(30*time.Second))
 		od.MaxEjectionPercent = or(od.MaxEjectionPercent, 50)
@@ -82,13 +90,12 @@ func (s *Service) applyDefaults() {
 		if h := r.Match.EntityHash; h != nil {
 			h.Modulo = or(h.Modulo, 100)
 		}
-		if rp := r.Retries; rp != nil {
-			rp.NumRetries = or(rp.NumRetries, 1)
-			rp.PerTryTimeout = or(rp.PerTryTimeout, r.Timeout)
-			rp.Budget.Percent = or(rp.Budget.Percent, 20)
-			rp.Budget.MinConcurrency = or(rp.Budget.MinConcurrency, 3)
-		}
+		r.Retries.applyDefaults(r.Timeout)
 	}
+	fb := &s.FeatureBreaker
+	fb.StaleThreshold = or(fb.StaleThreshold, 10)
+	fb.Window = or(fb.Window, Duration(5*time.Minute))
+	fb.ProbeInterval = or(fb.ProbeInterval, Duration(5*time.Second))
 	if f := s.Fallback; f != nil {
 		f.Output = or(f.Output, "eta_prediction")
 		f.BaselineWindow = or(f.BaselineWindow, Duration(time.Hour))
@@ -96,9 +103,22 @@ func (s *Service) applyDefaults() {
 		f.Trigger.Percentile = or(f.Trigger.Percentile, 90)
 		f.Trigger.Band = or(f.Trigger.Band, 15)
 		f.Trigger.Duration = or(f.Trigger.Duration, Duration(10*time.Minute))
+		f.Trigger.ClearDuration = or(f.Trigger.ClearDuration, Duration(time.Minute))
+		f.Window = or(f.Window, Duration(time.Minute))
 		f.Confidence.Output = or(f.Confidence.Output, "confidence_score")
 		f.Confidence.Below = or(f.Confidence.Below, 0.7)
 	}
+}
+
+// applyDefaults fills a retry policy; nil stays nil (no retries).
+func (rp *RetryPolicy) applyDefaults(timeout Duration) {
+	if rp == nil {
+		return
+	}
+	rp.NumRetries = or(rp.NumRetries, 1)
+	rp.PerTryTimeout = or(rp.PerTryTimeout, timeout)
+	rp.Budget.Percent = or(rp.Budget.Percent, 20)
+	rp.Budget.MinConcurrency = or(rp.Budget.MinConcurrency, 3)
 }
 
 // or returns v, or def when v is the zero value.

@@ -161,9 +161,33 @@ func (v *validator) gateway(g *Gateway) {
 		v.positive("gateway.rate_limit_backend.redis.dial_timeout", rb.Redis.DialTimeout)
 	}
 
-	backends := map[string]bool{}
+	backends, kinds := map[string]bool{}, map[string]string{}
 	for i, b := range g.Backends {
 		v.backend(fmt.Sprintf("gateway.backends[%d]", i), b, backends)
+		kinds[b.Name] = b.Kind
+	}
+	v.positive("gateway.drain_period", g.DrainPeriod)
+	for i, ph := range g.PriorityHeaders {
+		pp := fmt.Sprintf("gateway.priority_headers[%d]", i)
+		if ph.Name == "" {
+			v.add(pp+".name", "is required")
+		}
+		if ph.Priority < 0 {
+			v.add(pp+".priority", "must not be negative")
+		}
+	}
+	if px := g.Proxy; px != nil {
+		switch k, ok := kinds[px.Backend]; {
+		case !ok:
+			v.add("gateway.proxy.backend", "unknown backend %q", px.Backend)
+		case k != "kserve_http":
+			v.add("gateway.proxy.backend", "backend %q is %s; the proxy needs kind kserve_http", px.Backend, k)
+		}
+		if !strings.HasPrefix(px.PathPrefix, "/") {
+			v.add("gateway.proxy.path_prefix", "%s must start with /", quote(px.PathPrefix))
+		}
+		v.positive("gateway.proxy.timeout", px.Timeout)
+		v.retries("gateway.proxy.retries", px.Retries, px.Timeout)
 	}
 	names, paths := map[string]bool{}, map[string]string{}
 	for i, s := range g.Services {
@@ -173,7 +197,7 @@ func (v *validator) gateway(g *Gateway) {
 			v.add(p+".path", "path %q already used by service %q", s.Path, other)
 		}
 		paths[s.Path] = s.Name
-		v.service(p, s, backends)
+		v.service(p, s, backends, kinds)
 	}
 	if sp := g.LogSampling.SuccessPercent; sp != nil {
 		v.percent("gateway.log_sampling.success_percent", *sp)
@@ -194,11 +218,11 @@ func (v *validator) rateLimit(path string, r RateLimit) {
 
 func (v *validator) backend(p string, b Backend, seen map[string]bool) {
 	v.unique(seen, p+".name", "backend name", b.Name)
-	v.oneOf(p+".kind", b.Kind, "in_process", "kserve_grpc")
+	v.oneOf(p+".kind", b.Kind, "in_process", "kserve_grpc", "kserve_http")
 	switch b.Kind {
-	case "kserve_grpc":
+	case "kserve_grpc", "kserve_http":
 		if len(b.Endpoints) == 0 {
-			v.add(p+".endpoints", "at least one endpoint is required for kind kserve_grpc")
+			v.add(p+".endpoints", "at least one endpoint is required for kind %s", b.Kind)
 		}
 	case "in_process":
 		if len(b.Endpoints) > 0 {
@@ -227,6 +251,9 @@ func (v *validator) backend(p string, b Backend, seen map[string]bool) {
 	v.positive(op+".interval", od.Interval)
 	v.positive(op+".window", od.Window)
 	v.positive(op+".base_ejection_time", od.BaseEjectionTime)
+	if od.MinRequestVolume < 1 {
+		v.add(op+".min_request_volume", "must be at least 1")
+	}
 	if od.Consecutive503 < 1 {
 		v.add(op+".consecutive_503", "must be at least 1")
 	}
@@ -235,7 +262,7 @@ func (v *validator) backend(p string, b Backend, seen map[string]bool) {
 // pathPattern is "METHOD /path".
 var pathPattern = regexp.MustCompile(`^(GET|POST|PUT) /[^\s{}]*$`)
 
-func (v *validator) service(p string, s Service, backends map[string]bool) {
+func (v *validator) service(p string, s Service, backends map[string]bool, kinds map[string]string) {
 	if !pathPattern.MatchString(s.Path) {
 		v.add(p+".path", "%s: want \"METHOD /path\", e.g. \"POST /v1/services/parcel-eta:predict\"", quote(s.Path))
 	}
@@ -300,7 +327,16 @@ func (v *validator) service(p string, s Service, backends map[string]bool) {
 	routes := map[string]bool{}
 	for i, r := range s.Routes {
 		v.route(fmt.Sprintf("%s.routes[%d]", p, i), r, routes, backends, fields)
+		for j, w := range r.Route.Weighted {
+			if kinds[w.Backend] == "kserve_http" {
+				v.add(fmt.Sprintf("%s.routes[%d].route.weighted[%d].backend", p, i, j),
+					"backend %q is kserve_http, which only the proxy uses; services need in_process or kserve_grpc", w.Backend)
+			}
+		}
 	}
+	fb := s.FeatureBreaker
+	v.positive(p+".feature_breaker.window", fb.Window)
+	v.positive(p+".feature_breaker.probe_interval", fb.ProbeInterval)
 	if s.Fallback != nil {
 		v.fallback(p+".fallback", *s.Fallback)
 	}
@@ -361,23 +397,29 @@ func (v *validator) route(p string, r Route, seen, backends, fields map[string]b
 		v.add(p+".route.sticky_key", "%q is not an entity join_key or request field of the service", r.Route.StickyKey)
 	}
 	v.positive(p+".timeout", r.Timeout)
-	if rp := r.Retries; rp != nil {
-		for i, on := range rp.RetryOn {
-			if !slices.Contains(retryOnValues, on) {
-				v.add(fmt.Sprintf("%s.retries.retry_on[%d]", p, i), "%q is not one of %s", on, strings.Join(retryOnValues, ", "))
-			}
+	v.retries(p+".retries", r.Retries, r.Timeout)
+}
+
+// retries checks a retry policy under a request timeout.
+func (v *validator) retries(p string, rp *RetryPolicy, timeout Duration) {
+	if rp == nil {
+		return
+	}
+	for i, on := range rp.RetryOn {
+		if !slices.Contains(retryOnValues, on) {
+			v.add(fmt.Sprintf("%s.retry_on[%d]", p, i), "%q is not one of %s", on, strings.Join(retryOnValues, ", "))
 		}
-		if rp.NumRetries < 0 || rp.NumRetries > 10 {
-			v.add(p+".retries.num_retries", "%d outside [0,10]", rp.NumRetries)
-		}
-		v.positive(p+".retries.per_try_timeout", rp.PerTryTimeout)
-		if rp.PerTryTimeout > r.Timeout {
-			v.add(p+".retries.per_try_timeout", "%s exceeds the route timeout %s", rp.PerTryTimeout.Std(), r.Timeout.Std())
-		}
-		v.percent(p+".retries.budget.percent", rp.Budget.Percent)
-		if rp.Budget.MinConcurrency < 0 {
-			v.add(p+".retries.budget.min_concurrency", "must not be negative")
-		}
+	}
+	if rp.NumRetries < 0 || rp.NumRetries > 10 {
+		v.add(p+".num_retries", "%d outside [0,10]", rp.NumRetries)
+	}
+	v.positive(p+".per_try_timeout", rp.PerTryTimeout)
+	if rp.PerTryTimeout > timeout {
+		v.add(p+".per_try_timeout", "%s exceeds the timeout %s", rp.PerTryTimeout.Std(), timeout.Std())
+	}
+	v.percent(p+".budget.percent", rp.Budget.Percent)
+	if rp.Budget.MinConcurrency < 0 {
+		v.add(p+".budget.min_concurrency", "must not be negative")
 	}
 }
 
@@ -396,6 +438,8 @@ func (v *validator) fallback(p string, f Fallback) {
 	}
 	v.percent(p+".trigger.band", f.Trigger.Band)
 	v.positive(p+".trigger.duration", f.Trigger.Duration)
+	v.positive(p+".trigger.clear_duration", f.Trigger.ClearDuration)
+	v.positive(p+".window", f.Window)
 	if !(f.Confidence.Below >= 0 && f.Confidence.Below <= 1) {
 		v.add(p+".confidence.below", "%v outside [0,1]", f.Confidence.Below)
 	}

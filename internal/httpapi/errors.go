@@ -129,3 +129,7 @@ func writeErrorBody(w http.ResponseWriter, code int, reason, msg string) {
 	w.WriteHeader(code)
 	_, _ = w.Write(b) //nolint:gosec // G705: a JSON body sent as application/json with nosniff, not HTML
 }
+
+// StatusOf maps an error to the HTTP status and reason code every Sluice
+// HTTP edge uses (the gateway's too).
+func StatusOf(err error) (int, string) { return statusOf(err) }

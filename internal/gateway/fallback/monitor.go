@@ -26,8 +26,11 @@ type MonitorOptions struct {
 	// Output is the prediction output watched (default "eta_prediction").
 	Output string
 	// History is how far back the baseline reaches (default 24 h), rounded
-	// up to whole hours.
+	// up to whole buckets.
 	History time.Duration
+	// Bucket is the width of one baseline bucket: the baseline is
+	// recomputed each time a bucket completes (default 1 h).
+	Bucket time.Duration
 	// Band is the allowed relative deviation of the recent P90 from the
 	// baseline P90 (default 0.15 = ±15 %).
 	Band float64
@@ -54,6 +57,9 @@ func (o *MonitorOptions) defaults() {
 	}
 	if o.History <= 0 {
 		o.History = DefaultHistory
+	}
+	if o.Bucket <= 0 {
+		o.Bucket = time.Hour
 	}
 	if o.Band <= 0 {
 		o.Band = DefaultBand
@@ -180,7 +186,7 @@ func NewMonitor(service string, opts MonitorOptions, log *slog.Logger, reg prome
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	hours := int64((opts.History + time.Hour - 1) / time.Hour)
+	hours := int64((opts.History + opts.Bucket - 1) / opts.Bucket)
 	m := &Monitor{
 		service: service,
 		opts:    opts,
@@ -229,7 +235,7 @@ const evalEvery = time.Second
 // bucketFor returns the hourly bucket for at, rolling the ring and
 // recomputing the baseline when a new hour starts.
 func (m *Monitor) bucketFor(at time.Time) *hourBucket {
-	h := int64(at.Sub(m.start) / time.Hour)
+	h := int64(at.Sub(m.start) / m.opts.Bucket)
 	if n := len(m.buckets); n > 0 && m.buckets[n-1].hour >= h {
 		return &m.buckets[n-1]
 	}
@@ -292,7 +298,7 @@ func (m *Monitor) evaluate(now time.Time) {
 		m.publish()
 		return
 	}
-	if now.Sub(m.lastP90Min) >= time.Minute {
+	if now.Sub(m.lastP90Min) >= m.opts.Window {
 		m.lastP90Min = now
 		m.bucketFor(now).p90s.add(m.p90)
 	}

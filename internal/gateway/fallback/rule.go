@@ -360,3 +360,12 @@ func nodeKind(n ast.Node) string {
 		return fmt.Sprintf("%T", n)
 	}
 }
+
+// Vars returns the names of the variables the rule references, sorted.
+func (r *Rule) Vars() []string {
+	out := make([]string, len(r.vars))
+	for i, v := range r.vars {
+		out[i] = v.name
+	}
+	return out
+}

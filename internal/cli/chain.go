@@ -1,0 +1,333 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sluice-ml/sluice/internal/config"
+	"github.com/sluice-ml/sluice/internal/feature/materialize"
+	"github.com/sluice-ml/sluice/internal/feature/registry"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/gateway"
+	"github.com/sluice-ml/sluice/internal/httpapi"
+	"github.com/sluice-ml/sluice/internal/kserve"
+	"github.com/sluice-ml/sluice/internal/telemetry"
+)
+
+// loadConfig loads and validates sluice.yaml, returning every problem at
+// once.
+func loadConfig(path string) (*config.Config, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// runChain runs what sluice.yaml describes in one process: the model
+// server, the feature server and the gateway, started in that order and
+// stopped in the reverse one.
+func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
+	start := time.Now()
+	logger, err := telemetry.NewLogger(cmd.ErrOrStderr(), telemetry.LogOptions{Format: f.logFormat, Level: f.logLevel})
+	if err != nil {
+		return err
+	}
+	cfg, err := loadConfig(f.configFile)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	reg := telemetry.NewRegistry()
+	g, gctx := errgroup.WithContext(ctx)
+	gatewayDone := make(chan struct{})
+	banner := &banner{config: f.configFile}
+
+	var ms *modelServer
+	if m := cfg.ModelServer; m != nil {
+		mf := *f
+		mf.repos = m.ModelRepository
+		mf.controlMode = m.ControlMode
+		mf.loadModels = m.LoadModel
+		mf.pollSecs = max(1, int(m.RepositoryPollInterval.Std()/time.Second))
+		mf.strictConfig = m.StrictModelConfig
+		mf.address = m.Address
+		mf.httpPort, mf.grpcPort, mf.metricsPort = m.HTTPPort, m.GRPCPort, m.MetricsPort
+		mf.backendSettings = m.BackendConfig
+		if ms, err = startModelServer(ctx, &mf, logger, reg); err != nil {
+			return err
+		}
+		defer ms.closeBackends()
+		banner.models = ms.httpLn.Addr().String()
+		banner.grpc = ms.grpcLn.Addr().String()
+		banner.metrics = ms.metrics.Addr().String()
+		g.Go(func() error { return ms.metrics.Run(gctx) })
+		ms.run(ctx, g, gctx, gatewayDone)
+	}
+
+	var fs *featureServer
+	if fc := cfg.FeatureServer; fc != nil {
+		if f.materialize {
+			if err := applyFeatures(ctx, fc.Repo, logger); err != nil {
+				return err
+			}
+		}
+		ff := &featureServerFlags{
+			repo: fc.Repo, address: fc.Address, port: fc.Port, pollSecs: 10,
+			maxBodyBytes: serving.DefaultMaxBodyBytes, tolerance: serving.DefaultEventTimeTolerance,
+			exitTimeoutSecs: f.exitTimeoutSecs,
+		}
+		if fs, err = startFeatureServer(ctx, ff, logger, reg); err != nil {
+			return err
+		}
+		defer fs.close()
+		if f.materialize {
+			if err := materializeAtStart(ctx, fs, logger); err != nil {
+				_ = fs.ln.Close()
+				return err
+			}
+		}
+		banner.features = fs.ln.Addr().String()
+		fs.run(ctx, g, gctx, gatewayDone)
+	}
+
+	if cfg.Gateway != nil {
+		if err := startGateway(ctx, g, gctx, cfg, f, ms, fs, reg, logger, banner, gatewayDone); err != nil {
+			return err
+		}
+	} else {
+		close(gatewayDone)
+	}
+	logger.Info("sluice ready", "config", f.configFile, "gateway", banner.gateway, "admin", banner.admin,
+		"models_http", banner.models, "models_grpc", banner.grpc, "features", banner.features,
+		"startup_seconds", time.Since(start).Seconds())
+	banner.write(cmd.OutOrStdout(), cfg)
+	err = g.Wait()
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// startGateway builds the gateway over the in-process servers and starts
+// its listeners. Its shutdown drains first and closes done when finished,
+// which lets the servers behind it stop.
+func startGateway(ctx context.Context, g *errgroup.Group, gctx context.Context, cfg *config.Config, f *serveFlags,
+	ms *modelServer, fs *featureServer, reg *prometheus.Registry, logger *slog.Logger, b *banner, done chan struct{},
+) error {
+	gc := cfg.Gateway
+	opts := gateway.Options{
+		Remote: kserve.New(kserve.Options{}, logger),
+		Reload: func(context.Context) (*config.Config, error) { return loadConfig(f.configFile) },
+	}
+	if ms != nil {
+		opts.Models = ms.mgr
+	}
+	if fs != nil {
+		opts.Features = fs.srv
+		opts.FeatureRepo = fs.holder.Current
+	}
+	access, closeAccess, err := openAccessLog(gc.AccessLog, os.Stdout)
+	if err != nil {
+		return err
+	}
+	opts.AccessLog = access
+	gw, err := gateway.New(cfg, opts, logger, reg)
+	if err != nil {
+		closeAccess()
+		return &exitError{code: 2, err: err}
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", gc.Listen)
+	if err != nil {
+		closeAccess()
+		return fmt.Errorf("listen gateway: %w", err)
+	}
+	adminLn, err := lc.Listen(ctx, "tcp", gc.Admin)
+	if err != nil {
+		_ = ln.Close()
+		closeAccess()
+		return fmt.Errorf("listen gateway admin: %w", err)
+	}
+	b.gateway, b.admin = ln.Addr().String(), adminLn.Addr().String()
+	srv := httpapi.NewServer(gw, httpapi.ServerOptions{})
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true, Registry: reg})
+	adminSrv := httpapi.NewServer(gw.AdminHandler(metrics), httpapi.ServerOptions{})
+	g.Go(func() error { return gw.Run(gctx) })
+	for _, s := range []struct {
+		srv *http.Server
+		ln  net.Listener
+	}{{srv, ln}, {adminSrv, adminLn}} {
+		g.Go(func() error {
+			if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("serve gateway: %w", err)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error {
+		defer close(done)
+		defer closeAccess()
+		<-gctx.Done()
+		// Drain: readiness fails so load balancers stop sending, requests
+		// keep being served for the drain period, then the listener closes
+		// and in-flight requests finish.
+		gw.SetDraining()
+		drain := gc.DrainPeriod.Std()
+		logger.Info("gateway draining", "drain_seconds", drain.Seconds())
+		time.Sleep(drain)
+		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(f.exitTimeoutSecs)*time.Second)
+		defer cancel()
+		err := srv.Shutdown(shutCtx)
+		err = errors.Join(err, adminSrv.Shutdown(shutCtx), gw.Close(shutCtx))
+		return err
+	})
+	return nil
+}
+
+// openAccessLog opens the access log destination: "stdout", "stderr",
+// "off" or a file appended to.
+func openAccessLog(dest string, stdout io.Writer) (io.Writer, func(), error) {
+	switch dest {
+	case "", "stdout":
+		return stdout, func() {}, nil
+	case "stderr":
+		return os.Stderr, func() {}, nil
+	case "off":
+		return io.Discard, func() {}, nil
+	}
+	fh, err := os.OpenFile(dest, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644) //nolint:gosec // the operator's own config names the file
+	if err != nil {
+		return nil, nil, fmt.Errorf("gateway.access_log: %w", err)
+	}
+	return fh, func() { _ = fh.Close() }, nil
+}
+
+// applyFeatures validates the feature repository and writes its registry,
+// like "sluice features apply".
+func applyFeatures(ctx context.Context, dir string, logger *slog.Logger) error {
+	r, err := registry.Load(ctx, dir)
+	if errs, ok := errors.AsType[registry.Errors](err); ok {
+		for _, e := range errs {
+			logger.Error("feature definition", "err", e.Error())
+		}
+		return &exitError{code: 2, err: fmt.Errorf("%d definition error(s) in %s", len(errs), dir)}
+	}
+	if err != nil {
+		return err
+	}
+	if err := registry.WriteSnapshot(r.Path(r.Config.Registry), r.Snapshot()); err != nil {
+		return err
+	}
+	logger.Info("feature repository applied", "repo", dir, "views", len(r.Views), "services", len(r.Services))
+	return nil
+}
+
+// materializeAtStart brings the online store up to now: every view from
+// where its last run ended (or now − ttl).
+func materializeAtStart(ctx context.Context, fs *featureServer, logger *slog.Logger) error {
+	begin := time.Now()
+	m := materialize.New(fs.holder.Current(), fs.store, materialize.Options{}, logger, nil)
+	rep, err := m.RunIncremental(ctx, time.Now(), nil)
+	if err != nil {
+		return fmt.Errorf("materialize the feature repository at start (run with --materialize=false to skip): %w", err)
+	}
+	var rows int64
+	for _, v := range rep.Views {
+		rows += v.Written
+	}
+	logger.Info("features materialized", "seconds", time.Since(begin).Seconds(), "views", len(rep.Views), "rows", rows)
+	return nil
+}
+
+// banner is what "sluice serve -c" prints once it is ready.
+type banner struct {
+	config                                           string
+	gateway, admin, models, grpc, metrics, features string
+}
+
+func (b *banner) write(w io.Writer, cfg *config.Config) {
+	fmt.Fprintf(w, "\nSluice is serving %s\n", b.config)
+	if b.gateway != "" {
+		fmt.Fprintf(w, "  gateway        http://%s   (admin http://%s, metrics http://%s/metrics)\n",
+			displayAddr(b.gateway), displayAddr(b.admin), displayAddr(b.admin))
+	}
+	if b.models != "" {
+		fmt.Fprintf(w, "  model server   http://%s   (KServe v2; gRPC %s, metrics http://%s/metrics)\n",
+			displayAddr(b.models), displayAddr(b.grpc), displayAddr(b.metrics))
+	}
+	if b.features != "" {
+		fmt.Fprintf(w, "  feature server http://%s   (Feast HTTP API)\n", displayAddr(b.features))
+	}
+	if cfg.Gateway == nil || b.gateway == "" {
+		return
+	}
+	for _, s := range cfg.Gateway.Services {
+		method, path, _ := strings.Cut(s.Path, " ")
+		body, err := json.Marshal(exampleBody(s))
+		if err != nil {
+			continue
+		}
+		auth := ""
+		if !cfg.Gateway.Anonymous.Allowed {
+			auth = ` -H "Authorization: Bearer $SLUICE_API_KEY"`
+		}
+		fmt.Fprintf(w, "\nA prediction from service %s:\n  curl -s -X %s http://%s%s%s -d '%s'\n", s.Name, method, displayAddr(b.gateway), path, auth, body)
+	}
+	fmt.Fprintln(w)
+}
+
+// exampleBody is the service's configured example, or one made up from
+// its fields.
+func exampleBody(s config.Service) map[string]any {
+	if len(s.Example) > 0 {
+		return s.Example
+	}
+	out := map[string]any{}
+	for _, e := range s.Entities {
+		if e.Type == "string" {
+			out[e.JoinKey] = "1"
+		} else {
+			out[e.JoinKey] = 1
+		}
+	}
+	for _, f := range s.RequestFields {
+		switch f.Type {
+		case "string":
+			out[f.Name] = "example"
+		case "bool":
+			out[f.Name] = false
+		case "int64":
+			out[f.Name] = 1
+		default:
+			out[f.Name] = 1.0
+		}
+	}
+	return out
+}
+
+// displayAddr shows a listener address with a loopback host when it binds
+// every interface.
+func displayAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || (host != "" && host != "0.0.0.0" && host != "::") {
+		return addr
+	}
+	return net.JoinHostPort("127.0.0.1", port)
+}

@@ -1,0 +1,212 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/sluice-ml/sluice/internal/config"
+	"github.com/sluice-ml/sluice/internal/gateway/ratelimit"
+	"github.com/sluice-ml/sluice/internal/gateway/upstream"
+)
+
+// AdminHandler serves the admin API (Envoy's admin port convention):
+//
+//	GET  /config_dump   the applied gateway configuration, secrets redacted
+//	GET  /routes        each service's path, model and ordered routes
+//	GET  /endpoints     each backend's endpoints: health, ejection, load
+//	GET  /breakers      each service's feature breaker
+//	GET  /ratelimit     the limiter backend and every client's limit
+//	GET  /fallback      each service's drift monitor and trigger
+//	GET  /ready         200 while the gateway takes traffic
+//	POST /reload        re-read the configuration and apply it
+//	GET  /metrics       Prometheus metrics, when metrics is not nil
+func (g *Gateway) AdminHandler(metrics http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /config_dump", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, g.state.Load().redacted)
+	})
+	mux.HandleFunc("GET /routes", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, g.routes())
+	})
+	mux.HandleFunc("GET /endpoints", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, g.Endpoints())
+	})
+	mux.HandleFunc("GET /breakers", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, g.Breakers())
+	})
+	mux.HandleFunc("GET /ratelimit", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, g.rateLimitState())
+	})
+	mux.HandleFunc("GET /fallback", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, g.fallbackState())
+	})
+	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, r *http.Request) {
+		g.ServeHTTP(w, r)
+	})
+	mux.HandleFunc("POST /reload", func(w http.ResponseWriter, r *http.Request) {
+		if g.opts.Reload == nil {
+			writeError(w, "", http.StatusNotImplemented, "reload_unavailable", "this gateway was not started from a configuration file")
+			return
+		}
+		cfg, err := g.opts.Reload(r.Context())
+		if err == nil {
+			err = g.Reload(cfg)
+		}
+		if err != nil {
+			g.logger.Warn("reload refused; the old configuration keeps serving", "err", err)
+			writeError(w, "", http.StatusBadRequest, "invalid_config", err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"reloaded": true})
+	})
+	if metrics != nil {
+		mux.Handle("GET /metrics", metrics)
+	}
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		writeError(w, "", http.StatusInternalServerError, ReasonInternal, err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// routeView is the admin view of one service's routing.
+type routeView struct {
+	Service string         `json:"service"`
+	Path    string         `json:"path"`
+	Model   config.Model   `json:"model"`
+	Routes  []config.Route `json:"routes"`
+}
+
+func (g *Gateway) routes() []routeView {
+	st := g.state.Load()
+	out := make([]routeView, 0, len(st.cfg.Services))
+	for _, s := range st.cfg.Services {
+		out = append(out, routeView{Service: s.Name, Path: s.Path, Model: s.Model, Routes: s.Routes})
+	}
+	return out
+}
+
+// BackendView is the admin view of one backend.
+type BackendView struct {
+	Backend   string                   `json:"backend"`
+	Kind      string                   `json:"kind"`
+	Endpoints []upstream.EndpointState `json:"endpoints"`
+}
+
+// Endpoints returns every backend's endpoint states, sorted by backend.
+func (g *Gateway) Endpoints() []BackendView {
+	st := g.state.Load()
+	out := make([]BackendView, 0, len(st.backends))
+	for _, b := range st.backends {
+		out = append(out, BackendView{Backend: b.name, Kind: b.kind, Endpoints: b.set.Snapshot()})
+	}
+	slices.SortFunc(out, func(a, b BackendView) int { return cmpString(a.Backend, b.Backend) })
+	return out
+}
+
+// Breakers returns every service's feature breaker state.
+func (g *Gateway) Breakers() []BreakerState {
+	st := g.state.Load()
+	now := g.opts.Now()
+	out := make([]BreakerState, 0, len(st.byName))
+	for _, s := range st.cfg.Services {
+		if svc, ok := st.byName[s.Name]; ok {
+			out = append(out, svc.breaker.state(s.Name, now))
+		}
+	}
+	return out
+}
+
+type rateLimitView struct {
+	Backend   string            `json:"backend"`
+	RedisUp   *bool             `json:"redis_up,omitempty"`
+	LocalKeys int               `json:"local_keys"`
+	Clients   []clientLimitView `json:"clients"`
+	Anonymous clientLimitView   `json:"anonymous"`
+}
+
+type clientLimitView struct {
+	ClientID          string  `json:"client_id"`
+	RequestsPerSecond float64 `json:"requests_per_second"`
+	Burst             int     `json:"burst"`
+	Priority          int     `json:"priority,omitempty"`
+	Allowed           *bool   `json:"allowed,omitempty"`
+}
+
+func (g *Gateway) rateLimitState() rateLimitView {
+	st := g.state.Load()
+	v := rateLimitView{Backend: st.cfg.RateLimitBackend.Type, LocalKeys: g.local.Len()}
+	if fo, ok := st.limiter.(*ratelimit.FailOpen); ok {
+		up := fo.RedisUp()
+		v.RedisUp = &up
+	}
+	for _, c := range st.cfg.Clients {
+		v.Clients = append(v.Clients, clientLimitView{
+			ClientID: c.ID, RequestsPerSecond: c.RateLimit.RequestsPerSecond, Burst: c.RateLimit.Burst, Priority: c.Priority,
+		})
+	}
+	allowed := st.cfg.Anonymous.Allowed
+	v.Anonymous = clientLimitView{
+		ClientID: "anonymous (per IP)", RequestsPerSecond: st.cfg.Anonymous.RateLimitPerIP.RequestsPerSecond,
+		Burst: st.cfg.Anonymous.RateLimitPerIP.Burst, Allowed: &allowed,
+	}
+	return v
+}
+
+// FallbackView is the admin view of one service's fallback.
+type FallbackView struct {
+	Service    string    `json:"service"`
+	Output     string    `json:"output"`
+	Rule       string    `json:"rule"`
+	Triggered  bool      `json:"triggered"`
+	Since      time.Time `json:"since,omitzero"`
+	RecentP90  *float64  `json:"recent_p90"`
+	Baseline   any       `json:"baseline"`
+	Confidence string    `json:"confidence_output"`
+	Below      float64   `json:"confidence_below"`
+}
+
+func (g *Gateway) fallbackState() []FallbackView {
+	st := g.state.Load()
+	out := []FallbackView{}
+	for _, s := range st.cfg.Services {
+		svc, ok := st.byName[s.Name]
+		if !ok || svc.fallback == nil {
+			continue
+		}
+		fb := svc.fallback
+		ms := fb.monitor.State()
+		v := FallbackView{
+			Service: s.Name, Output: fb.output, Rule: fb.rule.Source(), Triggered: ms.Triggered, Since: ms.Since,
+			Confidence: fb.confidence, Below: fb.below,
+			Baseline: map[string]any{
+				"mean": ms.Baseline.Mean, "std": ms.Baseline.Std, "p90": ms.Baseline.P90, "buckets": ms.Baseline.Hours,
+				"lower": ms.Baseline.Lower(), "upper": ms.Baseline.Upper(),
+			},
+		}
+		if p := ms.RecentP90; p == p { // not NaN
+			v.RecentP90 = &p
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,38 @@
+// Package gateway is Sluice's inference gateway: the edge that turns
+// "entity ids in" into "features → tensors → model → answer" and keeps that
+// chain healthy when parts of it are not.
+//
+// A request to a service path (POST /v1/services/<name>:predict) goes
+// through, in order:
+//
+//  1. authentication (auth: API keys stored hashed, or anonymous by IP);
+//  2. rate limiting (ratelimit: per client, per IP for anonymous callers;
+//     local token buckets or Redis GCRA shared by every replica, failing
+//     open to the local bucket while Redis is down) → 429 with Retry-After;
+//  3. parsing the flat JSON body against the service's entities and
+//     request fields;
+//  4. routing (route: ordered rules, header and entity-hash matches,
+//     weighted and sticky splits between versions and backends);
+//  5. the feature-level breaker: a service whose feature reads keep
+//     finding stale views answers 503 feature_service_unavailable until a
+//     probe read finds them fresh;
+//  6. the feature read (the feature server's Go API, in process) and the
+//     assembly of the model's input tensors from features and request
+//     fields, with a per-input policy for missing values;
+//  7. the model call on the chosen backend (in process, or KServe v2 gRPC
+//     to several model servers) with least-request load balancing, outlier
+//     ejection, per-try and per-route timeouts and budgeted retries that
+//     never repeat an endpoint while another exists (upstream);
+//  8. the business-level fallback: while a service's predictions drift
+//     from their baseline, low-confidence answers come from a rule
+//     (fallback) and say source "fallback_rule";
+//  9. the answer, and a sampled access-log line (accesslog).
+//
+// The gateway can also pass KServe v2 requests (/v2/...) through to
+// model servers as a plain L7 hop with authentication and rate limits
+// (Config.Proxy).
+//
+// The configuration is swapped atomically by Reload: requests in flight
+// finish on the state they started with; upstream sets, fallback monitors
+// and breakers whose configuration did not change keep their state.
+package gateway

@@ -1,0 +1,401 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-ml/sluice/internal/config"
+	"github.com/sluice-ml/sluice/internal/feature/registry"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
+	"github.com/sluice-ml/sluice/internal/gateway/auth"
+	"github.com/sluice-ml/sluice/internal/gateway/fallback"
+	"github.com/sluice-ml/sluice/internal/gateway/ratelimit"
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// LocalModels is the model server running in this process.
+type LocalModels interface {
+	Infer(ctx context.Context, req *infer.Request) (*infer.Response, error)
+	ModelReady(ctx context.Context, name, version string) error
+}
+
+// RemoteModels calls KServe v2 gRPC model servers (kserve.Client).
+type RemoteModels interface {
+	Infer(ctx context.Context, addr string, req *infer.Request) (*infer.Response, error)
+	ServerReady(ctx context.Context, addr string) (bool, error)
+	ModelReady(ctx context.Context, addr, model, version string) (bool, error)
+	Forget(addr string)
+}
+
+// FeatureReader reads online features (serving.Server).
+type FeatureReader interface {
+	GetOnlineFeatures(ctx context.Context, req *serving.Request) (*serving.Response, error)
+}
+
+// Options are the gateway's collaborators. Zero fields disable what needs
+// them: a service that reads features needs Features and FeatureRepo, an
+// in_process backend needs Models, a kserve_grpc backend needs Remote.
+type Options struct {
+	Models      LocalModels
+	Remote      RemoteModels
+	Features    FeatureReader
+	FeatureRepo func() *registry.Repo
+	// HTTPClient carries proxied KServe v2 HTTP requests; nil builds one
+	// tuned for many keep-alive connections to few hosts.
+	HTTPClient *http.Client
+	// AccessLog receives the access-log lines; nil discards them.
+	AccessLog io.Writer
+	// Reload re-reads the configuration for POST /reload; nil disables it.
+	Reload func(ctx context.Context) (*config.Config, error)
+	// MaxBodyBytes bounds a service request body [1 MiB].
+	MaxBodyBytes int64
+	// Now is the clock [time.Now].
+	Now func() time.Time
+}
+
+// Gateway is the inference gateway. It is safe for concurrent use.
+type Gateway struct {
+	opts     Options
+	logger   *slog.Logger
+	reg      prometheus.Registerer
+	met      *metrics
+	rlMet    *ratelimit.Metrics
+	local    *ratelimit.Local
+	access   *accesslog.Logger
+	state    atomic.Pointer[state]
+	draining atomic.Bool
+	client   *http.Client
+
+	mu     sync.Mutex // serializes Reload and protects runCtx
+	runCtx context.Context
+
+	mapsMu   sync.Mutex // protects the maps below
+	monitors map[string]*fallback.Monitor // by service name, kept across reloads
+	fbCfg    map[string]config.Fallback
+	breakers map[string]*breaker
+}
+
+// state is one applied configuration. It is immutable once published,
+// except for the stateful parts it points to (upstream sets, monitors,
+// breakers), which are safe for concurrent use.
+type state struct {
+	cfg       *config.Gateway
+	redacted  any
+	auth      *auth.Authenticator
+	limiter   limiter
+	redis     *redis.Client // nil unless the limiter uses Redis
+	clients   map[string]config.Client
+	anonLimit ratelimit.Limit
+	services  map[string]*service // by "METHOD /path"
+	byName    map[string]*service
+	paths     map[string]bool // service paths, for 405 answers
+	backends  map[string]*backend
+	proxy     *config.Proxy
+	stop      context.CancelFunc // stops the health checkers; nil until started
+}
+
+// limiter is what a request's rate limit is asked of (ratelimit.Local or
+// ratelimit.FailOpen).
+type limiter interface {
+	Allow(ctx context.Context, key string, limit ratelimit.Limit) (ratelimit.Decision, error)
+}
+
+// New builds a gateway from cfg's gateway section. It starts nothing but
+// the access logger; Run starts the health checkers.
+func New(cfg *config.Config, opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Gateway, error) {
+	if cfg == nil || cfg.Gateway == nil {
+		return nil, errors.New("the configuration has no gateway section")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 1 << 20
+	}
+	if opts.AccessLog == nil {
+		opts.AccessLog = io.Discard
+	}
+	g := &Gateway{
+		opts:     opts,
+		logger:   logger.With("component", "gateway"),
+		reg:      reg,
+		met:      newMetrics(reg),
+		monitors: map[string]*fallback.Monitor{},
+		fbCfg:    map[string]config.Fallback{},
+		breakers: map[string]*breaker{},
+		client:   opts.HTTPClient,
+	}
+	if g.client == nil {
+		g.client = newProxyClient()
+	}
+	g.rlMet = ratelimit.NewMetrics(reg)
+	g.local = ratelimit.NewLocal(ratelimit.LocalOptions{Metrics: g.rlMet})
+	al, err := accesslog.New(opts.AccessLog, accesslog.Options{Sampling: cfg.Gateway.LogSampling}, logger, reg)
+	if err != nil {
+		return nil, err
+	}
+	g.access = al
+	st, err := g.build(cfg.Gateway, nil)
+	if err != nil {
+		_ = al.Close(context.Background())
+		return nil, err
+	}
+	g.state.Store(st)
+	return g, nil
+}
+
+// Reload applies a new configuration. Requests in flight finish on the old
+// one; backends whose configuration did not change keep their endpoints'
+// state. On error nothing changes.
+func (g *Gateway) Reload(cfg *config.Config) error {
+	if cfg == nil || cfg.Gateway == nil {
+		return errors.New("the configuration has no gateway section")
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.state.Load()
+	st, err := g.build(cfg.Gateway, old)
+	if err != nil {
+		return err
+	}
+	if g.runCtx != nil {
+		g.startHealth(g.runCtx, st)
+	}
+	g.state.Store(st)
+	g.retire(old, st)
+	g.logger.Info("gateway configuration reloaded", "services", len(st.byName), "backends", len(st.backends))
+	return nil
+}
+
+// retire stops what old has and st does not share.
+func (g *Gateway) retire(old, st *state) {
+	if old.stop != nil {
+		old.stop()
+	}
+	for name, b := range old.backends {
+		if nb, ok := st.backends[name]; ok && nb == b {
+			continue
+		}
+		b.close(g.opts.Remote)
+	}
+	if old.redis != nil && old.redis != st.redis {
+		go func() {
+			// Let requests that picked the old limiter finish first.
+			time.Sleep(5 * time.Second)
+			_ = old.redis.Close()
+		}()
+	}
+}
+
+// build compiles cfg into a state, reusing old's stateful parts where
+// their configuration is unchanged.
+func (g *Gateway) build(cfg *config.Gateway, old *state) (*state, error) {
+	st := &state{
+		cfg: cfg, redacted: redactedGateway(cfg), clients: map[string]config.Client{},
+		services: map[string]*service{}, byName: map[string]*service{}, paths: map[string]bool{},
+		backends: map[string]*backend{}, proxy: cfg.Proxy,
+	}
+	var errs []error
+	a, err := auth.New(cfg.Clients, cfg.Anonymous.Allowed)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	st.auth = a
+	for _, c := range cfg.Clients {
+		st.clients[c.ID] = c
+	}
+	st.anonLimit = limitOf(cfg.Anonymous.RateLimitPerIP)
+
+	for _, bc := range cfg.Backends {
+		if old != nil {
+			if ob, ok := old.backends[bc.Name]; ok && reflect.DeepEqual(ob.cfg, bc) {
+				st.backends[bc.Name] = ob
+				continue
+			}
+		}
+		b, err := g.newBackend(bc)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		st.backends[bc.Name] = b
+	}
+	var repo *registry.Repo
+	if g.opts.FeatureRepo != nil {
+		repo = g.opts.FeatureRepo()
+	}
+	for _, sc := range cfg.Services {
+		s, err := compileService(sc, repo)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, r := range sc.Routes {
+			for _, w := range r.Route.Weighted {
+				b, ok := st.backends[w.Backend]
+				switch {
+				case !ok:
+					errs = append(errs, fmt.Errorf("service %q route %q: unknown backend %q", sc.Name, r.Name, w.Backend))
+				case b.kind == "in_process" && g.opts.Models == nil:
+					errs = append(errs, fmt.Errorf("service %q route %q: backend %q is in_process, but this process runs no model server (add a model_server section)", sc.Name, r.Name, w.Backend))
+				}
+			}
+		}
+		if len(s.features) > 0 && g.opts.Features == nil {
+			errs = append(errs, fmt.Errorf("service %q reads features, but this process runs no feature server (add a feature_server section)", sc.Name))
+		}
+		s.breaker = g.breakerFor(sc)
+		if s.fallback != nil {
+			s.fallback.monitor = g.monitorFor(sc)
+		}
+		st.services[s.method+" "+s.path] = s
+		st.byName[s.name] = s
+		st.paths[s.path] = true
+	}
+	if err := g.buildLimiter(cfg, old, st); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		// Close what this attempt created and old does not share.
+		for name, b := range st.backends {
+			if old == nil || old.backends[name] != b {
+				b.close(g.opts.Remote)
+			}
+		}
+		if st.redis != nil && (old == nil || old.redis != st.redis) {
+			_ = st.redis.Close()
+		}
+		return nil, errors.Join(errs...)
+	}
+	return st, nil
+}
+
+// buildLimiter picks the rate limiter: the shared local buckets, or Redis
+// failing open to them.
+func (g *Gateway) buildLimiter(cfg *config.Gateway, old *state, st *state) error {
+	rb := cfg.RateLimitBackend
+	if rb.Type != "redis" {
+		st.limiter = g.local
+		return nil
+	}
+	if old != nil && old.redis != nil && reflect.DeepEqual(old.cfg.RateLimitBackend, rb) {
+		st.redis, st.limiter = old.redis, old.limiter
+		return nil
+	}
+	if len(rb.Redis.Addrs) == 0 {
+		return errors.New("rate_limit_backend: redis needs an address")
+	}
+	st.redis = redis.NewClient(&redis.Options{
+		Addr: rb.Redis.Addrs[0], Username: rb.Redis.Username, Password: rb.Redis.Password, DB: rb.Redis.DB,
+		DialTimeout: rb.Redis.DialTimeout.Std(), ContextTimeoutEnabled: true, MaxRetries: -1,
+		PoolSize: 64,
+	})
+	r := ratelimit.NewRedis(st.redis, ratelimit.RedisOptions{Prefix: rb.Redis.KeyPrefix, Metrics: g.rlMet})
+	st.limiter = ratelimit.NewFailOpen(r, g.local, ratelimit.FailOpenOptions{Logger: g.logger, Metrics: g.rlMet})
+	return nil
+}
+
+func (g *Gateway) breakerFor(sc config.Service) *breaker {
+	g.mapsMu.Lock()
+	defer g.mapsMu.Unlock()
+	if b, ok := g.breakers[sc.Name]; ok && b.sameConfig(sc.FeatureBreaker) {
+		return b
+	}
+	b := newBreaker(sc.FeatureBreaker)
+	g.breakers[sc.Name] = b
+	g.met.breakerOpen.WithLabelValues(sc.Name).Set(0)
+	return b
+}
+
+func (g *Gateway) monitorFor(sc config.Service) *fallback.Monitor {
+	g.mapsMu.Lock()
+	defer g.mapsMu.Unlock()
+	fb := *sc.Fallback
+	if m, ok := g.monitors[sc.Name]; ok && reflect.DeepEqual(g.fbCfg[sc.Name], fb) {
+		return m
+	}
+	m := fallback.NewMonitor(sc.Name, fallback.MonitorOptions{
+		Output:        fb.Output,
+		History:       time.Duration(fb.History) * fb.BaselineWindow.Std(),
+		Bucket:        fb.BaselineWindow.Std(),
+		Band:          fb.Trigger.Band / 100,
+		Duration:      fb.Trigger.Duration.Std(),
+		ClearDuration: fb.Trigger.ClearDuration.Std(),
+		Window:        fb.Window.Std(),
+		Now:           g.opts.Now,
+	}, g.logger, g.reg)
+	g.monitors[sc.Name] = m
+	g.fbCfg[sc.Name] = fb
+	return m
+}
+
+func limitOf(r config.RateLimit) ratelimit.Limit {
+	return ratelimit.Limit{Rate: r.RequestsPerSecond, Burst: r.Burst}
+}
+
+// Run runs the active health checkers until ctx ends.
+func (g *Gateway) Run(ctx context.Context) error {
+	g.mu.Lock()
+	g.runCtx = ctx
+	g.startHealth(ctx, g.state.Load())
+	g.mu.Unlock()
+	<-ctx.Done()
+	g.mu.Lock()
+	if st := g.state.Load(); st.stop != nil {
+		st.stop()
+	}
+	g.runCtx = nil
+	g.mu.Unlock()
+	return nil
+}
+
+// SetDraining makes /ready fail (and new requests still served), the first
+// step of a graceful shutdown.
+func (g *Gateway) SetDraining() { g.draining.Store(true) }
+
+// Close flushes the access log and closes the backends' connections.
+func (g *Gateway) Close(ctx context.Context) error {
+	st := g.state.Load()
+	for _, b := range st.backends {
+		b.close(g.opts.Remote)
+	}
+	if st.redis != nil {
+		_ = st.redis.Close()
+	}
+	g.client.CloseIdleConnections()
+	return g.access.Close(ctx)
+}
+
+// redactedGateway is the gateway section with secrets removed, for the
+// admin config dump.
+func redactedGateway(cfg *config.Gateway) any {
+	c := &config.Config{Gateway: cfg}
+	return c.Redacted()
+}
+
+// hopHeader reports whether the proxy must not forward a request header:
+// hop-by-hop headers, and the caller's credentials.
+func hopHeader(name string) bool {
+	switch strings.ToLower(name) {
+	case "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+		"transfer-encoding", "upgrade", "authorization", "x-api-key":
+		return true
+	}
+	return false
+}

@@ -1,0 +1,193 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
+	"github.com/sluice-ml/sluice/internal/gateway/upstream"
+)
+
+// newProxyClient is the HTTP client of the KServe v2 proxy and of HTTP
+// health checks: keep-alive connections to few hosts, no proxy from the
+// environment, no compression negotiation (bodies pass through as is).
+func newProxyClient() *http.Client {
+	d := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Client{
+		Transport: &http.Transport{
+			DialContext:           d.DialContext,
+			MaxIdleConns:          1024,
+			MaxIdleConnsPerHost:   256,
+			IdleConnTimeout:       90 * time.Second,
+			DisableCompression:    true,
+			ResponseHeaderTimeout: 0, // the request context bounds it
+			ForceAttemptHTTP2:     false,
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// maxProxyBody bounds a proxied request body: KServe v2 binary tensors can
+// be large, but not unbounded.
+const maxProxyBody = 64 << 20
+
+// serveProxy passes a KServe v2 request through to the proxy backend
+// after authentication and rate limiting, retrying on another endpoint as
+// the proxy's retry policy allows.
+func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) {
+	start := time.Now()
+	reqID := requestID(r)
+	w.Header().Set("X-Request-Id", reqID)
+	e := accesslog.Entry{Time: start, RequestID: reqID, Service: "proxy", Route: "proxy", Backend: st.proxy.Backend}
+	defer func() {
+		e.LatencyMS = float64(time.Since(start).Microseconds()) / 1000
+		g.access.Log(e)
+		g.met.requests.WithLabelValues("proxy", "proxy", strconv.Itoa(e.Status), e.Source).Inc()
+		g.met.duration.WithLabelValues("proxy").Observe(time.Since(start).Seconds())
+	}()
+	if _, ok := g.admit(w, r, st, reqID, &e); !ok {
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxProxyBody))
+	e.RequestBytes = int64(len(body))
+	if err != nil {
+		e.Status, e.Reason = http.StatusRequestEntityTooLarge, ReasonBodyTooLarge
+		writeError(w, reqID, e.Status, e.Reason, "reading the request body: "+err.Error())
+		return
+	}
+	b := st.backends[st.proxy.Backend]
+	ctx, cancel := context.WithTimeout(r.Context(), st.proxy.Timeout.Std())
+	defer cancel()
+	rp := st.proxy.Retries
+	var tried []string
+	b.budget.active.Add(1)
+	defer b.budget.active.Add(-1)
+	retrying := false
+	defer func() {
+		if retrying {
+			b.budget.doneRetry()
+		}
+	}()
+	for attempt := 0; ; attempt++ {
+		ep, err := b.set.Pick(tried...)
+		if err != nil {
+			e.Status, e.Reason = http.StatusServiceUnavailable, ReasonNoHealthyUpstream
+			writeError(w, reqID, e.Status, e.Reason, "backend "+b.name+" has no endpoint to send to")
+			return
+		}
+		e.Endpoint = ep.Addr
+		tctx, tcancel := ctx, context.CancelFunc(func() {})
+		if rp != nil && rp.PerTryTimeout > 0 {
+			tctx, tcancel = context.WithTimeout(ctx, rp.PerTryTimeout.Std())
+		}
+		tryStart := time.Now()
+		resp, err := g.forward(tctx, r, ep.Addr, body, reqID)
+		var f tryFailure
+		if err != nil {
+			perTry := tctx.Err() != nil && ctx.Err() == nil
+			f = tryFailure{connect: isConnectErr(err), timeout: perTry}
+			f.reset = !f.connect && !f.timeout
+			f.status = http.StatusBadGateway
+			if f.timeout {
+				f.status = http.StatusGatewayTimeout
+			}
+			ep.Done(upstream.Outcome{Err: err, Latency: time.Since(tryStart)})
+		} else {
+			f.status = resp.StatusCode
+			ep.Done(upstream.Outcome{Status: resp.StatusCode, Latency: time.Since(tryStart)})
+		}
+		retryable := false
+		reason := ""
+		if (err != nil || resp.StatusCode >= 500) && rp != nil && attempt < rp.NumRetries && ctx.Err() == nil {
+			reason, retryable = retryReason(rp, f)
+			if retryable && !retrying {
+				if retrying = b.budget.tryRetry(rp.Budget.Percent, rp.Budget.MinConcurrency); !retrying {
+					g.met.budgetExceeded.WithLabelValues("proxy").Inc()
+					retryable = false
+				}
+			}
+		}
+		if retryable {
+			if resp != nil {
+				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+				_ = resp.Body.Close()
+			}
+			tcancel()
+			if !slices.Contains(tried, ep.Addr) {
+				tried = append(tried, ep.Addr)
+			}
+			g.met.retries.WithLabelValues("proxy", b.name, reason).Inc()
+			e.Retries++
+			if d := backoff(attempt + 1); d > 0 {
+				t := time.NewTimer(d)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+				case <-t.C:
+				}
+			}
+			continue
+		}
+		if err != nil {
+			tcancel()
+			code, rsn := http.StatusBadGateway, ReasonUpstreamUnavailable
+			if errors.Is(err, context.DeadlineExceeded) {
+				code, rsn = http.StatusGatewayTimeout, ReasonUpstreamTimeout
+			}
+			e.Status, e.Reason, e.Error = code, rsn, err.Error()
+			writeError(w, reqID, code, rsn, "model server "+ep.Addr+": "+err.Error())
+			return
+		}
+		e.Status, e.Source = resp.StatusCode, "model"
+		copyResponse(w, resp, &e)
+		tcancel()
+		return
+	}
+}
+
+// forward sends one try of a proxied request to addr.
+func (g *Gateway) forward(ctx context.Context, r *http.Request, addr string, body []byte, reqID string) (*http.Response, error) {
+	u := *r.URL
+	u.Scheme, u.Host = "http", addr
+	out, err := http.NewRequestWithContext(ctx, r.Method, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range r.Header {
+		if hopHeader(k) {
+			continue
+		}
+		out.Header[k] = vs
+	}
+	out.Header.Set("X-Request-Id", reqID)
+	out.ContentLength = int64(len(body))
+	return g.client.Do(out)
+}
+
+// copyResponse streams resp to w and closes it.
+func copyResponse(w http.ResponseWriter, resp *http.Response, e *accesslog.Entry) {
+	defer resp.Body.Close()
+	h := w.Header()
+	for k, vs := range resp.Header {
+		if hopHeader(k) {
+			continue
+		}
+		h[k] = vs
+	}
+	w.WriteHeader(resp.StatusCode)
+	n, _ := io.Copy(w, resp.Body)
+	e.ResponseBytes = n
+}
+
+// isConnectErr reports a dial failure: the request never left.
+func isConnectErr(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}

@@ -1,0 +1,436 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"strconv"
+
+	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// Reason codes of the errors the gateway makes itself.
+const (
+	ReasonInvalidJSON           = "invalid_json"
+	ReasonUnknownField          = "unknown_field"
+	ReasonMissingField          = "missing_field"
+	ReasonInvalidField          = "invalid_field"
+	ReasonMissingFeature        = "missing_feature"
+	ReasonRateLimited           = "rate_limited"
+	ReasonFeatureUnavailable    = "feature_service_unavailable"
+	ReasonNoRoute               = "no_route"
+	ReasonNoHealthyUpstream     = "no_healthy_upstream"
+	ReasonUpstreamTimeout       = "upstream_timeout"
+	ReasonUpstreamUnavailable   = "upstream_unavailable"
+	ReasonInvalidModelOutput    = "invalid_model_output"
+	ReasonNotFound              = "not_found"
+	ReasonMethodNotAllowed      = "method_not_allowed"
+	ReasonBodyTooLarge          = "body_too_large"
+	ReasonDraining              = "draining"
+	ReasonInternal              = "internal"
+	ReasonGatewayNotConfigured  = "gateway_not_configured"
+	ReasonInvalidRequestID      = "invalid_request_id"
+	ReasonUnsupportedMediaType  = "unsupported_media_type"
+	reasonFeatureViewStale      = serving.ReasonViewStale
+	reasonOnlineStoreUnavailble = serving.ReasonStoreUnavailable
+)
+
+// value is one parsed request value.
+type value struct {
+	set  bool
+	i    int64
+	f    float64
+	b    bool
+	s    string
+	text string // as routing sees it: the number's text, or the string
+}
+
+// num returns the value as a float64 for a tensor.
+func (v *value) num(k fieldKind) float64 {
+	switch k {
+	case kindInt64:
+		return float64(v.i)
+	case kindBool:
+		if v.b {
+			return 1
+		}
+		return 0
+	default:
+		return v.f
+	}
+}
+
+// parseBody decodes the flat JSON object of a service request into vals
+// (one per service field). Unknown keys, wrong types and missing required
+// fields are errors that name the field.
+func (s *service) parseBody(body []byte, vals []value) error {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 {
+		return infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "the request body is empty; send a JSON object with %s", s.fieldList())
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "the request body is not a JSON object: %v", err)
+	}
+	for k, raw := range m {
+		i, ok := s.fieldIdx[k]
+		if !ok {
+			return infer.Errorf(infer.KindInvalid, ReasonUnknownField, "unknown field %q: service %q takes %s", k, s.name, s.fieldList())
+		}
+		if err := parseValue(&s.fields[i], raw, &vals[i]); err != nil {
+			return err
+		}
+	}
+	for i := range s.fields {
+		if s.fields[i].required && !vals[i].set {
+			what := "request field"
+			if s.fields[i].entity {
+				what = "entity key"
+			}
+			return infer.Errorf(infer.KindInvalid, ReasonMissingField, "missing %s %q (%s)", what, s.fields[i].name, s.fields[i].kind)
+		}
+	}
+	return nil
+}
+
+func (s *service) fieldList() string {
+	b := make([]byte, 0, 64)
+	for i, f := range s.fields {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, f.name...)
+		if !f.required {
+			b = append(b, " (optional)"...)
+		}
+	}
+	return string(b)
+}
+
+// parseValue parses one JSON value of field f. null leaves the value unset.
+func parseValue(f *reqField, raw json.RawMessage, v *value) error {
+	raw = bytes.TrimSpace(raw)
+	if string(raw) == "null" {
+		return nil
+	}
+	bad := func(want string) error {
+		shown := string(raw)
+		if len(shown) > 64 {
+			shown = shown[:64] + "…"
+		}
+		return infer.Errorf(infer.KindInvalid, ReasonInvalidField, "field %q: %s is not %s", f.name, shown, want)
+	}
+	switch f.kind {
+	case kindInt64:
+		text := raw
+		if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' {
+			text = raw[1 : len(raw)-1] // ids often travel as strings
+		}
+		n, err := strconv.ParseInt(string(text), 10, 64)
+		if err != nil {
+			return bad("an int64")
+		}
+		v.i, v.text = n, string(text)
+	case kindFloat32, kindFloat64:
+		bits := 64
+		if f.kind == kindFloat32 {
+			bits = 32
+		}
+		x, err := strconv.ParseFloat(string(raw), bits)
+		if err != nil || math.IsInf(x, 0) || math.IsNaN(x) {
+			return bad("a finite number")
+		}
+		v.f, v.text = x, string(raw)
+	case kindBool:
+		switch string(raw) {
+		case "true":
+			v.b, v.text = true, "true"
+		case "false":
+			v.b, v.text = false, "false"
+		default:
+			return bad("true or false")
+		}
+	case kindString:
+		if err := json.Unmarshal(raw, &v.s); err != nil {
+			return bad("a string")
+		}
+		v.text = v.s
+	}
+	v.set = true
+	return nil
+}
+
+// featureRequest builds the feature read of one request row.
+func (s *service) featureRequest(vals []value) *serving.Request {
+	ents := make(map[string][]feature.Value, len(s.entityKeys))
+	for _, k := range s.entityKeys {
+		v := &vals[k.field]
+		var fv feature.Value
+		switch k.kind {
+		case feature.KindString, feature.KindBytes:
+			fv.S = v.text
+			if k.kind == feature.KindBytes {
+				fv.B = []byte(v.text)
+			}
+		default:
+			fv.I64 = v.i
+		}
+		ents[k.joinKey] = []feature.Value{fv}
+	}
+	return &serving.Request{Features: s.features, Entities: ents, FullFeatureNames: true}
+}
+
+// featureCell returns the value of feature column col, and whether it is
+// usable (present and not null).
+func featureCell(resp *serving.Response, col int) (*feature.Value, serving.Status) {
+	if resp == nil {
+		return nil, serving.StatusNotFound
+	}
+	c := &resp.Results[resp.EntityColumns+col]
+	if len(c.Values) == 0 {
+		return nil, serving.StatusNotFound
+	}
+	st := c.Statuses[0]
+	if st != serving.StatusPresent || c.Values[0].Null {
+		if st == serving.StatusPresent {
+			st = serving.StatusNullValue
+		}
+		return nil, st
+	}
+	return &c.Values[0], st
+}
+
+// assemble builds the model's input tensors for one request row from the
+// feature read (nil when the service reads none) and the request values.
+func (s *service) assemble(resp *serving.Response, vals []value) ([]infer.Tensor, error) {
+	out := make([]infer.Tensor, len(s.inputs))
+	for i := range s.inputs {
+		in := &s.inputs[i]
+		size := in.dt.Size()
+		data := make([]byte, in.width*size)
+		off := 0
+		for p := range in.parts {
+			pt := &in.parts[p]
+			if pt.field >= 0 {
+				v := &vals[pt.field]
+				if !v.set {
+					fill, err := in.fillMissing(pt, "is not in the request")
+					if err != nil {
+						return nil, err
+					}
+					putNum(data, off, in.dt, fill)
+				} else {
+					putNum(data, off, in.dt, v.num(s.fields[pt.field].kind))
+				}
+				off += size
+				continue
+			}
+			fv, st := featureCell(resp, pt.col)
+			if fv == nil {
+				fill, err := in.fillMissing(pt, "is "+st.String()+" for "+s.entityText(vals))
+				if err != nil {
+					return nil, err
+				}
+				for j := range pt.width {
+					putNum(data, off+j*size, in.dt, fill)
+				}
+				off += pt.width * size
+				continue
+			}
+			if err := putFeature(data[off:off+pt.width*size], in.dt, fv, s.featureTypes[pt.col], pt); err != nil {
+				return nil, err
+			}
+			off += pt.width * size
+		}
+		out[i] = infer.Tensor{Name: in.tensor, DataType: in.dt, Shape: infer.Shape{1, int64(in.width)}, Data: data}
+	}
+	return out, nil
+}
+
+// entityText describes the request's entity keys for error messages.
+func (s *service) entityText(vals []value) string {
+	b := make([]byte, 0, 32)
+	for i, f := range s.fields {
+		if !f.entity {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, f.name...)
+		b = append(b, '=')
+		b = append(b, vals[i].text...)
+	}
+	return string(b)
+}
+
+// fillMissing returns the value that replaces a missing part, or the
+// missing_feature error when the input's policy is fail.
+func (in *input) fillMissing(pt *part, why string) (float64, error) {
+	switch in.missing {
+	case missingDefault:
+		return in.def, nil
+	case missingZero:
+		return 0, nil
+	}
+	return 0, infer.Errorf(infer.KindNotFound, ReasonMissingFeature,
+		"input %q: %q %s, and the input's missing policy is fail", in.tensor, pt.ref, why)
+}
+
+// putFeature writes one feature value (a scalar or a fixed-length list)
+// into dst.
+func putFeature(dst []byte, dt infer.DataType, v *feature.Value, t feature.Type, pt *part) error {
+	size := dt.Size()
+	if !t.List {
+		var x float64
+		switch t.Kind {
+		case feature.KindInt32, feature.KindInt64:
+			x = float64(v.I64)
+		case feature.KindBool:
+			if v.Bool {
+				x = 1
+			}
+		default:
+			x = v.F64
+		}
+		putNum(dst, 0, dt, x)
+		return nil
+	}
+	n := 0
+	switch t.Kind {
+	case feature.KindFloat32:
+		n = len(v.F32s)
+		if n == pt.width && dt == infer.FP32 {
+			for j, x := range v.F32s {
+				binary.LittleEndian.PutUint32(dst[j*4:], math.Float32bits(x))
+			}
+			return nil
+		}
+		for j := range min(n, pt.width) {
+			putNum(dst, j*size, dt, float64(v.F32s[j]))
+		}
+	case feature.KindFloat64:
+		n = len(v.F64s)
+		for j := range min(n, pt.width) {
+			putNum(dst, j*size, dt, v.F64s[j])
+		}
+	case feature.KindInt32, feature.KindInt64:
+		n = len(v.I64s)
+		for j := range min(n, pt.width) {
+			putNum(dst, j*size, dt, float64(v.I64s[j]))
+		}
+	case feature.KindBool:
+		n = len(v.Bools)
+		for j := range min(n, pt.width) {
+			x := 0.0
+			if v.Bools[j] {
+				x = 1
+			}
+			putNum(dst, j*size, dt, x)
+		}
+	}
+	if n != pt.width {
+		return infer.Errorf(infer.KindInternal, ReasonMissingFeature,
+			"feature %q has %d elements in the online store, but its type says %d", pt.ref, n, pt.width)
+	}
+	return nil
+}
+
+// putNum writes x at byte offset off of dst as dt.
+func putNum(dst []byte, off int, dt infer.DataType, x float64) {
+	switch dt {
+	case infer.FP32:
+		binary.LittleEndian.PutUint32(dst[off:], math.Float32bits(float32(x)))
+	case infer.FP64:
+		binary.LittleEndian.PutUint64(dst[off:], math.Float64bits(x))
+	case infer.Int64:
+		binary.LittleEndian.PutUint64(dst[off:], uint64(int64(x)))
+	case infer.Int32:
+		binary.LittleEndian.PutUint32(dst[off:], uint32(int32(x)))
+	}
+}
+
+// scalar returns element 0 of a numeric output tensor as a float64.
+func scalar(t *infer.Tensor) (float64, bool) {
+	size := t.DataType.Size()
+	if size == 0 || len(t.Data) < size {
+		return 0, false
+	}
+	d := t.Data
+	switch t.DataType {
+	case infer.FP32:
+		return float64(math.Float32frombits(binary.LittleEndian.Uint32(d))), true
+	case infer.FP64:
+		return math.Float64frombits(binary.LittleEndian.Uint64(d)), true
+	case infer.Int64:
+		return float64(int64(binary.LittleEndian.Uint64(d))), true
+	case infer.Int32:
+		return float64(int32(binary.LittleEndian.Uint32(d))), true
+	case infer.Int16:
+		return float64(int16(binary.LittleEndian.Uint16(d))), true
+	case infer.Int8:
+		return float64(int8(d[0])), true
+	case infer.Uint8:
+		return float64(d[0]), true
+	case infer.Uint16:
+		return float64(binary.LittleEndian.Uint16(d)), true
+	case infer.Uint32:
+		return float64(binary.LittleEndian.Uint32(d)), true
+	case infer.Uint64:
+		return float64(binary.LittleEndian.Uint64(d)), true
+	case infer.Bool:
+		if d[0] != 0 {
+			return 1, true
+		}
+		return 0, true
+	}
+	return 0, false
+}
+
+// appendTensorJSON appends an output tensor as a JSON number (one element)
+// or array.
+func appendTensorJSON(b []byte, t *infer.Tensor) ([]byte, bool) {
+	size := t.DataType.Size()
+	if size == 0 {
+		return b, false
+	}
+	n := len(t.Data) / size
+	if n == 1 {
+		x, ok := scalar(t)
+		return appendFloat(b, x, t.DataType), ok
+	}
+	b = append(b, '[')
+	for j := range n {
+		if j > 0 {
+			b = append(b, ',')
+		}
+		el := infer.Tensor{DataType: t.DataType, Data: t.Data[j*size : (j+1)*size]}
+		x, ok := scalar(&el)
+		if !ok {
+			return b, false
+		}
+		b = appendFloat(b, x, t.DataType)
+	}
+	return append(b, ']'), true
+}
+
+func appendFloat(b []byte, x float64, dt infer.DataType) []byte {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return append(b, "null"...)
+	}
+	switch dt {
+	case infer.FP32:
+		return strconv.AppendFloat(b, x, 'g', -1, 32)
+	case infer.FP64:
+		return strconv.AppendFloat(b, x, 'g', -1, 64)
+	case infer.Bool:
+		if x != 0 {
+			return append(b, "true"...)
+		}
+		return append(b, "false"...)
+	}
+	return strconv.AppendInt(b, int64(x), 10)
+}

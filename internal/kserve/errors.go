@@ -1,0 +1,195 @@
+package kserve
+
+import (
+	"errors"
+	"strings"
+	"unicode/utf8"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// Reason codes this package gives errors whose server sent none (Triton
+// never does) or whose failure happened on the client side.
+const (
+	ReasonUnavailable       = "upstream_unavailable"
+	ReasonTimeout           = "upstream_timeout"
+	ReasonCanceled          = "upstream_canceled"
+	ReasonResourceExhausted = "upstream_resource_exhausted"
+	ReasonInvalid           = "upstream_invalid_argument"
+	ReasonNotFound          = "upstream_not_found"
+	ReasonConflict          = "upstream_failed_precondition"
+	ReasonUnsupported       = "upstream_unimplemented"
+	ReasonUnauthenticated   = "upstream_unauthenticated"
+	ReasonPermissionDenied  = "upstream_permission_denied"
+	ReasonError             = "upstream_error"
+	// ReasonBadResponse marks a response that does not hold together:
+	// sizes that disagree with shapes, unknown datatypes, missing names.
+	ReasonBadResponse = "upstream_bad_response"
+	// ReasonBadAddress marks an endpoint address gRPC cannot parse.
+	ReasonBadAddress = "upstream_bad_address"
+	// ReasonClientClosed marks a call made after Client.Close.
+	ReasonClientClosed = "upstream_client_closed"
+)
+
+// maxMsgLen bounds how much of a server's status message is kept, so a
+// hostile or chatty server cannot blow up logs and error bodies.
+const maxMsgLen = 512
+
+// codeKinds maps a gRPC code to the domain error kind and the reason used
+// when the server gave none. It is the inverse of grpcapi's mapping, with
+// the codes grpcapi never produces folded into KindInternal.
+var codeKinds = [...]struct {
+	kind   infer.Kind
+	reason string
+}{
+	codes.Canceled:           {infer.KindUnavailable, ReasonCanceled},
+	codes.Unknown:            {infer.KindInternal, ReasonError},
+	codes.InvalidArgument:    {infer.KindInvalid, ReasonInvalid},
+	codes.DeadlineExceeded:   {infer.KindTimeout, ReasonTimeout},
+	codes.NotFound:           {infer.KindNotFound, ReasonNotFound},
+	codes.AlreadyExists:      {infer.KindConflict, ReasonConflict},
+	codes.PermissionDenied:   {infer.KindPermissionDenied, ReasonPermissionDenied},
+	codes.ResourceExhausted:  {infer.KindResourceExhausted, ReasonResourceExhausted},
+	codes.FailedPrecondition: {infer.KindConflict, ReasonConflict},
+	codes.Aborted:            {infer.KindUnavailable, ReasonUnavailable},
+	codes.OutOfRange:         {infer.KindInvalid, ReasonInvalid},
+	codes.Unimplemented:      {infer.KindUnsupported, ReasonUnsupported},
+	codes.Internal:           {infer.KindInternal, ReasonError},
+	codes.Unavailable:        {infer.KindUnavailable, ReasonUnavailable},
+	codes.DataLoss:           {infer.KindInternal, ReasonError},
+	codes.Unauthenticated:    {infer.KindUnauthenticated, ReasonUnauthenticated},
+}
+
+// RPCError is the error of a failed call to a model server. It carries
+// both views a caller needs:
+//
+//   - the gRPC status (GRPCStatus, so status.FromError and status.Code
+//     work on it and on errors wrapping it), to decide retries on
+//     Unavailable, ResourceExhausted or DeadlineExceeded;
+//   - an *infer.Error (Unwrap, so errors.As finds it) whose Kind follows
+//     the code and whose Reason is the server's ErrorInfo reason when it
+//     sent one (Sluice does, Triton does not), else one of the Reason*
+//     defaults of this package.
+type RPCError struct {
+	// Addr is the endpoint called, as passed to the Client.
+	Addr string
+	// Method is the RPC's short name, e.g. "ModelInfer".
+	Method string
+	// Status is the call's status; never nil, never OK.
+	Status *status.Status
+	// Err is the domain view of the failure; never nil.
+	Err *infer.Error
+	// connectFailure: no connection ever carried the request.
+	connectFailure bool
+}
+
+// Error returns the domain message, which names the method and endpoint.
+func (e *RPCError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the *infer.Error.
+func (e *RPCError) Unwrap() error { return e.Err }
+
+// GRPCStatus returns the call's status, for status.FromError.
+func (e *RPCError) GRPCStatus() *status.Status { return e.Status }
+
+// Code returns the call's gRPC code.
+func (e *RPCError) Code() codes.Code { return e.Status.Code() }
+
+// ConnectFailure reports whether the request never left the client because
+// no connection to the endpoint could be established: the connection was
+// refused, the TCP or HTTP/2 handshake failed or timed out, or the
+// endpoint was in backoff after such a failure. Retrying such a call
+// elsewhere is always safe. A call that failed after a connection carried
+// it (the peer reset it, went away, or timed out) is not a connect
+// failure; that is Envoy's "reset".
+func (e *RPCError) ConnectFailure() bool { return e.connectFailure }
+
+// IsConnectFailure reports whether err (or an error it wraps) is an
+// *RPCError whose request never reached the server because no connection
+// could be established (see RPCError.ConnectFailure). It matches Envoy's
+// connect-failure retry condition.
+func IsConnectFailure(err error) bool {
+	if e, ok := errors.AsType[*RPCError](err); ok {
+		return e.connectFailure
+	}
+	return false
+}
+
+// newRPCError builds the error of a failed call from its status.
+func newRPCError(addr, method string, st *status.Status, connectFailure bool) *RPCError {
+	code := st.Code()
+	kind, reason := infer.KindInternal, ReasonError
+	if int(code) < len(codeKinds) && code != codes.OK {
+		kind, reason = codeKinds[code].kind, codeKinds[code].reason
+	}
+	if r := serverReason(st); r != "" {
+		reason = r
+	}
+	msg := method + " " + addr + ": " + code.String() + ": " + truncate(st.Message())
+	return &RPCError{
+		Addr:           addr,
+		Method:         method,
+		Status:         st,
+		Err:            &infer.Error{Kind: kind, Reason: reason, Msg: msg},
+		connectFailure: connectFailure,
+	}
+}
+
+// localError builds an *RPCError for a failure found on the client side
+// (a bad response, a bad address, a closed client) with the given code.
+func localError(addr, method string, code codes.Code, ie *infer.Error) *RPCError {
+	msg := method + " " + addr + ": " + ie.Error()
+	return &RPCError{
+		Addr:   addr,
+		Method: method,
+		Status: status.New(code, msg),
+		Err:    &infer.Error{Kind: ie.Kind, Reason: ie.Reason, Msg: msg, Err: ie.Err},
+	}
+}
+
+// serverReason returns the reason of the status's first ErrorInfo detail
+// when it looks like a reason code, lower-cased, or "". The status came
+// from the network, so anything odd is dropped rather than passed on.
+func serverReason(st *status.Status) string {
+	if len(st.Proto().GetDetails()) == 0 {
+		return "" // skip decoding the details, the common case for Triton
+	}
+	for _, d := range st.Details() {
+		info, ok := d.(*errdetails.ErrorInfo)
+		if !ok {
+			continue
+		}
+		r := info.GetReason()
+		if r == "" || len(r) > 64 {
+			return ""
+		}
+		for i := range len(r) {
+			c := r[i]
+			if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '_' {
+				return ""
+			}
+		}
+		return strings.ToLower(r)
+	}
+	return ""
+}
+
+// truncate cuts a status message to maxMsgLen bytes.
+func truncate(s string) string { return truncateTo(s, maxMsgLen) }
+
+// truncateTo cuts s to at most limit bytes on a rune boundary, marking the
+// cut with an ellipsis, and replaces invalid UTF-8.
+func truncateTo(s string, limit int) string {
+	if len(s) > limit {
+		cut := limit
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
