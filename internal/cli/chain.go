@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature/materialize"
@@ -24,22 +25,14 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/gateway"
 	"github.com/sluice-ml/sluice/internal/httpapi"
+	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/kserve"
 	"github.com/sluice-ml/sluice/internal/telemetry"
 )
 
 // loadConfig loads and validates sluice.yaml, returning every problem at
 // once.
-func loadConfig(path string) (*config.Config, error) {
-	cfg, err := config.Load(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	return cfg, nil
-}
+func loadConfig(path string) (*config.Config, error) { return config.Load(path) }
 
 // runChain runs what sluice.yaml describes in one process: the model
 // server, the feature server and the gateway, started in that order and
@@ -132,8 +125,29 @@ func startGateway(ctx context.Context, g *errgroup.Group, gctx context.Context, 
 	ms *modelServer, fs *featureServer, reg *prometheus.Registry, logger *slog.Logger, b *banner, done chan struct{},
 ) error {
 	gc := cfg.Gateway
+	remote := kserve.New(kserve.Options{}, logger)
+	var repo *registry.Repo
+	if fs != nil {
+		repo = fs.holder.Current()
+	}
+	sig := func(ctx context.Context, b config.Backend, model, version string) (infer.Signature, error) {
+		if b.Kind != "in_process" {
+			return remoteSignature(ctx, remote, b, model, version)
+		}
+		if ms == nil {
+			return infer.Signature{}, errors.New("backend is in_process but there is no model_server section")
+		}
+		md, err := ms.mgr.Metadata(ctx, model, version)
+		if err != nil {
+			return infer.Signature{}, err
+		}
+		return infer.Signature{Inputs: md.Inputs, Outputs: md.Outputs}, nil
+	}
+	if err := checkGateway(ctx, cfg, repo, sig, os.Stderr); err != nil {
+		return err
+	}
 	opts := gateway.Options{
-		Remote: kserve.New(kserve.Options{}, logger),
+		Remote: remote,
 		Reload: func(context.Context) (*config.Config, error) { return loadConfig(f.configFile) },
 	}
 	if ms != nil {
@@ -166,6 +180,25 @@ func startGateway(ctx context.Context, g *errgroup.Group, gctx context.Context, 
 		return fmt.Errorf("listen gateway admin: %w", err)
 	}
 	b.gateway, b.admin = ln.Addr().String(), adminLn.Addr().String()
+	var grpcSrv *grpc.Server
+	if gc.GRPC != "" {
+		gln, err := lc.Listen(ctx, "tcp", gc.GRPC)
+		if err != nil {
+			_ = ln.Close()
+			_ = adminLn.Close()
+			closeAccess()
+			return fmt.Errorf("listen gateway grpc: %w", err)
+		}
+		b.gatewayGRPC = gln.Addr().String()
+		grpcSrv = grpc.NewServer(grpc.MaxRecvMsgSize(1 << 20))
+		gw.RegisterGRPC(grpcSrv)
+		g.Go(func() error {
+			if err := grpcSrv.Serve(gln); err != nil {
+				return fmt.Errorf("serve gateway grpc: %w", err)
+			}
+			return nil
+		})
+	}
 	srv := httpapi.NewServer(gw, httpapi.ServerOptions{})
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true, Registry: reg})
 	adminSrv := httpapi.NewServer(gw.AdminHandler(metrics), httpapi.ServerOptions{})
@@ -194,6 +227,15 @@ func startGateway(ctx context.Context, g *errgroup.Group, gctx context.Context, 
 		time.Sleep(drain)
 		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(f.exitTimeoutSecs)*time.Second)
 		defer cancel()
+		if grpcSrv != nil {
+			stopped := make(chan struct{})
+			go func() { grpcSrv.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-shutCtx.Done():
+				grpcSrv.Stop()
+			}
+		}
 		err := srv.Shutdown(shutCtx)
 		err = errors.Join(err, adminSrv.Shutdown(shutCtx), gw.Close(shutCtx))
 		return err
@@ -258,8 +300,8 @@ func materializeAtStart(ctx context.Context, fs *featureServer, logger *slog.Log
 
 // banner is what "sluice serve -c" prints once it is ready.
 type banner struct {
-	config                                           string
-	gateway, admin, models, grpc, metrics, features string
+	config                                                       string
+	gateway, gatewayGRPC, admin, models, grpc, metrics, features string
 }
 
 func (b *banner) write(w io.Writer, cfg *config.Config) {
@@ -267,6 +309,9 @@ func (b *banner) write(w io.Writer, cfg *config.Config) {
 	if b.gateway != "" {
 		fmt.Fprintf(w, "  gateway        http://%s   (admin http://%s, metrics http://%s/metrics)\n",
 			displayAddr(b.gateway), displayAddr(b.admin), displayAddr(b.admin))
+		if b.gatewayGRPC != "" {
+			fmt.Fprintf(w, "  gateway gRPC   %s   (sluice.gateway.v1.Gateway/Predict)\n", displayAddr(b.gatewayGRPC))
+		}
 	}
 	if b.models != "" {
 		fmt.Fprintf(w, "  model server   http://%s   (KServe v2; gRPC %s, metrics http://%s/metrics)\n",
@@ -330,4 +375,38 @@ func displayAddr(addr string) string {
 		return addr
 	}
 	return net.JoinHostPort("127.0.0.1", port)
+}
+
+// remoteSignature looks a model up on a kserve_grpc backend's endpoints;
+// an unreachable backend makes it unknown, not wrong.
+func remoteSignature(ctx context.Context, client *kserve.Client, b config.Backend, model, version string) (infer.Signature, error) {
+	var last error
+	for _, ep := range b.Endpoints {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		md, err := client.ModelMetadata(cctx, ep, model, version)
+		cancel()
+		if err == nil {
+			return infer.Signature{Inputs: md.Inputs, Outputs: md.Outputs}, nil
+		}
+		if ie, ok := errors.AsType[*infer.Error](err); ok && ie.Kind == infer.KindNotFound {
+			return infer.Signature{}, fmt.Errorf("%s: %w", ep, err)
+		}
+		last = err
+	}
+	return infer.Signature{}, fmt.Errorf("%w: no endpoint answered ModelMetadata: %w", gateway.ErrSignatureUnknown, last)
+}
+
+// checkGateway runs gateway.Check and logs what it finds; problems fail.
+func checkGateway(ctx context.Context, cfg *config.Config, repo *registry.Repo, sig gateway.SignatureFunc, out io.Writer) error {
+	res := gateway.Check(ctx, cfg.Gateway, repo, sig)
+	for _, w := range res.Warnings {
+		fmt.Fprintln(out, "warning:", w)
+	}
+	for _, p := range res.Problems {
+		fmt.Fprintln(out, p)
+	}
+	if len(res.Problems) > 0 {
+		return &exitError{code: 2, err: fmt.Errorf("%d problem(s) in the gateway's services", len(res.Problems))}
+	}
+	return nil
 }

@@ -14,8 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 
 	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/backend/onnxruntime"
@@ -170,17 +170,17 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 
 // modelServer is a started model server: models loaded, listeners open.
 type modelServer struct {
-	mgr           *modelrepo.Manager
-	models        *drainingModels
-	httpLn        net.Listener
-	grpcLn        net.Listener
-	metrics       *telemetry.MetricsServer
-	httpSrv       *http.Server
-	grpcSvc       *grpcapi.Service
-	grpcSrv       *grpc.Server
-	closeBack     func() error
-	logger        *slog.Logger
-	exitTimeout   time.Duration
+	mgr         *modelrepo.Manager
+	models      *drainingModels
+	httpLn      net.Listener
+	grpcLn      net.Listener
+	metrics     *telemetry.MetricsServer
+	httpSrv     *http.Server
+	grpcSvc     *grpcapi.Service
+	grpcSrv     *grpc.Server
+	closeBack   func() error
+	logger      *slog.Logger
+	exitTimeout time.Duration
 }
 
 func (ms *modelServer) closeBackends() {

@@ -72,6 +72,9 @@ type Gateway struct {
 	Backends []Backend `yaml:"backends"`
 	// LogSampling sets which share of requests the access log records in full.
 	LogSampling LogSampling `yaml:"log_sampling"`
+	// GRPC is the address of the gateway's gRPC edge
+	// (sluice.gateway.v1.Gateway/Predict); empty disables it.
+	GRPC string `yaml:"grpc"`
 	// AccessLog is where access-log lines go: "stdout" (default), "stderr",
 	// "off" or a file path (appended to).
 	AccessLog string `yaml:"access_log"`

@@ -123,6 +123,12 @@ func (v *validator) unique(seen map[string]bool, path, what, name string) {
 func (v *validator) gateway(g *Gateway) {
 	v.hostPort("gateway.listen", g.Listen, false)
 	v.hostPort("gateway.admin", g.Admin, false)
+	if g.GRPC != "" {
+		v.hostPort("gateway.grpc", g.GRPC, false)
+		if g.GRPC == g.Listen || g.GRPC == g.Admin {
+			v.add("gateway.grpc", "must differ from gateway.listen and gateway.admin")
+		}
+	}
 	if g.Listen == g.Admin {
 		v.add("gateway.admin", "must differ from gateway.listen")
 	}

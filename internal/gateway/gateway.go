@@ -82,7 +82,7 @@ type Gateway struct {
 	mu     sync.Mutex // serializes Reload and protects runCtx
 	runCtx context.Context
 
-	mapsMu   sync.Mutex // protects the maps below
+	mapsMu   sync.Mutex                   // protects the maps below
 	monitors map[string]*fallback.Monitor // by service name, kept across reloads
 	fbCfg    map[string]config.Fallback
 	breakers map[string]*breaker

@@ -83,15 +83,27 @@ func clientIP(r *http.Request) string {
 	return host
 }
 
-// admit authenticates r and takes a rate-limit token. It writes the error
-// answer itself and returns ok=false when the request must stop.
-func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, st *state, reqID string, e *accesslog.Entry) (auth.Identity, bool) {
+// rateLimited is the error of a refused request; RetryAfter is when one
+// would be admitted.
+type rateLimited struct {
+	err        *infer.Error
+	RetryAfter time.Duration
+	Limit      float64
+}
+
+func (e *rateLimited) Error() string { return e.err.Error() }
+
+func (e *rateLimited) Unwrap() error { return e.err }
+
+func asRateLimited(err error) (*rateLimited, bool) { return errors.AsType[*rateLimited](err) }
+
+// admit authenticates a request and takes a rate-limit token. A refusal is
+// an *infer.Error: KindUnauthenticated, or KindResourceExhausted with
+// reason rate_limited wrapped in *rateLimited.
+func (g *Gateway) admit(ctx context.Context, st *state, r *http.Request, e *accesslog.Entry) (auth.Identity, error) {
 	id, aerr := st.auth.Authenticate(r)
 	if aerr != nil {
-		e.Status, e.Reason, e.Error = http.StatusUnauthorized, aerr.Reason, aerr.Msg
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-		writeError(w, reqID, http.StatusUnauthorized, aerr.Reason, aerr.Msg)
-		return id, false
+		return id, aerr
 	}
 	e.ClientID = id.ClientID
 	key, limit := "client:"+id.ClientID, st.anonLimit
@@ -101,70 +113,130 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, st *state, reqID
 		limit = limitOf(st.clients[id.ClientID].RateLimit)
 	}
 	if limit.Rate <= 0 {
-		return id, true // unlimited
+		return id, nil // unlimited
 	}
-	d, err := st.limiter.Allow(r.Context(), key, limit)
+	d, err := st.limiter.Allow(ctx, key, limit)
 	if err != nil {
 		// Only an invalid limit or a gone client gets here; config
 		// validation rules out the first.
-		e.Status, e.Reason, e.Error = http.StatusServiceUnavailable, ReasonInternal, err.Error()
-		writeError(w, reqID, http.StatusServiceUnavailable, ReasonInternal, "rate limiter: "+err.Error())
-		return id, false
+		return id, infer.Errorf(infer.KindUnavailable, ReasonInternal, "rate limiter: %v", err)
 	}
 	if !d.Allowed {
-		w.Header().Set("Retry-After", ratelimit.RetryAfterHeader(d.RetryAfter))
-		w.Header().Set("X-RateLimit-Limit", strconv.FormatFloat(limit.Rate, 'g', -1, 64))
-		msg := "rate limit of " + strconv.FormatFloat(limit.Rate, 'g', -1, 64) + " requests/s exceeded for " + key +
-			"; retry after " + d.RetryAfter.Round(time.Millisecond).String()
-		e.Status, e.Reason, e.Error = http.StatusTooManyRequests, ReasonRateLimited, msg
-		writeError(w, reqID, http.StatusTooManyRequests, ReasonRateLimited, msg)
-		return id, false
+		return id, &rateLimited{
+			err: infer.Errorf(infer.KindResourceExhausted, ReasonRateLimited,
+				"rate limit of %s requests/s exceeded for %s; retry after %s",
+				strconv.FormatFloat(limit.Rate, 'g', -1, 64), key, d.RetryAfter.Round(time.Millisecond)),
+			RetryAfter: d.RetryAfter, Limit: limit.Rate,
+		}
 	}
-	return id, true
+	return id, nil
 }
 
-// serveService answers one call of service s.
+// answer is the result of one service call, transport-neutral.
+type answer struct {
+	requestID string
+	service   string
+	route     string
+	model     string
+	version   string
+	source    string
+	outputs   []outputValue
+}
+
+// outputValue is one named output of an answer: a scalar or an array.
+type outputValue struct {
+	name   string
+	values []float64
+	array  bool
+	dt     infer.DataType
+}
+
+// serveService answers one HTTP call of service s.
 func (g *Gateway) serveService(w http.ResponseWriter, r *http.Request, st *state, s *service) {
-	start := time.Now()
 	reqID := requestID(r)
 	w.Header().Set("X-Request-Id", reqID)
-	e := accesslog.Entry{Time: start, RequestID: reqID, Service: s.name, Model: s.cfg.Model.Name}
-	source, routeName := "", ""
-	defer func() {
-		e.LatencyMS = float64(time.Since(start).Microseconds()) / 1000
-		g.access.Log(e)
-		g.met.requests.WithLabelValues(s.name, routeName, strconv.Itoa(e.Status), source).Inc()
-		g.met.duration.WithLabelValues(s.name).Observe(time.Since(start).Seconds())
-	}()
-	fail := func(err error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.opts.MaxBodyBytes))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			err = infer.Errorf(infer.KindResourceExhausted, ReasonBodyTooLarge, "the request body exceeds %d bytes", g.opts.MaxBodyBytes)
+		} else {
+			err = infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "reading the request body: %v", err)
+		}
+	}
+	var a *answer
+	if err == nil {
+		a, err = g.predict(r.Context(), st, s, r, reqID, body)
+	} else {
+		g.record(s, reqID, time.Now(), &accesslog.Entry{RequestBytes: int64(len(body))}, err)
+	}
+	if err != nil {
+		writeHTTPError(w, reqID, err)
+		return
+	}
+	out := a.appendJSON(make([]byte, 0, 256))
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Sluice-Route", a.route)
+	h.Set("X-Sluice-Version", a.version)
+	_, _ = w.Write(out)
+}
+
+// writeHTTPError writes err with its status, reason and the headers its
+// kind calls for (WWW-Authenticate, Retry-After).
+func writeHTTPError(w http.ResponseWriter, reqID string, err error) {
+	code, reason := httpapi.StatusOf(err)
+	if code == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+	}
+	if rl, ok := asRateLimited(err); ok {
+		w.Header().Set("Retry-After", ratelimit.RetryAfterHeader(rl.RetryAfter))
+		w.Header().Set("X-RateLimit-Limit", strconv.FormatFloat(rl.Limit, 'g', -1, 64))
+	}
+	writeError(w, reqID, code, reason, err.Error())
+}
+
+// record logs and counts a finished call.
+func (g *Gateway) record(s *service, reqID string, start time.Time, e *accesslog.Entry, err error) {
+	e.Time, e.RequestID, e.Service = start, reqID, s.name
+	if e.Model == "" {
+		e.Model = s.cfg.Model.Name
+	}
+	if err != nil {
 		code, reason := httpapi.StatusOf(err)
 		e.Status, e.Reason, e.Error = code, reason, err.Error()
+		e.Source = ""
 		if code >= 500 {
 			g.logger.Warn("request failed", "request_id", reqID, "service", s.name, "status", code, "reason", reason, "err", err)
 		}
-		writeError(w, reqID, code, reason, err.Error())
+	} else {
+		e.Status = http.StatusOK
 	}
+	e.LatencyMS = float64(time.Since(start).Microseconds()) / 1000
+	g.access.Log(*e)
+	g.met.requests.WithLabelValues(s.name, e.Route, strconv.Itoa(e.Status), e.Source).Inc()
+	g.met.duration.WithLabelValues(s.name).Observe(time.Since(start).Seconds())
+}
 
-	id, ok := g.admit(w, r, st, reqID, &e)
-	if !ok {
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.opts.MaxBodyBytes))
-	e.RequestBytes = int64(len(body))
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			fail(infer.Errorf(infer.KindResourceExhausted, ReasonBodyTooLarge, "the request body exceeds %d bytes", g.opts.MaxBodyBytes))
-			return
+// predict runs one call of service s: admission, parsing, routing,
+// features, tensors, the model and the fallback. r carries the headers and
+// peer address (a gRPC call builds one from its metadata).
+func (g *Gateway) predict(ctx context.Context, st *state, s *service, r *http.Request, reqID string, body []byte) (a *answer, err error) {
+	start := time.Now()
+	e := accesslog.Entry{RequestBytes: int64(len(body))}
+	defer func() {
+		if a != nil {
+			e.Source = a.source
 		}
-		fail(infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "reading the request body: %v", err))
-		return
+		g.record(s, reqID, start, &e, err)
+	}()
+	id, err := g.admit(ctx, st, r, &e)
+	if err != nil {
+		return nil, err
 	}
 	vals := make([]value, len(s.fields))
 	if err := s.parseBody(body, vals); err != nil {
-		fail(err)
-		return
+		return nil, err
 	}
-
 	rv := make(map[string]string, len(vals))
 	for i := range vals {
 		if vals[i].set {
@@ -173,10 +245,8 @@ func (g *Gateway) serveService(w http.ResponseWriter, r *http.Request, st *state
 	}
 	target, ok := s.routes.Match(route.Request{Headers: r.Header, Values: rv})
 	if !ok {
-		fail(infer.Errorf(infer.KindNotFound, ReasonNoRoute, "no route of service %q matches the request", s.name))
-		return
+		return nil, infer.Errorf(infer.KindNotFound, ReasonNoRoute, "no route of service %q matches the request", s.name)
 	}
-	routeName = target.Route
 	e.Route, e.Backend = target.Route, target.Backend
 	rc := s.routeCfg[target.Route]
 	version := target.Version
@@ -186,43 +256,15 @@ func (g *Gateway) serveService(w http.ResponseWriter, r *http.Request, st *state
 	e.Version = version
 	b := st.backends[target.Backend]
 
-	ctx, cancel := context.WithTimeout(r.Context(), rc.Timeout.Std())
+	ctx, cancel := context.WithTimeout(ctx, rc.Timeout.Std())
 	defer cancel()
-
-	var feats *serving.Response
-	if len(s.features) > 0 {
-		now := g.opts.Now()
-		allowed, probe := s.breaker.allow(now)
-		if !allowed {
-			fail(infer.Errorf(infer.KindUnavailable, ReasonFeatureUnavailable,
-				"service %q: its features have been stale too often (%d stale reads within %s); the breaker lets a probe through every %s",
-				s.name, s.breaker.threshold, s.breaker.window, s.breaker.probe))
-			return
-		}
-		feats, err = g.opts.Features.GetOnlineFeatures(ctx, s.featureRequest(vals))
-		if err != nil {
-			if ie, ok := errors.AsType[*infer.Error](err); ok && ie.Reason == reasonFeatureViewStale {
-				g.met.breakerEvents.WithLabelValues(s.name).Inc()
-				if s.breaker.stale(now) {
-					g.met.breakerOpen.WithLabelValues(s.name).Set(1)
-					g.logger.Warn("feature breaker opened", "service", s.name, "threshold", s.breaker.threshold, "window", s.breaker.window)
-				}
-			}
-			if ctx.Err() != nil && r.Context().Err() == nil {
-				err = infer.Errorf(infer.KindTimeout, ReasonUpstreamTimeout, "service %q: the feature read did not finish within the route timeout", s.name)
-			}
-			fail(err)
-			return
-		}
-		if probe && s.breaker.fresh() {
-			g.met.breakerOpen.WithLabelValues(s.name).Set(0)
-			g.logger.Info("feature breaker closed: features are fresh again", "service", s.name)
-		}
+	feats, err := g.readFeatures(ctx, s, vals)
+	if err != nil {
+		return nil, err
 	}
 	inputs, err := s.assemble(feats, vals)
 	if err != nil {
-		fail(err)
-		return
+		return nil, err
 	}
 	req := &infer.Request{ID: reqID, Model: s.cfg.Model.Name, Version: version, Inputs: inputs, Outputs: s.requested}
 	if p := g.priority(st, r, id); p > 0 {
@@ -231,24 +273,48 @@ func (g *Gateway) serveService(w http.ResponseWriter, r *http.Request, st *state
 	resp, info, err := g.call(ctx, s, b, rc.Retries, req)
 	e.Endpoint, e.Retries = info.endpoint, info.retries
 	if err != nil {
-		fail(err)
-		return
+		return nil, err
 	}
-	out, src, err := g.answer(s, resp, vals, feats, reqID, target.Route, version)
+	a, err = g.answer(s, resp, vals, feats, reqID, target.Route, version)
 	if err != nil {
-		fail(err)
-		return
+		return nil, err
 	}
-	source = src
-	e.Source, e.Status, e.ResponseBytes = src, http.StatusOK, int64(len(out))
-	if resp.Version != "" {
-		e.Version = resp.Version
+	e.Version = a.version
+	return a, nil
+}
+
+// readFeatures reads the service's features for one request row, through
+// the feature breaker; nil when the service reads none.
+func (g *Gateway) readFeatures(ctx context.Context, s *service, vals []value) (*serving.Response, error) {
+	if len(s.features) == 0 {
+		return nil, nil
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Sluice-Route", target.Route)
-	h.Set("X-Sluice-Version", e.Version)
-	_, _ = w.Write(out)
+	now := g.opts.Now()
+	allowed, probe := s.breaker.allow(now)
+	if !allowed {
+		return nil, infer.Errorf(infer.KindUnavailable, ReasonFeatureUnavailable,
+			"service %q: its features were stale %d times within %s; the breaker lets a probe through every %s",
+			s.name, s.breaker.threshold, s.breaker.window, s.breaker.probe)
+	}
+	feats, err := g.opts.Features.GetOnlineFeatures(ctx, s.featureRequest(vals))
+	if err != nil {
+		if ie, ok := errors.AsType[*infer.Error](err); ok && ie.Reason == reasonFeatureViewStale {
+			g.met.breakerEvents.WithLabelValues(s.name).Inc()
+			if s.breaker.stale(now) {
+				g.met.breakerOpen.WithLabelValues(s.name).Set(1)
+				g.logger.Warn("feature breaker opened", "service", s.name, "threshold", s.breaker.threshold, "window", s.breaker.window)
+			}
+		}
+		if ctx.Err() != nil {
+			return nil, infer.Errorf(infer.KindTimeout, ReasonUpstreamTimeout, "service %q: the feature read did not finish within the route timeout", s.name)
+		}
+		return nil, err
+	}
+	if probe && s.breaker.fresh() {
+		g.met.breakerOpen.WithLabelValues(s.name).Set(0)
+		g.logger.Info("feature breaker closed: features are fresh again", "service", s.name)
+	}
+	return feats, nil
 }
 
 // priority is the model priority of a request: the first matching
@@ -262,14 +328,20 @@ func (g *Gateway) priority(st *state, r *http.Request, id auth.Identity) int {
 	return id.Priority
 }
 
-// answer builds the JSON answer from the model's response, applying the
+// answer builds the answer from the model's response, applying the
 // fallback rule when the service's predictions drift.
-func (g *Gateway) answer(s *service, resp *infer.Response, vals []value, feats *serving.Response, reqID, routeName, version string) ([]byte, string, error) {
+func (g *Gateway) answer(s *service, resp *infer.Response, vals []value, feats *serving.Response, reqID, routeName, version string) (*answer, error) {
 	outs := make(map[string]*infer.Tensor, len(resp.Outputs))
 	for i := range resp.Outputs {
 		outs[resp.Outputs[i].Name] = &resp.Outputs[i]
 	}
-	source := fallback.SourceModel
+	a := &answer{
+		requestID: reqID, service: s.name, route: routeName, model: s.cfg.Model.Name, version: version,
+		source: fallback.SourceModel, outputs: make([]outputValue, 0, len(s.outputs)),
+	}
+	if resp.Version != "" {
+		a.version = resp.Version
+	}
 	var ruleValue float64
 	if fb := s.fallback; fb != nil {
 		watched, ok1 := outs[fb.output]
@@ -285,50 +357,66 @@ func (g *Gateway) answer(s *service, resp *infer.Response, vals []value, feats *
 						g.met.ruleErrors.WithLabelValues(s.name).Inc()
 						g.logger.Debug("fallback rule failed; keeping the model's answer", "service", s.name, "request_id", reqID, "err", err)
 					} else {
-						source, ruleValue = fallback.SourceRule, v
+						a.source, ruleValue = fallback.SourceRule, v
 					}
 				}
 			}
 		}
 	}
-	if resp.Version != "" {
-		version = resp.Version
+	for _, o := range s.outputs {
+		if a.source == fallback.SourceRule && o.from == s.fallback.output {
+			a.outputs = append(a.outputs, outputValue{name: o.name, values: []float64{ruleValue}, dt: infer.FP64})
+			continue
+		}
+		t, ok := outs[o.from]
+		if !ok {
+			return nil, infer.Errorf(infer.KindInternal, ReasonInvalidModelOutput, "model %q did not return output %q", s.cfg.Model.Name, o.from)
+		}
+		ov, ok := tensorValues(o.name, t)
+		if !ok {
+			return nil, infer.Errorf(infer.KindInternal, ReasonInvalidModelOutput, "model output %q (%s) cannot be written as numbers", o.from, t.DataType)
+		}
+		a.outputs = append(a.outputs, ov)
 	}
-	b := make([]byte, 0, 256)
+	return a, nil
+}
+
+// appendJSON appends the answer's JSON body.
+func (a *answer) appendJSON(b []byte) []byte {
 	b = append(b, `{"request_id":`...)
-	b = jsonenc.AppendString(b, reqID)
+	b = jsonenc.AppendString(b, a.requestID)
 	b = append(b, `,"service":`...)
-	b = jsonenc.AppendString(b, s.name)
+	b = jsonenc.AppendString(b, a.service)
 	b = append(b, `,"route":`...)
-	b = jsonenc.AppendString(b, routeName)
+	b = jsonenc.AppendString(b, a.route)
 	b = append(b, `,"model":`...)
-	b = jsonenc.AppendString(b, s.cfg.Model.Name)
+	b = jsonenc.AppendString(b, a.model)
 	b = append(b, `,"version":`...)
-	b = jsonenc.AppendString(b, version)
+	b = jsonenc.AppendString(b, a.version)
 	b = append(b, `,"source":`...)
-	b = jsonenc.AppendString(b, source)
+	b = jsonenc.AppendString(b, a.source)
 	b = append(b, `,"outputs":{`...)
-	for i, o := range s.outputs {
+	for i := range a.outputs {
+		o := &a.outputs[i]
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = jsonenc.AppendString(b, o.name)
 		b = append(b, ':')
-		if source == fallback.SourceRule && o.from == s.fallback.output {
-			b = strconv.AppendFloat(b, ruleValue, 'g', -1, 64)
-			continue
+		if o.array {
+			b = append(b, '[')
 		}
-		t, ok := outs[o.from]
-		if !ok {
-			return nil, "", infer.Errorf(infer.KindInternal, ReasonInvalidModelOutput, "model %q did not return output %q", s.cfg.Model.Name, o.from)
+		for j, x := range o.values {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = appendFloat(b, x, o.dt)
 		}
-		var good bool
-		if b, good = appendTensorJSON(b, t); !good {
-			return nil, "", infer.Errorf(infer.KindInternal, ReasonInvalidModelOutput, "model output %q (%s) cannot be written as JSON numbers", o.from, t.DataType)
+		if o.array {
+			b = append(b, ']')
 		}
 	}
-	b = append(b, "}}\n"...)
-	return b, source, nil
+	return append(b, "}}\n"...)
 }
 
 // ruleVars binds the rule's variables for one request.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
 	"github.com/sluice-ml/sluice/internal/gateway/upstream"
+	"github.com/sluice-ml/sluice/internal/httpapi"
 )
 
 // newProxyClient is the HTTP client of the KServe v2 proxy and of HTTP
@@ -52,7 +53,10 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 		g.met.requests.WithLabelValues("proxy", "proxy", strconv.Itoa(e.Status), e.Source).Inc()
 		g.met.duration.WithLabelValues("proxy").Observe(time.Since(start).Seconds())
 	}()
-	if _, ok := g.admit(w, r, st, reqID, &e); !ok {
+	if _, err := g.admit(r.Context(), st, r, &e); err != nil {
+		code, reason := httpapi.StatusOf(err)
+		e.Status, e.Reason, e.Error = code, reason, err.Error()
+		writeHTTPError(w, reqID, err)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxProxyBody))

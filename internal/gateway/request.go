@@ -390,31 +390,24 @@ func scalar(t *infer.Tensor) (float64, bool) {
 	return 0, false
 }
 
-// appendTensorJSON appends an output tensor as a JSON number (one element)
-// or array.
-func appendTensorJSON(b []byte, t *infer.Tensor) ([]byte, bool) {
+// tensorValues reads a numeric output tensor: one element is a scalar,
+// more an array.
+func tensorValues(name string, t *infer.Tensor) (outputValue, bool) {
 	size := t.DataType.Size()
-	if size == 0 {
-		return b, false
+	if size == 0 || t.DataType == infer.FP16 || t.DataType == infer.BF16 {
+		return outputValue{}, false
 	}
 	n := len(t.Data) / size
-	if n == 1 {
-		x, ok := scalar(t)
-		return appendFloat(b, x, t.DataType), ok
-	}
-	b = append(b, '[')
+	ov := outputValue{name: name, values: make([]float64, 0, n), array: n != 1, dt: t.DataType}
 	for j := range n {
-		if j > 0 {
-			b = append(b, ',')
-		}
 		el := infer.Tensor{DataType: t.DataType, Data: t.Data[j*size : (j+1)*size]}
 		x, ok := scalar(&el)
 		if !ok {
-			return b, false
+			return outputValue{}, false
 		}
-		b = appendFloat(b, x, t.DataType)
+		ov.values = append(ov.values, x)
 	}
-	return append(b, ']'), true
+	return ov, true
 }
 
 func appendFloat(b []byte, x float64, dt infer.DataType) []byte {

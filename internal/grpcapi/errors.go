@@ -123,3 +123,8 @@ func reasonFromStatus(s *status.Status) string {
 func invalidf(reason, format string, args ...any) *infer.Error {
 	return infer.Errorf(infer.KindInvalid, reason, format, args...)
 }
+
+// ToStatus turns a domain error into the gRPC status error every Sluice
+// gRPC edge returns: the code its kind maps to and an ErrorInfo detail
+// with its reason.
+func ToStatus(err error) error { return toStatus(err) }

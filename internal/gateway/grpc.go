@@ -1,0 +1,85 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/sluice-ml/sluice/internal/gateway/ratelimit"
+	"github.com/sluice-ml/sluice/internal/grpcapi"
+	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/pb/gatewaypb"
+)
+
+// grpcService is the gateway's gRPC edge (sluice.gateway.v1.Gateway).
+type grpcService struct {
+	gatewaypb.UnimplementedGatewayServer
+	g *Gateway
+}
+
+// RegisterGRPC registers the gateway's gRPC service on s.
+func (g *Gateway) RegisterGRPC(s *grpc.Server) {
+	gatewaypb.RegisterGatewayServer(s, &grpcService{g: g})
+}
+
+// Predict calls one service with the same pipeline as the HTTP edge. The
+// metadata plays the part of the HTTP headers.
+func (s *grpcService) Predict(ctx context.Context, req *gatewaypb.PredictRequest) (*gatewaypb.PredictResponse, error) {
+	g := s.g
+	st := g.state.Load()
+	svc, ok := st.byName[req.GetService()]
+	if !ok {
+		return nil, grpcapi.ToStatus(infer.Errorf(infer.KindNotFound, ReasonNotFound, "no service named %q", req.GetService()))
+	}
+	r := &http.Request{Header: http.Header{}, RemoteAddr: "unknown:0"}
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		for k, vs := range md {
+			if strings.HasPrefix(k, ":") || strings.HasSuffix(k, "-bin") {
+				continue
+			}
+			for _, v := range vs {
+				r.Header.Add(k, v)
+			}
+		}
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		r.RemoteAddr = p.Addr.String()
+	}
+	reqID := requestID(r)
+	_ = grpc.SetHeader(ctx, metadata.Pairs("x-request-id", reqID))
+	body, err := json.Marshal(req.GetFields().AsMap())
+	if err != nil {
+		return nil, grpcapi.ToStatus(infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "fields: %v", err))
+	}
+	a, err := g.predict(ctx, st, svc, r, reqID, body)
+	if err != nil {
+		if rl, ok := asRateLimited(err); ok {
+			_ = grpc.SetTrailer(ctx, metadata.Pairs("retry-after", ratelimit.RetryAfterHeader(rl.RetryAfter)))
+		}
+		return nil, grpcapi.ToStatus(err)
+	}
+	outs := &structpb.Struct{Fields: make(map[string]*structpb.Value, len(a.outputs))}
+	for i := range a.outputs {
+		o := &a.outputs[i]
+		if !o.array {
+			outs.Fields[o.name] = structpb.NewNumberValue(o.values[0])
+			continue
+		}
+		l := &structpb.ListValue{Values: make([]*structpb.Value, len(o.values))}
+		for j, x := range o.values {
+			l.Values[j] = structpb.NewNumberValue(x)
+		}
+		outs.Fields[o.name] = structpb.NewListValue(l)
+	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs("x-sluice-route", a.route, "x-sluice-version", a.version))
+	return &gatewaypb.PredictResponse{
+		RequestId: a.requestID, Service: a.service, Route: a.route, Model: a.model,
+		Version: a.version, Source: a.source, Outputs: outs,
+	}, nil
+}
