@@ -50,7 +50,7 @@ models: ## regenerate examples/models with Debian's torch (slow; results are com
 bench: deps build ## run the benchmark harness; results land in bench/results/
 	@bench/run.sh
 
-demo: deps build ## run the chain on the embedded default (model server + feature server) and show a few calls
+demo: deps build ## run the whole chain (gateway, features, models) on the embedded default and show a few calls
 	@scripts/demo.sh
 
 clean:

@@ -392,7 +392,7 @@ type Backend struct {
 	Kind string `yaml:"kind"`
 	// Endpoints are host:port addresses (kserve_grpc and kserve_http).
 	Endpoints []string `yaml:"endpoints"`
-	// LoadBalancing is least_request (P2C), round_robin or random. Default least_request.
+	// LoadBalancing is least_request (P2C, Envoy LEAST_REQUEST with choice_count 2), the only policy. Default least_request.
 	LoadBalancing string `yaml:"load_balancing"`
 	// HealthCheck is the active health check (KServe v2 ready).
 	HealthCheck HealthCheck `yaml:"health_check"`

@@ -244,7 +244,7 @@ func (v *validator) backend(p string, b Backend, seen map[string]bool) {
 		}
 		eps[e] = true
 	}
-	v.oneOf(p+".load_balancing", b.LoadBalancing, "least_request", "round_robin", "random")
+	v.oneOf(p+".load_balancing", b.LoadBalancing, "least_request")
 	v.positive(p+".health_check.interval", b.HealthCheck.Interval)
 	v.positive(p+".health_check.timeout", b.HealthCheck.Timeout)
 	if b.HealthCheck.Timeout > b.HealthCheck.Interval {

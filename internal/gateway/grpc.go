@@ -53,11 +53,14 @@ func (s *grpcService) Predict(ctx context.Context, req *gatewaypb.PredictRequest
 	}
 	reqID := requestID(r)
 	_ = grpc.SetHeader(ctx, metadata.Pairs("x-request-id", reqID))
-	body, err := json.Marshal(req.GetFields().AsMap())
-	if err != nil {
-		return nil, grpcapi.ToStatus(infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "fields: %v", err))
+	readBody := func() ([]byte, error) {
+		body, err := json.Marshal(req.GetFields().AsMap())
+		if err != nil {
+			return nil, infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "fields: %v", err)
+		}
+		return body, nil
 	}
-	a, err := g.predict(ctx, st, svc, r, reqID, body)
+	a, err := g.predict(ctx, st, svc, r, reqID, readBody)
 	if err != nil {
 		if rl, ok := asRateLimited(err); ok {
 			_ = grpc.SetTrailer(ctx, metadata.Pairs("retry-after", ratelimit.RetryAfterHeader(rl.RetryAfter)))

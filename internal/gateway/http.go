@@ -155,20 +155,20 @@ type outputValue struct {
 func (g *Gateway) serveService(w http.ResponseWriter, r *http.Request, st *state, s *service) {
 	reqID := requestID(r)
 	w.Header().Set("X-Request-Id", reqID)
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.opts.MaxBodyBytes))
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			err = infer.Errorf(infer.KindResourceExhausted, ReasonBodyTooLarge, "the request body exceeds %d bytes", g.opts.MaxBodyBytes)
-		} else {
-			err = infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "reading the request body: %v", err)
+	// The body is read only after the caller is admitted, so
+	// unauthenticated or rate-limited callers cannot make the gateway read
+	// (up to MaxBodyBytes of) their bodies.
+	readBody := func() ([]byte, error) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.opts.MaxBodyBytes))
+		if err != nil {
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				return body, infer.Errorf(infer.KindResourceExhausted, ReasonBodyTooLarge, "the request body exceeds %d bytes", g.opts.MaxBodyBytes)
+			}
+			return body, infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "reading the request body: %v", err)
 		}
+		return body, nil
 	}
-	var a *answer
-	if err == nil {
-		a, err = g.predict(r.Context(), st, s, r, reqID, body)
-	} else {
-		g.record(s, reqID, time.Now(), &accesslog.Entry{RequestBytes: int64(len(body))}, err)
-	}
+	a, err := g.predict(r.Context(), st, s, r, reqID, readBody)
 	if err != nil {
 		writeHTTPError(w, reqID, err)
 		return
@@ -220,9 +220,11 @@ func (g *Gateway) record(s *service, reqID string, start time.Time, e *accesslog
 // predict runs one call of service s: admission, parsing, routing,
 // features, tensors, the model and the fallback. r carries the headers and
 // peer address (a gRPC call builds one from its metadata).
-func (g *Gateway) predict(ctx context.Context, st *state, s *service, r *http.Request, reqID string, body []byte) (a *answer, err error) {
+func (g *Gateway) predict(ctx context.Context, st *state, s *service, r *http.Request, reqID string,
+	readBody func() ([]byte, error),
+) (a *answer, err error) {
 	start := time.Now()
-	e := accesslog.Entry{RequestBytes: int64(len(body))}
+	var e accesslog.Entry
 	defer func() {
 		if a != nil {
 			e.Source = a.source
@@ -230,6 +232,11 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, r *http.Re
 		g.record(s, reqID, start, &e, err)
 	}()
 	id, err := g.admit(ctx, st, r, &e)
+	if err != nil {
+		return nil, err
+	}
+	body, err := readBody()
+	e.RequestBytes = int64(len(body))
 	if err != nil {
 		return nil, err
 	}
