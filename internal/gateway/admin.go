@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 	"slices"
 	"time"
 
@@ -64,6 +65,11 @@ func (g *Gateway) AdminHandler(metrics http.Handler) http.Handler {
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)
 	}
+	// Go's profiler, as Envoy's admin port offers /cpuprofiler: the admin
+	// port must not be exposed beyond the operators.
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	return mux
 }
 
