@@ -132,7 +132,12 @@ func TestRunClosedLoopHTTP(t *testing.T) {
 				require.Zero(t, r.Errors)
 				require.True(t, r.Stable)
 				require.Equal(t, StabilityWindows, r.Windows)
-				require.InDelta(t, float64(r.Requests*2)/r.Throughput, 3*0.040, 0.03, "throughput is inferences over the three windows")
+				// Throughput is inferences over the three windows' time: at
+				// least their nominal length, and more only by scheduling
+				// delay (a busy machine stretches windows, never shrinks them).
+				elapsed := float64(r.Requests*2) / r.Throughput
+				require.GreaterOrEqual(t, elapsed, 3*0.040*0.95, "throughput is inferences over the three windows")
+				require.Less(t, elapsed, 3*0.040*10, "throughput is inferences over the three windows")
 				require.LessOrEqual(t, r.P50, r.P90)
 				require.LessOrEqual(t, r.P90, r.P99)
 				require.NotNil(t, r.Server)
