@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/config"
@@ -115,7 +116,7 @@ func (g *Gateway) Endpoints() []BackendView {
 	for _, b := range st.backends {
 		out = append(out, BackendView{Backend: b.name, Kind: b.kind, Endpoints: b.set.Snapshot()})
 	}
-	slices.SortFunc(out, func(a, b BackendView) int { return cmpString(a.Backend, b.Backend) })
+	slices.SortFunc(out, func(a, b BackendView) int { return strings.Compare(a.Backend, b.Backend) })
 	return out
 }
 
@@ -205,14 +206,4 @@ func (g *Gateway) fallbackState() []FallbackView {
 		out = append(out, v)
 	}
 	return out
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

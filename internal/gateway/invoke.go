@@ -109,44 +109,112 @@ func hasServerReason(err error) bool {
 	return ok && ie.Reason != "" && ie.Reason != "upstream_unavailable"
 }
 
+// retrier is one request's retry state on one backend: the endpoints
+// tried, whether it holds a retry of the backend's budget, and how many
+// retries it made.
+type retrier struct {
+	g        *Gateway
+	service  string
+	b        *backend
+	rp       *config.RetryPolicy
+	tried    []string
+	retrying bool
+	retries  int
+}
+
+// newRetrier counts a request in flight on b until close.
+func (g *Gateway) newRetrier(service string, b *backend, rp *config.RetryPolicy) *retrier {
+	b.budget.active.Add(1)
+	return &retrier{g: g, service: service, b: b, rp: rp}
+}
+
+func (r *retrier) close() {
+	r.b.budget.active.Add(-1)
+	if r.retrying {
+		r.b.budget.doneRetry()
+	}
+}
+
+// pick leases an endpoint not tried yet, while another exists.
+func (r *retrier) pick() (*upstream.Endpoint, error) {
+	ep, err := r.b.set.Pick(r.tried...)
+	if err != nil {
+		return nil, infer.Errorf(infer.KindUnavailable, ReasonNoHealthyUpstream, "backend %q has no endpoint to send to: %v", r.b.name, err)
+	}
+	return ep, nil
+}
+
+// tryContext bounds one try by the per-try timeout.
+func (r *retrier) tryContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if r.rp != nil && r.rp.PerTryTimeout > 0 {
+		return context.WithTimeout(ctx, r.rp.PerTryTimeout.Std())
+	}
+	return ctx, func() {}
+}
+
+// again decides whether to retry after try number attempt (0-based) failed
+// on addr with f: the policy has retries left, f matches retry_on and the
+// budget allows. It then waits the back-off and reports true; false means
+// the request stops with the last failure (or, when ctx ended during the
+// back-off, with a timeout).
+func (r *retrier) again(ctx context.Context, attempt int, addr string, f tryFailure) bool {
+	if r.rp == nil || attempt >= r.rp.NumRetries || ctx.Err() != nil {
+		return false
+	}
+	reason, ok := retryReason(r.rp, f)
+	if !ok {
+		return false
+	}
+	if !r.retrying {
+		if !r.b.budget.tryRetry(r.rp.Budget.Percent, r.rp.Budget.MinConcurrency) {
+			r.g.met.budgetExceeded.WithLabelValues(r.service).Inc()
+			return false
+		}
+		r.retrying = true
+	}
+	if !slices.Contains(r.tried, addr) {
+		r.tried = append(r.tried, addr)
+	}
+	r.g.met.retries.WithLabelValues(r.service, r.b.name, reason).Inc()
+	r.retries++
+	t := time.NewTimer(backoff(attempt + 1))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // call sends req to the route's backend, retrying as the route's policy
 // allows: never to an endpoint already tried while another exists, within
 // the backend's retry budget, with jittered back-off, and all within ctx
 // (which carries the route timeout).
 func (g *Gateway) call(ctx context.Context, s *service, b *backend, rp *config.RetryPolicy, req *infer.Request) (*infer.Response, callInfo, error) {
 	var info callInfo
-	b.budget.active.Add(1)
-	defer b.budget.active.Add(-1)
-	var tried []string
-	retrying := false
-	defer func() {
-		if retrying {
-			b.budget.doneRetry()
-		}
-	}()
+	r := g.newRetrier(s.name, b, rp)
+	defer r.close()
 	for attempt := 0; ; attempt++ {
-		ep, err := b.set.Pick(tried...)
+		ep, err := r.pick()
 		if err != nil {
-			return nil, info, infer.Errorf(infer.KindUnavailable, ReasonNoHealthyUpstream, "backend %q has no endpoint to send to: %v", b.name, err)
+			return nil, info, err
 		}
 		info.endpoint = ep.Addr
-		tctx, cancel := ctx, context.CancelFunc(nil)
-		if rp != nil && rp.PerTryTimeout > 0 {
-			tctx, cancel = context.WithTimeout(ctx, rp.PerTryTimeout.Std())
-		}
+		tctx, cancel := r.tryContext(ctx)
 		start := time.Now()
 		resp, err := g.infer(tctx, b, ep.Addr, req)
 		perTryExpired := err != nil && tctx.Err() != nil && ctx.Err() == nil
-		if cancel != nil {
-			cancel()
-		}
+		cancel()
 		if err == nil {
 			ep.Done(upstream.Outcome{Latency: time.Since(start)})
+			info.retries = r.retries
 			return resp, info, nil
 		}
 		if ctx.Err() != nil {
-			// The request itself timed out or went away: not the endpoint's
-			// fault unless the route timeout fired while it was working.
+			// The request itself timed out or went away: the endpoint is
+			// charged only when the route timeout fired while it worked.
+			info.retries = r.retries
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				ep.Done(upstream.Outcome{Err: ctx.Err(), Latency: time.Since(start)})
 				return nil, info, infer.Errorf(infer.KindTimeout, ReasonUpstreamTimeout,
@@ -161,34 +229,13 @@ func (g *Gateway) call(ctx context.Context, s *service, b *backend, rp *config.R
 			err = infer.Errorf(infer.KindTimeout, ReasonUpstreamTimeout,
 				"model %q on %s did not answer within the per-try timeout %s", req.Model, ep.Addr, rp.PerTryTimeout.Std())
 		}
-		if rp == nil || attempt >= rp.NumRetries {
-			return nil, info, upstreamError(err)
-		}
-		reason, ok := retryReason(rp, f)
-		if !ok {
-			return nil, info, upstreamError(err)
-		}
-		if !retrying {
-			if !b.budget.tryRetry(rp.Budget.Percent, rp.Budget.MinConcurrency) {
-				g.met.budgetExceeded.WithLabelValues(s.name).Inc()
-				return nil, info, upstreamError(err)
-			}
-			retrying = true
-		}
-		if !slices.Contains(tried, ep.Addr) {
-			tried = append(tried, ep.Addr)
-		}
-		g.met.retries.WithLabelValues(s.name, b.name, reason).Inc()
-		info.retries++
-		if d := backoff(attempt + 1); d > 0 {
-			t := time.NewTimer(d)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+		if !r.again(ctx, attempt, ep.Addr, f) {
+			info.retries = r.retries
+			if ctx.Err() != nil {
 				return nil, info, infer.Errorf(infer.KindTimeout, ReasonUpstreamTimeout,
-					"model %q on backend %q: route timeout during retry back-off", req.Model, b.name)
-			case <-t.C:
+					"model %q on backend %q: the route timeout passed during the retry back-off", req.Model, b.name)
 			}
+			return nil, info, upstreamError(err)
 		}
 	}
 }

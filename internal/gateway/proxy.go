@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"slices"
 	"strconv"
 	"time"
 
@@ -69,34 +68,24 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 	b := st.backends[st.proxy.Backend]
 	ctx, cancel := context.WithTimeout(r.Context(), st.proxy.Timeout.Std())
 	defer cancel()
-	rp := st.proxy.Retries
-	var tried []string
-	b.budget.active.Add(1)
-	defer b.budget.active.Add(-1)
-	retrying := false
-	defer func() {
-		if retrying {
-			b.budget.doneRetry()
-		}
-	}()
+	rt := g.newRetrier("proxy", b, st.proxy.Retries)
+	defer rt.close()
+	defer func() { e.Retries = rt.retries }()
 	for attempt := 0; ; attempt++ {
-		ep, err := b.set.Pick(tried...)
+		ep, err := rt.pick()
 		if err != nil {
 			e.Status, e.Reason = http.StatusServiceUnavailable, ReasonNoHealthyUpstream
-			writeError(w, reqID, e.Status, e.Reason, "backend "+b.name+" has no endpoint to send to")
+			writeError(w, reqID, e.Status, e.Reason, err.Error())
 			return
 		}
 		e.Endpoint = ep.Addr
-		tctx, tcancel := ctx, context.CancelFunc(func() {})
-		if rp != nil && rp.PerTryTimeout > 0 {
-			tctx, tcancel = context.WithTimeout(ctx, rp.PerTryTimeout.Std())
-		}
+		tctx, tcancel := rt.tryContext(ctx)
 		tryStart := time.Now()
 		resp, err := g.forward(tctx, r, ep.Addr, body, reqID)
 		var f tryFailure
 		if err != nil {
-			perTry := tctx.Err() != nil && ctx.Err() == nil
-			f = tryFailure{connect: isConnectErr(err), timeout: perTry}
+			f.timeout = tctx.Err() != nil && ctx.Err() == nil
+			f.connect = !f.timeout && isConnectErr(err)
 			f.reset = !f.connect && !f.timeout
 			f.status = http.StatusBadGateway
 			if f.timeout {
@@ -107,51 +96,34 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 			f.status = resp.StatusCode
 			ep.Done(upstream.Outcome{Status: resp.StatusCode, Latency: time.Since(tryStart)})
 		}
-		retryable := false
-		reason := ""
-		if (err != nil || resp.StatusCode >= 500) && rp != nil && attempt < rp.NumRetries && ctx.Err() == nil {
-			reason, retryable = retryReason(rp, f)
-			if retryable && !retrying {
-				if retrying = b.budget.tryRetry(rp.Budget.Percent, rp.Budget.MinConcurrency); !retrying {
-					g.met.budgetExceeded.WithLabelValues("proxy").Inc()
-					retryable = false
-				}
-			}
-		}
-		if retryable {
-			if resp != nil {
-				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-				_ = resp.Body.Close()
-			}
+		if err == nil && resp.StatusCode < 500 {
+			e.Status, e.Source = resp.StatusCode, "model"
+			copyResponse(w, resp, &e)
 			tcancel()
-			if !slices.Contains(tried, ep.Addr) {
-				tried = append(tried, ep.Addr)
-			}
-			g.met.retries.WithLabelValues("proxy", b.name, reason).Inc()
-			e.Retries++
-			if d := backoff(attempt + 1); d > 0 {
-				t := time.NewTimer(d)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-				case <-t.C:
-				}
-			}
-			continue
-		}
-		if err != nil {
-			tcancel()
-			code, rsn := http.StatusBadGateway, ReasonUpstreamUnavailable
-			if errors.Is(err, context.DeadlineExceeded) {
-				code, rsn = http.StatusGatewayTimeout, ReasonUpstreamTimeout
-			}
-			e.Status, e.Reason, e.Error = code, rsn, err.Error()
-			writeError(w, reqID, code, rsn, "model server "+ep.Addr+": "+err.Error())
 			return
 		}
-		e.Status, e.Source = resp.StatusCode, "model"
-		copyResponse(w, resp, &e)
+		if resp != nil {
+			if rt.again(ctx, attempt, ep.Addr, f) {
+				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+				_ = resp.Body.Close()
+				tcancel()
+				continue
+			}
+			e.Status, e.Source = resp.StatusCode, "model"
+			copyResponse(w, resp, &e)
+			tcancel()
+			return
+		}
 		tcancel()
+		if rt.again(ctx, attempt, ep.Addr, f) {
+			continue
+		}
+		code, rsn := http.StatusBadGateway, ReasonUpstreamUnavailable
+		if f.timeout || errors.Is(err, context.DeadlineExceeded) {
+			code, rsn = http.StatusGatewayTimeout, ReasonUpstreamTimeout
+		}
+		e.Status, e.Reason, e.Error = code, rsn, err.Error()
+		writeError(w, reqID, code, rsn, "model server "+ep.Addr+": "+err.Error())
 		return
 	}
 }
