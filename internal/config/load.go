@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -84,14 +85,47 @@ func (s *source) problem(path, format string, args ...any) *FieldError {
 
 // Load reads the sluice.yaml at path, expands ${ENV} references from the
 // process environment, decodes it strictly, applies defaults and validates
-// it. The error lists every problem found, one per line, each as
+// it. Relative paths in it (model repositories, the feature repository, an
+// access-log file) are resolved against the file's folder, as Prometheus
+// does, so the file means the same from any working directory. The error
+// lists every problem found, one per line, each as
 // "file:line:col: field.path: message".
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err // *PathError already names the file
 	}
-	return Parse(path, data, os.LookupEnv)
+	cfg, err := Parse(path, data, os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ResolvePaths(filepath.Dir(path))
+	return cfg, nil
+}
+
+// ResolvePaths makes the relative paths of c relative to dir.
+func (c *Config) ResolvePaths(dir string) {
+	abs := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(dir, p)
+	}
+	if m := c.ModelServer; m != nil {
+		for i, r := range m.ModelRepository {
+			m.ModelRepository[i] = abs(r)
+		}
+	}
+	if f := c.FeatureServer; f != nil {
+		f.Repo = abs(f.Repo)
+	}
+	if g := c.Gateway; g != nil {
+		switch g.AccessLog {
+		case "", "stdout", "stderr", "off":
+		default:
+			g.AccessLog = abs(g.AccessLog)
+		}
+	}
 }
 
 // Parse is Load for a file already read; file names it in problems and

@@ -42,7 +42,7 @@ func (g *Gateway) newBackend(bc config.Backend) (*backend, error) {
 		Consecutive503Window: od.Window.Std(),
 		BaseEjectionTime:     od.BaseEjectionTime.Std(),
 		MaxEjectionPercent:   od.MaxEjectionPercent,
-	}, g.logger, g.reg)
+	}, g.base, g.reg)
 	if err != nil {
 		return nil, fmt.Errorf("backend %q: %w", bc.Name, err)
 	}

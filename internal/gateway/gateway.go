@@ -69,7 +69,8 @@ type Options struct {
 // Gateway is the inference gateway. It is safe for concurrent use.
 type Gateway struct {
 	opts     Options
-	logger   *slog.Logger
+	logger   *slog.Logger // with component=gateway
+	base     *slog.Logger // for the building blocks, which name their own component
 	reg      prometheus.Registerer
 	met      *metrics
 	rlMet    *ratelimit.Metrics
@@ -134,6 +135,7 @@ func New(cfg *config.Config, opts Options, logger *slog.Logger, reg prometheus.R
 	g := &Gateway{
 		opts:     opts,
 		logger:   logger.With("component", "gateway"),
+		base:     logger,
 		reg:      reg,
 		met:      newMetrics(reg),
 		monitors: map[string]*fallback.Monitor{},
@@ -307,7 +309,7 @@ func (g *Gateway) buildLimiter(cfg *config.Gateway, old *state, st *state) error
 		PoolSize: 64,
 	})
 	r := ratelimit.NewRedis(st.redis, ratelimit.RedisOptions{Prefix: rb.Redis.KeyPrefix, Metrics: g.rlMet})
-	st.limiter = ratelimit.NewFailOpen(r, g.local, ratelimit.FailOpenOptions{Logger: g.logger, Metrics: g.rlMet})
+	st.limiter = ratelimit.NewFailOpen(r, g.local, ratelimit.FailOpenOptions{Logger: g.base, Metrics: g.rlMet})
 	return nil
 }
 
@@ -339,7 +341,7 @@ func (g *Gateway) monitorFor(sc config.Service) *fallback.Monitor {
 		ClearDuration: fb.Trigger.ClearDuration.Std(),
 		Window:        fb.Window.Std(),
 		Now:           g.opts.Now,
-	}, g.logger, g.reg)
+	}, g.base, g.reg)
 	g.monitors[sc.Name] = m
 	g.fbCfg[sc.Name] = fb
 	return m
