@@ -1,0 +1,4 @@
+package rollout
+
+// Hash exposes the routing hash to the external tests.
+var Hash = hash
