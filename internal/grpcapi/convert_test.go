@@ -131,7 +131,7 @@ func TestDecodeParametersAndOutputs(t *testing.T) {
 
 	// Back out again through a response.
 	resp := EncodeInferResponse(&infer.Response{ID: "1", Model: "m", Version: "3", Parameters: got.Parameters})
-	again, err := decodeParams("response", resp.GetParameters())
+	again, err := requests.Params("response", "", resp.GetParameters())
 	require.NoError(t, err)
 	require.Equal(t, got.Parameters, again)
 }

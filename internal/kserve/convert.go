@@ -1,12 +1,8 @@
 package kserve
 
 import (
-	"encoding/binary"
-	"fmt"
-	"math"
-	"strings"
-
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/kservewire"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
 
@@ -46,7 +42,7 @@ func (b *reqBuf) encode(req *infer.Request) *pb.ModelInferRequest {
 			Name:       t.Name,
 			Datatype:   t.DataType.String(),
 			Shape:      t.Shape,
-			Parameters: encodeParams(t.Parameters),
+			Parameters: kservewire.EncodeParams(t.Parameters),
 		}
 		b.inPtrs[i] = &b.inputs[i]
 		b.raw[i] = t.Data // a nil entry still goes out, as an empty one
@@ -62,7 +58,7 @@ func (b *reqBuf) encode(req *infer.Request) *pb.ModelInferRequest {
 		for i, o := range req.Outputs {
 			b.outputs[i] = pb.ModelInferRequest_InferRequestedOutputTensor{
 				Name:       o.Name,
-				Parameters: encodeParams(o.Parameters),
+				Parameters: kservewire.EncodeParams(o.Parameters),
 			}
 			b.outPtrs[i] = &b.outputs[i]
 		}
@@ -77,7 +73,7 @@ func (b *reqBuf) encode(req *infer.Request) *pb.ModelInferRequest {
 		ModelName:        req.Model,
 		ModelVersion:     req.Version,
 		Id:               req.ID,
-		Parameters:       encodeParams(req.Parameters),
+		Parameters:       kservewire.EncodeParams(req.Parameters),
 		Inputs:           b.inPtrs,
 		Outputs:          outs,
 		RawInputContents: raw,
@@ -96,40 +92,18 @@ func (b *reqBuf) reset() {
 	clear(b.outPtrs)
 }
 
-// encodeParams converts parameters for the protocol. Values of types the
-// protocol cannot carry are sent as their string form.
-func encodeParams(in infer.Parameters) map[string]*pb.InferParameter {
-	if len(in) == 0 {
-		return nil
+// responses decodes the outputs and parameters of ModelInferResponses.
+var responses = kservewire.NewDecoder(kservewire.Response, badWire)
+
+// badWire is the kservewire.ErrorFunc of responses: every problem is a bad
+// response, and one of size wraps infer.ErrSize.
+func badWire(p kservewire.Problem, cause error, format string, args ...any) error {
+	e := badResponsef(format, args...)
+	if cause == nil && p == kservewire.BadSize {
+		cause = infer.ErrSize
 	}
-	out := make(map[string]*pb.InferParameter, len(in))
-	for k, v := range in {
-		p := &pb.InferParameter{}
-		switch x := v.(type) {
-		case bool:
-			p.ParameterChoice = &pb.InferParameter_BoolParam{BoolParam: x}
-		case int64:
-			p.ParameterChoice = &pb.InferParameter_Int64Param{Int64Param: x}
-		case int:
-			p.ParameterChoice = &pb.InferParameter_Int64Param{Int64Param: int64(x)}
-		case int32:
-			p.ParameterChoice = &pb.InferParameter_Int64Param{Int64Param: int64(x)}
-		case uint64:
-			p.ParameterChoice = &pb.InferParameter_Uint64Param{Uint64Param: x}
-		case uint32:
-			p.ParameterChoice = &pb.InferParameter_Uint64Param{Uint64Param: uint64(x)}
-		case float64:
-			p.ParameterChoice = &pb.InferParameter_DoubleParam{DoubleParam: x}
-		case float32:
-			p.ParameterChoice = &pb.InferParameter_DoubleParam{DoubleParam: float64(x)}
-		case string:
-			p.ParameterChoice = &pb.InferParameter_StringParam{StringParam: x}
-		default:
-			p.ParameterChoice = &pb.InferParameter_StringParam{StringParam: fmt.Sprint(x)}
-		}
-		out[k] = p
-	}
-	return out
+	e.Err = cause
+	return e
 }
 
 // DecodeResponse converts a ModelInferResponse into an infer.Response.
@@ -143,7 +117,7 @@ func encodeParams(in infer.Parameters) map[string]*pb.InferParameter {
 //
 // The returned tensors alias resp's shapes and raw contents.
 func DecodeResponse(resp *pb.ModelInferResponse) (*infer.Response, error) {
-	params, err := decodeParams("response", "", resp.GetParameters())
+	params, err := responses.Params("response", "", resp.GetParameters())
 	if err != nil {
 		return nil, err
 	}
@@ -163,30 +137,8 @@ func DecodeResponse(resp *pb.ModelInferResponse) (*infer.Response, error) {
 		Outputs:    make([]infer.Tensor, len(outputs)),
 	}
 	for i, o := range outputs {
-		name := o.GetName()
-		dt, ok := infer.ParseDataType(o.GetDatatype())
-		if !ok {
-			return nil, badResponsef("output '%s': unknown datatype %q", name, shorten(o.GetDatatype()))
-		}
-		shape := infer.Shape(o.GetShape())
-		n, err := shape.Elements()
+		t, err := responses.Decode(o, raw, i)
 		if err != nil {
-			return nil, badResponsef("output '%s': %v", name, err)
-		}
-		t := infer.Tensor{Name: name, DataType: dt, Shape: shape}
-		if t.Parameters, err = decodeParams("output", name, o.GetParameters()); err != nil {
-			return nil, err
-		}
-		if len(raw) > 0 {
-			if fields := setContentFields(o.GetContents()); len(fields) > 0 {
-				return nil, badResponsef("output '%s': has typed contents (%s) while the response uses raw_output_contents",
-					name, strings.Join(fields, ", "))
-			}
-			if err := checkRaw(name, dt, shape, n, raw[i]); err != nil {
-				return nil, err
-			}
-			t.Data = raw[i]
-		} else if t.Data, err = decodeContents(name, dt, shape, n, o.GetContents()); err != nil {
 			return nil, err
 		}
 		out.Outputs[i] = t
@@ -225,237 +177,6 @@ func checkNames(outputs []*pb.ModelInferResponse_InferOutputTensor) error {
 	return nil
 }
 
-// checkRaw verifies that raw content holds exactly the elements the shape
-// asks for.
-func checkRaw(name string, dt infer.DataType, shape infer.Shape, n int, data []byte) error {
-	if dt == infer.Bytes {
-		count, err := infer.CountBytesElements(data)
-		if err != nil {
-			return &infer.Error{
-				Kind: infer.KindInternal, Reason: ReasonBadResponse,
-				Msg: fmt.Sprintf("output '%s': raw BYTES content", shorten(name)), Err: err,
-			}
-		}
-		if count != n {
-			return badSizef("output '%s': raw content holds %d BYTES elements but shape %s needs %d", name, count, shape, n)
-		}
-		return nil
-	}
-	if want := int64(n) * int64(dt.Size()); int64(len(data)) != want {
-		return badSizef("output '%s': raw content is %d bytes but shape %s of %s needs %d", name, len(data), shape, dt, want)
-	}
-	return nil
-}
-
-// contentLens returns the length of each InferTensorContents field, in
-// field-number order.
-func contentLens(c *pb.InferTensorContents) [8]int {
-	return [8]int{
-		len(c.GetBoolContents()), len(c.GetIntContents()), len(c.GetInt64Contents()),
-		len(c.GetUintContents()), len(c.GetUint64Contents()), len(c.GetFp32Contents()),
-		len(c.GetFp64Contents()), len(c.GetBytesContents()),
-	}
-}
-
-var contentFieldNames = [8]string{
-	"bool_contents", "int_contents", "int64_contents", "uint_contents",
-	"uint64_contents", "fp32_contents", "fp64_contents", "bytes_contents",
-}
-
-// setContentFields names the non-empty fields of c.
-func setContentFields(c *pb.InferTensorContents) []string {
-	if c == nil {
-		return nil
-	}
-	var names []string
-	for i, l := range contentLens(c) {
-		if l > 0 {
-			names = append(names, contentFieldNames[i])
-		}
-	}
-	return names
-}
-
-// contentField returns the index into contentFieldNames that carries dt,
-// or -1 when dt can only travel raw.
-func contentField(dt infer.DataType) int {
-	switch dt {
-	case infer.Bool:
-		return 0
-	case infer.Int8, infer.Int16, infer.Int32:
-		return 1
-	case infer.Int64:
-		return 2
-	case infer.Uint8, infer.Uint16, infer.Uint32:
-		return 3
-	case infer.Uint64:
-		return 4
-	case infer.FP32:
-		return 5
-	case infer.FP64:
-		return 6
-	case infer.Bytes:
-		return 7
-	default: // FP16, BF16: raw only
-		return -1
-	}
-}
-
-// decodeContents converts typed contents into wire-layout bytes. The
-// element count is compared with the shape before anything is allocated.
-func decodeContents(name string, dt infer.DataType, shape infer.Shape, n int, c *pb.InferTensorContents) ([]byte, error) {
-	field := contentField(dt)
-	lens := contentLens(c)
-	for i, l := range lens {
-		if l > 0 && i != field {
-			if field < 0 {
-				return nil, badResponsef("output '%s': %s data must travel in raw_output_contents, got %s",
-					name, dt, contentFieldNames[i])
-			}
-			return nil, badResponsef("output '%s': datatype %s takes %s, got %s",
-				name, dt, contentFieldNames[field], contentFieldNames[i])
-		}
-	}
-	if field < 0 {
-		if n == 0 {
-			return []byte{}, nil
-		}
-		return nil, badResponsef("output '%s': %s data must travel in raw_output_contents", name, dt)
-	}
-	if got := lens[field]; got != n {
-		return nil, badSizef("output '%s': %s has %d elements but shape %s needs %d",
-			name, contentFieldNames[field], got, shape, n)
-	}
-
-	le := binary.LittleEndian
-	switch dt {
-	case infer.Bool:
-		b := make([]byte, n)
-		for i, v := range c.GetBoolContents() {
-			if v {
-				b[i] = 1
-			}
-		}
-		return b, nil
-	case infer.Int8, infer.Int16, infer.Int32:
-		lo, hi := int64(math.MinInt32), int64(math.MaxInt32)
-		switch dt {
-		case infer.Int8:
-			lo, hi = math.MinInt8, math.MaxInt8
-		case infer.Int16:
-			lo, hi = math.MinInt16, math.MaxInt16
-		default: // INT32 keeps the full int32 range
-		}
-		b := make([]byte, 0, n*dt.Size())
-		for i, v := range c.GetIntContents() {
-			if int64(v) < lo || int64(v) > hi {
-				return nil, badResponsef("output '%s': element %d value %d is out of range for %s", name, i, v, dt)
-			}
-			switch dt {
-			case infer.Int8:
-				b = append(b, byte(int8(v)))
-			case infer.Int16:
-				b = le.AppendUint16(b, uint16(int16(v)))
-			default:
-				b = le.AppendUint32(b, uint32(v))
-			}
-		}
-		return b, nil
-	case infer.Int64:
-		b := make([]byte, 0, n*8)
-		for _, v := range c.GetInt64Contents() {
-			b = le.AppendUint64(b, uint64(v))
-		}
-		return b, nil
-	case infer.Uint8, infer.Uint16, infer.Uint32:
-		hi := uint64(math.MaxUint32)
-		switch dt {
-		case infer.Uint8:
-			hi = math.MaxUint8
-		case infer.Uint16:
-			hi = math.MaxUint16
-		default: // UINT32 keeps the full uint32 range
-		}
-		b := make([]byte, 0, n*dt.Size())
-		for i, v := range c.GetUintContents() {
-			if uint64(v) > hi {
-				return nil, badResponsef("output '%s': element %d value %d is out of range for %s", name, i, v, dt)
-			}
-			switch dt {
-			case infer.Uint8:
-				b = append(b, byte(v))
-			case infer.Uint16:
-				b = le.AppendUint16(b, uint16(v))
-			default:
-				b = le.AppendUint32(b, v)
-			}
-		}
-		return b, nil
-	case infer.Uint64:
-		b := make([]byte, 0, n*8)
-		for _, v := range c.GetUint64Contents() {
-			b = le.AppendUint64(b, v)
-		}
-		return b, nil
-	case infer.FP32:
-		b := make([]byte, 0, n*4)
-		for _, v := range c.GetFp32Contents() {
-			b = le.AppendUint32(b, math.Float32bits(v))
-		}
-		return b, nil
-	case infer.FP64:
-		b := make([]byte, 0, n*8)
-		for _, v := range c.GetFp64Contents() {
-			b = le.AppendUint64(b, math.Float64bits(v))
-		}
-		return b, nil
-	case infer.Bytes:
-		size := 0
-		for _, e := range c.GetBytesContents() {
-			if uint64(len(e)) > math.MaxUint32 {
-				return nil, badResponsef("output '%s': BYTES element larger than 4 GiB", name)
-			}
-			size += 4 + len(e)
-		}
-		b := make([]byte, 0, size)
-		for _, e := range c.GetBytesContents() {
-			b = infer.AppendBytesElement(b, e)
-		}
-		return b, nil
-	default:
-		return nil, badResponsef("output '%s': unsupported datatype %s", name, dt)
-	}
-}
-
-// decodeParams converts protocol parameters. owner and name say whose they
-// are in error messages: ("response", "") or ("output", "y").
-func decodeParams(owner, name string, in map[string]*pb.InferParameter) (infer.Parameters, error) {
-	if len(in) == 0 {
-		return nil, nil
-	}
-	out := make(infer.Parameters, len(in))
-	for k, p := range in {
-		switch v := p.GetParameterChoice().(type) {
-		case *pb.InferParameter_BoolParam:
-			out[k] = v.BoolParam
-		case *pb.InferParameter_Int64Param:
-			out[k] = v.Int64Param
-		case *pb.InferParameter_StringParam:
-			out[k] = v.StringParam
-		case *pb.InferParameter_DoubleParam:
-			out[k] = v.DoubleParam
-		case *pb.InferParameter_Uint64Param:
-			out[k] = v.Uint64Param
-		default:
-			if name != "" {
-				owner += " '" + name + "'"
-			}
-			return nil, badResponsef("%s: parameter '%s' has no value", owner, k)
-		}
-	}
-	return out, nil
-}
-
 // badResponsef builds the error of a response that does not hold together.
 // Names quoted in format with '%s' are shortened, since they came from the
 // network.
@@ -466,14 +187,6 @@ func badResponsef(format string, args ...any) *infer.Error {
 		}
 	}
 	return infer.Errorf(infer.KindInternal, ReasonBadResponse, format, args...)
-}
-
-// badSizef is badResponsef for data whose size disagrees with its shape;
-// the error wraps infer.ErrSize.
-func badSizef(format string, args ...any) *infer.Error {
-	e := badResponsef(format, args...)
-	e.Err = infer.ErrSize
-	return e
 }
 
 // shorten cuts a name from the network to a length fit for a message.
