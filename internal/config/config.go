@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-ml/sluice/internal/release/rollout"
 )
 
 // Config is the whole of a sluice.yaml. A section left out of the file is
@@ -78,6 +80,8 @@ type Gateway struct {
 	// AccessLog is where access-log lines go: "stdout" (default), "stderr",
 	// "off" or a file path (appended to).
 	AccessLog string `yaml:"access_log"`
+	// Recording is where shadow traffic is recorded.
+	Recording Recording `yaml:"recording"`
 	// DrainPeriod is how long, at shutdown, the gateway keeps serving with
 	// readiness failing before it stops its listeners [2s].
 	DrainPeriod Duration `yaml:"drain_period"`
@@ -186,12 +190,64 @@ type Service struct {
 	Routes []Route `yaml:"routes"`
 	// Fallback is the business-level fallback; nil means none.
 	Fallback *Fallback `yaml:"fallback"`
+	// Shadow mirrors a share of the service's requests to a shadow model
+	// version and records both answers.
+	Shadow *Shadow `yaml:"shadow"`
+	// Rollout moves traffic from a stable to a candidate version stage by
+	// stage, rolling back when a gate fails.
+	Rollout *rollout.Config `yaml:"rollout"`
 	// Example is a sample request body, printed by "sluice serve" as a
 	// ready-to-paste curl command.
 	Example map[string]any `yaml:"example"`
 	// FeatureBreaker stops reading features (503 feature_service_unavailable)
 	// while the feature service keeps reporting stale views.
 	FeatureBreaker FeatureBreaker `yaml:"feature_breaker"`
+}
+
+// Shadow is a service's shadow traffic.
+type Shadow struct {
+	// Backend serves the shadow model; default the first route's backend.
+	Backend string `yaml:"backend"`
+	// Model is the shadow model; default the service's model.
+	Model string `yaml:"model"`
+	// Version is the shadow model version; required.
+	Version string `yaml:"version"`
+	// Percent of requests mirrored [1], chosen by hash of Key so every
+	// replica and every replay mirrors the same requests.
+	Percent float64 `yaml:"percent"`
+	// Key names the request field (or entity join key) whose value is
+	// hashed; empty or absent from a request: the request id.
+	Key string `yaml:"key"`
+	// Timeout bounds one shadow call [1s].
+	Timeout Duration `yaml:"timeout"`
+}
+
+// Recording is where shadow exchanges are recorded.
+type Recording struct {
+	// Sink is jsonl (rotated files; the default), nats (JetStream) or off.
+	Sink string `yaml:"sink"`
+	// Dir holds the JSONL files [recordings, next to the config file].
+	Dir string `yaml:"dir"`
+	// MaxBytes rotates a JSONL file at this size [64 MiB].
+	MaxBytes int64 `yaml:"max_bytes"`
+	// MaxAge rotates a JSONL file after this long [1h].
+	MaxAge Duration `yaml:"max_age"`
+	// NATS is the JetStream server and stream for sink nats.
+	NATS RecordingNATS `yaml:"nats"`
+	// Headers are the request headers recorded (lower-case); never
+	// credentials [x-request-id, x-user-type, x-region].
+	Headers []string `yaml:"headers"`
+	// QueueSize bounds the shadow calls and records waiting [4096]; more
+	// are dropped and counted, never waited for.
+	QueueSize int `yaml:"queue_size"`
+	// Workers is the number of concurrent shadow calls [4].
+	Workers int `yaml:"workers"`
+}
+
+// RecordingNATS is the JetStream sink's server and stream.
+type RecordingNATS struct {
+	URL    string `yaml:"url"`
+	Stream string `yaml:"stream"`
 }
 
 // FeatureBreaker is a service's feature-level circuit breaker.

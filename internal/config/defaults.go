@@ -26,6 +26,18 @@ func (c *Config) applyDefaults() {
 	g.Listen = or(g.Listen, ":8080")
 	g.DrainPeriod = or(g.DrainPeriod, Duration(2*time.Second))
 	g.AccessLog = or(g.AccessLog, "stdout")
+	rc := &g.Recording
+	rc.Sink = or(rc.Sink, "jsonl")
+	rc.Dir = or(rc.Dir, "recordings")
+	rc.MaxBytes = or(rc.MaxBytes, 64<<20)
+	rc.MaxAge = or(rc.MaxAge, Duration(time.Hour))
+	rc.NATS.URL = or(rc.NATS.URL, "nats://127.0.0.1:4222")
+	rc.NATS.Stream = or(rc.NATS.Stream, "SLUICE_RECORDINGS")
+	if rc.Headers == nil {
+		rc.Headers = []string{"x-request-id", "x-user-type", "x-region"}
+	}
+	rc.QueueSize = or(rc.QueueSize, 4096)
+	rc.Workers = or(rc.Workers, 4)
 	if p := g.Proxy; p != nil {
 		p.PathPrefix = or(p.PathPrefix, "/v2/")
 		p.Timeout = or(p.Timeout, Duration(time.Second))
@@ -91,6 +103,14 @@ func (s *Service) applyDefaults() {
 			h.Modulo = or(h.Modulo, 100)
 		}
 		r.Retries.applyDefaults(r.Timeout)
+	}
+	if sh := s.Shadow; sh != nil {
+		sh.Model = or(sh.Model, s.Model.Name)
+		if sh.Backend == "" && len(s.Routes) > 0 && len(s.Routes[0].Route.Weighted) > 0 {
+			sh.Backend = s.Routes[0].Route.Weighted[0].Backend
+		}
+		sh.Percent = or(sh.Percent, 1)
+		sh.Timeout = or(sh.Timeout, Duration(time.Second))
 	}
 	fb := &s.FeatureBreaker
 	fb.StaleThreshold = or(fb.StaleThreshold, 10)

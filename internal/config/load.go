@@ -120,6 +120,12 @@ func (c *Config) ResolvePaths(dir string) {
 		f.Repo = abs(f.Repo)
 	}
 	if g := c.Gateway; g != nil {
+		g.Recording.Dir = abs(g.Recording.Dir)
+		for i := range g.Services {
+			if ro := g.Services[i].Rollout; ro != nil {
+				ro.StateFile = abs(ro.StateFile)
+			}
+		}
 		switch g.AccessLog {
 		case "", "stdout", "stderr", "off":
 		default:

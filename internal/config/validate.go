@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/expr-lang/expr"
+
+	"github.com/sluice-ml/sluice/internal/release/rollout"
 )
 
 // retryOnValues are the retry_on conditions the gateway knows (Envoy's HTTP
@@ -205,6 +207,24 @@ func (v *validator) gateway(g *Gateway) {
 		paths[s.Path] = s.Name
 		v.service(p, s, backends, kinds)
 	}
+	rc := g.Recording
+	v.oneOf("gateway.recording.sink", rc.Sink, "jsonl", "nats", "off")
+	if rc.MaxBytes < 1<<10 {
+		v.add("gateway.recording.max_bytes", "must be at least 1024")
+	}
+	v.positive("gateway.recording.max_age", rc.MaxAge)
+	if rc.QueueSize < 1 {
+		v.add("gateway.recording.queue_size", "must be at least 1")
+	}
+	if rc.Workers < 1 || rc.Workers > 256 {
+		v.add("gateway.recording.workers", "%d outside [1,256]", rc.Workers)
+	}
+	for i, h := range rc.Headers {
+		switch strings.ToLower(h) {
+		case "authorization", "x-api-key", "cookie", "proxy-authorization":
+			v.add(fmt.Sprintf("gateway.recording.headers[%d]", i), "%q carries credentials and is never recorded", h)
+		}
+	}
 	if sp := g.LogSampling.SuccessPercent; sp != nil {
 		v.percent("gateway.log_sampling.success_percent", *sp)
 	}
@@ -340,6 +360,44 @@ func (v *validator) service(p string, s Service, backends map[string]bool, kinds
 			}
 		}
 	}
+	if sh := s.Shadow; sh != nil {
+		sp := p + ".shadow"
+		switch k, ok := kinds[sh.Backend]; {
+		case !ok:
+			v.add(sp+".backend", "unknown backend %q", sh.Backend)
+		case k == "kserve_http":
+			v.add(sp+".backend", "backend %q is kserve_http; a shadow needs in_process or kserve_grpc", sh.Backend)
+		}
+		if sh.Version == "" {
+			v.add(sp+".version", "is required: the shadow model version")
+		}
+		if !(sh.Percent > 0 && sh.Percent <= 100) {
+			v.add(sp+".percent", "%v outside (0,100]", sh.Percent)
+		}
+		if sh.Key != "" && !fields[sh.Key] {
+			v.add(sp+".key", "%q is not an entity join_key or request field of the service", sh.Key)
+		}
+		v.positive(sp+".timeout", sh.Timeout)
+	}
+	if ro := s.Rollout; ro != nil {
+		if err := ro.Validate(); err != nil {
+			for _, e := range flattenJoined(err) {
+				if fe, ok := e.(*rollout.FieldError); ok {
+					v.add(p+".rollout."+fe.Path, "%s", fe.Msg)
+				} else {
+					v.add(p+".rollout", "%v", e)
+				}
+			}
+		}
+		for _, t := range []rollout.Target{ro.Stable, ro.Candidate} {
+			if t.Backend != "" && !backends[t.Backend] {
+				v.add(p+".rollout", "unknown backend %q", t.Backend)
+			}
+		}
+		if ro.HashKey != "" && !fields[ro.HashKey] {
+			v.add(p+".rollout.hash_key", "%q is not an entity join_key or request field of the service", ro.HashKey)
+		}
+	}
 	fb := s.FeatureBreaker
 	v.positive(p+".feature_breaker.window", fb.Window)
 	v.positive(p+".feature_breaker.probe_interval", fb.ProbeInterval)
@@ -404,6 +462,18 @@ func (v *validator) route(p string, r Route, seen, backends, fields map[string]b
 	}
 	v.positive(p+".timeout", r.Timeout)
 	v.retries(p+".retries", r.Retries, r.Timeout)
+}
+
+// flattenJoined splits an errors.Join tree into its leaves.
+func flattenJoined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flattenJoined(e)...)
+		}
+		return out
+	}
+	return []error{err}
 }
 
 // retries checks a retry policy under a request timeout.

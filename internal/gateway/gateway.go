@@ -58,6 +58,9 @@ type Options struct {
 	HTTPClient *http.Client
 	// AccessLog receives the access-log lines; nil discards them.
 	AccessLog io.Writer
+	// Recorder receives the records of shadow traffic; nil drops them
+	// (shadow calls still run and are counted).
+	Recorder Recorder
 	// Reload re-reads the configuration for POST /reload; nil disables it.
 	Reload func(ctx context.Context) (*config.Config, error)
 	// MaxBodyBytes bounds a service request body [1 MiB].
@@ -87,6 +90,9 @@ type Gateway struct {
 	monitors map[string]*fallback.Monitor // by service name, kept across reloads
 	fbCfg    map[string]config.Fallback
 	breakers map[string]*breaker
+	rollouts map[string]*serviceRollout
+
+	mirror *mirror
 }
 
 // state is one applied configuration. It is immutable once published,
@@ -141,6 +147,7 @@ func New(cfg *config.Config, opts Options, logger *slog.Logger, reg prometheus.R
 		monitors: map[string]*fallback.Monitor{},
 		fbCfg:    map[string]config.Fallback{},
 		breakers: map[string]*breaker{},
+		rollouts: map[string]*serviceRollout{},
 		client:   opts.HTTPClient,
 	}
 	if g.client == nil {
@@ -153,8 +160,10 @@ func New(cfg *config.Config, opts Options, logger *slog.Logger, reg prometheus.R
 		return nil, err
 	}
 	g.access = al
+	g.startMirror(cfg.Gateway.Recording)
 	st, err := g.build(cfg.Gateway, nil)
 	if err != nil {
+		_ = g.closeMirror(context.Background())
 		_ = al.Close(context.Background())
 		return nil, err
 	}
@@ -266,6 +275,19 @@ func (g *Gateway) build(cfg *config.Gateway, old *state) (*state, error) {
 		if s.fallback != nil {
 			s.fallback.monitor = g.monitorFor(sc)
 		}
+		if sc.Rollout != nil {
+			for _, t := range []string{sc.Rollout.Stable.Backend, sc.Rollout.Candidate.Backend} {
+				if t != "" && st.backends[t] == nil {
+					errs = append(errs, fmt.Errorf("service %q rollout: unknown backend %q", sc.Name, t))
+				}
+			}
+			r, err := g.rolloutFor(sc, s)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			s.rollout = r
+		}
 		st.services[s.method+" "+s.path] = s
 		st.byName[s.name] = s
 		st.paths[s.path] = true
@@ -351,13 +373,29 @@ func limitOf(r config.RateLimit) ratelimit.Limit {
 	return ratelimit.Limit{Rate: r.RequestsPerSecond, Burst: r.Burst}
 }
 
-// Run runs the active health checkers until ctx ends.
+// Run runs the active health checkers and the rollout controllers until
+// ctx ends.
 func (g *Gateway) Run(ctx context.Context) error {
 	g.mu.Lock()
 	g.runCtx = ctx
 	g.startHealth(ctx, g.state.Load())
 	g.mu.Unlock()
-	<-ctx.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-t.C:
+			now := g.opts.Now()
+			for _, s := range g.state.Load().byName {
+				if s.rollout != nil {
+					s.rollout.ctrl.Tick(now)
+				}
+			}
+		}
+	}
 	g.mu.Lock()
 	if st := g.state.Load(); st.stop != nil {
 		st.stop()
@@ -381,7 +419,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 		_ = st.redis.Close()
 	}
 	g.client.CloseIdleConnections()
-	return g.access.Close(ctx)
+	return errors.Join(g.closeMirror(ctx), g.access.Close(ctx))
 }
 
 // redactedGateway is the gateway section with secrets removed, for the

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/httpapi"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
+	"github.com/sluice-ml/sluice/internal/release/rollout"
 )
 
 // ServeHTTP serves the service paths, the KServe v2 proxy (when
@@ -260,14 +261,24 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, r *http.Re
 	if version == "" {
 		version = s.cfg.Model.Version
 	}
-	e.Version = version
 	b := st.backends[target.Backend]
+	ro, roGroup, roArm := s.rollout, "", rollout.Arm("")
+	if ro != nil {
+		version, roGroup, roArm = ro.ctrl.Decide(rollout.Attributes{Headers: r.Header, Values: rv, RequestID: reqID})
+		if t := ro.ctrl.Target(roArm); t.Backend != "" {
+			b, e.Backend = st.backends[t.Backend], t.Backend
+		}
+	}
+	e.Version = version
 
 	ctx, cancel := context.WithTimeout(ctx, rc.Timeout.Std())
 	defer cancel()
 	feats, err := g.readFeatures(ctx, s, vals)
 	if err != nil {
 		return nil, err
+	}
+	if ro != nil {
+		ro.observeFeatures(roGroup, feats, start)
 	}
 	inputs, err := s.assemble(feats, vals)
 	if err != nil {
@@ -277,8 +288,19 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, r *http.Re
 	if p := g.priority(st, r, id); p > 0 {
 		req.Parameters = infer.Parameters{"priority": int64(p)}
 	}
+	callStart := time.Now()
 	resp, info, err := g.call(ctx, s, b, rc.Retries, req)
+	callLatency := time.Since(callStart)
 	e.Endpoint, e.Retries = info.endpoint, info.retries
+	if ro != nil {
+		o := rollout.Outcome{Status: http.StatusOK, Latency: callLatency}
+		if err != nil {
+			o.Status, _ = httpapi.StatusOf(err)
+		} else if c, ok := outputScalar(resp, ro.confidence); ok {
+			o.Confidence, o.HasConfidence = c, true
+		}
+		ro.ctrl.Observe(roArm, roGroup, o)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -287,7 +309,18 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, r *http.Re
 		return nil, err
 	}
 	e.Version = a.version
+	g.maybeMirror(st, s, r, reqID, start, vals, feats, req, resp, a, callLatency)
 	return a, nil
+}
+
+// outputScalar returns element 0 of the named output of resp.
+func outputScalar(resp *infer.Response, name string) (float64, bool) {
+	for i := range resp.Outputs {
+		if resp.Outputs[i].Name == name {
+			return scalar(&resp.Outputs[i])
+		}
+	}
+	return 0, false
 }
 
 // readFeatures reads the service's features for one request row, through

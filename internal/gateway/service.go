@@ -130,6 +130,8 @@ type service struct {
 	routeCfg   map[string]*config.Route
 	fallback   *serviceFallback
 	breaker    *breaker
+	shadow     *serviceShadow
+	rollout    *serviceRollout
 }
 
 type entityKey struct {
@@ -280,6 +282,12 @@ func compileService(c config.Service, repo *registry.Repo, opts ...route.Option)
 		}
 	}
 
+	if sh := c.Shadow; sh != nil {
+		s.shadow = &serviceShadow{cfg: *sh, keyField: -1}
+		if i, ok := s.fieldIdx[sh.Key]; ok {
+			s.shadow.keyField = i
+		}
+	}
 	rt, err := route.FromConfig(c.Routes, opts...)
 	if err != nil {
 		errs = append(errs, err)

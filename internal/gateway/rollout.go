@@ -1,0 +1,125 @@
+package gateway
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/sluice-ml/sluice/internal/config"
+	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/release/drift"
+	"github.com/sluice-ml/sluice/internal/release/rollout"
+)
+
+// serviceRollout is a service's staged rollout: the controller that
+// decides which version serves each request, and per traffic group a drift
+// monitor of the service's scalar features, which the controller's
+// diagnosis ranks when a group fails.
+type serviceRollout struct {
+	cfg        rollout.Config
+	ctrl       *rollout.Controller
+	groups     map[string]*drift.Monitor
+	vars       []rolloutVar
+	confidence string // the model output the confidence gate reads
+}
+
+type rolloutVar struct {
+	name  string // view__feature
+	col   int
+	isInt bool
+}
+
+// rolloutFor returns the service's rollout, reusing the running one when
+// its configuration did not change (its state is also on disk).
+func (g *Gateway) rolloutFor(sc config.Service, s *service) (*serviceRollout, error) {
+	g.mapsMu.Lock()
+	defer g.mapsMu.Unlock()
+	if r, ok := g.rollouts[sc.Name]; ok && reflect.DeepEqual(r.cfg, *sc.Rollout) {
+		return r, nil
+	}
+	r := &serviceRollout{cfg: *sc.Rollout, groups: map[string]*drift.Monitor{}, confidence: "confidence_score"}
+	if s.fallback != nil {
+		r.confidence = s.fallback.confidence
+	}
+	var vars []drift.Variable
+	for col, ref := range s.features {
+		t := s.featureTypes[col]
+		if t.List || t.Kind == feature.KindString || t.Kind == feature.KindBytes {
+			continue
+		}
+		name := strings.Replace(ref, ":", "__", 1)
+		isInt := t.Kind == feature.KindInt32 || t.Kind == feature.KindInt64 || t.Kind == feature.KindUnixTimestamp
+		r.vars = append(r.vars, rolloutVar{name: name, col: col, isInt: isInt})
+		vars = append(vars, drift.Variable{Name: name})
+	}
+	groups := []string{rollout.AllGroup}
+	for _, st := range sc.Rollout.Stages {
+		for _, gr := range st.Groups {
+			groups = append(groups, gr.Name)
+		}
+	}
+	for _, name := range groups {
+		if _, ok := r.groups[name]; ok || len(vars) == 0 {
+			continue
+		}
+		// Unregistered: per-group windows feed the diagnosis, not gauges.
+		m, err := drift.NewMonitor("rollout/"+sc.Name+"/"+name, vars, drift.Options{}, g.base, nil)
+		if err != nil {
+			return nil, fmt.Errorf("rollout of %s: %w", sc.Name, err)
+		}
+		r.groups[name] = m
+	}
+	ctrl, err := rollout.New(sc.Name, *sc.Rollout, rollout.Options{Now: g.opts.Now, Diagnose: r.diagnose}, g.base, g.reg)
+	if err != nil {
+		return nil, err
+	}
+	if old, ok := g.rollouts[sc.Name]; ok {
+		old.ctrl.Forget()
+	}
+	r.ctrl = ctrl
+	g.rollouts[sc.Name] = r
+	return r, nil
+}
+
+// diagnose ranks the features whose live distribution in group differs
+// most from the other groups'.
+func (r *serviceRollout) diagnose(group string) []rollout.Suspect {
+	failing, ok := r.groups[group]
+	if !ok {
+		return nil
+	}
+	var others []*drift.Monitor
+	for name, m := range r.groups {
+		if name != group {
+			others = append(others, m)
+		}
+	}
+	var out []rollout.Suspect
+	for _, res := range drift.Rank(failing, others...) {
+		out = append(out, rollout.Suspect{Feature: res.Name, PSI: res.PSI, KS: res.KS, PValue: res.PValue})
+	}
+	return out
+}
+
+// observeFeatures feeds the group's drift windows.
+func (r *serviceRollout) observeFeatures(group string, feats *serving.Response, now time.Time) {
+	m, ok := r.groups[group]
+	if !ok || feats == nil {
+		return
+	}
+	for _, v := range r.vars {
+		fv, _ := featureCell(feats, v.col)
+		if fv == nil {
+			continue
+		}
+		x := fv.F64
+		if v.isInt {
+			x = float64(fv.I64)
+		} else if fv.Bool {
+			x = 1
+		}
+		m.ObserveAt(v.name, x, now)
+	}
+}
