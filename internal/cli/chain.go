@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/httpapi"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/kserve"
+	"github.com/sluice-ml/sluice/internal/release/record"
 	"github.com/sluice-ml/sluice/internal/telemetry"
 )
 
@@ -162,8 +163,19 @@ func startGateway(ctx context.Context, g *errgroup.Group, gctx context.Context, 
 		return err
 	}
 	opts.AccessLog = access
+	recorder, err := openRecorder(ctx, gc, logger, reg)
+	if err != nil {
+		closeAccess()
+		return err
+	}
+	if recorder != nil {
+		opts.Recorder = recorder
+	}
 	gw, err := gateway.New(cfg, opts, logger, reg)
 	if err != nil {
+		if recorder != nil {
+			_ = recorder.Close(context.Background())
+		}
 		closeAccess()
 		return &exitError{code: 2, err: err}
 	}
@@ -241,6 +253,37 @@ func startGateway(ctx context.Context, g *errgroup.Group, gctx context.Context, 
 		return err
 	})
 	return nil
+}
+
+// openRecorder opens the recording sink when a service mirrors traffic:
+// rotated JSONL files or a NATS JetStream stream, behind a bounded writer.
+// It returns nil when nothing is recorded.
+func openRecorder(ctx context.Context, gc *config.Gateway, logger *slog.Logger, reg *prometheus.Registry) (*record.Writer, error) {
+	rc := gc.Recording
+	shadows := false
+	for _, s := range gc.Services {
+		shadows = shadows || s.Shadow != nil
+	}
+	if !shadows || rc.Sink == "off" {
+		return nil, nil
+	}
+	var sink record.Sink
+	switch rc.Sink {
+	case "nats":
+		ns, err := record.NewNATSSink(ctx, record.NATSOptions{URL: rc.NATS.URL, Stream: rc.NATS.Stream}, logger, reg)
+		if err != nil {
+			return nil, fmt.Errorf("gateway.recording: %w", err)
+		}
+		sink = ns
+	default:
+		fsink, err := record.NewFileSink(record.FileOptions{Dir: rc.Dir, MaxBytes: rc.MaxBytes, MaxAge: rc.MaxAge.Std()}, logger)
+		if err != nil {
+			return nil, fmt.Errorf("gateway.recording: %w", err)
+		}
+		sink = fsink
+	}
+	logger.Info("recording shadow traffic", "sink", rc.Sink, "dir", rc.Dir, "stream", rc.NATS.Stream)
+	return record.NewWriter(sink, record.WriterOptions{QueueSize: rc.QueueSize, SinkLabel: rc.Sink}, logger, reg), nil
 }
 
 // openAccessLog opens the access log destination: "stdout", "stderr",

@@ -11,6 +11,8 @@ import (
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/gateway/ratelimit"
 	"github.com/sluice-ml/sluice/internal/gateway/upstream"
+	"github.com/sluice-ml/sluice/internal/release/record"
+	"github.com/sluice-ml/sluice/internal/release/rollout"
 )
 
 // AdminHandler serves the admin API (Envoy's admin port convention):
@@ -21,6 +23,9 @@ import (
 //	GET  /breakers      each service's feature breaker
 //	GET  /ratelimit     the limiter backend and every client's limit
 //	GET  /fallback      each service's drift monitor and trigger
+//	GET  /rollout       each service's rollout: stage, gates, history
+//	POST /rollout/{service}/{promote|rollback|pause|resume|reset}?reason=...
+//	GET  /shadow        each service's shadow share and the recorder
 //	GET  /ready         200 while the gateway takes traffic
 //	POST /reload        re-read the configuration and apply it
 //	GET  /metrics       Prometheus metrics, when metrics is not nil
@@ -43,6 +48,13 @@ func (g *Gateway) AdminHandler(metrics http.Handler) http.Handler {
 	})
 	mux.HandleFunc("GET /fallback", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, g.fallbackState())
+	})
+	mux.HandleFunc("GET /rollout", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, g.Rollouts())
+	})
+	mux.HandleFunc("POST /rollout/{service}/{action}", g.rolloutAction)
+	mux.HandleFunc("GET /shadow", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, g.shadowState())
 	})
 	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, r *http.Request) {
 		g.ServeHTTP(w, r)
@@ -204,6 +216,80 @@ func (g *Gateway) fallbackState() []FallbackView {
 			v.RecentP90 = &p
 		}
 		out = append(out, v)
+	}
+	return out
+}
+
+// Rollouts returns the status of every service's rollout.
+func (g *Gateway) Rollouts() []rollout.Status {
+	st := g.state.Load()
+	out := []rollout.Status{}
+	for _, s := range st.cfg.Services {
+		if svc, ok := st.byName[s.Name]; ok && svc.rollout != nil {
+			out = append(out, svc.rollout.ctrl.Status())
+		}
+	}
+	return out
+}
+
+// rolloutAction applies an operator's command to a service's rollout.
+func (g *Gateway) rolloutAction(w http.ResponseWriter, r *http.Request) {
+	st := g.state.Load()
+	name := r.PathValue("service")
+	svc, ok := st.byName[name]
+	if !ok || svc.rollout == nil {
+		writeError(w, "", http.StatusNotFound, ReasonNotFound, "service "+name+" has no rollout")
+		return
+	}
+	c := svc.rollout.ctrl
+	reason := r.URL.Query().Get("reason")
+	var err error
+	switch r.PathValue("action") {
+	case "promote":
+		err = c.Promote(reason)
+	case "rollback":
+		err = c.Rollback(reason)
+	case "pause":
+		err = c.Pause(reason)
+	case "resume":
+		err = c.Resume(reason)
+	case "reset":
+		err = c.Reset(reason)
+	default:
+		writeError(w, "", http.StatusNotFound, ReasonNotFound, "unknown rollout action "+r.PathValue("action")+": want promote, rollback, pause, resume or reset")
+		return
+	}
+	if err != nil {
+		writeHTTPError(w, "", err)
+		return
+	}
+	g.logger.Info("rollout command", "service", name, "action", r.PathValue("action"), "reason", reason)
+	writeJSON(w, http.StatusOK, c.Status())
+}
+
+type shadowView struct {
+	Service string  `json:"service"`
+	Backend string  `json:"backend"`
+	Model   string  `json:"model"`
+	Version string  `json:"version"`
+	Percent float64 `json:"percent"`
+	Key     string  `json:"key"`
+}
+
+func (g *Gateway) shadowState() map[string]any {
+	st := g.state.Load()
+	views := []shadowView{}
+	for _, s := range st.cfg.Services {
+		if sh := s.Shadow; sh != nil {
+			views = append(views, shadowView{Service: s.Name, Backend: sh.Backend, Model: sh.Model, Version: sh.Version, Percent: sh.Percent, Key: sh.Key})
+		}
+	}
+	out := map[string]any{"services": views, "recording": st.cfg.Recording.Sink}
+	if st, ok := g.opts.Recorder.(interface{ Stats() record.WriterStats }); ok {
+		out["recorder"] = st.Stats()
+	}
+	if g.mirror != nil {
+		out["queued"] = len(g.mirror.jobs)
 	}
 	return out
 }
