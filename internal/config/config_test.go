@@ -290,3 +290,34 @@ func TestSyntaxError(t *testing.T) {
 }
 
 func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
+
+func TestExplicitZeroIsNotReplacedByDefault(t *testing.T) {
+	yml := `gateway:
+  backends:
+    - {name: b, kind: kserve_grpc, endpoints: ["127.0.0.1:1"]}
+  services:
+    - name: s
+      path: POST /s
+      request_fields: [{name: x, type: float32, required: true}]
+      inputs: [{tensor: in, features: ["field:x"]}]
+      model: {name: m}
+      feature_breaker: {stale_threshold: 0}
+      routes:
+        - name: r
+          route: {weighted: [{backend: b, weight: 100}]}
+          retries: {retry_on: [5xx], num_retries: 0, budget: {percent: 0, min_concurrency: 0}}
+        - name: d
+          route: {weighted: [{backend: b, weight: 100}]}
+          retries: {retry_on: [5xx]}
+`
+	cfg, err := Parse("t.yaml", []byte(yml), nil)
+	require.NoError(t, err)
+	s := cfg.Gateway.Services[0]
+	require.Equal(t, 0, s.Routes[0].Retries.NumRetries, "num_retries: 0 means no retries")
+	require.Zero(t, s.Routes[0].Retries.Budget.Percent)
+	require.Zero(t, s.Routes[0].Retries.Budget.MinConcurrency)
+	require.Zero(t, s.FeatureBreaker.StaleThreshold)
+	require.Equal(t, 1, s.Routes[1].Retries.NumRetries, "left out: the default")
+	require.Equal(t, 20.0, s.Routes[1].Retries.Budget.Percent)
+	require.Equal(t, 3, s.Routes[1].Retries.Budget.MinConcurrency)
+}

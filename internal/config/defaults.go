@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"math"
 	"time"
 )
@@ -41,7 +42,7 @@ func (c *Config) applyDefaults() {
 	if p := g.Proxy; p != nil {
 		p.PathPrefix = or(p.PathPrefix, "/v2/")
 		p.Timeout = or(p.Timeout, Duration(time.Second))
-		p.Retries.applyDefaults(p.Timeout)
+		p.Retries.applyDefaults(p.Timeout, func(rel string) bool { return c.writtenUnder("gateway.proxy.retries")(rel) })
 	}
 	g.Admin = or(g.Admin, ":9901")
 	for i := range g.Clients {
@@ -52,7 +53,7 @@ func (c *Config) applyDefaults() {
 	g.RateLimitBackend.Redis.KeyPrefix = or(g.RateLimitBackend.Redis.KeyPrefix, "sluice:rl:")
 	g.RateLimitBackend.Redis.DialTimeout = or(g.RateLimitBackend.Redis.DialTimeout, Duration(200*time.Millisecond))
 	for i := range g.Services {
-		g.Services[i].applyDefaults()
+		g.Services[i].applyDefaults(c.writtenUnder(fmt.Sprintf("gateway.services[%d]", i)))
 	}
 	for i := range g.Backends {
 		b := &g.Backends[i]
@@ -82,7 +83,20 @@ func (r *RateLimit) applyDefaults() {
 	}
 }
 
-func (s *Service) applyDefaults() {
+// writtenUnder returns a test of whether a path below prefix was written
+// in the file, so a default replaces only what the file left out, not an
+// explicit zero ("num_retries: 0" means no retries).
+func (c *Config) writtenUnder(prefix string) func(rel string) bool {
+	return func(rel string) bool {
+		if c.src == nil {
+			return false
+		}
+		_, ok := c.src.pos[prefix+"."+rel]
+		return ok
+	}
+}
+
+func (s *Service) applyDefaults(written func(rel string) bool) {
 	for i := range s.Entities {
 		s.Entities[i].Type = or(s.Entities[i].Type, "int64")
 	}
@@ -102,7 +116,7 @@ func (s *Service) applyDefaults() {
 		if h := r.Match.EntityHash; h != nil {
 			h.Modulo = or(h.Modulo, 100)
 		}
-		r.Retries.applyDefaults(r.Timeout)
+		r.Retries.applyDefaults(r.Timeout, func(rel string) bool { return written(fmt.Sprintf("routes[%d].retries.%s", i, rel)) })
 	}
 	if sh := s.Shadow; sh != nil {
 		sh.Model = or(sh.Model, s.Model.Name)
@@ -113,7 +127,9 @@ func (s *Service) applyDefaults() {
 		sh.Timeout = or(sh.Timeout, Duration(time.Second))
 	}
 	fb := &s.FeatureBreaker
-	fb.StaleThreshold = or(fb.StaleThreshold, 10)
+	if !written("feature_breaker.stale_threshold") {
+		fb.StaleThreshold = or(fb.StaleThreshold, 10)
+	}
 	fb.Window = or(fb.Window, Duration(5*time.Minute))
 	fb.ProbeInterval = or(fb.ProbeInterval, Duration(5*time.Second))
 	if f := s.Fallback; f != nil {
@@ -131,14 +147,20 @@ func (s *Service) applyDefaults() {
 }
 
 // applyDefaults fills a retry policy; nil stays nil (no retries).
-func (rp *RetryPolicy) applyDefaults(timeout Duration) {
+func (rp *RetryPolicy) applyDefaults(timeout Duration, written func(rel string) bool) {
 	if rp == nil {
 		return
 	}
-	rp.NumRetries = or(rp.NumRetries, 1)
+	if !written("num_retries") {
+		rp.NumRetries = or(rp.NumRetries, 1)
+	}
 	rp.PerTryTimeout = or(rp.PerTryTimeout, timeout)
-	rp.Budget.Percent = or(rp.Budget.Percent, 20)
-	rp.Budget.MinConcurrency = or(rp.Budget.MinConcurrency, 3)
+	if !written("budget.percent") {
+		rp.Budget.Percent = or(rp.Budget.Percent, 20)
+	}
+	if !written("budget.min_concurrency") {
+		rp.Budget.MinConcurrency = or(rp.Budget.MinConcurrency, 3)
+	}
 }
 
 // or returns v, or def when v is the zero value.

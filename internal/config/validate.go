@@ -180,6 +180,9 @@ func (v *validator) gateway(g *Gateway) {
 		if ph.Name == "" {
 			v.add(pp+".name", "is required")
 		}
+		if ph.Value == "" {
+			v.add(pp+".value", "is required (an empty value would match every request without the header)")
+		}
 		if ph.Priority < 0 {
 			v.add(pp+".priority", "must not be negative")
 		}

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/gateway/ratelimit"
 	"github.com/sluice-ml/sluice/internal/gateway/upstream"
 	"github.com/sluice-ml/sluice/internal/release/record"
@@ -99,17 +98,17 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // routeView is the admin view of one service's routing.
 type routeView struct {
-	Service string         `json:"service"`
-	Path    string         `json:"path"`
-	Model   config.Model   `json:"model"`
-	Routes  []config.Route `json:"routes"`
+	Service string `json:"service"`
+	Path    string `json:"path"`
+	Model   any    `json:"model"`
+	Routes  any    `json:"routes"`
 }
 
 func (g *Gateway) routes() []routeView {
 	st := g.state.Load()
 	out := make([]routeView, 0, len(st.cfg.Services))
 	for _, s := range st.cfg.Services {
-		out = append(out, routeView{Service: s.Name, Path: s.Path, Model: s.Model, Routes: s.Routes})
+		out = append(out, routeView{Service: s.Name, Path: s.Path, Model: yamlView(s.Model), Routes: yamlView(s.Routes)})
 	}
 	return out
 }

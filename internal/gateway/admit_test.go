@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -73,12 +74,12 @@ func retryAfter(t *testing.T, res *result) int {
 func TestRateLimits(t *testing.T) {
 	t.Run("anonymous per IP", func(t *testing.T) {
 		e := newEnv(t, parseConfig(t, gatewayYAML(yamlOpts{plain: true, gateway: []string{
-			"anonymous: {allowed: true, rate_limit_per_ip: {requests_per_second: 0.5, burst: 2}}",
+			"anonymous: {allowed: true, rate_limit_per_ip: {requests_per_second: 0.1, burst: 2}}",
 		}})))
 		a := []string{"RemoteAddr", "10.0.0.1:40000"}
 		requireOK(t, e.post(t, plainBody, a...))
 		requireOK(t, e.post(t, plainBody, "RemoteAddr", "10.0.0.1:40001")) // the port does not matter
-		require.Equal(t, 2, retryAfter(t, e.post(t, plainBody, a...)), "one token takes 2s at 0.5/s")
+		require.InDelta(t, 10, retryAfter(t, e.post(t, plainBody, a...)), 1, "one token takes 10s at 0.1/s")
 		// X-Forwarded-For is not trusted to pick another bucket.
 		retryAfter(t, e.post(t, plainBody, "RemoteAddr", "10.0.0.1:40000", "X-Forwarded-For", "10.9.9.9"))
 		// Another address has its own bucket.
@@ -87,14 +88,14 @@ func TestRateLimits(t *testing.T) {
 	})
 	t.Run("per client", func(t *testing.T) {
 		e := newEnv(t, parseConfig(t, gatewayYAML(yamlOpts{plain: true, gateway: []string{
-			clientsYAML("{requests_per_second: 1, burst: 3}"), anonAllowed,
+			clientsYAML("{requests_per_second: 0.1, burst: 3}"), anonAllowed,
 		}})))
 		alice := []string{"Authorization", "Bearer alice-key"}
 		for range 3 {
 			requireOK(t, e.post(t, plainBody, alice...))
 		}
 		res := e.post(t, plainBody, alice...)
-		require.Equal(t, 1, retryAfter(t, res))
+		require.InDelta(t, 10, retryAfter(t, res), 1)
 		require.Contains(t, res.Error, "alice")
 		require.NotEmpty(t, res.RequestID)
 		// alice's budget is hers: bob (unlimited) and anonymous callers
@@ -137,4 +138,16 @@ func TestPriority(t *testing.T) {
 			require.Equal(t, tt.want, p)
 		})
 	}
+}
+
+func TestAdmissionBeforeBody(t *testing.T) {
+	cfg := parseConfig(t, gatewayYAML(yamlOpts{plain: true, gateway: []string{clientsYAML("{requests_per_second: 0.1, burst: 1}")}}))
+	e := newEnv(t, cfg, func(o *gateway.Options) { o.MaxBodyBytes = 64 })
+	big := `{"user_id": 7, "base_eta": 30, "tier": "` + strings.Repeat("x", 100) + `"}`
+	// The body is read only once the caller is admitted: a stranger's or a
+	// throttled client's oversized body is never read.
+	requireError(t, e.post(t, big), http.StatusUnauthorized, auth.ReasonMissingAPIKey)
+	alice := []string{"Authorization", "Bearer alice-key"}
+	requireError(t, e.post(t, big, alice...), http.StatusRequestEntityTooLarge, gateway.ReasonBodyTooLarge)
+	retryAfter(t, e.post(t, big, alice...))
 }

@@ -1,10 +1,10 @@
 package gateway_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -54,9 +54,7 @@ type fakeModel struct {
 	fn    atomic.Pointer[func(context.Context, *infer.Request) (*infer.Response, error)]
 
 	mu   sync.Mutex
-	reqs []*infer.Request // every request received, in order
-	// readyErr is what ModelReady returns.
-	readyErr error
+	reqs []*infer.Request // the last requests received, in order
 }
 
 func newFakeModel() *fakeModel {
@@ -73,6 +71,9 @@ func (m *fakeModel) setFn(fn func(context.Context, *infer.Request) (*infer.Respo
 func (m *fakeModel) Infer(ctx context.Context, req *infer.Request) (*infer.Response, error) {
 	m.calls.Add(1)
 	m.mu.Lock()
+	if len(m.reqs) >= 256 { // bounded for fuzzing and load loops
+		m.reqs = slices.Delete(m.reqs, 0, 128)
+	}
 	m.reqs = append(m.reqs, cloneRequest(req))
 	m.mu.Unlock()
 	if fn := m.fn.Load(); fn != nil {
@@ -81,11 +82,7 @@ func (m *fakeModel) Infer(ctx context.Context, req *infer.Request) (*infer.Respo
 	return sumResponse(req, m.conf.Load().(float64)), nil
 }
 
-func (m *fakeModel) ModelReady(context.Context, string, string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.readyErr
-}
+func (m *fakeModel) ModelReady(context.Context, string, string) error { return nil }
 
 // last returns the last request the model received.
 func (m *fakeModel) last(t *testing.T) *infer.Request {
@@ -105,10 +102,7 @@ func cloneRequest(r *infer.Request) *infer.Request {
 	}
 	c.Outputs = slices.Clone(r.Outputs)
 	if r.Parameters != nil {
-		c.Parameters = infer.Parameters{}
-		for k, v := range r.Parameters {
-			c.Parameters[k] = v
-		}
+		c.Parameters = maps.Clone(r.Parameters)
 	}
 	return &c
 }
@@ -194,9 +188,8 @@ type remoteCall struct {
 }
 
 // fakeRemote is a pool of KServe v2 gRPC model servers, one behaviour per
-// address. A successful call answers like fakeModel's default and reports
-// the address as the version's suffix-free model, so tests can tell which
-// endpoint answered from the call log.
+// address (behaveOK when unset). A successful call answers like
+// fakeModel's default; the call log tells which endpoints a request tried.
 type fakeRemote struct {
 	mu        sync.Mutex
 	behave    map[string]behaviour
@@ -295,12 +288,6 @@ func (f *fakeRemote) callsTo(addr string) int {
 		}
 	}
 	return n
-}
-
-func (f *fakeRemote) forgottenAddrs() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.forgotten)
 }
 
 // fakeFeatures is the feature server over the test feature repository:
@@ -426,30 +413,30 @@ type testEnv struct {
 }
 
 // loadRepo loads the test feature repository.
-func loadRepo(t testing.TB) *registry.Repo {
-	t.Helper()
+func loadRepo(tb testing.TB) *registry.Repo {
+	tb.Helper()
 	repo, err := registry.Load(context.Background(), "testdata/features")
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	return repo
 }
 
 // parseConfig parses a sluice.yaml as Load does (defaults, validation).
-func parseConfig(t testing.TB, yaml string) *config.Config {
-	t.Helper()
+func parseConfig(tb testing.TB, yaml string) *config.Config {
+	tb.Helper()
 	env := map[string]string{"TEST_API_KEY": "key-from-env"}
 	cfg, err := config.Parse("test.yaml", []byte(yaml), func(k string) (string, bool) {
 		v, ok := env[k]
 		return v, ok
 	})
-	require.NoError(t, err, "config:\n%s", yaml)
+	require.NoError(tb, err, "config:\n%s", yaml)
 	return cfg
 }
 
 // newEnv builds a gateway over the fakes from cfg; mod may adjust the
 // options before New.
-func newEnv(t testing.TB, cfg *config.Config, mod ...func(*gateway.Options)) *testEnv {
-	t.Helper()
-	repo := loadRepo(t)
+func newEnv(tb testing.TB, cfg *config.Config, mod ...func(*gateway.Options)) *testEnv {
+	tb.Helper()
+	repo := loadRepo(tb)
 	e := &testEnv{
 		model: newFakeModel(), remote: newFakeRemote(), features: newFakeFeatures(repo),
 		repo: repo, clock: newFakeClock(), reg: prometheus.NewRegistry(),
@@ -463,11 +450,11 @@ func newEnv(t testing.TB, cfg *config.Config, mod ...func(*gateway.Options)) *te
 		m(&opts)
 	}
 	g, err := gateway.New(cfg, opts, nil, e.reg)
-	require.NoError(t, err)
-	t.Cleanup(func() {
+	require.NoError(tb, err)
+	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		require.NoError(t, g.Close(ctx))
+		require.NoError(tb, g.Close(ctx))
 	})
 	e.g = g
 	return e
@@ -492,8 +479,8 @@ type result struct {
 
 // call sends one request through h. hdr holds header name, value pairs;
 // a "RemoteAddr" pair sets the peer address instead.
-func call(t testing.TB, h http.Handler, method, path, body string, hdr ...string) *result {
-	t.Helper()
+func call(tb testing.TB, h http.Handler, method, path, body string, hdr ...string) *result {
+	tb.Helper()
 	r := httptest.NewRequestWithContext(context.Background(), method, path, strings.NewReader(body))
 	r.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(hdr); i += 2 {
@@ -506,37 +493,38 @@ func call(t testing.TB, h http.Handler, method, path, body string, hdr ...string
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	res := &result{Code: w.Code, Header: w.Header(), Body: w.Body.Bytes()}
-	require.Equal(t, "application/json", w.Header().Get("Content-Type"), "body: %s", res.Body)
-	require.NoError(t, json.Unmarshal(res.Body, res), "body: %s", res.Body)
+	require.Equal(tb, "application/json", w.Header().Get("Content-Type"), "body: %s", res.Body)
+	require.NoError(tb, json.Unmarshal(res.Body, res), "body: %s", res.Body)
 	return res
 }
 
 // post calls the eta service.
-func (e *testEnv) post(t testing.TB, body string, hdr ...string) *result {
-	t.Helper()
-	return call(t, e.g, http.MethodPost, etaPath, body, hdr...)
+func (e *testEnv) post(tb testing.TB, body string, hdr ...string) *result {
+	tb.Helper()
+	return call(tb, e.g, http.MethodPost, etaPath, body, hdr...)
 }
 
 // requireOK fails unless res is a 200 answer.
-func requireOK(t testing.TB, res *result) {
-	t.Helper()
-	require.Equal(t, http.StatusOK, res.Code, "body: %s", res.Body)
+func requireOK(tb testing.TB, res *result) {
+	tb.Helper()
+	require.Equal(tb, http.StatusOK, res.Code, "body: %s", res.Body)
 }
 
 // requireError fails unless res is an error answer with code and reason.
-func requireError(t testing.TB, res *result, code int, reason string) {
-	t.Helper()
-	require.Equal(t, code, res.Code, "body: %s", res.Body)
-	require.Equal(t, reason, res.Reason, "body: %s", res.Body)
-	require.NotEmpty(t, res.Error, "body: %s", res.Body)
+func requireError(tb testing.TB, res *result, code int, reason string) {
+	tb.Helper()
+	require.Equal(tb, code, res.Code, "body: %s", res.Body)
+	require.Equal(tb, reason, res.Reason, "body: %s", res.Body)
+	require.NotEmpty(tb, res.Error, "body: %s", res.Body)
 }
 
-// metricValue returns the value of the counter or gauge name with labels
-// in reg, 0 when the series does not exist.
-func metricValue(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
+// metricValue returns the sum of the counter or gauge series name whose
+// labels include labels in reg, 0 when there is none.
+func metricValue(tb testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	tb.Helper()
 	mfs, err := reg.Gather()
-	require.NoError(t, err)
+	require.NoError(tb, err)
+	sum := 0.0
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
@@ -545,15 +533,10 @@ func metricValue(t testing.TB, reg *prometheus.Registry, name string, labels map
 			if !labelsMatch(m.GetLabel(), labels) {
 				continue
 			}
-			switch {
-			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				return m.GetGauge().GetValue()
-			}
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
-	return 0
+	return sum
 }
 
 func labelsMatch(got []*dto.LabelPair, want map[string]string) bool {
@@ -567,12 +550,4 @@ func labelsMatch(got []*dto.LabelPair, want map[string]string) bool {
 		}
 	}
 	return n == len(want)
-}
-
-// jsonBody marshals v for a request body.
-func jsonBody(t testing.TB, v any) string {
-	t.Helper()
-	var b bytes.Buffer
-	require.NoError(t, json.NewEncoder(&b).Encode(v))
-	return b.String()
 }

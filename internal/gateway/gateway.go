@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
@@ -199,11 +200,28 @@ func (g *Gateway) retire(old, st *state) {
 	if old.stop != nil {
 		old.stop()
 	}
+	inUse := map[string]bool{}
+	for _, b := range st.backends {
+		if b.kind == "kserve_grpc" {
+			for _, ep := range b.cfg.Endpoints {
+				inUse[ep] = true
+			}
+		}
+	}
 	for name, b := range old.backends {
 		if nb, ok := st.backends[name]; ok && nb == b {
 			continue
 		}
-		b.close(g.opts.Remote)
+		b.set.Close()
+		if b.kind == "kserve_grpc" && g.opts.Remote != nil {
+			// Connections an endpoint of the new configuration still uses
+			// stay open: requests in flight on them must not fail.
+			for _, ep := range b.cfg.Endpoints {
+				if !inUse[ep] {
+					g.opts.Remote.Forget(ep)
+				}
+			}
+		}
 	}
 	if old.redis != nil && old.redis != st.redis {
 		go func() {
@@ -271,22 +289,12 @@ func (g *Gateway) build(cfg *config.Gateway, old *state) (*state, error) {
 		if len(s.features) > 0 && g.opts.Features == nil {
 			errs = append(errs, fmt.Errorf("service %q reads features, but this process runs no feature server (add a feature_server section)", sc.Name))
 		}
-		s.breaker = g.breakerFor(sc)
-		if s.fallback != nil {
-			s.fallback.monitor = g.monitorFor(sc)
-		}
 		if sc.Rollout != nil {
 			for _, t := range []string{sc.Rollout.Stable.Backend, sc.Rollout.Candidate.Backend} {
 				if t != "" && st.backends[t] == nil {
 					errs = append(errs, fmt.Errorf("service %q rollout: unknown backend %q", sc.Name, t))
 				}
 			}
-			r, err := g.rolloutFor(sc, s)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			s.rollout = r
 		}
 		st.services[s.method+" "+s.path] = s
 		st.byName[s.name] = s
@@ -295,11 +303,40 @@ func (g *Gateway) build(cfg *config.Gateway, old *state) (*state, error) {
 	if err := g.buildLimiter(cfg, old, st); err != nil {
 		errs = append(errs, err)
 	}
+	if len(errs) == 0 {
+		// Only a configuration that compiled gets to create or replace the
+		// stateful parts (breakers, fallback monitors, rollouts): a refused
+		// reload must leave the running ones and their gauges alone.
+		// Rollouts go first: they are the only part that can still fail
+		// (their state file).
+		for _, sc := range cfg.Services {
+			s := st.byName[sc.Name]
+			if sc.Rollout == nil {
+				continue
+			}
+			r, err := g.rolloutFor(sc, s)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			s.rollout = r
+		}
+	}
+	if len(errs) == 0 {
+		for _, sc := range cfg.Services {
+			s := st.byName[sc.Name]
+			s.breaker = g.breakerFor(sc)
+			if s.fallback != nil {
+				s.fallback.monitor = g.monitorFor(sc)
+			}
+		}
+	}
 	if len(errs) > 0 {
-		// Close what this attempt created and old does not share.
+		// Close what this attempt created and old does not share; the
+		// connections stay: old's endpoints may use the same addresses.
 		for name, b := range st.backends {
 			if old == nil || old.backends[name] != b {
-				b.close(g.opts.Remote)
+				b.set.Close()
 			}
 		}
 		if st.redis != nil && (old == nil || old.redis != st.redis) {
@@ -426,7 +463,22 @@ func (g *Gateway) Close(ctx context.Context) error {
 // admin config dump.
 func redactedGateway(cfg *config.Gateway) any {
 	c := &config.Config{Gateway: cfg}
-	return c.Redacted()
+	return yamlView(c.Redacted())
+}
+
+// yamlView turns a configuration value into plain maps and lists keyed by
+// its YAML names (durations as "250ms"), so the admin API shows the names
+// the file uses.
+func yamlView(v any) any {
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return v
+	}
+	var out any
+	if err := yaml.Unmarshal(b, &out); err != nil {
+		return v
+	}
+	return out
 }
 
 // hopHeader reports whether the proxy must not forward a request header:

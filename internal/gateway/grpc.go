@@ -3,7 +3,9 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"google.golang.org/grpc"
@@ -71,12 +73,12 @@ func (s *grpcService) Predict(ctx context.Context, req *gatewaypb.PredictRequest
 	for i := range a.outputs {
 		o := &a.outputs[i]
 		if !o.array {
-			outs.Fields[o.name] = structpb.NewNumberValue(o.values[0])
+			outs.Fields[o.name] = structpb.NewNumberValue(shortest(o.values[0], o.dt))
 			continue
 		}
 		l := &structpb.ListValue{Values: make([]*structpb.Value, len(o.values))}
 		for j, x := range o.values {
-			l.Values[j] = structpb.NewNumberValue(x)
+			l.Values[j] = structpb.NewNumberValue(shortest(x, o.dt))
 		}
 		outs.Fields[o.name] = structpb.NewListValue(l)
 	}
@@ -85,4 +87,17 @@ func (s *grpcService) Predict(ctx context.Context, req *gatewaypb.PredictRequest
 		RequestId: a.requestID, Service: a.service, Route: a.route, Model: a.model,
 		Version: a.version, Source: a.source, Outputs: outs,
 	}, nil
+}
+
+// shortest returns the float64 whose shortest decimal form is the FP32
+// value's (0.9, not 0.8999999761581421), so gRPC and HTTP answers agree.
+func shortest(x float64, dt infer.DataType) float64 {
+	if dt != infer.FP32 || math.IsNaN(x) || math.IsInf(x, 0) {
+		return x
+	}
+	y, err := strconv.ParseFloat(strconv.FormatFloat(x, 'g', -1, 32), 64)
+	if err != nil {
+		return x
+	}
+	return y
 }

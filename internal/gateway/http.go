@@ -12,6 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
@@ -23,6 +28,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
+	"github.com/sluice-ml/sluice/internal/telemetry"
 )
 
 // ServeHTTP serves the service paths, the KServe v2 proxy (when
@@ -197,7 +203,7 @@ func writeHTTPError(w http.ResponseWriter, reqID string, err error) {
 }
 
 // record logs and counts a finished call.
-func (g *Gateway) record(s *service, reqID string, start time.Time, e *accesslog.Entry, err error) {
+func (g *Gateway) record(ctx context.Context, s *service, reqID string, start time.Time, e *accesslog.Entry, err error) {
 	e.Time, e.RequestID, e.Service = start, reqID, s.name
 	if e.Model == "" {
 		e.Model = s.cfg.Model.Name
@@ -207,7 +213,7 @@ func (g *Gateway) record(s *service, reqID string, start time.Time, e *accesslog
 		e.Status, e.Reason, e.Error = code, reason, err.Error()
 		e.Source = ""
 		if code >= 500 {
-			g.logger.Warn("request failed", "request_id", reqID, "service", s.name, "status", code, "reason", reason, "err", err)
+			g.logger.WarnContext(ctx, "request failed", "request_id", reqID, "service", s.name, "status", code, "reason", reason, "err", err)
 		}
 	} else {
 		e.Status = http.StatusOK
@@ -226,11 +232,22 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, r *http.Re
 ) (a *answer, err error) {
 	start := time.Now()
 	var e accesslog.Entry
+	ctx = telemetry.Propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
+	ctx, span := tracer.Start(ctx, "gateway.predict", trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("service", s.name), attribute.String("request_id", reqID)))
+	e.TraceID = telemetry.TraceID(ctx)
 	defer func() {
 		if a != nil {
 			e.Source = a.source
+			span.SetAttributes(attribute.String("source", a.source))
 		}
-		g.record(s, reqID, start, &e, err)
+		span.SetAttributes(attribute.String("route", e.Route), attribute.String("version", e.Version))
+		if err != nil {
+			_, reason := httpapi.StatusOf(err)
+			span.SetStatus(codes.Error, reason)
+		}
+		span.End()
+		g.record(ctx, s, reqID, start, &e, err)
 	}()
 	id, err := g.admit(ctx, st, r, &e)
 	if err != nil {
@@ -289,7 +306,15 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, r *http.Re
 		req.Parameters = infer.Parameters{"priority": int64(p)}
 	}
 	callStart := time.Now()
-	resp, info, err := g.call(ctx, s, b, rc.Retries, req)
+	cctx, cspan := tracer.Start(ctx, "model.infer", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("model", req.Model), attribute.String("version", req.Version), attribute.String("backend", b.name)))
+	resp, info, err := g.call(cctx, s, b, rc.Retries, req)
+	cspan.SetAttributes(attribute.String("endpoint", info.endpoint), attribute.Int("retries", info.retries))
+	if err != nil {
+		_, reason := httpapi.StatusOf(err)
+		cspan.SetStatus(codes.Error, reason)
+	}
+	cspan.End()
 	callLatency := time.Since(callStart)
 	e.Endpoint, e.Retries = info.endpoint, info.retries
 	if ro != nil {
@@ -312,6 +337,9 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, r *http.Re
 	g.maybeMirror(st, s, r, reqID, start, vals, feats, req, resp, a, callLatency)
 	return a, nil
 }
+
+// tracer names the gateway's spans.
+var tracer = telemetry.Tracer("github.com/sluice-ml/sluice/internal/gateway")
 
 // outputScalar returns element 0 of the named output of resp.
 func outputScalar(resp *infer.Response, name string) (float64, bool) {
@@ -336,7 +364,13 @@ func (g *Gateway) readFeatures(ctx context.Context, s *service, vals []value) (*
 			"service %q: its features were stale %d times within %s; the breaker lets a probe through every %s",
 			s.name, s.breaker.threshold, s.breaker.window, s.breaker.probe)
 	}
-	feats, err := g.opts.Features.GetOnlineFeatures(ctx, s.featureRequest(vals))
+	fctx, fspan := tracer.Start(ctx, "feature.read", trace.WithAttributes(attribute.Int("features", len(s.features))))
+	feats, err := g.opts.Features.GetOnlineFeatures(fctx, s.featureRequest(vals))
+	if err != nil {
+		_, reason := httpapi.StatusOf(err)
+		fspan.SetStatus(codes.Error, reason)
+	}
+	fspan.End()
 	if err != nil {
 		if ie, ok := errors.AsType[*infer.Error](err); ok && ie.Reason == reasonFeatureViewStale {
 			g.met.breakerEvents.WithLabelValues(s.name).Inc()
@@ -345,8 +379,11 @@ func (g *Gateway) readFeatures(ctx context.Context, s *service, vals []value) (*
 				g.logger.Warn("feature breaker opened", "service", s.name, "threshold", s.breaker.threshold, "window", s.breaker.window)
 			}
 		}
-		if ctx.Err() != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, infer.Errorf(infer.KindTimeout, ReasonUpstreamTimeout, "service %q: the feature read did not finish within the route timeout", s.name)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // the client went away
 		}
 		return nil, err
 	}

@@ -75,6 +75,9 @@ func (s *service) parseBody(body []byte, vals []value) error {
 	if err := json.Unmarshal(body, &m); err != nil {
 		return infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "the request body is not a JSON object: %v", err)
 	}
+	if m == nil {
+		return infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "the request body is null; send a JSON object with %s", s.fieldList())
+	}
 	for k, raw := range m {
 		i, ok := s.fieldIdx[k]
 		if !ok {
@@ -133,7 +136,9 @@ func parseValue(f *reqField, raw json.RawMessage, v *value) error {
 		if err != nil {
 			return bad("an int64")
 		}
-		v.i, v.text = n, string(text)
+		// Route and hash by the canonical form, so "007" and 7 are one id,
+		// as they are for the feature store.
+		v.i, v.text = n, strconv.FormatInt(n, 10)
 	case kindFloat32, kindFloat64:
 		bits := 64
 		if f.kind == kindFloat32 {
@@ -222,6 +227,8 @@ func (s *service) assemble(resp *serving.Response, vals []value) ([]infer.Tensor
 						return nil, err
 					}
 					putNum(data, off, in.dt, fill)
+				} else if s.fields[pt.field].kind == kindInt64 {
+					putInt(data, off, in.dt, v.i)
 				} else {
 					putNum(data, off, in.dt, v.num(s.fields[pt.field].kind))
 				}
@@ -288,7 +295,8 @@ func putFeature(dst []byte, dt infer.DataType, v *feature.Value, t feature.Type,
 		var x float64
 		switch t.Kind {
 		case feature.KindInt32, feature.KindInt64:
-			x = float64(v.I64)
+			putInt(dst, 0, dt, v.I64)
+			return nil
 		case feature.KindBool:
 			if v.Bool {
 				x = 1
@@ -320,7 +328,7 @@ func putFeature(dst []byte, dt infer.DataType, v *feature.Value, t feature.Type,
 	case feature.KindInt32, feature.KindInt64:
 		n = len(v.I64s)
 		for j := range min(n, pt.width) {
-			putNum(dst, j*size, dt, float64(v.I64s[j]))
+			putInt(dst, j*size, dt, v.I64s[j])
 		}
 	case feature.KindBool:
 		n = len(v.Bools)
@@ -350,6 +358,19 @@ func putNum(dst []byte, off int, dt infer.DataType, x float64) {
 		binary.LittleEndian.PutUint64(dst[off:], uint64(int64(x)))
 	case infer.Int32:
 		binary.LittleEndian.PutUint32(dst[off:], uint32(int32(x)))
+	}
+}
+
+// putInt writes integer x at byte offset off of dst as dt, exactly for
+// integer types (a float64 would round ids above 2^53).
+func putInt(dst []byte, off int, dt infer.DataType, x int64) {
+	switch dt {
+	case infer.Int64:
+		binary.LittleEndian.PutUint64(dst[off:], uint64(x))
+	case infer.Int32:
+		binary.LittleEndian.PutUint32(dst[off:], uint32(int32(x)))
+	default:
+		putNum(dst, off, dt, float64(x))
 	}
 }
 

@@ -1,9 +1,12 @@
 package gateway_test
 
 import (
+	"context"
 	"encoding/binary"
+	"encoding/json"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -302,4 +305,55 @@ func TestMissingFeaturePolicies(t *testing.T) {
 		require.Contains(t, res.Error, `"a"`)
 		require.Contains(t, res.Error, "field:route_delay_factor")
 	})
+}
+
+// tensorOf builds an output tensor of dt from xs.
+func tensorOf(name string, dt infer.DataType, data []byte) infer.Tensor {
+	size := dt.Size()
+	return infer.Tensor{Name: name, DataType: dt, Shape: infer.Shape{1, int64(len(data) / size)}, Data: data}
+}
+
+func TestOutputEncoding(t *testing.T) {
+	tests := []struct {
+		name   string
+		eta    infer.Tensor
+		want   string // the JSON of outputs.eta_minutes
+		reason string // for an error answer
+	}{
+		{name: "fp32 scalar", eta: tensorOf("eta_prediction", infer.FP32, f32s(31.2)), want: `31.2`},
+		{name: "fp64 scalar", eta: tensorOf("eta_prediction", infer.FP64, f64s(0.1)), want: `0.1`},
+		{name: "int64", eta: tensorOf("eta_prediction", infer.Int64, i64s(-42)), want: `-42`},
+		{name: "int32 array", eta: tensorOf("eta_prediction", infer.Int32, i32s(1, 2, 3)), want: `[1,2,3]`},
+		{name: "fp32 array", eta: tensorOf("eta_prediction", infer.FP32, f32s(0.5, 1.25)), want: `[0.5,1.25]`},
+		{name: "bool", eta: tensorOf("eta_prediction", infer.Bool, []byte{1}), want: `true`},
+		{name: "not finite", eta: tensorOf("eta_prediction", infer.FP32, f32s(float32(math.Inf(1)))), want: `null`},
+		{name: "fp16 cannot be written", eta: tensorOf("eta_prediction", infer.FP16, []byte{0, 0x3c}), reason: gateway.ReasonInvalidModelOutput},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := parseConfig(t, gatewayYAML(yamlOpts{plain: true, gateway: []string{anonAllowed}}))
+			e := newEnv(t, cfg)
+			e.model.setFn(func(_ context.Context, req *infer.Request) (*infer.Response, error) {
+				return &infer.Response{Model: req.Model, Outputs: []infer.Tensor{tt.eta, fp32Tensor("confidence_score", 0.25)}}, nil
+			})
+			r := httptest.NewRequestWithContext(context.Background(), http.MethodPost, etaPath, strings.NewReader(plainBody))
+			w := httptest.NewRecorder()
+			e.g.ServeHTTP(w, r)
+			var body struct {
+				Version string                     `json:"version"`
+				Outputs map[string]json.RawMessage `json:"outputs"`
+				Reason  string                     `json:"reason"`
+			}
+			require.NoError(t, json.Unmarshal(w.Body.Bytes(), &body), "body: %s", w.Body)
+			if tt.reason != "" {
+				require.Equal(t, http.StatusInternalServerError, w.Code, "body: %s", w.Body)
+				require.Equal(t, tt.reason, body.Reason)
+				return
+			}
+			require.Equal(t, http.StatusOK, w.Code, "body: %s", w.Body)
+			require.JSONEq(t, tt.want, string(body.Outputs["eta_minutes"]))
+			require.JSONEq(t, `0.25`, string(body.Outputs["confidence"]))
+			require.Equal(t, "1", body.Version, "the configured version when the model names none")
+		})
+	}
 }

@@ -277,6 +277,11 @@ func compileService(c config.Service, repo *registry.Repo, opts ...route.Option)
 				fail("the features read need entity key %q, which is not among the service's entities", k.joinKey)
 				continue
 			}
+			isString := k.kind == feature.KindString || k.kind == feature.KindBytes
+			if isString != (s.fields[fi].kind == kindString) {
+				fail("entity key %q is %s in the service but %s in the feature repository", k.joinKey, s.fields[fi].kind, k.kind)
+				continue
+			}
 			k.field = fi
 			s.entityKeys = append(s.entityKeys, k)
 		}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
+	"github.com/sluice-ml/sluice/internal/telemetry"
 )
 
 // DefaultMaxRecvMsgSize is the default largest request message, 64 MiB.
@@ -97,6 +98,7 @@ func NewServer(svc *Service, opts ServerOptions) *grpc.Server {
 
 func (s *Service) metricsUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
+	ctx = telemetry.ExtractGRPC(ctx)
 	resp, err := handler(ctx, req)
 	s.observe(info.FullMethod, start, err)
 	return resp, err

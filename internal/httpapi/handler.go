@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/sluice-ml/sluice/internal/jsonenc"
+	"github.com/sluice-ml/sluice/internal/telemetry"
 )
 
 // DefaultMaxBodyBytes is the request body limit when Options leaves it 0.
@@ -141,6 +143,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.metrics.observe(route, sw.status(), time.Since(start))
 	}()
+	if r.Header.Get("Traceparent") != "" {
+		r = r.WithContext(telemetry.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
+	}
 	h.mux.ServeHTTP(sw, r)
 }
 

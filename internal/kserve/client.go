@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/infer"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
+	"github.com/sluice-ml/sluice/internal/telemetry"
 )
 
 // Defaults for Options.
@@ -276,6 +277,7 @@ func (c *Client) Infer(ctx context.Context, addr string, req *infer.Request) (*i
 	cl := getCall()
 	defer putCall(cl)
 	msg := cl.req.encode(req)
+	ctx = telemetry.InjectGRPC(ctx)
 	if err := c.invoke(ctx, addr, method, pb.GRPCInferenceService_ModelInfer_FullMethodName, msg, &cl.resp, cl); err != nil {
 		return nil, err
 	}

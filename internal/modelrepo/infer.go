@@ -11,10 +11,14 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
+	"github.com/sluice-ml/sluice/internal/telemetry"
 )
 
 // maxAcquireAttempts bounds the retries of a request that raced a swap:
@@ -82,7 +86,9 @@ func (m *Manager) serve(ctx context.Context, lv *loaded, req *infer.Request, sta
 	if lv.ens != nil {
 		outs, ierr = m.runEnsemble(ctx, lv, req, inputs, outputs)
 	} else {
+		enqueued := time.Now()
 		outs, times, ierr = lv.execute(ctx, inputs, outputs, batch, sched)
+		traceExecution(ctx, lv, enqueued, times, batch, ierr)
 	}
 	if lv.cached {
 		t0 := time.Now()
@@ -596,4 +602,25 @@ func (mdl *model) index(repoErr map[string]string) []IndexEntry {
 		out = append(out, e)
 	}
 	return out
+}
+
+// tracer names the model server's spans.
+var tracer = telemetry.Tracer("github.com/sluice-ml/sluice/internal/modelrepo")
+
+// traceExecution records the request's time in the scheduler queue and in
+// execution as two spans under ctx's span, from the times the batcher
+// measured (the batcher itself knows nothing of requests' contexts).
+func traceExecution(ctx context.Context, lv *loaded, enqueued time.Time, t execTimes, batch int64, ierr *infer.Error) {
+	if !trace.SpanFromContext(ctx).SpanContext().IsSampled() {
+		return
+	}
+	attrs := trace.WithAttributes(attribute.String("model", lv.model), attribute.String("version", lv.vstr), attribute.Int64("batch_size", batch))
+	started := enqueued.Add(t.queue)
+	_, q := tracer.Start(ctx, "model.queue", trace.WithTimestamp(enqueued), attrs)
+	q.End(trace.WithTimestamp(started))
+	_, x := tracer.Start(ctx, "model.execute", trace.WithTimestamp(started), attrs)
+	if ierr != nil {
+		x.SetStatus(codes.Error, ierr.Reason)
+	}
+	x.End(trace.WithTimestamp(started.Add(t.input + t.infer + t.output)))
 }

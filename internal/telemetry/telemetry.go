@@ -42,9 +42,9 @@ func NewLogger(w io.Writer, opts LogOptions) (*slog.Logger, error) {
 	ho := &slog.HandlerOptions{Level: level}
 	switch strings.ToLower(opts.Format) {
 	case "", "json":
-		return slog.New(slog.NewJSONHandler(w, ho)), nil
+		return slog.New(traceHandler{slog.NewJSONHandler(w, ho)}), nil
 	case "text":
-		return slog.New(slog.NewTextHandler(w, ho)), nil
+		return slog.New(traceHandler{slog.NewTextHandler(w, ho)}), nil
 	default:
 		return nil, fmt.Errorf("unknown log format %q (want json or text)", opts.Format)
 	}

@@ -62,6 +62,7 @@ type Entry struct {
 	Retries       int       `json:"retries"`
 	RequestBytes  int64     `json:"request_bytes"`
 	ResponseBytes int64     `json:"response_bytes"`
+	TraceID       string    `json:"trace_id,omitempty"`
 }
 
 // IsError reports whether the entry is a failed request: status >= 400 or an error set.

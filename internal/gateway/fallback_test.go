@@ -1,0 +1,136 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// fallbackYAML watches eta_prediction with one-second buckets and windows
+// so a fake clock can drive drift and recovery in a few hundred requests.
+const fallbackYAML = `fallback: {output: eta_prediction, baseline_window: 1s, history: 30, window: 1s,
+        trigger: {duration: 2s, clear_duration: 1s}, confidence: {output: confidence_score, below: 0.7},
+        rule: "base_eta + route_delay_factor * distance_km"}`
+
+// driftModel answers eta_prediction = base_eta × factor, and confidence
+// 0.5 for express requests, 0.9 otherwise.
+func driftModel(factor *atomic.Value) func(context.Context, *infer.Request) (*infer.Response, error) {
+	return func(_ context.Context, req *infer.Request) (*infer.Response, error) {
+		base := tensorFloats(req.Input("route"))[1]
+		conf := 0.9
+		if tensorFloats(req.Input("flags"))[0] == 1 {
+			conf = 0.5
+		}
+		return &infer.Response{Model: req.Model, Version: "1", Outputs: []infer.Tensor{
+			fp32Tensor("eta_prediction", base*factor.Load().(float64)),
+			fp32Tensor("confidence_score", conf),
+		}}, nil
+	}
+}
+
+func fallbackBody(express bool) string {
+	return fmt.Sprintf(`{"user_id": 7, "route_id": 3, "base_eta": 30, "route_delay_factor": 0.5, "express": %t}`, express)
+}
+
+// ruleAnswer is the rule's value for fallbackBody: 30 + 0.5 × 12.5.
+const ruleAnswer = 36.25
+
+func TestFallback(t *testing.T) {
+	e := newEnv(t, parseConfig(t, gatewayYAML(yamlOpts{gateway: []string{anonAllowed}, service: []string{fallbackYAML}})))
+	seedFeatures(e.features)
+	var factor atomic.Value
+	factor.Store(1.0)
+	e.model.setFn(driftModel(&factor))
+	admin := e.g.AdminHandler(nil)
+	step := func(express bool) *result {
+		t.Helper()
+		e.clock.Advance(100 * time.Millisecond)
+		res := e.post(t, fallbackBody(express))
+		requireOK(t, res)
+		return res
+	}
+
+	// Baseline: the model says 30 for 5 s; nobody gets the rule.
+	for i := range 50 {
+		res := step(i%2 == 0)
+		require.Equal(t, "model", res.Source)
+		require.Equal(t, 30.0, res.Outputs["eta_minutes"])
+	}
+
+	// Drift: the model doubles its answers. After trigger.duration
+	// outside the band, low-confidence requests get the rule's answer.
+	factor.Store(2.0)
+	driftStart := e.clock.Now()
+	for i := 0; ; i++ {
+		require.Less(t, i, 100, "the fallback never triggered")
+		res := step(true)
+		if res.Source == "fallback_rule" {
+			require.GreaterOrEqual(t, e.clock.Now().Sub(driftStart), 2*time.Second, "triggered before trigger.duration")
+			break
+		}
+		require.Equal(t, 60.0, res.Outputs["eta_minutes"])
+	}
+	low := step(true)
+	require.Equal(t, "fallback_rule", low.Source)
+	require.Equal(t, ruleAnswer, low.Outputs["eta_minutes"])
+	require.Equal(t, 0.5, low.Outputs["confidence"], "the confidence stays the model's")
+	high := step(false)
+	require.Equal(t, "model", high.Source, "confident answers keep the model's value")
+	require.Equal(t, 60.0, high.Outputs["eta_minutes"])
+
+	// A rule that cannot be evaluated keeps the model's answer.
+	e.clock.Advance(100 * time.Millisecond)
+	res := e.post(t, `{"user_id": 7, "route_id": 3, "base_eta": 30, "express": true}`)
+	requireOK(t, res)
+	require.Equal(t, "model", res.Source)
+	require.Equal(t, 60.0, res.Outputs["eta_minutes"])
+	require.Equal(t, 1.0, metricValue(t, e.reg, "sluice_gateway_fallback_rule_errors_total", map[string]string{"service": "eta"}))
+
+	views := adminJSON[[]map[string]any](t, admin, "/fallback")
+	require.Len(t, views, 1)
+	require.Equal(t, true, views[0]["triggered"])
+	require.Positive(t, metricValue(t, e.reg, "sluice_gateway_requests_total", map[string]string{"service": "eta", "source": "fallback_rule"}))
+
+	// Recovery: back to 30. Once the recent P90 is back near the
+	// baseline for clear_duration, the model answers everyone again.
+	factor.Store(1.0)
+	for i := 0; ; i++ {
+		require.Less(t, i, 600, "the fallback never cleared")
+		res := step(i%5 == 0)
+		if i%5 == 0 && res.Source == "model" {
+			break
+		}
+	}
+	for range 10 {
+		res := step(true)
+		require.Equal(t, "model", res.Source)
+		require.Equal(t, 30.0, res.Outputs["eta_minutes"])
+	}
+	views = adminJSON[[]map[string]any](t, admin, "/fallback")
+	require.Equal(t, false, views[0]["triggered"])
+	p90, ok := views[0]["recent_p90"].(float64)
+	require.True(t, ok, "recent_p90: %v", views[0]["recent_p90"])
+	require.False(t, math.IsNaN(p90))
+}
+
+func TestFallbackNotTriggeredWithoutDrift(t *testing.T) {
+	e := newEnv(t, parseConfig(t, gatewayYAML(yamlOpts{gateway: []string{anonAllowed}, service: []string{fallbackYAML}})))
+	seedFeatures(e.features)
+	var factor atomic.Value
+	factor.Store(1.0)
+	e.model.setFn(driftModel(&factor))
+	for i := range 200 {
+		e.clock.Advance(100 * time.Millisecond)
+		res := e.post(t, fallbackBody(true))
+		require.Equal(t, http.StatusOK, res.Code)
+		require.Equal(t, "model", res.Source, "request %d", i)
+	}
+}
