@@ -48,6 +48,15 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	if t := cfg.Tracing; t != nil {
+		f.traceEndpoint, f.traceRatio = t.OTLPEndpoint, t.SampleRatio
+		f.traceService = t.ServiceName
+	}
+	stopTracing, err := setupTracing(ctx, f, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	reg := telemetry.NewRegistry()
 	g, gctx := errgroup.WithContext(ctx)
 	gatewayDone := make(chan struct{})

@@ -46,6 +46,9 @@ type serveFlags struct {
 	logLevel        string
 	cacheSize       int64
 	configFile      string
+	traceEndpoint   string
+	traceRatio      float64
+	traceService    string
 	materialize     bool
 	// backendSettings come from sluice.yaml's model_server.backend_config;
 	// --backend-config values win.
@@ -81,6 +84,8 @@ func newServeCmd(use, short string) *cobra.Command {
 	fl.Int64Var(&f.cacheSize, "cache-size", 0, "bytes of the response cache shared by models with response_cache { enable: true }; 0 disables it")
 	fl.StringVarP(&f.configFile, "config", "c", "", "sluice.yaml: run the whole chain it describes (model server, feature server, gateway); the model-server flags are then ignored except --backend-config, --log-format and --log-level")
 	fl.BoolVar(&f.materialize, "materialize", true, "with -c: apply the feature repository and materialize it incrementally into the online store at start")
+	fl.StringVar(&f.traceEndpoint, "trace-otlp-endpoint", "", "OTLP/gRPC collector (host:port) to export OpenTelemetry spans to; empty: tracing off")
+	fl.Float64Var(&f.traceRatio, "trace-sample-ratio", 0.01, "share of traces started here that are sampled (by trace id); a sampled parent is always followed")
 	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
@@ -149,6 +154,11 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	if err != nil {
 		return err
 	}
+	stopTracing, err := setupTracing(ctx, f, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	reg := telemetry.NewRegistry()
 	ms, err := startModelServer(ctx, f, logger, reg)
 	if err != nil {
@@ -317,4 +327,22 @@ func (ms *modelServer) run(ctx context.Context, g *errgroup.Group, gctx context.
 		}
 		return errors.Join(err, ms.mgr.Close(shutCtx))
 	})
+}
+
+// setupTracing starts span export when an endpoint is set; the returned
+// function flushes it.
+func setupTracing(ctx context.Context, f *serveFlags, logger *slog.Logger) (func(), error) {
+	stop, err := telemetry.SetupTracing(ctx, telemetry.TracingOptions{
+		Endpoint: f.traceEndpoint, SampleRatio: f.traceRatio, ServiceName: f.traceService,
+	}, logger)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := stop(sctx); err != nil {
+			logger.Warn("flush traces", "err", err)
+		}
+	}, nil
 }

@@ -18,8 +18,22 @@ type Config struct {
 	FeatureServer *FeatureServer `yaml:"feature_server"`
 	// Gateway configures the inference gateway in front of both.
 	Gateway *Gateway `yaml:"gateway"`
+	// Tracing exports OpenTelemetry spans; absent or without an endpoint,
+	// tracing is off.
+	Tracing *Tracing `yaml:"tracing"`
 
 	src *source // where each field was written; nil for a Config built in code
+}
+
+// Tracing configures OpenTelemetry tracing.
+type Tracing struct {
+	// OTLPEndpoint is the OTLP/gRPC collector (host:port).
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
+	// SampleRatio is the share of traces started here that are kept, by
+	// trace id; a request with a sampled parent is always kept [0.01].
+	SampleRatio float64 `yaml:"sample_ratio"`
+	// ServiceName names the process in traces [sluice].
+	ServiceName string `yaml:"service_name"`
 }
 
 // ModelServer mirrors the flags of "sluice model-server" (Triton's names).

@@ -51,6 +51,14 @@ func (c *Config) Validate() error {
 	if c.Gateway != nil {
 		v.gateway(c.Gateway)
 	}
+	if t := c.Tracing; t != nil {
+		if t.OTLPEndpoint != "" {
+			v.hostPort("tracing.otlp_endpoint", t.OTLPEndpoint, true)
+		}
+		if !(t.SampleRatio >= 0 && t.SampleRatio <= 1) {
+			v.add("tracing.sample_ratio", "%v outside [0,1]", t.SampleRatio)
+		}
+	}
 	return errors.Join(v.problems...)
 }
 

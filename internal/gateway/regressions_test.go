@@ -135,6 +135,7 @@ func TestRegressionClientCancelIsNotATimeout(t *testing.T) {
 	require.NotEqual(t, http.StatusGatewayTimeout, w.Code, "body: %s", w.Body)
 	require.Zero(t, metricValue(t, e.reg, "sluice_gateway_requests_total", map[string]string{"service": "eta", "code": "504"}))
 }
+
 func TestRegressionGRPCFloat32Outputs(t *testing.T) {
 	e := newEnv(t, parseConfig(t, gatewayYAML(yamlOpts{plain: true, gateway: []string{anonAllowed}})))
 	c := grpcClient(t, e)
