@@ -64,6 +64,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		newFeatureServerCmd(),
 		newPerfCmd(),
 		newConfigCmd(),
+		newRolloutCmd(),
 		&cobra.Command{
 			Use:   "version",
 			Short: "Print the Sluice version",
