@@ -210,12 +210,42 @@ type Service struct {
 	// Rollout moves traffic from a stable to a candidate version stage by
 	// stage, rolling back when a gate fails.
 	Rollout *rollout.Config `yaml:"rollout"`
+	// Drift watches the service's live inputs and outputs against a
+	// reference distribution.
+	Drift *Drift `yaml:"drift"`
 	// Example is a sample request body, printed by "sluice serve" as a
 	// ready-to-paste curl command.
 	Example map[string]any `yaml:"example"`
 	// FeatureBreaker stops reading features (503 feature_service_unavailable)
 	// while the feature service keeps reporting stale views.
 	FeatureBreaker FeatureBreaker `yaml:"feature_breaker"`
+}
+
+// Drift is a service's input and output drift detection.
+type Drift struct {
+	// Reference is a reference file (training-data statistics; see
+	// docs/release-safety.md); relative to the config file. Empty: the
+	// first RecordFor of live traffic becomes the reference.
+	Reference string `yaml:"reference"`
+	// RecordFor is how long live traffic is recorded as the reference when
+	// there is no file [1h].
+	RecordFor Duration `yaml:"record_for"`
+	// Features lists the "view:feature" inputs watched; empty: every
+	// scalar numeric feature the service reads.
+	Features []string `yaml:"features"`
+	// Outputs lists the model outputs watched; empty: the mapped outputs.
+	Outputs []string `yaml:"outputs"`
+	// Window is the span of the live window [1h], kept in 6 buckets.
+	Window Duration `yaml:"window"`
+	// Interval is how often the statistics are computed [30s].
+	Interval Duration `yaml:"interval"`
+	// PSIThreshold flags a variable whose PSI reaches it [0.25].
+	PSIThreshold float64 `yaml:"psi_threshold"`
+	// KSAlpha flags a variable whose KS p-value falls below it [0.01].
+	KSAlpha float64 `yaml:"ks_alpha"`
+	// FeedFallback also triggers the service's fallback while its watched
+	// output (fallback.output) drifts.
+	FeedFallback bool `yaml:"feed_fallback"`
 }
 
 // Shadow is a service's shadow traffic.

@@ -126,6 +126,13 @@ func (s *Service) applyDefaults(written func(rel string) bool) {
 		sh.Percent = or(sh.Percent, 1)
 		sh.Timeout = or(sh.Timeout, Duration(time.Second))
 	}
+	if d := s.Drift; d != nil {
+		d.RecordFor = or(d.RecordFor, Duration(time.Hour))
+		d.Window = or(d.Window, Duration(time.Hour))
+		d.Interval = or(d.Interval, Duration(30*time.Second))
+		d.PSIThreshold = or(d.PSIThreshold, 0.25)
+		d.KSAlpha = or(d.KSAlpha, 0.01)
+	}
 	fb := &s.FeatureBreaker
 	if !written("feature_breaker.stale_threshold") {
 		fb.StaleThreshold = or(fb.StaleThreshold, 10)

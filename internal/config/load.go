@@ -125,6 +125,9 @@ func (c *Config) ResolvePaths(dir string) {
 			if ro := g.Services[i].Rollout; ro != nil {
 				ro.StateFile = abs(ro.StateFile)
 			}
+			if d := g.Services[i].Drift; d != nil {
+				d.Reference = abs(d.Reference)
+			}
 		}
 		switch g.AccessLog {
 		case "", "stdout", "stderr", "off":

@@ -390,6 +390,21 @@ func (v *validator) service(p string, s Service, backends map[string]bool, kinds
 		}
 		v.positive(sp+".timeout", sh.Timeout)
 	}
+	if d := s.Drift; d != nil {
+		dp := p + ".drift"
+		v.positive(dp+".record_for", d.RecordFor)
+		v.positive(dp+".window", d.Window)
+		v.positive(dp+".interval", d.Interval)
+		if !(d.PSIThreshold > 0) {
+			v.add(dp+".psi_threshold", "must be positive")
+		}
+		if !(d.KSAlpha > 0 && d.KSAlpha < 1) {
+			v.add(dp+".ks_alpha", "%v outside (0,1)", d.KSAlpha)
+		}
+		if d.FeedFallback && s.Fallback == nil {
+			v.add(dp+".feed_fallback", "the service has no fallback to feed")
+		}
+	}
 	if ro := s.Rollout; ro != nil {
 		if err := ro.Validate(); err != nil {
 			for _, e := range flattenJoined(err) {

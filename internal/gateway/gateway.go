@@ -92,6 +92,7 @@ type Gateway struct {
 	fbCfg    map[string]config.Fallback
 	breakers map[string]*breaker
 	rollouts map[string]*serviceRollout
+	drifts   map[string]*serviceDrift
 
 	mirror *mirror
 }
@@ -149,6 +150,7 @@ func New(cfg *config.Config, opts Options, logger *slog.Logger, reg prometheus.R
 		fbCfg:    map[string]config.Fallback{},
 		breakers: map[string]*breaker{},
 		rollouts: map[string]*serviceRollout{},
+		drifts:   map[string]*serviceDrift{},
 		client:   opts.HTTPClient,
 	}
 	if g.client == nil {
@@ -307,10 +309,18 @@ func (g *Gateway) build(cfg *config.Gateway, old *state) (*state, error) {
 		// Only a configuration that compiled gets to create or replace the
 		// stateful parts (breakers, fallback monitors, rollouts): a refused
 		// reload must leave the running ones and their gauges alone.
-		// Rollouts go first: they are the only part that can still fail
-		// (their state file).
+		// Drift watches and rollouts go first: they are the parts that can
+		// still fail (a reference file, a state file).
 		for _, sc := range cfg.Services {
 			s := st.byName[sc.Name]
+			if sc.Drift != nil {
+				d, err := g.driftFor(sc, s)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				s.drift = d
+			}
 			if sc.Rollout == nil {
 				continue
 			}
@@ -417,6 +427,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.runCtx = ctx
 	g.startHealth(ctx, g.state.Load())
 	g.mu.Unlock()
+	driftDone := make(chan struct{})
+	go func() { defer close(driftDone); g.runDrift(ctx) }()
+	defer func() { <-driftDone }()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 loop:

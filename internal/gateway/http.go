@@ -329,6 +329,9 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, r *http.Re
 	if err != nil {
 		return nil, err
 	}
+	if s.drift != nil {
+		s.drift.observe(feats, resp, start)
+	}
 	a, err = g.answer(s, resp, vals, feats, reqID, target.Route, version)
 	if err != nil {
 		return nil, err
@@ -428,7 +431,13 @@ func (g *Gateway) answer(s *service, resp *infer.Response, vals []value, feats *
 			c, okc := scalar(conf)
 			if okp && okc {
 				fb.monitor.Observe(g.opts.Now(), pred)
-				if fb.monitor.UseRule(c, fb.below) {
+				use := fb.monitor.UseRule(c, fb.below)
+				if !use && s.drift != nil && s.drift.cfg.FeedFallback && s.drift.outputDrifting(fb.output) {
+					// The drift watch says the output moved: low-confidence
+					// answers get the rule too.
+					use = fallback.Decide(c, true, fb.below)
+				}
+				if use {
 					v, err := fb.rule.Eval(s.ruleVars(vals, feats))
 					if err != nil {
 						g.met.ruleErrors.WithLabelValues(s.name).Inc()

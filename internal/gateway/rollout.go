@@ -71,7 +71,19 @@ func (g *Gateway) rolloutFor(sc config.Service, s *service) (*serviceRollout, er
 		}
 		r.groups[name] = m
 	}
-	ctrl, err := rollout.New(sc.Name, *sc.Rollout, rollout.Options{Now: g.opts.Now, Diagnose: r.diagnose}, g.base, g.reg)
+	opts := rollout.Options{Now: g.opts.Now, Diagnose: r.diagnose}
+	if d := s.drift; d != nil {
+		// The drift gates compare each group's live features with the
+		// service's drift reference.
+		opts.Drift = func(group string) []rollout.Suspect {
+			m, ok := r.groups[group]
+			if !ok {
+				return nil
+			}
+			return d.groupDrift(m)
+		}
+	}
+	ctrl, err := rollout.New(sc.Name, *sc.Rollout, opts, g.base, g.reg)
 	if err != nil {
 		return nil, err
 	}

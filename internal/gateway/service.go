@@ -132,6 +132,7 @@ type service struct {
 	breaker    *breaker
 	shadow     *serviceShadow
 	rollout    *serviceRollout
+	drift      *serviceDrift
 }
 
 type entityKey struct {

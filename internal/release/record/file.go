@@ -172,7 +172,7 @@ func (s *FileSink) rotate() error {
 	for range 1000 {
 		name := filepath.Join(s.opts.Dir, fmt.Sprintf("%s-%s-%06d.jsonl", s.opts.Base, stamp, s.seq))
 		s.seq++
-		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o640)
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}

@@ -331,3 +331,19 @@ func TestFileReaderHonoursContext(t *testing.T) {
 	_, err = src.Next(t.Context())
 	require.True(t, errors.Is(err, io.EOF), "a closed reader is at its end: %v", err)
 }
+
+func TestFileReaderTooLongLastLine(t *testing.T) {
+	dir := t.TempDir()
+	path := writeFile(t, dir, "x.jsonl", append(encoded(t, 0, 1), strings.Repeat("y", 5000))...)
+	src, err := OpenFiles(path, ReadOptions{MaxRecordBytes: 1024, SkipBad: true})
+	require.NoError(t, err)
+	got, err := ReadAll(t.Context(), src)
+	require.NoError(t, err)
+	requireIDs(t, got, 0, 1)
+	require.Equal(t, 1, src.Skipped(), "a torn, over-long last line is skipped and counted")
+
+	src, err = OpenFiles(path, ReadOptions{MaxRecordBytes: 1024})
+	require.NoError(t, err)
+	_, err = ReadAll(t.Context(), src)
+	require.ErrorContains(t, err, "x.jsonl:2: line longer than 1024 bytes")
+}

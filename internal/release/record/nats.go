@@ -105,7 +105,7 @@ func subjectToken(s string) string {
 type NATSStats struct {
 	Published uint64 // records Write took (handed to the connection or queued for a retry)
 	Acked     uint64 // records the stream acknowledged
-	Retried   uint64 // publishes repeated after a failed or missing ack
+	Retried   uint64 // publishes repeated: the ack failed or timed out, or the connection refused it
 	Lost      uint64 // records whose retries were used up
 	Pending   int    // publishes awaiting an ack, plus retries not yet sent
 }
@@ -115,10 +115,11 @@ type NATSStats struct {
 // records are handed to the connection, and acks are tracked in the
 // background. A publish whose ack fails or times out (a reconnect fails
 // every pending ack) is published again on the next Write or in Close, up
-// to Retries times; so is one the connection refuses while reconnecting. Each record carries a Nats-Msg-Id unique to this sink,
-// so the stream discards a retry of a publish it did store (within its
-// duplicate window, 2 minutes by default). Retries can put a record behind
-// later ones in the stream.
+// to Retries times; so is one the connection refuses while reconnecting.
+// Each record carries a Nats-Msg-Id unique to this sink, so the stream
+// discards a retry of a publish it did store (within its duplicate window,
+// 2 minutes by default). Retries can put a record behind later ones in the
+// stream.
 type NATSSink struct {
 	opts     NATSOptions
 	log      *slog.Logger

@@ -161,7 +161,7 @@ func TestNATSWriterRoundTrip(t *testing.T) {
 	require.Equal(t, uint64(n), info.State.Msgs)
 	require.Equal(t, []string{opts.SubjectPrefix + ".>"}, info.Config.Subjects)
 	require.Equal(t, map[string]uint64{
-		opts.Subject("parcel-eta"): n / 2,
+		opts.Subject("parcel-eta"):     n / 2,
 		opts.SubjectPrefix + ".eta_v2": n / 2,
 	}, info.State.Subjects)
 }
@@ -381,4 +381,51 @@ func TestNATSSinkRetriesAcrossAServerRestart(t *testing.T) {
 	want := ids(0, n)
 	slices.Sort(want)
 	require.Equal(t, want, seen, "every record exactly once (retries deduplicated by Nats-Msg-Id); %+v", st)
+}
+
+func TestStreamReaderStartsAndStopsByStreamTime(t *testing.T) {
+	opts := isolated(t, needNATS(t))
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	sink, err := NewNATSSink(ctx, opts, nil, nil)
+	require.NoError(t, err)
+	publish := func(first, n int) {
+		t.Helper()
+		recs := make([]*Record, n)
+		for i := range recs {
+			recs[i] = sample(first+i, time.Now())
+		}
+		_, err := sink.Write(ctx, recs)
+		require.NoError(t, err)
+		select {
+		case <-sink.js.PublishAsyncComplete():
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+	}
+	publish(0, 3)
+	time.Sleep(400 * time.Millisecond)
+	mid := time.Now()
+	_, err = sink.js.Publish(ctx, opts.Subject("parcel-eta"), []byte("not a record"))
+	require.NoError(t, err)
+	time.Sleep(400 * time.Millisecond)
+	after := time.Now()
+	publish(3, 2)
+	require.NoError(t, sink.Close(ctx))
+
+	slack := 200 * time.Millisecond
+	// To: the reader stops at the first message stored at or after
+	// To+Slack, so it never reaches the malformed one.
+	got := readStream(t, opts, StreamOptions{ReadOptions: ReadOptions{To: mid.Add(-slack)}, Slack: slack})
+	requireIDs(t, got, 0, 3)
+	// From: it starts at From-Slack, past the malformed one.
+	got = readStream(t, opts, StreamOptions{ReadOptions: ReadOptions{From: after}, Slack: slack})
+	requireIDs(t, got, 3, 2)
+	// The whole stream does contain it.
+	src, err := OpenStream(ctx, opts, StreamOptions{})
+	require.NoError(t, err)
+	_, err = ReadAll(ctx, src)
+	var me *MessageError
+	require.ErrorAs(t, err, &me)
+	require.Equal(t, uint64(4), me.Sequence)
 }

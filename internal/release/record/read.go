@@ -184,7 +184,7 @@ func (r *FileReader) readLine() ([]byte, error) {
 			}
 		}
 		line, tooLong, err := r.readSlice()
-		if len(line) > 0 || err == nil {
+		if len(line) > 0 || tooLong || err == nil {
 			r.line++
 			if tooLong {
 				if !r.opts.SkipBad {

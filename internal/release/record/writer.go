@@ -103,8 +103,8 @@ func (w *Writer) Offer(rec *Record) bool {
 		if !w.closed {
 			select {
 			case w.queue <- rec:
+				w.accepted.Add(1) // under the lock: Close must see it
 				w.mu.RUnlock()
-				w.accepted.Add(1)
 				w.m.queueLen.Set(float64(len(w.queue)))
 				return true
 			default:
