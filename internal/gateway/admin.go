@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/pprof"
 	"slices"
@@ -25,6 +26,7 @@ import (
 //	GET  /rollout       each service's rollout: stage, gates, history
 //	POST /rollout/{service}/{promote|rollback|pause|resume|reset}?reason=...
 //	GET  /shadow        each service's shadow share and the recorder
+//	GET  /drift         each service's drift watch: reference, last statistics
 //	GET  /ready         200 while the gateway takes traffic
 //	POST /reload        re-read the configuration and apply it
 //	GET  /metrics       Prometheus metrics, when metrics is not nil
@@ -52,6 +54,9 @@ func (g *Gateway) AdminHandler(metrics http.Handler) http.Handler {
 		writeJSON(w, http.StatusOK, g.Rollouts())
 	})
 	mux.HandleFunc("POST /rollout/{service}/{action}", g.rolloutAction)
+	mux.HandleFunc("GET /drift", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, g.driftState())
+	})
 	mux.HandleFunc("GET /shadow", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, g.shadowState())
 	})
@@ -207,13 +212,11 @@ func (g *Gateway) fallbackState() []FallbackView {
 			Service: s.Name, Output: fb.output, Rule: fb.rule.Source(), Triggered: ms.Triggered, Since: ms.Since,
 			Confidence: fb.confidence, Below: fb.below,
 			Baseline: map[string]any{
-				"mean": ms.Baseline.Mean, "std": ms.Baseline.Std, "p90": ms.Baseline.P90, "buckets": ms.Baseline.Hours,
-				"lower": ms.Baseline.Lower(), "upper": ms.Baseline.Upper(),
+				"mean": finite(ms.Baseline.Mean), "std": finite(ms.Baseline.Std), "p90": finite(ms.Baseline.P90), "buckets": ms.Baseline.Hours,
+				"lower": finite(ms.Baseline.Lower()), "upper": finite(ms.Baseline.Upper()),
 			},
 		}
-		if p := ms.RecentP90; p == p { // not NaN
-			v.RecentP90 = &p
-		}
+		v.RecentP90 = finite(ms.RecentP90)
 		out = append(out, v)
 	}
 	return out
@@ -291,4 +294,60 @@ func (g *Gateway) shadowState() map[string]any {
 		out["queued"] = len(g.mirror.jobs)
 	}
 	return out
+}
+
+// DriftView is the admin view of one service's drift watch.
+type DriftView struct {
+	Service        string          `json:"service"`
+	ReferenceFrom  string          `json:"reference_from"` // "file", "recording" or "recorded"
+	RecordingUntil time.Time       `json:"recording_until,omitzero"`
+	Variables      []DriftVariable `json:"variables"`
+}
+
+// DriftVariable is one watched variable's last statistics.
+type DriftVariable struct {
+	Name     string   `json:"name"`
+	Samples  int64    `json:"samples"`
+	PSI      *float64 `json:"psi"`
+	KS       *float64 `json:"ks"`
+	PValue   *float64 `json:"p_value"`
+	Drifting bool     `json:"drifting"`
+	Skip     string   `json:"skip,omitempty"`
+}
+
+func (g *Gateway) driftState() []DriftView {
+	st := g.state.Load()
+	out := []DriftView{}
+	for _, sc := range st.cfg.Services {
+		s, ok := st.byName[sc.Name]
+		if !ok || s.drift == nil {
+			continue
+		}
+		d := s.drift
+		v := DriftView{Service: sc.Name, ReferenceFrom: "file"}
+		d.mu.Lock()
+		if d.cfg.Reference == "" {
+			v.ReferenceFrom = "recorded"
+			if !d.recordUntil.IsZero() {
+				v.ReferenceFrom, v.RecordingUntil = "recording", d.recordUntil
+			}
+		}
+		d.mu.Unlock()
+		for _, r := range d.mon.Last() {
+			v.Variables = append(v.Variables, DriftVariable{
+				Name: r.Name, Samples: r.Samples, PSI: finite(r.PSI), KS: finite(r.KS), PValue: finite(r.PValue),
+				Drifting: r.Drifting, Skip: r.Skip,
+			})
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// finite returns a pointer to x, or nil for NaN and ±Inf (JSON has neither).
+func finite(x float64) *float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return nil
+	}
+	return &x
 }
