@@ -98,21 +98,7 @@ func (g *Gateway) driftFor(sc config.Service, s *service) (*serviceDrift, error)
 
 // observe feeds one answered request.
 func (d *serviceDrift) observe(feats *serving.Response, resp *infer.Response, now time.Time) {
-	if feats != nil {
-		for _, v := range d.feats {
-			fv, _ := featureCell(feats, v.col)
-			if fv == nil {
-				continue
-			}
-			x := fv.F64
-			if v.isInt {
-				x = float64(fv.I64)
-			} else if fv.Bool {
-				x = 1
-			}
-			d.mon.ObserveAt(v.name, x, now)
-		}
-	}
+	observeScalars(d.mon, d.feats, feats, now)
 	for _, o := range d.outputs {
 		if x, ok := outputScalar(resp, o); ok {
 			d.mon.ObserveAt("output__"+o, x, now)

@@ -117,11 +117,18 @@ func (r *serviceRollout) diagnose(group string) []rollout.Suspect {
 
 // observeFeatures feeds the group's drift windows.
 func (r *serviceRollout) observeFeatures(group string, feats *serving.Response, now time.Time) {
-	m, ok := r.groups[group]
-	if !ok || feats == nil {
+	if m, ok := r.groups[group]; ok {
+		observeScalars(m, r.vars, feats, now)
+	}
+}
+
+// observeScalars feeds a drift monitor the scalar feature values of one
+// request row.
+func observeScalars(m *drift.Monitor, vars []rolloutVar, feats *serving.Response, now time.Time) {
+	if feats == nil {
 		return
 	}
-	for _, v := range r.vars {
+	for _, v := range vars {
 		fv, _ := featureCell(feats, v.col)
 		if fv == nil {
 			continue
