@@ -65,6 +65,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		newPerfCmd(),
 		newConfigCmd(),
 		newRolloutCmd(),
+		newShadowCmd(),
+		newStatusCmd(),
 		&cobra.Command{
 			Use:   "version",
 			Short: "Print the Sluice version",
