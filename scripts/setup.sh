@@ -3,7 +3,9 @@
 # step checks first and does nothing when its piece is already there.
 #   - the ONNX Runtime shared library (scripts/install-onnxruntime.sh)
 #   - promtool (Debian package "prometheus"), redis-server and redis-cli
-#     (private Redis servers and clusters for the online-store tests), when root
+#     (private Redis servers and clusters for the online-store tests),
+#     chromium (headless, for the console and diff-report tests) and
+#     prometheus-alertmanager (alert delivery test), when root
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +23,10 @@ command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
+# Headless Chromium for the console and report e2e tests; Alertmanager for
+# the alert-delivery test.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v prometheus-alertmanager >/dev/null 2>&1 || [ -x /usr/bin/prometheus-alertmanager ] || need_apt+=(prometheus-alertmanager)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     say "installing Debian packages: ${need_apt[*]}"
