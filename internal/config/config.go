@@ -1,11 +1,8 @@
 package config
 
 import (
-	"fmt"
-	"time"
-
-	"go.yaml.in/yaml/v3"
-
+	"github.com/sluice-ml/sluice/internal/config/duration"
+	"github.com/sluice-ml/sluice/internal/gateway/match"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
 )
 
@@ -122,7 +119,6 @@ type Client struct {
 	Priority int `yaml:"priority"`
 }
 
-// RateLimit is a token bucket.
 // PriorityHeader maps "header: value" to a model priority (Triton's
 // convention: 1 is the highest).
 type PriorityHeader struct {
@@ -143,6 +139,7 @@ type Proxy struct {
 	Retries *RetryPolicy `yaml:"retries"`
 }
 
+// RateLimit is a token bucket.
 type RateLimit struct {
 	// RequestsPerSecond is the refill rate; 0 means no limit.
 	RequestsPerSecond float64 `yaml:"requests_per_second"`
@@ -379,19 +376,10 @@ type Match struct {
 	EntityHash *EntityHash `yaml:"entity_hash"`
 }
 
-// HeaderMatch matches one header; exactly one of exact, prefix, regex and present is set.
-type HeaderMatch struct {
-	// Name is the header name (case-insensitive).
-	Name string `yaml:"name"`
-	// Exact matches the whole value.
-	Exact *string `yaml:"exact"`
-	// Prefix matches the start of the value.
-	Prefix *string `yaml:"prefix"`
-	// Regex matches the whole value with an RE2 expression.
-	Regex *string `yaml:"regex"`
-	// Present matches when the header is (true) or is not (false) present.
-	Present *bool `yaml:"present"`
-}
+// HeaderMatch matches one header; exactly one of exact, prefix, regex and
+// present is set. It is the gateway's shared header match, which the rollout
+// controller's groups use too.
+type HeaderMatch = match.HeaderMatch
 
 // EntityHash matches when hash(key) % modulo < below.
 type EntityHash struct {
@@ -536,24 +524,5 @@ type LogSampling struct {
 }
 
 // Duration is a time.Duration written as a Go duration string ("250ms", "1m").
-type Duration time.Duration
-
-// UnmarshalYAML parses a Go duration string.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	var s string
-	if err := n.Decode(&s); err != nil {
-		return err
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %q is not a duration (want e.g. 250ms, 1m)", n.Line, s)}}
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalYAML writes the duration as a Go duration string.
-func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
-
-// Std returns d as a time.Duration.
-func (d Duration) Std() time.Duration { return time.Duration(d) }
+// It is shared with the rollout controller's configuration.
+type Duration = duration.Duration

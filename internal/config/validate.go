@@ -408,7 +408,7 @@ func (v *validator) service(p string, s Service, backends map[string]bool, kinds
 	if ro := s.Rollout; ro != nil {
 		if err := ro.Validate(); err != nil {
 			for _, e := range flattenJoined(err) {
-				if fe, ok := e.(*rollout.FieldError); ok {
+				if fe, ok := errors.AsType[*rollout.FieldError](e); ok {
 					v.add(p+".rollout."+fe.Path, "%s", fe.Msg)
 				} else {
 					v.add(p+".rollout", "%v", e)

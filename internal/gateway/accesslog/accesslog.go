@@ -3,9 +3,10 @@
 // Sampling policy (issue 5): a request that failed (status >= 400 or an
 // error set) is logged with probability ErrorsPercent (default 100 %), a
 // successful one with probability SuccessPercent (default 1 %). The choice
-// is not random: Sampled hashes the request id with FNV-1a 64, spreads the
-// bits with the MurmurHash3 finalizer (fmix64), and maps the top 53 bits to
-// [0,1); a request is chosen when that value is below the rate. So every replica picks the same requests and a request's entries on
+// is not random: Sampled hashes the request id with the gateway's stable
+// hash (match.Hash: FNV-1a 64, then MurmurHash3's fmix64) and maps the top
+// 53 bits to [0,1); a request is chosen when that value is below the rate.
+// So every replica picks the same requests and a request's entries on
 // different hops line up. Requests therefore need a unique id; all requests
 // without one share a single decision.
 //
@@ -21,7 +22,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"sync"
@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-ml/sluice/internal/config"
+	"github.com/sluice-ml/sluice/internal/gateway/match"
 )
 
 // Default sampling percentages.
@@ -143,23 +144,9 @@ func Sampled(requestID string, rate float64) bool {
 	if rate >= 1 {
 		return true
 	}
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(requestID)) // never fails
 	// The top 53 bits give a uniform float64 in [0,1).
-	x := float64(mix64(h.Sum64())>>11) / (1 << 53)
+	x := float64(match.Hash(requestID)>>11) / (1 << 53)
 	return x < rate
-}
-
-// mix64 is the MurmurHash3 64-bit finalizer. FNV-1a alone leaves its high
-// bits poorly spread for short ids that differ in their last characters
-// ("r1", "r2", ...): 0 of "r0".."r4999" fall under 1 %.
-func mix64(h uint64) uint64 {
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	return h
 }
 
 // Log records e if the sampling policy picks it and reports whether it was

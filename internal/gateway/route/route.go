@@ -5,10 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"regexp"
-	"strings"
 
 	"github.com/sluice-ml/sluice/internal/config"
+	"github.com/sluice-ml/sluice/internal/gateway/match"
 )
 
 // Buckets is the number of buckets a weighted split is cut into; weights are
@@ -55,23 +54,6 @@ func WithRand(randN func(n int) int) Option {
 	return func(t *Table) { t.randN = randN }
 }
 
-type headerKind int
-
-const (
-	headerExact headerKind = iota
-	headerPrefix
-	headerRegex
-	headerPresent
-)
-
-type headerRule struct {
-	name    string // canonical key
-	kind    headerKind
-	value   string
-	re      *regexp.Regexp
-	present bool
-}
-
 type entityRule struct {
 	key    string
 	modulo uint64
@@ -86,7 +68,7 @@ type share struct {
 
 type rule struct {
 	name    string
-	headers []headerRule
+	headers []match.Header
 	entity  *entityRule
 	shares  []share
 	sticky  string
@@ -122,7 +104,7 @@ func buildRule(c *config.Route) (rule, error) {
 		return rule{}, errors.New("name is empty")
 	}
 	for _, h := range c.Match.Headers {
-		hr, err := buildHeader(h)
+		hr, err := h.Compile()
 		if err != nil {
 			return rule{}, err
 		}
@@ -163,38 +145,6 @@ func buildRule(c *config.Route) (rule, error) {
 	return r, nil
 }
 
-func buildHeader(h config.HeaderMatch) (headerRule, error) {
-	if h.Name == "" {
-		return headerRule{}, errors.New("header match: name is empty")
-	}
-	hr := headerRule{name: http.CanonicalHeaderKey(h.Name)}
-	n := 0
-	if h.Exact != nil {
-		n++
-		hr.kind, hr.value = headerExact, *h.Exact
-	}
-	if h.Prefix != nil {
-		n++
-		hr.kind, hr.value = headerPrefix, *h.Prefix
-	}
-	if h.Regex != nil {
-		n++
-		re, err := regexp.Compile(`^(?:` + *h.Regex + `)$`)
-		if err != nil {
-			return headerRule{}, fmt.Errorf("header %q: compile regex: %w", h.Name, err)
-		}
-		hr.kind, hr.re = headerRegex, re
-	}
-	if h.Present != nil {
-		n++
-		hr.kind, hr.present = headerPresent, *h.Present
-	}
-	if n != 1 {
-		return headerRule{}, fmt.Errorf("header %q: want exactly one of exact, prefix, regex, present; got %d", h.Name, n)
-	}
-	return hr, nil
-}
-
 // Len returns the number of routes.
 func (t *Table) Len() int { return len(t.routes) }
 
@@ -214,7 +164,7 @@ func (t *Table) Match(req Request) (Target, bool) {
 
 func (r *rule) matches(req Request) bool {
 	for i := range r.headers {
-		if !r.headers[i].matches(req.Headers) {
+		if !r.headers[i].Match(req.Headers) {
 			return false
 		}
 	}
@@ -225,27 +175,6 @@ func (r *rule) matches(req Request) bool {
 		}
 	}
 	return true
-}
-
-func (h *headerRule) matches(hdr http.Header) bool {
-	vs, ok := hdr[h.name]
-	if h.kind == headerPresent {
-		return ok == h.present
-	}
-	if len(vs) == 0 {
-		return false
-	}
-	v := vs[0]
-	switch h.kind {
-	case headerExact:
-		return v == h.value
-	case headerPrefix:
-		return strings.HasPrefix(v, h.value)
-	case headerRegex:
-		return h.re.MatchString(v)
-	default:
-		return false
-	}
 }
 
 func (r *rule) pick(req Request, randN func(int) int) *share {
@@ -266,23 +195,8 @@ func (r *rule) pick(req Request, randN func(int) int) *share {
 	return &r.shares[len(r.shares)-1]
 }
 
-// Hash is the stable routing hash of a value: 64-bit FNV-1a over its bytes,
-// then MurmurHash3's fmix64 finaliser. It never changes between releases, so
-// the same id routes the same way on every replica and after restarts.
-func Hash(s string) uint64 {
-	const (
-		offset = 14695981039346656037
-		prime  = 1099511628211
-	)
-	h := uint64(offset)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= prime
-	}
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	return h
-}
+// Hash is the stable routing hash of a value, [match.Hash]: 64-bit FNV-1a
+// over its bytes, then MurmurHash3's fmix64 finaliser. It never changes
+// between releases, so the same id routes the same way on every replica and
+// after restarts.
+func Hash(s string) uint64 { return match.Hash(s) }

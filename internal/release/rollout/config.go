@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"regexp"
 	"time"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/sluice-ml/sluice/internal/config/duration"
+	"github.com/sluice-ml/sluice/internal/gateway/match"
 )
 
 // Defaults for Config.
@@ -73,7 +73,7 @@ type Config struct {
 	// empty keeps it in memory only.
 	StateFile string `yaml:"state_file"`
 	// Interval is how often Run evaluates the gates [10s].
-	Interval Duration `yaml:"interval"`
+	Interval duration.Duration `yaml:"interval"`
 }
 
 // Target is a model version, and optionally the backend serving it.
@@ -92,7 +92,7 @@ type Stage struct {
 	Groups []Group `yaml:"groups"`
 	// MinDuration is how long the stage lasts at least; 0 means the
 	// default [10m].
-	MinDuration Duration `yaml:"min_duration"`
+	MinDuration duration.Duration `yaml:"min_duration"`
 	// TrafficPercent is the share of the stage's groups' requests, in
 	// percent, that the candidate serves while the stage is current; 0
 	// means the default [100]. Once a later stage is current, the
@@ -106,27 +106,11 @@ type Group struct {
 	// Name names the group in metrics, status and reasons; unique across
 	// stages, and not "all".
 	Name string `yaml:"name"`
-	// Headers must all match.
-	Headers []HeaderMatch `yaml:"headers"`
+	// Headers must all match; they follow the gateway routes' rules.
+	Headers []match.HeaderMatch `yaml:"headers"`
 	// Fields map a request field or entity join key to the values that
 	// match; every field listed must hold one of its values.
 	Fields map[string][]string `yaml:"fields"`
-}
-
-// HeaderMatch matches one header, like config.HeaderMatch and with the same
-// rules as the gateway's routes: the name is case-insensitive, only the first
-// value is matched, and exactly one of exact, prefix, regex and present is set.
-type HeaderMatch struct {
-	// Name is the header name.
-	Name string `yaml:"name"`
-	// Exact matches the whole value.
-	Exact *string `yaml:"exact"`
-	// Prefix matches the start of the value.
-	Prefix *string `yaml:"prefix"`
-	// Regex matches the whole value with an RE2 expression.
-	Regex *string `yaml:"regex"`
-	// Present matches when the header is (true) or is not (false) sent.
-	Present *bool `yaml:"present"`
 }
 
 // Gates are the thresholds the candidate must hold in every group it
@@ -151,29 +135,6 @@ type Gates struct {
 	// feature or output may reach in a group; off when nil.
 	MinDriftPValue *float64 `yaml:"min_drift_p_value"`
 }
-
-// Duration is a time.Duration written as a Go duration string ("90s", "1h").
-type Duration time.Duration
-
-// UnmarshalYAML parses a Go duration string.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	var s string
-	if err := n.Decode(&s); err != nil {
-		return err
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %q is not a duration (want e.g. 90s, 1h)", n.Line, s)}}
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalYAML writes the duration as a Go duration string.
-func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
-
-// Std returns d as a time.Duration.
-func (d Duration) Std() time.Duration { return time.Duration(d) }
 
 // FieldError is one thing wrong with a Config. Path is relative to the
 // rollout block, e.g. "stages[1].groups[0].headers[0]".
@@ -240,7 +201,7 @@ func (c *Config) Validate() error {
 				add(gp, "needs at least one header or field match")
 			}
 			for k, h := range g.Headers {
-				if _, err := compileHeader(h); err != nil {
+				if _, err := h.Compile(); err != nil {
 					add(fmt.Sprintf("%s.headers[%d]", gp, k), "%v", err)
 				}
 			}
@@ -280,25 +241,6 @@ func (c *Config) Validate() error {
 		add("gates.max_drift_psi", "must be a non-negative number")
 	}
 	return errors.Join(errs...)
-}
-
-// headerKind is the kind of a compiled header match.
-type headerKind uint8
-
-const (
-	headerExact headerKind = iota
-	headerPrefix
-	headerRegex
-	headerPresent
-)
-
-// headerRule is a compiled HeaderMatch.
-type headerRule struct {
-	name    string // canonical key
-	kind    headerKind
-	value   string
-	re      *regexp.Regexp
-	present bool
 }
 
 // gates are the resolved thresholds.

@@ -20,6 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluice-ml/sluice/internal/config/duration"
+	"github.com/sluice-ml/sluice/internal/gateway/match"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -53,13 +55,13 @@ func testConfig(tb testing.TB) Config {
 		Stages: []Stage{
 			{
 				Name:        "premium",
-				Groups:      []Group{{Name: "premium", Headers: []HeaderMatch{{Name: "x-user-type", Exact: new("premium")}}}},
-				MinDuration: Duration(time.Hour),
+				Groups:      []Group{{Name: "premium", Headers: []match.HeaderMatch{{Name: "x-user-type", Exact: new("premium")}}}},
+				MinDuration: duration.Duration(time.Hour),
 			},
 			{
 				Name:        "long-tail",
-				Groups:      []Group{{Name: "region-sa", Headers: []HeaderMatch{{Name: "x-region", Exact: new("sa")}}}},
-				MinDuration: Duration(time.Hour),
+				Groups:      []Group{{Name: "region-sa", Headers: []match.HeaderMatch{{Name: "x-region", Exact: new("sa")}}}},
+				MinDuration: duration.Duration(time.Hour),
 			},
 		},
 		MinRequests: 100,
@@ -348,7 +350,7 @@ func TestRollbackWhenOneRegionFails(t *testing.T) {
 
 func TestNoRollbackOnHealthyNoise(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.Stages[0].MinDuration = Duration(24 * time.Hour) // stay in stage 1 and keep judging
+	cfg.Stages[0].MinDuration = duration.Duration(24 * time.Hour) // stay in stage 1 and keep judging
 	h := newHarness(t, cfg, Options{})
 	for k := range 20 {
 		h.drive(1000, healthy)
@@ -768,8 +770,8 @@ func TestSavedStateRoundTrip(t *testing.T) {
 
 func TestConcurrentObserveAndTick(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.Stages[0].MinDuration = Duration(time.Minute)
-	cfg.Stages[1].MinDuration = Duration(time.Minute)
+	cfg.Stages[0].MinDuration = duration.Duration(time.Minute)
+	cfg.Stages[1].MinDuration = duration.Duration(time.Minute)
 	h := newHarness(t, cfg, Options{Diagnose: func(string) []Suspect { return nil }})
 	c := h.c
 	const workers, perWorker = 8, 2000
@@ -886,11 +888,14 @@ func TestValidate(t *testing.T) {
 		{"empty group", func(c *Config) { c.Stages[0].Groups[0].Fields = nil }, "stages[0].groups[0]: needs at least one header or field match"},
 		{"field without values", func(c *Config) { c.Stages[0].Groups[0].Fields["region"] = nil }, "stages[0].groups[0].fields.region: needs at least one value"},
 		{"two header matchers", func(c *Config) {
-			c.Stages[0].Groups[0].Headers = []HeaderMatch{{Name: "x", Exact: new("a"), Prefix: new("b")}}
+			c.Stages[0].Groups[0].Headers = []match.HeaderMatch{{Name: "x", Exact: new("a"), Prefix: new("b")}}
 		}, "stages[0].groups[0].headers[0]: header \"x\": want exactly one of exact, prefix, regex, present; got 2"},
 		{"bad regex", func(c *Config) {
-			c.Stages[0].Groups[0].Headers = []HeaderMatch{{Name: "x", Regex: new("(")}}
+			c.Stages[0].Groups[0].Headers = []match.HeaderMatch{{Name: "x", Regex: new("(")}}
 		}, "compile regex"},
+		{"regex unbalanced but balanced by the anchors", func(c *Config) {
+			c.Stages[0].Groups[0].Headers = []match.HeaderMatch{{Name: "x", Regex: new("a)|(b")}}
+		}, "stages[0].groups[0].headers[0]: header \"x\": compile regex"},
 		{"percent", func(c *Config) { c.Stages[0].TrafficPercent = 101 }, "stages[0].traffic_percent: 101 outside [0,100]"},
 		{"duration", func(c *Config) { c.Stages[0].MinDuration = -1 }, "stages[0].min_duration: must not be negative"},
 		{"control", func(c *Config) { c.ControlPercent = new(-1.0) }, "control_percent: -1 outside [0,100]"},
@@ -946,14 +951,14 @@ func TestHeaderAndFieldMatching(t *testing.T) {
 		Stable: Target{Version: "1"}, Candidate: Target{Version: "2"},
 		Stages: []Stage{
 			{Name: "s1", Groups: []Group{
-				{Name: "exact", Headers: []HeaderMatch{{Name: "x-user-type", Exact: new("premium")}}},
-				{Name: "prefix", Headers: []HeaderMatch{{Name: "X-Tenant", Prefix: new("acme-")}}},
+				{Name: "exact", Headers: []match.HeaderMatch{{Name: "x-user-type", Exact: new("premium")}}},
+				{Name: "prefix", Headers: []match.HeaderMatch{{Name: "X-Tenant", Prefix: new("acme-")}}},
 			}},
 			{Name: "s2", Groups: []Group{
-				{Name: "regex", Headers: []HeaderMatch{{Name: "x-region", Regex: new("sa|af")}}},
-				{Name: "present", Headers: []HeaderMatch{{Name: "x-beta", Present: new(true)}}},
+				{Name: "regex", Headers: []match.HeaderMatch{{Name: "x-region", Regex: new("sa|af")}}},
+				{Name: "present", Headers: []match.HeaderMatch{{Name: "x-beta", Present: new(true)}}},
 				{Name: "fields", Fields: map[string][]string{"region": {"eu", "uk"}, "tier": {"gold"}}},
-				{Name: "both", Headers: []HeaderMatch{{Name: "x-debug", Present: new(false)}}, Fields: map[string][]string{"tier": {"silver"}}},
+				{Name: "both", Headers: []match.HeaderMatch{{Name: "x-debug", Present: new(false)}}, Fields: map[string][]string{"tier": {"silver"}}},
 			}},
 		},
 	}

@@ -10,7 +10,7 @@
 //
 // A Config lists stages in order. Each stage adds traffic groups, and a
 // group is a set of requests defined by header matches (exact, prefix,
-// regex, present: the gateway routes' rules, see HeaderMatch) and request
+// regex, present: the gateway routes' rules, see match.HeaderMatch) and request
 // field matches (field → accepted values), all of which must hold. A
 // request belongs to the first group, in stage order, that it matches; the
 // final stage's group, "all", takes the rest (a final stage "all" is

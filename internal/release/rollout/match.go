@@ -1,12 +1,11 @@
 package rollout
 
 import (
-	"errors"
-	"fmt"
 	"net/http"
-	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/sluice-ml/sluice/internal/gateway/match"
 )
 
 // Attributes are what the controller looks at in one request.
@@ -22,60 +21,6 @@ type Attributes struct {
 	RequestID string
 }
 
-// compileHeader checks and compiles one header match.
-func compileHeader(h HeaderMatch) (headerRule, error) {
-	if h.Name == "" {
-		return headerRule{}, errors.New("header match: name is empty")
-	}
-	hr := headerRule{name: http.CanonicalHeaderKey(h.Name)}
-	n := 0
-	if h.Exact != nil {
-		n++
-		hr.kind, hr.value = headerExact, *h.Exact
-	}
-	if h.Prefix != nil {
-		n++
-		hr.kind, hr.value = headerPrefix, *h.Prefix
-	}
-	if h.Regex != nil {
-		n++
-		re, err := regexp.Compile(`^(?:` + *h.Regex + `)$`)
-		if err != nil {
-			return headerRule{}, fmt.Errorf("header %q: compile regex: %w", h.Name, err)
-		}
-		hr.kind, hr.re = headerRegex, re
-	}
-	if h.Present != nil {
-		n++
-		hr.kind, hr.present = headerPresent, *h.Present
-	}
-	if n != 1 {
-		return headerRule{}, fmt.Errorf("header %q: want exactly one of exact, prefix, regex, present; got %d", h.Name, n)
-	}
-	return hr, nil
-}
-
-func (h *headerRule) matches(hdr http.Header) bool {
-	vs, ok := hdr[h.name]
-	if h.kind == headerPresent {
-		return ok == h.present
-	}
-	if len(vs) == 0 {
-		return false
-	}
-	v := vs[0]
-	switch h.kind {
-	case headerExact:
-		return v == h.value
-	case headerPrefix:
-		return strings.HasPrefix(v, h.value)
-	case headerRegex:
-		return h.re.MatchString(v)
-	default:
-		return false
-	}
-}
-
 // fieldRule matches one request field against a set of values.
 type fieldRule struct {
 	field  string
@@ -87,14 +32,14 @@ type groupSpec struct {
 	name    string
 	stage   int
 	all     bool // the final stage's group: matches every request
-	headers []headerRule
+	headers []match.Header
 	fields  []fieldRule
 }
 
 func compileGroup(g *Group, stage int) (groupSpec, error) {
 	gs := groupSpec{name: g.Name, stage: stage}
 	for _, h := range g.Headers {
-		hr, err := compileHeader(h)
+		hr, err := h.Compile()
 		if err != nil {
 			return groupSpec{}, err
 		}
@@ -113,7 +58,7 @@ func (g *groupSpec) matches(req *Attributes) bool {
 		return true
 	}
 	for i := range g.headers {
-		if !g.headers[i].matches(req.Headers) {
+		if !g.headers[i].Match(req.Headers) {
 			return false
 		}
 	}
@@ -126,24 +71,6 @@ func (g *groupSpec) matches(req *Attributes) bool {
 	return true
 }
 
-// hash is the gateway's stable routing hash (route.Hash): 64-bit FNV-1a over
-// the bytes of s, then MurmurHash3's fmix64 finaliser. It is copied rather
-// than imported because the config package embeds this package's Config,
-// and route imports config.
-func hash(s string) uint64 {
-	const (
-		offset = 14695981039346656037
-		prime  = 1099511628211
-	)
-	h := uint64(offset)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= prime
-	}
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	return h
-}
+// hash is the gateway's stable routing hash, so that a rollout's shares
+// agree with the routes' sticky splits and entity hashes on every replica.
+func hash(s string) uint64 { return match.Hash(s) }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/config/duration"
 )
 
 // TestRunTicksOnItsInterval runs the controller's loop on synctest's clock:
@@ -15,8 +17,8 @@ import (
 func TestRunTicksOnItsInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := testConfig(t)
-		cfg.Interval = Duration(10 * time.Second)
-		cfg.Stages[0].MinDuration = Duration(time.Minute)
+		cfg.Interval = duration.Duration(10 * time.Second)
+		cfg.Stages[0].MinDuration = duration.Duration(time.Minute)
 		c, err := New("parcel-eta", cfg, Options{}, nil, nil) // Now: the bubble's time.Now
 		require.NoError(t, err)
 		start := time.Now()
