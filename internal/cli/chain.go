@@ -279,7 +279,7 @@ func openRecorder(ctx context.Context, gc *config.Gateway, logger *slog.Logger, 
 	var sink record.Sink
 	switch rc.Sink {
 	case "nats":
-		ns, err := record.NewNATSSink(ctx, record.NATSOptions{URL: rc.NATS.URL, Stream: rc.NATS.Stream}, logger, reg)
+		ns, err := record.NewNATSSink(ctx, record.NATSOptions{URL: rc.NATS.URL, Stream: rc.NATS.Stream, SubjectPrefix: rc.NATS.SubjectPrefix}, logger, reg)
 		if err != nil {
 			return nil, fmt.Errorf("gateway.recording: %w", err)
 		}

@@ -289,6 +289,10 @@ type Recording struct {
 type RecordingNATS struct {
 	URL    string `yaml:"url"`
 	Stream string `yaml:"stream"`
+	// SubjectPrefix: records go to <prefix>.<service>; a stream created
+	// here takes <prefix>.> [sluice.recordings]. Two streams on one server
+	// need different prefixes.
+	SubjectPrefix string `yaml:"subject_prefix"`
 }
 
 // FeatureBreaker is a service's feature-level circuit breaker.

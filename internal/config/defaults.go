@@ -34,6 +34,7 @@ func (c *Config) applyDefaults() {
 	rc.MaxAge = or(rc.MaxAge, Duration(time.Hour))
 	rc.NATS.URL = or(rc.NATS.URL, "nats://127.0.0.1:4222")
 	rc.NATS.Stream = or(rc.NATS.Stream, "SLUICE_RECORDINGS")
+	rc.NATS.SubjectPrefix = or(rc.NATS.SubjectPrefix, "sluice.recordings")
 	if rc.Headers == nil {
 		rc.Headers = []string{"x-request-id", "x-user-type", "x-region"}
 	}

@@ -115,10 +115,15 @@ func (g *Gateway) closeMirror(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 	}
-	if m.recorder != nil {
-		return m.recorder.Close(ctx)
+	if m.recorder == nil {
+		return nil
 	}
-	return nil
+	err := m.recorder.Close(ctx)
+	if st, ok := m.recorder.(interface{ Stats() record.WriterStats }); ok {
+		s := st.Stats()
+		g.logger.Info("recording closed", "accepted", s.Accepted, "dropped", s.Dropped, "written", s.Written, "failed", s.Failed)
+	}
+	return err
 }
 
 // maybeMirror queues a shadow call of a successful primary exchange when

@@ -32,10 +32,10 @@ type WriterOptions struct {
 
 // WriterStats are a Writer's counts since it started.
 type WriterStats struct {
-	Accepted uint64 // Offer returned true
-	Dropped  uint64 // Offer returned false: queue full or writer closed
-	Written  uint64 // stored by the sink
-	Failed   uint64 // accepted, but the sink failed them or Close gave up on them
+	Accepted uint64 `json:"accepted"` // Offer returned true
+	Dropped  uint64 `json:"dropped"`  // Offer returned false: queue full or writer closed
+	Written  uint64 `json:"written"`  // stored by the sink
+	Failed   uint64 `json:"failed"`   // accepted, but the sink failed them or Close gave up on them
 }
 
 // Writer puts a bounded queue in front of a Sink so that the request path

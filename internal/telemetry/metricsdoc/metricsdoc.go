@@ -54,11 +54,14 @@ const (
 	ComponentRelease  = "Release safety"
 	ComponentExporter = "Exposition"
 	ComponentRuntime  = "Go runtime and process"
+	// ComponentPushed holds the gauges batch jobs push to a Pushgateway
+	// instead of serving them; Collect does not return them.
+	ComponentPushed = "Pushed to a Pushgateway"
 )
 
 // Components lists the components in document order.
 var Components = []string{
-	ComponentModel, ComponentFeature, ComponentGateway, ComponentRelease, ComponentExporter, ComponentRuntime,
+	ComponentModel, ComponentFeature, ComponentGateway, ComponentRelease, ComponentExporter, ComponentRuntime, ComponentPushed,
 }
 
 // Metric types, as Prometheus names them in # TYPE lines.
@@ -164,14 +167,17 @@ func Collect(ctx context.Context, dir string) (fams []Family, err error) {
 	}
 	closers = append(closers, func(context.Context) error { return store.Close() })
 	features := serving.New(holder, store, serving.Options{}, nil, rec)
+	// The commands still pass materialization a nil registerer
+	// (internal/cli/chain.go, feature_server.go); its collectors are part
+	// of the feature server's vocabulary all the same.
 	materialize.New(repo, store, materialize.Options{}, nil, rec)
 
 	// Release safety: the recording writer the gateway mirrors shadow
 	// traffic to (internal/cli/chain.go), the NATS recording sink (its
 	// metrics are registered before it connects, so a canceled context
-	// is enough), a drift monitor, and the rollout controller, built here
-	// before the gateway builds its own so that they are listed under
-	// this component (the gateway's reuse the same collectors).
+	// is enough), and the service's rollout controller and drift monitor,
+	// built here before the gateway builds its own so that they are
+	// listed under this component (the gateway's reuse the collectors).
 	rec.component = ComponentRelease
 	cfg, err := config.Load(filepath.Join(dir, "sluice.yaml"))
 	if err != nil {
@@ -188,15 +194,17 @@ func Collect(ctx context.Context, dir string) (fams []Family, err error) {
 	if ns, err := record.NewNATSSink(canceled, record.NATSOptions{URL: "nats://127.0.0.1:4222", Stream: "SLUICE_RECORDINGS"}, nil, rec); err == nil {
 		closers = append(closers, ns.Close)
 	}
-	if _, err := drift.NewMonitor("rollout/eta/all", []drift.Variable{{Name: "route_features__distance_km"}}, drift.Options{}, nil, rec); err != nil {
-		_ = recorder.Close(ctx)
-		return nil, fmt.Errorf("drift monitor: %w", err)
-	}
 	svc := cfg.Gateway.Services[0]
 	if _, err := rollout.New(svc.Name, *svc.Rollout, rollout.Options{}, nil, rec); err != nil {
 		_ = recorder.Close(ctx)
 		return nil, fmt.Errorf("rollout: %w", err)
 	}
+	mon, err := drift.NewMonitor(svc.Name, []drift.Variable{{Name: "output__eta_prediction"}}, drift.Options{}, nil, rec)
+	if err != nil {
+		_ = recorder.Close(ctx)
+		return nil, fmt.Errorf("drift monitor: %w", err)
+	}
+	mon.Close()
 
 	// The gateway: sluice serve -c (internal/cli/chain.go).
 	rec.component = ComponentGateway

@@ -1,0 +1,4 @@
+package metricsdoc
+
+// Describe exposes describe to the tests.
+var Describe = describe
