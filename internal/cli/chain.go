@@ -337,7 +337,7 @@ func applyFeatures(ctx context.Context, dir string, logger *slog.Logger) error {
 // where its last run ended (or now − ttl).
 func materializeAtStart(ctx context.Context, fs *featureServer, logger *slog.Logger) error {
 	begin := time.Now()
-	m := materialize.New(fs.holder.Current(), fs.store, materialize.Options{}, logger, nil)
+	m := materialize.New(fs.holder.Current(), fs.store, materialize.Options{}, logger, fs.reg)
 	rep, err := m.RunIncremental(ctx, time.Now(), nil)
 	if err != nil {
 		return fmt.Errorf("materialize the feature repository at start (run with --materialize=false to skip): %w", err)

@@ -67,12 +67,11 @@ func newFeatureServerCmd() *cobra.Command {
 type holderMaterializer struct {
 	holder *registry.Holder
 	store  online.Store
+	reg    prometheus.Registerer
 }
 
 func (m *holderMaterializer) materializer() *materialize.Materializer {
-	// Metrics are left unregistered: the server's own gauges already
-	// export freshness, and a registerer would reject a second Materializer.
-	return materialize.New(m.holder.Current(), m.store, materialize.Options{}, nil, nil)
+	return materialize.New(m.holder.Current(), m.store, materialize.Options{}, nil, m.reg)
 }
 
 func (m *holderMaterializer) Materialize(ctx context.Context, start, end time.Time, views []string) (any, error) {
@@ -125,6 +124,7 @@ type featureServer struct {
 	pollEvery   time.Duration
 	exitTimeout time.Duration
 	logger      *slog.Logger
+	reg         prometheus.Registerer
 }
 
 func (fs *featureServer) close() {
@@ -146,7 +146,7 @@ func startFeatureServer(ctx context.Context, f *featureServerFlags, logger *slog
 		return nil, err
 	}
 	fs := &featureServer{
-		holder: holder, store: store, logger: logger,
+		holder: holder, store: store, logger: logger, reg: reg,
 		pollEvery:   time.Duration(f.pollSecs) * time.Second,
 		exitTimeout: time.Duration(f.exitTimeoutSecs) * time.Second,
 	}
@@ -154,7 +154,7 @@ func startFeatureServer(ctx context.Context, f *featureServerFlags, logger *slog
 	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true, Registry: reg})
 	h := serving.NewHandler(fs.srv, serving.HandlerOptions{
 		MaxBodyBytes: f.maxBodyBytes,
-		Materializer: &holderMaterializer{holder: holder, store: store},
+		Materializer: &holderMaterializer{holder: holder, store: store, reg: reg},
 		Metrics:      metricsHandler,
 	})
 	var lc net.ListenConfig
