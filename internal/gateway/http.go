@@ -220,7 +220,7 @@ func (g *Gateway) record(ctx context.Context, s *service, reqID string, start ti
 	}
 	e.LatencyMS = float64(time.Since(start).Microseconds()) / 1000
 	g.access.Log(*e)
-	g.met.requests.WithLabelValues(s.name, e.Route, strconv.Itoa(e.Status), e.Source).Inc()
+	g.met.requests.WithLabelValues(s.name, e.Route, strconv.Itoa(e.Status), e.Source, e.ClientID).Inc()
 	g.met.duration.WithLabelValues(s.name).Observe(time.Since(start).Seconds())
 }
 
@@ -337,6 +337,11 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, r *http.Re
 		return nil, err
 	}
 	e.Version = a.version
+	for i := range a.outputs {
+		if o := &a.outputs[i]; len(o.values) > 0 {
+			g.met.predictions.WithLabelValues(s.name, o.name).Observe(o.values[0])
+		}
+	}
 	g.maybeMirror(st, s, r, reqID, start, vals, feats, req, resp, a, callLatency)
 	return a, nil
 }

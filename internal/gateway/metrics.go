@@ -9,7 +9,8 @@ import (
 // metrics are the gateway's own collectors. The building blocks
 // (upstream, ratelimit, fallback, accesslog) register theirs.
 type metrics struct {
-	requests       *prometheus.CounterVec   // service, route, code, source
+	requests       *prometheus.CounterVec   // service, route, code, source, client_id
+	predictions    *prometheus.HistogramVec // service, output
 	duration       *prometheus.HistogramVec // service
 	retries        *prometheus.CounterVec   // service, backend, reason
 	budgetExceeded *prometheus.CounterVec   // service
@@ -23,8 +24,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return &metrics{
 		requests: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "sluice", Subsystem: "gateway", Name: "requests_total",
-			Help: "Requests answered by the gateway, by service, route, HTTP status code and source (model, fallback_rule, or none for errors).",
-		}, []string{"service", "route", "code", "source"})),
+			Help: "Requests answered by the gateway, by service, route, HTTP status code, source (model, fallback_rule; empty for errors) and client_id (a configured client, anonymous, or empty before authentication).",
+		}, []string{"service", "route", "code", "source", "client_id"})),
+		predictions: telemetry.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "sluice", Subsystem: "gateway", Name: "prediction_value",
+			Help:    "Distribution of each numeric output the gateway answers (its first element), by service and answer name: what the model predicts, for business questions and drift at a glance.",
+			Buckets: prometheus.ExponentialBucketsRange(0.001, 10000, 29),
+		}, []string{"service", "output"})),
 		duration: telemetry.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "sluice", Subsystem: "gateway", Name: "request_duration_seconds",
 			Help:    "Time from receiving a request to writing its answer, by service.",

@@ -49,7 +49,7 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 	defer func() {
 		e.LatencyMS = float64(time.Since(start).Microseconds()) / 1000
 		g.access.Log(e)
-		g.met.requests.WithLabelValues("proxy", "proxy", strconv.Itoa(e.Status), e.Source).Inc()
+		g.met.requests.WithLabelValues("proxy", "proxy", strconv.Itoa(e.Status), e.Source, e.ClientID).Inc()
 		g.met.duration.WithLabelValues("proxy").Observe(time.Since(start).Seconds())
 	}()
 	if _, err := g.admit(r.Context(), st, r, &e); err != nil {

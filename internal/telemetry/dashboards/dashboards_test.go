@@ -89,8 +89,8 @@ func TestBrokenDashboard(t *testing.T) {
 	require.Equal(t, []string{
 		`variable client: label_values: unknown metric "sluice_gateway_client_requests_total"`,
 		`panel 2 "Unknown metric": target A: unknown metric "sluice_gateway_request_total"`,
-		`panel 3 "Unknown label": target A: sluice_gateway_requests_total has no label "client_id"`,
-		`panel 4 "Grouping by an unknown label": target A: sum by (client_id): no selector in it has label "client_id"`,
+		`panel 3 "Unknown label": target A: sluice_gateway_requests_total has no label "tenant"`,
+		`panel 4 "Grouping by an unknown label": target A: sum by (tenant): no selector in it has label "tenant"`,
 		`panel 5 "Syntax error": target A: parse: 1:44: parse error: unclosed left parenthesis`,
 		`panel 6 "Undefined variable": target A: undefined variable $model`,
 		`panel 7 "Wrong data source": datasource {"type":"prometheus","uid":"prometheus"} is not ${DS_PROMETHEUS}`,
