@@ -81,7 +81,7 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 		banner.grpc = ms.grpcLn.Addr().String()
 		banner.metrics = ms.metrics.Addr().String()
 		g.Go(func() error { return ms.metrics.Run(gctx) })
-		ms.run(ctx, g, gctx, gatewayDone)
+		ms.run(ctx, gctx, g, gatewayDone)
 	}
 
 	var fs *featureServer
@@ -107,11 +107,11 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 			}
 		}
 		banner.features = fs.ln.Addr().String()
-		fs.run(ctx, g, gctx, gatewayDone)
+		fs.run(ctx, gctx, g, gatewayDone)
 	}
 
 	if cfg.Gateway != nil {
-		if err := startGateway(ctx, g, gctx, cfg, f, ms, fs, reg, logger, banner, gatewayDone); err != nil {
+		if err := startGateway(ctx, gctx, g, cfg, f, ms, fs, reg, logger, banner, gatewayDone); err != nil {
 			return err
 		}
 	} else {
@@ -131,7 +131,7 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 // startGateway builds the gateway over the in-process servers and starts
 // its listeners. Its shutdown drains first and closes done when finished,
 // which lets the servers behind it stop.
-func startGateway(ctx context.Context, g *errgroup.Group, gctx context.Context, cfg *config.Config, f *serveFlags,
+func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Config, f *serveFlags,
 	ms *modelServer, fs *featureServer, reg *prometheus.Registry, logger *slog.Logger, b *banner, done chan struct{},
 ) error {
 	gc := cfg.Gateway

@@ -94,7 +94,7 @@ func repoSignature(repos []string, model, version string) (infer.Signature, erro
 			}
 		}
 		path := filepath.Join(dir, "config.pbtxt")
-		data, err := os.ReadFile(path) //nolint:gosec // the operator's own repository
+		data, err := os.ReadFile(path)
 		if err != nil {
 			return infer.Signature{}, fmt.Errorf("%w: %s has no config.pbtxt (its signature comes from the model file at load time)", gateway.ErrSignatureUnknown, dir)
 		}

@@ -102,7 +102,7 @@ func runFeatureServer(ctx context.Context, cmd *cobra.Command, f *featureServerF
 		}
 		g.Go(func() error { return ms.Run(gctx) })
 	}
-	fsrv.run(ctx, g, gctx, nil)
+	fsrv.run(ctx, gctx, g, nil)
 	repo := fsrv.holder.Current()
 	logger.Info("feature server ready", "http", fsrv.ln.Addr().String(), "project", repo.Project,
 		"views", len(repo.Views), "online_store", repo.Config.Online.Type)
@@ -169,7 +169,7 @@ func startFeatureServer(ctx context.Context, f *featureServerFlags, logger *slog
 
 // run serves until gctx ends, then shuts the listener down gracefully,
 // after the after channel closes when it is not nil.
-func (fs *featureServer) run(ctx context.Context, g *errgroup.Group, gctx context.Context, after <-chan struct{}) {
+func (fs *featureServer) run(ctx, gctx context.Context, g *errgroup.Group, after <-chan struct{}) {
 	if fs.pollEvery > 0 {
 		g.Go(func() error { return fs.holder.Watch(gctx, fs.pollEvery) })
 	}

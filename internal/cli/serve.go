@@ -170,7 +170,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 		"startup_seconds", time.Since(start).Seconds())
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ms.metrics.Run(gctx) })
-	ms.run(ctx, g, gctx, nil)
+	ms.run(ctx, gctx, g, nil)
 	err = g.Wait()
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		err = nil
@@ -293,7 +293,7 @@ func startModelServer(ctx context.Context, f *serveFlags, logger *slog.Logger, r
 // stop taking requests while in-flight ones finish, then the models
 // unload. When after is not nil, the shutdown waits for it first (the
 // gateway in front drains before the model server goes).
-func (ms *modelServer) run(ctx context.Context, g *errgroup.Group, gctx context.Context, after <-chan struct{}) {
+func (ms *modelServer) run(ctx, gctx context.Context, g *errgroup.Group, after <-chan struct{}) {
 	g.Go(func() error { return ms.mgr.Run(gctx) })
 	g.Go(func() error {
 		if err := ms.httpSrv.Serve(ms.httpLn); !errors.Is(err, http.ErrServerClosed) {

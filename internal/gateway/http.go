@@ -90,23 +90,23 @@ func clientIP(r *http.Request) string {
 	return host
 }
 
-// rateLimited is the error of a refused request; RetryAfter is when one
+// rateLimitedError is the error of a refused request; RetryAfter is when one
 // would be admitted.
-type rateLimited struct {
+type rateLimitedError struct {
 	err        *infer.Error
 	RetryAfter time.Duration
 	Limit      float64
 }
 
-func (e *rateLimited) Error() string { return e.err.Error() }
+func (e *rateLimitedError) Error() string { return e.err.Error() }
 
-func (e *rateLimited) Unwrap() error { return e.err }
+func (e *rateLimitedError) Unwrap() error { return e.err }
 
-func asRateLimited(err error) (*rateLimited, bool) { return errors.AsType[*rateLimited](err) }
+func asRateLimited(err error) (*rateLimitedError, bool) { return errors.AsType[*rateLimitedError](err) }
 
 // admit authenticates a request and takes a rate-limit token. A refusal is
 // an *infer.Error: KindUnauthenticated, or KindResourceExhausted with
-// reason rate_limited wrapped in *rateLimited.
+// reason rate_limited wrapped in *rateLimitedError.
 func (g *Gateway) admit(ctx context.Context, st *state, r *http.Request, e *accesslog.Entry) (auth.Identity, error) {
 	id, aerr := st.auth.Authenticate(r)
 	if aerr != nil {
@@ -129,7 +129,7 @@ func (g *Gateway) admit(ctx context.Context, st *state, r *http.Request, e *acce
 		return id, infer.Errorf(infer.KindUnavailable, ReasonInternal, "rate limiter: %v", err)
 	}
 	if !d.Allowed {
-		return id, &rateLimited{
+		return id, &rateLimitedError{
 			err: infer.Errorf(infer.KindResourceExhausted, ReasonRateLimited,
 				"rate limit of %s requests/s exceeded for %s; retry after %s",
 				strconv.FormatFloat(limit.Rate, 'g', -1, 64), key, d.RetryAfter.Round(time.Millisecond)),
@@ -185,7 +185,7 @@ func (g *Gateway) serveService(w http.ResponseWriter, r *http.Request, st *state
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Sluice-Route", a.route)
 	h.Set("X-Sluice-Version", a.version)
-	_, _ = w.Write(out)
+	_, _ = w.Write(out) //nolint:gosec // G705: a JSON body built by appendJSON (escaped strings, numbers), sent as application/json
 }
 
 // writeHTTPError writes err with its status, reason and the headers its
@@ -548,6 +548,7 @@ func typed(t fallback.VarType, x float64, s string, b bool) any {
 		return s
 	case fallback.Bool:
 		return b
+	default:
 	}
 	return x
 }

@@ -132,7 +132,8 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 func (g *Gateway) forward(ctx context.Context, r *http.Request, addr string, body []byte, reqID string) (*http.Response, error) {
 	u := *r.URL
 	u.Scheme, u.Host = "http", addr
-	out, err := http.NewRequestWithContext(ctx, r.Method, u.String(), bytes.NewReader(body))
+	// The host is a configured endpoint, never the caller's choice.
+	out, err := http.NewRequestWithContext(ctx, r.Method, u.String(), bytes.NewReader(body)) //nolint:gosec // G704: host from the backend's configured endpoints
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +145,7 @@ func (g *Gateway) forward(ctx context.Context, r *http.Request, addr string, bod
 	}
 	out.Header.Set("X-Request-Id", reqID)
 	out.ContentLength = int64(len(body))
-	return g.client.Do(out)
+	return g.client.Do(out) //nolint:gosec // G704: host from the backend's configured endpoints
 }
 
 // copyResponse streams resp to w and closes it.

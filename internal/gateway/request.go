@@ -221,15 +221,16 @@ func (s *service) assemble(resp *serving.Response, vals []value) ([]infer.Tensor
 			pt := &in.parts[p]
 			if pt.field >= 0 {
 				v := &vals[pt.field]
-				if !v.set {
+				switch {
+				case !v.set:
 					fill, err := in.fillMissing(pt, "is not in the request")
 					if err != nil {
 						return nil, err
 					}
 					putNum(data, off, in.dt, fill)
-				} else if s.fields[pt.field].kind == kindInt64 {
+				case s.fields[pt.field].kind == kindInt64:
 					putInt(data, off, in.dt, v.i)
-				} else {
+				default:
 					putNum(data, off, in.dt, v.num(s.fields[pt.field].kind))
 				}
 				off += size
@@ -282,6 +283,7 @@ func (in *input) fillMissing(pt *part, why string) (float64, error) {
 		return in.def, nil
 	case missingZero:
 		return 0, nil
+	default:
 	}
 	return 0, infer.Errorf(infer.KindNotFound, ReasonMissingFeature,
 		"input %q: %q %s, and the input's missing policy is fail", in.tensor, pt.ref, why)
@@ -339,6 +341,7 @@ func putFeature(dst []byte, dt infer.DataType, v *feature.Value, t feature.Type,
 			}
 			putNum(dst, j*size, dt, x)
 		}
+	default:
 	}
 	if n != pt.width {
 		return infer.Errorf(infer.KindInternal, ReasonMissingFeature,
@@ -358,6 +361,7 @@ func putNum(dst []byte, off int, dt infer.DataType, x float64) {
 		binary.LittleEndian.PutUint64(dst[off:], uint64(int64(x)))
 	case infer.Int32:
 		binary.LittleEndian.PutUint32(dst[off:], uint32(int32(x)))
+	default:
 	}
 }
 
@@ -407,6 +411,7 @@ func scalar(t *infer.Tensor) (float64, bool) {
 			return 1, true
 		}
 		return 0, true
+	default:
 	}
 	return 0, false
 }
@@ -445,6 +450,7 @@ func appendFloat(b []byte, x float64, dt infer.DataType) []byte {
 			return append(b, "true"...)
 		}
 		return append(b, "false"...)
+	default:
 	}
 	return strconv.AppendInt(b, int64(x), 10)
 }

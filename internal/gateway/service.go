@@ -331,6 +331,7 @@ func (s *service) compileFallback(fb *config.Fallback, fsFeatures map[string]fea
 			t = fallback.Bool
 		case kindString:
 			t = fallback.String
+		default:
 		}
 		decl[f.name] = t
 		bind[f.name] = ruleVar{name: f.name, typ: t, field: i, col: -1}
@@ -431,6 +432,7 @@ func assemblable(dt infer.DataType) bool {
 	switch dt {
 	case infer.FP32, infer.FP64, infer.Int64, infer.Int32:
 		return true
+	default:
 	}
 	return false
 }
@@ -466,6 +468,7 @@ func ruleType(t feature.Type) (fallback.VarType, bool) {
 		return fallback.Bool, true
 	case feature.KindString:
 		return fallback.String, true
+	default:
 	}
 	return 0, false
 }
