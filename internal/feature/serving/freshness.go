@@ -153,12 +153,20 @@ func (s *Server) refresh(ctx context.Context) {
 		}
 		st, found, err := s.viewState(ctx, v.Name, now, true)
 		if err != nil {
+			// Freshness that cannot be measured is not freshness.
+			s.metrics.fresh.WithLabelValues(v.Name).Set(0)
 			s.logger.Debug("refresh feature view state", "view", v.Name, "err", err)
 			continue
 		}
-		if why := staleness(v, st, found, now); why != "" {
+		why := staleness(v, st, found, now)
+		if why != "" {
 			s.alert(v.Name, why, st, now)
 		}
+		fresh := 0.0
+		if why == "" {
+			fresh = 1
+		}
+		s.metrics.fresh.WithLabelValues(v.Name).Set(fresh)
 	}
 }
 

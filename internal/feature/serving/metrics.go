@@ -14,6 +14,7 @@ type metrics struct {
 	staleAlerts *prometheus.CounterVec   // stale_feature_alert events
 	dataAge     *prometheus.GaugeVec
 	sinceMat    *prometheus.GaugeVec
+	fresh       *prometheus.GaugeVec
 	hotReads    *prometheus.CounterVec
 	pushedRows  *prometheus.CounterVec
 	httpReqs    *prometheus.CounterVec
@@ -47,6 +48,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		sinceMat: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "sluice", Subsystem: "feature", Name: "view_seconds_since_materialization",
 			Help: "Now minus the view's last successful materialization or push.",
+		}, []string{"view"}),
+		fresh: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_feature_view_fresh",
+			Help: "1 while the feature view's state could be read and its last materialization or push is within its ttl; 0 when it is stale or its state cannot be read (the online store does not answer). Refreshed every gauge interval.",
 		}, []string{"view"}),
 		hotReads: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "sluice", Subsystem: "feature", Name: "hot_reads_total",
