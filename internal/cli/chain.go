@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sluice-ml/sluice/internal/config"
+	"github.com/sluice-ml/sluice/internal/console"
 	"github.com/sluice-ml/sluice/internal/feature/materialize"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
@@ -171,7 +172,9 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 	if err != nil {
 		return err
 	}
-	opts.AccessLog = access
+	// The console's recent-errors page reads the access log's error lines.
+	errLog := console.NewErrorLog(0)
+	opts.AccessLog = io.MultiWriter(access, errLog)
 	recorder, err := openRecorder(ctx, gc, logger, reg)
 	if err != nil {
 		closeAccess()
@@ -222,7 +225,21 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 	}
 	srv := httpapi.NewServer(gw, httpapi.ServerOptions{})
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true, Registry: reg})
-	adminSrv := httpapi.NewServer(gw.AdminHandler(metrics), httpapi.ServerOptions{})
+	admin := gw.AdminHandler(metrics)
+	src := console.Sources{Gateway: console.GatewayFromAdmin(admin), Errors: errLog, Metrics: reg}
+	if ms != nil {
+		src.Models = console.ModelsFromManager(ms.mgr)
+	}
+	if fs != nil {
+		src.Features = console.FeaturesFromStore(fs.holder, fs.store, time.Now)
+	}
+	con := console.New(src, logger)
+	adminMux := http.NewServeMux()
+	adminMux.Handle(console.Prefix, con)
+	adminMux.Handle("/", admin)
+	adminSrv := httpapi.NewServer(adminMux, httpapi.ServerOptions{})
+	g.Go(func() error { return con.Run(gctx) })
+	b.console = "http://" + displayAddr(adminLn.Addr().String()) + console.Prefix
 	g.Go(func() error { return gw.Run(gctx) })
 	for _, s := range []struct {
 		srv *http.Server
@@ -354,6 +371,7 @@ func materializeAtStart(ctx context.Context, fs *featureServer, logger *slog.Log
 type banner struct {
 	config                                                       string
 	gateway, gatewayGRPC, admin, models, grpc, metrics, features string
+	console                                                      string
 }
 
 func (b *banner) write(w io.Writer, cfg *config.Config) {
@@ -361,6 +379,9 @@ func (b *banner) write(w io.Writer, cfg *config.Config) {
 	if b.gateway != "" {
 		fmt.Fprintf(w, "  gateway        http://%s   (admin http://%s, metrics http://%s/metrics)\n",
 			displayAddr(b.gateway), displayAddr(b.admin), displayAddr(b.admin))
+		if b.console != "" {
+			fmt.Fprintf(w, "  console        %s\n", b.console)
+		}
 		if b.gatewayGRPC != "" {
 			fmt.Fprintf(w, "  gateway gRPC   %s   (sluice.gateway.v1.Gateway/Predict)\n", displayAddr(b.gatewayGRPC))
 		}

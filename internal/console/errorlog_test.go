@@ -1,0 +1,85 @@
+package console_test
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/console"
+	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
+)
+
+func line(tb testing.TB, e accesslog.Entry) string {
+	tb.Helper()
+	b, err := json.Marshal(e)
+	require.NoError(tb, err)
+	return string(b) + "\n"
+}
+
+func TestErrorLogKeepsTheLatestFailures(t *testing.T) {
+	l := console.NewErrorLog(3)
+	var stream strings.Builder
+	for i := range 6 {
+		stream.WriteString(line(t, accesslog.Entry{RequestID: "ok-" + strconv.Itoa(i), Status: 200}))
+		stream.WriteString(line(t, accesslog.Entry{RequestID: "e" + strconv.Itoa(i), Status: 503, Reason: "model_unavailable"}))
+	}
+	stream.WriteString("not json\n{\"status\": \n")
+	stream.WriteString(line(t, accesslog.Entry{RequestID: "err-no-status", Status: 200, Error: "upstream reset"}))
+	// The access log writes in arbitrary chunks: split lines across writes.
+	s := stream.String()
+	for i := 0; i < len(s); i += 7 {
+		n, err := l.Write([]byte(s[i:min(i+7, len(s))]))
+		require.NoError(t, err)
+		require.Equal(t, min(7, len(s)-i), n)
+	}
+	require.Equal(t, uint64(7), l.ErrorsSeen())
+	var ids []string
+	for _, e := range l.RecentErrors(10) {
+		ids = append(ids, e.RequestID)
+	}
+	require.Equal(t, []string{"err-no-status", "e5", "e4"}, ids, "newest first, bounded")
+	require.Len(t, l.RecentErrors(1), 1)
+	require.Empty(t, l.RecentErrors(0))
+
+	l.Record(accesslog.Entry{RequestID: "fine", Status: 204})
+	l.Record(accesslog.Entry{RequestID: "direct", Status: 429})
+	require.Equal(t, "direct", l.RecentErrors(1)[0].RequestID)
+	require.Equal(t, uint64(8), l.ErrorsSeen())
+}
+
+func TestErrorLogBeforeItFills(t *testing.T) {
+	l := console.NewErrorLog(0)
+	_, _ = l.Write([]byte(line(t, accesslog.Entry{RequestID: "a", Status: 500}) + line(t, accesslog.Entry{RequestID: "b", Status: 400})))
+	got := l.RecentErrors(5)
+	require.Len(t, got, 2)
+	require.Equal(t, "b", got[0].RequestID)
+	require.Equal(t, "a", got[1].RequestID)
+}
+
+func FuzzErrorLogWrite(f *testing.F) {
+	f.Add([]byte(line(f, accesslog.Entry{RequestID: "x", Status: 500})), 3)
+	f.Add([]byte("{\"status\":404}\n{\"status\":"), 1)
+	f.Add([]byte(strings.Repeat("{", 100)+"\n"), 50)
+	f.Fuzz(func(t *testing.T, data []byte, chunk int) {
+		l := console.NewErrorLog(4)
+		chunk = max(1, chunk%64+1)
+		for i := 0; i < len(data); i += chunk {
+			n, err := l.Write(data[i:min(i+chunk, len(data))])
+			if err != nil || n != min(chunk, len(data)-i) {
+				t.Fatalf("Write = %d, %v", n, err)
+			}
+		}
+		got := l.RecentErrors(10)
+		if len(got) > 4 || uint64(len(got)) > l.ErrorsSeen() {
+			t.Fatalf("kept %d of %d seen, ring of 4", len(got), l.ErrorsSeen())
+		}
+		for _, e := range got {
+			if !e.IsError() {
+				t.Fatalf("kept a success: %+v", e)
+			}
+		}
+	})
+}

@@ -1,0 +1,258 @@
+package console
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
+)
+
+// ModelsSource lists the models a process serves.
+type ModelsSource interface {
+	// Models returns every model the repositories hold, sorted by name,
+	// each with its known versions in ascending order. It must be safe for
+	// concurrent use and return promptly.
+	Models(ctx context.Context) ([]Model, error)
+}
+
+// FeaturesSource lists the feature views a process serves.
+type FeaturesSource interface {
+	// Views returns every feature view, sorted by name, with its
+	// freshness as of now.
+	Views(ctx context.Context) ([]View, error)
+}
+
+// GatewaySource describes the gateway of a process.
+type GatewaySource interface {
+	// Gateway returns the gateway's services, backends and readiness.
+	Gateway(ctx context.Context) (*Gateway, error)
+}
+
+// ErrorsSource keeps the latest failed requests.
+type ErrorsSource interface {
+	// RecentErrors returns at most n entries, newest first. The slice is
+	// the caller's.
+	RecentErrors(n int) []accesslog.Entry
+	// ErrorsSeen is how many failed requests were seen in all, including
+	// those no longer kept.
+	ErrorsSeen() uint64
+}
+
+// Sources are what the console shows, and how it samples metrics. A nil
+// source leaves its page saying that the process does not run that part.
+type Sources struct {
+	Models   ModelsSource
+	Features FeaturesSource
+	Gateway  GatewaySource
+	Errors   ErrorsSource
+	// Metrics is the process's registry; the charts are derived from it.
+	Metrics prometheus.Gatherer
+	// SampleEvery is how often Run gathers Metrics [2s]; History is how
+	// many samples the charts keep [900, half an hour at 2s].
+	SampleEvery time.Duration
+	History     int
+	// Now is the clock [time.Now].
+	Now func() time.Time
+}
+
+// Model is one model of the repositories.
+type Model struct {
+	Name     string `json:"name"`
+	Platform string `json:"platform,omitempty"`
+	// Reason is a failure that concerns no version, e.g. a config that
+	// cannot be read; empty otherwise.
+	Reason   string         `json:"reason,omitempty"`
+	State    string         `json:"state,omitempty"` // with Reason, when there is no version
+	Versions []ModelVersion `json:"versions"`
+}
+
+// ModelVersion is one version of a model, with its state and statistics.
+type ModelVersion struct {
+	Version string `json:"version"`
+	// State is READY, UNAVAILABLE, LOADING, UNLOADING or UNKNOWN.
+	State string `json:"state"`
+	// Reason says why the version is not READY; on a READY version it is
+	// empty or a warning (a reload that failed, an unreadable repository).
+	Reason string `json:"reason,omitempty"`
+	// Label and GitCommit are the version's provenance, when it has one.
+	Label     string `json:"label,omitempty"`
+	GitCommit string `json:"git_commit,omitempty"`
+	// The statistics since the version loaded (zero unless READY).
+	InferenceCount uint64    `json:"inference_count"`
+	ExecutionCount uint64    `json:"execution_count"`
+	Successes      uint64    `json:"successes"`
+	Failures       uint64    `json:"failures"`
+	LastInference  time.Time `json:"last_inference,omitzero"`
+	AvgQueueMS     float64   `json:"avg_queue_ms"`
+	AvgComputeMS   float64   `json:"avg_compute_ms"`
+}
+
+// Healthy reports whether the version is fine: READY without a warning,
+// or simply not loaded (explicit mode) or unloaded on purpose.
+func (v *ModelVersion) Healthy() bool {
+	switch v.State {
+	case "READY":
+		return v.Reason == ""
+	case "UNKNOWN", "LOADING", "UNLOADING":
+		return true
+	default:
+		return v.Reason == "unloaded"
+	}
+}
+
+// View is one feature view and its freshness.
+type View struct {
+	Name     string   `json:"name"`
+	Entities []string `json:"entities"`
+	Features int      `json:"features"`
+	Online   bool     `json:"online"`
+	Source   string   `json:"source,omitempty"`
+	// TTLSeconds is the view's ttl; 0 means its data never goes stale.
+	TTLSeconds float64 `json:"ttl_seconds"`
+	Freshness
+	// Hot is the view's hot subset, nil when it has none.
+	Hot *HotSubset `json:"hot,omitempty"`
+}
+
+// Freshness is what the online store remembers of a view's data
+// (feature.ViewState) and what follows from it.
+type Freshness struct {
+	// Materialized is false when no materialization or push ever wrote
+	// the view.
+	Materialized bool      `json:"materialized"`
+	LastSuccess  time.Time `json:"last_success,omitzero"`
+	NewestEvent  time.Time `json:"newest_event,omitzero"`
+	Watermark    time.Time `json:"watermark,omitzero"`
+	Rows         int64     `json:"rows"`
+	// AgeSeconds is the time since LastSuccess (0 when never materialized).
+	AgeSeconds float64 `json:"age_seconds"`
+	// Stale is true when reads are refused: the ttl has passed since
+	// LastSuccess, or the view was never written. StaleReason says which.
+	Stale       bool   `json:"stale"`
+	StaleReason string `json:"stale_reason,omitempty"`
+	// Error is set when the state could not be read.
+	Error string `json:"error,omitempty"`
+}
+
+// HotSubset is a view's hot entity subset and its use.
+type HotSubset struct {
+	View       string  `json:"view"`
+	Keys       int     `json:"keys"`
+	TTLSeconds float64 `json:"ttl_seconds"`
+	Freshness
+	// Hits counts reads of hot entities answered from the hot copy and
+	// Misses those that fell back to the cold view, since the process
+	// started (from sluice_feature_hot_reads_total).
+	Hits   float64 `json:"hits"`
+	Misses float64 `json:"misses"`
+}
+
+// HitShare is Hits / (Hits + Misses), or -1 before any hot read.
+func (h *HotSubset) HitShare() float64 {
+	if h.Hits+h.Misses == 0 {
+		return -1
+	}
+	return h.Hits / (h.Hits + h.Misses)
+}
+
+// Gateway is the gateway's state, as its admin API reports it.
+type Gateway struct {
+	Ready    bool      `json:"ready"`
+	Services []Service `json:"services"`
+	Backends []Backend `json:"backends"`
+}
+
+// Service is one inference service of the gateway.
+type Service struct {
+	Name         string    `json:"name"`
+	Path         string    `json:"path"`
+	Model        string    `json:"model"`
+	ModelVersion string    `json:"model_version,omitempty"`
+	Routes       []Route   `json:"routes"`
+	Breaker      *Breaker  `json:"breaker,omitempty"`
+	Fallback     *Fallback `json:"fallback,omitempty"`
+	Rollout      *Rollout  `json:"rollout,omitempty"`
+	Shadow       *Shadow   `json:"shadow,omitempty"`
+}
+
+// Route is one routing rule of a service, in match order.
+type Route struct {
+	Name string `json:"name"`
+	// Match says which requests the route takes, "all" when it has no
+	// condition.
+	Match     string   `json:"match"`
+	Targets   []Target `json:"targets"`
+	StickyKey string   `json:"sticky_key,omitempty"`
+	Timeout   string   `json:"timeout,omitempty"`
+	Retries   int      `json:"retries,omitempty"`
+}
+
+// Target is one weighted share of a route.
+type Target struct {
+	Backend string `json:"backend"`
+	Version string `json:"version,omitempty"`
+	Weight  int    `json:"weight"`
+}
+
+// Breaker is a service's feature-level breaker.
+type Breaker struct {
+	Open        bool      `json:"open"`
+	OpenedAt    time.Time `json:"opened_at,omitzero"`
+	StaleEvents int       `json:"stale_events"`
+	Threshold   int       `json:"threshold"`
+	Window      string    `json:"window"`
+	TimesOpened int       `json:"times_opened"`
+}
+
+// Fallback is a service's business-level fallback.
+type Fallback struct {
+	Output    string    `json:"output"`
+	Rule      string    `json:"rule"`
+	Triggered bool      `json:"triggered"`
+	Since     time.Time `json:"since,omitzero"`
+	RecentP90 *float64  `json:"recent_p90,omitempty"`
+	Lower     *float64  `json:"baseline_lower,omitempty"`
+	Upper     *float64  `json:"baseline_upper,omitempty"`
+}
+
+// Rollout is a service's staged rollout.
+type Rollout struct {
+	State      string    `json:"state"`
+	Stage      int       `json:"stage"`
+	StageName  string    `json:"stage_name"`
+	Stages     int       `json:"stages"`
+	Traffic    float64   `json:"traffic_percent"`
+	StageSince time.Time `json:"stage_since,omitzero"`
+	Stable     string    `json:"stable"`
+	Candidate  string    `json:"candidate"`
+	Reason     string    `json:"reason,omitempty"`
+}
+
+// Shadow is a service's shadow traffic.
+type Shadow struct {
+	Backend string  `json:"backend,omitempty"`
+	Model   string  `json:"model,omitempty"`
+	Version string  `json:"version"`
+	Percent float64 `json:"percent"`
+	Key     string  `json:"key,omitempty"`
+}
+
+// Backend is one gateway backend and its endpoints.
+type Backend struct {
+	Name      string     `json:"name"`
+	Kind      string     `json:"kind"`
+	Endpoints []Endpoint `json:"endpoints"`
+}
+
+// Endpoint is one endpoint of a backend.
+type Endpoint struct {
+	Addr         string    `json:"addr"`
+	Healthy      bool      `json:"healthy"`
+	Ejected      bool      `json:"ejected"`
+	EjectedUntil time.Time `json:"ejected_until,omitzero"`
+	InFlight     int       `json:"in_flight"`
+	ErrorRate    float64   `json:"error_rate"`
+	Recent503    int       `json:"recent_503"`
+}
