@@ -329,17 +329,23 @@ func ago(now, t time.Time) string {
 	return humanDuration(now.Sub(t))
 }
 
-// humanDuration writes d the way an operator reads it: 12s, 4m10s, 2h05m,
-// 3d4h.
+// humanDuration writes d the way an operator reads it: 12s, 4m10s, 5m,
+// 2h05m, 6h, 3d4h, 7d.
 func humanDuration(d time.Duration) string {
 	d = d.Abs()
 	switch {
 	case d < time.Minute:
 		return strconv.Itoa(int(d/time.Second)) + "s"
 	case d < time.Hour:
-		return fmt.Sprintf("%dm%02ds", d/time.Minute, d%time.Minute/time.Second)
+		if sec := d % time.Minute / time.Second; sec > 0 {
+			return fmt.Sprintf("%dm%02ds", d/time.Minute, sec)
+		}
+		return fmt.Sprintf("%dm", d/time.Minute)
 	case d < 24*time.Hour:
-		return fmt.Sprintf("%dh%02dm", d/time.Hour, d%time.Hour/time.Minute)
+		if m := d % time.Hour / time.Minute; m > 0 {
+			return fmt.Sprintf("%dh%02dm", d/time.Hour, m)
+		}
+		return fmt.Sprintf("%dh", d/time.Hour)
 	}
 	if h := d % (24 * time.Hour) / time.Hour; h > 0 {
 		return fmt.Sprintf("%dd%dh", d/(24*time.Hour), h)

@@ -108,9 +108,9 @@ func TestStatus(t *testing.T) {
 			want: []string{
 				"DEGRADED (1 critical, 0 warnings)", "gateway   ready · 1 service · endpoints 1/1 routable",
 				"models    2/3 versions ready", "features  2/2 online views fresh",
-				"1 failed request seen (latest 1m00s ago: 401 invalid_api_key on parcel-eta)",
+				"1 failed request seen (latest 1m", "401 invalid_api_key on parcel-eta)",
 				"parcel_eta", "v1 READY  v2 READY", "42 inferences", "digits", "v1 UNAVAILABLE",
-				"user_stats", "materialized 3m00s ago, ttl 7d", "hot: 8 keys",
+				"user_stats", "materialized 3m", "ttl 7d", "hot: 8 keys",
 				"canary→v2 100% | default→v1 90% v2 10%", "shadow v2 1%", "breaker closed", "fallback off",
 				"PROBLEMS", "critical  models  digits v1  UNAVAILABLE: model_unreadable: bad  [31mfile",
 			},
