@@ -145,9 +145,12 @@ func TestRunClosedLoopHTTP(t *testing.T) {
 				require.Equal(t, 300*time.Microsecond, r.Server.ComputeInfer)
 				require.Equal(t, 50*time.Microsecond, r.Server.Overhead())
 				require.InDelta(t, 2.0, r.Server.AvgBatch(), 1e-9)
-				// The server saw at least the client's successes in these windows
-				// (snapshots bracket the windows, so a few more may land).
-				require.GreaterOrEqual(t, r.Server.Requests+uint64(3*r.Concurrency), uint64(r.Requests))
+				// The server-side figures come from statistics snapshots taken
+				// around the windows: a count of this run's requests, never more
+				// than the server ever answered. (How far the snapshots lag the
+				// client's windows depends on scheduling, so no tighter bound.)
+				require.Positive(t, r.Server.Requests)
+				require.LessOrEqual(t, r.Server.Requests, f.requests.Load())
 			}
 			require.Equal(t, 6, strings.Count(progress.String(), "perf: concurrency"), progress.String())
 			body, _ := f.lastBody.Load().([]byte)
