@@ -110,7 +110,7 @@ func newFakeHTTP(t *testing.T, f *fakeModel, peer bool) *httptest.Server {
 func quick(o Options) Options {
 	o.MeasurementInterval = 40 * time.Millisecond
 	o.MaxTrials = 4
-	o.StabilityPercentage = 1000 // the point here is the plumbing, not a quiet machine
+	o.StabilityPercentage = 1e6 // the point here is the plumbing, not a quiet machine: a stalled window may hold 20× fewer requests
 	return o
 }
 
