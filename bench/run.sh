@@ -27,6 +27,10 @@
 #   BENCH_FEATURE_SECONDS [3]          measured seconds per feature-read row at most
 #   BENCH_FEATURES_OUT [bench/results/features.md]
 #   SLUICE_REDIS_ADDR [127.0.0.1:6379] Redis for the feature store rows
+#   BENCH_GATEWAY [1]                  0 leaves the gateway benchmark out
+#   BENCH_GATEWAY_SECONDS [10]         measured seconds per proxy-hop target and rate
+#   BENCH_GATEWAY_CHAIN_SECONDS [6]    measured seconds per full-chain rate
+#   BENCH_GATEWAY_OUT [bench/results/gateway.md]
 # Quick run: BENCH_WINDOW_MS=500 BENCH_MAX_TRIALS=3 BENCH_CONCURRENCY=1,32 BENCH_ORT_SECONDS=1 BENCH_STARTUP_RUNS=1 bench/run.sh
 set -euo pipefail
 
@@ -183,4 +187,32 @@ if [ "${BENCH_FEATURES:-1}" != 0 ]; then
   timeout --signal=TERM --kill-after=10 900 "$WORK/featurebench" \
     -seconds "${BENCH_FEATURE_SECONDS:-3}" -redis "${SLUICE_REDIS_ADDR:-127.0.0.1:6379}" \
     -out "${BENCH_FEATURES_OUT:-bench/results/features.md}"
+fi
+
+# Gateway: the proxy hop (direct vs HAProxy vs the Sluice gateway, open
+# loop at a fixed rate) and the full chain (gateway -> features from Redis
+# -> parcel_eta) at rising rates, written to bench/results/gateway.md. The
+# harness starts and stops its own servers (by pid) and deletes its Redis
+# keys. HAProxy is a Debian package, installed only when running as root.
+if [ "${BENCH_GATEWAY:-1}" != 0 ]; then
+  say "gateway benchmark"
+  if ! command -v haproxy >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      say "installing the Debian package haproxy"
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get install -y -qq --no-install-recommends haproxy >/dev/null 2>&1 ||
+        { apt-get update -qq && apt-get install -y -qq --no-install-recommends haproxy >/dev/null; } ||
+        say "could not install haproxy; the HAProxy rows are left out"
+    else
+      say "haproxy missing (not root, so not installing); the HAProxy rows are left out"
+    fi
+  fi
+  GW_SECS="${BENCH_GATEWAY_SECONDS:-10}"
+  GW_CHAIN_SECS="${BENCH_GATEWAY_CHAIN_SECONDS:-6}"
+  go build -o "$WORK/gatewaybench" ./bench/cmd/gatewaybench
+  timeout --signal=TERM --kill-after=30 900 "$WORK/gatewaybench" \
+    -sluice-bin "$BIN" -peers "$PEERS" -seconds "$GW_SECS" -chain-seconds "$GW_CHAIN_SECS" \
+    -redis "${SLUICE_REDIS_ADDR:-127.0.0.1:6379}" \
+    -command "$invoked  # BENCH_GATEWAY_SECONDS=$GW_SECS BENCH_GATEWAY_CHAIN_SECONDS=$GW_CHAIN_SECS" \
+    -out "${BENCH_GATEWAY_OUT:-bench/results/gateway.md}"
 fi
