@@ -442,6 +442,7 @@ func autoNotes(rep *report) []string {
 	if len(busy) > 0 {
 		out = append(out, fmt.Sprintf("Rows that ran while work outside this benchmark kept more than 0.2 CPUs busy on average (CPUs): %s. Their tails measure that competition as much as the servers; rerun on a quiet machine before reading much into them.", strings.Join(busy, "; ")))
 	}
+	out = append(out, "On a shared 2-CPU machine the p99 columns, and the full chain above 2,000/s, move by several times from run to run with outside load (the *other* columns, the load average): read one run's verdicts next to its own *other* figures, and rerun before trusting a p99 that decides a target.")
 	out = append(out, "Absolute latencies include two loopback hops per proxy and the scheduler's wake-ups on a small shared machine; compare rows of the same run.")
 	return out
 }
