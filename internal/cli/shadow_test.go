@@ -354,10 +354,7 @@ func shadowNATS(t *testing.T) string {
 		}
 	}
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("nats with jetstream at %s: %v", url, err)
-		}
-		t.Skipf("nats with jetstream at %s not available: %v", url, err)
+		t.Fatalf("nats with jetstream at %s not available: %v", url, err)
 	}
 	return url
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -49,10 +48,7 @@ func realModels(t *testing.T) *modelrepo.Manager {
 	t.Helper()
 	lib, err := onnxruntime.FindLibrary("")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("ONNX Runtime library: %v (make test installs it)", err)
-		}
-		t.Skipf("ONNX Runtime library not installed: %v", err)
+		t.Fatalf("ONNX Runtime library not installed: %v", err)
 	}
 	ort, err := onnxruntime.New(onnxruntime.Options{LibraryPath: lib}, nil)
 	require.NoError(t, err)

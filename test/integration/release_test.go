@@ -830,10 +830,7 @@ func relNATS(t *testing.T) jetstream.JetStream {
 		cancel()
 	}
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("nats with jetstream at %s: %v", relNATSURL, err)
-		}
-		t.Skipf("nats with jetstream at %s not available: %v", relNATSURL, err)
+		t.Fatalf("nats with jetstream at %s not available: %v", relNATSURL, err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()

@@ -37,7 +37,7 @@ func newPrivateRedis(t *testing.T) *privateRedis {
 	t.Helper()
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
-		skipOrFail(t, "redis-server not installed: %v", err)
+		t.Fatalf("redis-server not installed: %v", err)
 	}
 	p := &privateRedis{t: t, path: path, port: freePort(t)}
 	p.start()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -13,16 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
-
-// skipOrFail skips the test, or fails it when running in CI, where the
-// dependency must be present.
-func skipOrFail(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
-}
 
 func newTestClient(t *testing.T, addr string) *redis.Client {
 	t.Helper()
@@ -42,7 +31,7 @@ func sharedRedis(t *testing.T) (*redis.Client, string) {
 	t.Helper()
 	c := newTestClient(t, "127.0.0.1:6379")
 	if err := c.Ping(t.Context()).Err(); err != nil {
-		skipOrFail(t, "redis at 127.0.0.1:6379: %v", err)
+		t.Fatalf("redis at 127.0.0.1:6379: %v", err)
 	}
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)

@@ -52,10 +52,7 @@ func needNATS(t *testing.T) string {
 		return err
 	}()
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("nats with jetstream at %s: %v", url, err)
-		}
-		t.Skipf("nats with jetstream at %s not available: %v", url, err)
+		t.Fatalf("nats with jetstream at %s not available: %v", url, err)
 	}
 	return url
 }
@@ -282,10 +279,7 @@ func startPrivateNATS(t *testing.T) *privateNATS {
 		}
 	}
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("nats-server binary: %v", err)
-		}
-		t.Skipf("nats-server binary not found: %v", err)
+		t.Fatalf("nats-server binary not found: %v", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

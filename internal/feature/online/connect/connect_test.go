@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -131,10 +130,7 @@ func TestOpenRedis(t *testing.T) {
 	c, err := net.DialTimeout("tcp", "127.0.0.1:6379", time.Second)
 	if err != nil {
 		// CI machines run Redis on 6379; a missing one there is a failure.
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("no redis at 127.0.0.1:6379: %v", err)
-		}
-		t.Skip("no redis at 127.0.0.1:6379")
+		t.Fatal("no redis at 127.0.0.1:6379")
 	}
 	_ = c.Close()
 	var b [6]byte
