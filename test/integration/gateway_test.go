@@ -211,10 +211,18 @@ type gwChain struct {
 }
 
 // gwStart writes a sluice.yaml with gateway as its gateway section (listen
-// and admin are filled in), the in-process model server and a feature
-// server on repo, starts `sluice serve -c` with env added to the
-// environment, and waits until the gateway's /ready answers 200.
+// and admin are filled in), the in-process model server serving parcel_eta
+// from examples/models and a feature server on repo, starts `sluice serve
+// -c` with env added to the environment, and waits until the gateway's
+// /ready answers 200.
 func gwStart(t *testing.T, repo string, gateway map[string]any, env ...string) *gwChain {
+	t.Helper()
+	return gwStartModel(t, "examples/models", "parcel_eta", repo, gateway, env...)
+}
+
+// gwStartModel is gwStart with the model server loading model from the
+// model repository modelRepo (relative to the module root).
+func gwStartModel(t *testing.T, modelRepo, model, repo string, gateway map[string]any, env ...string) *gwChain {
 	t.Helper()
 	addr := func() string { return fmt.Sprintf("127.0.0.1:%d", freePort(t)) }
 	c := &gwChain{listen: addr(), admin: addr(), features: addr(), models: addr()}
@@ -228,13 +236,13 @@ func gwStart(t *testing.T, repo string, gateway map[string]any, env ...string) *
 	gw["backends"] = []any{map[string]any{"name": "local", "kind": "in_process"}}
 	cfg := map[string]any{
 		"model_server": map[string]any{
-			"model_repository": []string{filepath.Join(repoDir, "examples/models")},
+			"model_repository": []string{filepath.Join(repoDir, modelRepo)},
 			"address":          "127.0.0.1",
 			"http_port":        port(c.models),
 			"grpc_port":        freePort(t),
 			"metrics_port":     freePort(t),
 			"control_mode":     "explicit",
-			"load_model":       []string{"parcel_eta"},
+			"load_model":       []string{model},
 			"backend_config":   map[string]any{"onnxruntime": map[string]any{"library": ortLib}},
 		},
 		"feature_server": map[string]any{"repo": repo, "address": "127.0.0.1", "port": port(c.features)},

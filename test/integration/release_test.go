@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -78,74 +77,10 @@ func relLongRouteKM(t *testing.T) float64 {
 	return p.LongRouteKM
 }
 
-// relStart is gwStart on the scenario's model repository: it writes a
-// sluice.yaml with gateway as its gateway section, starts `sluice serve
-// -c` and waits until the gateway's /ready answers 200.
+// relStart is gwStart on the scenario's model repository.
 func relStart(t *testing.T, repo string, gateway map[string]any, env ...string) *gwChain {
 	t.Helper()
-	addr := func() string { return fmt.Sprintf("127.0.0.1:%d", freePort(t)) }
-	c := &gwChain{listen: addr(), admin: addr(), features: addr(), models: addr()}
-	port := func(a string) int {
-		_, p, _ := strings.Cut(a, ":")
-		n, _ := strconv.Atoi(p)
-		return n
-	}
-	gw := maps.Clone(gateway)
-	gw["listen"], gw["admin"] = c.listen, c.admin
-	gw["backends"] = []any{map[string]any{"name": "local", "kind": "in_process"}}
-	cfg := map[string]any{
-		"model_server": map[string]any{
-			"model_repository": []string{filepath.Join(repoDir, relModelRepo)},
-			"address":          "127.0.0.1",
-			"http_port":        port(c.models),
-			"grpc_port":        freePort(t),
-			"metrics_port":     freePort(t),
-			"control_mode":     "explicit",
-			"load_model":       []string{relModel},
-			"backend_config":   map[string]any{"onnxruntime": map[string]any{"library": ortLib}},
-		},
-		"feature_server": map[string]any{"repo": repo, "address": "127.0.0.1", "port": port(c.features)},
-		"gateway":        gw,
-	}
-	var err error
-	if c.config, err = yaml.Marshal(cfg); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	mustWrite(t, path, c.config)
-
-	c.server = &server{http: c.listen, logs: &syncBuffer{}, done: make(chan struct{})}
-	c.cmd = exec.Command(binPath, "serve", "-c", path, "--log-format", "text")
-	c.cmd.Dir = t.TempDir() // every path in the file is absolute
-	c.cmd.Env = append(os.Environ(), env...)
-	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
-	c.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}, Timeout: 10 * time.Second}
-	begin := time.Now()
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { c.waitErr = c.cmd.Wait(); close(c.done) }()
-	t.Cleanup(func() {
-		c.stop(t)
-		c.client.CloseIdleConnections()
-	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		select {
-		case <-c.done:
-			t.Fatalf("sluice serve -c exited during start-up (%v); config:\n%s\nlogs:\n%s", c.waitErr, c.config, c.logs)
-		default:
-		}
-		if res, err := c.get(t.Context(), "http://"+c.listen+"/ready"); err == nil && res.code == http.StatusOK {
-			c.startup = time.Since(begin)
-			t.Logf("sluice serve -c ready in %v", c.startup.Round(time.Millisecond))
-			return c
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway not ready after 60s; logs:\n%s", c.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return gwStartModel(t, relModelRepo, relModel, repo, gateway, env...)
 }
 
 // relGateway is the gateway section every scenario run shares: one API
