@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sluice-ml/sluice/bench/internal/tailbuf"
 )
 
 // proc is a process this program started; it is only ever signalled by
@@ -24,7 +25,7 @@ import (
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	log  *tailBuffer
+	log  *tailbuf.Buffer
 	done chan struct{} // closed when the process has been reaped
 }
 
@@ -41,7 +42,7 @@ func (ps *procs) start(name, bin string, args, env []string) (*proc, error) {
 	// gracefully (SIGTERM first, in stopAll), not have them killed.
 	cmd := exec.CommandContext(context.Background(), bin, args...)
 	cmd.Env = append(os.Environ(), env...)
-	p := &proc{name: name, cmd: cmd, log: &tailBuffer{max: 16 << 10}, done: make(chan struct{})}
+	p := &proc{name: name, cmd: cmd, log: &tailbuf.Buffer{Max: 16 << 10}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -92,29 +93,6 @@ func (p *proc) stop() {
 	say("%s (pid %d) still running 10 s after SIGTERM; sending SIGKILL", p.name, p.pid())
 	_ = p.cmd.Process.Kill()
 	<-p.done
-}
-
-// tailBuffer keeps the last bytes written to it; safe for concurrent use.
-type tailBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	max int
-}
-
-func (t *tailBuffer) Write(b []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf.Write(b)
-	if over := t.buf.Len() - t.max; over > 0 {
-		t.buf.Next(over)
-	}
-	return len(b), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.buf.String()
 }
 
 // tail returns the last n lines of s.

@@ -1,16 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"os/exec"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sluice-ml/sluice/bench/internal/tailbuf"
 )
 
 // freePorts asks the kernel for n distinct free 127.0.0.1 ports. The ports
@@ -35,29 +35,6 @@ func freePorts(ctx context.Context, n int) ([]int, error) {
 	return ports, nil
 }
 
-// tailBuffer keeps the last bytes written to it; safe for concurrent use.
-type tailBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	max int
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf.Write(p)
-	if over := t.buf.Len() - t.max; over > 0 {
-		t.buf.Next(over)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.buf.String()
-}
-
 // measureStartup execs `bin serve` on free ports and returns the time from
 // exec to the first 200 from /v2/health/ready. The server is then stopped
 // with SIGTERM (SIGKILL after a grace period) and reaped before returning.
@@ -77,7 +54,7 @@ func measureStartup(ctx context.Context, bin string, repos []string, limit time.
 	// Not CommandContext: the process must be stopped by stopProcess
 	// (SIGTERM, then SIGKILL) and reaped, whatever happens to ctx.
 	cmd := exec.Command(bin, args...) //nolint:gosec,noctx // bin is the operator's -sluice-bin; stopped by stopProcess below
-	logs := &tailBuffer{max: 2048}
+	logs := &tailbuf.Buffer{Max: 2048}
 	cmd.Stdout = logs
 	cmd.Stderr = logs
 	url := "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/v2/health/ready"
