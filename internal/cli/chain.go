@@ -32,10 +32,6 @@ import (
 	"github.com/sluice-ml/sluice/internal/telemetry"
 )
 
-// loadConfig loads and validates sluice.yaml, returning every problem at
-// once.
-func loadConfig(path string) (*config.Config, error) { return config.Load(path) }
-
 // runChain runs what sluice.yaml describes in one process: the model
 // server, the feature server and the gateway, started in that order and
 // stopped in the reverse one.
@@ -45,7 +41,7 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := loadConfig(f.configFile)
+	cfg, err := config.Load(f.configFile)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
@@ -159,7 +155,7 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 	}
 	opts := gateway.Options{
 		Remote: remote,
-		Reload: func(context.Context) (*config.Config, error) { return loadConfig(f.configFile) },
+		Reload: func(context.Context) (*config.Config, error) { return config.Load(f.configFile) },
 	}
 	if ms != nil {
 		opts.Models = ms.mgr

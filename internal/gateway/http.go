@@ -232,7 +232,9 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, r *http.Re
 ) (a *answer, err error) {
 	start := time.Now()
 	var e accesslog.Entry
-	ctx = telemetry.Propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
+	if r.Header.Get("Traceparent") != "" {
+		ctx = telemetry.Propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
+	}
 	ctx, span := tracer.Start(ctx, "gateway.predict", trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("service", s.name), attribute.String("request_id", reqID)))
 	e.TraceID = telemetry.TraceID(ctx)
