@@ -86,6 +86,41 @@ type ViewReport struct {
 	Err error
 }
 
+// viewReportJSON is ViewReport's JSON form: snake_case keys like the rest
+// of the HTTP API, the duration in seconds and the error as its message.
+type viewReportJSON struct {
+	View            string     `json:"view"`
+	Start           *time.Time `json:"start,omitempty"`
+	End             *time.Time `json:"end,omitempty"`
+	RowsRead        int64      `json:"rows_read"`
+	Entities        int64      `json:"entities"`
+	Written         int64      `json:"written"`
+	Skipped         int64      `json:"skipped"`
+	HotWritten      int64      `json:"hot_written"`
+	DurationSeconds float64    `json:"duration_seconds"`
+	RowsPerSecond   float64    `json:"rows_per_second"`
+	Note            string     `json:"note,omitempty"`
+	Error           string     `json:"error,omitempty"`
+}
+
+// MarshalJSON writes the report with snake_case keys ("rows_read",
+// "duration_seconds", ...); a zero window (an offline-only view) is left
+// out and Err becomes "error", its message.
+func (r ViewReport) MarshalJSON() ([]byte, error) {
+	j := viewReportJSON{
+		View: r.View, RowsRead: r.RowsRead, Entities: r.Entities, Written: r.Written, Skipped: r.Skipped,
+		HotWritten: r.HotWritten, DurationSeconds: r.Duration.Seconds(), RowsPerSecond: r.RowsPerSecond(), Note: r.Note,
+	}
+	if !r.Start.IsZero() || !r.End.IsZero() {
+		start, end := r.Start.UTC(), r.End.UTC()
+		j.Start, j.End = &start, &end
+	}
+	if r.Err != nil {
+		j.Error = r.Err.Error()
+	}
+	return json.Marshal(j)
+}
+
 // RowsPerSecond is the view's source read rate.
 func (r ViewReport) RowsPerSecond() float64 {
 	if r.Duration <= 0 {
@@ -96,7 +131,7 @@ func (r ViewReport) RowsPerSecond() float64 {
 
 // Report is what a run did, one entry per selected view in name order.
 type Report struct {
-	Views []ViewReport
+	Views []ViewReport `json:"views"`
 }
 
 // scanFunc streams a view's source rows with event timestamps in

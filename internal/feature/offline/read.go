@@ -28,6 +28,12 @@ type colSpec struct {
 // sourceFiles lists the Parquet files of a file source's path: the file
 // itself, or the *.parquet files of a folder in name order. Relative paths
 // are resolved against dir. Display names keep the path as written.
+//
+// A folder without Parquet files lists nothing, which readers take as "no
+// rows yet", not an error: a push source's batch folder is created before
+// its first offline push writes a file, and materialization or a
+// historical retrieval in between must still work. A path that does not
+// exist is still an error.
 func sourceFiles(dir, path string) (full, display []string, err error) {
 	p := filepath.FromSlash(path)
 	if !filepath.IsAbs(p) {
@@ -50,9 +56,6 @@ func sourceFiles(dir, path string) (full, display []string, err error) {
 		}
 		full = append(full, filepath.Join(p, e.Name()))
 		display = append(display, filepath.Join(path, e.Name()))
-	}
-	if len(full) == 0 {
-		return nil, nil, fmt.Errorf("source %s: no .parquet files in the folder", path)
 	}
 	return full, display, nil
 }
