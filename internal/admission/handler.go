@@ -1,0 +1,258 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/sluice-ml/sluice/internal/jsonenc"
+)
+
+// Handler wraps next with listener's limits and the process budget b:
+//
+//   - more header fields than l.MaxHeaderCount: 431 too_many_headers;
+//   - a Content-Length over l.MaxBodyBytes: 413 body_too_large, before any
+//     byte of the body is read (and the connection is closed after the
+//     answer);
+//   - a Content-Length the budget cannot take now: 503 overloaded with
+//     Retry-After: 1, the body unread; otherwise the length is reserved
+//     up front;
+//   - a body of unknown length (chunked, or HTTP/2 without
+//     content-length): r.Body is wrapped so that each read is charged to
+//     the budget as it arrives, and a read past l.MaxBodyBytes or past the
+//     budget fails with an error matching ErrBodyTooLarge (and
+//     *http.MaxBytesError) or ErrOverloaded; next's own body reader
+//     answers those.
+//
+// Everything charged for a request is released when next returns, panics
+// included. Requests without a body (GET, HEAD, Content-Length: 0) only
+// pay the header check. A request with a Content-Encoding also carries an
+// account in its context for Charge, since decoding can grow it beyond
+// its wire bytes.
+//
+// listener names the port in the rejections metric. b and m may be nil:
+// an unlimited budget, unregistered metrics.
+func Handler(listener string, l Limits, b *Budget, m *Metrics, next http.Handler) http.Handler {
+	if b == nil {
+		b = NewBudget(0, nil)
+	}
+	return &handler{limits: l, budget: b, rej: orUnregistered(m).forListener(listener), next: next}
+}
+
+type handler struct {
+	limits Limits
+	budget *Budget
+	rej    *rejectCounters
+	next   http.Handler
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if limit := h.limits.MaxHeaderCount; limit > 0 && tooManyHeaders(r.Header, limit) {
+		h.rej.tooManyHeaders.Inc()
+		writeError(w, http.StatusRequestHeaderFieldsTooLarge, ReasonTooManyHeaders,
+			"request has more than "+strconv.Itoa(limit)+" header fields")
+		return
+	}
+	cl := r.ContentLength
+	if limit := h.limits.MaxBodyBytes; limit > 0 && cl > limit {
+		h.rej.bodyTooLarge.Inc()
+		// The body will never be read: have the server close the
+		// connection rather than drain it.
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
+			"request body of "+strconv.FormatInt(cl, 10)+" bytes exceeds the limit of "+strconv.FormatInt(limit, 10)+" bytes")
+		return
+	}
+	if cl > 0 {
+		if !h.budget.TryAcquire(cl) {
+			h.rej.overloaded.Inc()
+			writeOverloaded(w)
+			return
+		}
+		defer h.budget.Release(cl)
+	}
+	unknown := cl < 0 && r.Body != nil && r.Body != http.NoBody
+	if _, encoded := r.Header["Content-Encoding"]; !unknown && !encoded {
+		// The common case: nothing to wrap, nothing allocated.
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	h.serveAccounted(w, r, unknown)
+}
+
+// serveAccounted serves a request whose memory can grow as it is read: a
+// body of unknown length (wrap is true) or an encoded one. Its account is
+// released when next returns.
+func (h *handler) serveAccounted(w http.ResponseWriter, r *http.Request, wrap bool) {
+	a := &account{b: h.budget, rej: h.rej}
+	defer a.close()
+	r = r.WithContext(context.WithValue(r.Context(), accountKey{}, a))
+	if wrap {
+		rc := r.Body
+		if limit := h.limits.MaxBodyBytes; limit > 0 {
+			// MaxBytesReader also tells the server to close the connection
+			// once the limit is hit, but only given the server's own writer.
+			rc = http.MaxBytesReader(innermost(w), rc, limit)
+		}
+		r.Body = &body{rc: rc, acct: a, limit: h.limits.MaxBodyBytes}
+	}
+	h.next.ServeHTTP(w, r)
+}
+
+// tooManyHeaders reports whether hdr holds more than limit fields, each
+// value of a repeated field counting once.
+func tooManyHeaders(hdr http.Header, limit int) bool {
+	if len(hdr) > limit {
+		return true
+	}
+	n := 0
+	for _, v := range hdr {
+		n += len(v)
+		if n > limit {
+			return true
+		}
+	}
+	return false
+}
+
+// accountKey is the context key of a request's *account.
+type accountKey struct{}
+
+// account holds what one request charged to the budget beyond its
+// Content-Length reservation.
+type account struct {
+	b   *Budget
+	rej *rejectCounters
+
+	mu       sync.Mutex // protects charged, closed, rejected
+	charged  int64
+	closed   bool // the request is over: nothing more may be charged
+	rejected bool // a rejection was counted for this request
+}
+
+// charge takes n bytes from the budget for the rest of the request, or
+// returns ErrOverloaded.
+func (a *account) charge(n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed || !a.b.TryAcquire(n) {
+		if !a.rejected {
+			a.rejected = true
+			a.rej.overloaded.Inc()
+		}
+		return ErrOverloaded
+	}
+	a.charged += n
+	return nil
+}
+
+// countTooLarge counts one body_too_large rejection for the request.
+func (a *account) countTooLarge() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.rejected {
+		a.rejected = true
+		a.rej.bodyTooLarge.Inc()
+	}
+}
+
+// close releases everything charged; later charges fail.
+func (a *account) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.b.Release(a.charged)
+	a.charged = 0
+	a.closed = true
+}
+
+// Charge charges n more bytes to the request whose context is ctx, until
+// Handler is done with it: memory the handler holds beyond the wire bytes
+// admission counted, such as the growth of a decompressed body over its
+// compressed size. It returns ErrOverloaded when the budget cannot take
+// them; the caller then answers 503 overloaded.
+//
+// Handler puts an account in the context of requests whose memory can
+// grow as they are read: a Content-Encoding or a body of unknown length.
+// For other contexts (a plain body of known length, whose Content-Length
+// was reserved up front, or a context that did not come through Handler)
+// Charge does nothing and returns nil.
+func Charge(ctx context.Context, n int64) error {
+	a, ok := ctx.Value(accountKey{}).(*account)
+	if !ok {
+		return nil
+	}
+	return a.charge(n)
+}
+
+// body charges every chunk read to the request's account.
+type body struct {
+	rc    io.ReadCloser
+	acct  *account
+	limit int64
+	err   error // sticky: once refused, every later read fails the same way
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	n, err := b.rc.Read(p)
+	if n > 0 {
+		if cerr := b.acct.charge(int64(n)); cerr != nil {
+			b.err = cerr
+			return 0, cerr
+		}
+	}
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			b.acct.countTooLarge()
+			b.err = &BodyTooLargeError{Limit: b.limit}
+			return n, b.err
+		}
+	}
+	return n, err
+}
+
+func (b *body) Close() error { return b.rc.Close() }
+
+// innermost unwraps response writer wrappers (those with an Unwrap method,
+// as http.ResponseController expects) down to the server's own.
+func innermost(w http.ResponseWriter) http.ResponseWriter {
+	for range 16 { // wrappers do not nest deeper; the bound guards a cycle
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			break
+		}
+		w = u.Unwrap()
+	}
+	return w
+}
+
+// writeOverloaded answers 503 overloaded with Retry-After: 1: the refusal
+// is about this moment, not about the request.
+func writeOverloaded(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, ReasonOverloaded, ErrOverloaded.Error())
+}
+
+// writeError answers with the JSON error body {"error", "reason"}.
+func writeError(w http.ResponseWriter, code int, reason, msg string) {
+	b := make([]byte, 0, len(msg)+len(reason)+32)
+	b = append(b, `{"error":`...)
+	b = jsonenc.AppendString(b, msg)
+	b = append(b, `,"reason":`...)
+	b = jsonenc.AppendString(b, reason)
+	b = append(b, "}\n"...)
+	hdr := w.Header()
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	hdr.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(code)
+	_, _ = w.Write(b) //nolint:gosec // G705: a JSON body sent as application/json with nosniff, not HTML
+}
