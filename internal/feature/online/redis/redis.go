@@ -16,15 +16,20 @@
 // only on the rare delete, so reads pay nothing (a per-view generation
 // counter would add a round trip to every read).
 //
-// Every call is bounded by the dial/read/write timeouts and ctx; errors
-// from Redis wrap online.ErrUnavailable, and the client reconnects by
-// itself when Redis comes back.
+// Every round trip is bounded by the store's timeout (the read timeout for
+// reads, metadata reads and pings; the write timeout for writes and
+// deletes) and by the caller's deadline, whichever comes first, so a hung
+// Redis costs a call at most its timeout. Errors from Redis wrap
+// online.ErrUnavailable. A circuit breaker (guard.go) fails calls at once
+// after a run of failures and lets one probe through per interval; the
+// client reconnects by itself when Redis comes back.
 package redis
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -59,6 +64,17 @@ type Options struct {
 	WriteTimeout time.Duration // default 500ms
 	PoolSize     int           // per node; default go-redis's (10 per CPU)
 
+	// BreakerFailures is how many calls in a row must fail (Redis down,
+	// or no answer within the timeout) before the circuit breaker opens
+	// and calls fail at once; default DefaultBreakerFailures, negative
+	// disables the breaker.
+	BreakerFailures int
+	// BreakerProbe is how long the open breaker refuses calls before it
+	// lets one through to probe Redis; default DefaultBreakerProbe.
+	BreakerProbe time.Duration
+	// Logger receives the breaker's state changes; nil discards.
+	Logger *slog.Logger
+
 	// KeyPrefix overrides "sluice:<project>:"; tests use it to isolate.
 	KeyPrefix string
 }
@@ -71,6 +87,11 @@ type Store struct {
 	writeSHA  string
 	mode      Mode
 	batchSize int
+
+	// Every round trip is bounded by one of these and by the caller's
+	// deadline, whichever comes first (see guard).
+	readTimeout, writeTimeout time.Duration
+	breaker                   *breaker
 }
 
 // writeScript stores ARGV[1] under KEYS[1] unless ARGV[2] is "0" and the
@@ -131,7 +152,24 @@ func Open(ctx context.Context, project string, opts Options) (*Store, error) {
 		}
 		prefix = "sluice:" + project + ":"
 	}
-	s := &Store{prefix: prefix, mode: opts.Mode, batchSize: 1000}
+	if opts.BreakerFailures == 0 {
+		opts.BreakerFailures = DefaultBreakerFailures
+	}
+	if opts.BreakerProbe <= 0 {
+		opts.BreakerProbe = DefaultBreakerProbe
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{
+		prefix: prefix, mode: opts.Mode, batchSize: 1000,
+		readTimeout: opts.ReadTimeout, writeTimeout: opts.WriteTimeout,
+		breaker: newBreaker(opts.BreakerFailures, opts.BreakerProbe, opts.Logger.With("component", "online_store", "store", "redis")),
+	}
+	// The round-trip contexts carry the deadline (see timed); the pool
+	// timeout only matters to a caller without one, and must not be
+	// go-redis's default of read timeout + 1s.
+	poolTimeout := max(opts.ReadTimeout, opts.WriteTimeout)
 	maint := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	switch opts.Mode {
 	case "", Standalone:
@@ -139,14 +177,14 @@ func Open(ctx context.Context, project string, opts Options) (*Store, error) {
 		s.c = goredis.NewClient(&goredis.Options{
 			Addr: opts.Addrs[0], Username: opts.Username, Password: opts.Password, DB: opts.DB,
 			DialTimeout: opts.DialTimeout, ReadTimeout: opts.ReadTimeout, WriteTimeout: opts.WriteTimeout,
-			PoolSize: opts.PoolSize, ContextTimeoutEnabled: true, MaxRetries: 1, DialerRetries: 1,
+			PoolSize: opts.PoolSize, PoolTimeout: poolTimeout, ContextTimeoutEnabled: true, MaxRetries: 1, DialerRetries: 1,
 			DisableIdentity: true, MaintNotificationsConfig: maint,
 		})
 	case Cluster:
 		s.cluster = goredis.NewClusterClient(&goredis.ClusterOptions{
 			Addrs: opts.Addrs, Username: opts.Username, Password: opts.Password,
 			DialTimeout: opts.DialTimeout, ReadTimeout: opts.ReadTimeout, WriteTimeout: opts.WriteTimeout,
-			PoolSize: opts.PoolSize, ContextTimeoutEnabled: true, MaxRetries: 1, DialerRetries: 1,
+			PoolSize: opts.PoolSize, PoolTimeout: poolTimeout, ContextTimeoutEnabled: true, MaxRetries: 1, DialerRetries: 1,
 			DisableIdentity: true, MaintNotificationsConfig: maint,
 		})
 		s.c = s.cluster
@@ -158,7 +196,7 @@ func Open(ctx context.Context, project string, opts Options) (*Store, error) {
 			MasterName: opts.MasterName, SentinelAddrs: opts.Addrs,
 			Username: opts.Username, Password: opts.Password, DB: opts.DB,
 			DialTimeout: opts.DialTimeout, ReadTimeout: opts.ReadTimeout, WriteTimeout: opts.WriteTimeout,
-			PoolSize: opts.PoolSize, ContextTimeoutEnabled: true, MaxRetries: 1, DialerRetries: 1,
+			PoolSize: opts.PoolSize, PoolTimeout: poolTimeout, ContextTimeoutEnabled: true, MaxRetries: 1, DialerRetries: 1,
 			DisableIdentity: true,
 		})
 	default:
@@ -198,8 +236,8 @@ func checkView(view string) error {
 	return nil
 }
 
-// Read implements online.Store.
-func (s *Store) Read(ctx context.Context, keys []online.Key) ([]online.Result, error) {
+// read is Read without the breaker and the timeout.
+func (s *Store) read(ctx context.Context, keys []online.Key) ([]online.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("read redis: %w", err)
 	}
@@ -258,9 +296,9 @@ func fill(r *online.Result, view, v string) error {
 	return nil
 }
 
-// Write implements online.Store: pipelined, one atomic compare-and-set
-// script call per entry, in batches.
-func (s *Store) Write(ctx context.Context, entries []online.Entry, opts online.WriteOptions) (online.WriteStats, error) {
+// write is Write without the breaker: pipelined, one atomic
+// compare-and-set script call per entry, in batches.
+func (s *Store) write(ctx context.Context, entries []online.Entry, opts online.WriteOptions) (online.WriteStats, error) {
 	var st online.WriteStats
 	if err := ctx.Err(); err != nil {
 		return st, fmt.Errorf("write redis: %w", err)
@@ -280,7 +318,7 @@ func (s *Store) Write(ctx context.Context, entries []online.Entry, opts online.W
 			keys[i] = s.rowKey(e.Key.View, e.Key.Entity)
 			vals[i] = string(feature.AppendRecord(make([]byte, 0, 16+len(e.Record.Payload)), e.Record))
 		}
-		res, err := s.runWrites(ctx, keys, vals, over)
+		res, err := s.runWritesTimed(ctx, keys, vals, over)
 		if err != nil {
 			return st, err
 		}
@@ -333,9 +371,9 @@ func (s *Store) runWrites(ctx context.Context, keys, vals []string, over string)
 	return res, nil
 }
 
-// DeleteView implements online.Store: SCAN each master for the view's
-// keys and UNLINK them in batches.
-func (s *Store) DeleteView(ctx context.Context, view string) error {
+// deleteView is DeleteView without the breaker: SCAN each master for the
+// view's keys and UNLINK them in batches.
+func (s *Store) deleteView(ctx context.Context, view string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("delete view '%s': %w", view, err)
 	}
@@ -366,13 +404,15 @@ func (s *Store) deleteMatchingUniversal(ctx context.Context, pattern string) err
 }
 
 // deleteMatching scans one node. Keys are unlinked one per command so a
-// Cluster node never sees a cross-slot multi-key command.
+// Cluster node never sees a cross-slot multi-key command. Each SCAN step
+// with its UNLINKs is bounded by the write timeout.
 func (s *Store) deleteMatching(ctx context.Context, c *goredis.Client, pattern string) error {
-	var cursor uint64
-	for {
+	step := func(cursor uint64) (uint64, error) {
+		ctx, cancel := timed(ctx, s.writeTimeout)
+		defer cancel()
 		keys, next, err := c.Scan(ctx, cursor, pattern, int64(s.batchSize)).Result()
 		if err != nil {
-			return fmt.Errorf("scan: %w", err)
+			return 0, fmt.Errorf("scan: %w", err)
 		}
 		if len(keys) > 0 {
 			pipe := c.Pipeline()
@@ -380,8 +420,16 @@ func (s *Store) deleteMatching(ctx context.Context, c *goredis.Client, pattern s
 				pipe.Unlink(ctx, k)
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
-				return fmt.Errorf("unlink: %w", err)
+				return 0, fmt.Errorf("unlink: %w", err)
 			}
+		}
+		return next, nil
+	}
+	var cursor uint64
+	for {
+		next, err := step(cursor)
+		if err != nil {
+			return err
 		}
 		if next == 0 {
 			return nil
@@ -402,8 +450,8 @@ func globEscape(s string) string {
 	return b.String()
 }
 
-// GetMeta implements online.Store.
-func (s *Store) GetMeta(ctx context.Context, name string) ([]byte, error) {
+// getMeta is GetMeta without the breaker and the timeout.
+func (s *Store) getMeta(ctx context.Context, name string) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("get metadata '%s': %w", name, err)
 	}
@@ -417,8 +465,8 @@ func (s *Store) GetMeta(ctx context.Context, name string) ([]byte, error) {
 	return v, nil
 }
 
-// PutMeta implements online.Store.
-func (s *Store) PutMeta(ctx context.Context, name string, value []byte) error {
+// putMeta is PutMeta without the breaker and the timeout.
+func (s *Store) putMeta(ctx context.Context, name string, value []byte) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("put metadata '%s': %w", name, err)
 	}
@@ -428,8 +476,8 @@ func (s *Store) PutMeta(ctx context.Context, name string, value []byte) error {
 	return nil
 }
 
-// Ping implements online.Store; in Cluster mode every master must answer.
-func (s *Store) Ping(ctx context.Context) error {
+// ping is Ping without the breaker and the timeout.
+func (s *Store) ping(ctx context.Context) error {
 	var err error
 	if s.cluster != nil {
 		err = s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error {

@@ -1,0 +1,257 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/sluice-ml/sluice/internal/feature/online"
+)
+
+// Breaker defaults, used when Options leaves them zero.
+const (
+	// DefaultBreakerFailures is how many store calls in a row must fail
+	// before the breaker opens. One slow command (a big DEL blocking the
+	// server for longer than the read timeout) fails one call; three in a
+	// row means Redis is down or hung.
+	DefaultBreakerFailures = 3
+	// DefaultBreakerProbe is how long an open breaker fails calls at once
+	// before it lets one through to see whether Redis is back. It bounds
+	// how late the store notices a recovery; one probe per interval is no
+	// load on a server that is struggling.
+	DefaultBreakerProbe = 250 * time.Millisecond
+)
+
+// ErrBreakerOpen is wrapped (with online.ErrUnavailable) by the errors of
+// calls refused because the store's circuit breaker is open.
+var ErrBreakerOpen = errors.New("redis circuit breaker open")
+
+// errStoreTimeout is the cause of a round trip's context when the store's
+// own timeout ends it (rather than the caller's deadline).
+var errStoreTimeout = errors.New("redis round trip timed out")
+
+// BreakerState is a snapshot of the store's circuit breaker.
+type BreakerState struct {
+	// Open is true while calls are refused without reaching Redis (a
+	// probe may be in flight).
+	Open bool
+	// Opened counts the times the breaker opened since the store was
+	// opened.
+	Opened uint64
+	// Failures is the current run of failed calls.
+	Failures int
+}
+
+// outcome is how a store call ended, as the breaker sees it.
+type outcome uint8
+
+const (
+	// outcomeSuccess: Redis answered (even with an error of the request,
+	// such as a row that does not decode).
+	outcomeSuccess outcome = iota
+	// outcomeFailure: Redis could not be reached or did not answer within
+	// the store's timeout.
+	outcomeFailure
+	// outcomeNeutral: the caller gave up (its context ended) before the
+	// store's timeout; says nothing about Redis.
+	outcomeNeutral
+)
+
+// breaker is a consecutive-failure circuit breaker. Closed, it counts
+// failed calls in a row; at failures it opens and refuses every call.
+// After probe it lets a single call through: if that call succeeds the
+// breaker closes, if it fails the breaker stays open for another probe
+// interval. It stops a hung or dead Redis from costing every request the
+// full timeout while it is down, and it never sends more than one call at
+// a time to a server that has not answered.
+type breaker struct {
+	failures int // < 1 disables the breaker
+	probe    time.Duration
+	logger   *slog.Logger
+
+	mu       sync.Mutex // protects the fields below
+	fails    int        // consecutive failures while closed
+	open     bool
+	openedAt time.Time // when it opened, or when the last probe failed
+	probing  bool      // a probe call is in flight
+	opened   uint64
+}
+
+func newBreaker(failures int, probe time.Duration, logger *slog.Logger) *breaker {
+	return &breaker{failures: failures, probe: probe, logger: logger}
+}
+
+// allow reports whether a call may go to Redis now; probe is true when the
+// call is the open breaker's probe and must be reported with done.
+func (b *breaker) allow() (probe bool, err error) {
+	if b.failures < 1 {
+		return false, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.open {
+		return false, nil
+	}
+	if b.probing || time.Since(b.openedAt) < b.probe {
+		return false, fmt.Errorf("%w after %d failed calls in a row; it lets one call through every %s", ErrBreakerOpen, b.failures, b.probe)
+	}
+	b.probing = true
+	return true, nil
+}
+
+// done records how an allowed call ended.
+func (b *breaker) done(probe bool, o outcome, err error) {
+	if b.failures < 1 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if probe {
+		b.probing = false
+	}
+	switch o {
+	case outcomeSuccess:
+		if b.open {
+			b.open = false
+			b.logger.Info("online store circuit breaker closed: redis answers again")
+		}
+		b.fails = 0
+	case outcomeFailure:
+		switch {
+		case probe:
+			b.openedAt = time.Now() // still down: wait another interval
+		case !b.open:
+			b.fails++
+			if b.fails >= b.failures {
+				b.open, b.openedAt = true, time.Now()
+				b.opened++
+				b.logger.Warn("online store circuit breaker opened", "failures", b.fails, "probe_interval", b.probe, "err", err)
+			}
+		default: // a call let in before the breaker opened
+		}
+	case outcomeNeutral:
+	}
+}
+
+func (b *breaker) state() BreakerState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return BreakerState{Open: b.open, Opened: b.opened, Failures: b.fails}
+}
+
+// BreakerState returns the state of the store's circuit breaker.
+func (s *Store) BreakerState() BreakerState { return s.breaker.state() }
+
+// timed returns ctx bounded by the store timeout d as well: whichever of
+// the caller's deadline and d comes first ends the round trip. go-redis
+// applies the context's deadline to the socket (ContextTimeoutEnabled),
+// to the wait for a pooled connection and to dials, so no round trip
+// outlives it.
+func timed(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, d, errStoreTimeout)
+}
+
+// guard runs one store call through the breaker. fn gets ctx bounded by
+// timeout when timeout > 0 (calls of one round trip); calls of several
+// round trips pass 0 and bound each trip themselves. An error of a call
+// whose caller's context ended first is reported as that context's error,
+// not as the store being unavailable: the caller gave up, Redis may be
+// fine.
+func (s *Store) guard(ctx context.Context, op string, timeout time.Duration, fn func(context.Context) error) error {
+	probe, err := s.breaker.allow()
+	if err != nil {
+		return unavailable(op, err)
+	}
+	cctx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		cctx, cancel = timed(ctx, timeout)
+		defer cancel()
+	}
+	err = fn(cctx)
+	o := outcomeSuccess
+	if errors.Is(err, online.ErrUnavailable) {
+		o = outcomeFailure
+		if ctx.Err() != nil {
+			o = outcomeNeutral
+			err = fmt.Errorf("%s: %w", op, context.Cause(ctx))
+		}
+	} else if err != nil && ctx.Err() != nil {
+		o = outcomeNeutral
+	}
+	s.breaker.done(probe, o, err)
+	return err
+}
+
+// Read implements online.Store. It fails with online.ErrUnavailable
+// within the read timeout (or the caller's deadline, when sooner) when
+// Redis does not answer, and at once while the breaker is open.
+func (s *Store) Read(ctx context.Context, keys []online.Key) ([]online.Result, error) {
+	var out []online.Result
+	err := s.guard(ctx, "read redis", s.readTimeout, func(ctx context.Context) error {
+		var err error
+		out, err = s.read(ctx, keys)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Write implements online.Store; each pipelined batch is one round trip
+// bounded by the write timeout.
+func (s *Store) Write(ctx context.Context, entries []online.Entry, opts online.WriteOptions) (online.WriteStats, error) {
+	var st online.WriteStats
+	err := s.guard(ctx, "write redis", 0, func(ctx context.Context) error {
+		var err error
+		st, err = s.write(ctx, entries, opts)
+		return err
+	})
+	return st, err
+}
+
+// runWritesTimed is runWrites bounded by the write timeout.
+func (s *Store) runWritesTimed(ctx context.Context, keys, vals []string, over string) ([]int64, error) {
+	ctx, cancel := timed(ctx, s.writeTimeout)
+	defer cancel()
+	return s.runWrites(ctx, keys, vals, over)
+}
+
+// DeleteView implements online.Store; each SCAN step and its UNLINKs are
+// bounded by the write timeout.
+func (s *Store) DeleteView(ctx context.Context, view string) error {
+	return s.guard(ctx, fmt.Sprintf("delete view '%s'", view), 0, func(ctx context.Context) error {
+		return s.deleteView(ctx, view)
+	})
+}
+
+// GetMeta implements online.Store, bounded by the read timeout.
+func (s *Store) GetMeta(ctx context.Context, name string) ([]byte, error) {
+	var v []byte
+	err := s.guard(ctx, fmt.Sprintf("get metadata '%s'", name), s.readTimeout, func(ctx context.Context) error {
+		var err error
+		v, err = s.getMeta(ctx, name)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// PutMeta implements online.Store, bounded by the write timeout.
+func (s *Store) PutMeta(ctx context.Context, name string, value []byte) error {
+	return s.guard(ctx, fmt.Sprintf("put metadata '%s'", name), s.writeTimeout, func(ctx context.Context) error {
+		return s.putMeta(ctx, name, value)
+	})
+}
+
+// Ping implements online.Store, bounded by the read timeout; in Cluster
+// mode every master must answer.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.guard(ctx, "ping redis", s.readTimeout, s.ping)
+}

@@ -1,0 +1,224 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/feature/online"
+	"github.com/sluice-ml/sluice/internal/feature/online/onlinetest"
+)
+
+// failMargin is how much later than the store timeout a failing call may
+// return: scheduling on a loaded test machine, not Redis.
+const failMargin = 150 * time.Millisecond
+
+func TestBreakerStates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBreaker(3, 250*time.Millisecond, slog.New(slog.DiscardHandler))
+		boom := errors.New("boom")
+		call := func(o outcome) {
+			t.Helper()
+			probe, err := b.allow()
+			require.NoError(t, err)
+			b.done(probe, o, boom)
+		}
+
+		// Failures in a row open it; a success in between resets the run.
+		call(outcomeFailure)
+		call(outcomeFailure)
+		call(outcomeSuccess)
+		call(outcomeFailure)
+		call(outcomeFailure)
+		call(outcomeNeutral) // the caller gave up: no verdict on Redis
+		require.False(t, b.state().Open)
+		call(outcomeFailure)
+		require.Equal(t, BreakerState{Open: true, Opened: 1, Failures: 3}, b.state())
+
+		// Open: calls are refused until the probe interval has passed.
+		_, err := b.allow()
+		require.ErrorIs(t, err, ErrBreakerOpen)
+		time.Sleep(249 * time.Millisecond)
+		_, err = b.allow()
+		require.ErrorIs(t, err, ErrBreakerOpen)
+		time.Sleep(time.Millisecond)
+
+		// One probe at a time; a failed probe waits another interval.
+		probe, err := b.allow()
+		require.NoError(t, err)
+		require.True(t, probe)
+		_, err = b.allow()
+		require.ErrorIs(t, err, ErrBreakerOpen, "one probe in flight at a time")
+		b.done(true, outcomeFailure, boom)
+		_, err = b.allow()
+		require.ErrorIs(t, err, ErrBreakerOpen)
+		time.Sleep(250 * time.Millisecond)
+
+		// A probe whose caller gave up lets the next call probe.
+		probe, err = b.allow()
+		require.NoError(t, err)
+		b.done(probe, outcomeNeutral, nil)
+		require.True(t, b.state().Open)
+
+		// A successful probe closes it.
+		probe, err = b.allow()
+		require.NoError(t, err)
+		require.True(t, probe)
+		b.done(probe, outcomeSuccess, nil)
+		require.Equal(t, BreakerState{Open: false, Opened: 1}, b.state())
+		_, err = b.allow()
+		require.NoError(t, err)
+	})
+}
+
+func TestBreakerDisabled(t *testing.T) {
+	b := newBreaker(-1, time.Second, slog.New(slog.DiscardHandler))
+	for range 10 {
+		probe, err := b.allow()
+		require.NoError(t, err)
+		b.done(probe, outcomeFailure, errors.New("boom"))
+	}
+	require.False(t, b.state().Open)
+}
+
+// hungStore starts a private Redis, opens a store on it with 200ms
+// timeouts, writes one row and returns the store, the row's key and the
+// server.
+func hungStore(t *testing.T, opts Options) (*Store, online.Key, *server) {
+	t.Helper()
+	port := freePort(t)
+	srv := startServer(t, port, t.TempDir())
+	opts.Addrs = []string{"127.0.0.1:" + port}
+	opts.ReadTimeout, opts.WriteTimeout = 200*time.Millisecond, 200*time.Millisecond
+	s, err := Open(t.Context(), "hung", opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	k := online.Key{View: "v", Entity: onlinetest.Ent(1)}
+	_, err = s.Write(t.Context(), []online.Entry{{Key: k, Record: feature.Record{EventTS: 1, Payload: []byte("x")}}}, online.WriteOptions{})
+	require.NoError(t, err)
+	return s, k, srv
+}
+
+// freeze stops srv (SIGSTOP) until the returned function or the end of
+// the test resumes it.
+func freeze(t *testing.T, srv *server) (resume func()) {
+	t.Helper()
+	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGSTOP))
+	var once sync.Once
+	resume = func() { once.Do(func() { _ = srv.cmd.Process.Signal(syscall.SIGCONT) }) }
+	t.Cleanup(resume)
+	return resume
+}
+
+// TestHungServerFailsFast: a Redis that stops answering (SIGSTOP) fails
+// the very first call within the read timeout (not the timeout twice over
+// for go-redis's retry, nor the pool's wait); after a few failures the
+// breaker fails calls at once; after SIGCONT a read succeeds within a
+// second.
+func TestHungServerFailsFast(t *testing.T) {
+	s, k, srv := hungStore(t, Options{})
+	resume := freeze(t, srv)
+
+	start := time.Now()
+	_, err := s.Read(context.Background(), []online.Key{k})
+	took := time.Since(start)
+	require.ErrorIs(t, err, online.ErrUnavailable)
+	require.Less(t, took, 200*time.Millisecond+failMargin, "the first read after the hang fails within the read timeout")
+	t.Logf("first read after SIGSTOP failed in %s: %v", took, err)
+
+	// The caller's deadline wins when it is sooner; giving up is not
+	// Redis's failure.
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	start = time.Now()
+	_, err = s.Read(ctx, []online.Key{k})
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, online.ErrUnavailable)
+	require.Less(t, time.Since(start), 50*time.Millisecond+failMargin)
+
+	// Two more failures open the breaker; then calls fail without
+	// waiting for Redis.
+	for range DefaultBreakerFailures - 1 {
+		_, err = s.Read(context.Background(), []online.Key{k})
+		require.ErrorIs(t, err, online.ErrUnavailable)
+	}
+	require.True(t, s.BreakerState().Open)
+	for range 20 {
+		start = time.Now()
+		_, err = s.GetMeta(context.Background(), "m")
+		require.ErrorIs(t, err, online.ErrUnavailable)
+		if errors.Is(err, ErrBreakerOpen) {
+			require.Less(t, time.Since(start), 50*time.Millisecond, "an open breaker answers at once")
+		}
+	}
+	require.ErrorIs(t, s.Ping(context.Background()), online.ErrUnavailable)
+
+	resume()
+	resumed := time.Now()
+	var n int
+	for {
+		n++
+		_, err = s.Read(context.Background(), []online.Key{k})
+		if err == nil || time.Since(resumed) > 5*time.Second {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NoError(t, err)
+	recovered := time.Since(resumed)
+	t.Logf("recovered %s after SIGCONT (%d reads)", recovered, n)
+	require.Less(t, recovered, time.Second, "recovery within a second of SIGCONT")
+	require.Equal(t, BreakerState{Open: false, Opened: 1}, s.BreakerState())
+}
+
+// TestHungServerConcurrent: with more concurrent callers than pooled
+// connections, the ones waiting for a connection also fail within the
+// timeout (go-redis's pool timeout would be read timeout + 1s, retried).
+func TestHungServerConcurrent(t *testing.T) {
+	s, k, srv := hungStore(t, Options{PoolSize: 4, BreakerFailures: -1})
+	freeze(t, srv)
+	const callers = 32
+	var wg sync.WaitGroup
+	errs := make([]error, callers)
+	for i := range callers {
+		wg.Go(func() {
+			start := time.Now()
+			_, err := s.Read(context.Background(), []online.Key{k})
+			if took := time.Since(start); took >= 200*time.Millisecond+failMargin {
+				err = fmt.Errorf("took %s: %w", took, err)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.ErrorIs(t, err, online.ErrUnavailable, "caller %d", i)
+		require.NotContains(t, err.Error(), "took", "caller %d", i)
+	}
+}
+
+// TestHungServerWrites: writes and metadata writes are bounded by the
+// write timeout too.
+func TestHungServerWrites(t *testing.T) {
+	s, k, srv := hungStore(t, Options{BreakerFailures: -1})
+	freeze(t, srv)
+	start := time.Now()
+	_, err := s.Write(context.Background(), []online.Entry{{Key: k, Record: feature.Record{EventTS: 2}}}, online.WriteOptions{})
+	require.ErrorIs(t, err, online.ErrUnavailable)
+	require.Less(t, time.Since(start), 200*time.Millisecond+failMargin)
+	start = time.Now()
+	require.ErrorIs(t, s.PutMeta(context.Background(), "m", []byte("x")), online.ErrUnavailable)
+	require.Less(t, time.Since(start), 200*time.Millisecond+failMargin)
+	start = time.Now()
+	require.ErrorIs(t, s.DeleteView(context.Background(), "v"), online.ErrUnavailable)
+	require.Less(t, time.Since(start), 200*time.Millisecond+failMargin)
+}
