@@ -189,7 +189,7 @@ func Open(ctx context.Context, cfg Config, project, baseDir string, logger *slog
 			Mode: mode, Addrs: addrs, MasterName: cfg.Redis.MasterName,
 			Username: cfg.Redis.Username, Password: cfg.Redis.Password, DB: cfg.Redis.DB,
 			DialTimeout: cfg.Redis.DialTimeout, ReadTimeout: cfg.Redis.ReadTimeout, WriteTimeout: cfg.Redis.WriteTimeout,
-			PoolSize: cfg.Redis.PoolSize,
+			PoolSize: cfg.Redis.PoolSize, Logger: logger,
 		})
 		if err != nil {
 			return nil, err

@@ -23,8 +23,9 @@ const (
 )
 
 type metrics struct {
-	requests *prometheus.CounterVec   // store, op, outcome
-	duration *prometheus.HistogramVec // store, op
+	requests    *prometheus.CounterVec   // store, op, outcome
+	duration    *prometheus.HistogramVec // store, op
+	breakerOpen *prometheus.GaugeVec     // store
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -38,21 +39,37 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Online store call latency by store type and operation.",
 			Buckets: []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 		}, []string{"store", "op"})),
+		breakerOpen: telemetry.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_feature_online_breaker_open",
+			Help: "1 while the online store's circuit breaker is open (calls fail at once; one probe per interval), else 0. Only stores with a breaker (redis) export it.",
+		}, []string{"store"})),
 	}
+}
+
+// breakerStore is a store with a circuit breaker (redis.Store).
+type breakerStore interface {
+	BreakerOpen() bool
 }
 
 // instrumented wraps an online.Store with request metrics.
 type instrumented struct {
 	online.Store
-	store string
-	m     *metrics
+	store   string
+	m       *metrics
+	breaker breakerStore     // nil when the store has none
+	open    prometheus.Gauge // breakerOpen of store; nil without a breaker
 }
 
 // Instrument wraps s so every call is counted and timed under the store
 // label kind ("embedded" or "redis"). reg nil leaves the metrics
 // unregistered.
 func Instrument(s online.Store, kind string, reg prometheus.Registerer) online.Store {
-	return &instrumented{Store: s, store: kind, m: newMetrics(reg)}
+	i := &instrumented{Store: s, store: kind, m: newMetrics(reg)}
+	if b, ok := s.(breakerStore); ok {
+		i.breaker, i.open = b, i.m.breakerOpen.WithLabelValues(kind)
+		i.open.Set(0)
+	}
+	return i
 }
 
 // Unwrap returns the wrapped store.
@@ -68,6 +85,15 @@ func (i *instrumented) observe(op string, start time.Time, err error) {
 		outcome = "error"
 	}
 	i.m.requests.WithLabelValues(i.store, op, outcome).Inc()
+	if i.breaker != nil {
+		// The breaker changes state only at the end of a call, so
+		// reading it after each one keeps the gauge current.
+		v := 0.0
+		if i.breaker.BreakerOpen() {
+			v = 1
+		}
+		i.open.Set(v)
+	}
 }
 
 func (i *instrumented) Read(ctx context.Context, keys []online.Key) ([]online.Result, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/feature/online"
@@ -71,6 +72,7 @@ type breaker struct {
 	failures int // < 1 disables the breaker
 	probe    time.Duration
 	logger   *slog.Logger
+	isOpen   atomic.Bool // mirrors open, for readers on the hot path
 
 	mu       sync.Mutex // protects the fields below
 	fails    int        // consecutive failures while closed
@@ -116,6 +118,7 @@ func (b *breaker) done(probe bool, o outcome, err error) {
 	case outcomeSuccess:
 		if b.open {
 			b.open = false
+			b.isOpen.Store(false)
 			b.logger.Info("online store circuit breaker closed: redis answers again")
 		}
 		b.fails = 0
@@ -127,6 +130,7 @@ func (b *breaker) done(probe bool, o outcome, err error) {
 			b.fails++
 			if b.fails >= b.failures {
 				b.open, b.openedAt = true, time.Now()
+				b.isOpen.Store(true)
 				b.opened++
 				b.logger.Warn("online store circuit breaker opened", "failures", b.fails, "probe_interval", b.probe, "err", err)
 			}
@@ -144,6 +148,10 @@ func (b *breaker) state() BreakerState {
 
 // BreakerState returns the state of the store's circuit breaker.
 func (s *Store) BreakerState() BreakerState { return s.breaker.state() }
+
+// BreakerOpen reports whether the store's circuit breaker is open. It is
+// cheap enough to call after every store call.
+func (s *Store) BreakerOpen() bool { return s.breaker.isOpen.Load() }
 
 // timed returns ctx bounded by the store timeout d as well: whichever of
 // the caller's deadline and d comes first ends the round trip. go-redis
