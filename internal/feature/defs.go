@@ -106,6 +106,11 @@ type ViewState struct {
 	NewestEventTS time.Time `json:"newest_event_ts"`
 	// Rows is how many rows the last run wrote.
 	Rows int64 `json:"rows"`
+	// Schema is the id (SchemaID.String) of the schema the last
+	// materialization wrote rows with; empty before rows carried their
+	// schema. An incremental run under another schema re-reads the
+	// view's whole window, so rows of the old schema are rewritten.
+	Schema string `json:"schema,omitempty"`
 }
 
 // ViewStateName is the metadata name of a view's ViewState.

@@ -10,11 +10,16 @@ import (
 
 // Record is one stored row of a view for one entity: what online stores
 // keep per (view, entity key). Payload is the view's features encoded with
-// AppendValues, in schema order; stores never look inside it.
+// AppendValues, in the order of the schema Schema identifies; stores never
+// look inside it.
 type Record struct {
 	EventTS   int64 // ns since the epoch, UTC
 	CreatedTS int64 // ns since the epoch, UTC; 0 when the source has none
-	Payload   []byte
+	// Schema identifies the schema Payload was encoded with
+	// (Fingerprint); zero for a legacy row, written before rows carried
+	// it.
+	Schema  SchemaID
+	Payload []byte
 }
 
 // Newer reports whether r should replace old: a later event timestamp, or
@@ -26,27 +31,64 @@ func (r Record) Newer(old Record) bool {
 	return r.CreatedTS > old.CreatedTS
 }
 
+// Replaces reports whether a write of r replaces the stored row old when
+// it is not an overwrite: r is newer, or it has the same timestamps and
+// another schema. The second case lets materialization after a schema
+// change rewrite rows whose event time did not change; it never moves a
+// value backwards in time.
+func (r Record) Replaces(old Record) bool {
+	if r.Newer(old) {
+		return true
+	}
+	return r.EventTS == old.EventTS && r.CreatedTS == old.CreatedTS && r.Schema != old.Schema
+}
+
 // ErrCorrupt reports stored bytes that do not decode.
 var ErrCorrupt = errors.New("corrupt feature record")
 
+// Storage form. A record starts with its event and created timestamps (8
+// bytes little-endian each), so stores can compare them without decoding
+// the rest (the Redis store's Lua script does). Then comes recordTag and
+// the 8-byte schema id (little-endian), then the payload: RecordHeader
+// bytes in all. Legacy records have the payload right after the
+// timestamps; their payload starts with a presence byte (0 or 1) or is
+// empty, which is how ParseRecord tells them from tagged records.
+const (
+	recordTag    = 2
+	RecordHeader = 16 + 1 + 8 // timestamps, tag, schema id
+)
+
 // AppendRecord appends r's storage form: event ts, created ts (8 bytes
-// little-endian each), then the payload.
+// little-endian each), a tag byte, the schema id (8 bytes little-endian),
+// then the payload.
 func AppendRecord(dst []byte, r Record) []byte {
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.EventTS))
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.CreatedTS))
+	dst = append(dst, recordTag)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.Schema))
 	return append(dst, r.Payload...)
 }
 
-// ParseRecord decodes AppendRecord's output. Payload aliases b.
+// ParseRecord decodes AppendRecord's output, and the legacy form without
+// tag and schema id (Schema is zero then). Payload aliases b.
 func ParseRecord(b []byte) (Record, error) {
 	if len(b) < 16 {
 		return Record{}, fmt.Errorf("%w: %d bytes, need at least 16", ErrCorrupt, len(b))
 	}
-	return Record{
+	r := Record{
 		EventTS:   int64(binary.LittleEndian.Uint64(b)),
 		CreatedTS: int64(binary.LittleEndian.Uint64(b[8:])),
 		Payload:   b[16:],
-	}, nil
+	}
+	if len(b) == 16 || b[16] < recordTag {
+		return r, nil // legacy: the payload's first presence byte, or none
+	}
+	if b[16] != recordTag || len(b) < RecordHeader {
+		return Record{}, fmt.Errorf("%w: unknown record tag %d or short header (%d bytes)", ErrCorrupt, b[16], len(b))
+	}
+	r.Schema = SchemaID(binary.LittleEndian.Uint64(b[17:]))
+	r.Payload = b[RecordHeader:]
+	return r, nil
 }
 
 // AppendValues encodes vals (one per field, in schema order) for storage.

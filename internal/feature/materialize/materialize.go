@@ -27,6 +27,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -67,6 +68,12 @@ type Options struct {
 	// run's end) are still picked up. Re-reading the overlap is harmless:
 	// rows already stored are skipped.
 	LateOverlap time.Duration
+	// FutureTolerance is how far past the time of the run a source row's
+	// event or created timestamp may be; rows beyond it are skipped and
+	// counted (ViewReport.Future), never stored. Zero takes the
+	// repository's future_timestamp_tolerance (default 5m); negative
+	// means no limit.
+	FutureTolerance time.Duration
 }
 
 // ViewReport is what a run did for one view.
@@ -78,7 +85,16 @@ type ViewReport struct {
 	Written    int64     // rows the store kept
 	Skipped    int64     // rows the store already had, or had newer
 	HotWritten int64     // rows written to the view's hot subset
-	Duration   time.Duration
+	// Future counts source rows skipped because their event or created
+	// timestamp is more than the future tolerance past the time of the
+	// run. Rows after the window's end are only read, and counted, when
+	// the window reaches the time of the run.
+	Future int64
+	// SchemaChanged is set when an incremental run found the view's
+	// schema changed since its last run and re-read its whole window to
+	// rewrite the rows of the old schema.
+	SchemaChanged bool
+	Duration      time.Duration
 	// Note explains a view that was not materialized (offline-only, or
 	// nothing to do); empty otherwise.
 	Note string
@@ -97,6 +113,8 @@ type viewReportJSON struct {
 	Written         int64      `json:"written"`
 	Skipped         int64      `json:"skipped"`
 	HotWritten      int64      `json:"hot_written"`
+	Future          int64      `json:"future,omitempty"`
+	SchemaChanged   bool       `json:"schema_changed,omitempty"`
 	DurationSeconds float64    `json:"duration_seconds"`
 	RowsPerSecond   float64    `json:"rows_per_second"`
 	Note            string     `json:"note,omitempty"`
@@ -109,7 +127,7 @@ type viewReportJSON struct {
 func (r ViewReport) MarshalJSON() ([]byte, error) {
 	j := viewReportJSON{
 		View: r.View, RowsRead: r.RowsRead, Entities: r.Entities, Written: r.Written, Skipped: r.Skipped,
-		HotWritten: r.HotWritten, DurationSeconds: r.Duration.Seconds(), RowsPerSecond: r.RowsPerSecond(), Note: r.Note,
+		HotWritten: r.HotWritten, Future: r.Future, SchemaChanged: r.SchemaChanged, DurationSeconds: r.Duration.Seconds(), RowsPerSecond: r.RowsPerSecond(), Note: r.Note,
 	}
 	if !r.Start.IsZero() || !r.End.IsZero() {
 		start, end := r.Start.UTC(), r.End.UTC()
@@ -147,6 +165,9 @@ type Materializer struct {
 	log   *slog.Logger
 	met   *metrics
 	scan  scanFunc
+	// schemas records the schemas of the rows written (once per view and
+	// schema for this Materializer).
+	schemas online.SchemaRecorder
 }
 
 // New returns a Materializer for repo's views writing to store. A nil
@@ -214,8 +235,11 @@ func (m *Materializer) RunIncremental(ctx context.Context, end time.Time, views 
 			return ViewReport{View: v.Name}, err
 		}
 		var start time.Time
+		// Rows of an older schema must be rewritten, and the old
+		// watermark would skip them: re-read as if never materialized.
+		changed := found && st.Schema != "" && st.Schema != feature.Fingerprint(v.Schema).String()
 		switch {
-		case found && !st.Watermark.IsZero():
+		case found && !st.Watermark.IsZero() && !changed:
 			start = st.Watermark.Add(-m.opts.LateOverlap)
 		case v.TTL > 0:
 			start = now.Add(-v.TTL)
@@ -228,7 +252,13 @@ func (m *Materializer) RunIncremental(ctx context.Context, end time.Time, views 
 				Note: fmt.Sprintf("nothing to do: already materialized up to %s", fmtTime(start)),
 			}, nil
 		}
-		return m.materializeView(ctx, v, start, end, now, false)
+		if changed {
+			m.log.Info("feature view schema changed since its last materialization; re-reading its whole window",
+				"view", v.Name, "start", start, "old_schema", st.Schema)
+		}
+		vr, err := m.materializeView(ctx, v, start, end, now, false)
+		vr.SchemaChanged = changed
+		return vr, err
 	})
 }
 
@@ -302,12 +332,32 @@ func (m *Materializer) materializeView(ctx context.Context, v *feature.View, sta
 		return vr, err
 	}
 	prog := newProgress(m.opts.Progress, v.Name, time.Now)
+	schema := feature.Fingerprint(v.Schema)
+
+	// Rows dated past now + the tolerance are skipped and counted. A
+	// window that reaches now is scanned on to the end of time to count
+	// them (only future rows lie there); rows after the window's end but
+	// within the tolerance are left for the next run.
+	endNS, scanEnd := end.UnixNano(), end
+	limit := int64(math.MaxInt64)
+	if tol := m.futureTolerance(); tol >= 0 {
+		limit = now.Add(tol).UnixNano()
+		if !end.Before(now) {
+			scanEnd = time.Unix(0, math.MaxInt64).UTC()
+		}
+	}
 
 	// latest holds the newest row of each entity seen so far, keyed by
 	// the entity's storage key. An exact tie goes to the later row.
 	latest := make(map[string]feature.Record)
 	var key []byte
-	err = m.scan(ctx, m.repo, v, start, end, func(r offline.Row) error {
+	err = m.scan(ctx, m.repo, v, start, scanEnd, func(r offline.Row) error {
+		if r.EventTS > endNS || r.EventTS > limit || r.CreatedTS > limit {
+			if r.EventTS > limit || r.CreatedTS > limit {
+				vr.Future++
+			}
+			return nil
+		}
 		vr.RowsRead++
 		prog.update(vr.RowsRead)
 		var err error
@@ -323,15 +373,28 @@ func (m *Materializer) materializeView(ctx context.Context, v *feature.View, sta
 		if err != nil {
 			return fmt.Errorf("source row %d: %w", vr.RowsRead, err)
 		}
-		latest[string(key)] = feature.Record{EventTS: r.EventTS, CreatedTS: r.CreatedTS, Payload: payload}
+		latest[string(key)] = feature.Record{EventTS: r.EventTS, CreatedTS: r.CreatedTS, Schema: schema, Payload: payload}
 		return nil
 	})
+	if vr.Future > 0 {
+		m.met.rows.WithLabelValues(v.Name, "future").Add(float64(vr.Future))
+		m.log.Warn("skipped source rows dated in the future", "view", v.Name, "rows", vr.Future,
+			"limit", time.Unix(0, limit).UTC())
+	}
 	if err != nil {
 		vr.Duration = time.Since(began)
 		prog.done(vr.RowsRead, "failed")
 		return vr, fmt.Errorf("scan source: %w", err)
 	}
 	vr.Entities = int64(len(latest))
+
+	// The rows' schema is recorded before any row is visible, so a
+	// reader can always decode them by name.
+	if _, err := m.schemas.Record(ctx, m.store, v.Name, v.Schema); err != nil {
+		vr.Duration = time.Since(began)
+		prog.done(vr.RowsRead, "failed")
+		return vr, err
+	}
 
 	// Write in key order: B-tree stores take sorted inserts best.
 	var newest int64
@@ -391,11 +454,11 @@ func (m *Materializer) materializeView(ctx context.Context, v *feature.View, sta
 		newestTS = time.Unix(0, newest).UTC()
 	}
 	if v.Hot != nil {
-		if err := m.recordState(ctx, v.Hot.View, end, now, newestTS, vr.HotWritten, overwrite); err != nil {
+		if err := m.recordState(ctx, v.Hot.View, end, now, newestTS, vr.HotWritten, overwrite, schema); err != nil {
 			return vr, err
 		}
 	}
-	if err := m.recordState(ctx, v.Name, end, now, newestTS, vr.Written, overwrite); err != nil {
+	if err := m.recordState(ctx, v.Name, end, now, newestTS, vr.Written, overwrite, schema); err != nil {
 		return vr, err
 	}
 	vr.Duration = time.Since(began)
@@ -403,6 +466,19 @@ func (m *Materializer) materializeView(ctx context.Context, v *feature.View, sta
 	m.met.lastMaterial.WithLabelValues(v.Name).Set(float64(now.UnixNano()) / 1e9)
 	prog.done(vr.RowsRead, fmt.Sprintf("written %s  skipped %s", commas(vr.Written), commas(vr.Skipped)))
 	return vr, nil
+}
+
+// futureTolerance is Options.FutureTolerance, else the repository's
+// future_timestamp_tolerance; negative means no limit.
+func (m *Materializer) futureTolerance() time.Duration {
+	switch {
+	case m.opts.FutureTolerance != 0:
+		return m.opts.FutureTolerance
+	case m.repo.Config.FutureTimestampTolerance > 0:
+		return m.repo.Config.FutureTimestampTolerance
+	default:
+		return registry.DefaultFutureTimestampTolerance
+	}
 }
 
 // hotKeys returns the storage keys of v's hot entities (nil without a hot
@@ -446,7 +522,7 @@ func (m *Materializer) loadState(ctx context.Context, view string) (feature.View
 // recordState updates a view's state after a successful run: the
 // watermark only moves forward (unless overwrite), the newest event
 // timestamp never moves backwards.
-func (m *Materializer) recordState(ctx context.Context, view string, end, now, newest time.Time, written int64, overwrite bool) error {
+func (m *Materializer) recordState(ctx context.Context, view string, end, now, newest time.Time, written int64, overwrite bool, schema feature.SchemaID) error {
 	st, _, err := m.loadState(ctx, view)
 	if err != nil {
 		if !overwrite {
@@ -463,6 +539,7 @@ func (m *Materializer) recordState(ctx context.Context, view string, end, now, n
 		st.NewestEventTS = newest
 	}
 	st.Rows = written
+	st.Schema = schema.String()
 	b, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encode view state: %w", err)

@@ -20,7 +20,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return &metrics{
 		rows: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_feature_materialize_rows_total",
-			Help: "Rows materialized into the online store, by feature view and outcome (written, or skipped because the stored row is newer or the same).",
+			Help: "Source rows materialized into the online store, by feature view and outcome: written; skipped because the stored row is newer, or the same under the same schema; or future, skipped because the row is dated more than future_timestamp_tolerance past the time of the run.",
 		}, []string{"view", "outcome"})),
 		duration: telemetry.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:                           "sluice_feature_materialize_duration_seconds",

@@ -40,7 +40,8 @@ type Result struct {
 // WriteOptions tune Write.
 type WriteOptions struct {
 	// Overwrite replaces stored rows even when they are newer; without it
-	// a row only replaces an older one (feature.Record.Newer), so a write
+	// a row only replaces an older one, or one with the same timestamps
+	// written under another schema (feature.Record.Replaces), so a write
 	// never moves a value backwards in time.
 	Overwrite bool
 }
@@ -48,7 +49,7 @@ type WriteOptions struct {
 // WriteStats count what a Write did.
 type WriteStats struct {
 	Written int // rows stored
-	Skipped int // rows not stored because the stored row is newer or the same
+	Skipped int // rows not stored because the stored row is newer, or the same under the same schema
 }
 
 // Store is an online store. Implementations are safe for concurrent use.

@@ -3,6 +3,7 @@ package registry
 import (
 	"fmt"
 	"regexp"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -40,7 +41,16 @@ type Config struct {
 	// not with Feast's v3 entity-hash layout, so the version has no
 	// meaning here. It is kept so Feast repositories load unchanged.
 	EntityKeySerializationVersion int `yaml:"entity_key_serialization_version"`
+	// FutureTimestampTolerance is how far in the future a pushed row's or
+	// a source row's timestamp may be: beyond it a push is refused and
+	// materialization skips (and counts) the row, so a row with a wrong
+	// clock never reaches the online store. Omitted or 0 means
+	// DefaultFutureTimestampTolerance.
+	FutureTimestampTolerance time.Duration `yaml:"future_timestamp_tolerance"`
 }
+
+// DefaultFutureTimestampTolerance is future_timestamp_tolerance's default.
+const DefaultFutureTimestampTolerance = 5 * time.Minute
 
 var projectRE = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
 
@@ -98,6 +108,12 @@ func parseConfig(data []byte, errs *[]Error) Config {
 	case "redis":
 	default:
 		bad("online_store", "online_store type %q is not supported (want embedded or redis)", cfg.Online.Type)
+	}
+	switch {
+	case cfg.FutureTimestampTolerance < 0:
+		bad("future_timestamp_tolerance", "future_timestamp_tolerance %s is negative", cfg.FutureTimestampTolerance)
+	case cfg.FutureTimestampTolerance == 0:
+		cfg.FutureTimestampTolerance = DefaultFutureTimestampTolerance
 	}
 	switch cfg.Offline.Type {
 	case "":

@@ -26,6 +26,7 @@ const (
 	ReasonPushOfflineNoBatchSource = "push_offline_no_batch_source"
 	ReasonOfflineWriteFailed       = "offline_write_failed"
 	ReasonMaterializeUnavailable   = "materialize_unavailable"
+	ReasonTimestampInFuture        = "timestamp_in_future"
 	ReasonInternal                 = "internal"
 )
 

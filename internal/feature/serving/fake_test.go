@@ -49,7 +49,7 @@ func (f *fakeStore) Read(_ context.Context, keys []online.Key) ([]online.Result,
 	out := make([]online.Result, len(keys))
 	for i, k := range keys {
 		if r, ok := f.rows[rowKey(k)]; ok {
-			out[i] = online.Result{Found: true, Record: feature.Record{EventTS: r.EventTS, CreatedTS: r.CreatedTS, Payload: append([]byte(nil), r.Payload...)}}
+			out[i] = online.Result{Found: true, Record: feature.Record{EventTS: r.EventTS, CreatedTS: r.CreatedTS, Schema: r.Schema, Payload: append([]byte(nil), r.Payload...)}}
 		}
 	}
 	return out, nil
@@ -64,7 +64,7 @@ func (f *fakeStore) Write(_ context.Context, entries []online.Entry, opts online
 	var st online.WriteStats
 	for _, e := range entries {
 		k := rowKey(e.Key)
-		if old, ok := f.rows[k]; ok && !opts.Overwrite && !e.Record.Newer(old) {
+		if old, ok := f.rows[k]; ok && !opts.Overwrite && !e.Record.Replaces(old) {
 			st.Skipped++
 			continue
 		}

@@ -126,7 +126,8 @@ func (s *Server) alert(view, why string, st feature.ViewState, now time.Time) {
 
 // Run refreshes every online view's freshness gauges each GaugeInterval,
 // and raises stale_feature_alert for stale views even when nobody reads
-// them, until ctx is done. It returns nil then.
+// them, until ctx is done. It returns nil then. It also records each
+// view's schema in the store (online.SchemaRecorder), once per schema.
 func (s *Server) Run(ctx context.Context) error {
 	t := time.NewTicker(s.opts.GaugeInterval)
 	defer t.Stop()
@@ -150,6 +151,12 @@ func (s *Server) refresh(ctx context.Context) {
 	for _, v := range repo.Views {
 		if !v.Online || ctx.Err() != nil {
 			continue
+		}
+		// Record the view's schema, so its legacy rows (written before
+		// rows carried their schema) keep the schema of the time this
+		// process started, and writers elsewhere find it recorded.
+		if _, err := s.schemas.Record(ctx, s.store, v.Name, v.Schema); err != nil {
+			s.logger.Debug("record feature view schema", "view", v.Name, "err", err)
 		}
 		st, found, err := s.viewState(ctx, v.Name, now, true)
 		if err != nil {

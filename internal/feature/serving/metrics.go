@@ -16,6 +16,7 @@ type metrics struct {
 	sinceMat    *prometheus.GaugeVec
 	fresh       *prometheus.GaugeVec
 	hotReads    *prometheus.CounterVec
+	unreadable  *prometheus.CounterVec // values of existing rows answered NOT_FOUND, by view and reason
 	pushedRows  *prometheus.CounterVec
 	httpReqs    *prometheus.CounterVec
 	httpDur     *prometheus.HistogramVec
@@ -57,6 +58,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "sluice", Subsystem: "feature", Name: "hot_reads_total",
 			Help: "Reads of a view's hot subset: hit (a fresh hot row answered) or miss (fell back to the cold view).",
 		}, []string{"view", "outcome"}),
+		unreadable: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "feature", Name: "unreadable_values_total",
+			Help: "Values answered NOT_FOUND although the entity's row exists, by view and reason: the row was written under another schema that lacks the feature (not_in_row) or has it with another type (retyped), the row's schema is not recorded (unknown_schema), or the row does not decode (corrupt_row). Re-materializing or pushing the view rewrites such rows.",
+		}, []string{"view", "reason"}),
 		pushedRows: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "sluice", Subsystem: "feature", Name: "pushed_rows_total",
 			Help: "Rows pushed to the online store, by view and result (written or skipped as not newer).",

@@ -30,7 +30,10 @@ type keyCol struct {
 }
 
 type viewPlan struct {
-	view   *feature.View
+	view *feature.View
+	// schema is the id of view's schema: rows written with it decode
+	// as they are, others through a schema mapping (layouts).
+	schema feature.SchemaID
 	keySet int // index into plan.keySets
 	kinds  []feature.Kind
 	hot    *hotPlan
@@ -238,7 +241,7 @@ func compile(repo *registry.Repo, features []string, service string, full bool) 
 
 // addView resolves v's join keys into p's entity columns.
 func (p *plan) addView(repo *registry.Repo, v *feature.View) (viewPlan, error) {
-	vp := viewPlan{view: v}
+	vp := viewPlan{view: v, schema: feature.Fingerprint(v.Schema)}
 	set := make([]int, 0, len(v.Entities))
 	for _, en := range v.Entities {
 		e, ok := repo.Entities[en]

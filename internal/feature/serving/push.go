@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/online"
+	"github.com/sluice-ml/sluice/internal/feature/registry"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -71,7 +72,10 @@ type PushReport struct {
 // timestamp column (the source's timestamp_field, its batch source's, or
 // "event_timestamp"), plus the created timestamp column when the source
 // names one. A row only replaces an older stored row. Every row is
-// checked before anything is written. A successful online push counts as
+// checked before anything is written; a row whose event or created
+// timestamp is further in the future than the tolerance
+// (Options.FutureTolerance, else the repository's
+// future_timestamp_tolerance) refuses the push with timestamp_in_future. A successful online push counts as
 // the views' latest success for freshness.
 //
 // PushOffline appends the rows as a new Parquet file to the push source's
@@ -168,6 +172,9 @@ func (s *Server) Push(ctx context.Context, source string, df map[string][]any, t
 	}
 
 	now := s.opts.Now()
+	if err := checkFuture(column(tsField), column(createdField), events, created, hasCreated, now, s.futureTolerance(repo)); err != nil {
+		return PushReport{}, err
+	}
 	var off offlineRows
 	if to != PushOnline {
 		var err error
@@ -239,6 +246,7 @@ func (s *Server) Push(ctx context.Context, source string, df map[string][]any, t
 		}
 		keyVals := make([]feature.Value, len(kinds))
 		vals := make([]feature.Value, len(v.Schema))
+		schema := feature.Fingerprint(v.Schema)
 		for r := range n {
 			for ki, k := range kinds {
 				kv, err := toValue(keyCols[ki][r], feature.Type{Kind: k})
@@ -263,7 +271,7 @@ func (s *Server) Push(ctx context.Context, source string, df map[string][]any, t
 			if err != nil {
 				return PushReport{}, invalidf(ReasonInvalidColumnValue, "row %d of view '%s': %v", r, v.Name, err)
 			}
-			rec := feature.Record{EventTS: events[r], CreatedTS: created[r], Payload: payload}
+			rec := feature.Record{EventTS: events[r], CreatedTS: created[r], Schema: schema, Payload: payload}
 			entries = append(entries, online.Entry{Key: online.Key{View: v.Name, Entity: ek}, Record: rec})
 			if hot != nil {
 				if _, member := hot.members[string(ek)]; member || hot.members == nil {
@@ -299,6 +307,10 @@ func (s *Server) pushOnline(ctx context.Context, views []*feature.View, entries 
 	hotEntries [][]online.Entry, newest []int64, n int, now time.Time, rep *PushReport,
 ) error {
 	for vi, v := range views {
+		// The rows' schema is recorded before any row is visible.
+		if _, err := s.schemas.Record(ctx, s.store, v.Name, v.Schema); err != nil {
+			return storeError("push to feature view '"+v.Name+"'", err)
+		}
 		// One Write per view, so each view's counts are its own.
 		st, err := s.store.Write(ctx, entries[spans[vi][0]:spans[vi][1]], online.WriteOptions{})
 		if err != nil {
@@ -351,6 +363,46 @@ func (s *Server) recordPush(ctx context.Context, view string, now time.Time, new
 		return storeError("write state of feature view '"+view+"'", err)
 	}
 	s.forgetState(view)
+	return nil
+}
+
+// futureTolerance is how far past now a pushed row's timestamps may be:
+// Options.FutureTolerance, else the repository's
+// future_timestamp_tolerance; negative means no limit.
+func (s *Server) futureTolerance(repo *registry.Repo) time.Duration {
+	switch {
+	case s.opts.FutureTolerance != 0:
+		return s.opts.FutureTolerance
+	case repo.Config.FutureTimestampTolerance > 0:
+		return repo.Config.FutureTimestampTolerance
+	default:
+		return registry.DefaultFutureTimestampTolerance
+	}
+}
+
+// checkFuture refuses rows whose event or created timestamp is more than
+// tol past now. Stored, such a row would win every newer-wins compare
+// until its date came, so the entity's legitimate pushes would all be
+// skipped.
+func checkFuture(tsCol, createdCol string, events, created []int64, hasCreated []bool, now time.Time, tol time.Duration) error {
+	if tol < 0 {
+		return nil
+	}
+	limit := now.Add(tol).UnixNano()
+	bad := func(col string, r int, ts int64) error {
+		t := time.Unix(0, ts).UTC()
+		return invalidf(ReasonTimestampInFuture,
+			"column '%s' row %d: %s is %s in the future (now %s, tolerance %s): a row dated in the future would hide every later push for its entity until then",
+			col, r, t.Format(time.RFC3339Nano), t.Sub(now).Round(time.Second), now.UTC().Format(time.RFC3339), tol)
+	}
+	for r, ts := range events {
+		if ts > limit {
+			return bad(tsCol, r, ts)
+		}
+		if hasCreated[r] && created[r] > limit {
+			return bad(createdCol, r, created[r])
+		}
+	}
 	return nil
 }
 

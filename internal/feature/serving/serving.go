@@ -51,6 +51,11 @@ type Options struct {
 	// GaugeInterval is how often Run refreshes the freshness gauges of
 	// every online view. Default 15s.
 	GaugeInterval time.Duration
+	// FutureTolerance is how far in the future a pushed row's event or
+	// created timestamp may be before the push is refused with
+	// timestamp_in_future. Zero takes the repository's
+	// future_timestamp_tolerance (default 5m); negative means no limit.
+	FutureTolerance time.Duration
 }
 
 // Status is a returned value's status. Values and names are Feast's
@@ -127,11 +132,14 @@ type Server struct {
 	metrics *metrics
 	plans   planCache
 	states  stateCache
+	layouts layoutCache
+	schemas online.SchemaRecorder
 	// statusCounters are metrics.values resolved per status.
 	statusCounters [len(statusNames)]prometheus.Counter
 
-	alertMu   sync.Mutex // protects lastAlert
-	lastAlert map[string]time.Time
+	alertMu        sync.Mutex // protects lastAlert and lastUnreadable
+	lastAlert      map[string]time.Time
+	lastUnreadable map[string]time.Time // view + "\x00" + reason
 
 	// Per-request scratch, reused to keep the read path's allocations
 	// (and so GC pauses in its tail latency) down.
@@ -217,6 +225,8 @@ func New(repos RepoSource, store online.Store, opts Options, logger *slog.Logger
 		logger:    logger.With("component", "feature_serving"),
 		metrics:   newMetrics(reg),
 		lastAlert: make(map[string]time.Time),
+
+		lastUnreadable: make(map[string]time.Time),
 	}
 	s.states.m = make(map[string]stateEntry)
 	s.selBufs.New = func() any { return new([]byte) }
@@ -485,23 +495,47 @@ func (s *Server) read(ctx context.Context, p *plan, entities map[string][]featur
 				}
 				continue
 			}
-			// Decode straight into the response columns.
-			dst := grow(sc.dst, len(v.Schema))
+			// Decode straight into the response columns. A row written
+			// with another schema decodes with that schema, by feature
+			// name (never by position): its features that the current
+			// schema lacks are skipped, and current features it lacks,
+			// or has with another type, read NOT_FOUND.
+			var lay *rowLayout
+			rowSchema := v.Schema
+			if res.Record.Schema != vp.schema {
+				if lay, err = s.layout(ctx, vp, res.Record.Schema, now); err != nil {
+					return nil, err
+				}
+				rowSchema = lay.m.Old
+			}
+			dst := grow(sc.dst, len(rowSchema))
 			sc.dst = dst
-			for fi, ci := range vp.fieldCols {
+			for fi := range rowSchema {
+				ci := -1
+				switch {
+				case lay == nil:
+					ci = vp.fieldCols[fi]
+				case lay.m.ToCur[fi] >= 0:
+					ci = vp.fieldCols[lay.m.ToCur[fi]]
+				}
 				if ci < 0 {
 					dst[fi] = nil
 				} else {
 					dst[fi] = &resp.Results[len(p.keys)+ci].Values[r]
 				}
 			}
-			if err := feature.DecodeValuesInto(res.Record.Payload, v.Schema, dst); err != nil {
-				return nil, infer.Errorf(infer.KindInternal, ReasonInternal, "feature view '%s', entity row %d: %v", v.Name, r, err)
+			var corrupt error
+			if rowSchema != nil {
+				// A row that does not decode is not a request error: the
+				// other rows still answer, and its values read NOT_FOUND.
+				corrupt = feature.DecodeValuesInto(res.Record.Payload, rowSchema, dst)
 			}
+			// Values of an unknown schema or a corrupt row are not used.
+			usable := corrupt == nil && rowSchema != nil
 			ev := time.Unix(0, res.Record.EventTS).UTC()
 			expired := v.TTL > 0 && now.Sub(ev) > v.TTL
 			withheld := expired && v.StalePolicy == feature.StaleWithhold
-			if eventTS != nil && !withheld && ev.After(limit) {
+			if eventTS != nil && usable && !withheld && ev.After(limit) {
 				return nil, &infer.Error{Kind: infer.KindInvalid, Reason: ReasonEventTimestampTooOld, Msg: fmt.Sprintf(
 					"feature view '%s', entity row %d: the stored row is from %s, after the request's event_timestamp %s plus the %s tolerance: the request would use data from its own future",
 					v.Name, r, ev.Format(time.RFC3339Nano), eventTS.UTC().Format(time.RFC3339Nano), s.opts.EventTimeTolerance)}
@@ -511,6 +545,21 @@ func (s *Server) read(ctx context.Context, p *plan, entities map[string][]featur
 					continue
 				}
 				col := &resp.Results[len(p.keys)+ci]
+				why := ""
+				switch {
+				case corrupt != nil:
+					why = unreadableCorrupt
+				case lay != nil:
+					why = lay.reason(c.field)
+				}
+				if why != "" {
+					col.Values[r] = feature.Value{Null: true}
+					col.Statuses[r] = StatusNotFound
+					col.EventTimestamps[r] = epoch
+					counts[StatusNotFound]++
+					s.unreadable(v.Name, why, res.Record.Schema, corrupt, now)
+					continue
+				}
 				st := StatusPresent
 				switch {
 				case expired:

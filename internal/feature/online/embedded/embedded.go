@@ -160,7 +160,9 @@ func (s *Store) Read(ctx context.Context, keys []online.Key) ([]online.Result, e
 }
 
 // Write implements online.Store in one transaction: every entry is
-// compared with the stored row and put only when newer (or Overwrite).
+// compared with the stored row and put only when it replaces it
+// (feature.Record.Replaces: newer, or the same timestamps under another
+// schema) or with Overwrite.
 // A cancelled ctx rolls the whole transaction back.
 func (s *Store) Write(ctx context.Context, entries []online.Entry, opts online.WriteOptions) (online.WriteStats, error) {
 	var st online.WriteStats
@@ -210,7 +212,7 @@ func (s *Store) Write(ctx context.Context, entries []online.Entry, opts online.W
 			key = append(append(key[:0], keyMark), e.Key.Entity...) // Put copies the key
 			if !opts.Overwrite {
 				if k, old := cur.Seek(key); old != nil && bytes.Equal(k, key) {
-					if cur, err := feature.ParseRecord(old); err == nil && !e.Record.Newer(cur) {
+					if cur, err := feature.ParseRecord(old); err == nil && !e.Record.Replaces(cur) {
 						st.Skipped++
 						continue
 					}
@@ -219,7 +221,7 @@ func (s *Store) Write(ctx context.Context, entries []online.Entry, opts online.W
 			// bbolt keeps a reference to the value until commit, so each
 			// value needs its own bytes; one growing arena keeps that to
 			// few allocations.
-			need := 16 + len(e.Record.Payload)
+			need := feature.RecordHeader + len(e.Record.Payload)
 			if cap(buf)-len(buf) < need {
 				buf = make([]byte, 0, max(need, 64<<10))
 			}

@@ -10,8 +10,9 @@
 // slot instead of hot-spotting one node. Reads are one MGET (standalone,
 // Sentinel) or a pipeline of GETs that go-redis splits per node (Cluster).
 // Writes run a small Lua script per key that compares the stored 16-byte
-// timestamp prefix and only replaces an older row, so a write never moves
-// a value backwards even with concurrent writers. DeleteView scans each
+// timestamp prefix and only replaces an older row (or one with the same
+// timestamps written under another schema), so a write never moves a
+// value backwards even with concurrent writers. DeleteView scans each
 // master for the view's prefix and UNLINKs in batches: a full scan, but
 // only on the rare delete, so reads pay nothing (a per-view generation
 // counter would add a round trip to every read).
@@ -100,6 +101,10 @@ type Store struct {
 // most significant byte, with the sign bit flipped so negative values sort
 // first. Lua numbers are doubles and cannot hold nanosecond timestamps
 // exactly, and Lua string comparison follows the locale, hence the bytes.
+// With equal timestamps the row is still replaced when its schema id
+// (bytes 17-25: the record tag and the id, see feature.AppendRecord)
+// differs from the stored one's, as feature.Record.Replaces says: a
+// legacy row has no tag there, so it always differs.
 const writeScript = `
 local new = ARGV[1]
 if ARGV[2] == '0' then
@@ -122,6 +127,9 @@ if ARGV[2] == '0' then
         end
       end
       if decided then break end
+    end
+    if not decided then
+      newer = string.sub(new, 17, 25) ~= string.sub(old, 17, 25)
     end
     if not newer then return 0 end
   end
@@ -316,7 +324,7 @@ func (s *Store) write(ctx context.Context, entries []online.Entry, opts online.W
 				return st, fmt.Errorf("write redis: %w", err)
 			}
 			keys[i] = s.rowKey(e.Key.View, e.Key.Entity)
-			vals[i] = string(feature.AppendRecord(make([]byte, 0, 16+len(e.Record.Payload)), e.Record))
+			vals[i] = string(feature.AppendRecord(make([]byte, 0, feature.RecordHeader+len(e.Record.Payload)), e.Record))
 		}
 		res, err := s.runWritesTimed(ctx, keys, vals, over)
 		if err != nil {
