@@ -18,9 +18,9 @@ const (
 )
 
 // Limits are one listener's request limits. A zero field means no limit
-// to Handler and GRPCServerOptions; the configuration fills unset fields
-// from DefaultLimits, and the process's Budget bounds the total whatever
-// the limits say.
+// to Handler and gRPC's own default to GRPCServerOptions (4 MiB messages);
+// the configuration fills unset fields from DefaultLimits, and the
+// process's Budget bounds the total whatever the limits say.
 type Limits struct {
 	// MaxBodyBytes bounds one request body in wire bytes (as sent, before
 	// any decompression), whether it comes with a Content-Length or
