@@ -83,7 +83,8 @@ func recordLegacy(ctx context.Context, s Store, view string, doc []byte) error {
 
 // LoadSchema returns the schema view's rows of schema id were written
 // with, as recorded in s (id zero: the view's legacy schema); found is
-// false when none is recorded.
+// false when none is recorded. A document that does not parse, or is not
+// the schema its id names, is an error wrapping feature.ErrCorrupt.
 func LoadSchema(ctx context.Context, s Store, view string, id feature.SchemaID) (schema []feature.Field, found bool, err error) {
 	name := feature.SchemaMetaName(view, id)
 	b, err := s.GetMeta(ctx, name)
@@ -95,11 +96,11 @@ func LoadSchema(ctx context.Context, s Store, view string, id feature.SchemaID) 
 	}
 	schema, err = feature.DecodeSchema(b)
 	if err != nil {
-		return nil, false, fmt.Errorf("read schema %s: %w", name, err)
+		return nil, false, fmt.Errorf("read schema %s: %w: %w", name, feature.ErrCorrupt, err)
 	}
 	if id != 0 && feature.Fingerprint(schema) != id {
 		// Not what the id says: never decode with it.
-		return nil, false, fmt.Errorf("read schema %s: the document's fingerprint is %s", name, feature.Fingerprint(schema))
+		return nil, false, fmt.Errorf("read schema %s: %w: the document's fingerprint is %s", name, feature.ErrCorrupt, feature.Fingerprint(schema))
 	}
 	return schema, true, nil
 }

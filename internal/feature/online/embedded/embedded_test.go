@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 
 	"github.com/sluice-ml/sluice/internal/feature"
@@ -62,4 +63,20 @@ func TestReopenKeepsData(t *testing.T) {
 	m, err := s.GetMeta(t.Context(), "m")
 	require.NoError(t, err)
 	require.Equal(t, "meta", string(m))
+}
+
+func TestLegacyRows(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "online.db"), Options{NoSync: true})
+	require.NoError(t, err)
+	defer s.Close()
+	onlinetest.RunLegacyRows(t, s, func(t *testing.T, view string, entity, raw []byte) {
+		t.Helper()
+		require.NoError(t, s.db.Update(func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucketIfNotExists(viewBucket(view))
+			if err != nil {
+				return err
+			}
+			return b.Put(append([]byte{keyMark}, entity...), raw)
+		}))
+	})
 }

@@ -323,3 +323,14 @@ func startCluster(t *testing.T, n int) []string {
 	}
 	return addrs
 }
+
+func TestLegacyRows(t *testing.T) {
+	addr := sharedAddr()
+	needRedis(t, addr)
+	s := openIsolated(t, Options{Addrs: []string{addr}})
+	defer s.Close()
+	onlinetest.RunLegacyRows(t, s, func(t *testing.T, view string, entity, raw []byte) {
+		t.Helper()
+		require.NoError(t, s.c.Set(t.Context(), s.rowKey(view, entity), raw, 0).Err())
+	})
+}
