@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
 )
@@ -31,6 +32,7 @@ const (
 	reasonUnsupportedEncoding  = "unsupported_content_encoding"
 	reasonRawInput             = "raw_input_unsupported"
 	reasonBodyTooLarge         = "body_too_large"
+	reasonOverloaded           = admission.ReasonOverloaded
 	reasonUnrepresentable      = "unrepresentable_value"
 	reasonInvalidConfig        = "invalid_config"
 	reasonNotFound             = "not_found"
@@ -75,6 +77,8 @@ func statusOf(err error) (int, string) {
 	switch {
 	case isMaxBytes(err):
 		return http.StatusRequestEntityTooLarge, reasonBodyTooLarge
+	case errors.Is(err, admission.ErrOverloaded):
+		return http.StatusServiceUnavailable, reasonOverloaded
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout, reasonDeadlineExceeded
 	case errors.Is(err, context.Canceled):
@@ -126,6 +130,9 @@ func writeErrorBody(w http.ResponseWriter, code int, reason, msg string) {
 	hdr.Set("Content-Type", "application/json")
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Del("Content-Length")
+	if reason == reasonOverloaded {
+		hdr.Set("Retry-After", "1") // the process's byte budget frees as requests finish
+	}
 	w.WriteHeader(code)
 	_, _ = w.Write(b) //nolint:gosec // G705: a JSON body sent as application/json with nosniff, not HTML
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
 )
@@ -87,9 +88,19 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 		size = int(min(r.ContentLength+1, 1<<20))
 	}
 	buf := make([]byte, 0, size)
+	// admission.Handler reserved the Content-Length (or charges chunked
+	// wire bytes as they arrive); a decompressed buffer growing past that
+	// is charged to the process budget too.
+	covered := max(r.ContentLength, 0)
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
+			if enc != "" && int64(cap(buf)) > covered {
+				if err := admission.Charge(r.Context(), int64(cap(buf))-covered); err != nil {
+					return nil, bodyReadError(err, limit, enc)
+				}
+				covered = int64(cap(buf))
+			}
 		}
 		n, err := rd.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -124,8 +135,11 @@ func bodyTooLarge(limit int64) error {
 // bodyReadError classifies an error met while reading (and perhaps
 // decompressing, enc != "") the body.
 func bodyReadError(err error, limit int64, enc string) error {
-	if isMaxBytes(err) {
-		return bodyTooLarge(limit)
+	if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		return bodyTooLarge(min(mbe.Limit, limit)) // the listener's limit may be the smaller
+	}
+	if errors.Is(err, admission.ErrOverloaded) {
+		return &infer.Error{Kind: infer.KindUnavailable, Reason: reasonOverloaded, Msg: "read request body", Err: err}
 	}
 	if enc != "" {
 		return &infer.Error{Kind: infer.KindInvalid, Reason: reasonInvalidRequest, Msg: "decompress request body", Err: err}

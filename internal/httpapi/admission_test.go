@@ -1,0 +1,104 @@
+package httpapi
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/admission"
+)
+
+// TestAdmission runs the inference endpoint behind admission.Handler on a
+// real server and checks that readBody answers the wrapped body's errors:
+// 413 past the listener's limit, 503 overloaded past the process budget,
+// including when a gzip body inflates past it.
+func TestAdmission(t *testing.T) {
+	const kib = 1 << 10
+	req := simpleRequest(seq(0, 16), seq(0, 16))
+	padded := func(n int) []byte { return []byte(strings.Repeat(" ", n-len(req)) + req) }
+	gz := func(b []byte) []byte {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		_, err := zw.Write(b)
+		require.NoError(t, err)
+		require.NoError(t, zw.Close())
+		return buf.Bytes()
+	}
+	tests := []struct {
+		name    string
+		limits  admission.Limits
+		budget  int64
+		body    []byte
+		chunked bool
+		enc     string
+		status  int
+		reason  string
+		want    string // in the error message
+	}{
+		{name: "within everything", limits: admission.DefaultLimits(64 * kib), budget: 1024 * kib, body: padded(4 * kib), status: http.StatusOK},
+		{name: "chunked within everything", limits: admission.DefaultLimits(64 * kib), budget: 1024 * kib, body: padded(20 * kib), chunked: true, status: http.StatusOK},
+		{name: "chunked over the listener limit", limits: admission.DefaultLimits(16 * kib), budget: 1024 * kib, body: padded(20 * kib), chunked: true,
+			status: http.StatusRequestEntityTooLarge, reason: reasonBodyTooLarge, want: "16384"},
+		{name: "chunked past the budget", limits: admission.DefaultLimits(64 * kib), budget: 8 * kib, body: padded(20 * kib), chunked: true,
+			status: http.StatusServiceUnavailable, reason: reasonOverloaded},
+		{name: "gzip that fits", limits: admission.DefaultLimits(64 * kib), budget: 1024 * kib, body: gz(padded(60 * kib)), enc: "gzip", status: http.StatusOK},
+		{name: "gzip inflating past the budget", limits: admission.DefaultLimits(64 * kib), budget: 32 * kib, body: gz(padded(60 * kib)), enc: "gzip",
+			status: http.StatusServiceUnavailable, reason: reasonOverloaded},
+		{name: "chunked gzip inflating past the budget", limits: admission.DefaultLimits(64 * kib), budget: 32 * kib, body: gz(padded(60 * kib)), chunked: true, enc: "gzip",
+			status: http.StatusServiceUnavailable, reason: reasonOverloaded},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, _ := newTestHandler(t, newFakeModels())
+			budget := admission.NewBudget(tt.budget, nil)
+			srv := httptest.NewServer(admission.Handler("kserve_http", tt.limits, budget, nil, h))
+			defer srv.Close()
+			var body io.Reader = bytes.NewReader(tt.body)
+			if tt.chunked {
+				body = io.MultiReader(body) // no length: sent chunked
+			}
+			r, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/v2/models/simple/infer", body)
+			require.NoError(t, err)
+			if tt.enc != "" {
+				r.Header.Set("Content-Encoding", tt.enc)
+			}
+			resp, err := srv.Client().Do(r)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			got, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.Equal(t, tt.status, resp.StatusCode, "body: %s", got)
+			if tt.reason != "" {
+				var e struct{ Error, Reason string }
+				require.NoError(t, json.Unmarshal(got, &e), "body: %s", got)
+				require.Equal(t, tt.reason, e.Reason, "error: %s", e.Error)
+				require.Contains(t, e.Error, tt.want)
+				if tt.status == http.StatusServiceUnavailable {
+					require.Equal(t, "1", resp.Header.Get("Retry-After"))
+				}
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for budget.InUse() != 0 {
+				require.True(t, time.Now().Before(deadline), "budget still holds %d bytes", budget.InUse())
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+}
+
+func TestStatusOfOverloaded(t *testing.T) {
+	code, reason := StatusOf(admission.ErrOverloaded)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, reasonOverloaded, reason)
+	code, reason = StatusOf(&admission.BodyTooLargeError{Limit: 10})
+	require.Equal(t, http.StatusRequestEntityTooLarge, code)
+	require.Equal(t, reasonBodyTooLarge, reason)
+}
