@@ -29,7 +29,7 @@ func (p *Policy) Require(need Role, group string, next http.Handler) http.Handle
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		pr, err := p.Authorize(r, need, group)
 		if err != nil {
-			WriteDenied(w, err)
+			WriteError(w, err)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), pr)))
@@ -71,7 +71,7 @@ func (p *Policy) RequireKServe(a *Auditor, component string, next http.Handler) 
 		if need < RoleOperate {
 			pr, err := p.Authorize(r, need, group)
 			if err != nil {
-				WriteDenied(w, err)
+				WriteError(w, err)
 				return
 			}
 			next.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), pr)))
@@ -92,7 +92,7 @@ func (p *Policy) serveAudited(w http.ResponseWriter, r *http.Request, a *Auditor
 		d := asDenied(err)
 		ev.Status, ev.Result, ev.Reason = d.Status, ResultDenied, d.Reason
 		a.Record(ev)
-		WriteDenied(w, d)
+		WriteError(w, d)
 		return
 	}
 	rec := &statusRecorder{ResponseWriter: w}
@@ -114,10 +114,10 @@ func (p *Policy) serveAudited(w http.ResponseWriter, r *http.Request, a *Auditor
 	next.ServeHTTP(rec, r.WithContext(WithPrincipal(r.Context(), pr)))
 }
 
-// WriteDenied writes err (a *Denied; any other error is a 500) as the
+// WriteError writes err (a *Denied; any other error is a 500) as the
 // JSON body {"error": ..., "reason": ...} with its status, and
 // "WWW-Authenticate: Bearer" on a 401.
-func WriteDenied(w http.ResponseWriter, err error) {
+func WriteError(w http.ResponseWriter, err error) {
 	d := asDenied(err)
 	h := w.Header()
 	if d.Status == http.StatusUnauthorized {
@@ -135,7 +135,7 @@ func WriteDenied(w http.ResponseWriter, err error) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Del("Content-Length")
 	w.WriteHeader(d.Status)
-	_, _ = w.Write(append(body, '\n'))
+	_, _ = w.Write(append(body, '\n')) //nolint:gosec // G705: a JSON body sent as application/json with nosniff, not HTML
 }
 
 // asDenied returns err as a *Denied, or a 500 one for any other error.

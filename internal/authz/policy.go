@@ -63,6 +63,8 @@ type Denied struct {
 	Message string
 }
 
+// Error returns the message, which names what is missing or wrong but
+// never the presented secret.
 func (d *Denied) Error() string { return d.Message }
 
 // Principal is who made a call.
