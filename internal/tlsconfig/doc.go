@@ -47,9 +47,9 @@
 // at once and reports a failure immediately.
 //
 // Compared with the anchors: Prometheus's exporter-toolkit and etcd read
-// the files during handshakes, where a broken file fails handshakes
-// instead of keeping the last good certificate; Caddy reloads file-based
-// certificates only with its configuration.
+// the key pair again during each new connection's handshake, so a broken
+// or half-written file fails handshakes instead of leaving the last good
+// certificate in service, and no metric tells it happened.
 //
 // # Client identity
 //
