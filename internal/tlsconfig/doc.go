@@ -39,9 +39,9 @@
 // A version that does not load (unreadable file, PEM cut short, key not
 // matching the certificate, empty CA bundle) never replaces the served
 // one. Run gives a writer one more interval to finish: content that fails
-// to load is reported, by a warning and sluice_tls_reloads_total
-// {result="error"}, only when the next poll finds it unchanged, and then
-// only once; any change is tried again. This avoids false alarms while a
+// to load is reported (a warning, and result="error" in
+// sluice_tls_reloads_total) only when the next poll finds it unchanged,
+// and then only once; any change is tried again. This avoids false alarms while a
 // tool writes the certificate and then the key, and still flags a file
 // left broken. [Server.Reload] (for SIGHUP or an admin endpoint) loads
 // at once and reports a failure immediately.
