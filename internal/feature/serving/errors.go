@@ -18,6 +18,7 @@ const (
 	ReasonViewStale                = "feature_view_stale"
 	ReasonEventTimestampTooOld     = "event_timestamp_too_old"
 	ReasonStoreUnavailable         = "online_store_unavailable"
+	ReasonTooManyEntityRows        = "too_many_entity_rows"
 	ReasonRegistryNotLoaded        = "registry_not_loaded"
 	ReasonUnknownPushSource        = "unknown_push_source"
 	ReasonMissingColumn            = "missing_column"

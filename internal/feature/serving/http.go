@@ -9,17 +9,29 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"regexp"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/feature/online"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
 )
 
 // DefaultMaxBodyBytes bounds a request body when HandlerOptions leaves it 0.
 const DefaultMaxBodyBytes = 16 << 20
+
+// DefaultMaxEntityRows bounds the entity rows of one /get-online-features
+// request when HandlerOptions leaves it 0. Online reads serve one
+// prediction or one ranking call: Feast users send one to a few thousand
+// entity rows (candidates to rank); 10,000 leaves room for the largest of
+// those, while a request over it is a batch job that belongs to historical
+// retrieval or materialization. 10,000 rows of 50 features decode to about
+// 50 MB, not the gigabytes an unbounded request can take.
+const DefaultMaxEntityRows = 10_000
 
 // healthTimeout bounds the store ping of GET /health.
 const healthTimeout = 2 * time.Second
@@ -38,6 +50,11 @@ type HandlerOptions struct {
 	// MaxBodyBytes bounds a request body; larger ones get 413. Default
 	// DefaultMaxBodyBytes (16 MiB).
 	MaxBodyBytes int64
+	// MaxEntityRows bounds the entity rows of a /get-online-features
+	// request; more are answered 413 too_many_entity_rows, found while
+	// decoding so that no more than this many values are ever built.
+	// Default DefaultMaxEntityRows; negative means no limit.
+	MaxEntityRows int
 	// Materializer serves /materialize and /materialize-incremental;
 	// nil answers them 501.
 	Materializer Materializer
@@ -58,6 +75,12 @@ type Handler struct {
 func NewHandler(s *Server, opts HandlerOptions) *Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	switch {
+	case opts.MaxEntityRows == 0:
+		opts.MaxEntityRows = DefaultMaxEntityRows
+	case opts.MaxEntityRows < 0:
+		opts.MaxEntityRows = math.MaxInt
 	}
 	h := &Handler{s: s, opts: opts, mux: http.NewServeMux()}
 	h.mux.HandleFunc("POST /get-online-features", h.handleGet)
@@ -148,7 +171,7 @@ func statusOf(err error) (int, string) {
 		case infer.KindUnavailable:
 			return http.StatusServiceUnavailable, reason
 		case infer.KindResourceExhausted:
-			if reason == "body_too_large" {
+			if reason == "body_too_large" || reason == ReasonTooManyEntityRows {
 				return http.StatusRequestEntityTooLarge, reason
 			}
 			return http.StatusTooManyRequests, reason
@@ -164,6 +187,9 @@ func statusOf(err error) (int, string) {
 		return http.StatusRequestEntityTooLarge, "body_too_large"
 	}
 	switch {
+	case errors.Is(err, online.ErrUnavailable):
+		// Materialization's errors are plain wrapped errors.
+		return http.StatusServiceUnavailable, ReasonStoreUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout, "deadline_exceeded"
 	case errors.Is(err, context.Canceled):
@@ -183,7 +209,55 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	} else {
 		h.s.logger.Debug("request rejected", "path", r.URL.Path, "status", code, "reason", reason, "err", err)
 	}
-	writeErrorBody(w, code, reason, err.Error())
+	writeErrorBody(w, code, reason, publicMessage(code, reason, err))
+}
+
+// publicMessage is the message of err that a client may see. A request
+// error (4xx) says what was wrong with the request, all of it. A server
+// error (5xx) keeps only its own message, not its cause: causes carry
+// store addresses ("dial tcp 10.0.0.7:6379: i/o timeout"), file paths and
+// library internals, which the log line keeps and the client has no use
+// for. What is left is scrubbed of addresses and absolute paths once more.
+func publicMessage(code int, reason string, err error) string {
+	if code < 500 || code == http.StatusNotImplemented {
+		return err.Error()
+	}
+	msg := ""
+	if ie, ok := errors.AsType[*infer.Error](err); ok {
+		msg = ie.Msg
+	}
+	if reason == ReasonStoreUnavailable && !strings.Contains(msg, online.ErrUnavailable.Error()) {
+		if msg == "" {
+			msg = online.ErrUnavailable.Error()
+		} else {
+			msg += ": " + online.ErrUnavailable.Error()
+		}
+	}
+	if msg == "" {
+		switch code {
+		case http.StatusGatewayTimeout:
+			msg = "the request did not finish within its deadline"
+		case http.StatusServiceUnavailable:
+			msg = "service unavailable"
+		default:
+			msg = "internal error"
+		}
+	}
+	return scrub(msg)
+}
+
+var (
+	// addrPattern matches network addresses: IPv4 with an optional port,
+	// bracketed IPv6 with one, host:port.
+	addrPattern = regexp.MustCompile(`\[[0-9A-Fa-f:.%]+\](:\d+)?|\b\d{1,3}(\.\d{1,3}){3}(:\d+)?\b|\b[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?:\d{2,5}\b`)
+	// pathPattern matches an absolute path after a separator.
+	pathPattern = regexp.MustCompile(`(^|[\s'"(=])/[^\s'"():,]+`)
+)
+
+// scrub replaces network addresses and absolute paths in msg.
+func scrub(msg string) string {
+	msg = addrPattern.ReplaceAllString(msg, "<address>")
+	return pathPattern.ReplaceAllString(msg, "${1}<path>")
 }
 
 // writeErrorBody writes {"error": msg, "reason": reason}; an
@@ -272,7 +346,7 @@ func (h *Handler) getOnline(w http.ResponseWriter, r *http.Request) (*Response, 
 		}
 		ets = &t
 	}
-	ents, err := decodeEntities(p, req.Entities)
+	ents, err := decodeEntities(p, req.Entities, h.opts.MaxEntityRows)
 	if err != nil {
 		return nil, err
 	}
@@ -281,8 +355,10 @@ func (h *Handler) getOnline(w http.ResponseWriter, r *http.Request) (*Response, 
 
 // decodeEntities converts the JSON entity columns with the join keys'
 // types. Columns the plan does not know are kept (empty) so the read
-// reports them as unknown.
-func decodeEntities(p *plan, raw map[string]json.RawMessage) (map[string][]feature.Value, error) {
+// reports them as unknown. A column is decoded token by token and
+// refused at its (maxRows+1)th value, so a request with millions of
+// entity ids costs its body and no more.
+func decodeEntities(p *plan, raw map[string]json.RawMessage, maxRows int) (map[string][]feature.Value, error) {
 	out := make(map[string][]feature.Value, len(raw))
 	for name, msg := range raw {
 		ki := -1
@@ -296,27 +372,60 @@ func decodeEntities(p *plan, raw map[string]json.RawMessage) (map[string][]featu
 			out[name] = nil
 			continue
 		}
-		var col []any
-		dec := json.NewDecoder(bytes.NewReader(msg))
-		dec.UseNumber()
-		if err := dec.Decode(&col); err != nil || col == nil {
-			return nil, invalidf(ReasonInvalidEntityValue, "entity key '%s': want a list of values, one per entity row", name)
-		}
-		kind := p.keys[ki].kind
-		vals := make([]feature.Value, len(col))
-		for i, x := range col {
-			v, err := toValue(x, feature.Type{Kind: kind})
-			if err == nil && v.Null {
-				err = errors.New("null")
-			}
-			if err != nil {
-				return nil, invalidf(ReasonInvalidEntityValue, "entity key '%s' value %d: %s key: %v", name, i, kind, err)
-			}
-			vals[i] = v
+		vals, err := decodeEntityColumn(name, msg, p.keys[ki].kind, maxRows)
+		if err != nil {
+			return nil, err
 		}
 		out[name] = vals
 	}
 	return out, nil
+}
+
+// decodeEntityColumn decodes one entity column, a JSON list of scalars of
+// kind, refusing it at its (maxRows+1)th value.
+func decodeEntityColumn(name string, msg json.RawMessage, kind feature.Kind, maxRows int) ([]feature.Value, error) {
+	notList := func() error {
+		return invalidf(ReasonInvalidEntityValue, "entity key '%s': want a list of values, one per entity row", name)
+	}
+	dec := json.NewDecoder(bytes.NewReader(msg))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return nil, notList()
+	}
+	var vals []feature.Value
+	for i := 0; dec.More(); i++ {
+		if i >= maxRows {
+			return nil, infer.Errorf(infer.KindResourceExhausted, ReasonTooManyEntityRows,
+				"entity key '%s' has more than %d values: a request may read at most %d entity rows; split it into several requests", name, maxRows, maxRows)
+		}
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, notList()
+		}
+		var v feature.Value
+		if _, nested := tok.(json.Delim); nested {
+			err = errors.New("a list or an object is not a key value")
+		} else {
+			v, err = toValue(tok, feature.Type{Kind: kind})
+		}
+		if err == nil && v.Null {
+			err = errors.New("null")
+		}
+		if err != nil {
+			return nil, invalidf(ReasonInvalidEntityValue, "entity key '%s' value %d: %s key: %v", name, i, kind, err)
+		}
+		if vals == nil {
+			vals = make([]feature.Value, 0, min(maxRows, 64))
+		}
+		vals = append(vals, v)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, notList()
+	}
+	if vals == nil {
+		vals = []feature.Value{}
+	}
+	return vals, nil
 }
 
 // appendResponse appends resp as Feast's JSON:
