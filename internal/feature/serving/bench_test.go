@@ -41,7 +41,7 @@ func BenchmarkGetOnlineFeatures(b *testing.B) {
 	for u := range int64(1000) {
 		ek, err := feature.AppendEntityKey(nil, []feature.Kind{feature.KindInt64}, []feature.Value{{I64: u}})
 		require.NoError(b, err)
-		entries = append(entries, online.Entry{Key: online.Key{View: "wide", Entity: ek}, Record: feature.Record{EventTS: now.Add(-time.Minute).UnixNano(), Payload: payload}})
+		entries = append(entries, online.Entry{Key: online.Key{View: "wide", Entity: ek}, Record: feature.Record{EventTS: now.Add(-time.Minute).UnixNano(), Schema: feature.Fingerprint(v.Schema), Payload: payload}})
 	}
 	_, err = store.Write(ctx, entries, online.WriteOptions{})
 	require.NoError(b, err)

@@ -24,12 +24,14 @@ import (
 
 // fakeStore is an in-memory online.Store with error injection.
 type fakeStore struct {
-	mu    sync.Mutex
-	rows  map[string]feature.Record
-	meta  map[string][]byte
-	err   error // returned by every call when set
-	reads int   // Read calls
-	keys  int   // keys read
+	mu   sync.Mutex
+	rows map[string]feature.Record
+	meta map[string][]byte
+	err  error // returned by every call when set
+	// metaErr is returned by GetMeta and PutMeta when set.
+	metaErr error
+	reads   int // Read calls
+	keys    int // keys read
 }
 
 func newFakeStore() *fakeStore {
@@ -82,6 +84,9 @@ func (f *fakeStore) GetMeta(_ context.Context, name string) ([]byte, error) {
 	if f.err != nil {
 		return nil, f.err
 	}
+	if f.metaErr != nil {
+		return nil, f.metaErr
+	}
 	return f.meta[name], nil
 }
 
@@ -90,6 +95,9 @@ func (f *fakeStore) PutMeta(_ context.Context, name string, v []byte) error {
 	defer f.mu.Unlock()
 	if f.err != nil {
 		return f.err
+	}
+	if f.metaErr != nil {
+		return f.metaErr
 	}
 	f.meta[name] = append([]byte(nil), v...)
 	return nil
@@ -106,6 +114,12 @@ func (f *fakeStore) Close() error { return nil }
 func (f *fakeStore) setErr(err error) {
 	f.mu.Lock()
 	f.err = err
+	f.mu.Unlock()
+}
+
+func (f *fakeStore) setMetaErr(err error) {
+	f.mu.Lock()
+	f.metaErr = err
 	f.mu.Unlock()
 }
 
