@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
@@ -168,8 +169,12 @@ func (g *Gateway) serveService(w http.ResponseWriter, r *http.Request, st *state
 	readBody := func() ([]byte, error) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.opts.MaxBodyBytes))
 		if err != nil {
-			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-				return body, infer.Errorf(infer.KindResourceExhausted, ReasonBodyTooLarge, "the request body exceeds %d bytes", g.opts.MaxBodyBytes)
+			if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				// The listener's limit (admission) may be the smaller one.
+				return body, infer.Errorf(infer.KindResourceExhausted, ReasonBodyTooLarge, "the request body exceeds %d bytes", min(mbe.Limit, g.opts.MaxBodyBytes))
+			}
+			if errors.Is(err, admission.ErrOverloaded) {
+				return body, infer.Errorf(infer.KindUnavailable, admission.ReasonOverloaded, "reading the request body: %v", err)
 			}
 			return body, infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "reading the request body: %v", err)
 		}
@@ -194,6 +199,9 @@ func writeHTTPError(w http.ResponseWriter, reqID string, err error) {
 	code, reason := httpapi.StatusOf(err)
 	if code == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+	}
+	if reason == admission.ReasonOverloaded {
+		w.Header().Set("Retry-After", "1") // the process's byte budget frees as requests finish
 	}
 	if rl, ok := asRateLimited(err); ok {
 		w.Header().Set("Retry-After", ratelimit.RetryAfterHeader(rl.RetryAfter))

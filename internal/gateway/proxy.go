@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
 	"github.com/sluice-ml/sluice/internal/gateway/upstream"
 	"github.com/sluice-ml/sluice/internal/httpapi"
@@ -62,6 +63,10 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 	e.RequestBytes = int64(len(body))
 	if err != nil {
 		e.Status, e.Reason = http.StatusRequestEntityTooLarge, ReasonBodyTooLarge
+		if errors.Is(err, admission.ErrOverloaded) {
+			e.Status, e.Reason = http.StatusServiceUnavailable, admission.ReasonOverloaded
+			w.Header().Set("Retry-After", "1")
+		}
 		writeError(w, reqID, e.Status, e.Reason, "reading the request body: "+err.Error())
 		return
 	}
