@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/online"
 	"github.com/sluice-ml/sluice/internal/infer"
@@ -291,8 +292,12 @@ func writeJSON(w http.ResponseWriter, b []byte) {
 func (h *Handler) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
 	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return infer.Errorf(infer.KindResourceExhausted, "body_too_large", "request body is larger than %d bytes", h.opts.MaxBodyBytes)
+		if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			// The listener's limit (admission) may be the smaller one.
+			return infer.Errorf(infer.KindResourceExhausted, "body_too_large", "request body is larger than %d bytes", min(mbe.Limit, h.opts.MaxBodyBytes))
+		}
+		if errors.Is(err, admission.ErrOverloaded) {
+			return infer.Errorf(infer.KindUnavailable, admission.ReasonOverloaded, "read request body: %v", err)
 		}
 		return invalidf(ReasonInvalidRequest, "read request body: %v", err)
 	}
