@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/feature/online"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
 	"github.com/sluice-ml/sluice/internal/gateway/auth"
@@ -300,7 +302,7 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, r *http.Re
 
 	ctx, cancel := context.WithTimeout(ctx, rc.Timeout.Std())
 	defer cancel()
-	feats, err := g.readFeatures(ctx, s, vals)
+	feats, err := g.readFeatures(ctx, s, reqID, vals)
 	if err != nil {
 		return nil, err
 	}
@@ -371,7 +373,7 @@ func outputScalar(resp *infer.Response, name string) (float64, bool) {
 
 // readFeatures reads the service's features for one request row, through
 // the feature breaker; nil when the service reads none.
-func (g *Gateway) readFeatures(ctx context.Context, s *service, vals []value) (*serving.Response, error) {
+func (g *Gateway) readFeatures(ctx context.Context, s *service, reqID string, vals []value) (*serving.Response, error) {
 	if len(s.features) == 0 {
 		return nil, nil
 	}
@@ -403,13 +405,38 @@ func (g *Gateway) readFeatures(ctx context.Context, s *service, vals []value) (*
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // the client went away
 		}
-		return nil, err
+		return nil, g.featureError(ctx, s, reqID, err)
 	}
 	if probe && s.breaker.fresh() {
 		g.met.breakerOpen.WithLabelValues(s.name).Set(0)
 		g.logger.Info("feature breaker closed: features are fresh again", "service", s.name)
 	}
 	return feats, nil
+}
+
+// featureError is what the client is told about a failed feature read.
+// The feature server's own words about the request or the features (an
+// invalid entity value, a stale view) pass through. A failure of the
+// store or of the feature server itself becomes a generic message: its
+// cause names internal addresses and socket errors ("read tcp
+// 10.0.0.5:41294->10.0.0.7:6379: i/o timeout"), which go to the log line,
+// with the request id, instead.
+func (g *Gateway) featureError(ctx context.Context, s *service, reqID string, err error) error {
+	ie, ok := errors.AsType[*infer.Error](err)
+	storeDown := errors.Is(err, online.ErrUnavailable) || (ok && ie.Reason == reasonOnlineStoreUnavailble)
+	internal := !ok || ie.Kind == infer.KindInternal
+	if !storeDown && !internal && ie.Err == nil {
+		return err
+	}
+	g.logger.WarnContext(ctx, "feature read failed", "request_id", reqID, "service", s.name, "err", err)
+	switch {
+	case storeDown:
+		return infer.Errorf(infer.KindUnavailable, reasonOnlineStoreUnavailble, "service %q: online store unavailable", s.name)
+	case internal:
+		return infer.Errorf(infer.KindInternal, ReasonInternal, "service %q: the feature read failed", s.name)
+	default:
+		return &infer.Error{Kind: ie.Kind, Reason: ie.Reason, Msg: fmt.Sprintf("service %q: %s", s.name, ie.Msg)}
+	}
 }
 
 // priority is the model priority of a request: the first matching
