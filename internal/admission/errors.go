@@ -34,6 +34,7 @@ type BodyTooLargeError struct {
 	Limit int64
 }
 
+// Error names the limit the body exceeded.
 func (e *BodyTooLargeError) Error() string {
 	return fmt.Sprintf("request body exceeds the limit of %d bytes", e.Limit)
 }
