@@ -25,7 +25,6 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature/registry"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/gateway"
-	"github.com/sluice-ml/sluice/internal/httpapi"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/kserve"
 	"github.com/sluice-ml/sluice/internal/release/record"
@@ -35,7 +34,7 @@ import (
 // runChain runs what sluice.yaml describes in one process: the model
 // server, the feature server and the gateway, started in that order and
 // stopped in the reverse one.
-func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
+func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan os.Signal) error {
 	start := time.Now()
 	logger, err := telemetry.NewLogger(cmd.ErrOrStderr(), telemetry.LogOptions{Format: f.logFormat, Level: f.logLevel})
 	if err != nil {
@@ -55,9 +54,15 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	}
 	defer stopTracing()
 	reg := telemetry.NewRegistry()
+	gd, err := newGuard(cfg.Security, cmd.ErrOrStderr(), logger, reg)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	defer gd.close()
 	g, gctx := errgroup.WithContext(ctx)
 	gatewayDone := make(chan struct{})
-	banner := &banner{config: f.configFile}
+	banner := &banner{config: f.configFile, guard: gd}
+	var reloadGateway func(context.Context) error
 
 	var ms *modelServer
 	if m := cfg.ModelServer; m != nil {
@@ -70,7 +75,9 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 		mf.address = m.Address
 		mf.httpPort, mf.grpcPort, mf.metricsPort = m.HTTPPort, m.GRPCPort, m.MetricsPort
 		mf.backendSettings = m.BackendConfig
-		if ms, err = startModelServer(ctx, &mf, logger, reg); err != nil {
+		mf.httpRestricted, mf.grpcRestricted = m.HTTPRestrictedAPI, m.GRPCRestrictedProtocol
+		mf.limits = &m.Limits
+		if ms, err = startModelServer(ctx, &mf, m.TLS, gd, logger, reg); err != nil {
 			return err
 		}
 		defer ms.closeBackends()
@@ -90,10 +97,11 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 		}
 		ff := &featureServerFlags{
 			repo: fc.Repo, address: fc.Address, port: fc.Port, pollSecs: 10,
-			maxBodyBytes: serving.DefaultMaxBodyBytes, tolerance: serving.DefaultEventTimeTolerance,
-			exitTimeoutSecs: f.exitTimeoutSecs,
+			maxBodyBytes: fc.Limits.MaxBodyBytes, tolerance: serving.DefaultEventTimeTolerance,
+			exitTimeoutSecs: f.exitTimeoutSecs, readAuth: fc.ReadAuth, maxEntityRows: fc.MaxEntityRows,
+			limits: &fc.Limits,
 		}
-		if fs, err = startFeatureServer(ctx, ff, logger, reg); err != nil {
+		if fs, err = startFeatureServer(ctx, ff, fc.TLS, gd, logger, reg); err != nil {
 			return err
 		}
 		defer fs.close()
@@ -108,12 +116,33 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	}
 
 	if cfg.Gateway != nil {
-		if err := startGateway(ctx, gctx, g, cfg, f, ms, fs, reg, logger, banner, gatewayDone); err != nil {
+		if reloadGateway, err = startGateway(ctx, gctx, g, cfg, f, ms, fs, gd, reg, logger, banner, gatewayDone); err != nil {
 			return err
 		}
 	} else {
 		close(gatewayDone)
 	}
+	gd.run(gctx, g)
+	// SIGHUP reloads what POST /reload does, plus the certificates and the
+	// feature definitions.
+	g.Go(func() error {
+		return onHangup(gctx, hup, logger, func() error {
+			gd.reloadTLS()
+			var errs []error
+			if fs != nil {
+				if _, err := fs.holder.Reload(gctx); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			if ms != nil {
+				errs = append(errs, ms.mgr.Poll(gctx))
+			}
+			if reloadGateway != nil {
+				errs = append(errs, reloadGateway(gctx))
+			}
+			return errors.Join(errs...)
+		})
+	})
 	logger.Info("sluice ready", "config", f.configFile, "gateway", banner.gateway, "admin", banner.admin,
 		"models_http", banner.models, "models_grpc", banner.grpc, "features", banner.features,
 		"startup_seconds", time.Since(start).Seconds())
@@ -129,8 +158,8 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 // its listeners. Its shutdown drains first and closes done when finished,
 // which lets the servers behind it stop.
 func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Config, f *serveFlags,
-	ms *modelServer, fs *featureServer, reg *prometheus.Registry, logger *slog.Logger, b *banner, done chan struct{},
-) error {
+	ms *modelServer, fs *featureServer, gd *guard, reg *prometheus.Registry, logger *slog.Logger, b *banner, done chan struct{},
+) (func(context.Context) error, error) {
 	gc := cfg.Gateway
 	remote := kserve.New(kserve.Options{}, logger)
 	var repo *registry.Repo
@@ -151,11 +180,12 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 		return infer.Signature{Inputs: md.Inputs, Outputs: md.Outputs}, nil
 	}
 	if err := checkGateway(ctx, cfg, repo, sig, os.Stderr); err != nil {
-		return err
+		return nil, err
 	}
 	opts := gateway.Options{
-		Remote: remote,
-		Reload: func(context.Context) (*config.Config, error) { return config.Load(f.configFile) },
+		Remote:       remote,
+		Reload:       func(context.Context) (*config.Config, error) { return config.Load(f.configFile) },
+		MaxBodyBytes: gc.Limits.MaxBodyBytes,
 	}
 	if ms != nil {
 		opts.Models = ms.mgr
@@ -166,7 +196,7 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 	}
 	access, closeAccess, err := openAccessLog(gc.AccessLog, os.Stdout)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// The console's recent-errors page reads the access log's error lines.
 	errLog := console.NewErrorLog(0)
@@ -174,7 +204,7 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 	recorder, err := openRecorder(ctx, gc, logger, reg)
 	if err != nil {
 		closeAccess()
-		return err
+		return nil, err
 	}
 	if recorder != nil {
 		opts.Recorder = recorder
@@ -185,32 +215,74 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 			_ = recorder.Close(context.Background())
 		}
 		closeAccess()
-		return &exitError{code: 2, err: err}
+		return nil, &exitError{code: 2, err: err}
 	}
+	ok := false
+	var closers []func()
+	defer func() {
+		if !ok {
+			for _, c := range closers {
+				c()
+			}
+			closeAccess()
+		}
+	}()
+	pubTLS, err := gd.tlsFor("gateway", gc.TLS)
+	if err != nil {
+		return nil, err
+	}
+	adminTLS, err := gd.tlsFor("admin", gc.AdminTLS)
+	if err != nil {
+		return nil, err
+	}
+	clientsMode := fmt.Sprintf("api keys (%d clients)", len(gc.Clients))
+	if gc.Anonymous.Allowed {
+		clientsMode += ", anonymous allowed"
+	}
+	if gc.TLS != nil && gc.TLS.ClientCAFile != "" {
+		clientsMode += ", client certificates"
+	}
+	ln, err := gd.listen(ctx, "gateway", gc.Listen, pubTLS, gc.TLS, clientsMode)
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, func() { _ = ln.Close() })
+	// The admin port: reads are open only while it binds loopback; writes
+	// (reload, rollout commands) and the profiler need an operate token
+	// unless it binds loopback and no token exists (Validate refuses a
+	// tokenless admin port beyond loopback).
+	adminAddr := gc.Admin
 	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", gc.Listen)
+	rawAdmin, err := lc.Listen(ctx, "tcp", adminAddr)
 	if err != nil {
-		closeAccess()
-		return fmt.Errorf("listen gateway: %w", err)
+		return nil, fmt.Errorf("listen gateway admin: %w", err)
 	}
-	adminLn, err := lc.Listen(ctx, "tcp", gc.Admin)
+	closers = append(closers, func() { _ = rawAdmin.Close() })
+	adminLoopback := config.IsLoopback(rawAdmin.Addr().String())
+	adminOpenWrites := adminLoopback && !gd.hasTokens()
+	if !adminLoopback && !gd.hasOperateToken() {
+		return nil, &exitError{code: 2, err: fmt.Errorf("gateway.admin %s is reachable beyond loopback but no operate token is configured", rawAdmin.Addr())}
+	}
+	adminPolicy, err := gd.policy(adminLoopback, adminOpenWrites, nil)
 	if err != nil {
-		_ = ln.Close()
-		closeAccess()
-		return fmt.Errorf("listen gateway admin: %w", err)
+		return nil, err
 	}
-	b.gateway, b.admin = ln.Addr().String(), adminLn.Addr().String()
+	gd.record("admin", rawAdmin.Addr().String(), gc.AdminTLS, authMode(adminLoopback, adminOpenWrites))
+	adminLn := rawAdmin
+	if adminTLS != nil {
+		adminLn = adminTLS.Listener(rawAdmin)
+	}
+	b.gateway, b.admin = ln.Addr().String(), rawAdmin.Addr().String()
+	b.tls, b.adminTLS = pubTLS != nil, adminTLS != nil
 	var grpcSrv *grpc.Server
 	if gc.GRPC != "" {
-		gln, err := lc.Listen(ctx, "tcp", gc.GRPC)
+		// gRPC does its own TLS handshake through its credentials.
+		gln, err := gd.listen(ctx, "gateway_grpc", gc.GRPC, nil, gc.TLS, clientsMode)
 		if err != nil {
-			_ = ln.Close()
-			_ = adminLn.Close()
-			closeAccess()
-			return fmt.Errorf("listen gateway grpc: %w", err)
+			return nil, err
 		}
 		b.gatewayGRPC = gln.Addr().String()
-		grpcSrv = grpc.NewServer(grpc.MaxRecvMsgSize(1 << 20))
+		grpcSrv = grpc.NewServer(gd.grpcOptions("gateway_grpc", gc.Limits, pubTLS, nil, nil)...)
 		gw.RegisterGRPC(grpcSrv)
 		g.Go(func() error {
 			if err := grpcSrv.Serve(gln); err != nil {
@@ -219,7 +291,7 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 			return nil
 		})
 	}
-	srv := httpapi.NewServer(gw, httpapi.ServerOptions{})
+	srv := gd.httpServer("gateway", gc.Limits, gw)
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true, Registry: reg})
 	admin := gw.AdminHandler(metrics)
 	src := console.Sources{Gateway: console.GatewayFromAdmin(admin), Errors: errLog, Metrics: reg}
@@ -233,10 +305,15 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 	adminMux := http.NewServeMux()
 	adminMux.Handle(console.Prefix, con)
 	adminMux.Handle("/", admin)
-	adminSrv := httpapi.NewServer(adminMux, httpapi.ServerOptions{})
+	adminSrv := gd.httpServer("admin", config.Limits{MaxBodyBytes: 1 << 20}, adminGuard(adminPolicy, gd.audit, adminMux))
 	g.Go(func() error { return con.Run(gctx) })
-	b.console = "http://" + displayAddr(adminLn.Addr().String()) + console.Prefix
+	scheme := "http://"
+	if adminTLS != nil {
+		scheme = "https://"
+	}
+	b.console = scheme + displayAddr(rawAdmin.Addr().String()) + console.Prefix
 	g.Go(func() error { return gw.Run(gctx) })
+	ok = true
 	for _, s := range []struct {
 		srv *http.Server
 		ln  net.Listener
@@ -274,7 +351,14 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 		err = errors.Join(err, adminSrv.Shutdown(shutCtx), gw.Close(shutCtx))
 		return err
 	})
-	return nil
+	reload := func(ctx context.Context) error {
+		next, err := config.Load(f.configFile)
+		if err != nil {
+			return err
+		}
+		return gw.Reload(next)
+	}
+	return reload, nil
 }
 
 // openRecorder opens the recording sink when a service mirrors traffic:
@@ -368,13 +452,22 @@ type banner struct {
 	config                                                       string
 	gateway, gatewayGRPC, admin, models, grpc, metrics, features string
 	console                                                      string
+	tls, adminTLS                                                bool
+	guard                                                        *guard
 }
 
 func (b *banner) write(w io.Writer, cfg *config.Config) {
 	fmt.Fprintf(w, "\nSluice is serving %s\n", b.config)
+	scheme, adminScheme := "http", "http"
+	if b.tls {
+		scheme = "https"
+	}
+	if b.adminTLS {
+		adminScheme = "https"
+	}
 	if b.gateway != "" {
-		fmt.Fprintf(w, "  gateway        http://%s   (admin http://%s, metrics http://%s/metrics)\n",
-			displayAddr(b.gateway), displayAddr(b.admin), displayAddr(b.admin))
+		fmt.Fprintf(w, "  gateway        %s://%s   (admin %s://%s, metrics %s://%s/metrics)\n",
+			scheme, displayAddr(b.gateway), adminScheme, displayAddr(b.admin), adminScheme, displayAddr(b.admin))
 		if b.console != "" {
 			fmt.Fprintf(w, "  console        %s\n", b.console)
 		}
@@ -389,6 +482,9 @@ func (b *banner) write(w io.Writer, cfg *config.Config) {
 	if b.features != "" {
 		fmt.Fprintf(w, "  feature server http://%s   (Feast HTTP API)\n", displayAddr(b.features))
 	}
+	if b.guard != nil {
+		b.guard.writeListeners(w)
+	}
 	if cfg.Gateway == nil || b.gateway == "" {
 		return
 	}
@@ -402,7 +498,7 @@ func (b *banner) write(w io.Writer, cfg *config.Config) {
 		if !cfg.Gateway.Anonymous.Allowed {
 			auth = ` -H "Authorization: Bearer $SLUICE_API_KEY"`
 		}
-		fmt.Fprintf(w, "\nA prediction from service %s:\n  curl -s -X %s http://%s%s%s -d '%s'\n", s.Name, method, displayAddr(b.gateway), path, auth, body)
+		fmt.Fprintf(w, "\nA prediction from service %s:\n  curl -s -X %s %s://%s%s%s -d '%s'\n", s.Name, method, scheme, displayAddr(b.gateway), path, auth, body)
 	}
 	fmt.Fprintln(w)
 }

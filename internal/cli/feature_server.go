@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os/signal"
 	"strconv"
 	"time"
 
@@ -15,12 +16,13 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sluice-ml/sluice/internal/admission"
+	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature/materialize"
 	"github.com/sluice-ml/sluice/internal/feature/online"
 	"github.com/sluice-ml/sluice/internal/feature/online/connect"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
-	"github.com/sluice-ml/sluice/internal/httpapi"
 	"github.com/sluice-ml/sluice/internal/telemetry"
 )
 
@@ -36,6 +38,12 @@ type featureServerFlags struct {
 	exitTimeoutSecs int
 	logFormat       string
 	logLevel        string
+	readAuth        string
+	maxEntityRows   int
+	sec             securityFlags
+	// limits come from sluice.yaml's feature_server.limits; without -c,
+	// from --max-request-bytes and the defaults.
+	limits *config.Limits
 }
 
 func newFeatureServerCmd() *cobra.Command {
@@ -57,6 +65,9 @@ func newFeatureServerCmd() *cobra.Command {
 	fl.Int64Var(&f.maxBodyBytes, "max-request-bytes", serving.DefaultMaxBodyBytes, "largest request body accepted")
 	fl.DurationVar(&f.tolerance, "event-time-tolerance", serving.DefaultEventTimeTolerance, "how far past a request's event_timestamp a feature may be before the request is refused")
 	fl.IntVar(&f.exitTimeoutSecs, "exit-timeout-secs", 30, "seconds to wait for in-flight requests at shutdown")
+	fl.StringVar(&f.readAuth, "read-auth", "open", "reads (/get-online-features, /metrics): open, or token (a read or operate token)")
+	fl.IntVar(&f.maxEntityRows, "max-entity-rows", 10000, "most entity rows one feature request may ask for")
+	f.sec.register(fl)
 	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
@@ -88,20 +99,41 @@ func runFeatureServer(ctx context.Context, cmd *cobra.Command, f *featureServerF
 		return err
 	}
 	reg := telemetry.NewRegistry()
-	fsrv, err := startFeatureServer(ctx, f, logger, reg)
+	hup := notifyHangup()
+	defer signal.Stop(hup)
+	sec, tlsOpts, err := f.sec.load()
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	gd, err := newGuard(sec, cmd.ErrOrStderr(), logger, reg)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	defer gd.close()
+	fsrv, err := startFeatureServer(ctx, f, tlsOpts, gd, logger, reg)
 	if err != nil {
 		return err
 	}
 	defer fsrv.close()
 	g, gctx := errgroup.WithContext(ctx)
+	gd.run(gctx, g)
+	g.Go(func() error {
+		return onHangup(gctx, hup, logger, func() error {
+			gd.reloadTLS()
+			_, err := fsrv.holder.Reload(gctx)
+			return err
+		})
+	})
 	if f.metricsPort > 0 {
 		ms, err := telemetry.NewMetricsServer(ctx, net.JoinHostPort(f.address, strconv.Itoa(f.metricsPort)), reg, logger)
 		if err != nil {
 			_ = fsrv.ln.Close()
 			return err
 		}
+		gd.record("features_metrics", ms.Addr().String(), nil, "open (reads only)")
 		g.Go(func() error { return ms.Run(gctx) })
 	}
+	gd.writeListeners(cmd.OutOrStdout())
 	fsrv.run(ctx, gctx, g, nil)
 	repo := fsrv.holder.Current()
 	logger.Info("feature server ready", "http", fsrv.ln.Addr().String(), "project", repo.Project,
@@ -135,7 +167,7 @@ func (fs *featureServer) close() {
 
 // startFeatureServer loads the feature repository, opens its online store
 // and binds the HTTP listener; the caller runs it with run and closes it.
-func startFeatureServer(ctx context.Context, f *featureServerFlags, logger *slog.Logger, reg *prometheus.Registry) (*featureServer, error) {
+func startFeatureServer(ctx context.Context, f *featureServerFlags, tlsOpts *config.TLS, gd *guard, logger *slog.Logger, reg *prometheus.Registry) (*featureServer, error) {
 	holder, err := registry.NewHolder(ctx, f.repo, logger, reg)
 	if err != nil {
 		return nil, err
@@ -152,18 +184,43 @@ func startFeatureServer(ctx context.Context, f *featureServerFlags, logger *slog
 	}
 	fs.srv = serving.New(holder, store, serving.Options{EventTimeTolerance: f.tolerance}, logger, reg)
 	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true, Registry: reg})
+	limits := admission.DefaultLimits(f.maxBodyBytes)
+	if f.limits != nil {
+		limits = *f.limits
+	}
 	h := serving.NewHandler(fs.srv, serving.HandlerOptions{
-		MaxBodyBytes: f.maxBodyBytes,
-		Materializer: &holderMaterializer{holder: holder, store: store, reg: reg},
-		Metrics:      metricsHandler,
+		MaxBodyBytes:  limits.MaxBodyBytes,
+		MaxEntityRows: f.maxEntityRows,
+		Materializer:  &holderMaterializer{holder: holder, store: store, reg: reg},
+		Metrics:       metricsHandler,
 	})
-	var lc net.ListenConfig
-	fs.ln, err = lc.Listen(ctx, "tcp", net.JoinHostPort(f.address, strconv.Itoa(f.port)))
+	// Writes (/push, /materialize*) need an operate token whenever the
+	// listener reaches beyond loopback; on loopback without tokens they
+	// stay open so the embedded demo needs no set-up.
+	addr := net.JoinHostPort(f.address, strconv.Itoa(f.port))
+	loopback := config.IsLoopback(addr)
+	openWrites := loopback && !gd.hasTokens()
+	if !loopback && !gd.hasOperateToken() {
+		logger.Warn("feature writes (/push, /materialize) are refused: the listener reaches beyond loopback and no operate token is configured",
+			"address", addr, "fix", "--security-config with an operate token, or --address 127.0.0.1")
+	}
+	openReads := f.readAuth != "token"
+	policy, err := gd.policy(openReads, openWrites, nil)
 	if err != nil {
 		fs.close()
-		return nil, fmt.Errorf("listen http: %w", err)
+		return nil, err
 	}
-	fs.httpSrv = httpapi.NewServer(h, httpapi.ServerOptions{})
+	tlsSrv, err := gd.tlsFor("features", tlsOpts)
+	if err != nil {
+		fs.close()
+		return nil, err
+	}
+	fs.ln, err = gd.listen(ctx, "features", addr, tlsSrv, tlsOpts, authMode(openReads, openWrites))
+	if err != nil {
+		fs.close()
+		return nil, err
+	}
+	fs.httpSrv = gd.httpServer("features", limits, featureGuard(policy, gd.audit, h))
 	return fs, nil
 }
 

@@ -20,18 +20,20 @@ import (
 // gateway, through its admin API.
 func newRolloutCmd() *cobra.Command {
 	var admin string
+	var auth adminAuth
 	cmd := &cobra.Command{
 		Use:   "rollout",
 		Short: "Show and steer the staged rollouts of a running gateway (its admin API)",
 	}
 	cmd.PersistentFlags().StringVar(&admin, "admin", "http://127.0.0.1:9901", "the gateway's admin address")
+	auth.register(cmd.PersistentFlags())
 	status := &cobra.Command{
 		Use:   "status [SERVICE]",
 		Short: "Show each rollout's stage, gates and history",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var all []rollout.Status
-			if err := adminCall(cmd.Context(), http.MethodGet, admin, "/rollout", &all); err != nil {
+			if err := adminCall(cmd.Context(), &auth, http.MethodGet, admin, "/rollout", &all); err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
@@ -68,7 +70,7 @@ func newRolloutCmd() *cobra.Command {
 					q = "?reason=" + url.QueryEscape(reason)
 				}
 				var st rollout.Status
-				if err := adminCall(cmd.Context(), http.MethodPost, admin, "/rollout/"+url.PathEscape(args[0])+"/"+action.name+q, &st); err != nil {
+				if err := adminCall(cmd.Context(), &auth, http.MethodPost, admin, "/rollout/"+url.PathEscape(args[0])+"/"+action.name+q, &st); err != nil {
 					return err
 				}
 				writeRolloutStatus(cmd.OutOrStdout(), &st)
@@ -90,7 +92,7 @@ func forService(args []string) string {
 
 // adminCall calls the admin API and decodes its JSON answer into out; an
 // error answer becomes an error carrying its reason.
-func adminCall(ctx context.Context, method, admin, path string, out any) error {
+func adminCall(ctx context.Context, auth *adminAuth, method, admin, path string, out any) error {
 	if !strings.Contains(admin, "://") {
 		admin = "http://" + admin
 	}
@@ -100,7 +102,11 @@ func adminCall(ctx context.Context, method, admin, path string, out any) error {
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	client, err := auth.client(10 * time.Second)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return &exitError{code: 1, err: fmt.Errorf("admin API: %w", err)}
 	}

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,8 +19,11 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/sluice-ml/sluice/internal/admission"
+	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/backend/onnxruntime"
+	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/grpcapi"
 	"github.com/sluice-ml/sluice/internal/httpapi"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
@@ -53,6 +58,12 @@ type serveFlags struct {
 	// backendSettings come from sluice.yaml's model_server.backend_config;
 	// --backend-config values win.
 	backendSettings map[string]map[string]string
+	sec             securityFlags
+	httpRestricted  []string
+	grpcRestricted  []string
+	// limits come from sluice.yaml's model_server.limits; without -c,
+	// from --max-request-bytes and the defaults.
+	limits *config.Limits
 }
 
 func newServeCmd(use, short string) *cobra.Command {
@@ -75,7 +86,10 @@ func newServeCmd(use, short string) *cobra.Command {
 	fl.BoolVar(&f.strictReadiness, "strict-readiness", true, "server readiness requires every model to be ready")
 	fl.StringArrayVar(&f.backendConfig, "backend-config", nil, "backend setting as <backend>,<setting>=<value>, e.g. onnxruntime,library=/path/libonnxruntime.so.1")
 	fl.StringArrayVar(&f.gitCommits, "model-git-commit", nil, "expected git commit of a model as <model>=<sha>; a mismatch refuses the load; may repeat")
-	fl.StringVar(&f.address, "address", "0.0.0.0", "address the HTTP, gRPC and metrics listeners bind to")
+	fl.StringVar(&f.address, "address", "0.0.0.0", "address the HTTP, gRPC and metrics listeners bind to (Triton's default: every interface; with -c the config's model_server.address, default 127.0.0.1, applies)")
+	fl.StringArrayVar(&f.httpRestricted, "http-restricted-api", nil, "restrict KServe API groups on HTTP as Triton does: <API>[,<API>...]:<key>=<value> (e.g. model-repository:admin-key=secret); may repeat")
+	fl.StringArrayVar(&f.grpcRestricted, "grpc-restricted-protocol", nil, "restrict KServe API groups on gRPC as Triton does: <API>[,<API>...]:<key>=<value>; may repeat")
+	f.sec.register(fl)
 	fl.IntVar(&f.httpPort, "http-port", 8000, "KServe v2 HTTP port")
 	fl.IntVar(&f.grpcPort, "grpc-port", 8001, "KServe v2 gRPC port")
 	fl.IntVar(&f.metricsPort, "metrics-port", 8002, "Prometheus /metrics port")
@@ -146,8 +160,10 @@ type drainingModels struct {
 func (d *drainingModels) Ready() bool { return !d.draining.Load() && d.Manager.Ready() }
 
 func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
+	hup := notifyHangup()
+	defer signal.Stop(hup)
 	if f.configFile != "" {
-		return runChain(ctx, cmd, f)
+		return runChain(ctx, cmd, f, hup)
 	}
 	start := time.Now()
 	logger, err := telemetry.NewLogger(cmd.ErrOrStderr(), telemetry.LogOptions{Format: f.logFormat, Level: f.logLevel})
@@ -160,7 +176,16 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	}
 	defer stopTracing()
 	reg := telemetry.NewRegistry()
-	ms, err := startModelServer(ctx, f, logger, reg)
+	sec, tlsOpts, err := f.sec.load()
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	gd, err := newGuard(sec, cmd.ErrOrStderr(), logger, reg)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	defer gd.close()
+	ms, err := startModelServer(ctx, f, tlsOpts, gd, logger, reg)
 	if err != nil {
 		return err
 	}
@@ -168,9 +193,17 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	logger.Info("sluice ready",
 		"http", ms.httpLn.Addr().String(), "grpc", ms.grpcLn.Addr().String(), "metrics", ms.metrics.Addr().String(),
 		"startup_seconds", time.Since(start).Seconds())
+	gd.writeListeners(cmd.OutOrStdout())
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ms.metrics.Run(gctx) })
+	gd.run(gctx, g)
 	ms.run(ctx, gctx, g, nil)
+	g.Go(func() error {
+		return onHangup(gctx, hup, logger, func() error {
+			gd.reloadTLS()
+			return ms.mgr.Poll(gctx)
+		})
+	})
 	err = g.Wait()
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		err = nil
@@ -201,7 +234,7 @@ func (ms *modelServer) closeBackends() {
 
 // startModelServer loads the models and opens the listeners. The caller
 // runs it with run and closes the backends after.
-func startModelServer(ctx context.Context, f *serveFlags, logger *slog.Logger, reg *prometheus.Registry) (*modelServer, error) {
+func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, gd *guard, logger *slog.Logger, reg *prometheus.Registry) (*modelServer, error) {
 	if len(f.repos) == 0 {
 		return nil, errors.New("--model-repository is required")
 	}
@@ -257,16 +290,44 @@ func startModelServer(ctx context.Context, f *serveFlags, logger *slog.Logger, r
 	ms.mgr = mgr
 	ms.models = &drainingModels{Manager: mgr}
 
-	listen := func(port int) (net.Listener, error) {
-		var lc net.ListenConfig
-		return lc.Listen(ctx, "tcp", net.JoinHostPort(f.address, strconv.Itoa(port)))
+	limits := admission.DefaultLimits(f.maxBodyBytes)
+	if f.limits != nil {
+		limits = *f.limits
 	}
-	if ms.httpLn, err = listen(f.httpPort); err != nil {
-		return nil, fmt.Errorf("listen http: %w", err)
+	// Triton's behaviour stays: the repository API is open when nothing
+	// restricts it and no operate token exists; beyond loopback that is
+	// worth a warning (under serve -c the config refuses it instead).
+	restrictedRepo := false
+	for _, r := range f.httpRestricted {
+		if rs, err := authz.ParseRestriction(r); err == nil && slices.Contains(rs.Groups, authz.GroupModelRepository) {
+			restrictedRepo = true
+		}
 	}
-	if ms.grpcLn, err = listen(f.grpcPort); err != nil {
+	openWrites := !gd.hasTokens()
+	if openWrites && !restrictedRepo && !config.IsLoopback(f.address) {
+		logger.Warn("the model repository API (load/unload) is open to the network without a credential",
+			"address", f.address, "fix", "--security-config with an operate token, --http-restricted-api=model-repository:<key>=<value>, or --address 127.0.0.1")
+	}
+	httpPolicy, err := gd.policy(true, openWrites, f.httpRestricted)
+	if err != nil {
+		return nil, fmt.Errorf("--http-restricted-api: %w", err)
+	}
+	grpcPolicy, err := gd.policy(true, openWrites, f.grpcRestricted)
+	if err != nil {
+		return nil, fmt.Errorf("--grpc-restricted-protocol: %w", err)
+	}
+	tlsSrv, err := gd.tlsFor("models", tlsOpts)
+	if err != nil {
+		return nil, err
+	}
+	auth := authMode(true, openWrites)
+	if ms.httpLn, err = gd.listen(ctx, "models_http", net.JoinHostPort(f.address, strconv.Itoa(f.httpPort)), tlsSrv, tlsOpts, auth); err != nil {
+		return nil, err
+	}
+	// gRPC does its own handshake through its credentials (grpcOptions).
+	if ms.grpcLn, err = gd.listen(ctx, "models_grpc", net.JoinHostPort(f.address, strconv.Itoa(f.grpcPort)), nil, tlsOpts, auth); err != nil {
 		_ = ms.httpLn.Close()
-		return nil, fmt.Errorf("listen grpc: %w", err)
+		return nil, err
 	}
 	ms.metrics, err = telemetry.NewMetricsServer(ctx, net.JoinHostPort(f.address, strconv.Itoa(f.metricsPort)), reg, logger)
 	if err != nil {
@@ -274,11 +335,17 @@ func startModelServer(ctx context.Context, f *serveFlags, logger *slog.Logger, r
 		_ = ms.grpcLn.Close()
 		return nil, err
 	}
-	ms.httpSrv = httpapi.NewServer(httpapi.New(ms.models, httpapi.Options{
-		MaxBodyBytes: f.maxBodyBytes, ServerVersion: Version,
-	}, logger, reg), httpapi.ServerOptions{})
+	if tlsSrv != nil {
+		ms.metrics.UseTLS(tlsSrv.Config())
+	}
+	gd.record("models_metrics", ms.metrics.Addr().String(), tlsOpts, "open (reads only)")
+	kh := httpapi.New(ms.models, httpapi.Options{MaxBodyBytes: limits.MaxBodyBytes, ServerVersion: Version}, logger, reg)
+	ms.httpSrv = gd.httpServer("models_http", limits, httpPolicy.RequireKServe(gd.audit, "models_http", kh))
 	ms.grpcSvc = grpcapi.New(ms.models, grpcapi.Options{ServerVersion: Version}, logger, reg)
-	ms.grpcSrv = grpcapi.NewServer(ms.grpcSvc, grpcapi.ServerOptions{MaxRecvMsgSize: int(f.maxBodyBytes)})
+	ms.grpcSrv = grpcapi.NewServer(ms.grpcSvc, grpcapi.ServerOptions{
+		MaxRecvMsgSize: int(limits.MaxBodyBytes),
+		Extra:          gd.grpcOptions("models_grpc", limits, tlsSrv, grpcPolicy, authz.KServeMethodGroup),
+	})
 
 	if err := mgr.Start(ctx); err != nil {
 		_ = ms.httpLn.Close()

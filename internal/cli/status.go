@@ -24,6 +24,7 @@ type statusFlags struct {
 	admin   string
 	timeout time.Duration
 	json    bool
+	auth    adminAuth
 }
 
 // newStatusCmd is `sluice status`: a one-screen health summary of a running
@@ -55,6 +56,7 @@ a backend with no routable endpoint), 2 the admin API cannot be read.`,
 	fl.StringVar(&f.admin, "admin", "http://127.0.0.1:9901", "the admin API's base URL (gateway.admin)")
 	fl.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long to wait for the admin API")
 	fl.BoolVar(&f.json, "json", false, "print the summary and the details as JSON")
+	f.auth.register(fl)
 	return cmd
 }
 
@@ -77,7 +79,10 @@ func runStatus(ctx context.Context, out io.Writer, f *statusFlags) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	client := &http.Client{Timeout: f.timeout}
+	client, err := f.auth.client(f.timeout)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
 	rep, err := gatherStatus(ctx, client, base)
 	if err != nil {
 		return &exitError{code: 2, err: err}

@@ -18,6 +18,9 @@ type Config struct {
 	// Tracing exports OpenTelemetry spans; absent or without an endpoint,
 	// tracing is off.
 	Tracing *Tracing `yaml:"tracing"`
+	// Security holds the operator tokens, the audit log and the memory
+	// budget. Load always fills it (with defaults when absent).
+	Security *Security `yaml:"security"`
 
 	src *source // where each field was written; nil for a Config built in code
 }
@@ -37,8 +40,20 @@ type Tracing struct {
 type ModelServer struct {
 	// ModelRepository lists the model repository folders (Triton layout).
 	ModelRepository []string `yaml:"model_repository"`
-	// Address is the address the listeners bind to. Default "0.0.0.0".
+	// Address is the address the listeners bind to. Default "127.0.0.1":
+	// under serve -c only the gateway faces the network.
 	Address string `yaml:"address"`
+	// TLS serves the HTTP and gRPC listeners over TLS (mTLS with
+	// client_ca_file).
+	TLS *TLS `yaml:"tls"`
+	// HTTPRestrictedAPI restricts KServe API groups on the HTTP listener,
+	// Triton's --http-restricted-api: "<API>[,<API>...]:<key>=<value>".
+	HTTPRestrictedAPI []string `yaml:"http_restricted_api"`
+	// GRPCRestrictedProtocol is the gRPC twin, Triton's
+	// --grpc-restricted-protocol.
+	GRPCRestrictedProtocol []string `yaml:"grpc_restricted_protocol"`
+	// Limits bound each request [max_body_bytes 64 MiB].
+	Limits Limits `yaml:"limits"`
 	// HTTPPort is the KServe v2 HTTP port. Default 8000.
 	HTTPPort int `yaml:"http_port"`
 	// GRPCPort is the KServe v2 gRPC port. Default 8001.
@@ -61,18 +76,38 @@ type ModelServer struct {
 type FeatureServer struct {
 	// Repo is the feature repository folder (feature_store.yaml and definitions).
 	Repo string `yaml:"repo"`
-	// Address is the address the listener binds to. Default "0.0.0.0".
+	// Address is the address the listener binds to. Default "127.0.0.1":
+	// under serve -c only the gateway faces the network.
 	Address string `yaml:"address"`
 	// Port is the HTTP port. Default 6566 (Feast's).
 	Port int `yaml:"port"`
+	// TLS serves the listener over TLS (mTLS with client_ca_file).
+	TLS *TLS `yaml:"tls"`
+	// ReadAuth says whether reads (/get-online-features) are open or need
+	// a token of role read: "open" (default) or "token". Writes (/push,
+	// /materialize*) always need an operate token beyond loopback.
+	ReadAuth string `yaml:"read_auth"`
+	// MaxEntityRows caps the entity rows of one feature request [10000].
+	MaxEntityRows int `yaml:"max_entity_rows"`
+	// Limits bound each request [max_body_bytes 16 MiB].
+	Limits Limits `yaml:"limits"`
 }
 
 // Gateway configures the inference gateway.
 type Gateway struct {
 	// Listen is the address of the public listener. Default ":8080".
 	Listen string `yaml:"listen"`
-	// Admin is the address of the admin API (Envoy's convention). Default ":9901".
+	// Admin is the address of the admin API (Envoy's convention). Default
+	// "127.0.0.1:9901": operators only.
 	Admin string `yaml:"admin"`
+	// TLS serves the public HTTP and gRPC listeners over TLS; with
+	// client_ca_file, client certificates are verified and a client's
+	// tls_identity becomes its client_id.
+	TLS *TLS `yaml:"tls"`
+	// AdminTLS serves the admin listener over TLS.
+	AdminTLS *TLS `yaml:"admin_tls"`
+	// Limits bound each request on the public listeners [max_body_bytes 1 MiB].
+	Limits Limits `yaml:"limits"`
 	// Clients are the API clients, identified by API key.
 	Clients []Client `yaml:"clients"`
 	// Anonymous says whether requests without a key are served, and their limit.
@@ -117,6 +152,10 @@ type Client struct {
 	RateLimit RateLimit `yaml:"rate_limit"`
 	// Priority is the model priority the client's requests get (1 is highest; 0 = default).
 	Priority int `yaml:"priority"`
+	// TLSIdentity is the identity of the client's certificate (first URI
+	// SAN, else DNS SAN, else email SAN, else subject CN): a request over
+	// mTLS presenting it is this client, with or without an API key.
+	TLSIdentity string `yaml:"tls_identity"`
 }
 
 // PriorityHeader maps "header: value" to a model priority (Triton's
@@ -177,6 +216,8 @@ type Redis struct {
 	KeyPrefix string `yaml:"key_prefix"`
 	// DialTimeout bounds connecting. Default 200ms.
 	DialTimeout Duration `yaml:"dial_timeout"`
+	// TLS connects over TLS.
+	TLS *ClientTLS `yaml:"tls"`
 }
 
 // Service is one inference service: request → features → model → answer.
@@ -490,6 +531,8 @@ type Backend struct {
 	HealthCheck HealthCheck `yaml:"health_check"`
 	// OutlierDetection ejects failing endpoints.
 	OutlierDetection OutlierDetection `yaml:"outlier_detection"`
+	// TLS connects to the endpoints over TLS (mTLS with cert_file).
+	TLS *ClientTLS `yaml:"tls"`
 }
 
 // HealthCheck is an active health check.

@@ -104,7 +104,7 @@ func TestDefaults(t *testing.T) {
 	require.NoError(t, err)
 	g := cfg.Gateway
 	require.Equal(t, ":8080", g.Listen)
-	require.Equal(t, ":9901", g.Admin)
+	require.Equal(t, "127.0.0.1:9901", g.Admin)
 	require.Equal(t, "local", g.RateLimitBackend.Type)
 	require.InDelta(t, 1.0, *g.LogSampling.SuccessPercent, 0)
 	require.InDelta(t, 100.0, *g.LogSampling.ErrorsPercent, 0)

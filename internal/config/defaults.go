@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+
+	"github.com/sluice-ml/sluice/internal/admission"
 	"math"
 	"time"
 )
@@ -9,7 +11,8 @@ import (
 // applyDefaults fills the fields the file left unset.
 func (c *Config) applyDefaults() {
 	if m := c.ModelServer; m != nil {
-		m.Address = or(m.Address, "0.0.0.0")
+		m.Address = or(m.Address, "127.0.0.1")
+		m.Limits = limitsOr(m.Limits, 64<<20)
 		m.HTTPPort = or(m.HTTPPort, 8000)
 		m.GRPCPort = or(m.GRPCPort, 8001)
 		m.MetricsPort = or(m.MetricsPort, 8002)
@@ -17,13 +20,22 @@ func (c *Config) applyDefaults() {
 		m.RepositoryPollInterval = or(m.RepositoryPollInterval, Duration(15*time.Second))
 	}
 	if f := c.FeatureServer; f != nil {
-		f.Address = or(f.Address, "0.0.0.0")
+		f.Address = or(f.Address, "127.0.0.1")
 		f.Port = or(f.Port, 6566)
+		f.ReadAuth = or(f.ReadAuth, "open")
+		f.MaxEntityRows = or(f.MaxEntityRows, 10000)
+		f.Limits = limitsOr(f.Limits, 16<<20)
 	}
+	if c.Security == nil {
+		c.Security = &Security{}
+	}
+	c.Security.AuditLog = or(c.Security.AuditLog, "stderr")
+	c.Security.MemoryBudgetBytes = or(c.Security.MemoryBudgetBytes, admission.DefaultBudgetBytes)
 	g := c.Gateway
 	if g == nil {
 		return
 	}
+	g.Limits = limitsOr(g.Limits, 1<<20)
 	g.Listen = or(g.Listen, ":8080")
 	g.DrainPeriod = or(g.DrainPeriod, Duration(2*time.Second))
 	g.AccessLog = or(g.AccessLog, "stdout")
@@ -45,7 +57,7 @@ func (c *Config) applyDefaults() {
 		p.Timeout = or(p.Timeout, Duration(time.Second))
 		p.Retries.applyDefaults(p.Timeout, func(rel string) bool { return c.writtenUnder("gateway.proxy.retries")(rel) })
 	}
-	g.Admin = or(g.Admin, ":9901")
+	g.Admin = or(g.Admin, "127.0.0.1:9901")
 	for i := range g.Clients {
 		g.Clients[i].RateLimit.applyDefaults()
 	}
@@ -178,4 +190,14 @@ func or[T comparable](v, def T) T {
 		return def
 	}
 	return v
+}
+
+// limitsOr fills a listener's unset limits from admission's defaults with
+// the given body limit.
+func limitsOr(l Limits, maxBody int64) Limits {
+	d := admission.DefaultLimits(maxBody)
+	l.MaxBodyBytes = or(l.MaxBodyBytes, d.MaxBodyBytes)
+	l.MaxHeaderBytes = or(l.MaxHeaderBytes, d.MaxHeaderBytes)
+	l.MaxHeaderCount = or(l.MaxHeaderCount, d.MaxHeaderCount)
+	return l
 }

@@ -111,15 +111,40 @@ func (c *Config) ResolvePaths(dir string) {
 		}
 		return filepath.Join(dir, p)
 	}
+	tls := func(t *TLS) {
+		if t != nil {
+			t.CertFile, t.KeyFile, t.ClientCAFile = abs(t.CertFile), abs(t.KeyFile), abs(t.ClientCAFile)
+		}
+	}
+	clientTLS := func(t *ClientTLS) {
+		if t != nil {
+			t.CAFile, t.CertFile, t.KeyFile = abs(t.CAFile), abs(t.CertFile), abs(t.KeyFile)
+		}
+	}
 	if m := c.ModelServer; m != nil {
 		for i, r := range m.ModelRepository {
 			m.ModelRepository[i] = abs(r)
 		}
+		tls(m.TLS)
 	}
 	if f := c.FeatureServer; f != nil {
 		f.Repo = abs(f.Repo)
+		tls(f.TLS)
+	}
+	if s := c.Security; s != nil {
+		switch s.AuditLog {
+		case "", "stdout", "stderr", "off":
+		default:
+			s.AuditLog = abs(s.AuditLog)
+		}
 	}
 	if g := c.Gateway; g != nil {
+		tls(g.TLS)
+		tls(g.AdminTLS)
+		clientTLS(g.RateLimitBackend.Redis.TLS)
+		for i := range g.Backends {
+			clientTLS(g.Backends[i].TLS)
+		}
 		g.Recording.Dir = abs(g.Recording.Dir)
 		for i := range g.Services {
 			if ro := g.Services[i].Rollout; ro != nil {
@@ -167,7 +192,7 @@ func Parse(file string, data []byte, lookupEnv func(string) (string, bool)) (*Co
 		return nil, decodeError(file, err)
 	}
 	cfg.src = src
-	problems := cfg.hashAPIKeys()
+	problems := append(cfg.hashAPIKeys(), cfg.hashTokens()...)
 	cfg.applyDefaults()
 	if err := cfg.Validate(); err != nil {
 		problems = append(problems, err)

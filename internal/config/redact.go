@@ -2,6 +2,7 @@ package config
 
 import (
 	"slices"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -18,6 +19,23 @@ func (c *Config) Redacted() *Config {
 	}
 	out := *c
 	out.src = nil
+	if c.Security != nil {
+		sec := *c.Security
+		sec.Tokens = slices.Clone(sec.Tokens)
+		for i := range sec.Tokens {
+			sec.Tokens[i].Token = ""
+			if sec.Tokens[i].SHA256 != "" {
+				sec.Tokens[i].SHA256 = redactedValue
+			}
+		}
+		out.Security = &sec
+	}
+	if c.ModelServer != nil {
+		m := *c.ModelServer
+		m.HTTPRestrictedAPI = redactRestrictions(m.HTTPRestrictedAPI)
+		m.GRPCRestrictedProtocol = redactRestrictions(m.GRPCRestrictedProtocol)
+		out.ModelServer = &m
+	}
 	if c.Gateway != nil {
 		g := *c.Gateway
 		g.Clients = slices.Clone(g.Clients)
@@ -35,6 +53,23 @@ func (c *Config) Redacted() *Config {
 		out.Gateway = &g
 	}
 	return &out
+}
+
+// redactRestrictions hides the header values of Triton restricted-API
+// rules ("<API>:<key>=<value>"): the value is a shared secret.
+func redactRestrictions(rs []string) []string {
+	if rs == nil {
+		return nil
+	}
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		if k, _, ok := strings.Cut(r, "="); ok {
+			out[i] = k + "=" + redactedValue
+		} else {
+			out[i] = r
+		}
+	}
+	return out
 }
 
 // String returns the redacted config as YAML.

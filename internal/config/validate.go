@@ -51,6 +51,7 @@ func (c *Config) Validate() error {
 	if c.Gateway != nil {
 		v.gateway(c.Gateway)
 	}
+	v.security(c)
 	if t := c.Tracing; t != nil {
 		if t.OTLPEndpoint != "" {
 			v.hostPort("tracing.otlp_endpoint", t.OTLPEndpoint, true)
@@ -150,8 +151,8 @@ func (v *validator) gateway(g *Gateway) {
 			v.add(p+".api_key", "a plain API key must not be kept in config; Load hashes it from ${ENV}")
 		}
 		if cl.APIKeySHA256 == "" {
-			if !v.written(p + ".api_key") { // else Load already said why
-				v.add(p, "api_key_sha256 or api_key (from ${ENV}) is required")
+			if !v.written(p+".api_key") && cl.TLSIdentity == "" { // else Load already said why
+				v.add(p, "api_key_sha256, api_key (from ${ENV}) or tls_identity is required")
 			}
 		} else if b, err := hex.DecodeString(cl.APIKeySHA256); err != nil || len(b) != 32 {
 			v.add(p+".api_key_sha256", "want 64 hex digits (SHA-256)")

@@ -499,7 +499,7 @@ func yamlView(v any) any {
 func hopHeader(name string) bool {
 	switch strings.ToLower(name) {
 	case "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-		"transfer-encoding", "upgrade", "authorization", "x-api-key":
+		"transfer-encoding", "upgrade", "authorization", "x-api-key", "x-sluice-token":
 		return true
 	}
 	return false

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -52,6 +53,9 @@ func (s *grpcService) Predict(ctx context.Context, req *gatewaypb.PredictRequest
 	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		r.RemoteAddr = p.Addr.String()
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			r.TLS = &ti.State
+		}
 	}
 	reqID := requestID(r)
 	_ = grpc.SetHeader(ctx, metadata.Pairs("x-request-id", reqID))

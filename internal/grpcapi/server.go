@@ -42,6 +42,10 @@ type ServerOptions struct {
 	// HealthPollInterval is how often a health Watch stream re-reads
 	// readiness. Default 1s.
 	HealthPollInterval time.Duration
+	// Extra are more server options: TLS credentials, the authorization
+	// and admission interceptors (they run after the metrics and recovery
+	// interceptors, so a refusal is counted).
+	Extra []grpc.ServerOption
 }
 
 func (o *ServerOptions) setDefaults() {
@@ -75,7 +79,7 @@ func (o *ServerOptions) setDefaults() {
 // ModelStreamInfer streams last as long as their clients keep them.
 func NewServer(svc *Service, opts ServerOptions) *grpc.Server {
 	opts.setDefaults()
-	srv := grpc.NewServer(
+	srv := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(opts.MaxRecvMsgSize),
 		grpc.MaxSendMsgSize(opts.MaxSendMsgSize),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
@@ -89,7 +93,7 @@ func NewServer(svc *Service, opts ServerOptions) *grpc.Server {
 		// Metrics first so that a recovered panic is counted as Internal.
 		grpc.ChainUnaryInterceptor(svc.metricsUnary, svc.recoverUnary),
 		grpc.ChainStreamInterceptor(svc.metricsStream, svc.recoverStream),
-	)
+	}, opts.Extra...)...)
 	pb.RegisterGRPCInferenceServiceServer(srv, svc)
 	healthpb.RegisterHealthServer(srv, &health{svc: svc, poll: opts.HealthPollInterval})
 	reflection.Register(srv)

@@ -301,6 +301,16 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 }
 
+// Poll rescans the repositories now, as a poll tick does (SIGHUP asks for
+// it). Outside poll mode it does nothing: the repository changes only
+// through the repository API there.
+func (m *Manager) Poll(ctx context.Context) error {
+	if m.opts.ControlMode == ControlPoll {
+		m.pollOnce(ctx)
+	}
+	return nil
+}
+
 // pollOnce rescans every repository and loads what changed. A model folder
 // whose content changed loads once two consecutive polls see the same
 // content; new folders load, removed folders unload. A repository that

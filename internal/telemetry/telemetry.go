@@ -4,6 +4,7 @@ package telemetry
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -88,6 +89,9 @@ func NewMetricsServer(ctx context.Context, addr string, reg *prometheus.Registry
 
 // Addr returns the address the server listens on.
 func (s *MetricsServer) Addr() net.Addr { return s.ln.Addr() }
+
+// UseTLS serves over TLS with cfg; call it before Run.
+func (s *MetricsServer) UseTLS(cfg *tls.Config) { s.ln = tls.NewListener(s.ln, cfg) }
 
 // Run serves until ctx is done, then shuts down within a few seconds.
 func (s *MetricsServer) Run(ctx context.Context) error {

@@ -13,6 +13,12 @@
 // with 401 and reason "invalid_api_key", even when anonymous access is
 // allowed: a wrong key is a mistake worth reporting, not an anonymous call.
 // Keys are never logged or echoed in error messages.
+//
+// Over mTLS, a verified client certificate whose identity (tlsconfig.Identity:
+// first URI SAN, else DNS SAN, else email SAN, else subject CN) is a client's
+// tls_identity identifies that client without a key. A request carrying both
+// a key and such a certificate must name the same client with both, else it
+// is refused with "credential_mismatch".
 package auth
 
 import (
@@ -25,6 +31,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/tlsconfig"
 )
 
 // AnonymousClientID is the client_id of requests served without a key.
@@ -34,6 +41,9 @@ const AnonymousClientID = "anonymous"
 const (
 	ReasonMissingAPIKey = "missing_api_key"
 	ReasonInvalidAPIKey = "invalid_api_key"
+	// ReasonCredentialMismatch: the API key and the verified client
+	// certificate identify different clients.
+	ReasonCredentialMismatch = "credential_mismatch"
 )
 
 // Identity is the caller of a request.
@@ -55,15 +65,19 @@ type client struct {
 // Authenticator maps API keys to client identities. It is immutable after
 // New and safe for concurrent use.
 type Authenticator struct {
-	byHash    map[[sha256.Size]byte]*client
-	anonymous bool
+	byHash     map[[sha256.Size]byte]*client
+	byIdentity map[string]*client // verified client-certificate identity → client
+	anonymous  bool
 }
 
 // New builds an Authenticator from the configured clients. It fails when a
 // client's api_key_sha256 is not 64 hex digits, or when two clients share an
 // id or a key hash.
 func New(clients []config.Client, anonymousAllowed bool) (*Authenticator, error) {
-	a := &Authenticator{byHash: make(map[[sha256.Size]byte]*client, len(clients)), anonymous: anonymousAllowed}
+	a := &Authenticator{
+		byHash: make(map[[sha256.Size]byte]*client, len(clients)), byIdentity: map[string]*client{},
+		anonymous: anonymousAllowed,
+	}
 	ids := make(map[string]bool, len(clients))
 	for i, c := range clients {
 		if c.ID == "" {
@@ -73,11 +87,20 @@ func New(clients []config.Client, anonymousAllowed bool) (*Authenticator, error)
 			return nil, fmt.Errorf("client %q: duplicate id", c.ID)
 		}
 		ids[c.ID] = true
+		cl := &client{id: c.ID, priority: c.Priority}
+		if c.TLSIdentity != "" {
+			if other, dup := a.byIdentity[c.TLSIdentity]; dup {
+				return nil, fmt.Errorf("clients %q and %q: same tls_identity", other.id, c.ID)
+			}
+			a.byIdentity[c.TLSIdentity] = cl
+			if c.APIKeySHA256 == "" {
+				continue
+			}
+		}
 		raw, err := hex.DecodeString(strings.TrimSpace(c.APIKeySHA256))
 		if err != nil || len(raw) != sha256.Size {
 			return nil, fmt.Errorf("client %q: api_key_sha256 must be %d hex digits", c.ID, 2*sha256.Size)
 		}
-		cl := &client{id: c.ID, priority: c.Priority}
 		copy(cl.hash[:], raw)
 		if other, dup := a.byHash[cl.hash]; dup {
 			return nil, fmt.Errorf("clients %q and %q: same api key", other.id, c.ID)
@@ -92,7 +115,14 @@ func New(clients []config.Client, anonymousAllowed bool) (*Authenticator, error)
 // ReasonInvalidAPIKey.
 func (a *Authenticator) Authenticate(r *http.Request) (Identity, *infer.Error) {
 	key := apiKey(r.Header)
+	var byCert *client
+	if r.TLS != nil && len(a.byIdentity) > 0 {
+		byCert = a.byIdentity[tlsconfig.Identity(r.TLS)]
+	}
 	if key == "" {
+		if byCert != nil {
+			return Identity{ClientID: byCert.id, Priority: byCert.priority}, nil
+		}
 		if a.anonymous {
 			return Identity{ClientID: AnonymousClientID, Anonymous: true}, nil
 		}
@@ -105,6 +135,11 @@ func (a *Authenticator) Authenticate(r *http.Request) (Identity, *infer.Error) {
 	// the actual check, so it does not depend on how a map compares keys.
 	if !ok || subtle.ConstantTimeCompare(sum[:], c.hash[:]) != 1 {
 		return Identity{}, infer.Errorf(infer.KindUnauthenticated, ReasonInvalidAPIKey, "the API key is not valid")
+	}
+	if byCert != nil && byCert != c {
+		// Two credentials naming two clients: refuse rather than guess.
+		return Identity{}, infer.Errorf(infer.KindUnauthenticated, ReasonCredentialMismatch,
+			"the API key and the client certificate belong to different clients")
 	}
 	return Identity{ClientID: c.id, Priority: c.priority}, nil
 }

@@ -1,0 +1,194 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/sluice-ml/sluice/internal/admission"
+	"github.com/sluice-ml/sluice/internal/authz"
+	"github.com/sluice-ml/sluice/internal/tlsconfig"
+)
+
+// Security is the process-wide security section: the operator tokens that
+// every state-changing API accepts, the audit log and the memory budget.
+type Security struct {
+	// Tokens are the operator credentials (bearer tokens, stored as their
+	// SHA-256) accepted by the admin API, the model repository API and the
+	// feature server's writes. Roles: read or operate.
+	Tokens []Token `yaml:"tokens"`
+	// AuditLog is where one JSON line per state-changing call goes:
+	// "stderr" (default, beside the logs), "stdout", "off" or a file path
+	// (appended to).
+	AuditLog string `yaml:"audit_log"`
+	// MemoryBudgetBytes is the process-wide budget of request bytes held in
+	// memory at once, shared by every listener; a request that would pass
+	// it is answered 503 overloaded [256 MiB].
+	MemoryBudgetBytes int64 `yaml:"memory_budget_bytes"`
+}
+
+// Token is one operator credential: id, SHA-256 of the secret, role.
+type Token = authz.Token
+
+// TLS is one listener's TLS (and optional mTLS) configuration.
+type TLS = tlsconfig.ServerOptions
+
+// ClientTLS is TLS for an outbound connection.
+type ClientTLS = tlsconfig.ClientOptions
+
+// Limits bound one listener's requests: body bytes, header bytes and count.
+type Limits = admission.Limits
+
+// hashTokens replaces each token's plain secret (which must come from
+// ${ENV}) with its SHA-256, like hashAPIKeys does for API keys.
+func (c *Config) hashTokens() []error {
+	if c.Security == nil {
+		return nil
+	}
+	var problems []error
+	for i := range c.Security.Tokens {
+		t := &c.Security.Tokens[i]
+		path := fmt.Sprintf("security.tokens[%d].token", i)
+		switch {
+		case t.Token == "" && c.src.fromEnv[path]:
+			problems = append(problems, c.src.problem(path, "expands to an empty token"))
+		case t.Token == "":
+		case !c.src.fromEnv[path]:
+			problems = append(problems, c.src.problem(path, "a literal token: secrets must not sit in config; write token: ${ENV_VAR} or token_sha256"))
+		case t.SHA256 != "":
+			problems = append(problems, c.src.problem(path, "set token or token_sha256, not both"))
+		default:
+			sum := sha256.Sum256([]byte(t.Token))
+			t.SHA256 = hex.EncodeToString(sum[:])
+		}
+		t.Token = ""
+	}
+	return problems
+}
+
+// security checks the security section and the rule that every write API
+// reachable beyond loopback needs a credential.
+func (v *validator) security(c *Config) {
+	s := c.Security
+	operate := false
+	if s != nil {
+		var valid []Token
+		for i, t := range s.Tokens {
+			p := fmt.Sprintf("security.tokens[%d]", i)
+			if t.SHA256 == "" && v.written(p+".token") {
+				continue // Load already said why
+			}
+			ok := true
+			if t.ID == "" {
+				v.add(p+".id", "is required")
+				ok = false
+			}
+			if b, err := hex.DecodeString(t.SHA256); err != nil || len(b) != sha256.Size {
+				v.add(p+".token_sha256", "want 64 hex digits (SHA-256), or token: ${ENV_VAR}")
+				ok = false
+			}
+			if _, err := authz.ParseRole(t.Role); err != nil {
+				v.add(p+".role", "%q is not one of read, operate", t.Role)
+				ok = false
+			}
+			if ok {
+				valid = append(valid, t)
+				operate = operate || t.Role == "operate"
+			}
+		}
+		if _, err := authz.NewPolicy(authz.PolicyOptions{Tokens: valid}); err != nil {
+			v.add("security.tokens", "%s", strings.ReplaceAll(err.Error(), "\n", "; "))
+		}
+		if s.MemoryBudgetBytes < 0 {
+			v.add("security.memory_budget_bytes", "must not be negative")
+		}
+	}
+	beyond := func(path, addr string) {
+		if operate || IsLoopback(addr) {
+			return
+		}
+		v.add(path, "%q is reachable beyond loopback, but no operate token is configured: its state-changing API would be open to the network; add a token with role operate under security.tokens, or bind 127.0.0.1", addr)
+	}
+	tls := func(path string, t *TLS) {
+		if t == nil {
+			return
+		}
+		if err := t.Validate(); err != nil {
+			v.add(path, "%v", err)
+		}
+	}
+	if m := c.ModelServer; m != nil {
+		restricted := false
+		for i, r := range m.HTTPRestrictedAPI {
+			rs, err := authz.ParseRestriction(r)
+			if err != nil {
+				v.add(fmt.Sprintf("model_server.http_restricted_api[%d]", i), "%v", err)
+			}
+			restricted = restricted || slices.Contains(rs.Groups, authz.GroupModelRepository)
+		}
+		for i, r := range m.GRPCRestrictedProtocol {
+			if _, err := authz.ParseRestriction(r); err != nil {
+				v.add(fmt.Sprintf("model_server.grpc_restricted_protocol[%d]", i), "%v", err)
+			}
+		}
+		if !restricted {
+			beyond("model_server.address", m.Address)
+		}
+		tls("model_server.tls", m.TLS)
+	}
+	if f := c.FeatureServer; f != nil {
+		beyond("feature_server.address", f.Address)
+		v.oneOf("feature_server.read_auth", f.ReadAuth, "open", "token")
+		tls("feature_server.tls", f.TLS)
+		if f.MaxEntityRows < 0 {
+			v.add("feature_server.max_entity_rows", "must not be negative")
+		}
+	}
+	if g := c.Gateway; g != nil {
+		if _, _, err := net.SplitHostPort(g.Admin); err == nil { // else already reported
+			beyond("gateway.admin", g.Admin)
+		}
+		tls("gateway.tls", g.TLS)
+		tls("gateway.admin_tls", g.AdminTLS)
+		for i, b := range g.Backends {
+			if b.TLS != nil {
+				if err := b.TLS.Validate(); err != nil {
+					v.add(fmt.Sprintf("gateway.backends[%d].tls", i), "%v", err)
+				}
+			}
+		}
+		ids := map[string]string{}
+		for i, cl := range g.Clients {
+			if cl.TLSIdentity == "" {
+				continue
+			}
+			if prev, dup := ids[cl.TLSIdentity]; dup {
+				v.add(fmt.Sprintf("gateway.clients[%d].tls_identity", i), "%q is already the identity of client %q", cl.TLSIdentity, prev)
+			}
+			ids[cl.TLSIdentity] = cl.ID
+		}
+		if len(ids) > 0 && (g.TLS == nil || g.TLS.ClientCAFile == "") {
+			v.add("gateway.tls.client_ca_file", "clients name a tls_identity, so client certificates must be verified: set gateway.tls.client_ca_file")
+		}
+	}
+}
+
+// IsLoopback reports whether a listen address ("host:port" or a bare host)
+// binds only the loopback interface: 127.0.0.0/8, ::1 or "localhost". An
+// empty host, 0.0.0.0 and :: bind every interface.
+func IsLoopback(addr string) bool {
+	host := addr
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}

@@ -1,0 +1,76 @@
+package config
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/authz"
+)
+
+func TestSecurityProblems(t *testing.T) {
+	_, err := Load("testdata/security.bad.yaml")
+	require.Error(t, err)
+	msg := err.Error()
+	for _, want := range []string{
+		`security.bad.yaml:3:17: security.tokens[0].token: a literal token`,
+		`security.memory_budget_bytes: must not be negative`,
+		`security.tokens[1].token_sha256: want 64 hex digits`,
+		`security.tokens[1].role: "watch" is not one of read, operate`,
+		`model_server.http_restricted_api[0]:`,
+		`model_server.address: "0.0.0.0" is reachable beyond loopback, but no operate token is configured`,
+		`model_server.tls:`,
+		`feature_server.address: "0.0.0.0" is reachable beyond loopback`,
+		`feature_server.read_auth: "maybe" is not one of open, token`,
+		`gateway.admin: "0.0.0.0:9901" is reachable beyond loopback`,
+		`gateway.tls.client_ca_file: clients name a tls_identity`,
+	} {
+		require.Contains(t, msg, want)
+	}
+}
+
+func TestSecurityTokensHashedAndLoopbackDefaults(t *testing.T) {
+	doc := `security:
+  tokens:
+    - {id: ops, token: "${OPS_TOKEN}", role: operate}
+model_server: {model_repository: [m]}
+feature_server: {repo: f, address: 0.0.0.0}
+gateway: {admin: "0.0.0.0:9901"}
+`
+	env := func(k string) (string, bool) {
+		if k == "OPS_TOKEN" {
+			return "s3cret", true
+		}
+		return "", false
+	}
+	cfg, err := Parse("sluice.yaml", []byte(doc), env)
+	require.NoError(t, err, "an operate token allows listeners beyond loopback")
+	tok := cfg.Security.Tokens[0]
+	require.Empty(t, tok.Token, "the plain secret is dropped")
+	require.Equal(t, authz.HashToken("s3cret"), tok.SHA256)
+	require.Equal(t, "127.0.0.1", cfg.ModelServer.Address, "internal listeners bind loopback by default")
+	require.Equal(t, "stderr", cfg.Security.AuditLog)
+	require.Positive(t, cfg.Security.MemoryBudgetBytes)
+	require.Equal(t, int64(64<<20), cfg.ModelServer.Limits.MaxBodyBytes)
+	require.Equal(t, int64(16<<20), cfg.FeatureServer.Limits.MaxBodyBytes)
+	require.Equal(t, int64(1<<20), cfg.Gateway.Limits.MaxBodyBytes)
+	require.NotContains(t, cfg.String(), tok.SHA256, "config dumps redact token hashes")
+}
+
+func TestRestrictedAPIValuesRedacted(t *testing.T) {
+	doc := "model_server: {model_repository: [m], http_restricted_api: [\"model-repository:admin-key=${K}\"]}\n"
+	cfg, err := Parse("sluice.yaml", []byte(doc), func(string) (string, bool) { return "hunter2", true })
+	require.NoError(t, err)
+	require.Equal(t, "model-repository:admin-key=hunter2", cfg.ModelServer.HTTPRestrictedAPI[0])
+	require.False(t, strings.Contains(cfg.String(), "hunter2"))
+}
+
+func TestIsLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:9901": true, "127.1.2.3:1": true, "[::1]:80": true, "localhost:80": true, "::1": true,
+		":9901": false, "0.0.0.0:80": false, "[::]:80": false, "10.0.0.5:80": false, "example.com:80": false, "": false,
+	} {
+		require.Equal(t, want, IsLoopback(addr), addr)
+	}
+}
