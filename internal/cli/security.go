@@ -313,7 +313,6 @@ func featureGuard(p *authz.Policy, a *authz.Auditor, next http.Handler) http.Han
 	})
 }
 
-
 // securityFlags are the single-component commands' security flags; under
 // serve -c the config's security and tls sections take their place.
 type securityFlags struct {
