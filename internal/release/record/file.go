@@ -93,38 +93,62 @@ func NewFileSink(opts FileOptions, logger *slog.Logger) (*FileSink, error) {
 // that fail to encode are skipped and reported in err; an I/O error stops
 // the write.
 func (s *FileSink) Write(_ context.Context, recs []*Record) (int, error) {
+	var encErrs []error
+	n := 0
+	err := s.writeLines(len(recs), func(i int) []byte {
+		b, err := Encode(recs[i])
+		if err != nil {
+			encErrs = append(encErrs, err)
+			return nil
+		}
+		return b
+	}, func(int) { n++ })
+	return n, errors.Join(append(encErrs, err)...)
+}
+
+// writeEntries appends the entries' encodings as lines (see Write).
+func (s *FileSink) writeEntries(_ context.Context, es []entry, stored []bool) error {
+	return s.writeLines(len(es), func(i int) []byte { return es[i].data }, func(i int) { stored[i] = true })
+}
+
+// writeLines appends line(i) for i < n (nil: skipped) and calls done(i)
+// for each line once it is written; an I/O error stops it.
+func (s *FileSink) writeLines(n int, line func(int) []byte, done func(int)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return 0, errors.New("file sink: closed")
+		return errors.New("file sink: closed")
 	}
-	var encErrs []error
-	written, pending := 0, 0 // pending: records in s.buf not yet written
-	for _, r := range recs {
-		b, err := Encode(r)
-		if err != nil {
-			encErrs = append(encErrs, err)
+	var pending []int // lines in s.buf not yet written
+	commit := func() {
+		for _, i := range pending {
+			done(i)
+		}
+		pending = pending[:0]
+	}
+	for i := range n {
+		b := line(i)
+		if b == nil {
 			continue
 		}
-		line := int64(len(b) + 1)
-		if s.needRotate(int64(len(s.buf)) + line) {
+		if s.needRotate(int64(len(s.buf)) + int64(len(b)+1)) {
 			if err := s.flush(); err != nil {
-				return written, errors.Join(append(encErrs, err)...)
+				return err
 			}
-			written += pending
-			pending = 0
+			commit()
 			if err := s.rotate(); err != nil {
-				return written, errors.Join(append(encErrs, err)...)
+				return err
 			}
 		}
 		s.buf = append(s.buf, b...)
 		s.buf = append(s.buf, '\n')
-		pending++
+		pending = append(pending, i)
 	}
 	if err := s.flush(); err != nil {
-		return written, errors.Join(append(encErrs, err)...)
+		return err
 	}
-	return written + pending, errors.Join(encErrs...)
+	commit()
+	return nil
 }
 
 // needRotate reports whether the current file must be closed before

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,9 +23,19 @@ const (
 	DefaultStream        = "SLUICE_RECORDINGS"
 	DefaultSubjectPrefix = "sluice.recordings"
 	DefaultMaxPending    = 4096
-	DefaultAckTimeout    = 10 * time.Second
+	DefaultAckTimeout    = 5 * time.Second
 	DefaultRetries       = 3
+	// DefaultDuplicateWindow is the duplicate window of a stream the sink
+	// creates: a record published again (a retry, a spool drained after a
+	// restart) within it is stored once.
+	DefaultDuplicateWindow = 10 * time.Minute
 )
+
+// natsWriteTimeout bounds one write to the NATS connection. A server that
+// stops reading (hung, SIGSTOP) then fails the connection within it
+// instead of holding publishes (and Close) for the client's default
+// minute.
+const natsWriteTimeout = 2 * time.Second
 
 // NATSOptions configures a NATSSink and a StreamReader.
 type NATSOptions struct {
@@ -41,20 +50,23 @@ type NATSOptions struct {
 
 	// The fields below apply to the sink only.
 
-	// MaxPending bounds the publishes awaiting an ack; Write waits (up to
-	// AckTimeout) for room. Default DefaultMaxPending.
+	// MaxPending bounds the publishes awaiting an ack; a publish waits (up
+	// to AckTimeout) for room. Default DefaultMaxPending.
 	MaxPending int
-	// AckTimeout is how long a publish may wait for its ack before it is
-	// published again. Default DefaultAckTimeout.
+	// AckTimeout is how long a publish waits for its ack before it counts
+	// as failed. Default DefaultAckTimeout.
 	AckTimeout time.Duration
-	// Retries is how often a publish whose ack failed or timed out is
-	// published again before it counts as lost. Default DefaultRetries;
-	// negative disables retries.
+	// Retries is how often Write publishes a record whose publish failed
+	// again before it gives up on it. Default DefaultRetries; negative:
+	// none. (A Writer does not use it: what fails goes to its spool.)
 	Retries int
 	// StreamMaxAge and StreamMaxBytes limit a stream the sink creates
 	// (0: unlimited). An existing stream keeps its configuration.
 	StreamMaxAge   time.Duration
 	StreamMaxBytes int64
+	// DuplicateWindow is the duplicate window of a stream the sink creates.
+	// Default DefaultDuplicateWindow. An existing stream keeps its own.
+	DuplicateWindow time.Duration
 }
 
 func (o *NATSOptions) defaults() {
@@ -75,6 +87,9 @@ func (o *NATSOptions) defaults() {
 	}
 	if o.Retries == 0 {
 		o.Retries = DefaultRetries
+	}
+	if o.DuplicateWindow <= 0 {
+		o.DuplicateWindow = DefaultDuplicateWindow
 	}
 }
 
@@ -103,23 +118,24 @@ func subjectToken(s string) string {
 
 // NATSStats are a NATSSink's publish counts.
 type NATSStats struct {
-	Published uint64 // records Write took (handed to the connection or queued for a retry)
-	Acked     uint64 // records the stream acknowledged
-	Retried   uint64 // publishes repeated: the ack failed or timed out, or the connection refused it
-	Lost      uint64 // records whose retries were used up
-	Pending   int    // publishes awaiting an ack, plus retries not yet sent
+	Published  uint64 // messages handed to the connection, retries included
+	Acked      uint64 // publishes the stream acknowledged as new messages
+	Duplicates uint64 // publishes acknowledged as already held (a retry of a stored record): stored once
+	Failed     uint64 // publishes refused by the connection or whose ack failed or timed out
 }
 
 // NATSSink publishes records to a JetStream stream, one message per record
-// on <SubjectPrefix>.<service>, asynchronously: Write returns once the
-// records are handed to the connection, and acks are tracked in the
-// background. A publish whose ack fails or times out (a reconnect fails
-// every pending ack) is published again on the next Write or in Close, up
-// to Retries times; so is one the connection refuses while reconnecting.
-// Each record carries a Nats-Msg-Id unique to this sink, so the stream
-// discards a retry of a publish it did store (within its duplicate window,
-// 2 minutes by default). Retries can put a record behind later ones in the
-// stream.
+// on <SubjectPrefix>.<service>. A write publishes its records
+// asynchronously and then waits for their acks (bounded by AckTimeout and
+// its context), so a record counts as stored only once the stream
+// acknowledged it. Each record carries a Nats-Msg-Id, the same for every
+// attempt at it, so the stream stores a record published again within its
+// duplicate window once.
+//
+// The connection reconnects for ever; while it is down, publishes fail at
+// once (no client-side reconnect buffer: the Writer's spool is the
+// buffer), and a server that stops reading fails the connection within
+// seconds. Acks pending when the connection drops fail.
 type NATSSink struct {
 	opts     NATSOptions
 	log      *slog.Logger
@@ -128,34 +144,34 @@ type NATSSink struct {
 	js       jetstream.JetStream
 	idPrefix string
 	seq      atomic.Uint64
+	window   time.Duration // the stream's duplicate window
 
-	mu       sync.Mutex // protects retry and attempts
-	retry    []*nats.Msg
-	attempts map[*nats.Msg]int
-
-	published, acked, retried, lost atomic.Uint64
-	closed                          atomic.Bool
+	published, acked, duplicates, failed atomic.Uint64
+	closed                               atomic.Bool
 }
 
 // NewNATSSink connects to opts.URL and makes sure the stream exists,
 // creating it with subjects <SubjectPrefix>.> when it does not; an existing
 // stream must already take those subjects. A nil logger discards; a nil
-// reg registers nothing.
+// reg registers nothing. The metrics are registered before it connects.
 func NewNATSSink(ctx context.Context, opts NATSOptions, logger *slog.Logger, reg prometheus.Registerer) (*NATSSink, error) {
 	opts.defaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	var id [6]byte
-	_, _ = rand.Read(id[:])
 	s := &NATSSink{
 		opts:     opts,
 		log:      logger.With("component", "record_nats_sink", "stream", opts.Stream),
 		m:        newNATSMetrics(reg, opts.Stream),
-		idPrefix: hex.EncodeToString(id[:]) + "-",
-		attempts: make(map[*nats.Msg]int),
+		idPrefix: newIDPrefix(),
 	}
-	nc, err := connect(ctx, opts.URL, s.log)
+	nc, err := connect(ctx, opts.URL, s.log,
+		nats.FlusherTimeout(natsWriteTimeout),
+		nats.ReconnectOnFlusherError(),
+		nats.ReconnectBufSize(-1),
+		nats.PingInterval(5*time.Second),
+		nats.MaxPingsOutstanding(2),
+	)
 	if err != nil {
 		return nil, fmt.Errorf("nats sink: %w", err)
 	}
@@ -163,8 +179,6 @@ func NewNATSSink(ctx context.Context, opts NATSOptions, logger *slog.Logger, reg
 	s.js, err = jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(opts.MaxPending),
 		jetstream.WithPublishAsyncTimeout(opts.AckTimeout),
-		jetstream.WithPublishAsyncAckHandler(s.onAck),
-		jetstream.WithPublishAsyncErrHandler(s.onAckError),
 	)
 	if err == nil {
 		err = s.ensureStream(ctx)
@@ -176,9 +190,17 @@ func NewNATSSink(ctx context.Context, opts NATSOptions, logger *slog.Logger, reg
 	return s, nil
 }
 
+// newIDPrefix returns a random prefix for dedup ids: ids are the prefix and
+// a sequence number, unique across processes and restarts.
+func newIDPrefix() string {
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	return hex.EncodeToString(id[:]) + "-"
+}
+
 // connect dials url, bounded by ctx's deadline when it has one, and
 // reconnects forever afterwards.
-func connect(ctx context.Context, url string, log *slog.Logger) (*nats.Conn, error) {
+func connect(ctx context.Context, url string, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
 	timeout := 5 * time.Second
 	if d, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(d))
@@ -186,11 +208,11 @@ func connect(ctx context.Context, url string, log *slog.Logger) (*nats.Conn, err
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(url,
+	opts := []nats.Option{
 		nats.Name("sluice-recordings"),
 		nats.Timeout(timeout),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectWait(250 * time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("nats disconnected", "err", err)
@@ -200,7 +222,8 @@ func connect(ctx context.Context, url string, log *slog.Logger) (*nats.Conn, err
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			log.Warn("nats connection error", "err", err)
 		}),
-	)
+	}
+	nc, err := nats.Connect(url, append(opts, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", url, err)
 	}
@@ -219,7 +242,7 @@ func (s *NATSSink) ensureStream(ctx context.Context) error {
 			Retention:   jetstream.LimitsPolicy,
 			MaxAge:      s.opts.StreamMaxAge,
 			MaxBytes:    cmpOr(s.opts.StreamMaxBytes, -1),
-			Duplicates:  2 * time.Minute,
+			Duplicates:  s.opts.DuplicateWindow,
 		})
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			st, err = s.js.Stream(ctx, s.opts.Stream) // another replica won the race
@@ -228,14 +251,22 @@ func (s *NATSSink) ensureStream(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", s.opts.Stream, err)
 	}
+	cfg := st.CachedInfo().Config
+	s.window = cfg.Duplicates
 	probe := s.opts.Subject("probe")
-	for _, subj := range st.CachedInfo().Config.Subjects {
+	for _, subj := range cfg.Subjects {
 		if subjectMatches(subj, probe) {
 			return nil
 		}
 	}
-	return fmt.Errorf("stream %s takes subjects %v, not %s", s.opts.Stream, st.CachedInfo().Config.Subjects, want)
+	return fmt.Errorf("stream %s takes subjects %v, not %s", s.opts.Stream, cfg.Subjects, want)
 }
+
+// DuplicateWindow returns the stream's duplicate window: a record
+// published again within it (a retry, a spool drained after a restart) is
+// stored once; later, a record whose first publish was stored but not
+// acknowledged can be stored twice.
+func (s *NATSSink) DuplicateWindow() time.Duration { return s.window }
 
 func cmpOr(v, def int64) int64 {
 	if v == 0 {
@@ -261,161 +292,166 @@ func subjectMatches(pattern, subject string) bool {
 	return len(pt) == len(st)
 }
 
-func (s *NATSSink) onAck(_ jetstream.JetStream, msg *nats.Msg, _ *jetstream.PubAck) {
-	s.acked.Add(1)
-	s.m.acked.Inc()
-	s.mu.Lock()
-	if len(s.attempts) > 0 {
-		delete(s.attempts, msg)
-	}
-	s.mu.Unlock()
-}
-
-// onAckError queues msg for another publish. It may run with the
-// JetStream publisher's lock held, so it must not publish itself.
-func (s *NATSSink) onAckError(_ jetstream.JetStream, msg *nats.Msg, err error) {
-	s.mu.Lock()
-	n := s.attempts[msg] + 1
-	if n > s.opts.Retries {
-		delete(s.attempts, msg)
-		s.mu.Unlock()
-		s.lost.Add(1)
-		s.m.lost.Inc()
-		s.log.Warn("recording publish lost", "subject", msg.Subject, "attempts", n, "err", err)
-		return
-	}
-	s.attempts[msg] = n
-	s.retry = append(s.retry, msg)
-	s.mu.Unlock()
-	s.retried.Add(1)
-	s.m.retried.Inc()
-}
-
-// Write publishes recs and returns once they are handed to the
-// connection. A publish the connection refuses while it is not closed (a
-// broken pipe before the disconnect is noticed, no room for AckTimeout) is
-// queued for another attempt, as long as the queue of retries holds fewer
-// than MaxPending records; otherwise Write returns early with the count
-// taken so far. It also returns early when ctx ends.
+// Write publishes recs and waits for their acks. A record whose publish
+// fails (the connection is down, no ack within AckTimeout, no stream
+// answering) is published again, with the same dedup id, up to Retries
+// times with a short back-off, while ctx lasts. It returns the number of
+// records the stream stored; when err is set, the records not stored need
+// not be the last ones. A record that cannot be encoded fails alone.
 func (s *NATSSink) Write(ctx context.Context, recs []*Record) (int, error) {
 	if s.closed.Load() {
 		return 0, errors.New("nats sink: closed")
 	}
-	_ = s.republish() // what it cannot send stays queued
 	var encErrs []error
-	n := 0
+	es := make([]entry, 0, len(recs))
 	for _, r := range recs {
-		if err := ctx.Err(); err != nil {
-			return n, errors.Join(append(encErrs, fmt.Errorf("nats sink: %w", context.Cause(ctx)))...)
-		}
 		b, err := Encode(r)
 		if err != nil {
 			encErrs = append(encErrs, err)
 			continue
 		}
-		// The id is the same for every attempt at this record, so the
-		// stream drops a retry of a publish it did store.
-		msg := &nats.Msg{
-			Subject: s.opts.Subject(r.Service),
-			Data:    b,
-			Header:  nats.Header{jetstream.MsgIDHeader: []string{s.idPrefix + strconv.FormatUint(s.seq.Add(1), 36)}},
+		es = append(es, entry{id: s.idPrefix + strconv.FormatUint(s.seq.Add(1), 36), service: r.Service, data: b})
+	}
+	stored := make([]bool, len(es))
+	todo := es
+	idx := make([]int, len(es)) // todo[j] is es[idx[j]]
+	for i := range idx {
+		idx[i] = i
+	}
+	backoff := 100 * time.Millisecond
+	var err error
+	for attempt := 0; len(todo) > 0; attempt++ {
+		ok := make([]bool, len(todo))
+		err = s.writeEntries(ctx, todo, ok)
+		var nextTodo []entry
+		var nextIdx []int
+		for j, done := range ok {
+			if done {
+				stored[idx[j]] = true
+			} else {
+				nextTodo = append(nextTodo, todo[j])
+				nextIdx = append(nextIdx, idx[j])
+			}
 		}
-		if err := s.publish(msg); err != nil && (s.nc.IsClosed() || !s.queueRetry(msg)) {
-			return n, errors.Join(append(encErrs, fmt.Errorf("nats sink: publish: %w", err))...)
+		todo, idx = nextTodo, nextIdx
+		if len(todo) == 0 || attempt >= s.opts.Retries || ctx.Err() != nil {
+			break
 		}
-		n++
-		s.published.Add(1)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+	n := 0
+	for _, ok := range stored {
+		if ok {
+			n++
+		}
+	}
+	if len(todo) > 0 {
+		encErrs = append(encErrs, fmt.Errorf("nats sink: %d of %d records not stored: %w", len(todo), len(es), err))
 	}
 	return n, errors.Join(encErrs...)
 }
 
-func (s *NATSSink) publish(msg *nats.Msg) error {
-	_, err := s.js.PublishMsgAsync(msg, jetstream.WithStallWait(s.opts.AckTimeout))
-	return err
-}
-
-// queueRetry queues msg, refused by the connection, for another attempt,
-// unless the queue is full.
-func (s *NATSSink) queueRetry(msg *nats.Msg) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.opts.Retries < 0 || len(s.retry) >= s.opts.MaxPending {
-		return false
+// writeEntries publishes es asynchronously, then waits for each ack (each
+// bounded by AckTimeout) until ctx ends. Once the connection refuses a
+// publish for being down, the rest are not tried.
+func (s *NATSSink) writeEntries(ctx context.Context, es []entry, stored []bool) error {
+	if s.closed.Load() {
+		return errors.New("nats sink: closed")
 	}
-	s.attempts[msg]++
-	s.retry = append(s.retry, msg)
-	s.retried.Add(1)
-	s.m.retried.Inc()
-	return true
-}
-
-// republish sends the queued retries again; those it could not send stay
-// queued.
-func (s *NATSSink) republish() error {
-	s.mu.Lock()
-	msgs := s.retry
-	s.retry = nil
-	s.mu.Unlock()
-	for i, m := range msgs {
-		if err := s.publish(m); err != nil {
-			s.mu.Lock()
-			s.retry = append(msgs[i:], s.retry...)
-			s.mu.Unlock()
-			return fmt.Errorf("nats sink: republish: %w", err)
+	stall := s.opts.AckTimeout
+	if d, ok := ctx.Deadline(); ok {
+		stall = max(min(stall, time.Until(d)), time.Millisecond)
+	}
+	futures := make([]jetstream.PubAckFuture, len(es))
+	var firstErr error
+	fail := func(err error) {
+		s.failed.Add(1)
+		s.m.failed.Inc()
+		if firstErr == nil {
+			firstErr = err
 		}
 	}
-	return nil
+	for i, e := range es {
+		if err := ctx.Err(); err != nil {
+			fail(fmt.Errorf("nats sink: %w", context.Cause(ctx)))
+			break
+		}
+		msg := &nats.Msg{
+			Subject: s.opts.Subject(e.service),
+			Data:    e.data,
+			Header:  nats.Header{jetstream.MsgIDHeader: []string{e.id}},
+		}
+		f, err := s.js.PublishMsgAsync(msg, jetstream.WithStallWait(stall))
+		if err != nil {
+			fail(fmt.Errorf("nats sink: publish: %w", err))
+			if connDown(err) {
+				break
+			}
+			continue
+		}
+		s.published.Add(1)
+		futures[i] = f
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case ack := <-f.Ok():
+			stored[i] = true
+			if ack != nil && ack.Duplicate {
+				s.duplicates.Add(1)
+				s.m.duplicates.Inc()
+			} else {
+				s.acked.Add(1)
+				s.m.acked.Inc()
+			}
+		case err := <-f.Err():
+			fail(fmt.Errorf("nats sink: ack: %w", err))
+		case <-ctx.Done():
+			// The rest are in doubt: the stream may store them yet. They
+			// count as not stored; their dedup ids absorb a second publish.
+			for range futures[i:] {
+				s.failed.Add(1)
+				s.m.failed.Inc()
+			}
+			if firstErr == nil {
+				firstErr = fmt.Errorf("nats sink: waiting for acks: %w", context.Cause(ctx))
+			}
+			return firstErr
+		}
+	}
+	return firstErr
+}
+
+// connDown reports a publish error meaning the connection takes nothing
+// now, so the rest of a batch need not be tried.
+func connDown(err error) bool {
+	return errors.Is(err, nats.ErrReconnectBufExceeded) || errors.Is(err, nats.ErrConnectionClosed) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected) ||
+		errors.Is(err, jetstream.ErrTooManyStalledMsgs) || errors.Is(err, nats.ErrConnectionDraining)
 }
 
 // Stats returns the sink's publish counts.
 func (s *NATSSink) Stats() NATSStats {
-	s.mu.Lock()
-	queued := len(s.retry)
-	s.mu.Unlock()
 	return NATSStats{
-		Published: s.published.Load(),
-		Acked:     s.acked.Load(),
-		Retried:   s.retried.Load(),
-		Lost:      s.lost.Load(),
-		Pending:   s.js.PublishAsyncPending() + queued,
+		Published:  s.published.Load(),
+		Acked:      s.acked.Load(),
+		Duplicates: s.duplicates.Load(),
+		Failed:     s.failed.Load(),
 	}
 }
 
-// Close waits, bounded by ctx, until every publish is acknowledged,
-// publishing failed ones again as needed, then closes the connection. Its
-// error reports the records not acknowledged and those lost.
-func (s *NATSSink) Close(ctx context.Context) error {
+// Close closes the connection. Writes wait for their acks, so nothing is
+// left pending; it does not wait on ctx.
+func (s *NATSSink) Close(context.Context) error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	defer s.nc.Close()
-	var rerr error
-	for ctx.Err() == nil {
-		rerr = s.republish()
-		if s.Stats().Pending == 0 {
-			break
-		}
-		if rerr != nil {
-			// The connection refuses publishes (reconnecting): try again
-			// shortly rather than spin.
-			select {
-			case <-time.After(100 * time.Millisecond):
-			case <-ctx.Done():
-			}
-			continue
-		}
-		select {
-		case <-s.js.PublishAsyncComplete():
-		case <-ctx.Done():
-		}
-	}
-	st := s.Stats()
-	if st.Pending == 0 && st.Lost == 0 {
-		return nil
-	}
-	err := fmt.Errorf("nats sink: %d records not acknowledged, %d lost", st.Pending, st.Lost)
-	if ctx.Err() != nil {
-		err = fmt.Errorf("%w: %w", err, context.Cause(ctx))
-	}
-	return errors.Join(err, rerr)
+	s.nc.Close()
+	return nil
 }

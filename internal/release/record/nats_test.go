@@ -259,12 +259,14 @@ func TestStreamReaderEdges(t *testing.T) {
 }
 
 // privateNATS runs a nats-server with JetStream of the test's own, which
-// the test may stop and restart.
+// the test may kill, pause and restart on the same port and store.
 type privateNATS struct {
 	t    *testing.T
+	bin  string
 	port int
 	dir  string
 	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has been waited for
 }
 
 func startPrivateNATS(t *testing.T) *privateNATS {
@@ -285,96 +287,281 @@ func startPrivateNATS(t *testing.T) *privateNATS {
 	require.NoError(t, err)
 	port := ln.Addr().(*net.TCPAddr).Port
 	require.NoError(t, ln.Close())
-	s := &privateNATS{t: t, port: port, dir: t.TempDir()}
-	s.start(bin)
+	s := &privateNATS{t: t, bin: bin, port: port, dir: t.TempDir()}
+	s.start()
 	t.Cleanup(s.stop)
 	return s
 }
 
 func (s *privateNATS) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.port) }
 
-func (s *privateNATS) start(bin string) {
+// start runs the server and waits until JetStream answers.
+func (s *privateNATS) start() {
 	s.t.Helper()
-	s.cmd = exec.Command(bin, "-js", "-a", "127.0.0.1", "-p", fmt.Sprint(s.port),
+	s.cmd = exec.Command(s.bin, "-js", "-a", "127.0.0.1", "-p", fmt.Sprint(s.port),
 		"-sd", s.dir, "-l", filepath.Join(s.dir, "server.log"))
 	require.NoError(s.t, s.cmd.Start())
-	deadline := time.Now().Add(10 * time.Second)
+	s.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(s.cmd, s.done)
+	deadline := time.Now().Add(15 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", s.port), 200*time.Millisecond)
+		err := func() error {
+			nc, err := nats.Connect(s.url(), nats.Timeout(500*time.Millisecond))
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(s.t.Context(), time.Second)
+			defer cancel()
+			_, err = js.AccountInfo(ctx)
+			return err
+		}()
 		if err == nil {
-			_ = c.Close()
 			return
 		}
 		if time.Now().After(deadline) {
 			s.t.Fatalf("private nats-server on port %d did not start: %v", s.port, err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// signal sends sig to the running server.
+func (s *privateNATS) signal(sig syscall.Signal) {
+	s.t.Helper()
+	require.NotNil(s.t, s.cmd, "no server running")
+	require.NoError(s.t, s.cmd.Process.Signal(sig))
+}
+
+// kill ends the server with SIGKILL (no clean shutdown) and waits for it.
+func (s *privateNATS) kill() {
+	s.t.Helper()
+	s.signal(syscall.SIGKILL)
+	<-s.done
+	s.cmd = nil
+}
+
+// pause stops the server with SIGSTOP: connections stay open, nothing is
+// answered. resume continues it.
+func (s *privateNATS) pause()  { s.signal(syscall.SIGSTOP) }
+func (s *privateNATS) resume() { s.signal(syscall.SIGCONT) }
 
 // stop ends the server with SIGTERM (a clean shutdown) and waits for it.
 func (s *privateNATS) stop() {
 	if s.cmd == nil {
 		return
 	}
+	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused server must run to stop
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-s.done:
 	case <-time.After(10 * time.Second):
 		_ = s.cmd.Process.Kill()
-		<-done
+		<-s.done
 	}
 	s.cmd = nil
 }
 
-func TestNATSSinkRetriesAcrossAServerRestart(t *testing.T) {
+// requireStreamExactlyOnce reads the stream back and checks that it holds
+// each of want exactly once (by request id) and nothing else.
+func requireStreamExactlyOnce(t *testing.T, opts NATSOptions, want []string) {
+	t.Helper()
+	got := readStream(t, opts, StreamOptions{})
+	count := make(map[string]int, len(got))
+	for _, r := range got {
+		count[r.RequestID]++
+	}
+	var dup []string
+	for id, n := range count {
+		if n > 1 {
+			dup = append(dup, fmt.Sprintf("%s×%d", id, n))
+		}
+	}
+	slices.Sort(dup)
+	require.Empty(t, dup, "records stored more than once")
+	var missing []string
+	for _, id := range want {
+		if count[id] == 0 {
+			missing = append(missing, id)
+		}
+		delete(count, id)
+	}
+	require.Empty(t, missing, "accepted records missing from the stream")
+	require.Empty(t, count, "records in the stream that were never accepted")
+	require.Len(t, got, len(want))
+}
+
+// steadyLoad offers records first, first+1, … at rate per second until
+// n were offered or ctx ends, and returns the ids the writer accepted.
+func steadyLoad(ctx context.Context, w *Writer, first, n, rate int) []string {
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	var accepted []string
+	for i := first; i < first+n; i++ {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return accepted
+		}
+		if w.Offer(sample(i, time.Now())) {
+			accepted = append(accepted, "req-"+itoa(i))
+		}
+	}
+	return accepted
+}
+
+// TestNATSWriterSurvivesABrokerKill: 200 records/s for 25 s while the
+// broker is killed (SIGKILL) for 15 s and restarted on the same port and
+// store. Every accepted record ends up in the stream exactly once.
+func TestNATSWriterSurvivesABrokerKill(t *testing.T) {
+	t.Parallel()
 	srv := startPrivateNATS(t)
 	opts := isolated(t, srv.url())
-	opts.AckTimeout = time.Second
-	opts.Retries = 10
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	opts.AckTimeout = 2 * time.Second
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 
 	sink, err := NewNATSSink(ctx, opts, nil, nil)
 	require.NoError(t, err)
-	w := NewWriter(sink, WriterOptions{QueueSize: 4096, SinkLabel: "nats"}, nil, nil)
-	offer := func(from, to int) {
-		t.Helper()
-		for i := from; i < to; i++ {
-			require.True(t, w.Offer(sample(i, time.Now())), "record %d", i)
+	reg := prometheus.NewRegistry()
+	spool := openSpool(t, SpoolOptions{Dir: t.TempDir()})
+	w := NewWriter(sink, WriterOptions{SinkLabel: "nats", Spool: spool, RetryMax: time.Second}, nil, reg)
+
+	const rate, seconds = 200, 25
+	loaded := make(chan []string, 1)
+	go func() { loaded <- steadyLoad(ctx, w, 0, rate*seconds, rate) }()
+
+	time.Sleep(5 * time.Second)
+	before := w.Stats()
+	srv.kill()
+	maxSpooled := uint64(0)
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		maxSpooled = max(maxSpooled, w.Stats().Spooled)
+	}
+	srv.start()
+	accepted := <-loaded
+	require.Len(t, accepted, rate*seconds, "the writer accepted every offer")
+	t.Logf("before the kill: %+v; most spooled during the outage: %d", before, maxSpooled)
+	require.Positive(t, before.Written, "records were published before the kill")
+	require.Greater(t, maxSpooled, uint64(rate*10), "the outage's records went to the spool")
+
+	closeCtx, cancelClose := context.WithTimeout(ctx, 60*time.Second)
+	defer cancelClose()
+	require.NoError(t, w.Close(closeCtx))
+	st := w.Stats()
+	t.Logf("writer: %+v; sink: %+v", st, sink.Stats())
+	require.Equal(t, WriterStats{Accepted: uint64(len(accepted)), Written: uint64(len(accepted))}, st)
+	requireStreamExactlyOnce(t, opts, accepted)
+}
+
+// TestNATSWriterCloseWhileBrokerHungThenNextStartDrains: the broker hangs
+// (SIGSTOP) under load; Close with a 3 s deadline returns in time, leaving
+// exactly the unpublished records in the spool; after SIGCONT a new writer
+// on the same spool (the next start) publishes them, each exactly once
+// (records the hung broker got before Close are deduplicated).
+func TestNATSWriterCloseWhileBrokerHungThenNextStartDrains(t *testing.T) {
+	t.Parallel()
+	srv := startPrivateNATS(t)
+	opts := isolated(t, srv.url())
+	opts.AckTimeout = 2 * time.Second
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+
+	sink, err := NewNATSSink(ctx, opts, nil, nil)
+	require.NoError(t, err)
+	const deadline = 3 * time.Second
+	w := NewWriter(sink, WriterOptions{SinkLabel: "nats", Spool: openSpool(t, SpoolOptions{Dir: dir}), CloseTimeout: deadline}, nil, nil)
+
+	const rate = 200
+	accepted := steadyLoad(ctx, w, 0, 2*rate, rate)
+	srv.pause()
+	accepted = append(accepted, steadyLoad(ctx, w, 2*rate, 2*rate, rate)...)
+	require.Len(t, accepted, 4*rate)
+
+	start := time.Now()
+	err = w.Close(ctx)
+	took := time.Since(start)
+	st := w.Stats()
+	t.Logf("Close took %s: %+v, err %v; sink: %+v", took, st, err, sink.Stats())
+	require.NoError(t, err, "nothing was lost: the rest is in the spool")
+	require.Less(t, took, deadline+2*time.Second, "Close keeps to its deadline")
+	require.Equal(t, uint64(len(accepted)), st.Accepted)
+	require.Zero(t, st.Lost())
+	require.Positive(t, st.Spooled)
+	require.Equal(t, st.Accepted, st.Written+st.Spooled)
+
+	// What Close reported is exactly what the spool holds.
+	spool := openSpool(t, SpoolOptions{Dir: dir})
+	recovered, cut := spool.Recovered()
+	require.Equal(t, int(st.Spooled), recovered)
+	require.Zero(t, cut)
+
+	srv.resume()
+	sink2, err := NewNATSSink(ctx, opts, nil, nil)
+	require.NoError(t, err)
+	next := NewWriter(sink2, WriterOptions{SinkLabel: "nats", Spool: spool, CloseTimeout: 30 * time.Second}, nil, nil)
+	require.NoError(t, next.Close(ctx))
+	st2 := next.Stats()
+	t.Logf("next writer: %+v; sink: %+v", st2, sink2.Stats())
+	require.Equal(t, WriterStats{Recovered: st.Spooled, Written: st.Spooled}, st2)
+	requireStreamExactlyOnce(t, opts, accepted)
+}
+
+// TestNATSWriterSpoolFull: the broker is down and the spool tiny; the
+// drop_newest policy applies and the counts say so exactly.
+func TestNATSWriterSpoolFull(t *testing.T) {
+	t.Parallel()
+	srv := startPrivateNATS(t)
+	opts := isolated(t, srv.url())
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	sink, err := NewNATSSink(ctx, opts, nil, nil)
+	require.NoError(t, err)
+	srv.kill()
+
+	dir := t.TempDir()
+	const maxBytes = 64 << 10
+	reg := prometheus.NewRegistry()
+	w := NewWriter(sink, WriterOptions{SinkLabel: "nats", Spool: openSpool(t, SpoolOptions{Dir: dir, MaxBytes: maxBytes}), CloseTimeout: time.Second}, nil, reg)
+	var accepted []string
+	for i, r := range records(0, 400) {
+		if w.Offer(r) {
+			accepted = append(accepted, r.RequestID)
+		}
+		if i%20 == 19 {
+			waitFor(t, "the writer to settle", quiescent(w, uint64(len(accepted))))
 		}
 	}
-	const n = 3000
-	offer(0, n/3)
-	bin := srv.cmd.Path
-	srv.stop() // acks in flight are lost
-	offer(n/3, 2*n/3)
-	// Let the writer publish these while the server is down: they wait
-	// in the reconnect buffer, and the reconnect fails their acks.
-	for w.Stats().Written < 2*n/3 {
-		require.NoError(t, ctx.Err(), "writer stuck while the server was down: %+v", w.Stats())
-		time.Sleep(10 * time.Millisecond)
-	}
-	srv.start(bin)
-	offer(2*n/3, n)
-	require.NoError(t, w.Close(ctx))
-	st := sink.Stats()
-	require.Zero(t, st.Lost)
-	require.Zero(t, st.Pending)
-	require.Positive(t, st.Retried, "the restart failed some acks: %+v", st)
-	t.Logf("sink stats: %+v", st)
+	require.Len(t, accepted, 400)
+	err = w.Close(ctx)
+	st := w.Stats()
+	t.Logf("%+v, err %v", st, err)
+	require.ErrorContains(t, err, fmt.Sprintf("%d of 400 accepted records lost (0 failed, %d dropped by the full spool)", st.DroppedByPolicy, st.DroppedByPolicy))
+	requireAddsUp(t, st)
+	require.Zero(t, st.Written)
+	require.Zero(t, st.Failed)
+	require.Positive(t, st.Spooled)
+	require.Positive(t, st.DroppedByPolicy)
+	require.Equal(t, uint64(400), st.Spooled+st.DroppedByPolicy)
 
-	got := readStream(t, opts, StreamOptions{})
-	seen := make([]string, 0, len(got))
-	for _, r := range got {
-		seen = append(seen, r.RequestID)
-	}
-	slices.Sort(seen)
-	want := ids(0, n)
-	slices.Sort(want)
-	require.Equal(t, want, seen, "every record exactly once (retries deduplicated by Nats-Msg-Id); %+v", st)
+	require.InDelta(t, float64(st.DroppedByPolicy), metricValue(t, reg, "sluice_release_records_total", "sink", "nats", "result", "dropped_by_policy"), 0)
+	require.InDelta(t, float64(st.Spooled), metricValue(t, reg, "sluice_release_record_spool_records", "sink", "nats"), 0)
+	require.LessOrEqual(t, metricValue(t, reg, "sluice_release_record_spool_bytes", "sink", "nats"), float64(maxBytes))
+
+	// The spool holds the oldest records, exactly as many as reported,
+	// and the next start publishes them once the broker is back.
+	srv.start()
+	sink2, err := NewNATSSink(ctx, opts, nil, nil)
+	require.NoError(t, err)
+	next := NewWriter(sink2, WriterOptions{SinkLabel: "nats", Spool: openSpool(t, SpoolOptions{Dir: dir, MaxBytes: maxBytes})}, nil, nil)
+	require.NoError(t, next.Close(ctx))
+	require.Equal(t, WriterStats{Recovered: st.Spooled, Written: st.Spooled}, next.Stats())
+	requireStreamExactlyOnce(t, opts, accepted[:st.Spooled])
 }
 
 func TestStreamReaderStartsAndStopsByStreamTime(t *testing.T) {

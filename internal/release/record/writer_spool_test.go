@@ -1,0 +1,260 @@
+package record
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+)
+
+// flakySink stores records while up and refuses every write while down.
+// It is not an entrySink, so the Writer reaches it through recordSink.
+type flakySink struct {
+	down atomic.Bool
+
+	mu    sync.Mutex // protects count
+	count map[string]int
+}
+
+func newFlakySink(down bool) *flakySink {
+	s := &flakySink{count: map[string]int{}}
+	s.down.Store(down)
+	return s
+}
+
+func (s *flakySink) Write(ctx context.Context, recs []*Record) (int, error) {
+	if s.down.Load() {
+		return 0, errors.New("sink down")
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range recs {
+		s.count[r.RequestID]++
+	}
+	return len(recs), nil
+}
+
+func (s *flakySink) Close(context.Context) error { return nil }
+
+// requireExactlyOnce checks the sink holds exactly the ids, once each.
+func (s *flakySink) requireExactlyOnce(t *testing.T, want []string) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, n := range s.count {
+		require.Equal(t, 1, n, "record %s stored %d times", id, n)
+	}
+	got := slices.Sorted(maps.Keys(s.count))
+	want = slices.Clone(want)
+	slices.Sort(want)
+	require.Equal(t, want, got)
+}
+
+// waitFor polls cond every 10ms until it holds or 20s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// requireAddsUp checks the writer's accounting identity.
+func requireAddsUp(t *testing.T, st WriterStats) {
+	t.Helper()
+	require.Equal(t, st.Accepted+st.Recovered, st.Written+st.Spooled+st.DroppedByPolicy+st.Failed, "counts do not add up: %+v", st)
+}
+
+func quiescent(w *Writer, accepted uint64) func() bool {
+	return func() bool {
+		st := w.Stats()
+		return st.Accepted == accepted && st.Accepted+st.Recovered == st.Written+st.Spooled+st.DroppedByPolicy+st.Failed
+	}
+}
+
+func TestWriterSpoolsWhileTheSinkIsDownAndDrainsWhenItIsBack(t *testing.T) {
+	dir := t.TempDir()
+	sink := newFlakySink(false)
+	spool := openSpool(t, SpoolOptions{Dir: dir})
+	reg := prometheus.NewRegistry()
+	w := NewWriter(sink, WriterOptions{SinkLabel: "fake", Spool: spool, RetryMax: 50 * time.Millisecond}, nil, reg)
+
+	for _, r := range records(0, 100) {
+		require.True(t, w.Offer(r))
+	}
+	waitFor(t, "the first records written", func() bool { return w.Stats().Written == 100 })
+	sink.down.Store(true)
+	for _, r := range records(100, 400) {
+		require.True(t, w.Offer(r))
+	}
+	waitFor(t, "the outage's records spooled", quiescent(w, 500))
+	st := w.Stats()
+	require.Equal(t, WriterStats{Accepted: 500, Written: 100, Spooled: 400}, st)
+	require.InDelta(t, 400, testutil.ToFloat64(w.m.spoolRecords), 0)
+	require.Positive(t, testutil.ToFloat64(w.m.spoolBytes))
+
+	sink.down.Store(false)
+	waitFor(t, "the spool drained", func() bool { return w.Stats().Written == 500 })
+	for _, r := range records(500, 100) {
+		require.True(t, w.Offer(r))
+	}
+	require.NoError(t, w.Close(t.Context()))
+	st = w.Stats()
+	require.Equal(t, WriterStats{Accepted: 600, Written: 600}, st)
+	require.InDelta(t, 600, counter(t, reg, "written"), 0)
+	require.InDelta(t, 400, testutil.ToFloat64(w.m.spooled), 0)
+	require.InDelta(t, 0, testutil.ToFloat64(w.m.spoolRecords), 0)
+	sink.requireExactlyOnce(t, ids(0, 600))
+	require.Empty(t, segmentFiles(t, dir))
+}
+
+func TestWriterCloseLeavesTheRestInTheSpoolForTheNextWriter(t *testing.T) {
+	dir := t.TempDir()
+	down := newFlakySink(true)
+	w := NewWriter(down, WriterOptions{SinkLabel: "fake", Spool: openSpool(t, SpoolOptions{Dir: dir}), CloseTimeout: 200 * time.Millisecond}, nil, nil)
+	for _, r := range records(0, 300) {
+		require.True(t, w.Offer(r))
+	}
+	start := time.Now()
+	require.NoError(t, w.Close(t.Context()), "spooled records are not lost")
+	require.Less(t, time.Since(start), 5*time.Second, "Close is bounded by CloseTimeout")
+	st := w.Stats()
+	require.Equal(t, WriterStats{Accepted: 300, Spooled: 300}, st)
+	require.False(t, w.Offer(records(300, 1)[0]))
+
+	// The next process finds the spool and drains it.
+	up := newFlakySink(false)
+	next := NewWriter(up, WriterOptions{SinkLabel: "fake", Spool: openSpool(t, SpoolOptions{Dir: dir})}, nil, nil)
+	require.Equal(t, uint64(300), next.Stats().Recovered)
+	for _, r := range records(300, 50) {
+		require.True(t, next.Offer(r))
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, next.Close(ctx))
+	st = next.Stats()
+	require.Equal(t, WriterStats{Accepted: 50, Recovered: 300, Written: 350}, st)
+	up.requireExactlyOnce(t, ids(0, 350))
+}
+
+func TestWriterSpoolFullPolicies(t *testing.T) {
+	for _, policy := range []SpoolPolicy{SpoolDropNewest, SpoolBlock} {
+		t.Run(string(policy), func(t *testing.T) {
+			dir := t.TempDir()
+			sink := newFlakySink(true)
+			reg := prometheus.NewRegistry()
+			spool := openSpool(t, SpoolOptions{Dir: dir, MaxBytes: MinSpoolMaxBytes, Full: policy})
+			w := NewWriter(sink, WriterOptions{QueueSize: 50, BatchSize: 10, SinkLabel: "fake", Spool: spool, CloseTimeout: 300 * time.Millisecond}, nil, reg)
+			var accepted []string
+			for i, r := range records(0, 400) {
+				if w.Offer(r) {
+					accepted = append(accepted, r.RequestID)
+				}
+				if i%10 == 9 && policy == SpoolDropNewest {
+					// The writer keeps up: it never waits for the spool.
+					waitFor(t, "the writer to settle", quiescent(w, uint64(len(accepted))))
+				}
+				if i%10 == 9 && policy == SpoolBlock {
+					time.Sleep(time.Millisecond)
+				}
+			}
+			if policy == SpoolDropNewest {
+				st := w.Stats()
+				require.Positive(t, st.DroppedByPolicy, "%+v", st)
+				require.Zero(t, st.Dropped, "the writer keeps taking records: %+v", st)
+			}
+			err := w.Close(t.Context())
+			st := w.Stats()
+			requireAddsUp(t, st)
+			require.Equal(t, uint64(len(accepted)), st.Accepted)
+			require.Zero(t, st.Written)
+			require.Zero(t, st.Failed)
+			require.Positive(t, st.Spooled)
+			require.Positive(t, st.DroppedByPolicy, "%+v", st)
+			require.ErrorContains(t, err, "dropped by the full spool")
+			require.InDelta(t, float64(st.DroppedByPolicy), counter(t, reg, "dropped_by_policy"), 0)
+			if policy == SpoolBlock {
+				require.Positive(t, st.Dropped, "a blocked writer's queue fills and Offer drops: %+v", st)
+			}
+
+			// The spool holds exactly what the counts say: the oldest
+			// accepted records, within its bound.
+			reopened := openSpool(t, SpoolOptions{Dir: dir, MaxBytes: MinSpoolMaxBytes})
+			recs, size := reopened.Pending()
+			require.Equal(t, int(st.Spooled), recs)
+			require.LessOrEqual(t, size, int64(MinSpoolMaxBytes))
+			var got []string
+			for {
+				es, err := reopened.peek(100, maxPeekBytes)
+				require.NoError(t, err)
+				if len(es) == 0 {
+					break
+				}
+				for _, e := range es {
+					r, err := Decode(e.data)
+					require.NoError(t, err)
+					got = append(got, r.RequestID)
+				}
+				require.NoError(t, reopened.ack(len(es)))
+			}
+			require.Equal(t, accepted[:recs], got)
+		})
+	}
+}
+
+func TestWriterWithoutSpoolCountsSinkOutagesAsFailed(t *testing.T) {
+	sink := newFlakySink(true)
+	w := NewWriter(sink, WriterOptions{SinkLabel: "fake"}, nil, nil)
+	for _, r := range records(0, 20) {
+		require.True(t, w.Offer(r))
+	}
+	err := w.Close(t.Context())
+	require.ErrorContains(t, err, "20 of 20 accepted records lost (20 failed, 0 dropped by the full spool)")
+	require.Equal(t, WriterStats{Accepted: 20, Failed: 20}, w.Stats())
+}
+
+// metricValue returns the value of the counter or gauge name whose labels
+// are the given name/value pairs.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	want := map[string]string{}
+	for i := 0; i+1 < len(labels); i += 2 {
+		want[labels[i]] = labels[i+1]
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			if !maps.Equal(got, want) {
+				continue
+			}
+			if g := m.GetGauge(); g != nil {
+				return g.GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no %s%v", name, want)
+	return 0
+}
