@@ -178,9 +178,13 @@ func TestPlanAndApply(t *testing.T) {
 	require.NoError(t, WritePlan(&out, Diff(applied, r2.Snapshot())))
 	require.Equal(t, "~ feature view 'v'\n"+
 		"    schema: ~ f Float32 → Float64\n"+
+		"        stored f values read NOT_FOUND until the view is re-materialized (never reinterpreted); apply needs --allow-type-change\n"+
 		"    schema: + g Array(Float32, 4)\n"+
+		"        g reads NOT_FOUND for rows stored before this change until the view is re-materialized\n"+
+		"    online store: the values above are unavailable until the view is re-materialized or pushed to; materialization rewrites rows of the old schema even when their event time is unchanged\n"+
 		"    ttl: \"1h0m0s\" → \"168h0m0s\"\n"+
 		"- feature service 'svc'\n\n0 to add, 1 to change, 1 to remove.\n", out.String())
+	require.Equal(t, []string{"v:f Float32 → Float64"}, TypeChanges(applied, r2.Snapshot()))
 
 	// A write that cannot complete leaves the old registry intact.
 	require.NoError(t, os.Chmod(filepath.Dir(path), 0o500))

@@ -298,6 +298,12 @@ func orNone(s string) string {
 	return s
 }
 
+// viewDiff lists what changed in a view. A schema change also says what
+// it does to the values already in the online store: rows carry the
+// schema they were written with and are read by feature name, so a
+// reorder is harmless and a removed feature is simply no longer served,
+// but an added or retyped feature has no readable value in the stored
+// rows (NOT_FOUND) until the view is materialized or pushed again.
 func viewDiff(a, b SnapshotView) []string {
 	var out []string
 	old := make(map[string]string, len(a.Schema))
@@ -305,25 +311,89 @@ func viewDiff(a, b SnapshotView) []string {
 		old[f.Name] = f.Dtype
 	}
 	nw := make(map[string]bool, len(b.Schema))
+	unavailable := false
 	for _, f := range b.Schema {
 		nw[f.Name] = true
 		switch t, ok := old[f.Name]; {
 		case !ok:
-			out = append(out, fmt.Sprintf("schema: + %s %s", f.Name, f.Dtype))
+			out = append(out, fmt.Sprintf("schema: + %s %s", f.Name, f.Dtype),
+				fmt.Sprintf("    %s reads NOT_FOUND for rows stored before this change until the view is re-materialized", f.Name))
+			unavailable = true
 		case t != f.Dtype:
-			out = append(out, fmt.Sprintf("schema: ~ %s %s → %s", f.Name, t, f.Dtype))
+			out = append(out, fmt.Sprintf("schema: ~ %s %s → %s", f.Name, t, f.Dtype),
+				fmt.Sprintf("    stored %s values read NOT_FOUND until the view is re-materialized (never reinterpreted); apply needs --allow-type-change", f.Name))
+			unavailable = true
 		}
 	}
 	for _, f := range a.Schema {
 		if !nw[f.Name] {
-			out = append(out, fmt.Sprintf("schema: - %s %s", f.Name, f.Dtype))
+			out = append(out, fmt.Sprintf("schema: - %s %s", f.Name, f.Dtype),
+				fmt.Sprintf("    %s is no longer served", f.Name))
 		}
 	}
-	if len(out) == 0 && !slices.Equal(a.Schema, b.Schema) {
-		out = append(out, "schema: features reordered")
+	if !sameOrder(a.Schema, b.Schema, old, nw) {
+		out = append(out, "schema: features reordered",
+			"    harmless: stored rows are read by feature name")
+	}
+	if len(out) > 0 && b.Online {
+		if unavailable {
+			out = append(out, "online store: the values above are unavailable until the view is re-materialized or pushed to; materialization rewrites rows of the old schema even when their event time is unchanged")
+		} else {
+			out = append(out, "online store: stored rows stay readable; the next materialization rewrites them under the new schema")
+		}
 	}
 	a.Schema, b.Schema = nil, nil
 	return append(out, fieldDiff(a, b)...)
+}
+
+// sameOrder reports whether the features a and b share are in the same
+// order in both.
+func sameOrder(a, b []SnapshotField, inA map[string]string, inB map[string]bool) bool {
+	var x, y []string
+	for _, f := range a {
+		if inB[f.Name] {
+			x = append(x, f.Name)
+		}
+	}
+	for _, f := range b {
+		if _, ok := inA[f.Name]; ok {
+			y = append(y, f.Name)
+		}
+	}
+	return slices.Equal(x, y)
+}
+
+// TypeChanges lists the features whose dtype differs between the applied
+// registry (old, nil when none) and the definitions (cur), as
+// "view:feature Old → New", by view and feature name. Their stored online
+// values read NOT_FOUND until the view is re-materialized, so apply asks
+// for confirmation.
+func TypeChanges(old, cur *Snapshot) []string {
+	if old == nil {
+		return nil
+	}
+	oldViews := make(map[string]SnapshotView, len(old.Views))
+	for _, v := range old.Views {
+		oldViews[v.Name] = v
+	}
+	var out []string
+	for _, v := range cur.Views {
+		ov, ok := oldViews[v.Name]
+		if !ok {
+			continue
+		}
+		types := make(map[string]string, len(ov.Schema))
+		for _, f := range ov.Schema {
+			types[f.Name] = f.Dtype
+		}
+		for _, f := range v.Schema {
+			if t, ok := types[f.Name]; ok && t != f.Dtype {
+				out = append(out, fmt.Sprintf("%s:%s %s → %s", v.Name, f.Name, t, f.Dtype))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func serviceDiff(a, b SnapshotService) []string {
