@@ -145,7 +145,7 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 	})
 	logger.Info("sluice ready", "config", f.configFile, "gateway", banner.gateway, "admin", banner.admin,
 		"models_http", banner.models, "models_grpc", banner.grpc, "features", banner.features,
-		"startup_seconds", time.Since(start).Seconds())
+		"startup_seconds", time.Since(start).Seconds(), "listeners", gd.Listeners())
 	banner.write(cmd.OutOrStdout(), cfg)
 	err = g.Wait()
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {

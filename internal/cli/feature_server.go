@@ -137,7 +137,7 @@ func runFeatureServer(ctx context.Context, cmd *cobra.Command, f *featureServerF
 	fsrv.run(ctx, gctx, g, nil)
 	repo := fsrv.holder.Current()
 	logger.Info("feature server ready", "http", fsrv.ln.Addr().String(), "project", repo.Project,
-		"views", len(repo.Views), "online_store", repo.Config.Online.Type)
+		"views", len(repo.Views), "online_store", repo.Config.Online.Type, "listeners", gd.Listeners())
 	err = g.Wait()
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		err = nil

@@ -225,6 +225,13 @@ func (g *guard) reloadTLS() {
 	}
 }
 
+// Listeners returns the listeners secured so far, in start order.
+func (g *guard) Listeners() []listenerInfo {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]listenerInfo(nil), g.listeners...)
+}
+
 // writeListeners prints the listener table of the banner.
 func (g *guard) writeListeners(w io.Writer) {
 	g.mu.Lock()
@@ -235,7 +242,7 @@ func (g *guard) writeListeners(w io.Writer) {
 		if config.IsLoopback(l.Addr) {
 			scope = "loopback"
 		}
-		fmt.Fprintf(w, "    %-13s %-22s %-8s tls: %-28s auth: %s\n", l.Name, l.Addr, scope, l.TLS, l.Auth)
+		fmt.Fprintf(w, "    %-16s %-22s %-8s tls: %-28s auth: %s\n", l.Name, l.Addr, scope, l.TLS, l.Auth)
 	}
 }
 

@@ -192,7 +192,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	defer ms.closeBackends()
 	logger.Info("sluice ready",
 		"http", ms.httpLn.Addr().String(), "grpc", ms.grpcLn.Addr().String(), "metrics", ms.metrics.Addr().String(),
-		"startup_seconds", time.Since(start).Seconds())
+		"startup_seconds", time.Since(start).Seconds(), "listeners", gd.Listeners())
 	gd.writeListeners(cmd.OutOrStdout())
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ms.metrics.Run(gctx) })
