@@ -163,10 +163,20 @@ func printMaterializeReport(w io.Writer, rep materialize.Report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "VIEW\tSTART\tEND\tROWS READ\tWRITTEN\tSKIPPED\tDURATION\tROWS/S\tNOTE")
 	for _, v := range rep.Views {
-		note := v.Note
-		if v.Err != nil {
-			note = "FAILED: " + v.Err.Error()
+		notes := []string{}
+		if v.Note != "" {
+			notes = append(notes, v.Note)
 		}
+		if v.SchemaChanged {
+			notes = append(notes, "schema changed: whole window re-read")
+		}
+		if v.Future > 0 {
+			notes = append(notes, fmt.Sprintf("%d future rows skipped", v.Future))
+		}
+		if v.Err != nil {
+			notes = append(notes, "FAILED: "+v.Err.Error())
+		}
+		note := strings.Join(notes, "; ")
 		if v.Start.IsZero() {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t%s\n", v.View, note)
 			continue

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -50,11 +51,21 @@ func newFeaturesPlanCmd() *cobra.Command {
 }
 
 func newFeaturesApplyCmd() *cobra.Command {
-	var dir string
+	var (
+		dir         string
+		allowRetype bool
+	)
 	cmd := &cobra.Command{
 		Use:   "apply",
 		Short: "Validate the feature definitions and write them to the registry",
-		Args:  cobra.NoArgs,
+		Long: `Validate the feature definitions, show how they differ from the registry
+(what each schema change does to the values already in the online store)
+and write the registry.
+
+A feature whose type changes reads NOT_FOUND from every row stored before
+the change until its view is materialized again: apply refuses such a change
+unless --allow-type-change is given.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
 			r, err := loadFeatureRepo(cmd, dir, out)
@@ -70,6 +81,11 @@ func newFeaturesApplyCmd() *cobra.Command {
 			if err := registry.WritePlan(out, registry.Diff(old, snap)); err != nil {
 				return err
 			}
+			if retyped := registry.TypeChanges(old, snap); len(retyped) > 0 && !allowRetype {
+				return &exitError{code: 1, err: fmt.Errorf(
+					"apply refused: changing the type of %s makes the stored values read NOT_FOUND until the view is re-materialized; run apply with --allow-type-change to go ahead (registry not written)",
+					strings.Join(retyped, ", "))}
+			}
 			if err := registry.WriteSnapshot(path, snap); err != nil {
 				return err
 			}
@@ -79,5 +95,6 @@ func newFeaturesApplyCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&dir, "repo", ".", "feature repository folder (holding feature_store.yaml)")
+	cmd.Flags().BoolVar(&allowRetype, "allow-type-change", false, "apply even when a feature's type changes (its stored values read NOT_FOUND until the view is re-materialized)")
 	return cmd
 }
