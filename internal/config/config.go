@@ -324,6 +324,27 @@ type Recording struct {
 	QueueSize int `yaml:"queue_size"`
 	// Workers is the number of concurrent shadow calls [4].
 	Workers int `yaml:"workers"`
+	// Spool keeps, on local disk, the records sink nats could not publish
+	// yet; they are published when the broker is back or at the next
+	// start.
+	Spool RecordingSpool `yaml:"spool"`
+	// CloseTimeout bounds how long shutdown tries to store the records
+	// still queued or spooled before it leaves them in the spool [5s].
+	CloseTimeout Duration `yaml:"close_timeout"`
+}
+
+// RecordingSpool is sink nats's local disk spool.
+type RecordingSpool struct {
+	// Dir holds the spool's segment files [<recording.dir>/spool]. One
+	// process per directory: give each replica its own.
+	Dir string `yaml:"dir"`
+	// MaxBytes bounds the spool's files together [1 GiB].
+	MaxBytes int64 `yaml:"max_bytes"`
+	// Full is what happens to a record that does not fit: drop_newest (it
+	// is discarded and counted as dropped_by_policy; the gateway goes on
+	// recording) or block (recording waits for room, so new records are
+	// dropped at the queue instead) [drop_newest].
+	Full string `yaml:"full"`
 }
 
 // RecordingNATS is the JetStream sink's server and stream.

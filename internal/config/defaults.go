@@ -5,6 +5,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/admission"
 	"math"
+	"path/filepath"
 	"time"
 )
 
@@ -52,6 +53,10 @@ func (c *Config) applyDefaults() {
 	}
 	rc.QueueSize = or(rc.QueueSize, 4096)
 	rc.Workers = or(rc.Workers, 4)
+	rc.Spool.Dir = or(rc.Spool.Dir, filepath.Join(rc.Dir, "spool"))
+	rc.Spool.MaxBytes = or(rc.Spool.MaxBytes, 1<<30)
+	rc.Spool.Full = or(rc.Spool.Full, "drop_newest")
+	rc.CloseTimeout = or(rc.CloseTimeout, Duration(5*time.Second))
 	if p := g.Proxy; p != nil {
 		p.PathPrefix = or(p.PathPrefix, "/v2/")
 		p.Timeout = or(p.Timeout, Duration(time.Second))

@@ -146,6 +146,7 @@ func (c *Config) ResolvePaths(dir string) {
 			clientTLS(g.Backends[i].TLS)
 		}
 		g.Recording.Dir = abs(g.Recording.Dir)
+		g.Recording.Spool.Dir = abs(g.Recording.Spool.Dir)
 		for i := range g.Services {
 			if ro := g.Services[i].Rollout; ro != nil {
 				ro.StateFile = abs(ro.StateFile)

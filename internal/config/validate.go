@@ -231,6 +231,11 @@ func (v *validator) gateway(g *Gateway) {
 	if rc.Workers < 1 || rc.Workers > 256 {
 		v.add("gateway.recording.workers", "%d outside [1,256]", rc.Workers)
 	}
+	if rc.Spool.MaxBytes < 16<<10 {
+		v.add("gateway.recording.spool.max_bytes", "must be at least 16384")
+	}
+	v.oneOf("gateway.recording.spool.full", rc.Spool.Full, "drop_newest", "block")
+	v.positive("gateway.recording.close_timeout", rc.CloseTimeout)
 	for i, h := range rc.Headers {
 		switch strings.ToLower(h) {
 		case "authorization", "x-api-key", "cookie", "proxy-authorization":
