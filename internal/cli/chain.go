@@ -362,8 +362,10 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 }
 
 // openRecorder opens the recording sink when a service mirrors traffic:
-// rotated JSONL files or a NATS JetStream stream, behind a bounded writer.
-// It returns nil when nothing is recorded.
+// rotated JSONL files, or a NATS JetStream stream with a local disk spool
+// for what the broker does not take (drained when it is back, and at the
+// next start), behind a bounded writer. It returns nil when nothing is
+// recorded.
 func openRecorder(ctx context.Context, gc *config.Gateway, logger *slog.Logger, reg *prometheus.Registry) (*record.Writer, error) {
 	rc := gc.Recording
 	shadows := false
@@ -373,23 +375,40 @@ func openRecorder(ctx context.Context, gc *config.Gateway, logger *slog.Logger, 
 	if !shadows || rc.Sink == "off" {
 		return nil, nil
 	}
+	wopts := record.WriterOptions{QueueSize: rc.QueueSize, SinkLabel: rc.Sink}
 	var sink record.Sink
 	switch rc.Sink {
 	case "nats":
+		// The spool first: a directory another process holds fails the
+		// start before anything connects.
+		spool, err := record.OpenSpool(record.SpoolOptions{
+			Dir: rc.Spool.Dir, MaxBytes: rc.Spool.MaxBytes, Full: record.SpoolPolicy(rc.Spool.Full),
+		}, logger)
+		if err != nil {
+			return nil, fmt.Errorf("gateway.recording.spool: %w", err)
+		}
 		ns, err := record.NewNATSSink(ctx, record.NATSOptions{URL: rc.NATS.URL, Stream: rc.NATS.Stream, SubjectPrefix: rc.NATS.SubjectPrefix}, logger, reg)
 		if err != nil {
+			_ = spool.Close()
 			return nil, fmt.Errorf("gateway.recording: %w", err)
 		}
 		sink = ns
+		// Only the NATS writer gets the close deadline: what it cannot
+		// publish in time stays in the spool. JSONL writes are local and
+		// are finished (bounded by the shutdown timeout alone).
+		wopts.Spool, wopts.CloseTimeout = spool, rc.CloseTimeout.Std()
+		logger.Info("recording shadow traffic", "sink", rc.Sink, "stream", rc.NATS.Stream,
+			"spool", rc.Spool.Dir, "spool_max_bytes", rc.Spool.MaxBytes, "spool_full", rc.Spool.Full,
+			"duplicate_window", ns.DuplicateWindow().String())
 	default:
 		fsink, err := record.NewFileSink(record.FileOptions{Dir: rc.Dir, MaxBytes: rc.MaxBytes, MaxAge: rc.MaxAge.Std()}, logger)
 		if err != nil {
 			return nil, fmt.Errorf("gateway.recording: %w", err)
 		}
 		sink = fsink
+		logger.Info("recording shadow traffic", "sink", rc.Sink, "dir", rc.Dir)
 	}
-	logger.Info("recording shadow traffic", "sink", rc.Sink, "dir", rc.Dir, "stream", rc.NATS.Stream)
-	return record.NewWriter(sink, record.WriterOptions{QueueSize: rc.QueueSize, SinkLabel: rc.Sink}, logger, reg), nil
+	return record.NewWriter(sink, wopts, logger, reg), nil
 }
 
 // openAccessLog opens the access log destination: "stdout", "stderr",

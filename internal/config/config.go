@@ -328,8 +328,9 @@ type Recording struct {
 	// yet; they are published when the broker is back or at the next
 	// start.
 	Spool RecordingSpool `yaml:"spool"`
-	// CloseTimeout bounds how long shutdown tries to store the records
-	// still queued or spooled before it leaves them in the spool [5s].
+	// CloseTimeout bounds how long shutdown tries to publish (sink nats)
+	// the records still queued or spooled before it leaves them in the
+	// spool [5s]. JSONL writes are always finished.
 	CloseTimeout Duration `yaml:"close_timeout"`
 }
 
