@@ -30,6 +30,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/httpapi"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
+	"github.com/sluice-ml/sluice/internal/scrub"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
 	"github.com/sluice-ml/sluice/internal/telemetry"
 )
@@ -209,7 +210,11 @@ func writeHTTPError(w http.ResponseWriter, reqID string, err error) {
 		w.Header().Set("Retry-After", ratelimit.RetryAfterHeader(rl.RetryAfter))
 		w.Header().Set("X-RateLimit-Limit", strconv.FormatFloat(rl.Limit, 'g', -1, 64))
 	}
-	writeError(w, reqID, code, reason, err.Error())
+	msg := err.Error()
+	if code >= 500 {
+		msg = scrub.Message(msg) // record's log line keeps the detail
+	}
+	writeError(w, reqID, code, reason, msg)
 }
 
 // record logs and counts a finished call.

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/scrub"
 )
 
 // ErrorDomain is the ErrorInfo domain attached to every error status this
@@ -97,7 +98,12 @@ func toStatus(err error) error {
 		}
 	}
 	code, reason := classify(err)
-	return newStatus(code, reason, err.Error())
+	msg := err.Error()
+	switch code { //nolint:exhaustive // only server-side failures are scrubbed
+	case codes.Internal, codes.Unavailable, codes.Unknown, codes.DataLoss:
+		msg = scrub.Message(msg) // the server's log keeps the detail
+	}
+	return newStatus(code, reason, msg)
 }
 
 // newStatus builds a status error with an ErrorInfo detail.

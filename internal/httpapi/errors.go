@@ -8,6 +8,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
+	"github.com/sluice-ml/sluice/internal/scrub"
 )
 
 // Reason codes this package produces itself. Errors from the model layer
@@ -110,6 +111,7 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, requestID s
 	if code >= 500 {
 		h.logger.Error("request failed", "request_id", requestID, "method", r.Method, "path", r.URL.Path,
 			"status", code, "reason", reason, "err", err)
+		msg = scrub.Message(msg) // the log line above keeps the addresses and paths
 	} else {
 		h.logger.Debug("request rejected", "request_id", requestID, "method", r.Method, "path", r.URL.Path,
 			"status", code, "reason", reason, "err", err)
