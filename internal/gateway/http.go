@@ -30,8 +30,8 @@ import (
 	"github.com/sluice-ml/sluice/internal/httpapi"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
-	"github.com/sluice-ml/sluice/internal/scrub"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
+	"github.com/sluice-ml/sluice/internal/scrub"
 	"github.com/sluice-ml/sluice/internal/telemetry"
 )
 
