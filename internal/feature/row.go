@@ -54,8 +54,10 @@ var ErrCorrupt = errors.New("corrupt feature record")
 // timestamps; their payload starts with a presence byte (0 or 1) or is
 // empty, which is how ParseRecord tells them from tagged records.
 const (
-	recordTag    = 2
-	RecordHeader = 16 + 1 + 8 // timestamps, tag, schema id
+	recordTag = 2
+	// RecordHeader is the length of a record's storage form before its
+	// payload: timestamps, tag and schema id.
+	RecordHeader = 16 + 1 + 8
 )
 
 // AppendRecord appends r's storage form: event ts, created ts (8 bytes
