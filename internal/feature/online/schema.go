@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/sluice-ml/sluice/internal/feature"
 )
@@ -23,12 +24,18 @@ import (
 // definitions, so that is the schema the legacy rows were written with,
 // unless the definitions changed in the same step as the upgrade.
 
-// SchemaRecorder records the schemas rows are written with, each once
-// per process. It is safe for concurrent use; the zero value is ready.
+// SchemaRecorder records the schemas rows are written with. It records
+// each (view, schema) again only after recordAgain, so a process writing
+// many rows costs the store nothing more, and metadata lost with the
+// store's data is restored. It is safe for concurrent use; the zero value
+// is ready.
 type SchemaRecorder struct {
-	mu   sync.Mutex      // protects done
-	done map[string]bool // view + "\x00" + schema id: recorded
+	mu   sync.Mutex           // protects done
+	done map[string]time.Time // view + "\x00" + schema id: when recorded
 }
+
+// recordAgain is how long a recorded schema is trusted to be in the store.
+const recordAgain = time.Minute
 
 // Record makes sure readers of s can decode view's rows written with
 // schema: it stores the schema's document under its id and, when the view
@@ -39,9 +46,9 @@ func (r *SchemaRecorder) Record(ctx context.Context, s Store, view string, schem
 	id := feature.Fingerprint(schema)
 	key := view + "\x00" + id.String()
 	r.mu.Lock()
-	done := r.done[key]
+	at, done := r.done[key]
 	r.mu.Unlock()
-	if done {
+	if done && time.Since(at) < recordAgain {
 		return id, nil
 	}
 	doc := feature.EncodeSchema(schema)
@@ -55,9 +62,9 @@ func (r *SchemaRecorder) Record(ctx context.Context, s Store, view string, schem
 	}
 	r.mu.Lock()
 	if r.done == nil {
-		r.done = make(map[string]bool)
+		r.done = make(map[string]time.Time)
 	}
-	r.done[key] = true
+	r.done[key] = time.Now()
 	r.mu.Unlock()
 	return id, nil
 }

@@ -127,7 +127,7 @@ func (s *Server) alert(view, why string, st feature.ViewState, now time.Time) {
 // Run refreshes every online view's freshness gauges each GaugeInterval,
 // and raises stale_feature_alert for stale views even when nobody reads
 // them, until ctx is done. It returns nil then. It also records each
-// view's schema in the store (online.SchemaRecorder), once per schema.
+// view's schema in the store (online.SchemaRecorder).
 func (s *Server) Run(ctx context.Context) error {
 	t := time.NewTicker(s.opts.GaugeInterval)
 	defer t.Stop()

@@ -101,13 +101,15 @@ func (s *Server) loadLayout(ctx context.Context, v *feature.View, row feature.Sc
 		}
 	}
 	switch {
-	case errors.Is(err, feature.ErrCorrupt):
-		// A schema document that does not parse, or not the schema its
-		// id says: never decode with it.
+	case err == nil:
+	case errors.Is(err, online.ErrUnavailable), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return nil, storeError("read schema of feature view '"+v.Name+"'", err)
+	default:
+		// A schema document that does not parse, is not the schema its
+		// id says, or could not be read or recorded for another reason:
+		// never decode with a guess. The row's values read NOT_FOUND.
 		s.logger.Warn("feature_row_schema_unreadable", "view", v.Name, "schema", row.String(), "err", err)
 		found = false
-	case err != nil:
-		return nil, storeError("read schema of feature view '"+v.Name+"'", err)
 	}
 	if !found {
 		return &rowLayout{m: feature.Mapping{State: make([]feature.FieldState, len(v.Schema))}, expires: now.Add(unknownSchemaRetry)}, nil
