@@ -72,7 +72,8 @@ func AppendRecord(dst []byte, r Record) []byte {
 }
 
 // ParseRecord decodes AppendRecord's output, and the legacy form without
-// tag and schema id (Schema is zero then). Payload aliases b.
+// tag and schema id (Schema is zero then). A record with a tag it does
+// not know gets Schema SchemaUnreadable. Payload aliases b.
 func ParseRecord(b []byte) (Record, error) {
 	if len(b) < 16 {
 		return Record{}, fmt.Errorf("%w: %d bytes, need at least 16", ErrCorrupt, len(b))
@@ -85,8 +86,15 @@ func ParseRecord(b []byte) (Record, error) {
 	if len(b) == 16 || b[16] < recordTag {
 		return r, nil // legacy: the payload's first presence byte, or none
 	}
-	if b[16] != recordTag || len(b) < RecordHeader {
-		return Record{}, fmt.Errorf("%w: unknown record tag %d or short header (%d bytes)", ErrCorrupt, b[16], len(b))
+	if b[16] != recordTag {
+		// A storage form this version does not know (a later version
+		// wrote it): the timestamps still order writes, but no schema
+		// decodes the rest.
+		r.Schema = SchemaUnreadable
+		return r, nil
+	}
+	if len(b) < RecordHeader {
+		return Record{}, fmt.Errorf("%w: %d bytes, need at least %d", ErrCorrupt, len(b), RecordHeader)
 	}
 	r.Schema = SchemaID(binary.LittleEndian.Uint64(b[17:]))
 	r.Payload = b[RecordHeader:]

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 )
 
@@ -17,7 +18,7 @@ type SchemaID uint64
 // Fingerprint returns the SchemaID of schema: the first 8 bytes of
 // SHA-256 over the ordered feature names and dtypes. Two schemas share an
 // id only when they list the same names with the same types in the same
-// order (up to a 2⁻⁶⁴ collision). It is never zero.
+// order (up to a 2⁻⁶⁴ collision). It is never zero or SchemaUnreadable.
 func Fingerprint(schema []Field) SchemaID {
 	h := sha256.New()
 	var buf []byte
@@ -32,11 +33,16 @@ func Fingerprint(schema []Field) SchemaID {
 	}
 	var sum [sha256.Size]byte
 	id := SchemaID(binary.BigEndian.Uint64(h.Sum(sum[:0])))
-	if id == 0 {
-		id = 1 // zero means unknown
+	if id == 0 || id == SchemaUnreadable {
+		id = 1 // both are reserved
 	}
 	return id
 }
+
+// SchemaUnreadable is the schema id of a stored record whose storage form
+// this version does not know (ParseRecord). No schema has it, so readers
+// answer its values NOT_FOUND rather than guess.
+const SchemaUnreadable SchemaID = math.MaxUint64
 
 // String formats id as 16 hex digits, or "legacy" for zero.
 func (id SchemaID) String() string {

@@ -314,6 +314,7 @@ func TestUnreadableRows(t *testing.T) {
 	f.put(t, "user_live", i64(1), now.Add(-time.Minute), feature.Value{I64: 1})
 	f.put(t, "user_live", i64(2), now.Add(-time.Minute), feature.Value{I64: 2})
 	f.put(t, "user_live", i64(3), now.Add(-time.Minute), feature.Value{I64: 3})
+	f.put(t, "user_live", i64(4), now.Add(-time.Minute), feature.Value{I64: 4})
 	id := feature.Fingerprint(f.repo.Views["user_live"].Schema)
 	set := func(user int64, fn func(r *feature.Record)) {
 		k := rowKey(online.Key{View: "user_live", Entity: userKey(t, user)})
@@ -324,13 +325,14 @@ func TestUnreadableRows(t *testing.T) {
 	set(1, func(r *feature.Record) { r.Schema = id })
 	set(2, func(r *feature.Record) { r.Schema = 0x5eed }) // never recorded
 	set(3, func(r *feature.Record) { r.Schema, r.Payload = id, []byte{1, 0x80} })
+	set(4, func(r *feature.Record) { r.Schema = feature.SchemaUnreadable }) // a later version's storage form
 	resp, err := f.srv.GetOnlineFeatures(t.Context(), &Request{
-		Features: []string{"user_live:level"}, Entities: map[string][]feature.Value{"user_id": {i64(1), i64(2), i64(3)}},
+		Features: []string{"user_live:level"}, Entities: map[string][]feature.Value{"user_id": {i64(1), i64(2), i64(3), i64(4)}},
 	})
 	require.NoError(t, err)
-	require.Equal(t, []Status{StatusPresent, StatusNotFound, StatusNotFound}, resp.Results[1].Statuses)
+	require.Equal(t, []Status{StatusPresent, StatusNotFound, StatusNotFound, StatusNotFound}, resp.Results[1].Statuses)
 	require.Equal(t, int64(1), resp.Results[1].Values[0].I64)
-	require.Equal(t, 1.0, f.counter(t, "sluice_feature_unreadable_values_total", map[string]string{"view": "user_live", "reason": "unknown_schema"}))
+	require.Equal(t, 2.0, f.counter(t, "sluice_feature_unreadable_values_total", map[string]string{"view": "user_live", "reason": "unknown_schema"}))
 	require.Equal(t, 1.0, f.counter(t, "sluice_feature_unreadable_values_total", map[string]string{"view": "user_live", "reason": "corrupt_row"}))
 	require.Contains(t, f.logs.String(), `"reason":"corrupt_row"`)
 
