@@ -17,7 +17,8 @@ type Record struct {
 	CreatedTS int64 // ns since the epoch, UTC; 0 when the source has none
 	// Schema identifies the schema Payload was encoded with
 	// (Fingerprint); zero for a legacy row, written before rows carried
-	// it.
+	// it, and SchemaUnreadable for a storage form this version does not
+	// know.
 	Schema  SchemaID
 	Payload []byte
 }
