@@ -6,6 +6,11 @@
 // Every view's rows are kept under their own keys, so a view can be
 // deleted or expire without touching other views (Feast's Redis layout
 // keeps all views of an entity in one hash and cannot).
+//
+// Every row carries the id of the schema it was written with
+// (feature.Record.Schema), and the schemas of a view's rows are kept in
+// the store's metadata (SchemaRecorder, LoadSchema), so a reader never
+// decodes a row with another schema's layout.
 package online
 
 import (
