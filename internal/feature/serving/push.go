@@ -75,8 +75,9 @@ type PushReport struct {
 // checked before anything is written; a row whose event or created
 // timestamp is further in the future than the tolerance
 // (Options.FutureTolerance, else the repository's
-// future_timestamp_tolerance) refuses the push with timestamp_in_future. A successful online push counts as
-// the views' latest success for freshness.
+// future_timestamp_tolerance) refuses the push with timestamp_in_future.
+// A successful online push counts as the views' latest success for
+// freshness.
 //
 // PushOffline appends the rows as a new Parquet file to the push source's
 // batch source, which must be a folder source (see pushOffline);
