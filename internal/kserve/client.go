@@ -2,6 +2,7 @@ package kserve
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
@@ -56,6 +58,12 @@ type Options struct {
 	// UserAgent is sent ahead of gRPC's own user agent. Default
 	// DefaultUserAgent.
 	UserAgent string
+	// TLS, when set, makes every connection of the client TLS (mTLS when
+	// it presents a client certificate); nil means plaintext HTTP/2
+	// (h2c). An empty ServerName verifies the host of the endpoint
+	// address. The client keeps a clone; build one Client per TLS
+	// configuration (per backend).
+	TLS *tls.Config
 }
 
 func (o *Options) setDefaults() {
@@ -108,9 +116,16 @@ func New(opts Options, logger *slog.Logger) *Client {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	opts.setDefaults()
+	// Plaintext by default: loopback or in-cluster traffic, where TLS may
+	// belong to a mesh. A server certificate that fails verification
+	// (unknown CA, wrong name) is a connect failure like a refused
+	// connection: the call never reached the server.
+	creds := insecure.NewCredentials()
+	if opts.TLS != nil {
+		creds = credentials.NewTLS(opts.TLS)
+	}
 	dialOpts := []grpc.DialOption{
-		// Loopback or in-cluster traffic; TLS belongs to the mesh, if any.
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithUserAgent(opts.UserAgent),
 		// The gateway runs its own retry policy (Envoy's semantics, across
 		// endpoints); gRPC's would also buffer every request until it

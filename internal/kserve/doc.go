@@ -11,6 +11,14 @@
 // the background with a short backoff, so the gateway's own health checks
 // and outlier detection decide where traffic goes.
 //
+// Connections are plaintext HTTP/2 unless Options.TLS is set; then every
+// connection of that Client is TLS (mTLS when the configuration presents
+// a client certificate), so a caller that needs TLS for some endpoints
+// and not others keeps one Client per TLS configuration. A server
+// certificate that fails verification fails the call at once like a
+// refused connection (IsConnectFailure), with the verification error in
+// the message.
+//
 // Requests travel in raw_input_contents: infer.Tensor data already is in
 // the KServe binary layout, so encoding copies no tensor bytes, and the
 // per-call state (request message, response message, peer) is pooled.
