@@ -23,6 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/sluice-ml/sluice/internal/admission"
+	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature/materialize"
@@ -37,6 +39,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/release/record"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
 	"github.com/sluice-ml/sluice/internal/telemetry"
+	"github.com/sluice-ml/sluice/internal/tlsconfig"
 )
 
 // chain holds the configuration Collect builds the components from: a
@@ -52,6 +55,7 @@ const (
 	ComponentFeature  = "Feature server"
 	ComponentGateway  = "Gateway"
 	ComponentRelease  = "Release safety"
+	ComponentSecurity = "Security (every listener)"
 	ComponentExporter = "Exposition"
 	ComponentRuntime  = "Go runtime and process"
 	// ComponentPushed holds the gauges batch jobs push to a Pushgateway
@@ -61,7 +65,7 @@ const (
 
 // Components lists the components in document order.
 var Components = []string{
-	ComponentModel, ComponentFeature, ComponentGateway, ComponentRelease, ComponentExporter, ComponentRuntime, ComponentPushed,
+	ComponentModel, ComponentFeature, ComponentGateway, ComponentRelease, ComponentSecurity, ComponentExporter, ComponentRuntime, ComponentPushed,
 }
 
 // Metric types, as Prometheus names them in # TYPE lines.
@@ -216,6 +220,13 @@ func Collect(ctx context.Context, dir string) (fams []Family, err error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	closers = append(closers, gw.Close) // closes the recorder too
+
+	// What every command's guard registers (internal/cli/security.go): the
+	// audit log, the admission limits and budget, the TLS material.
+	rec.component = ComponentSecurity
+	authz.NewAuditor(nil, rec)
+	admission.NewMetrics(rec)
+	tlsconfig.NewMetrics(rec)
 
 	// /metrics itself: the commands serve the registry with promhttp,
 	// which counts its own errors.

@@ -15,8 +15,10 @@ import (
 
 // components are the <component> of sluice_<component>_<name>_<unit>:
 // the model server, the feature server, the gateway and release safety
-// (recording, shadow, rollout, drift).
-var components = []string{"model", "feature", "gateway", "release"}
+// (recording, shadow, rollout, drift), and the parts every listener shares:
+// admission (body limits, memory budget), audit (state-changing calls) and
+// tls (certificates).
+var components = []string{"model", "feature", "gateway", "release", "admission", "audit", "tls"}
 
 // knownViolations are the names that break the vocabulary today, with the
 // rule each breaks. The list only shrinks: a new violation fails the test,
