@@ -19,6 +19,8 @@ func FuzzGetOnlineFeaturesRequest(f *testing.F) {
 		`{"features":[],"entities":{}}`,
 		`{"features":["a:b:c"]}`,
 		`[]`, `null`, `{"entities":{"user_id":[1e400]}}`,
+		`{"features":["user_stats:clicks"],"entities":{"user_id":[[1],{"a":1}]}}`,
+		`{"features":["user_stats:clicks"],"entities":{"user_id":[1,[2,[3]],4]}}`,
 	} {
 		f.Add(s)
 	}

@@ -32,7 +32,7 @@ var ErrBreakerOpen = errors.New("redis circuit breaker open")
 
 // errStoreTimeout is the cause of a round trip's context when the store's
 // own timeout ends it (rather than the caller's deadline).
-var errStoreTimeout = errors.New("redis round trip timed out")
+var errStoreTimeout = errors.New("no answer within the store timeout")
 
 // BreakerState is a snapshot of the store's circuit breaker.
 type BreakerState struct {
@@ -183,9 +183,13 @@ func (s *Store) guard(ctx context.Context, op string, timeout time.Duration, fn 
 	o := outcomeSuccess
 	if errors.Is(err, online.ErrUnavailable) {
 		o = outcomeFailure
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			o = outcomeNeutral
 			err = fmt.Errorf("%s: %w", op, context.Cause(ctx))
+		case timeout > 0 && errors.Is(context.Cause(cctx), errStoreTimeout):
+			// go-redis reports "context deadline exceeded"; say whose.
+			err = fmt.Errorf("%w (%w, %s)", err, errStoreTimeout, timeout)
 		}
 	} else if err != nil && ctx.Err() != nil {
 		o = outcomeNeutral
