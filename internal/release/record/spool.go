@@ -2,6 +2,7 @@ package record
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -199,7 +200,7 @@ func (s *Spool) load() error {
 		}
 		s.segs = append(s.segs, &segment{seq: seq, path: name})
 	}
-	slices.SortFunc(s.segs, func(a, b *segment) int { return cmpUint(a.seq, b.seq) })
+	slices.SortFunc(s.segs, func(a, b *segment) int { return cmp.Compare(a.seq, b.seq) })
 	cseq, coff, cok := s.readCursor()
 	var keep []*segment
 	for _, g := range s.segs {
@@ -255,16 +256,6 @@ func (s *Spool) load() error {
 		return s.dropFirstLocked()
 	}
 	return nil
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // scanSegment checks a segment file frame by frame and cuts off whatever
