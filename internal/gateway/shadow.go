@@ -121,7 +121,8 @@ func (g *Gateway) closeMirror(ctx context.Context) error {
 	err := m.recorder.Close(ctx)
 	if st, ok := m.recorder.(interface{ Stats() record.WriterStats }); ok {
 		s := st.Stats()
-		g.logger.Info("recording closed", "accepted", s.Accepted, "dropped", s.Dropped, "written", s.Written, "failed", s.Failed)
+		g.logger.Info("recording closed", "accepted", s.Accepted, "dropped", s.Dropped, "written", s.Written,
+			"spooled", s.Spooled, "recovered", s.Recovered, "dropped_by_policy", s.DroppedByPolicy, "failed", s.Failed, "lost", s.Lost())
 	}
 	return err
 }
