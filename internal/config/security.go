@@ -122,20 +122,24 @@ func (v *validator) security(c *Config) {
 		}
 	}
 	if m := c.ModelServer; m != nil {
-		restricted := false
+		// A restriction stands in for a token only when it covers the
+		// repository API on both protocols: one left open is still open.
+		httpRestricted, grpcRestricted := false, false
 		for i, r := range m.HTTPRestrictedAPI {
 			rs, err := authz.ParseRestriction(r)
 			if err != nil {
 				v.add(fmt.Sprintf("model_server.http_restricted_api[%d]", i), "%v", err)
 			}
-			restricted = restricted || slices.Contains(rs.Groups, authz.GroupModelRepository)
+			httpRestricted = httpRestricted || slices.Contains(rs.Groups, authz.GroupModelRepository)
 		}
 		for i, r := range m.GRPCRestrictedProtocol {
-			if _, err := authz.ParseRestriction(r); err != nil {
+			rs, err := authz.ParseRestriction(r)
+			if err != nil {
 				v.add(fmt.Sprintf("model_server.grpc_restricted_protocol[%d]", i), "%v", err)
 			}
+			grpcRestricted = grpcRestricted || slices.Contains(rs.Groups, authz.GroupModelRepository)
 		}
-		if !restricted {
+		if !httpRestricted || !grpcRestricted {
 			beyond("model_server.address", m.Address)
 		}
 		tls("model_server.tls", m.TLS)

@@ -74,3 +74,27 @@ func TestIsLoopback(t *testing.T) {
 		require.Equal(t, want, IsLoopback(addr), addr)
 	}
 }
+
+func TestRestrictedRepositoryBeyondLoopbackNeedsBothProtocols(t *testing.T) {
+	const rule = `["model-repository:admin-key=${K}"]`
+	env := func(string) (string, bool) { return "hunter2", true }
+	for _, tt := range []struct {
+		name    string
+		section string
+		wantErr bool
+	}{
+		{name: "http only", section: "http_restricted_api: " + rule, wantErr: true},
+		{name: "grpc only", section: "grpc_restricted_protocol: " + rule, wantErr: true},
+		{name: "both", section: "http_restricted_api: " + rule + ", grpc_restricted_protocol: " + rule},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			doc := "model_server: {model_repository: [m], address: 0.0.0.0, " + tt.section + "}\n"
+			_, err := Parse("sluice.yaml", []byte(doc), env)
+			if !tt.wantErr {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, `model_server.address: "0.0.0.0" is reachable beyond loopback, but no operate token is configured`)
+		})
+	}
+}
