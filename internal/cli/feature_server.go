@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature/registry"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/telemetry"
+	"github.com/sluice-ml/sluice/internal/tlsconfig"
 )
 
 // featureServerFlags are `sluice feature-server`'s flags.
@@ -130,7 +131,11 @@ func runFeatureServer(ctx context.Context, cmd *cobra.Command, f *featureServerF
 			_ = fsrv.ln.Close()
 			return err
 		}
-		gd.record("features_metrics", ms.Addr().String(), nil, "open (reads only)")
+		// --tls-cert-file serves every listener over TLS, this one too.
+		if fsrv.tls != nil {
+			ms.UseTLS(fsrv.tls.Config())
+		}
+		gd.record("features_metrics", ms.Addr().String(), tlsOpts, "open (reads only)")
 		g.Go(func() error { return ms.Run(gctx) })
 	}
 	gd.writeListeners(cmd.OutOrStdout())
@@ -152,6 +157,7 @@ type featureServer struct {
 	store       online.Store
 	srv         *serving.Server
 	ln          net.Listener
+	tls         *tlsconfig.Server // nil without TLS
 	httpSrv     *http.Server
 	pollEvery   time.Duration
 	exitTimeout time.Duration
@@ -215,6 +221,7 @@ func startFeatureServer(ctx context.Context, f *featureServerFlags, tlsOpts *con
 		fs.close()
 		return nil, err
 	}
+	fs.tls = tlsSrv
 	fs.ln, err = gd.listen(ctx, "features", addr, tlsSrv, tlsOpts, authMode(openReads, openWrites))
 	if err != nil {
 		fs.close()

@@ -296,17 +296,20 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	}
 	// Triton's behaviour stays: the repository API is open when nothing
 	// restricts it and no operate token exists; beyond loopback that is
-	// worth a warning (under serve -c the config refuses it instead).
-	restrictedRepo := false
-	for _, r := range f.httpRestricted {
-		if rs, err := authz.ParseRestriction(r); err == nil && slices.Contains(rs.Groups, authz.GroupModelRepository) {
-			restrictedRepo = true
-		}
+	// worth a warning (under serve -c the config refuses it instead). HTTP
+	// and gRPC are restricted separately, so either can leave it open.
+	var openProtocols []string
+	if !restrictsRepository(f.httpRestricted) {
+		openProtocols = append(openProtocols, "http")
+	}
+	if !restrictsRepository(f.grpcRestricted) {
+		openProtocols = append(openProtocols, "grpc")
 	}
 	openWrites := !gd.hasTokens()
-	if openWrites && !restrictedRepo && !config.IsLoopback(f.address) {
+	if openWrites && len(openProtocols) > 0 && !config.IsLoopback(f.address) {
 		logger.Warn("the model repository API (load/unload) is open to the network without a credential",
-			"address", f.address, "fix", "--security-config with an operate token, --http-restricted-api=model-repository:<key>=<value>, or --address 127.0.0.1")
+			"address", f.address, "protocols", openProtocols,
+			"fix", "--security-config with an operate token, --http-restricted-api and --grpc-restricted-protocol model-repository:<key>=<value>, or --address 127.0.0.1")
 	}
 	httpPolicy, err := gd.policy(true, openWrites, f.httpRestricted)
 	if err != nil {
@@ -354,6 +357,17 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	}
 	ok = true
 	return ms, nil
+}
+
+// restrictsRepository reports whether one of the Triton restricted-API
+// rules covers the model-repository group.
+func restrictsRepository(rules []string) bool {
+	for _, r := range rules {
+		if rs, err := authz.ParseRestriction(r); err == nil && slices.Contains(rs.Groups, authz.GroupModelRepository) {
+			return true
+		}
+	}
+	return false
 }
 
 // run serves until gctx ends, then shuts down: readiness fails, listeners
