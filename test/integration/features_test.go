@@ -85,9 +85,18 @@ offline_store:
 
 func startFeatureServer(t *testing.T, repo string) string {
 	t.Helper()
+	base, _ := startFeatureServerArgs(t, repo)
+	return base
+}
+
+// startFeatureServerArgs is startFeatureServer with extra flags (a later
+// --address wins; the server is still reached on 127.0.0.1); it also
+// returns the process's output.
+func startFeatureServerArgs(t *testing.T, repo string, args ...string) (string, *syncBuffer) {
+	t.Helper()
 	port := freePort(t)
 	logs := &syncBuffer{}
-	cmd := exec.Command(binPath, "feature-server", "--repo", repo, "--address", "127.0.0.1", "--port", strconv.Itoa(port), "--log-format", "text")
+	cmd := exec.Command(binPath, append([]string{"feature-server", "--repo", repo, "--address", "127.0.0.1", "--port", strconv.Itoa(port), "--log-format", "text"}, args...)...)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -117,7 +126,7 @@ func startFeatureServer(t *testing.T, repo string) string {
 		if resp, err := http.Get(base + "/health"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return base
+				return base, logs
 			}
 		}
 		if time.Now().After(deadline) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -206,8 +207,30 @@ func gwRoute(name string, match map[string]any, sticky string, w1, w2 int) map[s
 type gwChain struct {
 	*server
 	listen, admin, features, models string // host:port
+	modelsGRPC, modelsMetrics       string // host:port; empty when the config was not generated
 	config                          []byte // the sluice.yaml it runs
 	client                          *http.Client
+	scheme                          string // "http", or "https" when started with gwOptions.clientTLS
+}
+
+// gwOptions are what gwStartWith adds to the chain gwStartModel starts;
+// the zero value changes nothing.
+type gwOptions struct {
+	// env is added to the process's environment (secrets the yaml names
+	// as ${VAR}).
+	env []string
+	// mutate, when not nil, edits the generated sluice.yaml before it is
+	// written: top-level sections (security:), per-listener tls: blocks.
+	mutate func(cfg map[string]any)
+	// clientTLS, when not nil, is the TLS configuration of c.client, whose
+	// every URL (the readiness poll included) is then https: every
+	// listener the helpers talk to must serve TLS.
+	clientTLS *tls.Config
+	// jsonLogs runs the process with --log-format json, so that the ready
+	// line and the audit lines can be decoded.
+	jsonLogs bool
+	// args are extra flags of `sluice serve -c`.
+	args []string
 }
 
 // gwStart writes a sluice.yaml with gateway as its gateway section (listen
@@ -224,13 +247,14 @@ func gwStart(t *testing.T, repo string, gateway map[string]any, env ...string) *
 // model repository modelRepo (relative to the module root).
 func gwStartModel(t *testing.T, modelRepo, model, repo string, gateway map[string]any, env ...string) *gwChain {
 	t.Helper()
+	return gwStartWith(t, modelRepo, model, repo, gateway, gwOptions{env: env})
+}
+
+// gwStartWith is gwStartModel with the extras of o.
+func gwStartWith(t *testing.T, modelRepo, model, repo string, gateway map[string]any, o gwOptions) *gwChain {
+	t.Helper()
 	addr := func() string { return fmt.Sprintf("127.0.0.1:%d", freePort(t)) }
-	c := &gwChain{listen: addr(), admin: addr(), features: addr(), models: addr()}
-	port := func(a string) int {
-		_, p, _ := strings.Cut(a, ":")
-		n, _ := strconv.Atoi(p)
-		return n
-	}
+	c := &gwChain{listen: addr(), admin: addr(), features: addr(), models: addr(), modelsGRPC: addr(), modelsMetrics: addr()}
 	gw := maps.Clone(gateway)
 	gw["listen"], gw["admin"] = c.listen, c.admin
 	gw["backends"] = []any{map[string]any{"name": "local", "kind": "in_process"}}
@@ -238,15 +262,18 @@ func gwStartModel(t *testing.T, modelRepo, model, repo string, gateway map[strin
 		"model_server": map[string]any{
 			"model_repository": []string{filepath.Join(repoDir, modelRepo)},
 			"address":          "127.0.0.1",
-			"http_port":        port(c.models),
-			"grpc_port":        freePort(t),
-			"metrics_port":     freePort(t),
+			"http_port":        gwPort(c.models),
+			"grpc_port":        gwPort(c.modelsGRPC),
+			"metrics_port":     gwPort(c.modelsMetrics),
 			"control_mode":     "explicit",
 			"load_model":       []string{model},
 			"backend_config":   map[string]any{"onnxruntime": map[string]any{"library": ortLib}},
 		},
-		"feature_server": map[string]any{"repo": repo, "address": "127.0.0.1", "port": port(c.features)},
+		"feature_server": map[string]any{"repo": repo, "address": "127.0.0.1", "port": gwPort(c.features)},
 		"gateway":        gw,
+	}
+	if o.mutate != nil {
+		o.mutate(cfg)
 	}
 	var err error
 	if c.config, err = yaml.Marshal(cfg); err != nil {
@@ -254,13 +281,38 @@ func gwStartModel(t *testing.T, modelRepo, model, repo string, gateway map[strin
 	}
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	mustWrite(t, path, c.config)
+	c.launch(t, path, o, 60*time.Second)
+	return c
+}
 
+// gwPort is the port of a host:port address.
+func gwPort(addr string) int {
+	_, p, _ := strings.Cut(addr, ":")
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+// launch starts `sluice serve -c path` for c, whose listen address is
+// set, and waits up to timeout until the gateway's /ready answers 200. The
+// process is stopped when the test ends.
+func (c *gwChain) launch(t *testing.T, path string, o gwOptions, timeout time.Duration) {
+	t.Helper()
+	format := "text"
+	if o.jsonLogs {
+		format = "json"
+	}
 	c.server = &server{http: c.listen, logs: &syncBuffer{}, done: make(chan struct{})}
-	c.cmd = exec.Command(binPath, "serve", "-c", path, "--log-format", "text")
+	c.cmd = exec.Command(binPath, append([]string{"serve", "-c", path, "--log-format", format}, o.args...)...)
 	c.cmd.Dir = t.TempDir() // every path in the file is absolute
-	c.cmd.Env = append(os.Environ(), env...)
+	c.cmd.Env = append(os.Environ(), o.env...)
 	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
-	c.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}, Timeout: 10 * time.Second}
+	c.scheme = "http"
+	transport := &http.Transport{MaxIdleConnsPerHost: 32}
+	if o.clientTLS != nil {
+		c.scheme = "https"
+		transport.TLSClientConfig = o.clientTLS
+	}
+	c.client = &http.Client{Transport: transport, Timeout: 10 * time.Second}
 	begin := time.Now()
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -270,23 +322,28 @@ func gwStartModel(t *testing.T, modelRepo, model, repo string, gateway map[strin
 		c.stop(t)
 		c.client.CloseIdleConnections()
 	})
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(timeout)
 	for {
 		select {
 		case <-c.done:
 			t.Fatalf("sluice serve -c exited during start-up (%v); config:\n%s\nlogs:\n%s", c.waitErr, c.config, c.logs)
 		default:
 		}
-		if res, err := c.get(t.Context(), "http://"+c.listen+"/ready"); err == nil && res.code == http.StatusOK {
+		if res, err := c.get(t.Context(), c.url(c.listen, "/ready")); err == nil && res.code == http.StatusOK {
 			c.startup = time.Since(begin)
 			t.Logf("sluice serve -c ready in %v", c.startup.Round(time.Millisecond))
-			return c
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("gateway not ready after 60s; logs:\n%s", c.logs)
+			t.Fatalf("gateway not ready after %v; logs:\n%s", timeout, c.logs)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// url is the URL of path on the chain's listener addr.
+func (c *gwChain) url(addr, path string) string {
+	return cmp.Or(c.scheme, "http") + "://" + addr + path
 }
 
 // gwResult is one HTTP answer.
@@ -326,7 +383,7 @@ func (c *gwChain) predict(ctx context.Context, service string, body any, hdr map
 	if err != nil {
 		return gwResult{}, err
 	}
-	return c.send(ctx, http.MethodPost, "http://"+c.listen+"/v1/services/"+service+":predict", b, hdr)
+	return c.send(ctx, http.MethodPost, c.url(c.listen, "/v1/services/"+service+":predict"), b, hdr)
 }
 
 // mustPredict is predict that fails the test on a transport error.
@@ -342,7 +399,7 @@ func (c *gwChain) mustPredict(t *testing.T, service string, body any, hdr map[st
 // adminJSON decodes GET admin path into v.
 func (c *gwChain) adminJSON(t *testing.T, path string, v any) {
 	t.Helper()
-	res, err := c.get(t.Context(), "http://"+c.admin+path)
+	res, err := c.get(t.Context(), c.url(c.admin, path))
 	if err != nil || res.code != http.StatusOK {
 		t.Fatalf("GET admin %s: %v %d %s", path, err, res.code, res.body)
 	}
@@ -479,7 +536,7 @@ type gwFeatureRows struct {
 func (c *gwChain) onlineFeatures(t *testing.T, req map[string]any) gwFeatureRows {
 	t.Helper()
 	b, _ := json.Marshal(req)
-	res, err := c.send(t.Context(), http.MethodPost, "http://"+c.features+"/get-online-features", b, nil)
+	res, err := c.send(t.Context(), http.MethodPost, c.url(c.features, "/get-online-features"), b, nil)
 	if err != nil || res.code != http.StatusOK {
 		t.Fatalf("get-online-features %s: %v %d %s", b, err, res.code, res.body)
 	}
@@ -593,7 +650,7 @@ func (c *gwChain) modelETA(t *testing.T, base map[string]any, version string, us
 	}
 	model := base["model"].(map[string]any)["name"].(string)
 	b, _ := json.Marshal(map[string]any{"inputs": inputs, "outputs": []any{map[string]any{"name": "eta_prediction"}}})
-	res, err := c.send(t.Context(), http.MethodPost, "http://"+c.models+"/v2/models/"+model+"/versions/"+version+"/infer", b, nil)
+	res, err := c.send(t.Context(), http.MethodPost, c.url(c.models, "/v2/models/"+model+"/versions/"+version+"/infer"), b, nil)
 	if err != nil || res.code != http.StatusOK {
 		t.Fatalf("direct infer: %v %d %s", err, res.code, res.body)
 	}

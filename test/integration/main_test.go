@@ -103,9 +103,17 @@ func freePort(t *testing.T) int {
 // when the test ends.
 func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
+	return startServerCmd(t, "serve", args...)
+}
+
+// startServerCmd is startServer with another subcommand of the same flags
+// ("model-server"). A later --address in args wins; the server is still
+// reached on 127.0.0.1.
+func startServerCmd(t *testing.T, sub string, args ...string) *server {
+	t.Helper()
 	hp, gp, mp := freePort(t), freePort(t), freePort(t)
 	all := append([]string{
-		"serve", "--address", "127.0.0.1",
+		sub, "--address", "127.0.0.1",
 		"--http-port", strconv.Itoa(hp), "--grpc-port", strconv.Itoa(gp), "--metrics-port", strconv.Itoa(mp),
 		"--backend-config", "onnxruntime,library=" + ortLib, "--log-format", "text",
 	}, args...)
