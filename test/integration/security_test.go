@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"net"
 	"net/http"
@@ -302,9 +303,7 @@ func secGateway(t *testing.T, extra map[string]any) map[string]any {
 		"anonymous":    map[string]any{"allowed": false},
 		"services":     []any{svc},
 	}
-	for k, v := range extra {
-		gw[k] = v
-	}
+	maps.Copy(gw, extra)
 	return gw
 }
 
