@@ -13,8 +13,13 @@ import (
 // stateCache keeps each view's ViewState for Options.StateCacheTTL, so a
 // request does not read store metadata per view.
 type stateCache struct {
-	mu sync.RWMutex // protects m
+	mu sync.RWMutex // protects m and gen
 	m  map[string]stateEntry
+	// gen counts forgets: a read of the store that began before a push
+	// rewrote a view's state must not cache what it read after the push
+	// dropped the entry, or reads would see the old state for a whole
+	// StateCacheTTL.
+	gen uint64
 }
 
 type stateEntry struct {
@@ -26,14 +31,16 @@ type stateEntry struct {
 // viewState returns the view's state, from the cache when it is fresh
 // enough. Reading it from the store refreshes the view's gauges.
 func (s *Server) viewState(ctx context.Context, view string, now time.Time, force bool) (feature.ViewState, bool, error) {
+	s.states.mu.RLock()
+	gen := s.states.gen
 	if !force && s.opts.StateCacheTTL > 0 {
-		s.states.mu.RLock()
 		e, ok := s.states.m[view]
-		s.states.mu.RUnlock()
 		if ok && now.Sub(e.at) < s.opts.StateCacheTTL && !now.Before(e.at) {
+			s.states.mu.RUnlock()
 			return e.st, e.found, nil
 		}
 	}
+	s.states.mu.RUnlock()
 	b, err := s.store.GetMeta(ctx, feature.ViewStateName(view))
 	if err != nil {
 		return feature.ViewState{}, false, storeError("read state of feature view '"+view+"'", err)
@@ -47,7 +54,9 @@ func (s *Server) viewState(ctx context.Context, view string, now time.Time, forc
 		e.found = true
 	}
 	s.states.mu.Lock()
-	s.states.m[view] = e
+	if s.states.gen == gen {
+		s.states.m[view] = e
+	}
 	s.states.mu.Unlock()
 	s.setGauges(view, e, now)
 	return e.st, e.found, nil
@@ -57,6 +66,7 @@ func (s *Server) viewState(ctx context.Context, view string, now time.Time, forc
 func (s *Server) forgetState(view string) {
 	s.states.mu.Lock()
 	delete(s.states.m, view)
+	s.states.gen++
 	s.states.mu.Unlock()
 }
 
@@ -181,5 +191,6 @@ func (s *Server) refresh(ctx context.Context) {
 func (s *Server) forgetAllStates() {
 	s.states.mu.Lock()
 	clear(s.states.m)
+	s.states.gen++
 	s.states.mu.Unlock()
 }
