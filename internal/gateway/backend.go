@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -22,6 +24,17 @@ type backend struct {
 	cfg    config.Backend
 	set    *upstream.Set
 	budget budget
+
+	// remote calls a kserve_grpc backend's endpoints: Options.Remote, or
+	// the backend's own client (ownRemote) when it has a tls block.
+	remote    RemoteModels
+	ownRemote RemoteClient
+	// http carries a kserve_http backend's requests and health checks
+	// with scheme "http" (the gateway's client) or "https" (the backend's
+	// own client, ownHTTP).
+	http    *http.Client
+	scheme  string
+	ownHTTP bool
 }
 
 func (g *Gateway) newBackend(bc config.Backend) (*backend, error) {
@@ -29,7 +42,29 @@ func (g *Gateway) newBackend(bc config.Backend) (*backend, error) {
 	if bc.Kind == "in_process" {
 		eps = []string{inProcessEndpoint}
 	}
-	if bc.Kind == "kserve_grpc" && g.opts.Remote == nil {
+	b := &backend{name: bc.Name, kind: bc.Kind, cfg: bc, remote: g.opts.Remote, http: g.client, scheme: "http"}
+	if bc.TLS != nil && bc.Kind != "in_process" {
+		// The CA bundle is read here: at start, and when a reload changes
+		// the backend. The client certificate is re-read when it changes.
+		tc, err := bc.TLS.Config()
+		if err != nil {
+			return nil, fmt.Errorf("backend %q: tls: %w", bc.Name, err)
+		}
+		for _, w := range bc.TLS.Warnings() {
+			g.logger.Warn("backend tls is not safe", "backend", bc.Name, "warning", w)
+		}
+		switch bc.Kind {
+		case "kserve_grpc":
+			if g.opts.RemoteTLS == nil {
+				return nil, fmt.Errorf("backend %q: tls needs a KServe client factory (Options.RemoteTLS)", bc.Name)
+			}
+			b.ownRemote = g.opts.RemoteTLS(tc)
+			b.remote = b.ownRemote
+		case "kserve_http":
+			b.http, b.scheme, b.ownHTTP = g.tlsHTTPClient(tc), "https", true
+		}
+	}
+	if bc.Kind == "kserve_grpc" && b.remote == nil {
 		return nil, fmt.Errorf("backend %q: kind kserve_grpc needs a KServe client", bc.Name)
 	}
 	od := bc.OutlierDetection
@@ -44,18 +79,77 @@ func (g *Gateway) newBackend(bc config.Backend) (*backend, error) {
 		MaxEjectionPercent:   od.MaxEjectionPercent,
 	}, g.base, g.reg)
 	if err != nil {
+		b.closeOwn()
 		return nil, fmt.Errorf("backend %q: %w", bc.Name, err)
 	}
-	return &backend{name: bc.Name, kind: bc.Kind, cfg: bc, set: set}, nil
+	b.set = set
+	return b, nil
+}
+
+// tlsHTTPClient is the gateway's HTTP client with its own transport
+// speaking TLS with cfg.
+func (g *Gateway) tlsHTTPClient(cfg *tls.Config) *http.Client {
+	t, ok := g.client.Transport.(*http.Transport)
+	if !ok {
+		t = newProxyClient().Transport.(*http.Transport)
+	}
+	t = t.Clone()
+	dial := t.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
+	t.DialTLSContext = tlsDialer(dial, cfg)
+	c := *g.client
+	c.Transport = t
+	return &c
+}
+
+// tlsDialer dials and completes the TLS handshake under the request's
+// context. A failed handshake (a certificate that does not verify, a
+// server that does not speak TLS) is a dial error, a *net.OpError with Op
+// "dial", so that the retry policy sees a connect failure: the request
+// never left. An empty cfg.ServerName verifies the host of addr.
+func tlsDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error), cfg *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		c := cfg.Clone()
+		if c.ServerName == "" {
+			c.ServerName = addr
+			if host, _, err := net.SplitHostPort(addr); err == nil {
+				c.ServerName = host
+			}
+		}
+		tc := tls.Client(conn, c)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = conn.Close()
+			return nil, &net.OpError{Op: "dial", Net: network, Addr: conn.RemoteAddr(), Err: fmt.Errorf("tls handshake: %w", err)}
+		}
+		return tc, nil
+	}
 }
 
 // close releases the backend's metrics and connections.
-func (b *backend) close(remote RemoteModels) {
+func (b *backend) close() {
 	b.set.Close()
-	if b.kind == "kserve_grpc" && remote != nil {
+	if b.kind == "kserve_grpc" && b.ownRemote == nil && b.remote != nil {
 		for _, ep := range b.cfg.Endpoints {
-			remote.Forget(ep)
+			b.remote.Forget(ep)
 		}
+	}
+	b.closeOwn()
+}
+
+// closeOwn closes the clients the backend owns (those of a tls block).
+// Calls in flight on them fail.
+func (b *backend) closeOwn() {
+	if b.ownRemote != nil {
+		_ = b.ownRemote.Close()
+	}
+	if b.ownHTTP {
+		b.http.CloseIdleConnections()
 	}
 }
 
@@ -64,7 +158,7 @@ func (g *Gateway) infer(ctx context.Context, b *backend, addr string, req *infer
 	if b.kind == "in_process" {
 		return g.opts.Models.Infer(ctx, req)
 	}
-	return g.opts.Remote.Infer(ctx, addr, req)
+	return b.remote.Infer(ctx, addr, req)
 }
 
 // modelRef is a model (and version, "" for the default) a backend serves.
@@ -146,22 +240,22 @@ func (g *Gateway) check(ctx context.Context, b *backend, ep string, models map[m
 		}
 		return true
 	case "kserve_grpc":
-		ok, err := g.opts.Remote.ServerReady(ctx, ep)
+		ok, err := b.remote.ServerReady(ctx, ep)
 		if err != nil || !ok {
 			return false
 		}
 		for m := range models {
-			if ok, err := g.opts.Remote.ModelReady(ctx, ep, m.name, m.version); err != nil || !ok {
+			if ok, err := b.remote.ModelReady(ctx, ep, m.name, m.version); err != nil || !ok {
 				return false
 			}
 		}
 		return true
 	default: // kserve_http
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ep+"/v2/health/ready", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.scheme+"://"+ep+"/v2/health/ready", nil)
 		if err != nil {
 			return false
 		}
-		resp, err := g.client.Do(req)
+		resp, err := b.http.Do(req)
 		if err != nil {
 			return false
 		}

@@ -32,6 +32,15 @@
 // model servers as a plain L7 hop with authentication and rate limits
 // (Config.Proxy).
 //
+// Upstream connections are plaintext unless a tls block says otherwise: a
+// kserve_grpc backend with one gets its own KServe client
+// (Options.RemoteTLS), a kserve_http backend its own HTTP transport (https,
+// health checks included), and the Redis rate limiter a TLS connection
+// (rate_limit_backend.redis.tls). A certificate that does not verify is a
+// connect failure. A reload that changes such a backend builds a new
+// client, re-reading the CA bundle; the old one is closed 30 s later, so
+// requests in flight on it finish.
+//
 // The configuration is swapped atomically by Reload: requests in flight
 // finish on the state they started with; upstream sets, fallback monitors
 // and breakers whose configuration did not change keep their state.

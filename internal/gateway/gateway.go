@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -41,6 +42,13 @@ type RemoteModels interface {
 	Forget(addr string)
 }
 
+// RemoteClient is a RemoteModels of the gateway's own: the client of one
+// kserve_grpc backend with a tls block, closed when the backend goes.
+type RemoteClient interface {
+	RemoteModels
+	Close() error
+}
+
 // FeatureReader reads online features (serving.Server).
 type FeatureReader interface {
 	GetOnlineFeatures(ctx context.Context, req *serving.Request) (*serving.Response, error)
@@ -50,8 +58,15 @@ type FeatureReader interface {
 // them: a service that reads features needs Features and FeatureRepo, an
 // in_process backend needs Models, a kserve_grpc backend needs Remote.
 type Options struct {
-	Models      LocalModels
-	Remote      RemoteModels
+	Models LocalModels
+	// Remote calls the kserve_grpc backends without a tls block
+	// (plaintext), all of them through one client.
+	Remote RemoteModels
+	// RemoteTLS returns a new client whose connections use TLS with cfg
+	// (kserve.New with Options.TLS); the gateway makes one per
+	// kserve_grpc backend with a tls block and closes it when the backend
+	// is retired. Nil refuses such backends.
+	RemoteTLS   func(cfg *tls.Config) RemoteClient
 	Features    FeatureReader
 	FeatureRepo func() *registry.Repo
 	// HTTPClient carries proxied KServe v2 HTTP requests; nil builds one
@@ -95,7 +110,15 @@ type Gateway struct {
 	drifts   map[string]*serviceDrift
 
 	mirror *mirror
+
+	retiredMu sync.Mutex                   // protects retired and closed
+	retired   map[RemoteClient]*time.Timer // clients of retired backends, closed by their timer
+	closed    bool
 }
+
+// retireGrace is how long a retired backend's own client stays open for
+// the requests that picked the old configuration before a reload.
+const retireGrace = 30 * time.Second
 
 // state is one applied configuration. It is immutable once published,
 // except for the stateful parts it points to (upstream sets, monitors,
@@ -152,6 +175,7 @@ func New(cfg *config.Config, opts Options, logger *slog.Logger, reg prometheus.R
 		rollouts: map[string]*serviceRollout{},
 		drifts:   map[string]*serviceDrift{},
 		client:   opts.HTTPClient,
+		retired:  map[RemoteClient]*time.Timer{},
 	}
 	if g.client == nil {
 		g.client = newProxyClient()
@@ -204,7 +228,7 @@ func (g *Gateway) retire(old, st *state) {
 	}
 	inUse := map[string]bool{}
 	for _, b := range st.backends {
-		if b.kind == "kserve_grpc" {
+		if b.kind == "kserve_grpc" && b.ownRemote == nil {
 			for _, ep := range b.cfg.Endpoints {
 				inUse[ep] = true
 			}
@@ -215,7 +239,14 @@ func (g *Gateway) retire(old, st *state) {
 			continue
 		}
 		b.set.Close()
-		if b.kind == "kserve_grpc" && g.opts.Remote != nil {
+		switch {
+		case b.ownRemote != nil:
+			g.retireRemote(b.ownRemote)
+		case b.ownHTTP:
+			// In-flight requests keep their connections; idle ones go now
+			// and the rest after the transport's idle timeout.
+			b.http.CloseIdleConnections()
+		case b.kind == "kserve_grpc" && g.opts.Remote != nil:
 			// Connections an endpoint of the new configuration still uses
 			// stay open: requests in flight on them must not fail.
 			for _, ep := range b.cfg.Endpoints {
@@ -347,6 +378,7 @@ func (g *Gateway) build(cfg *config.Gateway, old *state) (*state, error) {
 		for name, b := range st.backends {
 			if old == nil || old.backends[name] != b {
 				b.set.Close()
+				b.closeOwn() // no request has used it
 			}
 		}
 		if st.redis != nil && (old == nil || old.redis != st.redis) {
@@ -355,6 +387,38 @@ func (g *Gateway) build(cfg *config.Gateway, old *state) (*state, error) {
 		return nil, errors.Join(errs...)
 	}
 	return st, nil
+}
+
+// retireRemote closes c after retireGrace, or at Close if that comes first.
+func (g *Gateway) retireRemote(c RemoteClient) {
+	g.retiredMu.Lock()
+	defer g.retiredMu.Unlock()
+	if g.closed {
+		_ = c.Close()
+		return
+	}
+	g.retired[c] = time.AfterFunc(retireGrace, func() {
+		g.retiredMu.Lock()
+		_, ok := g.retired[c] // else closeRetired has it
+		delete(g.retired, c)
+		g.retiredMu.Unlock()
+		if ok {
+			_ = c.Close()
+		}
+	})
+}
+
+// closeRetired closes the retired clients still waiting for their timers.
+func (g *Gateway) closeRetired() {
+	g.retiredMu.Lock()
+	g.closed = true
+	retired := g.retired
+	g.retired = map[RemoteClient]*time.Timer{}
+	g.retiredMu.Unlock()
+	for c, t := range retired {
+		t.Stop()
+		_ = c.Close()
+	}
 }
 
 // buildLimiter picks the rate limiter: the shared local buckets, or Redis
@@ -372,10 +436,20 @@ func (g *Gateway) buildLimiter(cfg *config.Gateway, old *state, st *state) error
 	if len(rb.Redis.Addrs) == 0 {
 		return errors.New("rate_limit_backend: redis needs an address")
 	}
+	var tlsCfg *tls.Config // nil: plaintext
+	if t := rb.Redis.TLS; t != nil {
+		var err error
+		if tlsCfg, err = t.Config(); err != nil {
+			return fmt.Errorf("rate_limit_backend.redis.tls: %w", err)
+		}
+		for _, w := range t.Warnings() {
+			g.logger.Warn("rate limit redis tls is not safe", "warning", w)
+		}
+	}
 	st.redis = redis.NewClient(&redis.Options{
 		Addr: rb.Redis.Addrs[0], Username: rb.Redis.Username, Password: rb.Redis.Password, DB: rb.Redis.DB,
 		DialTimeout: rb.Redis.DialTimeout.Std(), ContextTimeoutEnabled: true, MaxRetries: -1,
-		PoolSize: 64,
+		PoolSize: 64, TLSConfig: tlsCfg,
 	})
 	r := ratelimit.NewRedis(st.redis, ratelimit.RedisOptions{Prefix: rb.Redis.KeyPrefix, Metrics: g.rlMet})
 	st.limiter = ratelimit.NewFailOpen(r, g.local, ratelimit.FailOpenOptions{Logger: g.base, Metrics: g.rlMet})
@@ -463,8 +537,9 @@ func (g *Gateway) SetDraining() { g.draining.Store(true) }
 func (g *Gateway) Close(ctx context.Context) error {
 	st := g.state.Load()
 	for _, b := range st.backends {
-		b.close(g.opts.Remote)
+		b.close()
 	}
+	g.closeRetired()
 	if st.redis != nil {
 		_ = st.redis.Close()
 	}

@@ -86,7 +86,7 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 		e.Endpoint = ep.Addr
 		tctx, tcancel := rt.tryContext(ctx)
 		tryStart := time.Now()
-		resp, err := g.forward(tctx, r, ep.Addr, body, reqID)
+		resp, err := g.forward(tctx, r, b, ep.Addr, body, reqID)
 		var f tryFailure
 		if err != nil {
 			f.timeout = tctx.Err() != nil && ctx.Err() == nil
@@ -133,10 +133,10 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 	}
 }
 
-// forward sends one try of a proxied request to addr.
-func (g *Gateway) forward(ctx context.Context, r *http.Request, addr string, body []byte, reqID string) (*http.Response, error) {
+// forward sends one try of a proxied request to b's endpoint addr.
+func (g *Gateway) forward(ctx context.Context, r *http.Request, b *backend, addr string, body []byte, reqID string) (*http.Response, error) {
 	u := *r.URL
-	u.Scheme, u.Host = "http", addr
+	u.Scheme, u.Host = b.scheme, addr
 	// The host is a configured endpoint, never the caller's choice.
 	out, err := http.NewRequestWithContext(ctx, r.Method, u.String(), bytes.NewReader(body)) //nolint:gosec // G704: host from the backend's configured endpoints
 	if err != nil {
@@ -150,7 +150,7 @@ func (g *Gateway) forward(ctx context.Context, r *http.Request, addr string, bod
 	}
 	out.Header.Set("X-Request-Id", reqID)
 	out.ContentLength = int64(len(body))
-	return g.client.Do(out) //nolint:gosec // G704: host from the backend's configured endpoints
+	return b.http.Do(out) //nolint:gosec // G704: host from the backend's configured endpoints
 }
 
 // copyResponse streams resp to w and closes it.
@@ -168,7 +168,8 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, e *accesslog.Entry
 	e.ResponseBytes = n
 }
 
-// isConnectErr reports a dial failure: the request never left.
+// isConnectErr reports a dial failure (a failed TLS handshake included,
+// see tlsDialer): the request never left.
 func isConnectErr(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
