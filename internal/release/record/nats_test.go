@@ -7,13 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +17,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/release/record/natstest"
 )
 
 // natsURL is the shared NATS server: SLUICE_NATS_URL or the local default.
@@ -258,114 +256,6 @@ func TestStreamReaderEdges(t *testing.T) {
 	require.NoError(t, src.Close())
 }
 
-// privateNATS runs a nats-server with JetStream of the test's own, which
-// the test may kill, pause and restart on the same port and store.
-type privateNATS struct {
-	t    *testing.T
-	bin  string
-	port int
-	dir  string
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has been waited for
-}
-
-func startPrivateNATS(t *testing.T) *privateNATS {
-	t.Helper()
-	bin, err := exec.LookPath("nats-server")
-	if err != nil {
-		for _, p := range []string{"/usr/sbin/nats-server", "/usr/local/bin/nats-server"} {
-			if _, serr := os.Stat(p); serr == nil {
-				bin, err = p, nil
-				break
-			}
-		}
-	}
-	if err != nil {
-		t.Fatalf("nats-server binary not found: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := ln.Addr().(*net.TCPAddr).Port
-	require.NoError(t, ln.Close())
-	s := &privateNATS{t: t, bin: bin, port: port, dir: t.TempDir()}
-	s.start()
-	t.Cleanup(s.stop)
-	return s
-}
-
-func (s *privateNATS) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.port) }
-
-// start runs the server and waits until JetStream answers.
-func (s *privateNATS) start() {
-	s.t.Helper()
-	s.cmd = exec.Command(s.bin, "-js", "-a", "127.0.0.1", "-p", fmt.Sprint(s.port),
-		"-sd", s.dir, "-l", filepath.Join(s.dir, "server.log"))
-	require.NoError(s.t, s.cmd.Start())
-	s.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(s.cmd, s.done)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		err := func() error {
-			nc, err := nats.Connect(s.url(), nats.Timeout(500*time.Millisecond))
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(s.t.Context(), time.Second)
-			defer cancel()
-			_, err = js.AccountInfo(ctx)
-			return err
-		}()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("private nats-server on port %d did not start: %v", s.port, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// signal sends sig to the running server.
-func (s *privateNATS) signal(sig syscall.Signal) {
-	s.t.Helper()
-	require.NotNil(s.t, s.cmd, "no server running")
-	require.NoError(s.t, s.cmd.Process.Signal(sig))
-}
-
-// kill ends the server with SIGKILL (no clean shutdown) and waits for it.
-func (s *privateNATS) kill() {
-	s.t.Helper()
-	s.signal(syscall.SIGKILL)
-	<-s.done
-	s.cmd = nil
-}
-
-// pause stops the server with SIGSTOP: connections stay open, nothing is
-// answered. resume continues it.
-func (s *privateNATS) pause()  { s.signal(syscall.SIGSTOP) }
-func (s *privateNATS) resume() { s.signal(syscall.SIGCONT) }
-
-// stop ends the server with SIGTERM (a clean shutdown) and waits for it.
-func (s *privateNATS) stop() {
-	if s.cmd == nil {
-		return
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused server must run to stop
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
-	s.cmd = nil
-}
-
 // requireStreamExactlyOnce reads the stream back and checks that it holds
 // each of want exactly once (by request id) and nothing else.
 func requireStreamExactlyOnce(t *testing.T, opts NATSOptions, want []string) {
@@ -419,8 +309,8 @@ func steadyLoad(ctx context.Context, w *Writer, first, n, rate int) []string {
 // store. Every accepted record ends up in the stream exactly once.
 func TestNATSWriterSurvivesABrokerKill(t *testing.T) {
 	t.Parallel()
-	srv := startPrivateNATS(t)
-	opts := isolated(t, srv.url())
+	srv := natstest.Start(t)
+	opts := isolated(t, srv.URL())
 	opts.AckTimeout = 2 * time.Second
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -437,12 +327,12 @@ func TestNATSWriterSurvivesABrokerKill(t *testing.T) {
 
 	time.Sleep(5 * time.Second)
 	before := w.Stats()
-	srv.kill()
+	srv.Kill()
 	maxSpooled := uint64(0)
 	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		maxSpooled = max(maxSpooled, w.Stats().Spooled)
 	}
-	srv.start()
+	srv.Restart()
 	accepted := <-loaded
 	require.Len(t, accepted, rate*seconds, "the writer accepted every offer")
 	t.Logf("before the kill: %+v; most spooled during the outage: %d", before, maxSpooled)
@@ -465,8 +355,8 @@ func TestNATSWriterSurvivesABrokerKill(t *testing.T) {
 // (records the hung broker got before Close are deduplicated).
 func TestNATSWriterCloseWhileBrokerHungThenNextStartDrains(t *testing.T) {
 	t.Parallel()
-	srv := startPrivateNATS(t)
-	opts := isolated(t, srv.url())
+	srv := natstest.Start(t)
+	opts := isolated(t, srv.URL())
 	opts.AckTimeout = 2 * time.Second
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -479,7 +369,7 @@ func TestNATSWriterCloseWhileBrokerHungThenNextStartDrains(t *testing.T) {
 
 	const rate = 200
 	accepted := steadyLoad(ctx, w, 0, 2*rate, rate)
-	srv.pause()
+	srv.Pause()
 	accepted = append(accepted, steadyLoad(ctx, w, 2*rate, 2*rate, rate)...)
 	require.Len(t, accepted, 4*rate)
 
@@ -501,7 +391,7 @@ func TestNATSWriterCloseWhileBrokerHungThenNextStartDrains(t *testing.T) {
 	require.Equal(t, int(st.Spooled), recovered)
 	require.Zero(t, cut)
 
-	srv.resume()
+	srv.Resume()
 	sink2, err := NewNATSSink(ctx, opts, nil, nil)
 	require.NoError(t, err)
 	next := NewWriter(sink2, WriterOptions{SinkLabel: "nats", Spool: spool, CloseTimeout: 30 * time.Second}, nil, nil)
@@ -516,13 +406,13 @@ func TestNATSWriterCloseWhileBrokerHungThenNextStartDrains(t *testing.T) {
 // drop_newest policy applies and the counts say so exactly.
 func TestNATSWriterSpoolFull(t *testing.T) {
 	t.Parallel()
-	srv := startPrivateNATS(t)
-	opts := isolated(t, srv.url())
+	srv := natstest.Start(t)
+	opts := isolated(t, srv.URL())
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	sink, err := NewNATSSink(ctx, opts, nil, nil)
 	require.NoError(t, err)
-	srv.kill()
+	srv.Kill()
 
 	dir := t.TempDir()
 	const maxBytes = 64 << 10
@@ -555,7 +445,7 @@ func TestNATSWriterSpoolFull(t *testing.T) {
 
 	// The spool holds the oldest records, exactly as many as reported,
 	// and the next start publishes them once the broker is back.
-	srv.start()
+	srv.Restart()
 	sink2, err := NewNATSSink(ctx, opts, nil, nil)
 	require.NoError(t, err)
 	next := NewWriter(sink2, WriterOptions{SinkLabel: "nats", Spool: openSpool(t, SpoolOptions{Dir: dir, MaxBytes: maxBytes})}, nil, nil)
