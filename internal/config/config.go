@@ -356,6 +356,9 @@ type RecordingNATS struct {
 	// here takes <prefix>.> [sluice.recordings]. Two streams on one server
 	// need different prefixes.
 	SubjectPrefix string `yaml:"subject_prefix"`
+	// TLS connects to the server over TLS (mTLS with cert_file); a
+	// tls:// URL alone means TLS with the system roots.
+	TLS *ClientTLS `yaml:"tls"`
 }
 
 // FeatureBreaker is a service's feature-level circuit breaker.

@@ -142,6 +142,7 @@ func (c *Config) ResolvePaths(dir string) {
 		tls(g.TLS)
 		tls(g.AdminTLS)
 		clientTLS(g.RateLimitBackend.Redis.TLS)
+		clientTLS(g.Recording.NATS.TLS)
 		for i := range g.Backends {
 			clientTLS(g.Backends[i].TLS)
 		}

@@ -158,13 +158,24 @@ func (v *validator) security(c *Config) {
 		}
 		tls("gateway.tls", g.TLS)
 		tls("gateway.admin_tls", g.AdminTLS)
-		for i, b := range g.Backends {
-			if b.TLS != nil {
-				if err := b.TLS.Validate(); err != nil {
-					v.add(fmt.Sprintf("gateway.backends[%d].tls", i), "%v", err)
-				}
+		clientTLS := func(path string, t *ClientTLS) {
+			if t == nil {
+				return
+			}
+			if err := t.Validate(); err != nil {
+				v.add(path, "%v", err)
 			}
 		}
+		for i, b := range g.Backends {
+			p := fmt.Sprintf("gateway.backends[%d].tls", i)
+			if b.TLS != nil && b.Kind == "in_process" {
+				v.add(p, "an in_process backend makes no connection; tls is for kserve_grpc and kserve_http backends")
+				continue
+			}
+			clientTLS(p, b.TLS)
+		}
+		clientTLS("gateway.rate_limit_backend.redis.tls", g.RateLimitBackend.Redis.TLS)
+		clientTLS("gateway.recording.nats.tls", g.Recording.NATS.TLS)
 		ids := map[string]string{}
 		for i, cl := range g.Clients {
 			if cl.TLSIdentity == "" {

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -95,6 +97,59 @@ func TestRestrictedRepositoryBeyondLoopbackNeedsBothProtocols(t *testing.T) {
 				return
 			}
 			require.ErrorContains(t, err, `model_server.address: "0.0.0.0" is reachable beyond loopback, but no operate token is configured`)
+		})
+	}
+}
+
+func TestOutboundTLS(t *testing.T) {
+	const good = `gateway:
+  backends:
+    - {name: remote, kind: kserve_grpc, endpoints: ["10.0.0.1:8001"], tls: {ca_file: tls/ca.crt, cert_file: tls/gw.crt, key_file: tls/gw.key, server_name: models.internal}}
+    - {name: web, kind: kserve_http, endpoints: ["10.0.0.2:8000"], tls: {}}
+  rate_limit_backend: {type: redis, redis: {addrs: ["10.0.0.3:6380"], tls: {ca_file: /etc/ssl/redis-ca.crt}}}
+  recording: {sink: nats, nats: {url: "nats://10.0.0.4:4222", tls: {ca_file: tls/ca.crt, cert_file: tls/gw.crt, key_file: tls/gw.key}}}
+`
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sluice.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(good), 0o600))
+	cfg, err := Load(path)
+	require.NoError(t, err)
+	g := cfg.Gateway
+	require.Equal(t, ClientTLS{
+		CAFile: filepath.Join(dir, "tls/ca.crt"), CertFile: filepath.Join(dir, "tls/gw.crt"), KeyFile: filepath.Join(dir, "tls/gw.key"),
+		ServerName: "models.internal",
+	}, *g.Backends[0].TLS, "paths are relative to the config file")
+	require.Equal(t, ClientTLS{}, *g.Backends[1].TLS, "tls: {} is TLS with the system roots")
+	require.Equal(t, "/etc/ssl/redis-ca.crt", g.RateLimitBackend.Redis.TLS.CAFile)
+	require.Equal(t, filepath.Join(dir, "tls/gw.key"), g.Recording.NATS.TLS.KeyFile)
+
+	for _, tt := range []struct {
+		name, doc, want string
+	}{
+		{
+			name: "in_process backend",
+			doc:  `gateway: {backends: [{name: local, kind: in_process, tls: {ca_file: ca.crt}}]}`,
+			want: "gateway.backends[0].tls: an in_process backend makes no connection",
+		},
+		{
+			name: "backend cert without key",
+			doc:  `gateway: {backends: [{name: r, kind: kserve_grpc, endpoints: ["10.0.0.1:8001"], tls: {cert_file: c.crt}}]}`,
+			want: "gateway.backends[0].tls: key_file: required with cert_file",
+		},
+		{
+			name: "redis key without cert",
+			doc:  `gateway: {rate_limit_backend: {type: redis, redis: {addrs: ["10.0.0.3:6380"], tls: {key_file: k.key}}}}`,
+			want: "gateway.rate_limit_backend.redis.tls: cert_file: required with key_file",
+		},
+		{
+			name: "nats cert without key",
+			doc:  `gateway: {recording: {sink: nats, nats: {tls: {cert_file: c.crt}}}}`,
+			want: "gateway.recording.nats.tls: key_file: required with cert_file",
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("sluice.yaml", []byte(tt.doc+"\n"), nil)
+			require.ErrorContains(t, err, tt.want)
 		})
 	}
 }
