@@ -1179,55 +1179,90 @@ func runBounded(ctx context.Context, cmd *exec.Cmd) error {
 // interface without credentials: the feature server refuses writes and
 // says so; the model server keeps Triton's open repository API and warns.
 func TestSecurityStandalone(t *testing.T) {
-	t.Run("feature-server", func(t *testing.T) {
-		base, logs := startFeatureServerArgs(t, gwFeatureRepo(t, ""), "--address", "0.0.0.0")
-		if !strings.Contains(logs.String(), "feature writes (/push, /materialize) are refused") {
-			t.Errorf("no startup warning; logs:\n%s", logs)
-		}
-		for _, w := range []struct {
-			path string
-			body []byte
-		}{{"/push", secRoutePush(3)}, {"/materialize", secMaterialize(true)}, {"/materialize-incremental", secMaterialize(false)}} {
-			code, hdr, b := do(t, http.MethodPost, base+w.path, w.body, nil)
-			secCheckDenied(t, "POST "+w.path, gwResult{code: code, hdr: hdr, body: b}, secDenial{status: http.StatusUnauthorized, reason: authz.ReasonMissingCredential})
-		}
-		read := []byte(`{"features": ["route_features:distance_km"], "entities": {"route_id": [1]}}`)
-		// Nothing was materialized, so the read's answer is the handler's
-		// (503 feature_view_stale); what matters is that it is not refused.
-		if code, _, b := do(t, http.MethodPost, base+"/get-online-features", read, nil); code == http.StatusUnauthorized || code == http.StatusForbidden {
-			t.Errorf("reads stay open: %d %s", code, b)
-		}
-	})
+	// The operate token from a --security-config file, by its hash.
+	secFile := filepath.Join(t.TempDir(), "security.yaml")
+	mustWrite(t, secFile, fmt.Appendf(nil, "security:\n  tokens: [{id: ops, token_sha256: %s, role: operate}]\n", authz.HashToken(secOpsToken)))
+	repo := gwFeatureRepo(t, "")
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		token bool // an operate token is configured: no warning, writes pass with it
+	}{
+		{name: "no credentials"},
+		{name: "security-config", args: []string{"--security-config", secFile}, token: true},
+	} {
+		t.Run("feature-server "+tc.name, func(t *testing.T) {
+			base, logs := startFeatureServerArgs(t, repo, append([]string{"--address", "0.0.0.0"}, tc.args...)...)
+			if warned := strings.Contains(logs.String(), "feature writes (/push, /materialize) are refused"); warned == tc.token {
+				t.Errorf("startup warning logged %v, want %v; logs:\n%s", warned, !tc.token, logs)
+			}
+			for _, w := range []struct {
+				path string
+				body func() []byte
+			}{
+				{"/push", func() []byte { return secRoutePush(3) }},
+				{"/materialize", func() []byte { return secMaterialize(true) }},
+				{"/materialize-incremental", func() []byte { return secMaterialize(false) }},
+			} {
+				code, hdr, b := do(t, http.MethodPost, base+w.path, w.body(), nil)
+				secCheckDenied(t, "POST "+w.path, gwResult{code: code, hdr: hdr, body: b}, secDenial{status: http.StatusUnauthorized, reason: authz.ReasonMissingCredential})
+				if code, _, b := do(t, http.MethodPost, base+w.path, w.body(), secOps.header("sec-standalone")); tc.token && code != http.StatusOK {
+					t.Errorf("POST %s with the operate token: %d %s", w.path, code, b)
+				} else if !tc.token && code != http.StatusUnauthorized {
+					t.Errorf("POST %s with a token none configured: %d %s, want 401", w.path, code, b)
+				}
+			}
+			// Reads stay open. Nothing was materialized, so the answer is the
+			// handler's (503 feature_view_stale) unless a push came first.
+			read := []byte(`{"features": ["route_features:distance_km"], "entities": {"route_id": [1]}}`)
+			if code, _, b := do(t, http.MethodPost, base+"/get-online-features", read, nil); code == http.StatusUnauthorized || code == http.StatusForbidden {
+				t.Errorf("reads stay open: %d %s", code, b)
+			}
+		})
+	}
 
 	const warning = "the model repository API (load/unload) is open to the network without a credential"
+	httpRule := []string{"--http-restricted-api", "model-repository:admin-key=" + secAdminKey}
+	grpcRule := []string{"--grpc-restricted-protocol", "model-repository:admin-key=" + secAdminKey}
 	for _, tc := range []struct {
-		name string
-		args []string
-		warn bool
+		name                           string
+		httpRestricted, grpcRestricted bool
 	}{
-		{"no credentials", nil, true},
+		{name: "no credentials"},
 		// A restriction on one protocol leaves the other's load open.
-		{"http restricted only", []string{"--http-restricted-api", "model-repository:admin-key=" + secAdminKey}, true},
-		{"both restricted", []string{
-			"--http-restricted-api", "model-repository:admin-key=" + secAdminKey,
-			"--grpc-restricted-protocol", "model-repository:admin-key=" + secAdminKey,
-		}, false},
+		{name: "http restricted only", httpRestricted: true},
+		{name: "both restricted", httpRestricted: true, grpcRestricted: true},
 	} {
 		t.Run("model-server "+tc.name, func(t *testing.T) {
-			args := append([]string{"--model-repository", "examples/models", "--model-control-mode", "explicit", "--load-model", "simple", "--address", "0.0.0.0"}, tc.args...)
+			args := []string{"--model-repository", "examples/models", "--model-control-mode", "explicit", "--load-model", "simple", "--address", "0.0.0.0"}
+			if tc.httpRestricted {
+				args = append(args, httpRule...)
+			}
+			if tc.grpcRestricted {
+				args = append(args, grpcRule...)
+			}
 			s := startServerCmd(t, "model-server", args...)
-			if got := strings.Contains(s.logs.String(), warning); got != tc.warn {
-				t.Errorf("warning logged %v, want %v; logs:\n%s", got, tc.warn, s.logs)
+			wantWarn := !tc.httpRestricted || !tc.grpcRestricted
+			if got := strings.Contains(s.logs.String(), warning); got != wantWarn {
+				t.Errorf("warning logged %v, want %v; logs:\n%s", got, wantWarn, s.logs)
 			}
 			// Triton's behaviour: what is not restricted is open.
 			code, _, b := do(t, http.MethodPost, "http://"+s.http+"/v2/repository/models/simple/load", nil, nil)
-			if wantCode := map[bool]int{true: http.StatusForbidden, false: http.StatusOK}[len(tc.args) > 0]; code != wantCode {
+			wantCode := http.StatusOK
+			if tc.httpRestricted {
+				wantCode = http.StatusForbidden
+			}
+			if code != wantCode {
 				t.Errorf("HTTP load without a credential: %d %s, want %d", code, b, wantCode)
 			}
 			client := inferencepb.NewGRPCInferenceServiceClient(dialGRPC(t, s.grpc))
 			_, err := client.RepositoryModelLoad(t.Context(), &inferencepb.RepositoryModelLoadRequest{ModelName: "simple"})
-			if restricted := len(tc.args) > 2; (status.Code(err) == codes.Unavailable) != restricted || (!restricted && err != nil) {
-				t.Errorf("gRPC load without a credential: %v (restricted %v)", err, restricted)
+			wantGRPC := codes.OK
+			if tc.grpcRestricted {
+				wantGRPC = codes.Unavailable
+			}
+			if status.Code(err) != wantGRPC {
+				t.Errorf("gRPC load without a credential: %v, want %v", err, wantGRPC)
 			}
 		})
 	}
