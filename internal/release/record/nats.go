@@ -3,6 +3,7 @@ package record
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -47,6 +48,10 @@ type NATSOptions struct {
 	// stream the sink creates takes <SubjectPrefix>.>. Default
 	// DefaultSubjectPrefix.
 	SubjectPrefix string
+	// TLS, when set, makes the connection TLS with it (mTLS when it
+	// presents a client certificate); nil leaves it to the URL (tls://
+	// means TLS with the system roots).
+	TLS *tls.Config
 
 	// The fields below apply to the sink only.
 
@@ -166,6 +171,7 @@ func NewNATSSink(ctx context.Context, opts NATSOptions, logger *slog.Logger, reg
 		idPrefix: newIDPrefix(),
 	}
 	nc, err := connect(ctx, opts.URL, s.log,
+		secure(opts.TLS),
 		nats.FlusherTimeout(natsWriteTimeout),
 		nats.ReconnectOnFlusherError(),
 		nats.ReconnectBufSize(-1),
@@ -196,6 +202,16 @@ func newIDPrefix() string {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	return hex.EncodeToString(id[:]) + "-"
+}
+
+// secure is the connection option for cfg: TLS with it, or nothing.
+func secure(cfg *tls.Config) nats.Option {
+	return func(o *nats.Options) error {
+		if cfg == nil {
+			return nil
+		}
+		return nats.Secure(cfg)(o)
+	}
 }
 
 // connect dials url, bounded by ctx's deadline when it has one, and

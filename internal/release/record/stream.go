@@ -60,7 +60,7 @@ func OpenStream(ctx context.Context, nopts NATSOptions, opts StreamOptions) (*St
 	if opts.Slack <= 0 {
 		opts.Slack = DefaultSlack
 	}
-	nc, err := connect(ctx, nopts.URL, slog.New(slog.DiscardHandler))
+	nc, err := connect(ctx, nopts.URL, slog.New(slog.DiscardHandler), secure(nopts.TLS))
 	if err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", nopts.Stream, err)
 	}
