@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -183,7 +184,9 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 		return nil, err
 	}
 	opts := gateway.Options{
-		Remote:       remote,
+		Remote: remote,
+		// One client per kserve_grpc backend with a tls block.
+		RemoteTLS:    func(c *tls.Config) gateway.RemoteClient { return kserve.New(kserve.Options{TLS: c}, logger) },
 		Reload:       func(context.Context) (*config.Config, error) { return config.Load(f.configFile) },
 		MaxBodyBytes: gc.Limits.MaxBodyBytes,
 	}
@@ -387,7 +390,17 @@ func openRecorder(ctx context.Context, gc *config.Gateway, logger *slog.Logger, 
 		if err != nil {
 			return nil, fmt.Errorf("gateway.recording.spool: %w", err)
 		}
-		ns, err := record.NewNATSSink(ctx, record.NATSOptions{URL: rc.NATS.URL, Stream: rc.NATS.Stream, SubjectPrefix: rc.NATS.SubjectPrefix}, logger, reg)
+		nopts := record.NATSOptions{URL: rc.NATS.URL, Stream: rc.NATS.Stream, SubjectPrefix: rc.NATS.SubjectPrefix}
+		if t := rc.NATS.TLS; t != nil {
+			if nopts.TLS, err = t.Config(); err != nil {
+				_ = spool.Close()
+				return nil, fmt.Errorf("gateway.recording.nats.tls: %w", err)
+			}
+			for _, w := range t.Warnings() {
+				logger.Warn("recording nats tls is not safe", "warning", w)
+			}
+		}
+		ns, err := record.NewNATSSink(ctx, nopts, logger, reg)
 		if err != nil {
 			_ = spool.Close()
 			return nil, fmt.Errorf("gateway.recording: %w", err)
@@ -561,9 +574,18 @@ func displayAddr(addr string) string {
 	return net.JoinHostPort("127.0.0.1", port)
 }
 
-// remoteSignature looks a model up on a kserve_grpc backend's endpoints;
+// remoteSignature looks a model up on a kserve_grpc backend's endpoints,
+// with client or, when the backend has a tls block, a client of its own;
 // an unreachable backend makes it unknown, not wrong.
 func remoteSignature(ctx context.Context, client *kserve.Client, b config.Backend, model, version string) (infer.Signature, error) {
+	if b.TLS != nil {
+		tc, err := b.TLS.Config()
+		if err != nil {
+			return infer.Signature{}, fmt.Errorf("backend %q: tls: %w", b.Name, err)
+		}
+		client = kserve.New(kserve.Options{TLS: tc}, nil)
+		defer func() { _ = client.Close() }()
+	}
 	var last error
 	for _, ep := range b.Endpoints {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
