@@ -492,6 +492,36 @@ func TestSecurityTokens(t *testing.T) {
 		secCheckGRPCDenied(t, "ModelMetadata with a wrong token", err, codes.Unauthenticated, authz.ReasonInvalidCredential)
 	})
 
+	t.Run("x-sluice-token", func(t *testing.T) {
+		// The other credential header, and its gRPC metadata twin.
+		for _, cred := range []secCred{secViewer, secOps} {
+			id := "sec-xtoken-reload-" + cred.name
+			res, err := secSend(t.Context(), c.client, http.MethodPost, admin+"/reload", nil, map[string]string{"X-Sluice-Token": cred.token, "X-Request-Id": id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := secAudit{Component: "admin", Action: "reload", Status: res.code, Via: authz.ViaToken}
+			if cred == secOps {
+				if res.code != http.StatusOK {
+					t.Fatalf("reload with X-Sluice-Token of the operate token: %d %s", res.code, res.body)
+				}
+				a.Who, a.Result = "ops", authz.ResultOK
+			} else {
+				secCheckDenied(t, "reload with X-Sluice-Token of the read token", res, secExpect[cred.name])
+				a.Who, a.Result, a.Reason = "viewer", authz.ResultDenied, authz.ReasonInsufficientRole
+			}
+			want[id] = a
+		}
+		client := inferencepb.NewGRPCInferenceServiceClient(dialGRPC(t, c.modelsGRPC))
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "x-sluice-token", secViewerToken, "x-request-id", "sec-xtoken-grpc-read")
+		_, err := client.RepositoryModelLoad(ctx, &inferencepb.RepositoryModelLoadRequest{ModelName: "simple"})
+		secCheckGRPCDenied(t, "RepositoryModelLoad with x-sluice-token of the read token", err, codes.PermissionDenied, authz.ReasonInsufficientRole)
+		want["sec-xtoken-grpc-read"] = secAudit{
+			Component: "models_grpc", Action: "repository.load", Target: "simple", Who: "viewer", Via: authz.ViaToken,
+			Status: http.StatusForbidden, Result: authz.ResultDenied, Reason: authz.ReasonInsufficientRole, GRPCCode: codes.PermissionDenied.String(),
+		}
+	})
+
 	t.Run("reads", func(t *testing.T) {
 		read := []byte(`{"features": ["route_features:distance_km"], "entities": {"route_id": [1, 2]}}`)
 		for _, r := range []struct {
@@ -939,6 +969,10 @@ func TestSecurityTLS(t *testing.T) {
 		}
 		if _, err := g.ModelMetadata(t.Context(), &inferencepb.ModelMetadataRequest{Name: "parcel_eta"}); err != nil {
 			t.Fatalf("gRPC metadata without the metadata key: %v", err)
+		}
+		// Config dumps do not show the restriction's value.
+		if res, err := c.get(t.Context(), c.url(c.admin, "/config_dump")); err != nil || res.code != http.StatusOK || bytes.Contains(res.body, []byte(secAdminKey)) {
+			t.Fatalf("GET admin /config_dump: %v %d, or it shows the restricted-API key", err, res.code)
 		}
 		// The refusals are audited.
 		secWaitFor(t, 10*time.Second, "audit lines of the restricted refusals", func() bool {
