@@ -3,16 +3,31 @@ package admission
 import "sync/atomic"
 
 // DefaultBudgetBytes is the default process-wide budget of request bytes
-// held in memory at once: 256 MiB, four requests of the largest default
-// body limit (64 MiB). See the package documentation for why.
+// held in memory at once: 256 MiB, three requests of the largest default
+// body limit (64 MiB) beside the small-request reserve. See the package
+// documentation for why.
 const DefaultBudgetBytes = 256 << 20
+
+// SmallBytes is the largest request that may use the budget's reserve:
+// 1 MiB, the gateway's whole body limit and more than ordinary KServe and
+// feature requests (a few KiB) carry.
+const SmallBytes = 1 << 20
 
 // Budget is the process-wide budget of request bytes held in memory at
 // once. It is safe for concurrent use; a process makes one and shares it
 // among every listener, so that no mix of requests over any number of
 // ports holds more than its maximum.
+//
+// The last eighth of the budget is a reserve for small requests: bytes of
+// a request of declared length up to SmallBytes may take it, while larger
+// requests and bodies of unknown length (chunked) may not. Without it, a
+// handful of clients streaming large or chunked bodies on any port would
+// hold the whole budget and every ordinary request of the process would
+// be refused while they do; with it, they are refused and ordinary
+// traffic keeps being served.
 type Budget struct {
 	max  int64 // <= 0: unlimited
+	bulk int64 // what large and unknown-length bodies may hold: max less the reserve
 	used atomic.Int64
 	m    *Metrics
 }
@@ -21,7 +36,7 @@ type Budget struct {
 // every acquisition succeeds but is still counted, so InUse and the
 // in-flight gauge stay meaningful. m may be nil.
 func NewBudget(maxBytes int64, m *Metrics) *Budget {
-	b := &Budget{max: max(maxBytes, 0), m: m}
+	b := &Budget{max: max(maxBytes, 0), bulk: bulkBytes(max(maxBytes, 0)), m: m}
 	if m != nil {
 		m.budget.Set(float64(b.max))
 	}
@@ -31,17 +46,33 @@ func NewBudget(maxBytes int64, m *Metrics) *Budget {
 // Max returns the budget's size in bytes; 0 means unlimited.
 func (b *Budget) Max() int64 { return b.max }
 
-// TryAcquire takes n bytes from the budget and reports whether it could.
+// bulkBytes is the part of a budget of maxBytes that large and
+// unknown-length bodies may hold: all but the reserve, an eighth.
+func bulkBytes(maxBytes int64) int64 { return maxBytes - maxBytes/8 }
+
+// TryAcquire takes n bytes for one request (or message) of n bytes and
+// reports whether it could. n over SmallBytes may not take the reserve.
 // It never waits: a caller that cannot have its bytes now is to refuse
 // the work (503 overloaded), not queue it. n <= 0 always succeeds and
 // takes nothing.
-func (b *Budget) TryAcquire(n int64) bool {
+func (b *Budget) TryAcquire(n int64) bool { return b.acquire(n, n > SmallBytes) }
+
+// tryAcquireBulk takes n bytes that are part of a body whose size is
+// unknown or large (a chunk of a chunked body, a decompressed buffer's
+// growth): whatever n, they may not take the reserve.
+func (b *Budget) tryAcquireBulk(n int64) bool { return b.acquire(n, true) }
+
+func (b *Budget) acquire(n int64, bulk bool) bool {
 	if n <= 0 {
 		return true
 	}
+	limit := b.max
+	if bulk {
+		limit = b.bulk
+	}
 	for {
 		cur := b.used.Load()
-		if b.max > 0 && cur+n > b.max {
+		if b.max > 0 && cur+n > limit {
 			return false
 		}
 		if b.used.CompareAndSwap(cur, cur+n) {

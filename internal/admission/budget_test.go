@@ -45,6 +45,49 @@ func TestBudget(t *testing.T) {
 	}
 }
 
+// TestBudgetReserve: the last eighth of the budget is open only to
+// requests of at most SmallBytes; chunks of bodies of unknown length never
+// take it, whatever their size.
+func TestBudgetReserve(t *testing.T) {
+	const mib = 1 << 20
+	type op struct {
+		n    int64
+		bulk bool // a chunk of a body of unknown length
+		want bool
+	}
+	tests := []struct {
+		name  string
+		ops   []op
+		inUse int64
+	}{
+		{name: "chunks stop at seven eighths", ops: []op{{n: 7 * mib, bulk: true, want: true}, {n: 1, bulk: true, want: false}}, inUse: 7 * mib},
+		{name: "small requests take the reserve", ops: []op{{n: 7 * mib, bulk: true, want: true}, {n: SmallBytes, want: true}, {n: 1, want: false}}, inUse: 8 * mib},
+		{name: "a large request does not", ops: []op{{n: 6 * mib, bulk: true, want: true}, {n: SmallBytes + 1, want: false}, {n: SmallBytes, want: true}}, inUse: 7 * mib},
+		{name: "a large request alone fits seven eighths", ops: []op{{n: 7*mib + 1, want: false}, {n: 7 * mib, want: true}}, inUse: 7 * mib},
+		{name: "small chunks are still chunks", ops: []op{{n: 7 * mib, want: true}, {n: 1, bulk: true, want: false}, {n: 1, want: true}}, inUse: 7*mib + 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := NewBudget(8*mib, nil)
+			for i, o := range tt.ops {
+				var got bool
+				if o.bulk {
+					got = b.tryAcquireBulk(o.n)
+				} else {
+					got = b.TryAcquire(o.n)
+				}
+				require.Equal(t, o.want, got, "op %d: %+v", i, o)
+			}
+			require.Equal(t, tt.inUse, b.InUse())
+		})
+	}
+	t.Run("unlimited", func(t *testing.T) {
+		b := NewBudget(0, nil)
+		require.True(t, b.tryAcquireBulk(1<<40))
+		require.True(t, b.TryAcquire(1<<40))
+	})
+}
+
 func TestBudgetOverReleasePanics(t *testing.T) {
 	b := NewBudget(10, nil)
 	require.True(t, b.TryAcquire(5))
@@ -85,6 +128,10 @@ func TestLimitsValidate(t *testing.T) {
 		{name: "negative", l: Limits{MaxBodyBytes: -1, MaxHeaderBytes: -1, MaxHeaderCount: -1},
 			wantErr: []string{"max_body_bytes must not be negative", "max_header_bytes must not be negative", "max_header_count must not be negative"}},
 		{name: "body over the budget", l: DefaultLimits(2 << 20), budget: 1 << 20, wantErr: []string{"exceeds the memory budget"}},
+		{name: "small body may use the reserve", l: DefaultLimits(1 << 20), budget: 1 << 20},
+		{name: "large body over seven eighths", l: DefaultLimits(60 << 20), budget: 64 << 20,
+			wantErr: []string{"exceeds the memory budget's 58720256 bytes open to bodies over 1 MiB"}},
+		{name: "large body within seven eighths", l: DefaultLimits(56 << 20), budget: 64 << 20},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -31,14 +31,25 @@
 // The budget never waits: TryAcquire succeeds or the request is refused.
 // Queueing bytes would only move the memory somewhere else.
 //
+// The last eighth of the budget is a reserve for small requests: a
+// request that declares at most SmallBytes (1 MiB) may take it; a larger
+// one, a chunk of a body of unknown length and Charge's growth may not.
+// Clients streaming large or chunked bodies on any port therefore hold at
+// most seven eighths of the budget and are refused past that, while the
+// ordinary few-KiB requests of every port keep being admitted (the
+// hostile-load test in test/integration checks this against the real
+// binary). A listener's body limit over SmallBytes must fit in those seven
+// eighths (Limits.Validate).
+//
 // # Defaults and why
 //
 //   - DefaultBudgetBytes, 256 MiB: at least the largest body limit (the
 //     KServe edges accept 64 MiB), so one maximal request always fits, and
-//     four of them at once, or thousands of the few-KiB requests that make
-//     up ordinary traffic. The budget counts wire bytes; what handlers
-//     derive from them (decoded tensors, parsed JSON) is a further small
-//     multiple, so 256 MiB of requests keeps a process well within a 2 GiB
+//     three of them at once beside the 32 MiB reserve, or thousands of the
+//     few-KiB requests that make up ordinary traffic. The budget counts
+//     wire bytes; the buffers holding them and Go's collector make the
+//     process's peak a multiple: docs/security.md states the measured
+//     bound, RSS at rest plus 4× the budget (1 GiB), well within a 2 GiB
 //     container, where unbounded reads measured 1.6 to 2.2 GB.
 //   - DefaultMaxHeaderBytes, 64 KiB: Go's own default is 1 MiB per
 //     connection before any handler runs. Real headers are bearer tokens

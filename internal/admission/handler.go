@@ -134,14 +134,15 @@ type account struct {
 }
 
 // charge takes n bytes from the budget for the rest of the request, or
-// returns ErrOverloaded.
+// returns ErrOverloaded. The bytes are a body's of unknown length or a
+// decoded body's growth: they may not take the budget's reserve.
 func (a *account) charge(n int64) error {
 	if n <= 0 {
 		return nil
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed || !a.b.TryAcquire(n) {
+	if a.closed || !a.b.tryAcquireBulk(n) {
 		if !a.rejected {
 			a.rejected = true
 			a.rej.overloaded.Inc()

@@ -229,16 +229,17 @@ func TestHandlerBudgetExhaustedBySlowUploads(t *testing.T) {
 	const kib = 1 << 10
 	s := startServer(t, Limits{MaxBodyBytes: 512 * kib}, 1024*kib, readAll)
 
-	// Three uploads send 300 KiB each and stall: 900 KiB of the 1 MiB
-	// budget are held by bodies still being read.
+	// Three uploads send 290 KiB each and stall: 870 KiB of the 1 MiB
+	// budget (896 KiB of it open to chunked bodies) are held by bodies
+	// still being read.
 	var slow []*slowUpload
 	for range 3 {
 		u := s.startUpload(t.Context(), t)
-		_, err := u.pw.Write(bytes.Repeat([]byte("s"), 300*kib))
+		_, err := u.pw.Write(bytes.Repeat([]byte("s"), 290*kib))
 		require.NoError(t, err)
 		slow = append(slow, u)
 	}
-	waitFor(t, "the stalled bodies to be charged", func() bool { return s.budget.InUse() == 900*kib })
+	waitFor(t, "the stalled bodies to be charged", func() bool { return s.budget.InUse() == 870*kib })
 
 	// A fourth chunked upload runs past the budget: 503, not growth.
 	u := s.startUpload(t.Context(), t)
@@ -256,11 +257,11 @@ func TestHandlerBudgetExhaustedBySlowUploads(t *testing.T) {
 	requireAnswer(t, resp, http.StatusServiceUnavailable, ReasonOverloaded)
 
 	// A small request still fits in what is left.
-	waitFor(t, "the refused upload's charge to be released", func() bool { return s.budget.InUse() == 900*kib })
+	waitFor(t, "the refused upload's charge to be released", func() bool { return s.budget.InUse() == 870*kib })
 	resp = s.post(t, bytes.Repeat([]byte("k"), kib), true, nil)
 	requireAnswer(t, resp, http.StatusOK, "")
 	require.InDelta(t, 2, testutil.ToFloat64(s.m.rejections.WithLabelValues("test", ReasonOverloaded)), 0)
-	require.InDelta(t, 900*kib, testutil.ToFloat64(s.m.inflight), 0)
+	require.InDelta(t, 870*kib, testutil.ToFloat64(s.m.inflight), 0)
 	require.InDelta(t, 1024*kib, testutil.ToFloat64(s.m.budget), 0)
 
 	// The stalled uploads finish and everything is released.
@@ -272,6 +273,29 @@ func TestHandlerBudgetExhaustedBySlowUploads(t *testing.T) {
 	}
 	waitFor(t, "the budget to be released", func() bool { return s.budget.InUse() == 0 })
 	require.InDelta(t, 0, testutil.ToFloat64(s.m.inflight), 0)
+}
+
+// TestHandlerReserveKeepsSmallRequests: chunked uploads that hold all the
+// budget they may (seven eighths) leave the reserve to requests that
+// declare a small body; a chunked or a large request is refused.
+func TestHandlerReserveKeepsSmallRequests(t *testing.T) {
+	const mib = 1 << 20
+	s := startServer(t, Limits{MaxBodyBytes: 8 * mib}, 16*mib, readAll)
+	for range 2 {
+		u := s.startUpload(t.Context(), t)
+		_, err := u.pw.Write(bytes.Repeat([]byte("s"), 13*mib/2))
+		require.NoError(t, err)
+	}
+	waitFor(t, "the stalled bodies to be charged", func() bool { return s.budget.InUse() == 13*mib })
+
+	// 1.5 MiB more would fit the 16 MiB budget, but not the 14 MiB open
+	// to chunked and large bodies.
+	requireAnswer(t, s.post(t, bytes.Repeat([]byte("c"), 3*mib/2), false, nil), http.StatusServiceUnavailable, ReasonOverloaded)
+	requireAnswer(t, s.post(t, bytes.Repeat([]byte("l"), 3*mib/2), true, nil), http.StatusServiceUnavailable, ReasonOverloaded)
+	for range 3 {
+		requireAnswer(t, s.post(t, bytes.Repeat([]byte("k"), SmallBytes), true, nil), http.StatusOK, "")
+	}
+	waitFor(t, "the refused and answered requests to be released", func() bool { return s.budget.InUse() == 13*mib })
 }
 
 func TestHandlerReleasesOnDisconnect(t *testing.T) {
@@ -364,8 +388,10 @@ func TestCharge(t *testing.T) {
 		return resp
 	}
 
+	// Growth is charged like a chunked body: within the 87.5 KiB of the
+	// budget that is not the reserve.
 	t.Run("growth that fits", func(t *testing.T) {
-		requireAnswer(t, send(80*kib, "gzip"), http.StatusOK, "")
+		requireAnswer(t, send(70*kib, "gzip"), http.StatusOK, "")
 		require.NoError(t, chargeErr)
 		require.Zero(t, s.budget.InUse())
 	})

@@ -54,9 +54,10 @@ func DefaultLimits(maxBody int64) Limits {
 
 // Validate reports every problem with l at once. budgetBytes is the
 // process's Budget size (<= 0: unlimited): a body limit larger than the
-// budget would let a request through the limit that the budget can never
-// admit, so every such request would be answered 503, which is a
-// configuration mistake.
+// budget, or than the part of it open to bodies over SmallBytes, would
+// let a request through the limit that the budget can never admit, so
+// every such request would be answered 503, which is a configuration
+// mistake.
 func (l Limits) Validate(budgetBytes int64) error {
 	var errs []error
 	if l.MaxBodyBytes < 0 {
@@ -68,8 +69,13 @@ func (l Limits) Validate(budgetBytes int64) error {
 	if l.MaxHeaderCount < 0 {
 		errs = append(errs, errors.New("max_header_count must not be negative"))
 	}
-	if budgetBytes > 0 && l.MaxBodyBytes > budgetBytes {
-		errs = append(errs, fmt.Errorf("max_body_bytes %d exceeds the memory budget of %d bytes: such a body could never be admitted", l.MaxBodyBytes, budgetBytes))
+	if budgetBytes > 0 {
+		switch room := bulkBytes(budgetBytes); {
+		case l.MaxBodyBytes > budgetBytes:
+			errs = append(errs, fmt.Errorf("max_body_bytes %d exceeds the memory budget of %d bytes: such a body could never be admitted", l.MaxBodyBytes, budgetBytes))
+		case l.MaxBodyBytes > SmallBytes && l.MaxBodyBytes > room:
+			errs = append(errs, fmt.Errorf("max_body_bytes %d exceeds the memory budget's %d bytes open to bodies over 1 MiB (the last eighth of %d is kept for small requests): such a body could never be admitted", l.MaxBodyBytes, room, budgetBytes))
+		}
 	}
 	return errors.Join(errs...)
 }
