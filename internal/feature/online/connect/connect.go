@@ -4,7 +4,11 @@
 package connect
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +23,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature/online"
 	"github.com/sluice-ml/sluice/internal/feature/online/embedded"
 	"github.com/sluice-ml/sluice/internal/feature/online/redis"
+	"github.com/sluice-ml/sluice/internal/tlsconfig"
 )
 
 // Store types.
@@ -56,10 +61,31 @@ type RedisConfig struct {
 	ReadTimeout  time.Duration `yaml:"read_timeout"`  // default 500ms
 	WriteTimeout time.Duration `yaml:"write_timeout"` // default 500ms
 	PoolSize     int           `yaml:"pool_size"`
-	// ConnectionString is Feast's form, "host:port[,host:port...][,password=…][,db=N][,username=…]",
+	// ConnectionString is Feast's form, "host:port[,host:port...][,password=…][,db=N][,username=…][,ssl=true][,ssl_…=…]",
 	// accepted so Feast repositories load unchanged; it fills the fields
-	// above that are not set.
+	// above and below that are not set.
 	ConnectionString string `yaml:"connection_string"`
+
+	// TLS, with redis-py's names, which are also the keys Feast passes
+	// through its connection_string.
+	//
+	// SSL connects over TLS (TLS 1.2 or newer); the other ssl_ keys need it.
+	SSL bool `yaml:"ssl"`
+	// SSLCACerts is the PEM bundle of CAs the server certificate is
+	// verified against; empty means the system roots.
+	SSLCACerts string `yaml:"ssl_ca_certs"`
+	// SSLCertFile and SSLKeyFile are the client certificate chain and its
+	// key, presented for mTLS (tls-auth-clients); set both or neither.
+	SSLCertFile string `yaml:"ssl_certfile"`
+	SSLKeyFile  string `yaml:"ssl_keyfile"`
+	// SSLCertReqs is "required" (default; "optional" means the same for
+	// a client, as in Python) or "none": the server certificate is not
+	// verified at all, which lets anyone on the path impersonate Redis.
+	SSLCertReqs string `yaml:"ssl_cert_reqs"`
+	// SSLCheckHostname false verifies the server certificate's chain but
+	// not that it names the host dialled (default true; redis-py before
+	// 6.0 defaulted to false).
+	SSLCheckHostname *bool `yaml:"ssl_check_hostname"`
 }
 
 // parseConnectionString applies Feast's connection_string to r.
@@ -98,10 +124,24 @@ func parseConnectionString(r *RedisConfig) error {
 			if r.DB == 0 {
 				r.DB = n
 			}
-		case "ssl":
-			if v != "false" {
-				return fmt.Errorf("connection_string: ssl=%s is not supported", v)
+		case "ssl", "ssl_check_hostname":
+			b, err := strconv.ParseBool(optionValue(v))
+			if err != nil {
+				return fmt.Errorf("connection_string: %s=%s is not true or false", k, v)
 			}
+			if k == "ssl" {
+				r.SSL = r.SSL || b
+			} else if r.SSLCheckHostname == nil {
+				r.SSLCheckHostname = &b
+			}
+		case "ssl_ca_certs":
+			r.SSLCACerts = cmp.Or(r.SSLCACerts, optionValue(v))
+		case "ssl_certfile":
+			r.SSLCertFile = cmp.Or(r.SSLCertFile, optionValue(v))
+		case "ssl_keyfile":
+			r.SSLKeyFile = cmp.Or(r.SSLKeyFile, optionValue(v))
+		case "ssl_cert_reqs":
+			r.SSLCertReqs = cmp.Or(r.SSLCertReqs, optionValue(v))
 		default:
 			return fmt.Errorf("connection_string: unknown option %q", k)
 		}
@@ -110,6 +150,93 @@ func parseConnectionString(r *RedisConfig) error {
 		r.Addrs = addrs
 	}
 	return nil
+}
+
+// optionValue is a connection_string value as Feast reads it: a JSON
+// string ("…") is unquoted, anything else is taken as it is.
+func optionValue(v string) string {
+	v = strings.TrimSpace(v)
+	var s string
+	if strings.HasPrefix(v, `"`) && json.Unmarshal([]byte(v), &s) == nil {
+		return s
+	}
+	return v
+}
+
+// clientTLS maps the ssl_ keys to TLS client options, with relative paths
+// made relative to baseDir; ok is false when TLS is off.
+func (r RedisConfig) clientTLS(baseDir string) (o tlsconfig.ClientOptions, ok bool, err error) {
+	if !r.SSL {
+		for _, kv := range [][2]string{
+			{"ssl_ca_certs", r.SSLCACerts}, {"ssl_certfile", r.SSLCertFile}, {"ssl_keyfile", r.SSLKeyFile}, {"ssl_cert_reqs", r.SSLCertReqs},
+		} {
+			if kv[1] != "" {
+				return o, false, fmt.Errorf("%s needs ssl: true (redis-py would ignore it and connect in plaintext)", kv[0])
+			}
+		}
+		if r.SSLCheckHostname != nil {
+			return o, false, errors.New("ssl_check_hostname needs ssl: true")
+		}
+		return o, false, nil
+	}
+	switch r.SSLCertReqs {
+	case "", "required", "optional":
+	case "none":
+		o.InsecureSkipVerify = true
+	default:
+		return o, false, fmt.Errorf("ssl_cert_reqs %q is not one of required, optional, none", r.SSLCertReqs)
+	}
+	abs := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(baseDir, p)
+	}
+	if (r.SSLCertFile == "") != (r.SSLKeyFile == "") {
+		return o, false, errors.New("ssl_certfile and ssl_keyfile go together: set both or neither")
+	}
+	o.CAFile, o.CertFile, o.KeyFile = abs(r.SSLCACerts), abs(r.SSLCertFile), abs(r.SSLKeyFile)
+	return o, true, nil
+}
+
+// tlsConfig builds the store's TLS configuration, reading the files; nil
+// when TLS is off.
+func (r RedisConfig) tlsConfig(baseDir string) (*tls.Config, []string, error) {
+	o, ok, err := r.clientTLS(baseDir)
+	if err != nil || !ok {
+		return nil, nil, err
+	}
+	cfg, err := o.Config() // errors name ca_file, cert_file or key_file and the path
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis tls: %w", err)
+	}
+	warnings := o.Warnings()
+	if r.SSLCheckHostname != nil && !*r.SSLCheckHostname && !o.InsecureSkipVerify {
+		skipHostname(cfg)
+		warnings = append(warnings, "ssl_check_hostname: false: any certificate the CA issued is accepted for any Redis host")
+	}
+	return cfg, warnings, nil
+}
+
+// skipHostname makes cfg verify the server's chain against its roots (the
+// system's when RootCAs is nil) without checking the name: crypto/tls
+// either verifies both or neither.
+func skipHostname(cfg *tls.Config) {
+	roots := cfg.RootCAs
+	cfg.InsecureSkipVerify = true //nolint:gosec // G402: the chain is verified below; only the name is not (ssl_check_hostname: false)
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("redis sent no certificate")
+		}
+		opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool()}
+		for _, c := range cs.PeerCertificates[1:] {
+			opts.Intermediates.AddCert(c)
+		}
+		if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
+			return fmt.Errorf("verify redis certificate: %w", err)
+		}
+		return nil
+	}
 }
 
 func redisMode(m string) (redis.Mode, error) {
@@ -143,6 +270,9 @@ func (c Config) Validate() error {
 			if d < 0 {
 				return fmt.Errorf("negative redis timeout %s", d)
 			}
+		}
+		if _, _, err := c.Redis.clientTLS(""); err != nil {
+			return err
 		}
 		return nil
 	}
@@ -185,17 +315,24 @@ func Open(ctx context.Context, cfg Config, project, baseDir string, logger *slog
 		if len(addrs) == 0 {
 			addrs = []string{"127.0.0.1:6379"}
 		}
+		tlsCfg, warnings, err := cfg.Redis.tlsConfig(baseDir)
+		if err != nil {
+			return nil, fmt.Errorf("open online store: %w", err)
+		}
+		for _, w := range warnings {
+			logger.Warn("online store tls is not safe", "warning", w)
+		}
 		rs, err := redis.Open(ctx, project, redis.Options{
 			Mode: mode, Addrs: addrs, MasterName: cfg.Redis.MasterName,
 			Username: cfg.Redis.Username, Password: cfg.Redis.Password, DB: cfg.Redis.DB,
 			DialTimeout: cfg.Redis.DialTimeout, ReadTimeout: cfg.Redis.ReadTimeout, WriteTimeout: cfg.Redis.WriteTimeout,
-			PoolSize: cfg.Redis.PoolSize, Logger: logger,
+			PoolSize: cfg.Redis.PoolSize, TLS: tlsCfg, Logger: logger,
 		})
 		if err != nil {
 			return nil, err
 		}
 		s, kind = rs, TypeRedis
-		logger.Info("online store opened", "type", kind, "redis_type", string(mode), "addrs", addrs)
+		logger.Info("online store opened", "type", kind, "redis_type", string(mode), "addrs", addrs, "tls", tlsCfg != nil)
 	}
 	return Instrument(s, kind, reg), nil
 }

@@ -156,7 +156,20 @@ func TestConnectionString(t *testing.T) {
 		{"localhost:6379", RedisConfig{Addrs: []string{"localhost:6379"}}, ""},
 		{"a:1,b:2,password=secret,db=3,ssl=false", RedisConfig{Addrs: []string{"a:1", "b:2"}, Password: "secret", DB: 3}, ""},
 		{"a:1,username=u", RedisConfig{Addrs: []string{"a:1"}, Username: "u"}, ""},
-		{"a:1,ssl=true", RedisConfig{}, "ssl=true is not supported"},
+		{"a:1,ssl=true", RedisConfig{Addrs: []string{"a:1"}, SSL: true}, ""},
+		{"a:1,ssl=True", RedisConfig{Addrs: []string{"a:1"}, SSL: true}, ""},
+		{
+			`a:1,ssl=true,ssl_ca_certs="/etc/redis/ca, bundle.pem",ssl_certfile=c.pem,ssl_keyfile=k.pem,ssl_cert_reqs=required,ssl_check_hostname=false`,
+			RedisConfig{}, "address", // Feast splits on every comma too: no commas in paths
+		},
+		{
+			`a:1,ssl=true,ssl_ca_certs="/etc/redis/ca.pem",ssl_certfile=c.pem,ssl_keyfile=k.pem,ssl_cert_reqs=required,ssl_check_hostname=false`,
+			RedisConfig{
+				Addrs: []string{"a:1"}, SSL: true, SSLCACerts: "/etc/redis/ca.pem", SSLCertFile: "c.pem", SSLKeyFile: "k.pem",
+				SSLCertReqs: "required", SSLCheckHostname: new(false),
+			}, "",
+		},
+		{"a:1,ssl=maybe", RedisConfig{}, "ssl=maybe is not true or false"},
 		{"a:1,db=x", RedisConfig{}, "db"},
 		{"a:1,color=red", RedisConfig{}, "unknown option"},
 		{"nohostport", RedisConfig{}, "address"},
@@ -182,7 +195,10 @@ func TestConnectionString(t *testing.T) {
 }
 
 func FuzzConnectionString(f *testing.F) {
-	for _, s := range []string{"localhost:6379", "a:1,b:2,password=x,db=2,ssl=false", "a:1,db=-1", ",,=,", "[::1]:6379,username=u"} {
+	for _, s := range []string{
+		"localhost:6379", "a:1,b:2,password=x,db=2,ssl=false", "a:1,db=-1", ",,=,", "[::1]:6379,username=u",
+		`a:1,ssl=true,ssl_ca_certs="ca.pem",ssl_certfile=c.pem,ssl_keyfile=k.pem,ssl_cert_reqs=none,ssl_check_hostname=false`,
+	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -197,6 +213,9 @@ func FuzzConnectionString(f *testing.F) {
 		}
 		if r.DB < 0 {
 			t.Fatalf("negative db %d", r.DB)
+		}
+		if o, ok, err := r.clientTLS("/repo"); err == nil && ok != r.SSL {
+			t.Fatalf("ssl %v, yet TLS options %+v (on: %v)", r.SSL, o, ok)
 		}
 	})
 }

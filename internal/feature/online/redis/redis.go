@@ -23,11 +23,13 @@
 // Redis costs a call at most its timeout. Errors from Redis wrap
 // online.ErrUnavailable. A circuit breaker (guard.go) fails calls at once
 // after a run of failures and lets one probe through per interval; the
-// client reconnects by itself when Redis comes back.
+// client reconnects by itself when Redis comes back. Options.TLS makes the
+// connections TLS (mTLS with a client certificate).
 package redis
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -64,6 +66,9 @@ type Options struct {
 	ReadTimeout  time.Duration // default 500ms
 	WriteTimeout time.Duration // default 500ms
 	PoolSize     int           // per node; default go-redis's (10 per CPU)
+	// TLS, when set, makes every connection (to sentinels too) TLS with
+	// it; an empty ServerName verifies each dialled host. Nil: plaintext.
+	TLS *tls.Config
 
 	// BreakerFailures is how many calls in a row must fail (Redis down,
 	// or no answer within the timeout) before the circuit breaker opens
@@ -186,14 +191,14 @@ func Open(ctx context.Context, project string, opts Options) (*Store, error) {
 			Addr: opts.Addrs[0], Username: opts.Username, Password: opts.Password, DB: opts.DB,
 			DialTimeout: opts.DialTimeout, ReadTimeout: opts.ReadTimeout, WriteTimeout: opts.WriteTimeout,
 			PoolSize: opts.PoolSize, PoolTimeout: poolTimeout, ContextTimeoutEnabled: true, MaxRetries: 1, DialerRetries: 1,
-			DisableIdentity: true, MaintNotificationsConfig: maint,
+			DisableIdentity: true, MaintNotificationsConfig: maint, TLSConfig: opts.TLS,
 		})
 	case Cluster:
 		s.cluster = goredis.NewClusterClient(&goredis.ClusterOptions{
 			Addrs: opts.Addrs, Username: opts.Username, Password: opts.Password,
 			DialTimeout: opts.DialTimeout, ReadTimeout: opts.ReadTimeout, WriteTimeout: opts.WriteTimeout,
 			PoolSize: opts.PoolSize, PoolTimeout: poolTimeout, ContextTimeoutEnabled: true, MaxRetries: 1, DialerRetries: 1,
-			DisableIdentity: true, MaintNotificationsConfig: maint,
+			DisableIdentity: true, MaintNotificationsConfig: maint, TLSConfig: opts.TLS,
 		})
 		s.c = s.cluster
 	case Sentinel:
@@ -205,7 +210,7 @@ func Open(ctx context.Context, project string, opts Options) (*Store, error) {
 			Username: opts.Username, Password: opts.Password, DB: opts.DB,
 			DialTimeout: opts.DialTimeout, ReadTimeout: opts.ReadTimeout, WriteTimeout: opts.WriteTimeout,
 			PoolSize: opts.PoolSize, PoolTimeout: poolTimeout, ContextTimeoutEnabled: true, MaxRetries: 1, DialerRetries: 1,
-			DisableIdentity: true,
+			DisableIdentity: true, TLSConfig: opts.TLS,
 		})
 	default:
 		return nil, fmt.Errorf("open redis online store: unknown mode %q (want standalone, cluster or sentinel)", opts.Mode)
