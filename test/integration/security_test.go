@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -54,7 +55,9 @@ import (
 //     rewritten, nothing else) binds every internal listener to loopback;
 //     its copy with a tokenless admin port beyond loopback is refused.
 //   - TestSecurityStandalone: `sluice feature-server` and `sluice
-//     model-server` on every interface without credentials.
+//     model-server` on every interface without credentials (warnings,
+//     refused feature writes, Triton's open repository API per protocol),
+//     with --security-config, and the feature server over TLS.
 //
 // Listeners that bind every interface do so on a free port; the tests talk
 // only to 127.0.0.1.
@@ -1254,6 +1257,43 @@ func TestSecurityStandalone(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("feature-server tls", func(t *testing.T) {
+		// --tls-cert-file serves every listener over TLS, the extra
+		// --metrics-port included.
+		pki := newSecPKI(t)
+		port, metricsPort := freePort(t), freePort(t)
+		files := pki.files["features"]
+		p := monStart(t, "feature-server", binPath, "feature-server", "--repo", repo, "--address", "127.0.0.1",
+			"--port", strconv.Itoa(port), "--metrics-port", strconv.Itoa(metricsPort),
+			"--tls-cert-file", files[0], "--tls-key-file", files[1], "--log-format", "json")
+		t.Cleanup(func() {
+			if strings.Contains(p.logs.String(), "DATA RACE") {
+				t.Errorf("race detected in the feature server; %s", p.tail())
+			}
+		})
+		client := secClient(t, pki.trust())
+		answers := func(url string) bool {
+			res, err := secSend(t.Context(), client, http.MethodGet, url, nil, nil)
+			return err == nil && res.code == http.StatusOK
+		}
+		secWaitFor(t, 30*time.Second, "the feature server over TLS", func() bool {
+			return answers(fmt.Sprintf("https://127.0.0.1:%d/health", port))
+		}, p.tail)
+		metricsAddr := fmt.Sprintf("127.0.0.1:%d", metricsPort)
+		if !answers("https://" + metricsAddr + "/metrics") {
+			t.Errorf("the metrics port does not answer over TLS; %s", p.tail())
+		}
+		if res, err := secSend(t.Context(), &http.Client{Timeout: 10 * time.Second}, http.MethodGet, "http://"+metricsAddr+"/metrics", nil, nil); err == nil && res.code == http.StatusOK {
+			t.Errorf("the metrics port answers plain HTTP: %.200s", res.body)
+		}
+		ls := secReadyListeners(t, p.logs.String, "feature server ready")
+		for _, name := range []string{"features", "features_metrics"} {
+			if ls[name].TLS != "tls" {
+				t.Errorf("listener %s: tls %q, want tls (all: %+v)", name, ls[name].TLS, ls)
+			}
+		}
+	})
 
 	const warning = "the model repository API (load/unload) is open to the network without a credential"
 	httpRule := []string{"--http-restricted-api", "model-repository:admin-key=" + secAdminKey}
