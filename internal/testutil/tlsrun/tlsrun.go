@@ -191,7 +191,8 @@ func lookPath(tb testing.TB, name string) string {
 // freePort returns a loopback port that was free a moment ago.
 func freePort(tb testing.TB) int {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatalf("tlsrun: %v", err)
 	}
@@ -202,7 +203,7 @@ func freePort(tb testing.TB) int {
 
 func start(tb testing.TB, bin string, port int, args ...string) *Server {
 	tb.Helper()
-	cmd := exec.CommandContext(context.Background(), bin, args...)
+	cmd := exec.CommandContext(context.Background(), bin, args...) //nolint:gosec // G204: the server binary found by lookPath, with the test's arguments
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("tlsrun: start %s: %v", bin, err)
 	}
