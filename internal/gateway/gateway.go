@@ -111,8 +111,8 @@ type Gateway struct {
 
 	mirror *mirror
 
-	retiredMu sync.Mutex                   // protects retired and closed
-	retired   map[RemoteClient]*time.Timer // clients of retired backends, closed by their timer
+	retiredMu sync.Mutex             // protects retired and closed
+	retired   map[*time.Timer]func() // closers of retired backends' clients, run by their timer
 	closed    bool
 }
 
@@ -175,7 +175,7 @@ func New(cfg *config.Config, opts Options, logger *slog.Logger, reg prometheus.R
 		rollouts: map[string]*serviceRollout{},
 		drifts:   map[string]*serviceDrift{},
 		client:   opts.HTTPClient,
-		retired:  map[RemoteClient]*time.Timer{},
+		retired:  map[*time.Timer]func(){},
 	}
 	if g.client == nil {
 		g.client = newProxyClient()
@@ -240,12 +240,9 @@ func (g *Gateway) retire(old, st *state) {
 		}
 		b.set.Close()
 		switch {
-		case b.ownRemote != nil:
-			g.retireRemote(b.ownRemote)
-		case b.ownHTTP:
-			// In-flight requests keep their connections; idle ones go now
-			// and the rest after the transport's idle timeout.
-			b.http.CloseIdleConnections()
+		case b.ownRemote != nil || b.ownHTTP:
+			// Its own clients: requests in flight on them finish first.
+			g.retireLater(b.closeOwn)
 		case b.kind == "kserve_grpc" && g.opts.Remote != nil:
 			// Connections an endpoint of the new configuration still uses
 			// stay open: requests in flight on them must not fail.
@@ -389,23 +386,26 @@ func (g *Gateway) build(cfg *config.Gateway, old *state) (*state, error) {
 	return st, nil
 }
 
-// retireRemote closes c after retireGrace, or at Close if that comes first.
-func (g *Gateway) retireRemote(c RemoteClient) {
+// retireLater runs closeFn after retireGrace, or at Close if that comes
+// first.
+func (g *Gateway) retireLater(closeFn func()) {
 	g.retiredMu.Lock()
 	defer g.retiredMu.Unlock()
 	if g.closed {
-		_ = c.Close()
+		closeFn()
 		return
 	}
-	g.retired[c] = time.AfterFunc(retireGrace, func() {
+	var t *time.Timer
+	t = time.AfterFunc(retireGrace, func() {
 		g.retiredMu.Lock()
-		_, ok := g.retired[c] // else closeRetired has it
-		delete(g.retired, c)
+		_, ok := g.retired[t] // else closeRetired has it
+		delete(g.retired, t)
 		g.retiredMu.Unlock()
 		if ok {
-			_ = c.Close()
+			closeFn()
 		}
 	})
+	g.retired[t] = closeFn
 }
 
 // closeRetired closes the retired clients still waiting for their timers.
@@ -413,11 +413,11 @@ func (g *Gateway) closeRetired() {
 	g.retiredMu.Lock()
 	g.closed = true
 	retired := g.retired
-	g.retired = map[RemoteClient]*time.Timer{}
+	g.retired = map[*time.Timer]func(){}
 	g.retiredMu.Unlock()
-	for c, t := range retired {
+	for t, closeFn := range retired {
 		t.Stop()
-		_ = c.Close()
+		closeFn()
 	}
 }
 
