@@ -111,7 +111,7 @@ func TestTLS(t *testing.T) {
 		c := newClient(t, clientTLS(t, tlsconfig.ClientOptions{CAFile: f.CAFile}))
 		_, err := c.Infer(ctxTimeout(t, 10*time.Second), plain.addr, echo)
 		requireRPCError(t, err, codes.Unavailable, infer.KindUnavailable, ReasonUnavailable, true)
-		require.ErrorContains(t, err, "tls")
+		require.ErrorContains(t, err, "handshake")
 	})
 }
 
@@ -129,8 +129,10 @@ func TestMTLS(t *testing.T) {
 	t.Run("no client certificate", func(t *testing.T) {
 		c := newClient(t, clientTLS(t, tlsconfig.ClientOptions{CAFile: f.CAFile}))
 		_, err := c.Infer(ctxTimeout(t, 10*time.Second), addr, echo)
+		// The server refuses the handshake after the client has finished
+		// its side (TLS 1.3): the client sees the alert ("certificate
+		// required") or a broken pipe, whichever comes first.
 		require.Equal(t, codes.Unavailable, status.Code(err), "error: %v", err)
-		require.ErrorContains(t, err, "certificate required")
 		require.Empty(t, ids, "no call reached the service")
 	})
 }
