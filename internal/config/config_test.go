@@ -196,7 +196,7 @@ func TestAPIKeyFromEnvAndHash(t *testing.T) {
 
 	doc = "gateway:\n  clients:\n    - {id: a, api_key: \"${K:-}\"}\n"
 	_, err = Parse("s.yaml", []byte(doc), nil)
-	require.ErrorContains(t, err, "s.yaml:3:15: gateway.clients[0].api_key: expands to an empty key")
+	require.ErrorContains(t, err, "s.yaml:3:15: gateway.clients[0].api_key: expands to an empty API key")
 
 	doc = "gateway:\n  clients:\n    - {id: a, api_key_sha256: abc}\n"
 	_, err = Parse("s.yaml", []byte(doc), nil)

@@ -233,22 +233,30 @@ func (c *Config) hashAPIKeys() []error {
 	var problems []error
 	for i := range c.Gateway.Clients {
 		cl := &c.Gateway.Clients[i]
-		path := fmt.Sprintf("gateway.clients[%d].api_key", i)
-		switch {
-		case cl.APIKey == "" && c.src.fromEnv[path]:
-			problems = append(problems, c.src.problem(path, "expands to an empty key"))
-		case cl.APIKey == "":
-		case !c.src.fromEnv[path]:
-			problems = append(problems, c.src.problem(path, "a literal API key: secrets must not sit in config; write api_key: ${ENV_VAR} or api_key_sha256"))
-		case cl.APIKeySHA256 != "":
-			problems = append(problems, c.src.problem(path, "set api_key or api_key_sha256, not both"))
-		default:
-			sum := sha256.Sum256([]byte(cl.APIKey))
-			cl.APIKeySHA256 = hex.EncodeToString(sum[:])
+		if err := c.hashSecret(fmt.Sprintf("gateway.clients[%d].api_key", i), "api_key", "API key", &cl.APIKey, &cl.APIKeySHA256); err != nil {
+			problems = append(problems, err)
 		}
-		cl.APIKey = ""
 	}
 	return problems
+}
+
+// hashSecret replaces the plain secret at path (field name field, which
+// must come from ${ENV}) by its hex SHA-256 in *hash, and clears it.
+func (c *Config) hashSecret(path, field, what string, plain, hash *string) error {
+	defer func() { *plain = "" }()
+	switch {
+	case *plain == "" && c.src.fromEnv[path]:
+		return c.src.problem(path, "expands to an empty %s", what)
+	case *plain == "":
+		return nil
+	case !c.src.fromEnv[path]:
+		return c.src.problem(path, "a literal %s: secrets must not sit in config; write %s: ${ENV_VAR} or %s_sha256", what, field, field)
+	case *hash != "":
+		return c.src.problem(path, "set %s or %s_sha256, not both", field, field)
+	}
+	sum := sha256.Sum256([]byte(*plain))
+	*hash = hex.EncodeToString(sum[:])
+	return nil
 }
 
 // walker expands ${ENV} in scalars, records the position of every field

@@ -52,20 +52,9 @@ func (c *Config) hashTokens() []error {
 	var problems []error
 	for i := range c.Security.Tokens {
 		t := &c.Security.Tokens[i]
-		path := fmt.Sprintf("security.tokens[%d].token", i)
-		switch {
-		case t.Token == "" && c.src.fromEnv[path]:
-			problems = append(problems, c.src.problem(path, "expands to an empty token"))
-		case t.Token == "":
-		case !c.src.fromEnv[path]:
-			problems = append(problems, c.src.problem(path, "a literal token: secrets must not sit in config; write token: ${ENV_VAR} or token_sha256"))
-		case t.SHA256 != "":
-			problems = append(problems, c.src.problem(path, "set token or token_sha256, not both"))
-		default:
-			sum := sha256.Sum256([]byte(t.Token))
-			t.SHA256 = hex.EncodeToString(sum[:])
+		if err := c.hashSecret(fmt.Sprintf("security.tokens[%d].token", i), "token", "token", &t.Token, &t.SHA256); err != nil {
+			problems = append(problems, err)
 		}
-		t.Token = ""
 	}
 	return problems
 }
