@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/console"
 	"github.com/sluice-ml/sluice/internal/feature/materialize"
@@ -308,7 +309,9 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 	adminMux := http.NewServeMux()
 	adminMux.Handle(console.Prefix, con)
 	adminMux.Handle("/", admin)
-	adminSrv := gd.httpServer("admin", config.Limits{MaxBodyBytes: 1 << 20}, adminGuard(adminPolicy, gd.audit, adminMux))
+	// The admin port takes no large body; its header bounds are every
+	// port's defaults.
+	adminSrv := gd.httpServer("admin", admission.DefaultLimits(1<<20), adminGuard(adminPolicy, gd.audit, adminMux))
 	g.Go(func() error { return con.Run(gctx) })
 	scheme := "http://"
 	if adminTLS != nil {

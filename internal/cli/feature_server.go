@@ -135,6 +135,11 @@ func runFeatureServer(ctx context.Context, cmd *cobra.Command, f *featureServerF
 		if fsrv.tls != nil {
 			ms.UseTLS(fsrv.tls.Config())
 		}
+		ml := admission.DefaultLimits(f.maxBodyBytes)
+		if f.limits != nil {
+			ml = *f.limits
+		}
+		gd.guardMetrics("features_metrics", ml, ms)
 		gd.record("features_metrics", ms.Addr().String(), tlsOpts, "open (reads only)")
 		g.Go(func() error { return ms.Run(gctx) })
 	}

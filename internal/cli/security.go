@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/httpapi"
+	"github.com/sluice-ml/sluice/internal/telemetry"
 	"github.com/sluice-ml/sluice/internal/tlsconfig"
 )
 
@@ -184,6 +185,15 @@ func authMode(openReads, openWrites bool) string {
 // handler wraps h with the listener's admission limits.
 func (g *guard) handler(name string, l config.Limits, h http.Handler) http.Handler {
 	return admission.Handler(name, l, g.budget, g.admit, h)
+}
+
+// guardMetrics gives a /metrics listener the header limits of l and a
+// small body limit: it serves GET only, but a client may still send a
+// body or a header block, and no port is exempt from the bounds.
+func (g *guard) guardMetrics(name string, l config.Limits, ms *telemetry.MetricsServer) {
+	ml := admission.DefaultLimits(1 << 20)
+	ml.MaxHeaderBytes, ml.MaxHeaderCount = l.MaxHeaderBytes, l.MaxHeaderCount
+	ms.Guard(func(h http.Handler) http.Handler { return g.handler(name, ml, h) }, ml.MaxHeaderBytes)
 }
 
 // httpServer is httpapi.NewServer with the listener's header limit and its

@@ -341,6 +341,7 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	if tlsSrv != nil {
 		ms.metrics.UseTLS(tlsSrv.Config())
 	}
+	gd.guardMetrics("models_metrics", limits, ms.metrics)
 	gd.record("models_metrics", ms.metrics.Addr().String(), tlsOpts, "open (reads only)")
 	kh := httpapi.New(ms.models, httpapi.Options{MaxBodyBytes: limits.MaxBodyBytes, ServerVersion: Version}, logger, reg)
 	ms.httpSrv = gd.httpServer("models_http", limits, httpPolicy.RequireKServe(gd.audit, "models_http", kh))

@@ -93,6 +93,16 @@ func (s *MetricsServer) Addr() net.Addr { return s.ln.Addr() }
 // UseTLS serves over TLS with cfg; call it before Run.
 func (s *MetricsServer) UseTLS(cfg *tls.Config) { s.ln = tls.NewListener(s.ln, cfg) }
 
+// Guard puts wrap in front of the handler and bounds the request header
+// block at maxHeaderBytes (0 keeps Go's 1 MiB); call it before Run. The
+// wiring passes the listener's admission limits, as on every other port.
+func (s *MetricsServer) Guard(wrap func(http.Handler) http.Handler, maxHeaderBytes int) {
+	s.srv.Handler = wrap(s.srv.Handler)
+	if maxHeaderBytes > 0 {
+		s.srv.MaxHeaderBytes = maxHeaderBytes
+	}
+}
+
 // Run serves until ctx is done, then shuts down within a few seconds.
 func (s *MetricsServer) Run(ctx context.Context) error {
 	errc := make(chan error, 1)

@@ -380,8 +380,46 @@ func TestHostileLoad(t *testing.T) {
 			}
 		})
 	}
+	t.Run("HeaderLimits", func(t *testing.T) {
+		c.checkHeaderLimits(t)
+	})
 	if strings.Contains(c.logs.String(), "panic") {
 		t.Errorf("the process logged a panic; logs:\n%s", c.tail())
+	}
+}
+
+// checkHeaderLimits sends every HTTP port 101 header fields, then one
+// header of 80 KiB: both over the defaults (100 fields, 64 KiB, which Go's
+// server enforces with 4 KiB of slack), both answered 431 before any
+// handler runs.
+func (c *gwChain) checkHeaderLimits(t *testing.T) {
+	t.Helper()
+	ports := []struct{ name, url string }{
+		{"gateway", "http://" + c.listen + "/ready"},
+		{"admin", "http://" + c.admin + "/config_dump"},
+		{"models_http", "http://" + c.models + "/v2/health/live"},
+		{"features", "http://" + c.features + "/health"},
+		{"models_metrics", "http://" + c.metricsAddr(t) + "/metrics"},
+	}
+	many := map[string]string{}
+	for i := range 101 {
+		many[fmt.Sprintf("X-Hostile-%d", i)] = "v"
+	}
+	for _, p := range ports {
+		t.Run(p.name, func(t *testing.T) {
+			if res, err := c.send(t.Context(), http.MethodGet, p.url, nil, nil); err != nil || res.code != http.StatusOK {
+				t.Fatalf("GET %s without extra headers: %v %d %s", p.url, err, res.code, res.body)
+			}
+			res, err := c.send(t.Context(), http.MethodGet, p.url, nil, many)
+			var e errorBody
+			if err != nil || res.code != http.StatusRequestHeaderFieldsTooLarge || json.Unmarshal(res.body, &e) != nil || e.Reason != "too_many_headers" {
+				t.Errorf("101 header fields: %v %d %s, want 431 too_many_headers", err, res.code, res.body)
+			}
+			res, err = c.send(t.Context(), http.MethodGet, p.url, nil, map[string]string{"X-Hostile": strings.Repeat("h", 80<<10)})
+			if err != nil || res.code != http.StatusRequestHeaderFieldsTooLarge {
+				t.Errorf("an 80 KiB header: %v %d %s, want 431", err, res.code, res.body)
+			}
+		})
 	}
 }
 
