@@ -1035,7 +1035,10 @@ func TestSecurityTLS(t *testing.T) {
 		secWaitFor(t, 10*time.Second, "the gateway settled", serves(next), c.tail)
 
 		// SIGHUP reloads every listener's files at once, unchanged ones
-		// included: each counts one more successful reload.
+		// included: each counts one more successful reload, which the
+		// one-second poll never does for unchanged files. The gateway's
+		// new files may be seen by the poll first, so for it the serial
+		// served is what is checked.
 		listeners := []string{"gateway", "admin", "models", "features"}
 		before := map[string]float64{}
 		for _, l := range listeners {
@@ -1058,13 +1061,12 @@ func TestSecurityTLS(t *testing.T) {
 		if !strings.Contains(c.logs.String(), "SIGHUP: reloading") {
 			t.Errorf("no SIGHUP log line; logs:\n%s", c.tail())
 		}
+		// No restart: the process started with the chain is still the one
+		// serving.
 		select {
 		case <-c.done:
-			t.Fatalf("sluice exited (%v); logs:\n%s", c.waitErr, c.tail())
+			t.Fatalf("sluice (pid %d) exited (%v); logs:\n%s", pid, c.waitErr, c.tail())
 		default:
-		}
-		if c.cmd.Process.Pid != pid {
-			t.Fatal("the process changed")
 		}
 		// Requests still work over the reloaded certificate.
 		if res, err := c.predict(t.Context(), secService, body, nil); err != nil || res.code != http.StatusOK {
@@ -1088,14 +1090,9 @@ func secExampleCopy(t *testing.T, ports map[int]int, featureRepo string) []byte 
 	}
 	replace("model_repository: [../models]", fmt.Sprintf("model_repository: [%q]", filepath.Join(repoDir, "examples/models")))
 	replace("  repo: features\n", fmt.Sprintf("  repo: %q\n", featureRepo))
-	for _, k := range []string{"http_port", "grpc_port", "metrics_port"} {
-		for from, to := range ports {
-			if strings.Contains(text, fmt.Sprintf("%s: %d\n", k, from)) {
-				replace(fmt.Sprintf("%s: %d\n", k, from), fmt.Sprintf("%s: %d\n", k, to))
-			}
-		}
+	for key, from := range map[string]int{"http_port": 8000, "grpc_port": 8001, "metrics_port": 8002, "  port": 6566} {
+		replace(fmt.Sprintf("%s: %d\n", key, from), fmt.Sprintf("%s: %d\n", key, ports[from]))
 	}
-	replace("  port: 6566\n", fmt.Sprintf("  port: %d\n", ports[6566]))
 	replace(`listen: ":8080"`, fmt.Sprintf(`listen: ":%d"`, ports[8080]))
 	replace(`admin: "127.0.0.1:9901"`, fmt.Sprintf(`admin: "127.0.0.1:%d"`, ports[9901]))
 	replace(`grpc: ":8081"`, fmt.Sprintf(`grpc: ":%d"`, ports[8081]))
