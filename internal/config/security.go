@@ -102,6 +102,17 @@ func (v *validator) security(c *Config) {
 		}
 		v.add(path, "%q is reachable beyond loopback, but no operate token is configured: its state-changing API would be open to the network; add a token with role operate under security.tokens, or bind 127.0.0.1", addr)
 	}
+	budget := int64(0)
+	if s != nil {
+		budget = s.MemoryBudgetBytes
+	}
+	limits := func(path string, l Limits) {
+		if err := l.Validate(budget); err != nil {
+			for _, e := range flattenJoined(err) {
+				v.add(path, "%v", e)
+			}
+		}
+	}
 	tls := func(path string, t *TLS) {
 		if t == nil {
 			return
@@ -132,11 +143,13 @@ func (v *validator) security(c *Config) {
 			beyond("model_server.address", m.Address)
 		}
 		tls("model_server.tls", m.TLS)
+		limits("model_server.limits", m.Limits)
 	}
 	if f := c.FeatureServer; f != nil {
 		beyond("feature_server.address", f.Address)
 		v.oneOf("feature_server.read_auth", f.ReadAuth, "open", "token")
 		tls("feature_server.tls", f.TLS)
+		limits("feature_server.limits", f.Limits)
 		if f.MaxEntityRows < 0 {
 			v.add("feature_server.max_entity_rows", "must not be negative")
 		}
@@ -147,6 +160,7 @@ func (v *validator) security(c *Config) {
 		}
 		tls("gateway.tls", g.TLS)
 		tls("gateway.admin_tls", g.AdminTLS)
+		limits("gateway.limits", g.Limits)
 		clientTLS := func(path string, t *ClientTLS) {
 			if t == nil {
 				return

@@ -153,3 +153,9 @@ func TestOutboundTLS(t *testing.T) {
 		})
 	}
 }
+
+func TestLimitsMustFitTheBudget(t *testing.T) {
+	doc := "security: {memory_budget_bytes: 33554432}\nmodel_server: {model_repository: [m], limits: {max_body_bytes: 67108864}}\n"
+	_, err := Parse("sluice.yaml", []byte(doc), nil)
+	require.ErrorContains(t, err, "model_server.limits: max_body_bytes 67108864 exceeds the memory budget")
+}
