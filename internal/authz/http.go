@@ -2,9 +2,10 @@ package authz
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
+
+	"github.com/sluice-ml/sluice/internal/jsonenc"
 )
 
 type principalKey struct{}
@@ -127,10 +128,12 @@ func WriteError(w http.ResponseWriter, err error) {
 		}
 		h.Set("WWW-Authenticate", v)
 	}
-	body, _ := json.Marshal(struct {
-		Error  string `json:"error"`
-		Reason string `json:"reason"`
-	}{d.Message, d.Reason})
+	body := make([]byte, 0, len(d.Message)+len(d.Reason)+24)
+	body = append(body, `{"error":`...)
+	body = jsonenc.AppendString(body, d.Message)
+	body = append(body, `,"reason":`...)
+	body = jsonenc.AppendString(body, d.Reason)
+	body = append(body, '}')
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Del("Content-Length")

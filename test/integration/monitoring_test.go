@@ -460,9 +460,12 @@ func monRuleMetrics(t *testing.T) []string {
 // monConditional are metrics the rules use that a healthy chain does not
 // export: their series appear with the event an alert is about.
 var monConditional = map[string]string{
-	"sluice_model_load_failures_total":  "only after a model load fails",
-	"sluice_feature_stale_alerts_total": "only after a feature view goes stale",
-	"sluice_drift_psi":                  "drift monitors of serve -c are not registered (internal/gateway/rollout.go)",
+	"sluice_model_load_failures_total":                "only after a model load fails",
+	"sluice_feature_stale_alerts_total":               "only after a feature view goes stale",
+	"sluice_drift_psi":                                "drift monitors of serve -c are not registered (internal/gateway/rollout.go)",
+	"sluice_tls_certificate_expiry_timestamp_seconds": "only for listeners served over TLS",
+	"sluice_tls_reloads_total":                        "only for listeners served over TLS",
+	"sluice_audit_events_total":                       "only after a state-changing call (reload, rollout, load, push)",
 }
 
 // monExampleFallback is the example service's fallback block.
