@@ -21,6 +21,8 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("gateway: &a {services: [*a, *a]}\n"))
 	f.Add([]byte("gateway:\n  clients: [{id: x, api_key: \"${K:-v}\"}]\n"))
 	f.Add([]byte("model_server: {http_port: ${P}}\n"))
+	f.Add([]byte("security: {tokens: [{id: o, token: \"${K}\", role: operate}]}\ngateway: {admin: \"0.0.0.0:9901\", tls: {cert_file: c.pem, key_file: k.pem, client_ca_file: ca.pem, client_auth: request, min_version: \"1.3\"}}\n"))
+	f.Add([]byte("model_server: {model_repository: [m], http_restricted_api: [\"model-repository,statistics:k=${K}\"], limits: {max_body_bytes: 1024}}\n"))
 	lookup := func(k string) (string, bool) {
 		if k == "K" {
 			return "key", true
