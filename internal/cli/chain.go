@@ -427,22 +427,17 @@ func openRecorder(ctx context.Context, gc *config.Gateway, logger *slog.Logger, 
 	return record.NewWriter(sink, wopts, logger, reg), nil
 }
 
-// openAccessLog opens the access log destination: "stdout", "stderr",
-// "off" or a file appended to.
+// openAccessLog opens the access log destination: "stdout" (default),
+// "stderr", "off" or a file appended to.
 func openAccessLog(dest string, stdout io.Writer) (io.Writer, func(), error) {
-	switch dest {
-	case "", "stdout":
-		return stdout, func() {}, nil
-	case "stderr":
-		return os.Stderr, func() {}, nil
-	case "off":
-		return io.Discard, func() {}, nil
+	if dest == "" {
+		dest = "stdout"
 	}
-	fh, err := os.OpenFile(dest, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644) //nolint:gosec // the operator's own config names the file
+	w, closeFn, err := openLogDest(dest, stdout, os.Stderr, 0o644)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gateway.access_log: %w", err)
 	}
-	return fh, func() { _ = fh.Close() }, nil
+	return w, closeFn, nil
 }
 
 // applyFeatures validates the feature repository and writes its registry,

@@ -102,13 +102,9 @@ func runFeatureServer(ctx context.Context, cmd *cobra.Command, f *featureServerF
 	reg := telemetry.NewRegistry()
 	hup := notifyHangup()
 	defer signal.Stop(hup)
-	sec, tlsOpts, err := f.sec.load()
+	gd, tlsOpts, err := f.sec.guard(cmd.ErrOrStderr(), logger, reg)
 	if err != nil {
-		return &exitError{code: 2, err: err}
-	}
-	gd, err := newGuard(sec, cmd.ErrOrStderr(), logger, reg)
-	if err != nil {
-		return &exitError{code: 2, err: err}
+		return err
 	}
 	defer gd.close()
 	fsrv, err := startFeatureServer(ctx, f, tlsOpts, gd, logger, reg)

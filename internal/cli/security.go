@@ -78,20 +78,36 @@ func newGuard(sec *config.Security, stderr io.Writer, logger *slog.Logger, reg p
 	return g, nil
 }
 
-// openAuditLog opens the audit log destination: "stderr", "stdout", "off"
-// or a file appended to.
+// openAuditLog opens the audit log destination: "stderr" (default),
+// "stdout", "off" or a file appended to.
 func openAuditLog(dest string, stderr io.Writer) (io.Writer, func(), error) {
-	switch dest {
-	case "", "stderr":
-		return stderr, func() {}, nil
-	case "stdout":
-		return os.Stdout, func() {}, nil
-	case "off":
-		return nil, func() {}, nil
+	if dest == "" {
+		dest = "stderr"
 	}
-	fh, err := os.OpenFile(dest, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600) //nolint:gosec // the operator's own config names the file
+	w, closeFn, err := openLogDest(dest, os.Stdout, stderr, 0o600)
 	if err != nil {
 		return nil, nil, fmt.Errorf("security.audit_log: %w", err)
+	}
+	if dest == "off" {
+		w = nil // the auditor still counts
+	}
+	return w, closeFn, nil
+}
+
+// openLogDest opens a log destination: "stdout", "stderr", "off" or a file
+// appended to (created with perm).
+func openLogDest(dest string, stdout, stderr io.Writer, perm os.FileMode) (io.Writer, func(), error) {
+	switch dest {
+	case "stdout":
+		return stdout, func() {}, nil
+	case "stderr":
+		return stderr, func() {}, nil
+	case "off":
+		return io.Discard, func() {}, nil
+	}
+	fh, err := os.OpenFile(dest, os.O_WRONLY|os.O_APPEND|os.O_CREATE, perm) //nolint:gosec // the operator's own config names the file
+	if err != nil {
+		return nil, nil, err
 	}
 	return fh, func() { _ = fh.Close() }, nil
 }
@@ -366,6 +382,19 @@ func (s *securityFlags) load() (*config.Security, *config.TLS, error) {
 		return nil, nil, fmt.Errorf("--tls-*: %w", err)
 	}
 	return sec, t, nil
+}
+
+// guard loads the flags and builds the command's guard; the caller closes it.
+func (s *securityFlags) guard(stderr io.Writer, logger *slog.Logger, reg prometheus.Registerer) (*guard, *config.TLS, error) {
+	sec, tlsOpts, err := s.load()
+	if err != nil {
+		return nil, nil, &exitError{code: 2, err: err}
+	}
+	gd, err := newGuard(sec, stderr, logger, reg)
+	if err != nil {
+		return nil, nil, &exitError{code: 2, err: err}
+	}
+	return gd, tlsOpts, nil
 }
 
 // notifyHangup catches SIGHUP, which would otherwise end the process at

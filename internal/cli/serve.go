@@ -176,13 +176,9 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	}
 	defer stopTracing()
 	reg := telemetry.NewRegistry()
-	sec, tlsOpts, err := f.sec.load()
+	gd, tlsOpts, err := f.sec.guard(cmd.ErrOrStderr(), logger, reg)
 	if err != nil {
-		return &exitError{code: 2, err: err}
-	}
-	gd, err := newGuard(sec, cmd.ErrOrStderr(), logger, reg)
-	if err != nil {
-		return &exitError{code: 2, err: err}
+		return err
 	}
 	defer gd.close()
 	ms, err := startModelServer(ctx, f, tlsOpts, gd, logger, reg)
