@@ -59,31 +59,42 @@ var gwKeyEnv = []string{gwMainKeyEnv + "=" + gwMainKey, gwLimitedKeyEnv + "=" + 
 var gwAuth = map[string]string{"Authorization": "Bearer " + gwMainKey}
 
 // gwData is the example's synthetic feature data, generated once per run.
-var gwData struct {
-	once sync.Once
-	dir  string
-	err  error
-}
+var gwData onceGo
 
 // gwFeatureData generates the feature data as scripts/demo.sh does (seed 1)
 // into the run's temporary folder, next to the binary (TestMain removes it).
 func gwFeatureData(t *testing.T) string {
 	t.Helper()
-	gwData.once.Do(func() {
-		dir := filepath.Join(filepath.Dir(binPath), "gw-feature-data")
-		cmd := exec.Command("go", "run", "./examples/parcel-eta/features/gen",
-			"-out", dir, "-users", "2000", "-packages", "2000", "-routes", "500")
+	return gwData.run(t, "generate the parcel-eta feature data", filepath.Join(filepath.Dir(binPath), "gw-feature-data"),
+		"run", "./examples/parcel-eta/features/gen", "-out", "{out}", "-users", "2000", "-packages", "2000", "-routes", "500")
+}
+
+// onceGo runs one go command once per test run, in the module root, and
+// remembers the path it produced ("{out}" in the arguments) or its error.
+type onceGo struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+func (o *onceGo) run(t *testing.T, what, out string, args ...string) string {
+	t.Helper()
+	o.once.Do(func() {
+		for i, a := range args {
+			args[i] = strings.ReplaceAll(a, "{out}", out)
+		}
+		cmd := exec.Command("go", args...)
 		cmd.Dir = repoDir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			gwData.err = fmt.Errorf("generate the parcel-eta feature data: %w\n%s", err, out)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			o.err = fmt.Errorf("%s: %w\n%s", what, err, b)
 			return
 		}
-		gwData.dir = dir
+		o.path = out
 	})
-	if gwData.err != nil {
-		t.Fatal(gwData.err)
+	if o.err != nil {
+		t.Fatal(o.err)
 	}
-	return gwData.dir
+	return o.path
 }
 
 // gwFeatureRepo copies the example feature repository (definitions and the

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -72,28 +71,12 @@ const (
 
 // plainBuild is the non-race binary, built once per run next to binPath
 // (TestMain removes that folder).
-var plainBuild struct {
-	once sync.Once
-	path string
-	err  error
-}
+var plainBuild onceGo
 
 func plainBinary(t *testing.T) string {
 	t.Helper()
-	plainBuild.once.Do(func() {
-		path := filepath.Join(filepath.Dir(binPath), "sluice-plain")
-		cmd := exec.Command("go", "build", "-o", path, "./cmd/sluice")
-		cmd.Dir = repoDir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			plainBuild.err = fmt.Errorf("build the plain sluice binary: %w\n%s", err, out)
-			return
-		}
-		plainBuild.path = path
-	})
-	if plainBuild.err != nil {
-		t.Fatal(plainBuild.err)
-	}
-	return plainBuild.path
+	return plainBuild.run(t, "build the plain sluice binary", filepath.Join(filepath.Dir(binPath), "sluice-plain"),
+		"build", "-o", "{out}", "./cmd/sluice")
 }
 
 // hostileStart is gwStart on the plain binary. The integration tests run
