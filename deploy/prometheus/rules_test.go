@@ -15,7 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-ml/sluice/deploy/prometheus"
-	"github.com/sluice-ml/sluice/internal/telemetry/metricsdoc"
+	"github.com/sluice-ml/sluice/internal/tools/metricsdoc"
 )
 
 // runbookBase is where ALERTS.md's sections end up (docs/operations.md);

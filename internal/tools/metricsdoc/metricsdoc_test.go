@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/sluice-ml/sluice/internal/telemetry/metricsdoc"
+	"github.com/sluice-ml/sluice/internal/tools/metricsdoc"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/metrics.md from the registries")
@@ -79,9 +79,9 @@ func TestDocMatchesRegistries(t *testing.T) {
 		return
 	}
 	want, err := os.ReadFile(path)
-	require.NoError(t, err, "run: go test ./internal/telemetry/metricsdoc -update")
+	require.NoError(t, err, "run: go test ./internal/tools/metricsdoc -update")
 	if !bytes.Equal(got, want) {
-		t.Fatalf("%s is out of date; run: go test ./internal/telemetry/metricsdoc -update\n%s",
+		t.Fatalf("%s is out of date; run: go test ./internal/tools/metricsdoc -update\n%s",
 			metricsdoc.DocPath, firstDiff(string(want), string(got)))
 	}
 }

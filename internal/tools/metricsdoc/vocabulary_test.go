@@ -10,7 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sluice-ml/sluice/internal/telemetry/metricsdoc"
+	"github.com/sluice-ml/sluice/internal/tools/metricsdoc"
 )
 
 // components are the <component> of sluice_<component>_<name>_<unit>:

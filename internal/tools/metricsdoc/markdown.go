@@ -16,7 +16,7 @@ const DocPath = "docs/metrics.md"
 const intro = `# Metrics reference
 
 <!-- Generated from the components' registries by
-     go test ./internal/telemetry/metricsdoc -update
+     go test ./internal/tools/metricsdoc -update
      Do not edit by hand: the test fails when this file and the code differ. -->
 
 Every metric a Sluice process exports on ` + "`/metrics`" + `, by the component that

@@ -25,7 +25,7 @@ import (
 	"go.uber.org/goleak"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sluice-ml/sluice/internal/telemetry/metricsdoc"
+	"github.com/sluice-ml/sluice/internal/tools/metricsdoc"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
