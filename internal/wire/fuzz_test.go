@@ -1,0 +1,61 @@
+package wire
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// FuzzFromGRPC feeds arbitrary bytes, as a hostile server could send them
+// in grpc-status-details-bin, through protobuf decoding of a status and
+// then FromGRPC. Nothing may panic; the result is a domain error whose
+// reason is a short lower-case code and whose message is valid UTF-8 of
+// bounded length.
+func FuzzFromGRPC(f *testing.F) {
+	info, err := anypb.New(&errdetails.ErrorInfo{Reason: "model_not_found", Domain: ErrorDomain})
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, st := range []*spb.Status{
+		{Code: int32(codes.NotFound), Message: "model 'm' not found", Details: []*anypb.Any{info}},
+		{Code: int32(codes.Unavailable), Message: "no reason, as Triton sends it"},
+		{Code: 99, Message: strings.Repeat("é", 600)},
+	} {
+		b, err := proto.Marshal(st)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var p spb.Status
+		if proto.Unmarshal(data, &p) != nil || p.GetCode() == 0 {
+			return // not a status, or OK, which carries no error
+		}
+		ie, ok := errors.AsType[*infer.Error](FromGRPC(status.ErrorProto(&p)))
+		if !ok {
+			t.Fatalf("FromGRPC of code %d is no *infer.Error", p.GetCode())
+		}
+		if ie.Reason == "" || len(ie.Reason) > maxReasonLen {
+			t.Fatalf("reason %q", ie.Reason)
+		}
+		for i := range len(ie.Reason) {
+			if c := ie.Reason[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' {
+				t.Fatalf("reason %q is not a lower-case code", ie.Reason)
+			}
+		}
+		if !utf8.ValidString(ie.Msg) || len(ie.Msg) > MaxMessageLen+len("…") {
+			t.Fatalf("message of %d bytes, valid UTF-8 %v", len(ie.Msg), utf8.ValidString(ie.Msg))
+		}
+	})
+}

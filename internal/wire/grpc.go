@@ -1,0 +1,225 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/scrub"
+)
+
+// kindCodes maps a domain error kind to its gRPC code.
+var kindCodes = [...]codes.Code{
+	infer.KindInternal:          codes.Internal,
+	infer.KindInvalid:           codes.InvalidArgument,
+	infer.KindNotFound:          codes.NotFound,
+	infer.KindUnavailable:       codes.Unavailable,
+	infer.KindResourceExhausted: codes.ResourceExhausted,
+	infer.KindConflict:          codes.FailedPrecondition,
+	infer.KindUnsupported:       codes.Unimplemented,
+	infer.KindTimeout:           codes.DeadlineExceeded,
+	infer.KindUnauthenticated:   codes.Unauthenticated,
+	infer.KindPermissionDenied:  codes.PermissionDenied,
+}
+
+// codeKinds maps a gRPC code to its domain error kind and the reason a
+// status without an ErrorInfo gets: the inverse of kindCodes, with the
+// codes Sluice never sends folded in.
+var codeKinds = [...]struct {
+	kind   infer.Kind
+	reason string
+}{
+	codes.OK:                 {infer.KindInternal, ReasonInternal},
+	codes.Canceled:           {infer.KindUnavailable, ReasonCanceled},
+	codes.Unknown:            {infer.KindInternal, ReasonInternal},
+	codes.InvalidArgument:    {infer.KindInvalid, "invalid_argument"},
+	codes.DeadlineExceeded:   {infer.KindTimeout, ReasonDeadlineExceeded},
+	codes.NotFound:           {infer.KindNotFound, "not_found"},
+	codes.AlreadyExists:      {infer.KindConflict, "already_exists"},
+	codes.PermissionDenied:   {infer.KindPermissionDenied, "permission_denied"},
+	codes.ResourceExhausted:  {infer.KindResourceExhausted, "resource_exhausted"},
+	codes.FailedPrecondition: {infer.KindConflict, "failed_precondition"},
+	codes.Aborted:            {infer.KindUnavailable, "aborted"},
+	codes.OutOfRange:         {infer.KindInvalid, "out_of_range"},
+	codes.Unimplemented:      {infer.KindUnsupported, "unimplemented"},
+	codes.Internal:           {infer.KindInternal, ReasonInternal},
+	codes.Unavailable:        {infer.KindUnavailable, "unavailable"},
+	codes.DataLoss:           {infer.KindInternal, ReasonInternal},
+	codes.Unauthenticated:    {infer.KindUnauthenticated, "unauthenticated"},
+}
+
+// KindCode returns the gRPC code of an error of kind.
+func KindCode(kind infer.Kind) codes.Code {
+	if int(kind) < len(kindCodes) {
+		return kindCodes[kind]
+	}
+	return codes.Internal
+}
+
+// KindOf returns the domain error kind of a gRPC code; codes it does not
+// know (and OK) are KindInternal.
+func KindOf(c codes.Code) infer.Kind {
+	if int(c) < len(codeKinds) {
+		return codeKinds[c].kind
+	}
+	return infer.KindInternal
+}
+
+// CodeReason returns the reason FromGRPC gives a status with code c that
+// carries no usable ErrorInfo: the code's name in snake_case, "internal"
+// for Unknown, Internal and DataLoss.
+func CodeReason(c codes.Code) string {
+	if int(c) < len(codeKinds) {
+		return codeKinds[c].reason
+	}
+	return ReasonInternal
+}
+
+// GRPCCode returns the gRPC code err answers with: the code of an
+// *infer.Error's Kind, ResourceExhausted for an *http.MaxBytesError,
+// DeadlineExceeded or Canceled for context errors, the code of an error
+// carrying a gRPC status, and Internal otherwise. A nil err is OK.
+func GRPCCode(err error) codes.Code {
+	code, _ := classify(err)
+	return code
+}
+
+func classify(err error) (codes.Code, string) {
+	if err == nil {
+		return codes.OK, ""
+	}
+	if ie, ok := errors.AsType[*infer.Error](err); ok {
+		reason := ie.Reason
+		if reason == "" {
+			reason = ReasonInternal
+		}
+		return KindCode(ie.Kind), reason
+	}
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		return codes.ResourceExhausted, ReasonBodyTooLarge
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return codes.DeadlineExceeded, ReasonDeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		return codes.Canceled, ReasonCanceled
+	}
+	if s, ok := status.FromError(err); ok {
+		return s.Code(), StatusReason(s)
+	}
+	return codes.Internal, ReasonInternal
+}
+
+// GRPCStatus turns err into the gRPC status error every Sluice gRPC edge
+// returns: the code err maps to, err's message (scrubbed for server-side
+// failures) and an ErrorInfo detail with its reason in ErrorDomain. An
+// error that already carries a gRPC status and no *infer.Error (one from
+// grpc itself, or from an interceptor) is returned as it is. A nil err is
+// nil.
+func GRPCStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := errors.AsType[*infer.Error](err); !ok {
+		if _, ok := status.FromError(err); ok {
+			return err
+		}
+	}
+	code, reason := classify(err)
+	msg := err.Error()
+	switch code { //nolint:exhaustive // only server-side failures are scrubbed
+	case codes.Internal, codes.Unavailable, codes.Unknown, codes.DataLoss:
+		msg = scrub.Message(msg) // the server's log keeps the detail
+	}
+	return StatusError(code, reason, msg)
+}
+
+// StatusError builds a status error with code and msg and an ErrorInfo
+// detail carrying reason in ErrorDomain.
+func StatusError(code codes.Code, reason, msg string) error {
+	st := status.New(code, msg)
+	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); err == nil {
+		st = withInfo
+	}
+	return st.Err()
+}
+
+// maxReasonLen bounds a reason read from a status.
+const maxReasonLen = 64
+
+// StatusReason returns the reason of st's first ErrorInfo detail when it
+// looks like a reason code (at most 64 letters, digits and underscores),
+// lower-cased, or "". The status may come from the network, so anything
+// odd is dropped rather than passed on.
+func StatusReason(st *status.Status) string {
+	if len(st.Proto().GetDetails()) == 0 {
+		return "" // skip decoding the details, the common case for Triton
+	}
+	for _, d := range st.Details() {
+		info, ok := d.(*errdetails.ErrorInfo)
+		if !ok {
+			continue
+		}
+		r := info.GetReason()
+		if r == "" || len(r) > maxReasonLen {
+			return ""
+		}
+		for i := range len(r) {
+			c := r[i]
+			if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '_' {
+				return ""
+			}
+		}
+		return strings.ToLower(r)
+	}
+	return ""
+}
+
+// MaxMessageLen bounds how much of a received status message FromGRPC
+// keeps, so a hostile or chatty server cannot blow up logs and error
+// bodies.
+const MaxMessageLen = 512
+
+// FromGRPC turns an error a gRPC client call returned into an
+// *infer.Error: Kind from the status code (KindOf), Reason from its
+// ErrorInfo (StatusReason) or else CodeReason, Msg the status message cut
+// to MaxMessageLen bytes of valid UTF-8. An error that already holds an
+// *infer.Error, one that carries no gRPC status, and nil are returned as
+// they are.
+func FromGRPC(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := errors.AsType[*infer.Error](err); ok {
+		return err
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	reason := StatusReason(st)
+	if reason == "" {
+		reason = CodeReason(st.Code())
+	}
+	return &infer.Error{Kind: KindOf(st.Code()), Reason: reason, Msg: Truncate(st.Message(), MaxMessageLen)}
+}
+
+// Truncate cuts s to at most limit bytes on a rune boundary, marking the
+// cut with an ellipsis, and replaces invalid UTF-8 with U+FFFD.
+func Truncate(s string, limit int) string {
+	if len(s) > limit {
+		cut := max(limit, 0)
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
