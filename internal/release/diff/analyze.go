@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/release/ks"
 	"github.com/sluice-ml/sluice/internal/release/record"
 )
 
@@ -647,7 +648,7 @@ func (a *analysis) outputStats(rows []*row, name string, full bool) OutputStats 
 	}
 	slices.Sort(av)
 	slices.Sort(bv)
-	st.KS = TwoSampleKS(av, bv)
+	st.KS = ks.TwoSample(av, bv)
 	st.A, st.B = summarize(av), summarize(bv)
 	if full {
 		st.Histogram = newHistogram(av, bv, a.opts.Bins)

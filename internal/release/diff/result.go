@@ -1,6 +1,10 @@
 package diff
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluice-ml/sluice/internal/release/ks"
+)
 
 // ReportSchema is the version of report.json's layout. Fields are only
 // ever added within a version; renaming or removing one bumps it.
@@ -119,7 +123,7 @@ type OutputStats struct {
 	Significant      int     `json:"significant"`
 	SignificantShare float64 `json:"significant_share"`
 	// KS tests whether both sides' values share one distribution.
-	KS KS `json:"ks"`
+	KS ks.Result `json:"ks"`
 	// A and B summarise each side's values.
 	A Summary `json:"a"`
 	B Summary `json:"b"`

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-ml/sluice/internal/release/ks"
 )
 
 // Defaults for Options.
@@ -481,7 +483,7 @@ func (m *Monitor) check(v *variable, scratch []point) (Result, []point) {
 		}
 		if ref.dist != nil {
 			r.KS = ksStat(live, ref.dist)
-			r.PValue = ksPValue(r.KS, effectiveN(live.neff, ref.size))
+			r.PValue = ks.PValue(r.KS, ks.EffectiveN(live.neff, ref.size))
 		}
 	}
 	r.Drifting = m.psiHigh(r.PSI) || m.ksHigh(r.PValue)
@@ -617,7 +619,7 @@ func (m *Monitor) rank(v *variable, stable []*Monitor) (Result, bool) {
 		edges := equalMassEdges(m.opts.Bins, b.quantile)
 		r.PSI = PSI(binProportions(b, edges, nil), binProportions(a, edges, nil), m.opts.Epsilon)
 		r.KS = ksStat(a, b)
-		r.PValue = ksPValue(r.KS, effectiveN(a.neff, b.neff))
+		r.PValue = ks.PValue(r.KS, ks.EffectiveN(a.neff, b.neff))
 	}
 	r.Drifting = m.psiHigh(r.PSI) || m.ksHigh(r.PValue)
 	return r, true

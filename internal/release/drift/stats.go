@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"sort"
+
+	"github.com/sluice-ml/sluice/internal/release/ks"
 )
 
 // Conventional thresholds and defaults for the statistics.
@@ -72,15 +74,15 @@ func weightSum(w []float64) float64 {
 
 // KS returns the two-sample Kolmogorov–Smirnov statistic D of a and b (the
 // largest distance between their empirical distribution functions) and its
-// asymptotic p-value (see KSPValue). NaN values are ignored; D and p are
-// NaN when either sample is empty. The inputs are not modified.
+// asymptotic p-value (see KSPValue), as the monitors read it. NaN values
+// are ignored; D and p are NaN when either sample is empty. The inputs are
+// not modified. The test itself is package ks's.
 func KS(a, b []float64) (d, p float64) {
-	ea, eb := unitECDF(a), unitECDF(b)
-	if ea == nil || eb == nil {
+	d, n, m := ks.Statistic(a, b)
+	if n == 0 || m == 0 {
 		return math.NaN(), math.NaN()
 	}
-	d = ksStat(ea, eb)
-	return d, ksPValue(d, effectiveN(ea.neff, eb.neff))
+	return d, ks.PValue(d, ks.EffectiveN(float64(n), float64(m)))
 }
 
 // KSPValue returns the asymptotic p-value of a KS statistic d: the
@@ -91,55 +93,11 @@ func KS(a, b []float64) (d, p float64) {
 // approximation is good for nₑ ≳ 30 and conservative-to-fair below.
 // It returns NaN when n ≤ 0 or d is NaN.
 func KSPValue(d float64, n, m int) float64 {
-	if n <= 0 || math.IsNaN(d) {
+	if n <= 0 {
 		return math.NaN()
 	}
-	ne := float64(n)
-	if m > 0 {
-		ne = effectiveN(float64(n), float64(m))
-	}
-	return ksPValue(d, ne)
+	return ks.PValue(d, ks.EffectiveN(float64(n), float64(m)))
 }
-
-// effectiveN combines two sample sizes into nₑ = n·m/(n+m); m ≤ 0 (an
-// exact reference) gives n.
-func effectiveN(n, m float64) float64 {
-	if m <= 0 || math.IsInf(m, 1) {
-		return n
-	}
-	return n * m / (n + m)
-}
-
-func ksPValue(d, ne float64) float64 {
-	if math.IsNaN(d) || !(ne > 0) {
-		return math.NaN()
-	}
-	return kolmogorovQ(math.Sqrt(ne) * d)
-}
-
-// kolmogorovQ is the survival function of the Kolmogorov distribution,
-// Q(z) = 2 Σₖ₌₁ (−1)ᵏ⁻¹ exp(−2k²z²). The alternating series converges
-// slowly for small z, so below 1.18 it uses the equivalent Jacobi form
-// 1 − (√(2π)/z) Σₖ₌₁ exp(−(2k−1)²π²/(8z²)) (as in Numerical Recipes §6.14);
-// four terms of either series give double precision in its range.
-func kolmogorovQ(z float64) float64 {
-	switch {
-	case math.IsNaN(z):
-		return math.NaN()
-	case z <= 0:
-		return 1
-	case z < 1.18:
-		y := math.Exp(-math.Pi * math.Pi / (8 * z * z))
-		y9 := math.Pow(y, 9)
-		p := math.Sqrt(2*math.Pi) / z * (y + y9 + math.Pow(y, 25) + math.Pow(y, 49))
-		return clamp01(1 - p)
-	default:
-		x := math.Exp(-2 * z * z)
-		return clamp01(2 * (x - math.Pow(x, 4) + math.Pow(x, 9) - math.Pow(x, 16)))
-	}
-}
-
-func clamp01(x float64) float64 { return min(max(x, 0), 1) }
 
 // cdf is a cumulative distribution function with its limits from the left,
 // and the points where it bends or jumps.

@@ -81,31 +81,6 @@ func TestPSIInvalidInputIsNaN(t *testing.T) {
 	}
 }
 
-func TestKolmogorovQ(t *testing.T) {
-	// Critical values of the Kolmogorov distribution (tables): Q(1.2238) =
-	// 0.10, Q(1.3581) = 0.05, Q(1.6276) = 0.01.
-	for _, c := range []struct{ z, want float64 }{{1.2238, 0.10}, {1.3581, 0.05}, {1.6276, 0.01}} {
-		if got := kolmogorovQ(c.z); !near(got, c.want, 5e-5) {
-			t.Errorf("Q(%v) = %v, want %v", c.z, got, c.want)
-		}
-	}
-	// Both branches agree with the defining series, on either side of 1.18.
-	for z := 0.3; z < 4; z += 0.01 {
-		if got, want := kolmogorovQ(z), kolmogorovSeries(z); !near(got, want, 1e-10) {
-			t.Fatalf("Q(%v) = %.15g, series %.15g", z, got, want)
-		}
-	}
-	if got := kolmogorovQ(0); got != 1 {
-		t.Fatalf("Q(0) = %v, want 1", got)
-	}
-	if got := kolmogorovQ(0.01); got != 1 {
-		t.Fatalf("Q(0.01) = %v, want 1", got)
-	}
-	if got := kolmogorovQ(40); got != 0 {
-		t.Fatalf("Q(40) = %v, want 0", got)
-	}
-}
-
 func TestKSHandComputed(t *testing.T) {
 	tests := []struct {
 		name  string

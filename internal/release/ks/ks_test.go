@@ -1,4 +1,4 @@
-package diff
+package ks
 
 import (
 	"math"
@@ -31,22 +31,62 @@ func TestKolmogorovQ(t *testing.T) {
 		{3.0, 3.0459959489425256872e-8},
 	}
 	for _, tt := range tests {
-		got := KolmogorovQ(tt.lambda)
+		got := Q(tt.lambda)
 		if math.Abs(got-tt.want) > 1e-14*max(1, tt.want) && math.Abs(got-tt.want)/tt.want > 1e-12 {
-			t.Errorf("KolmogorovQ(%g) = %.17g, want %.17g", tt.lambda, got, tt.want)
+			t.Errorf("Q(%g) = %.17g, want %.17g", tt.lambda, got, tt.want)
 		}
 	}
 	// Monotone and continuous across the switch between the two series.
 	prev := 1.0
 	for l := 0.01; l < 4; l += 0.01 {
-		q := KolmogorovQ(l)
+		q := Q(l)
 		if q > prev+1e-15 {
-			t.Fatalf("KolmogorovQ not decreasing at %g: %g > %g", l, q, prev)
+			t.Fatalf("Q not decreasing at %g: %g > %g", l, q, prev)
 		}
 		prev = q
 	}
-	if d := math.Abs(KolmogorovQ(math.Nextafter(1, 0)) - KolmogorovQ(1)); d > 1e-12 {
-		t.Fatalf("KolmogorovQ jumps by %g at λ = 1", d)
+	if d := math.Abs(Q(math.Nextafter(1, 0)) - Q(1)); d > 1e-12 {
+		t.Fatalf("Q jumps by %g at λ = 1", d)
+	}
+}
+
+// kolmogorovSeries is the defining alternating series, summed far enough
+// to be exact for z ≥ 0.3.
+func kolmogorovSeries(z float64) float64 {
+	var s float64
+	for k := 1; k <= 200; k++ {
+		s += math.Pow(-1, float64(k-1)) * math.Exp(-2*float64(k*k)*z*z)
+	}
+	return 2 * s
+}
+
+func near(got, want, tol float64) bool { return math.Abs(got-want) <= tol }
+
+// The drift monitors read Q at the classical critical values and far into
+// both tails.
+func TestKolmogorovQCriticalValues(t *testing.T) {
+	// Critical values of the Kolmogorov distribution (tables): Q(1.2238) =
+	// 0.10, Q(1.3581) = 0.05, Q(1.6276) = 0.01.
+	for _, c := range []struct{ z, want float64 }{{1.2238, 0.10}, {1.3581, 0.05}, {1.6276, 0.01}} {
+		if got := Q(c.z); !near(got, c.want, 5e-5) {
+			t.Errorf("Q(%v) = %v, want %v", c.z, got, c.want)
+		}
+	}
+	// Both branches agree with the defining series, on either side of the
+	// switch between them.
+	for z := 0.3; z < 4; z += 0.01 {
+		if got, want := Q(z), kolmogorovSeries(z); !near(got, want, 1e-10) {
+			t.Fatalf("Q(%v) = %.15g, series %.15g", z, got, want)
+		}
+	}
+	if got := Q(0); got != 1 {
+		t.Fatalf("Q(0) = %v, want 1", got)
+	}
+	if got := Q(0.01); got != 1 {
+		t.Fatalf("Q(0.01) = %v, want 1", got)
+	}
+	if got := Q(40); got != 0 {
+		t.Fatalf("Q(40) = %v, want 0", got)
 	}
 }
 
@@ -66,7 +106,7 @@ func TestTwoSampleKSKnownValues(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := TwoSampleKS(tt.a, tt.b)
+			got := TwoSample(tt.a, tt.b)
 			if got.Statistic != tt.d {
 				t.Errorf("D = %v, want %v", got.Statistic, tt.d)
 			}
@@ -77,24 +117,24 @@ func TestTwoSampleKSKnownValues(t *testing.T) {
 				t.Errorf("got %+v, want exact with n = %d/%d", got, len(tt.a), len(tt.b))
 			}
 			// Symmetric in its arguments.
-			if rev := TwoSampleKS(tt.b, tt.a); rev.Statistic != got.Statistic || math.Abs(rev.PValue-got.PValue) > 1e-15 {
+			if rev := TwoSample(tt.b, tt.a); rev.Statistic != got.Statistic || math.Abs(rev.PValue-got.PValue) > 1e-15 {
 				t.Errorf("swapped samples give %+v, want %+v", rev, got)
 			}
 		})
 	}
-	if got := TwoSampleKS(nil, []float64{1}); got.PValue != 1 || got.Statistic != 0 || got.Method != "none" {
+	if got := TwoSample(nil, []float64{1}); got.PValue != 1 || got.Statistic != 0 || got.Method != "none" {
 		t.Errorf("empty sample: got %+v", got)
 	}
 }
 
 // For equal sample sizes the exact distribution has a closed form
 // (Gnedenko–Korolyuk): P(D ≥ k/n) = 2 Σ_{j≥1} (−1)^{j+1} C(2n, n−jk) / C(2n, n),
-// independent of the lattice walk in ksExactP.
+// independent of the lattice walk in exactP.
 func TestKSExactMatchesGnedenkoKorolyuk(t *testing.T) {
 	for _, n := range []int{1, 2, 5, 10, 37, 100, 400} {
 		for k := 1; k <= n; k += max(1, n/7) {
 			want := gnedenkoKorolyuk(n, k)
-			got := ksExactP(n, n, int64(k)*int64(n)) // D = k/n → D·n·n = k·n
+			got := exactP(n, n, int64(k)*int64(n)) // D = k/n → D·n·n = k·n
 			if math.Abs(got-want) > 1e-12*max(want, 1e-300) && math.Abs(got-want) > 1e-15 {
 				t.Errorf("n = %d, k = %d: exact p = %.17g, closed form %.17g", n, k, got, want)
 			}
@@ -131,7 +171,7 @@ func TestKSExactMatchesPermutation(t *testing.T) {
 		for i := range b {
 			b[i] = rng.NormFloat64() + 0.8
 		}
-		got := TwoSampleKS(a, b)
+		got := TwoSample(a, b)
 		pooled := append(slices.Clone(a), b...)
 		observed := got.Statistic
 		var total, extreme int
@@ -145,7 +185,7 @@ func TestKSExactMatchesPermutation(t *testing.T) {
 				}
 			}
 			total++
-			if TwoSampleKS(x, y).Statistic >= observed-1e-12 {
+			if TwoSample(x, y).Statistic >= observed-1e-12 {
 				extreme++
 			}
 		})
@@ -187,7 +227,7 @@ func TestKSStatisticMatchesGonum(t *testing.T) {
 		for i := range b {
 			b[i] = math.Round(rng.NormFloat64()*4 + rng.Float64())
 		}
-		got := TwoSampleKS(a, b).Statistic
+		got := TwoSample(a, b).Statistic
 		sa, sb := slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b))
 		want := stat.KolmogorovSmirnov(sa, nil, sb, nil)
 		if math.Abs(got-want) > 1e-12 {
@@ -196,7 +236,7 @@ func TestKSStatisticMatchesGonum(t *testing.T) {
 	}
 }
 
-// Past exactKSMaxCells the p-value is Q(√(nm/(n+m))·D); near the switch
+// Past exactMaxCells the p-value is Q(√(nm/(n+m))·D); near the switch
 // the exact and asymptotic values agree to within the asymptotic error.
 func TestKSAsymptotic(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -208,27 +248,77 @@ func TestKSAsymptotic(t *testing.T) {
 		return x
 	}
 	a, b := gen(3000, 0), gen(2000, 0.1)
-	got := TwoSampleKS(a, b)
+	got := TwoSample(a, b)
 	if got.Method != "asymptotic" {
 		t.Fatalf("method = %s, want asymptotic for 3000×2000", got.Method)
 	}
-	want := KolmogorovQ(math.Sqrt(3000.0*2000/5000) * got.Statistic)
+	want := Q(math.Sqrt(3000.0*2000/5000) * got.Statistic)
 	if got.PValue != want {
 		t.Fatalf("p = %v, want Q(√en·D) = %v", got.PValue, want)
 	}
 	if got.PValue >= 0.01 {
 		t.Fatalf("a 0.1σ shift over 3000/2000 samples: p = %g, want < 0.01", got.PValue)
 	}
-	same := TwoSampleKS(gen(3000, 0), gen(3000, 0))
+	same := TwoSample(gen(3000, 0), gen(3000, 0))
 	if same.PValue < 0.001 {
 		t.Fatalf("same distribution: p = %g, want a large p-value", same.PValue)
 	}
 	// n = m = 1000 is exact; the asymptotic value at the same D is close.
 	for _, h := range []int64{40_000, 60_000, 80_000} { // D = 0.04, 0.06, 0.08
-		exact := ksExactP(1000, 1000, h)
-		asym := KolmogorovQ(math.Sqrt(500) * float64(h) / 1e6)
+		exact := exactP(1000, 1000, h)
+		asym := Q(math.Sqrt(500) * float64(h) / 1e6)
 		if math.Abs(exact-asym) > 0.01 {
 			t.Errorf("D = %g: exact %g vs asymptotic %g", float64(h)/1e6, exact, asym)
 		}
+	}
+}
+
+// NaN values are left out of both the statistic and the sizes, and
+// Statistic agrees with TwoSample without computing a p-value.
+func TestNaNLeftOut(t *testing.T) {
+	tests := []struct {
+		name   string
+		a, b   []float64
+		d      float64
+		na, nb int
+	}{
+		{"none", []float64{1, 2}, []float64{3, 4, 5}, 1, 2, 3},
+		{"in a", []float64{1, 2, math.NaN()}, []float64{3, 4, 5}, 1, 2, 3},
+		{"in both", []float64{math.NaN(), 1, 3}, []float64{2, math.NaN(), 4}, 0.5, 2, 2},
+		{"all NaN", []float64{math.NaN()}, []float64{1}, 0, 0, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := TwoSample(tt.a, tt.b)
+			if got.Statistic != tt.d || got.NA != tt.na || got.NB != tt.nb {
+				t.Fatalf("TwoSample = %+v, want D = %v, n = %d/%d", got, tt.d, tt.na, tt.nb)
+			}
+			d, na, nb := Statistic(tt.a, tt.b)
+			if d != got.Statistic || na != got.NA || nb != got.NB {
+				t.Fatalf("Statistic = %v, %d, %d; TwoSample says %+v", d, na, nb, got)
+			}
+		})
+	}
+}
+
+func TestPValue(t *testing.T) {
+	tests := []struct {
+		name  string
+		d, ne float64
+		want  float64 // NaN: want NaN
+	}{
+		{"two samples of 4", 0.5, EffectiveN(4, 4), 2 * (math.Exp(-1) - math.Exp(-4) + math.Exp(-9) - math.Exp(-16))},
+		{"one sample: ne = n", 0.1, EffectiveN(100, 0), kolmogorovSeries(1)},
+		{"infinite reference: ne = n", 0.1, EffectiveN(100, math.Inf(1)), kolmogorovSeries(1)},
+		{"no sample", 0.1, EffectiveN(0, 5), math.NaN()},
+		{"NaN statistic", math.NaN(), 10, math.NaN()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := PValue(tt.d, tt.ne)
+			if math.IsNaN(tt.want) != math.IsNaN(got) || !math.IsNaN(got) && !near(got, tt.want, 1e-9) {
+				t.Fatalf("PValue(%v, %v) = %v, want %v", tt.d, tt.ne, got, tt.want)
+			}
+		})
 	}
 }
