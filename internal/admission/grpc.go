@@ -6,19 +6,14 @@ import (
 	"strconv"
 	"sync"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
-)
 
-// errorDomain is the ErrorInfo domain of admission's gRPC refusals, the
-// same as grpcapi.ErrorDomain (not imported: admission sits below every
-// edge).
-const errorDomain = "sluice"
+	"github.com/sluice-ml/sluice/internal/wire"
+)
 
 // tapFloor is how much of the budget must be free for a new gRPC stream to
 // be accepted (a quarter of the budget if that is less). The tap runs before gRPC reads the stream's first message
@@ -178,11 +173,7 @@ func tooManyMetadata(md metadata.MD, limit int) bool {
 }
 
 // refusal is a ResourceExhausted status carrying reason in an ErrorInfo,
-// as grpcapi's errors do.
+// as every Sluice gRPC error does.
 func refusal(reason, msg string) error {
-	st := status.New(codes.ResourceExhausted, msg)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain}); err == nil {
-		st = d
-	}
-	return st.Err()
+	return wire.StatusError(codes.ResourceExhausted, reason, msg)
 }

@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // startGRPC serves the standard health service behind GRPCServerOptions
@@ -50,7 +52,7 @@ func requireRefused(t *testing.T, err error, reason string) {
 	for _, d := range st.Details() {
 		if ei, ok := d.(*errdetails.ErrorInfo); ok {
 			require.Equal(t, reason, ei.GetReason())
-			require.Equal(t, errorDomain, ei.GetDomain())
+			require.Equal(t, wire.ErrorDomain, ei.GetDomain())
 			return
 		}
 	}

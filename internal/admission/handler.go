@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/sluice-ml/sluice/internal/jsonenc"
+	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // Handler wraps next with listener's limits and the process budget b:
@@ -52,7 +52,7 @@ type handler struct {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if limit := h.limits.MaxHeaderCount; limit > 0 && tooManyHeaders(r.Header, limit) {
 		h.rej.tooManyHeaders.Inc()
-		writeError(w, http.StatusRequestHeaderFieldsTooLarge, ReasonTooManyHeaders,
+		wire.WriteError(w, http.StatusRequestHeaderFieldsTooLarge, ReasonTooManyHeaders,
 			"request has more than "+strconv.Itoa(limit)+" header fields")
 		return
 	}
@@ -62,7 +62,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The body will never be read: have the server close the
 		// connection rather than drain it.
 		w.Header().Set("Connection", "close")
-		writeError(w, http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
+		wire.WriteError(w, http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
 			"request body of "+strconv.FormatInt(cl, 10)+" bytes exceeds the limit of "+strconv.FormatInt(limit, 10)+" bytes")
 		return
 	}
@@ -238,22 +238,5 @@ func innermost(w http.ResponseWriter) http.ResponseWriter {
 // writeOverloaded answers 503 overloaded with Retry-After: 1: the refusal
 // is about this moment, not about the request.
 func writeOverloaded(w http.ResponseWriter) {
-	w.Header().Set("Retry-After", "1")
-	writeError(w, http.StatusServiceUnavailable, ReasonOverloaded, ErrOverloaded.Error())
-}
-
-// writeError answers with the JSON error body {"error", "reason"}.
-func writeError(w http.ResponseWriter, code int, reason, msg string) {
-	b := make([]byte, 0, len(msg)+len(reason)+32)
-	b = append(b, `{"error":`...)
-	b = jsonenc.AppendString(b, msg)
-	b = append(b, `,"reason":`...)
-	b = jsonenc.AppendString(b, reason)
-	b = append(b, "}\n"...)
-	hdr := w.Header()
-	hdr.Set("Content-Type", "application/json")
-	hdr.Set("X-Content-Type-Options", "nosniff")
-	hdr.Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(code)
-	_, _ = w.Write(b) //nolint:gosec // G705: a JSON body sent as application/json with nosniff, not HTML
+	wire.WriteError(w, http.StatusServiceUnavailable, ReasonOverloaded, ErrOverloaded.Error())
 }

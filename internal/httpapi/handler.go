@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/jsonenc"
 	"github.com/sluice-ml/sluice/internal/telemetry"
+	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // DefaultMaxBodyBytes is the request body limit when Options leaves it 0.
@@ -127,15 +128,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.logger.Error("handler panicked", "method", r.Method, "path", r.URL.Path,
 				"request_id", r.Header.Get("X-Request-Id"), "panic", p, "stack", string(debug.Stack()))
 			if !sw.wrote {
-				writeErrorBody(sw, http.StatusInternalServerError, reasonInternal, "internal error")
+				wire.WriteError(sw, http.StatusInternalServerError, reasonInternal, "internal error")
 			}
 		}
 		switch {
 		case sw.intercepted && sw.code == http.StatusMethodNotAllowed:
-			writeErrorBody(w, sw.code, reasonMethodNotAllowed,
+			wire.WriteError(w, sw.code, reasonMethodNotAllowed,
 				"method "+r.Method+" is not allowed for "+r.URL.Path+" (allowed: "+w.Header().Get("Allow")+")")
 		case sw.intercepted:
-			writeErrorBody(w, sw.code, reasonNotFound, "no endpoint "+r.Method+" "+r.URL.Path)
+			wire.WriteError(w, sw.code, reasonNotFound, "no endpoint "+r.Method+" "+r.URL.Path)
 		}
 		route := r.Pattern
 		if route == "" {
