@@ -1,8 +1,12 @@
 package serving
 
-import "github.com/sluice-ml/sluice/internal/infer"
+import (
+	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/wire"
+)
 
 // Reason codes of the errors this package returns. Clients match on them.
+// Those every edge shares are wire's.
 const (
 	ReasonUnknownFeature           = "unknown_feature"
 	ReasonUnknownView              = "unknown_feature_view"
@@ -18,7 +22,7 @@ const (
 	ReasonViewStale                = "feature_view_stale"
 	ReasonEventTimestampTooOld     = "event_timestamp_too_old"
 	ReasonStoreUnavailable         = "online_store_unavailable"
-	ReasonTooManyEntityRows        = "too_many_entity_rows"
+	ReasonTooManyEntityRows        = wire.ReasonTooManyEntityRows
 	ReasonRegistryNotLoaded        = "registry_not_loaded"
 	ReasonUnknownPushSource        = "unknown_push_source"
 	ReasonMissingColumn            = "missing_column"
@@ -28,7 +32,7 @@ const (
 	ReasonOfflineWriteFailed       = "offline_write_failed"
 	ReasonMaterializeUnavailable   = "materialize_unavailable"
 	ReasonTimestampInFuture        = "timestamp_in_future"
-	ReasonInternal                 = "internal"
+	ReasonInternal                 = wire.ReasonInternal
 )
 
 func invalidf(reason, format string, args ...any) *infer.Error {

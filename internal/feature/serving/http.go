@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature/online"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
+	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // DefaultMaxBodyBytes bounds a request body when HandlerOptions leaves it 0.
@@ -118,7 +119,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.s.metrics.httpDur.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	}()
 	if _, pattern := h.mux.Handler(r); pattern == "" {
-		writeErrorBody(sw, http.StatusNotFound, "not_found", "no endpoint "+r.Method+" "+r.URL.Path)
+		writeErrorBody(sw, http.StatusNotFound, wire.ReasonNotFound, "no endpoint "+r.Method+" "+r.URL.Path)
 		return
 	}
 	h.mux.ServeHTTP(sw, r)
@@ -155,53 +156,21 @@ func (w *statusWriter) status() int {
 // Unwrap lets http.ResponseController reach the connection.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// statusOf maps an error to its HTTP status and reason.
+// statusOf maps an error to its HTTP status and reason: wire's mapping,
+// plus the online store's outage, which materialization reports as a
+// plain wrapped error rather than an *infer.Error.
 func statusOf(err error) (int, string) {
-	if ie, ok := errors.AsType[*infer.Error](err); ok {
-		reason := ie.Reason
-		if reason == "" {
-			reason = ReasonInternal
-		}
-		switch ie.Kind {
-		case infer.KindInvalid:
-			return http.StatusBadRequest, reason
-		case infer.KindUnsupported:
-			return http.StatusNotImplemented, reason
-		case infer.KindNotFound:
-			return http.StatusNotFound, reason
-		case infer.KindUnavailable:
-			return http.StatusServiceUnavailable, reason
-		case infer.KindResourceExhausted:
-			if reason == "body_too_large" || reason == ReasonTooManyEntityRows {
-				return http.StatusRequestEntityTooLarge, reason
-			}
-			return http.StatusTooManyRequests, reason
-		case infer.KindConflict:
-			return http.StatusConflict, reason
-		case infer.KindTimeout:
-			return http.StatusGatewayTimeout, reason
-		default:
-			return http.StatusInternalServerError, reason
+	if _, ok := errors.AsType[*infer.Error](err); !ok && errors.Is(err, online.ErrUnavailable) {
+		if _, tooLarge := errors.AsType[*http.MaxBytesError](err); !tooLarge {
+			return http.StatusServiceUnavailable, ReasonStoreUnavailable
 		}
 	}
-	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-		return http.StatusRequestEntityTooLarge, "body_too_large"
-	}
-	switch {
-	case errors.Is(err, online.ErrUnavailable):
-		// Materialization's errors are plain wrapped errors.
-		return http.StatusServiceUnavailable, ReasonStoreUnavailable
-	case errors.Is(err, context.DeadlineExceeded):
-		return http.StatusGatewayTimeout, "deadline_exceeded"
-	case errors.Is(err, context.Canceled):
-		return http.StatusBadRequest, "canceled"
-	}
-	return http.StatusInternalServerError, ReasonInternal
+	return wire.HTTPStatus(err)
 }
 
 func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code, reason := statusOf(err)
-	if code >= 500 && code != http.StatusNotImplemented {
+	if code >= 500 {
 		lvl := h.s.logger.Error
 		if code == http.StatusServiceUnavailable {
 			lvl = h.s.logger.Warn
@@ -220,7 +189,7 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 // library internals, which the log line keeps and the client has no use
 // for. What is left is scrubbed of addresses and absolute paths once more.
 func publicMessage(code int, reason string, err error) string {
-	if code < 500 || code == http.StatusNotImplemented {
+	if code < 500 {
 		return err.Error()
 	}
 	msg := ""
@@ -249,7 +218,10 @@ func publicMessage(code int, reason string, err error) string {
 
 var (
 	// addrPattern matches network addresses: IPv4 with an optional port,
-	// bracketed IPv6 with one, host:port.
+	// bracketed IPv6 with one, host:port. It is broader than package
+	// scrub's (which wire.WriteError applies after it): any host:port,
+	// not only one after a dial or lookup verb, since the feature
+	// server's messages name store endpoints in free text.
 	addrPattern = regexp.MustCompile(`\[[0-9A-Fa-f:.%]+\](:\d+)?|\b\d{1,3}(\.\d{1,3}){3}(:\d+)?\b|\b[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?:\d{2,5}\b`)
 	// pathPattern matches an absolute path after a separator.
 	pathPattern = regexp.MustCompile(`(^|[\s'"(=])/[^\s'"():,]+`)
@@ -261,25 +233,15 @@ func scrub(msg string) string {
 	return pathPattern.ReplaceAllString(msg, "${1}<path>")
 }
 
-// writeErrorBody writes {"error": msg, "reason": reason}; an
+// writeErrorBody writes the JSON error body (wire.WriteError); an
 // event_timestamp_too_old error also carries Feast-style
 // "feature_stale_reason".
 func writeErrorBody(w http.ResponseWriter, code int, reason, msg string) {
-	b := make([]byte, 0, len(msg)+len(reason)+64)
-	b = append(b, `{"error":`...)
-	b = jsonenc.AppendHTMLSafeString(b, msg)
-	b = append(b, `,"reason":`...)
-	b = jsonenc.AppendHTMLSafeString(b, reason)
 	if reason == ReasonEventTimestampTooOld {
-		b = append(b, `,"feature_stale_reason":`...)
-		b = jsonenc.AppendHTMLSafeString(b, reason)
+		wire.WriteError(w, code, reason, msg, wire.Field("feature_stale_reason", reason))
+		return
 	}
-	b = append(b, "}\n"...)
-	hdr := w.Header()
-	hdr.Set("Content-Type", "application/json")
-	hdr.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(code)
-	_, _ = w.Write(b) //nolint:gosec // G705: JSON sent as application/json with nosniff
+	wire.WriteError(w, code, reason, msg)
 }
 
 func writeJSON(w http.ResponseWriter, b []byte) {
@@ -294,10 +256,10 @@ func (h *Handler) readJSON(w http.ResponseWriter, r *http.Request, v any) error 
 	if err != nil {
 		if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			// The listener's limit (admission) may be the smaller one.
-			return infer.Errorf(infer.KindResourceExhausted, "body_too_large", "request body is larger than %d bytes", min(mbe.Limit, h.opts.MaxBodyBytes))
+			return infer.Errorf(infer.KindResourceExhausted, wire.ReasonBodyTooLarge, "request body is larger than %d bytes", min(mbe.Limit, h.opts.MaxBodyBytes))
 		}
 		if errors.Is(err, admission.ErrOverloaded) {
-			return infer.Errorf(infer.KindUnavailable, admission.ReasonOverloaded, "read request body: %v", err)
+			return infer.Errorf(infer.KindUnavailable, wire.ReasonOverloaded, "read request body: %v", err)
 		}
 		return invalidf(ReasonInvalidRequest, "read request body: %v", err)
 	}
@@ -622,7 +584,9 @@ func (h *Handler) handleMaterializeIncremental(w http.ResponseWriter, r *http.Re
 
 func (h *Handler) materialize(w http.ResponseWriter, r *http.Request, incremental bool) {
 	if h.opts.Materializer == nil {
-		h.writeError(w, r, infer.Errorf(infer.KindUnsupported, ReasonMaterializeUnavailable, "this feature server does not run materializations"))
+		// An endpoint this server does not provide at all, not a problem
+		// with the request: 501, written here rather than through a Kind.
+		writeErrorBody(w, http.StatusNotImplemented, ReasonMaterializeUnavailable, "this feature server does not run materializations")
 		return
 	}
 	var req materializeRequest
