@@ -5,16 +5,13 @@ import (
 	"errors"
 	"net/http"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-)
 
-// errorDomain is the ErrorInfo domain of the statuses GRPCError makes, the
-// one every Sluice gRPC edge uses.
-const errorDomain = "sluice"
+	"github.com/sluice-ml/sluice/internal/wire"
+)
 
 // GRPCError turns a *Denied into a gRPC status error carrying an
 // errdetails.ErrorInfo with its reason (domain "sluice"): 401 becomes
@@ -26,11 +23,7 @@ func GRPCError(err error) error {
 	if !ok {
 		return err
 	}
-	st := status.New(deniedCode(d), d.Message)
-	if withInfo, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: d.Reason, Domain: errorDomain}); derr == nil {
-		st = withInfo
-	}
-	return st.Err()
+	return wire.StatusError(deniedCode(d), d.Reason, d.Message)
 }
 
 func deniedCode(d *Denied) codes.Code {
@@ -131,12 +124,8 @@ func grpcEvent(ctx context.Context, fullMethod, group string, pr Principal, targ
 func recordGRPC(a *Auditor, ev Event, err error) {
 	st := status.Convert(err)
 	ev.GRPCCode = st.Code().String()
-	ev.Status = httpStatusFromCode(st.Code())
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			ev.Reason = info.GetReason()
-		}
-	}
+	ev.Reason = wire.StatusReason(st)
+	ev.Status = wire.CodeHTTPStatus(st.Code(), ev.Reason)
 	switch {
 	case err == nil:
 		ev.Result = ResultOK
@@ -157,38 +146,5 @@ func grpcTarget(req any) string {
 		return m.GetName()
 	default:
 		return ""
-	}
-}
-
-// httpStatusFromCode is the HTTP status equivalent of a gRPC code, so that
-// audit lines from both edges compare.
-func httpStatusFromCode(c codes.Code) int {
-	switch c {
-	case codes.OK:
-		return http.StatusOK
-	case codes.Canceled:
-		return 499 // client closed request
-	case codes.InvalidArgument, codes.OutOfRange:
-		return http.StatusBadRequest
-	case codes.DeadlineExceeded:
-		return http.StatusGatewayTimeout
-	case codes.NotFound:
-		return http.StatusNotFound
-	case codes.AlreadyExists, codes.Aborted:
-		return http.StatusConflict
-	case codes.PermissionDenied:
-		return http.StatusForbidden
-	case codes.Unauthenticated:
-		return http.StatusUnauthorized
-	case codes.ResourceExhausted:
-		return http.StatusTooManyRequests
-	case codes.FailedPrecondition:
-		return http.StatusPreconditionFailed
-	case codes.Unimplemented:
-		return http.StatusNotImplemented
-	case codes.Unavailable:
-		return http.StatusServiceUnavailable
-	default:
-		return http.StatusInternalServerError
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/sluice-ml/sluice/internal/jsonenc"
+	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 type principalKey struct{}
@@ -128,17 +128,7 @@ func WriteError(w http.ResponseWriter, err error) {
 		}
 		h.Set("WWW-Authenticate", v)
 	}
-	body := make([]byte, 0, len(d.Message)+len(d.Reason)+24)
-	body = append(body, `{"error":`...)
-	body = jsonenc.AppendString(body, d.Message)
-	body = append(body, `,"reason":`...)
-	body = jsonenc.AppendString(body, d.Reason)
-	body = append(body, '}')
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Del("Content-Length")
-	w.WriteHeader(d.Status)
-	_, _ = w.Write(append(body, '\n')) //nolint:gosec // G705: a JSON body sent as application/json with nosniff, not HTML
+	wire.WriteError(w, d.Status, d.Reason, d.Message)
 }
 
 // asDenied returns err as a *Denied, or a 500 one for any other error.

@@ -82,6 +82,22 @@ func CodeReason(c codes.Code) string {
 	return ReasonInternal
 }
 
+// CodeHTTPStatus returns the HTTP status Sluice's HTTP edges answer for
+// the error a gRPC status with code c and reason stands for, so that a
+// gRPC outcome can be logged or audited next to HTTP ones: 200 for OK,
+// 400 for Canceled (what an HTTP edge answers a client that went away),
+// else the status of the code's kind (KindOf, KindHTTPStatus).
+func CodeHTTPStatus(c codes.Code, reason string) int {
+	switch c {
+	case codes.OK:
+		return http.StatusOK
+	case codes.Canceled:
+		return http.StatusBadRequest
+	default:
+		return KindHTTPStatus(KindOf(c), reason)
+	}
+}
+
 // GRPCCode returns the gRPC code err answers with: the code of an
 // *infer.Error's Kind, ResourceExhausted for an *http.MaxBytesError,
 // DeadlineExceeded or Canceled for context errors, the code of an error

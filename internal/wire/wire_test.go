@@ -67,6 +67,9 @@ func TestKinds(t *testing.T) {
 			require.Equal(t, tt.kind, back.Kind)
 			require.Equal(t, tt.reason, back.Reason)
 			require.Equal(t, st.Message(), back.Msg)
+
+			// Logged or audited as the HTTP edge would answer it.
+			require.Equal(t, tt.http, CodeHTTPStatus(st.Code(), info.GetReason()))
 		})
 	}
 	for k := infer.KindInternal; k <= infer.KindPermissionDenied; k++ {
@@ -128,6 +131,26 @@ func TestGRPCStatusScrubsServerErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			require.Equal(t, tt.want, status.Convert(GRPCStatus(tt.err)).Message())
 		})
+	}
+}
+
+func TestCodeHTTPStatus(t *testing.T) {
+	for _, tt := range []struct {
+		code   codes.Code
+		reason string
+		want   int
+	}{
+		{codes.OK, "", http.StatusOK},
+		{codes.Canceled, ReasonCanceled, http.StatusBadRequest},
+		{codes.Unknown, "", http.StatusInternalServerError},
+		{codes.AlreadyExists, "", http.StatusConflict},
+		{codes.Aborted, "", http.StatusServiceUnavailable},
+		{codes.OutOfRange, "", http.StatusBadRequest},
+		{codes.DataLoss, "", http.StatusInternalServerError},
+		{codes.ResourceExhausted, "", http.StatusTooManyRequests},
+		{codes.Code(99), "", http.StatusInternalServerError},
+	} {
+		require.Equal(t, tt.want, CodeHTTPStatus(tt.code, tt.reason), "%v %q", tt.code, tt.reason)
 	}
 }
 
