@@ -4,6 +4,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/kservewire"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
+	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // EncodeRequest converts req into a ModelInferRequest whose input data
@@ -190,4 +191,4 @@ func badResponsef(format string, args ...any) *infer.Error {
 }
 
 // shorten cuts a name from the network to a length fit for a message.
-func shorten(s string) string { return truncateTo(s, 64) }
+func shorten(s string) string { return wire.Truncate(s, 64) }

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/grpcapi"
 	"github.com/sluice-ml/sluice/internal/infer"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
+	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 func TestEncodeRequestDecodesOnTheServer(t *testing.T) {
@@ -346,15 +347,15 @@ func TestServerReason(t *testing.T) {
 		require.NoError(t, err)
 		return st
 	}
-	require.Equal(t, "tensor_size_mismatch", serverReason(withInfo("tensor_size_mismatch")))
-	require.Equal(t, "queue_full", serverReason(withInfo("QUEUE_FULL")))
-	require.Empty(t, serverReason(withInfo("")))
-	require.Empty(t, serverReason(withInfo("has space")))
-	require.Empty(t, serverReason(withInfo(strings.Repeat("a", 65))))
-	require.Empty(t, serverReason(status.New(codes.Internal, "no details")))
+	require.Equal(t, "tensor_size_mismatch", wire.StatusReason(withInfo("tensor_size_mismatch")))
+	require.Equal(t, "queue_full", wire.StatusReason(withInfo("QUEUE_FULL")))
+	require.Empty(t, wire.StatusReason(withInfo("")))
+	require.Empty(t, wire.StatusReason(withInfo("has space")))
+	require.Empty(t, wire.StatusReason(withInfo(strings.Repeat("a", 65))))
+	require.Empty(t, wire.StatusReason(status.New(codes.Internal, "no details")))
 
 	e := newRPCError("h:1", "ModelInfer", status.New(codes.Unavailable, strings.Repeat("é", 1000)), false)
-	require.Less(t, len(e.Error()), maxMsgLen+100)
+	require.Less(t, len(e.Error()), wire.MaxMessageLen+100)
 	require.True(t, strings.HasSuffix(e.Error(), "…"))
 	require.Equal(t, ReasonUnavailable, e.Err.Reason)
 

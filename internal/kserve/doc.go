@@ -34,10 +34,12 @@
 //     on errors wrapping it), for retry decisions on Unavailable,
 //     ResourceExhausted or DeadlineExceeded and for outcome metrics;
 //   - an *infer.Error reachable with errors.As, whose Kind follows the
-//     code and whose Reason is the one the server put in its
-//     errdetails.ErrorInfo (Sluice's grpcapi always does, e.g.
-//     "tensor_size_mismatch"), or else a default such as
-//     ReasonUnavailable ("upstream_unavailable") or ReasonTimeout.
+//     code (wire.KindOf, the inverse of what every Sluice gRPC edge
+//     answers) and whose Reason is the one the server put in its
+//     errdetails.ErrorInfo (a Sluice server always does, e.g.
+//     "tensor_size_mismatch"; wire.StatusReason reads it), or else a
+//     default such as ReasonUnavailable ("upstream_unavailable") or
+//     ReasonTimeout.
 //
 // IsConnectFailure tells a call that never reached the server because no
 // connection could be established (refused, handshake failed or timed out,

@@ -2,14 +2,12 @@ package kserve
 
 import (
 	"errors"
-	"strings"
-	"unicode/utf8"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // Reason codes this package gives errors whose server sent none (Triton
@@ -35,33 +33,26 @@ const (
 	ReasonClientClosed = "upstream_client_closed"
 )
 
-// maxMsgLen bounds how much of a server's status message is kept, so a
-// hostile or chatty server cannot blow up logs and error bodies.
-const maxMsgLen = 512
-
-// codeKinds maps a gRPC code to the domain error kind and the reason used
-// when the server gave none. It is the inverse of grpcapi's mapping, with
-// the codes grpcapi never produces folded into KindInternal.
-var codeKinds = [...]struct {
-	kind   infer.Kind
-	reason string
-}{
-	codes.Canceled:           {infer.KindUnavailable, ReasonCanceled},
-	codes.Unknown:            {infer.KindInternal, ReasonError},
-	codes.InvalidArgument:    {infer.KindInvalid, ReasonInvalid},
-	codes.DeadlineExceeded:   {infer.KindTimeout, ReasonTimeout},
-	codes.NotFound:           {infer.KindNotFound, ReasonNotFound},
-	codes.AlreadyExists:      {infer.KindConflict, ReasonConflict},
-	codes.PermissionDenied:   {infer.KindPermissionDenied, ReasonPermissionDenied},
-	codes.ResourceExhausted:  {infer.KindResourceExhausted, ReasonResourceExhausted},
-	codes.FailedPrecondition: {infer.KindConflict, ReasonConflict},
-	codes.Aborted:            {infer.KindUnavailable, ReasonUnavailable},
-	codes.OutOfRange:         {infer.KindInvalid, ReasonInvalid},
-	codes.Unimplemented:      {infer.KindUnsupported, ReasonUnsupported},
-	codes.Internal:           {infer.KindInternal, ReasonError},
-	codes.Unavailable:        {infer.KindUnavailable, ReasonUnavailable},
-	codes.DataLoss:           {infer.KindInternal, ReasonError},
-	codes.Unauthenticated:    {infer.KindUnauthenticated, ReasonUnauthenticated},
+// codeReasons is the reason of a failed call whose server sent none, by
+// gRPC code. The kind comes from wire.KindOf, the inverse of what every
+// Sluice gRPC edge answers.
+var codeReasons = [...]string{
+	codes.Canceled:           ReasonCanceled,
+	codes.Unknown:            ReasonError,
+	codes.InvalidArgument:    ReasonInvalid,
+	codes.DeadlineExceeded:   ReasonTimeout,
+	codes.NotFound:           ReasonNotFound,
+	codes.AlreadyExists:      ReasonConflict,
+	codes.PermissionDenied:   ReasonPermissionDenied,
+	codes.ResourceExhausted:  ReasonResourceExhausted,
+	codes.FailedPrecondition: ReasonConflict,
+	codes.Aborted:            ReasonUnavailable,
+	codes.OutOfRange:         ReasonInvalid,
+	codes.Unimplemented:      ReasonUnsupported,
+	codes.Internal:           ReasonError,
+	codes.Unavailable:        ReasonUnavailable,
+	codes.DataLoss:           ReasonError,
+	codes.Unauthenticated:    ReasonUnauthenticated,
 }
 
 // RPCError is the error of a failed call to a model server. It carries
@@ -122,14 +113,14 @@ func IsConnectFailure(err error) bool {
 // newRPCError builds the error of a failed call from its status.
 func newRPCError(addr, method string, st *status.Status, connectFailure bool) *RPCError {
 	code := st.Code()
-	kind, reason := infer.KindInternal, ReasonError
-	if int(code) < len(codeKinds) && code != codes.OK {
-		kind, reason = codeKinds[code].kind, codeKinds[code].reason
+	kind, reason := wire.KindOf(code), ReasonError
+	if int(code) < len(codeReasons) && code != codes.OK {
+		reason = codeReasons[code]
 	}
-	if r := serverReason(st); r != "" {
+	if r := wire.StatusReason(st); r != "" {
 		reason = r
 	}
-	msg := method + " " + addr + ": " + code.String() + ": " + truncate(st.Message())
+	msg := method + " " + addr + ": " + code.String() + ": " + wire.Truncate(st.Message(), wire.MaxMessageLen)
 	return &RPCError{
 		Addr:           addr,
 		Method:         method,
@@ -149,47 +140,4 @@ func localError(addr, method string, code codes.Code, ie *infer.Error) *RPCError
 		Status: status.New(code, msg),
 		Err:    &infer.Error{Kind: ie.Kind, Reason: ie.Reason, Msg: msg, Err: ie.Err},
 	}
-}
-
-// serverReason returns the reason of the status's first ErrorInfo detail
-// when it looks like a reason code, lower-cased, or "". The status came
-// from the network, so anything odd is dropped rather than passed on.
-func serverReason(st *status.Status) string {
-	if len(st.Proto().GetDetails()) == 0 {
-		return "" // skip decoding the details, the common case for Triton
-	}
-	for _, d := range st.Details() {
-		info, ok := d.(*errdetails.ErrorInfo)
-		if !ok {
-			continue
-		}
-		r := info.GetReason()
-		if r == "" || len(r) > 64 {
-			return ""
-		}
-		for i := range len(r) {
-			c := r[i]
-			if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '_' {
-				return ""
-			}
-		}
-		return strings.ToLower(r)
-	}
-	return ""
-}
-
-// truncate cuts a status message to maxMsgLen bytes.
-func truncate(s string) string { return truncateTo(s, maxMsgLen) }
-
-// truncateTo cuts s to at most limit bytes on a rune boundary, marking the
-// cut with an ellipsis, and replaces invalid UTF-8.
-func truncateTo(s string, limit int) string {
-	if len(s) > limit {
-		cut := limit
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + "…"
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
 }
