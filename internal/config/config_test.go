@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/yamlstrict"
 )
 
 func TestLoadTestdata(t *testing.T) {
@@ -275,10 +277,10 @@ func TestRedacted(t *testing.T) {
 }
 
 func TestSuggest(t *testing.T) {
-	fields := yamlFields(typeOf[Route]())
-	require.Equal(t, "timeout", suggest("timout", fields))
-	require.Equal(t, "retries", suggest("retires", fields))
-	require.Empty(t, suggest("colour", fields))
+	fields := yamlstrict.Fields(typeOf[Route]())
+	require.Equal(t, "timeout", yamlstrict.Suggest("timout", fields))
+	require.Equal(t, "retries", yamlstrict.Suggest("retires", fields))
+	require.Empty(t, yamlstrict.Suggest("colour", fields))
 }
 
 func TestSyntaxError(t *testing.T) {

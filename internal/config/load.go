@@ -12,11 +12,16 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-ml/sluice/internal/yamlstrict"
 )
 
 // maxNodes bounds how many YAML nodes one load visits, aliases followed, so
 // that a hostile file (alias bombs) cannot make the walk run for ever.
 const maxNodes = 200_000
+
+// maxDepth bounds how deeply nested a document may be.
+const maxDepth = 100
 
 // maxProblems bounds how many schema problems one load reports.
 const maxProblems = 100
@@ -185,10 +190,8 @@ func Parse(file string, data []byte, lookupEnv func(string) (string, bool)) (*Co
 		return cfg, nil
 	}
 	root := doc.Content[0]
-	w := &walker{src: src, lookupEnv: lookupEnv, seen: map[*yaml.Node]bool{}}
-	w.walk(root, reflect.TypeFor[Config](), "", 0)
-	if len(w.problems) > 0 {
-		return nil, errors.Join(w.problems...)
+	if problems := checkSchema(root, src, lookupEnv); len(problems) > 0 {
+		return nil, errors.Join(problems...)
 	}
 	if err := root.Decode(cfg); err != nil {
 		return nil, decodeError(file, err)
@@ -259,97 +262,50 @@ func (c *Config) hashSecret(path, field, what string, plain, hash *string) error
 	return nil
 }
 
-// walker expands ${ENV} in scalars, records the position of every field
-// path and reports unknown keys, guided by the Go type being decoded.
-type walker struct {
-	src       *source
-	lookupEnv func(string) (string, bool)
-	seen      map[*yaml.Node]bool // scalars already expanded (aliases share nodes)
-	visited   int
-	problems  []error
-}
-
-var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
-
-func (w *walker) walk(n *yaml.Node, t reflect.Type, path string, depth int) {
-	w.visited++
-	if len(w.problems) >= maxProblems {
-		return
+// checkSchema walks root against Config before it is decoded: it expands
+// ${ENV} in scalars, records where every field path was written, and
+// reports unknown keys (with a likely typo's fix) and values that do not
+// fit their field, at most maxProblems of them.
+func checkSchema(root *yaml.Node, src *source, lookupEnv func(string) (string, bool)) []error {
+	var problems []error
+	at := func(n *yaml.Node, path, msg string) {
+		problems = append(problems, &FieldError{File: src.file, Line: n.Line, Col: n.Column, Path: path, Msg: msg})
 	}
-	if w.visited > maxNodes || depth > 100 {
-		if w.visited == maxNodes+1 || depth == 101 {
-			w.problems = append(w.problems, &FieldError{File: w.src.file, Line: n.Line, Col: n.Column, Path: path, Msg: "document too large or too deeply nested"})
-		}
-		return
-	}
-	if n.Kind == yaml.AliasNode && n.Alias != nil {
-		w.walk(n.Alias, t, path, depth+1)
-		return
-	}
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch n.Kind {
-	case yaml.ScalarNode:
-		w.expand(n, path)
-		if n.ShortTag() != "!!null" && n.Decode(reflect.New(t).Interface()) != nil {
-			w.typeProblem(n, t, path)
-		}
-		return
-	case yaml.SequenceNode:
-		if t.Kind() != reflect.Slice {
-			w.typeProblem(n, t, path)
-			return
-		}
-		for i, item := range n.Content {
-			p := fmt.Sprintf("%s[%d]", path, i)
-			w.record(p, item)
-			w.walk(item, t.Elem(), p, depth+1)
-		}
-	case yaml.MappingNode:
-		switch {
-		case t.Kind() == reflect.Map:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				k, v := n.Content[i], n.Content[i+1]
-				p := join(path, k.Value)
-				w.record(p, k)
-				w.walk(v, t.Elem(), p, depth+1)
-			}
-		case t.Kind() == reflect.Struct && !reflect.PointerTo(t).Implements(unmarshalerType):
-			fields := yamlFields(t)
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				k, v := n.Content[i], n.Content[i+1]
-				p := join(path, k.Value)
-				f, ok := fields[k.Value]
-				if !ok {
-					msg := "unknown field"
-					if s := suggest(k.Value, fields); s != "" {
-						msg += fmt.Sprintf(" (did you mean %q?)", s)
-					}
-					w.problems = append(w.problems, &FieldError{File: w.src.file, Line: k.Line, Col: k.Column, Path: p, Msg: msg})
-					continue
+	seen := map[*yaml.Node]bool{} // scalars already expanded (aliases share nodes)
+	w := yamlstrict.Walker{
+		MaxNodes: maxNodes,
+		MaxDepth: maxDepth,
+		Stop:     func() bool { return len(problems) >= maxProblems },
+		Limit:    func(n *yaml.Node, path string) { at(n, path, "document too large or too deeply nested") },
+		Item:     src.record,
+		Scalar: func(n *yaml.Node, t reflect.Type, path string) {
+			if !seen[n] && strings.Contains(n.Value, "${") {
+				seen[n] = true
+				if err := src.expand(n, path, lookupEnv); err != nil {
+					at(n, path, err.Error())
 				}
-				w.record(p, k)
-				w.walk(v, f, p, depth+1)
 			}
-		default:
-			w.typeProblem(n, t, path)
-		}
-	default: // documents and dangling aliases carry no value
+			if n.ShortTag() != "!!null" && n.Decode(reflect.New(t).Interface()) != nil {
+				at(n, path, fmt.Sprintf("%s is not %s", quote(n.Value), typeName(t)))
+			}
+		},
+		Mismatch: func(n *yaml.Node, t reflect.Type, path string) {
+			got := "a mapping"
+			if n.Kind == yaml.SequenceNode {
+				got = "a list"
+			}
+			at(n, path, fmt.Sprintf("%s is not %s", got, typeName(t)))
+		},
+		Unknown: func(k *yaml.Node, t reflect.Type, path string) {
+			msg := "unknown field"
+			if s := yamlstrict.Suggest(k.Value, yamlstrict.Fields(t)); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			}
+			at(k, path, msg)
+		},
 	}
-}
-
-// typeProblem reports a value that does not fit the field's type.
-func (w *walker) typeProblem(n *yaml.Node, t reflect.Type, path string) {
-	got := "a mapping"
-	switch n.Kind {
-	case yaml.ScalarNode:
-		got = quote(n.Value)
-	case yaml.SequenceNode:
-		got = "a list"
-	default:
-	}
-	w.problems = append(w.problems, &FieldError{File: w.src.file, Line: n.Line, Col: n.Column, Path: path, Msg: fmt.Sprintf("%s is not %s", got, typeName(t))})
+	w.Walk(root, reflect.TypeFor[Config](), "")
+	return problems
 }
 
 // typeName names t for users.
@@ -374,31 +330,28 @@ func typeName(t reflect.Type) string {
 	}
 }
 
-func (w *walker) record(path string, n *yaml.Node) {
-	if _, ok := w.src.pos[path]; !ok {
-		w.src.pos[path] = position{n.Line, n.Column}
+// record remembers where path was first written.
+func (s *source) record(path string, n *yaml.Node) {
+	if _, ok := s.pos[path]; !ok {
+		s.pos[path] = position{n.Line, n.Column}
 	}
 }
 
 // expand replaces ${NAME} and ${NAME:-default} in a scalar value; "$${"
-// writes a literal "${".
-func (w *walker) expand(n *yaml.Node, path string) {
-	if w.seen[n] || !strings.Contains(n.Value, "${") {
-		return
-	}
-	w.seen[n] = true
-	out, used, err := expandEnv(n.Value, w.lookupEnv)
+// writes a literal "${". It remembers that path came from the environment.
+func (s *source) expand(n *yaml.Node, path string, lookupEnv func(string) (string, bool)) error {
+	out, used, err := expandEnv(n.Value, lookupEnv)
 	if err != nil {
-		w.problems = append(w.problems, &FieldError{File: w.src.file, Line: n.Line, Col: n.Column, Path: path, Msg: err.Error()})
-		return
+		return err
 	}
 	n.Value = out
 	if used {
-		w.src.fromEnv[path] = true
+		s.fromEnv[path] = true
 		if n.Style == 0 && n.Tag == "!!str" {
 			n.Tag = "" // let the expanded value resolve as a number or bool
 		}
 	}
+	return nil
 }
 
 // expandEnv expands ${NAME} and ${NAME:-default} in s. used reports whether
@@ -452,67 +405,6 @@ func validEnvName(s string) bool {
 		}
 	}
 	return true
-}
-
-// yamlFields maps the yaml names of t's fields to their types.
-func yamlFields(t reflect.Type) map[string]reflect.Type {
-	out := map[string]reflect.Type{}
-	for f := range t.Fields() {
-		if !f.IsExported() {
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "" || name == "-" {
-			continue
-		}
-		out[name] = f.Type
-	}
-	return out
-}
-
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-// suggest returns the known field closest to key when it is a likely typo.
-func suggest(key string, fields map[string]reflect.Type) string {
-	best, bestD := "", 3
-	for name := range fields {
-		if d := editDistance(key, name); d < bestD || (d == bestD && best != "" && name < best) {
-			best, bestD = name, d
-		}
-	}
-	if bestD > 2 || bestD >= len(key) {
-		return ""
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance between a and b (bytes).
-func editDistance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return 1 << 30
-	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // quote is strconv.Quote, named for readability in messages.

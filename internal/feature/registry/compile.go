@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/yamlstrict"
 )
 
 // HotSuffix is appended to a view's name to name its hot subset's
@@ -378,7 +379,7 @@ func (c *compiler) services(items []item[rawService]) {
 		var refs []string
 		var lines []int
 		for i := range r.Features {
-			fn := resolve(&r.Features[i])
+			fn := yamlstrict.Resolve(&r.Features[i])
 			switch fn.Kind {
 			case yaml.ScalarNode:
 				refs = append(refs, fn.Value)

@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/yamlstrict"
 )
 
 // The raw YAML shapes of the definitions. checkFields rejects any key
@@ -114,7 +115,7 @@ func parseDefinitions(file string, data []byte, d *defs, errs *[]Error) {
 		switch root.Kind {
 		case yaml.SequenceNode:
 			for _, m := range root.Content {
-				parseSections(file, resolve(m), d, errs)
+				parseSections(file, yamlstrict.Resolve(m), d, errs)
 			}
 		default:
 			parseSections(file, root, d, errs)
@@ -131,7 +132,7 @@ func parseSections(file string, m *yaml.Node, d *defs, errs *[]Error) {
 		return
 	}
 	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := m.Content[i], resolve(m.Content[i+1])
+		k, v := m.Content[i], yamlstrict.Resolve(m.Content[i+1])
 		kind, ok := sectionKinds[k.Value]
 		if !ok {
 			*errs = append(*errs, Error{
@@ -148,7 +149,7 @@ func parseSections(file string, m *yaml.Node, d *defs, errs *[]Error) {
 			continue
 		}
 		for idx, n := range v.Content {
-			n = resolve(n)
+			n = yamlstrict.Resolve(n)
 			obj := fmt.Sprintf("%s #%d", kind, idx+1)
 			if name := scalarValue(n, "name"); name != "" {
 				obj = fmt.Sprintf("%s '%s'", kind, name)
@@ -188,128 +189,25 @@ func decodeItem[T any](file, obj string, n *yaml.Node, out *[]item[T], errs *[]E
 
 func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 
-var (
-	nodeType        = reflect.TypeFor[yaml.Node]()
-	unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
-)
-
 // checkFields reports every mapping key under n that t (a struct with
 // yaml tags) does not declare, recursing into nested structs and lists of
-// them. It is yaml's KnownFields, with positions and the object's name.
+// them and into the mappings merge keys bring in. It is yaml's
+// KnownFields, with positions and the object's name. Each mapping is
+// checked once, so aliases and merge keys ("<<: [*a, *a]" nested many
+// times) cost each node once instead of exponentially many times.
 func checkFields(file, obj string, n *yaml.Node, t reflect.Type, errs *[]Error) {
-	c := fieldChecker{file: file, obj: obj, errs: errs, seen: map[*yaml.Node]bool{}}
-	c.check(n, t, 0)
-}
-
-// fieldChecker walks one object. seen holds the mapping nodes already
-// checked, so aliases and merge keys ("<<: [*a, *a]" nested many times)
-// cost each node once instead of exponentially many times.
-type fieldChecker struct {
-	file, obj string
-	errs      *[]Error
-	seen      map[*yaml.Node]bool
-}
-
-func (c *fieldChecker) check(n *yaml.Node, t reflect.Type, depth int) {
-	file, obj, errs := c.file, c.obj, c.errs
-	n = resolve(n)
-	if n == nil || depth > 16 {
-		return
+	w := yamlstrict.Walker{
+		MaxDepth:  16,
+		Once:      true,
+		MergeKeys: true,
+		Unknown: func(k *yaml.Node, t reflect.Type, _ string) {
+			*errs = append(*errs, Error{
+				Pos: posAt(file, k.Line), Object: obj,
+				Msg: fmt.Sprintf("unknown field %q (want one of %s)", k.Value, strings.Join(yamlstrict.Names(yamlstrict.Fields(t)), ", ")),
+			})
+		},
 	}
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t == nodeType || reflect.PointerTo(t).Implements(unmarshalerType) {
-		return
-	}
-	switch t.Kind() {
-	case reflect.Struct:
-		if n.Kind != yaml.MappingNode || c.seen[n] {
-			return // Decode reports a type mismatch
-		}
-		c.seen[n] = true
-		fields := yamlFields(t)
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := n.Content[i]
-			if k.Value == "<<" { // merge key: check the merged mapping
-				v := resolve(n.Content[i+1])
-				if v != nil && v.Kind == yaml.SequenceNode {
-					for _, m := range v.Content {
-						c.check(m, t, depth+1)
-					}
-				} else {
-					c.check(v, t, depth+1)
-				}
-				continue
-			}
-			ft, ok := fields[k.Value]
-			if !ok {
-				*errs = append(*errs, Error{
-					Pos: posAt(file, k.Line), Object: obj,
-					Msg: fmt.Sprintf("unknown field %q (want one of %s)", k.Value, strings.Join(fieldNames(t), ", ")),
-				})
-				continue
-			}
-			c.check(n.Content[i+1], ft, depth+1)
-		}
-	case reflect.Slice, reflect.Array:
-		if n.Kind != yaml.SequenceNode {
-			return
-		}
-		for _, e := range n.Content {
-			c.check(e, t.Elem(), depth+1)
-		}
-	default: // scalars and maps: nothing to check
-	}
-}
-
-func yamlFields(t reflect.Type) map[string]reflect.Type {
-	m := map[string]reflect.Type{}
-	for _, f := range structFields(t, nil) {
-		m[f.name] = f.typ
-	}
-	return m
-}
-
-func fieldNames(t reflect.Type) []string {
-	var names []string
-	for _, f := range structFields(t, nil) {
-		names = append(names, f.name)
-	}
-	return names
-}
-
-type yamlField struct {
-	name string
-	typ  reflect.Type
-}
-
-// structFields lists t's yaml keys in declaration order, flattening
-// ",inline" structs as yaml does.
-func structFields(t reflect.Type, out []yamlField) []yamlField {
-	for f := range t.Fields() {
-		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "-" || !f.IsExported() {
-			continue
-		}
-		if strings.Contains(opts, "inline") && f.Type.Kind() == reflect.Struct {
-			out = structFields(f.Type, out)
-			continue
-		}
-		if name == "" {
-			name = strings.ToLower(f.Name)
-		}
-		out = append(out, yamlField{name, f.Type})
-	}
-	return out
-}
-
-// resolve follows aliases (bounded: yaml rejects alias cycles).
-func resolve(n *yaml.Node) *yaml.Node {
-	for i := 0; n != nil && n.Kind == yaml.AliasNode && i < 32; i++ {
-		n = n.Alias
-	}
-	return n
+	w.Walk(n, t, "")
 }
 
 // docRoot returns a document's content, or nil for an empty document.
@@ -320,7 +218,7 @@ func docRoot(doc *yaml.Node) *yaml.Node {
 		}
 		doc = doc.Content[0]
 	}
-	doc = resolve(doc)
+	doc = yamlstrict.Resolve(doc)
 	if doc == nil || (doc.Kind == yaml.ScalarNode && doc.Tag == "!!null") {
 		return nil
 	}
@@ -329,13 +227,13 @@ func docRoot(doc *yaml.Node) *yaml.Node {
 
 // valueNode returns the value of key in mapping n, or nil.
 func valueNode(n *yaml.Node, key string) *yaml.Node {
-	n = resolve(n)
+	n = yamlstrict.Resolve(n)
 	if n == nil || n.Kind != yaml.MappingNode {
 		return nil
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		if n.Content[i].Value == key {
-			return resolve(n.Content[i+1])
+			return yamlstrict.Resolve(n.Content[i+1])
 		}
 	}
 	return nil
@@ -352,7 +250,7 @@ func scalarValue(n *yaml.Node, key string) string {
 // lineOf returns the line of key's value in n, or n's own line. Further
 // path elements index into nested mappings (a key) or lists (a number).
 func lineOf(n *yaml.Node, path ...string) int {
-	n = resolve(n)
+	n = yamlstrict.Resolve(n)
 	if n == nil {
 		return 0
 	}
@@ -365,7 +263,7 @@ func lineOf(n *yaml.Node, path ...string) int {
 			next = valueNode(cur, p)
 		case yaml.SequenceNode:
 			if i, err := strconv.Atoi(p); err == nil && i >= 0 && i < len(cur.Content) {
-				next = resolve(cur.Content[i])
+				next = yamlstrict.Resolve(cur.Content[i])
 			}
 		default:
 		}
