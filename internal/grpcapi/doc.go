@@ -1,6 +1,6 @@
 // Package grpcapi is Sluice's KServe v2 / Triton gRPC edge: it serves
 // inference.GRPCInferenceService (Triton's field numbers) on top of a
-// Models implementation, plus the standard grpc.health.v1 service and
+// modelrepo.Models implementation, plus the standard grpc.health.v1 service and
 // server reflection.
 //
 // Requests are converted into package infer's types: typed contents and

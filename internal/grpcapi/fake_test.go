@@ -11,7 +11,7 @@ import (
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
 
-// fakeModels is a hand-written Models. Model "echo" answers each input
+// fakeModels is a hand-written modelrepo.Models. Model "echo" answers each input
 // named INPUTn with an output OUTPUTn holding the same tensor; model
 // "panic" panics; any other name is not found.
 type fakeModels struct {
@@ -170,4 +170,4 @@ func (f *fakeModels) Statistics(_ context.Context, name, _ string) ([]modelrepo.
 	}}, nil
 }
 
-var _ Models = (*fakeModels)(nil)
+var _ modelrepo.Models = (*fakeModels)(nil)

@@ -17,33 +17,6 @@ import (
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
 
-// Models is what the gRPC edge needs from the model layer
-// (*modelrepo.Manager in production). Errors are *infer.Error where the
-// caller should see a specific status; methods are called concurrently.
-type Models interface {
-	// Infer runs one request. The request's tensors may alias the gRPC
-	// message and must not be kept after Infer returns.
-	Infer(ctx context.Context, req *infer.Request) (*infer.Response, error)
-	// Metadata returns a model's metadata; version "" means the latest.
-	Metadata(ctx context.Context, name, version string) (*modelrepo.Metadata, error)
-	// Config returns a model's configuration. The caller does not modify it.
-	Config(ctx context.Context, name, version string) (*pb.ModelConfig, error)
-	// ModelReady returns nil when the model (version) is ready.
-	ModelReady(ctx context.Context, name, version string) error
-	// Live reports whether the server is live.
-	Live() bool
-	// Ready reports whether the server is ready for inference.
-	Ready() bool
-	// Index lists the repository's models, only the ready ones if readyOnly.
-	Index(ctx context.Context, readyOnly bool) []modelrepo.IndexEntry
-	// Load loads or reloads a model.
-	Load(ctx context.Context, name string, opts modelrepo.LoadOptions) error
-	// Unload unloads a model.
-	Unload(ctx context.Context, name string, opts modelrepo.UnloadOptions) error
-	// Statistics returns per-version statistics; name "" means all models.
-	Statistics(ctx context.Context, name, version string) ([]modelrepo.ModelStats, error)
-}
-
 // DefaultExtensions are the Triton protocol extensions Sluice serves; they
 // are listed in ServerMetadata.
 var DefaultExtensions = []string{
@@ -64,12 +37,13 @@ type Options struct {
 	Extensions []string
 }
 
-// Service implements inference.GRPCInferenceService on top of Models. The
-// shared-memory, trace and log-settings RPCs answer Unimplemented.
+// Service implements inference.GRPCInferenceService on top of
+// modelrepo.Models. The shared-memory, trace and log-settings RPCs answer
+// Unimplemented.
 type Service struct {
 	pb.UnimplementedGRPCInferenceServiceServer
 
-	models  Models
+	models  modelrepo.Models
 	opts    Options
 	logger  *slog.Logger
 	metrics *metrics
@@ -80,7 +54,7 @@ type Service struct {
 
 // New returns a Service. A nil logger discards logs; a nil registerer
 // leaves the metrics unregistered.
-func New(models Models, opts Options, logger *slog.Logger, reg prometheus.Registerer) *Service {
+func New(models modelrepo.Models, opts Options, logger *slog.Logger, reg prometheus.Registerer) *Service {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
 
-// fakeModels is a hand-written Models. It knows two models:
+// fakeModels is a hand-written modelrepo.Models. It knows two models:
 //
 //   - "simple": Triton's classic example, INT32 INPUT0 and INPUT1 of shape
 //     [-1,16] (max_batch_size 8); OUTPUT0 = INPUT0+INPUT1, OUTPUT1 =
@@ -204,5 +204,4 @@ func (f *fakeModels) Statistics(_ context.Context, name, version string) ([]mode
 	}}, nil
 }
 
-// The repository manager is what the server wires in.
-var _ Models = (*modelrepo.Manager)(nil)
+var _ modelrepo.Models = (*fakeModels)(nil)

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/sluice-ml/sluice/internal/jsonenc"
+	"github.com/sluice-ml/sluice/internal/modelrepo"
 	"github.com/sluice-ml/sluice/internal/telemetry"
 	"github.com/sluice-ml/sluice/internal/wire"
 )
@@ -43,10 +44,10 @@ type Options struct {
 }
 
 // Handler serves the KServe v2 HTTP protocol and Triton's HTTP extensions
-// on top of a Models implementation. It is an http.Handler and is safe for
-// concurrent use.
+// on top of a modelrepo.Models implementation. It is an http.Handler and
+// is safe for concurrent use.
 type Handler struct {
-	models  Models
+	models  modelrepo.Models
 	opts    Options
 	logger  *slog.Logger
 	metrics *metrics
@@ -59,7 +60,7 @@ type Handler struct {
 
 // New builds a Handler serving models. A nil logger discards; a nil
 // registerer leaves the metrics unregistered.
-func New(models Models, opts Options, logger *slog.Logger, reg prometheus.Registerer) *Handler {
+func New(models modelrepo.Models, opts Options, logger *slog.Logger, reg prometheus.Registerer) *Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
