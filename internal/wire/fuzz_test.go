@@ -2,6 +2,8 @@ package wire
 
 import (
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -56,6 +58,34 @@ func FuzzFromGRPC(f *testing.F) {
 		}
 		if !utf8.ValidString(ie.Msg) || len(ie.Msg) > MaxMessageLen+len("…") {
 			t.Fatalf("message of %d bytes, valid UTF-8 %v", len(ie.Msg), utf8.ValidString(ie.Msg))
+		}
+	})
+}
+
+// FuzzParseError reads arbitrary bytes as an HTTP error answer's body, as
+// a hostile or foreign server could send it. Nothing may panic; what comes
+// back is bounded, valid UTF-8 and a clean reason code, and a body that
+// WriteError wrote reads back as written.
+func FuzzParseError(f *testing.F) {
+	f.Add([]byte(`{"error":"model 'm' not found","reason":"model_not_found"}`))
+	f.Add([]byte(`{"error":"x","reason":"NOT A CODE"}`))
+	f.Add([]byte("upstream connect error"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		msg, reason, _ := ParseError(body)
+		if !utf8.ValidString(msg) || len(msg) > MaxMessageLen+len("…") {
+			t.Fatalf("message of %d bytes, valid UTF-8 %v", len(msg), utf8.ValidString(msg))
+		}
+		if reason != CleanReason(reason) {
+			t.Fatalf("reason %q is not clean", reason)
+		}
+		if !utf8.Valid(body) || len(body) > MaxMessageLen {
+			return
+		}
+		rec := httptest.NewRecorder()
+		WriteError(rec, http.StatusBadRequest, "invalid_request", string(body))
+		got, gotReason, ok := ParseError(rec.Body.Bytes())
+		if !ok || got != string(body) || gotReason != "invalid_request" {
+			t.Fatalf("round trip of %q: %q %q %v", body, got, gotReason, ok)
 		}
 	})
 }

@@ -167,33 +167,17 @@ func StatusError(code codes.Code, reason, msg string) error {
 	return st.Err()
 }
 
-// maxReasonLen bounds a reason read from a status.
-const maxReasonLen = 64
-
 // StatusReason returns the reason of st's first ErrorInfo detail when it
-// looks like a reason code (at most 64 letters, digits and underscores),
-// lower-cased, or "". The status may come from the network, so anything
-// odd is dropped rather than passed on.
+// looks like a reason code (CleanReason), or "". The status may come
+// from the network, so anything odd is dropped rather than passed on.
 func StatusReason(st *status.Status) string {
 	if len(st.Proto().GetDetails()) == 0 {
 		return "" // skip decoding the details, the common case for Triton
 	}
 	for _, d := range st.Details() {
-		info, ok := d.(*errdetails.ErrorInfo)
-		if !ok {
-			continue
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return CleanReason(info.GetReason())
 		}
-		r := info.GetReason()
-		if r == "" || len(r) > maxReasonLen {
-			return ""
-		}
-		for i := range len(r) {
-			c := r[i]
-			if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '_' {
-				return ""
-			}
-		}
-		return strings.ToLower(r)
 	}
 	return ""
 }

@@ -10,11 +10,15 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
-	"github.com/sluice-ml/sluice/internal/httpapi"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/kserve"
 	"github.com/sluice-ml/sluice/internal/release/record"
+	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // Target answers recorded requests: a KServe v2 endpoint (gRPC or HTTP)
@@ -127,10 +131,10 @@ func (g *GRPCTarget) Replay(ctx context.Context, rec *record.Record) (record.Arm
 	}
 	resp, err := g.client.Infer(ctx, g.addr, &infer.Request{ID: rec.RequestID, Model: name, Version: version, Inputs: ins})
 	if err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || ownDeadline(ctx, err) {
 			return failed(name, version, http.StatusGatewayTimeout, kserve.ReasonTimeout), context.Cause(ctx)
 		}
-		status, reason := httpapi.StatusOf(err)
+		status, reason := wire.HTTPStatus(err)
 		return failed(name, version, status, reason), nil
 	}
 	a := record.Arm{Model: name, Version: version, Status: http.StatusOK, Outputs: outputMap(resp.Outputs)}
@@ -205,6 +209,15 @@ func (o *HTTPOptions) post(ctx context.Context, u string, body []byte, header ht
 	return resp.StatusCode, data, nil, nil
 }
 
+// ownDeadline reports whether err is a DeadlineExceeded answer to the
+// call's own deadline. gRPC sends the deadline to the server, whose timer
+// can end the call (with its own reason, such as "queue_timeout") just
+// before the client's does; such an answer arrives after the deadline.
+func ownDeadline(ctx context.Context, err error) bool {
+	dl, ok := ctx.Deadline()
+	return ok && grpcstatus.Code(err) == codes.DeadlineExceeded && !time.Now().Before(dl)
+}
+
 func transportFailure(err error, model, version string) record.Arm {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return failed(model, version, http.StatusGatewayTimeout, kserve.ReasonTimeout)
@@ -213,15 +226,11 @@ func transportFailure(err error, model, version string) record.Arm {
 }
 
 // errorArm reads an error answer: {"error": "…", "reason": "…"}, the
-// reason defaulting to kserve.ReasonError. Statuses outside 400–599
+// reason (wire.ParseError) defaulting to kserve.ReasonError. Statuses outside 400–599
 // (a 2xx without a usable body, a 3xx) count as 502.
 func errorArm(status int, body []byte, model, version string) record.Arm {
-	var e struct {
-		Reason string `json:"reason"`
-	}
-	_ = json.Unmarshal(body, &e)
-	reason := e.Reason
-	if reason == "" || len(reason) > 64 {
+	_, reason, _ := wire.ParseError(body)
+	if reason == "" {
 		reason = kserve.ReasonError
 	}
 	if status < 400 || status > 599 {
