@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/infer"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
+	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // The wire protocols (perf_analyzer's -i).
@@ -120,11 +121,8 @@ func (c *httpClient) get(ctx context.Context, u string, out any) error {
 		return fmt.Errorf("GET %s: read answer: %w", u, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return fmt.Errorf("GET %s: %d: %s", u, resp.StatusCode, e.Error)
+		if msg, _, _ := wire.ParseError(body); msg != "" {
+			return fmt.Errorf("GET %s: %d: %s", u, resp.StatusCode, msg)
 		}
 		switch resp.StatusCode {
 		case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented:
