@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
+	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // Prefix is the path the console is served under.
@@ -263,7 +264,8 @@ func (c *Console) pageErrors(w http.ResponseWriter, r *http.Request) {
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		code, b = http.StatusInternalServerError, []byte(`{"error":"encode answer","reason":"internal"}`)
+		wire.WriteError(w, http.StatusInternalServerError, wire.ReasonInternal, "encode answer")
+		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
@@ -273,10 +275,10 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 // writeSourceError answers a source's failure, or its absence.
 func writeSourceError(w http.ResponseWriter, what string, err error) {
 	if errors.Is(err, errNotRunning) {
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": "this process runs no " + what, "reason": "not_running"})
+		wire.WriteError(w, http.StatusNotFound, "not_running", "this process runs no "+what)
 		return
 	}
-	writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": what + ": " + err.Error(), "reason": "source_unavailable"})
+	wire.WriteError(w, http.StatusServiceUnavailable, "source_unavailable", what+": "+err.Error())
 }
 
 var errNotRunning = errors.New("not running")
@@ -334,7 +336,7 @@ func (c *Console) apiErrors(w http.ResponseWriter, r *http.Request) {
 	if q := r.URL.Query().Get("n"); q != "" {
 		v, err := strconv.Atoi(q)
 		if err != nil || v < 0 {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "n must be a count, got " + strconv.Quote(q), "reason": "invalid_parameter"})
+			wire.WriteError(w, http.StatusBadRequest, wire.ReasonInvalidParameter, "n must be a count, got "+strconv.Quote(q))
 			return
 		}
 		n = min(v, maxErrors)
@@ -345,9 +347,8 @@ func (c *Console) apiErrors(w http.ResponseWriter, r *http.Request) {
 func (c *Console) apiSeries(w http.ResponseWriter, r *http.Request) {
 	kind := r.URL.Query().Get("kind")
 	if _, ok := columns[kind]; !ok && kind != "" {
-		writeJSON(w, http.StatusBadRequest, map[string]string{
-			"error": "kind must be one of model, service, features, view; got " + strconv.Quote(kind), "reason": "invalid_parameter",
-		})
+		wire.WriteError(w, http.StatusBadRequest, wire.ReasonInvalidParameter,
+			"kind must be one of model, service, features, view; got "+strconv.Quote(kind))
 		return
 	}
 	c.sampler.sampleIfDue(c.src.Now())
