@@ -45,6 +45,40 @@ func fromORTType(t ort.TensorElementDataType) (infer.DataType, error) {
 	return infer.Invalid, fmt.Errorf("element type %s has no KServe v2 data type", t)
 }
 
+// toORTType maps a fixed-size KServe v2 data type to its ONNX element
+// type; BYTES and invalid types map to Undefined.
+func toORTType(dt infer.DataType) ort.TensorElementDataType {
+	switch dt {
+	case infer.FP32:
+		return ort.TensorElementDataTypeFloat
+	case infer.FP16:
+		return ort.TensorElementDataTypeFloat16
+	case infer.BF16:
+		return ort.TensorElementDataTypeBFloat16
+	case infer.FP64:
+		return ort.TensorElementDataTypeDouble
+	case infer.Int8:
+		return ort.TensorElementDataTypeInt8
+	case infer.Int16:
+		return ort.TensorElementDataTypeInt16
+	case infer.Int32:
+		return ort.TensorElementDataTypeInt32
+	case infer.Int64:
+		return ort.TensorElementDataTypeInt64
+	case infer.Uint8:
+		return ort.TensorElementDataTypeUint8
+	case infer.Uint16:
+		return ort.TensorElementDataTypeUint16
+	case infer.Uint32:
+		return ort.TensorElementDataTypeUint32
+	case infer.Uint64:
+		return ort.TensorElementDataTypeUint64
+	case infer.Bool:
+		return ort.TensorElementDataTypeBool
+	}
+	return ort.TensorElementDataTypeUndefined
+}
+
 // ortCustomType is the ONNX element type of data passed as raw bytes.
 func ortCustomType(dt infer.DataType) ort.TensorElementDataType {
 	switch dt {

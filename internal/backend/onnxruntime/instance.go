@@ -23,7 +23,9 @@ type Instance struct {
 	sig       infer.Signature
 	inputIdx  map[string]int // input name -> position in sig.Inputs
 	outputIdx map[string]int // output name -> position in sig.Outputs
+	all       []int          // every output position, in order; read only
 	session   *ort.DynamicAdvancedSession
+	pool      ioPool
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -41,16 +43,20 @@ func newInstance(model string, version int64, sig infer.Signature, s *ort.Dynami
 	}
 	for i, t := range sig.Outputs {
 		in.outputIdx[t.Name] = i
+		in.all = append(in.all, i)
 	}
+	in.pool.usable = poolUsable(sig)
 	return in
 }
 
 // Signature returns the model's inputs and outputs.
 func (in *Instance) Signature() infer.Signature { return in.sig }
 
-// Close destroys the session. It is idempotent.
+// Close destroys the session and the tensors kept for it. It is
+// idempotent.
 func (in *Instance) Close() error {
 	in.closeOnce.Do(func() {
+		in.dropSets(false)
 		if err := in.session.Destroy(); err != nil {
 			in.closeErr = fmt.Errorf("destroy onnxruntime session: %w", err)
 		}
@@ -64,19 +70,51 @@ func (in *Instance) Close() error {
 // order; when empty, every output is returned in the model's order. The
 // input tensors' Data must not change until Execute returns. The returned
 // tensors' Data is owned by the caller.
+//
+// A model whose shapes all follow from the batch size runs on tensors kept
+// per batch size (see ioSet): the inputs are copied in, the outputs copied
+// out into one allocation. Other models, and batches too large to keep,
+// run on tensors created for the call, which wrap aligned input memory
+// without copying.
 func (in *Instance) Execute(ctx context.Context, inputs []infer.Tensor, outputs []string) ([]infer.Tensor, error) {
-	ordered, err := in.orderInputs(inputs)
+	var orderBuf [8]*infer.Tensor
+	ordered, err := in.orderInputs(inputs, orderBuf[:0])
 	if err != nil {
 		return nil, err
 	}
-	want, err := in.wantedOutputs(outputs)
+	var wantBuf [8]int
+	want, err := in.wantedOutputs(outputs, wantBuf[:0])
 	if err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, ctxError(err)
 	}
+	if in.pool.usable {
+		if key, ok := in.setKey(ordered); ok {
+			if s := in.takeSet(key); s != nil {
+				result, err := in.executeSet(ctx, s, ordered, want)
+				in.putSet(s)
+				if err == nil || ctx.Err() != nil {
+					return result, err
+				}
+				// The outputs may not have had the shapes the signature
+				// predicts: run on per-call tensors, and if that works,
+				// stop using sets for this model.
+				result, err = in.executeWrapped(ctx, ordered, want)
+				if err == nil {
+					in.dropSets(true)
+				}
+				return result, err
+			}
+		}
+	}
+	return in.executeWrapped(ctx, ordered, want)
+}
 
+// executeWrapped runs checked inputs on tensors created for this call.
+func (in *Instance) executeWrapped(ctx context.Context, ordered []*infer.Tensor, want []int) ([]infer.Tensor, error) {
+	var err error
 	values := make([]ort.Value, len(ordered))
 	outs := make([]ort.Value, len(in.sig.Outputs))
 	defer func() {
@@ -121,6 +159,11 @@ func (in *Instance) run(ctx context.Context, values, outs []ort.Value) error {
 	} else {
 		err = in.runCancellable(ctx, values, outs)
 	}
+	return in.runError(ctx, err)
+}
+
+// runError describes a failed run: cancelled, expired or broken.
+func (in *Instance) runError(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -161,8 +204,9 @@ func (in *Instance) where(what string) string {
 
 // orderInputs checks the inputs against the signature and returns them in
 // the model's input order.
-func (in *Instance) orderInputs(inputs []infer.Tensor) ([]*infer.Tensor, error) {
-	ordered := make([]*infer.Tensor, len(in.sig.Inputs))
+// buf is scratch the result may use.
+func (in *Instance) orderInputs(inputs []infer.Tensor, buf []*infer.Tensor) ([]*infer.Tensor, error) {
+	ordered := append(buf[:0], make([]*infer.Tensor, len(in.sig.Inputs))...)
 	for i := range inputs {
 		t := &inputs[i]
 		j, ok := in.inputIdx[t.Name]
@@ -199,16 +243,13 @@ func (in *Instance) orderInputs(inputs []infer.Tensor) ([]*infer.Tensor, error) 
 	return ordered, nil
 }
 
-// wantedOutputs maps output names to positions in the signature.
-func (in *Instance) wantedOutputs(outputs []string) ([]int, error) {
+// wantedOutputs maps output names to positions in the signature. buf is
+// scratch the result may use; the result must not be changed.
+func (in *Instance) wantedOutputs(outputs []string, buf []int) ([]int, error) {
 	if len(outputs) == 0 {
-		all := make([]int, len(in.sig.Outputs))
-		for i := range all {
-			all[i] = i
-		}
-		return all, nil
+		return in.all, nil
 	}
-	want := make([]int, len(outputs))
+	want := append(buf[:0], make([]int, len(outputs))...)
 	for i, n := range outputs {
 		j, ok := in.outputIdx[n]
 		if !ok {
