@@ -3,7 +3,8 @@ package infer
 import "fmt"
 
 // Kind classifies an Error so the protocol edges can pick a status code.
-// Only httpapi and grpcapi turn a Kind into an HTTP or gRPC status.
+// Only package wire turns a Kind into an HTTP or gRPC status (its package
+// doc has the table).
 type Kind uint8
 
 // The error kinds.
@@ -12,7 +13,7 @@ const (
 	KindInvalid                       // 400 / InvalidArgument
 	KindNotFound                      // 404 / NotFound
 	KindUnavailable                   // 503 / Unavailable
-	KindResourceExhausted             // 413 or 429 / ResourceExhausted
+	KindResourceExhausted             // 413, 429 or 503 / ResourceExhausted
 	KindConflict                      // 409 / FailedPrecondition
 	KindUnsupported                   // 400 / Unimplemented
 	KindTimeout                       // 504 / DeadlineExceeded
