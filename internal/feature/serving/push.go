@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/feature"
@@ -100,193 +101,27 @@ func (s *Server) Push(ctx context.Context, source string, df map[string][]any, t
 			return PushReport{}, err
 		}
 	}
-	n := -1
-	first := ""
-	for _, name := range sortedKeys(df) {
-		if n < 0 {
-			n, first = len(df[name]), name
-		} else if len(df[name]) != n {
-			return PushReport{}, invalidf(ReasonEntityLengthMismatch, "column '%s' has %d values but '%s' has %d", name, len(df[name]), first, n)
-		}
-	}
-	n = max(n, 0)
-
-	// The source column that holds a view column: the inverse of the
-	// field mapping.
-	colFor := make(map[string]string, len(src.FieldMapping))
-	for from, to := range src.FieldMapping {
-		colFor[to] = from
-	}
-	column := func(name string) string {
-		if c, ok := colFor[name]; ok {
-			return c
-		}
-		return name
-	}
-	tsField, createdField := src.TimestampField, src.CreatedTimestampColumn
-	if b, ok := repo.Sources[src.BatchSource]; ok {
-		if tsField == "" {
-			tsField = b.TimestampField
-		}
-		if createdField == "" {
-			createdField = b.CreatedTimestampColumn
-		}
-	}
-	if tsField == "" {
-		tsField = "event_timestamp"
-	}
-	need := func(name string) ([]any, error) {
-		c, ok := df[column(name)]
-		if !ok {
-			return nil, invalidf(ReasonMissingColumn, "push source '%s': the rows have no column '%s'", source, column(name))
-		}
-		return c, nil
-	}
-	tsCol, err := need(tsField)
+	// Every row is checked and encoded before anything is written.
+	in, err := s.readPush(repo, src, df)
 	if err != nil {
-		return PushReport{}, err
-	}
-	events := make([]int64, n)
-	created := make([]int64, n)
-	hasCreated := make([]bool, n) // the client sent a created timestamp
-	for r := range n {
-		t, err := toTime(tsCol[r])
-		if err != nil {
-			return PushReport{}, invalidf(ReasonInvalidColumnValue, "column '%s' row %d: %v", column(tsField), r, err)
-		}
-		events[r] = t.UnixNano()
-	}
-	if createdField != "" {
-		if c, ok := df[column(createdField)]; ok {
-			for r := range n {
-				if c[r] == nil {
-					continue
-				}
-				t, err := toTime(c[r])
-				if err != nil {
-					return PushReport{}, invalidf(ReasonInvalidColumnValue, "column '%s' row %d: %v", column(createdField), r, err)
-				}
-				created[r] = t.UnixNano()
-				hasCreated[r] = true
-			}
-		}
-	}
-
-	now := s.opts.Now()
-	if err := checkFuture(column(tsField), column(createdField), events, created, hasCreated, now, s.futureTolerance(repo)); err != nil {
 		return PushReport{}, err
 	}
 	var off offlineRows
 	if to != PushOnline {
-		var err error
-		in := pushInput{
-			repo: repo, src: src, df: df, n: n, column: column,
-			events: events, created: created, hasCreated: hasCreated, now: now,
-		}
 		if off, err = buildOfflineRows(in, target); err != nil {
 			return PushReport{}, err
 		}
 	}
-
-	var views []*feature.View
+	var on onlineRows
 	if to != PushOffline {
-		for _, v := range repo.Views {
-			if v.Source == source && v.Online {
-				views = append(views, v)
-			}
+		if on, err = buildOnlineRows(in); err != nil {
+			return PushReport{}, err
 		}
 	}
-	slices.SortFunc(views, func(a, b *feature.View) int {
-		if a.Name < b.Name {
-			return -1
-		}
-		if a.Name > b.Name {
-			return 1
-		}
-		return 0
-	})
 
-	var entries []online.Entry
-	spans := make([][2]int, len(views)) // each view's entries
-	newest := make([]int64, len(views))
-	hotEntries := make([][]online.Entry, len(views))
-	for vi, v := range views {
-		spans[vi][0] = len(entries)
-		var kinds []feature.Kind
-		var keyCols [][]any
-		var keyNames []string
-		for _, en := range v.Entities {
-			e, ok := repo.Entities[en]
-			if !ok {
-				return PushReport{}, infer.Errorf(infer.KindInternal, ReasonInternal, "feature view '%s': entity '%s' is not defined", v.Name, en)
-			}
-			c, err := need(e.JoinKey)
-			if err != nil {
-				return PushReport{}, err
-			}
-			kinds = append(kinds, e.ValueType.Kind)
-			keyCols = append(keyCols, c)
-			keyNames = append(keyNames, e.JoinKey)
-		}
-		featCols := make([][]any, len(v.Schema))
-		for fi, f := range v.Schema {
-			if featCols[fi], err = need(f.Name); err != nil {
-				return PushReport{}, err
-			}
-		}
-		// Hot members' rows go to the hot copy too, so a push is not
-		// shadowed by an older hot row.
-		var hot *hotPlan
-		if v.Hot != nil && v.Hot.View != "" {
-			var p plan
-			vp, err := p.addView(repo, v)
-			if err != nil {
-				return PushReport{}, infer.Errorf(infer.KindInternal, ReasonInternal, "%v", err)
-			}
-			hot = vp.hot
-		}
-		keyVals := make([]feature.Value, len(kinds))
-		vals := make([]feature.Value, len(v.Schema))
-		schema := feature.Fingerprint(v.Schema)
-		for r := range n {
-			for ki, k := range kinds {
-				kv, err := toValue(keyCols[ki][r], feature.Type{Kind: k})
-				if err == nil && kv.Null {
-					err = fmt.Errorf("null")
-				}
-				if err != nil {
-					return PushReport{}, invalidf(ReasonInvalidEntityValue, "entity key '%s' row %d: %v", keyNames[ki], r, err)
-				}
-				keyVals[ki] = kv
-			}
-			ek, err := feature.AppendEntityKey(nil, kinds, keyVals)
-			if err != nil {
-				return PushReport{}, invalidf(ReasonInvalidEntityValue, "row %d: %v", r, err)
-			}
-			for fi, f := range v.Schema {
-				if vals[fi], err = toValue(featCols[fi][r], f.Type); err != nil {
-					return PushReport{}, invalidf(ReasonInvalidColumnValue, "column '%s' row %d (feature '%s:%s', %s): %v", column(f.Name), r, v.Name, f.Name, f.Type, err)
-				}
-			}
-			payload, err := feature.AppendValues(nil, v.Schema, vals)
-			if err != nil {
-				return PushReport{}, invalidf(ReasonInvalidColumnValue, "row %d of view '%s': %v", r, v.Name, err)
-			}
-			rec := feature.Record{EventTS: events[r], CreatedTS: created[r], Schema: schema, Payload: payload}
-			entries = append(entries, online.Entry{Key: online.Key{View: v.Name, Entity: ek}, Record: rec})
-			if hot != nil {
-				if _, member := hot.members[string(ek)]; member || hot.members == nil {
-					hotEntries[vi] = append(hotEntries[vi], online.Entry{Key: online.Key{View: hot.view, Entity: ek}, Record: rec})
-				}
-			}
-			newest[vi] = max(newest[vi], events[r])
-		}
-		spans[vi][1] = len(entries)
-	}
-
-	rep := PushReport{Rows: n, Views: []PushViewReport{}}
+	rep := PushReport{Rows: in.n, Views: []PushViewReport{}}
 	if to != PushOnline {
-		offRep, err := s.pushOffline(ctx, source, target, off, now)
+		offRep, err := s.pushOffline(ctx, source, target, off, in.now)
 		if err != nil {
 			return rep, err
 		}
@@ -295,40 +130,296 @@ func (s *Server) Push(ctx context.Context, source string, df map[string][]any, t
 			return rep, nil
 		}
 	}
-	err = s.pushOnline(ctx, views, entries, spans, hotEntries, newest, n, now, &rep)
+	err = s.pushOnline(ctx, on, in.n, in.now, &rep)
 	if err != nil && rep.Offline != nil {
 		return rep, offlineKept(source, rep.Offline, err)
 	}
 	return rep, err
 }
 
+// readPush checks a push's columns and reads its timestamps: every column
+// has one value per row, the event timestamp column is there and parses,
+// the created timestamp column parses where it has values, and no row is
+// dated too far in the future.
+func (s *Server) readPush(repo *registry.Repo, src *feature.Source, df map[string][]any) (pushInput, error) {
+	n := -1
+	first := ""
+	for _, name := range sortedKeys(df) {
+		if n < 0 {
+			n, first = len(df[name]), name
+		} else if len(df[name]) != n {
+			return pushInput{}, invalidf(ReasonEntityLengthMismatch, "column '%s' has %d values but '%s' has %d", name, len(df[name]), first, n)
+		}
+	}
+	in := pushInput{repo: repo, src: src, df: df, n: max(n, 0), column: sourceColumns(src)}
+	tsField, createdField := timestampFields(repo, src)
+	if err := in.readEvents(tsField); err != nil {
+		return pushInput{}, err
+	}
+	if err := in.readCreated(createdField); err != nil {
+		return pushInput{}, err
+	}
+	in.now = s.opts.Now()
+	if err := checkFuture(in.column(tsField), in.column(createdField), in.events, in.created, in.hasCreated, in.now, s.futureTolerance(repo)); err != nil {
+		return pushInput{}, err
+	}
+	return in, nil
+}
+
+// sourceColumns returns the df column that holds a view column: the
+// inverse of the source's field mapping.
+func sourceColumns(src *feature.Source) func(name string) string {
+	colFor := make(map[string]string, len(src.FieldMapping))
+	for from, to := range src.FieldMapping {
+		colFor[to] = from
+	}
+	return func(name string) string {
+		if c, ok := colFor[name]; ok {
+			return c
+		}
+		return name
+	}
+}
+
+// timestampFields names a push source's event and created timestamp
+// columns: its own, else its batch source's; the event timestamp
+// defaults to "event_timestamp".
+func timestampFields(repo *registry.Repo, src *feature.Source) (ts, created string) {
+	ts, created = src.TimestampField, src.CreatedTimestampColumn
+	if b, ok := repo.Sources[src.BatchSource]; ok {
+		if ts == "" {
+			ts = b.TimestampField
+		}
+		if created == "" {
+			created = b.CreatedTimestampColumn
+		}
+	}
+	if ts == "" {
+		ts = "event_timestamp"
+	}
+	return ts, created
+}
+
+// need returns the df column of view column name, which must be there.
+func (in *pushInput) need(name string) ([]any, error) {
+	c, ok := in.df[in.column(name)]
+	if !ok {
+		return nil, invalidf(ReasonMissingColumn, "push source '%s': the rows have no column '%s'", in.src.Name, in.column(name))
+	}
+	return c, nil
+}
+
+// readEvents parses every row's event timestamp.
+func (in *pushInput) readEvents(tsField string) error {
+	col, err := in.need(tsField)
+	if err != nil {
+		return err
+	}
+	in.events = make([]int64, in.n)
+	for r := range in.n {
+		t, err := toTime(col[r])
+		if err != nil {
+			return invalidf(ReasonInvalidColumnValue, "column '%s' row %d: %v", in.column(tsField), r, err)
+		}
+		in.events[r] = t.UnixNano()
+	}
+	return nil
+}
+
+// readCreated parses the created timestamps the client sent: the column
+// is optional, and so is each of its values.
+func (in *pushInput) readCreated(createdField string) error {
+	in.created = make([]int64, in.n)
+	in.hasCreated = make([]bool, in.n)
+	if createdField == "" {
+		return nil
+	}
+	col, ok := in.df[in.column(createdField)]
+	if !ok {
+		return nil
+	}
+	for r := range in.n {
+		if col[r] == nil {
+			continue
+		}
+		t, err := toTime(col[r])
+		if err != nil {
+			return invalidf(ReasonInvalidColumnValue, "column '%s' row %d: %v", in.column(createdField), r, err)
+		}
+		in.created[r] = t.UnixNano()
+		in.hasCreated[r] = true
+	}
+	return nil
+}
+
+// onlineRows are a push's rows encoded for the online store, view by view.
+type onlineRows struct {
+	views   []*feature.View // the push source's online views, by name
+	entries []online.Entry
+	spans   [][2]int         // spans[vi]: view vi's entries
+	newest  []int64          // newest[vi]: view vi's newest event timestamp
+	hot     [][]online.Entry // hot[vi]: view vi's rows for its hot copy
+}
+
+// buildOnlineRows encodes every row for every online view that reads the
+// push source.
+func buildOnlineRows(in pushInput) (onlineRows, error) {
+	var views []*feature.View
+	for _, v := range in.repo.Views {
+		if v.Source == in.src.Name && v.Online {
+			views = append(views, v)
+		}
+	}
+	slices.SortFunc(views, func(a, b *feature.View) int { return strings.Compare(a.Name, b.Name) })
+	o := onlineRows{
+		views:  views,
+		spans:  make([][2]int, len(views)),
+		newest: make([]int64, len(views)),
+		hot:    make([][]online.Entry, len(views)),
+	}
+	for vi := range views {
+		if err := o.addView(in, vi); err != nil {
+			return onlineRows{}, err
+		}
+	}
+	return o, nil
+}
+
+// addView encodes every row for view vi: its entity key, its features in
+// the view's row encoding, and a copy for the view's hot subset when the
+// entity is a hot member, so a push is not shadowed by an older hot row.
+func (o *onlineRows) addView(in pushInput, vi int) error {
+	v := o.views[vi]
+	o.spans[vi][0] = len(o.entries)
+	keys, err := in.viewKeys(v)
+	if err != nil {
+		return err
+	}
+	featCols := make([][]any, len(v.Schema))
+	for fi, f := range v.Schema {
+		if featCols[fi], err = in.need(f.Name); err != nil {
+			return err
+		}
+	}
+	hot, err := pushHotPlan(in.repo, v)
+	if err != nil {
+		return err
+	}
+	vals := make([]feature.Value, len(v.Schema))
+	schema := feature.Fingerprint(v.Schema)
+	for r := range in.n {
+		ek, err := keys.encode(r)
+		if err != nil {
+			return err
+		}
+		for fi, f := range v.Schema {
+			if vals[fi], err = toValue(featCols[fi][r], f.Type); err != nil {
+				return invalidf(ReasonInvalidColumnValue, "column '%s' row %d (feature '%s:%s', %s): %v", in.column(f.Name), r, v.Name, f.Name, f.Type, err)
+			}
+		}
+		payload, err := feature.AppendValues(nil, v.Schema, vals)
+		if err != nil {
+			return invalidf(ReasonInvalidColumnValue, "row %d of view '%s': %v", r, v.Name, err)
+		}
+		rec := feature.Record{EventTS: in.events[r], CreatedTS: in.created[r], Schema: schema, Payload: payload}
+		o.entries = append(o.entries, online.Entry{Key: online.Key{View: v.Name, Entity: ek}, Record: rec})
+		if hot != nil {
+			if _, member := hot.members[string(ek)]; member || hot.members == nil {
+				o.hot[vi] = append(o.hot[vi], online.Entry{Key: online.Key{View: hot.view, Entity: ek}, Record: rec})
+			}
+		}
+		o.newest[vi] = max(o.newest[vi], in.events[r])
+	}
+	o.spans[vi][1] = len(o.entries)
+	return nil
+}
+
+// pushKeys are the entity key columns of one view in a push.
+type pushKeys struct {
+	kinds []feature.Kind
+	cols  [][]any
+	names []string
+	vals  []feature.Value // one row's key values
+}
+
+// viewKeys finds the df columns of view v's entity keys.
+func (in *pushInput) viewKeys(v *feature.View) (pushKeys, error) {
+	var k pushKeys
+	for _, en := range v.Entities {
+		e, ok := in.repo.Entities[en]
+		if !ok {
+			return pushKeys{}, infer.Errorf(infer.KindInternal, ReasonInternal, "feature view '%s': entity '%s' is not defined", v.Name, en)
+		}
+		c, err := in.need(e.JoinKey)
+		if err != nil {
+			return pushKeys{}, err
+		}
+		k.kinds = append(k.kinds, e.ValueType.Kind)
+		k.cols = append(k.cols, c)
+		k.names = append(k.names, e.JoinKey)
+	}
+	k.vals = make([]feature.Value, len(k.kinds))
+	return k, nil
+}
+
+// encode returns row r's entity key; a key value may not be null.
+func (k *pushKeys) encode(r int) ([]byte, error) {
+	for ki, kind := range k.kinds {
+		kv, err := toValue(k.cols[ki][r], feature.Type{Kind: kind})
+		if err == nil && kv.Null {
+			err = fmt.Errorf("null")
+		}
+		if err != nil {
+			return nil, invalidf(ReasonInvalidEntityValue, "entity key '%s' row %d: %v", k.names[ki], r, err)
+		}
+		k.vals[ki] = kv
+	}
+	ek, err := feature.AppendEntityKey(nil, k.kinds, k.vals)
+	if err != nil {
+		return nil, invalidf(ReasonInvalidEntityValue, "row %d: %v", r, err)
+	}
+	return ek, nil
+}
+
+// pushHotPlan returns view v's hot subset as serving reads it, or nil
+// when v has none.
+func pushHotPlan(repo *registry.Repo, v *feature.View) (*hotPlan, error) {
+	if v.Hot == nil || v.Hot.View == "" {
+		return nil, nil
+	}
+	var p plan
+	vp, err := p.addView(repo, v)
+	if err != nil {
+		return nil, infer.Errorf(infer.KindInternal, ReasonInternal, "%v", err)
+	}
+	return vp.hot, nil
+}
+
 // pushOnline writes each view's entries (and its hot copy's) to the online
 // store and records the push in the views' state.
-func (s *Server) pushOnline(ctx context.Context, views []*feature.View, entries []online.Entry, spans [][2]int,
-	hotEntries [][]online.Entry, newest []int64, n int, now time.Time, rep *PushReport,
-) error {
-	for vi, v := range views {
+func (s *Server) pushOnline(ctx context.Context, o onlineRows, n int, now time.Time, rep *PushReport) error {
+	for vi, v := range o.views {
 		// The rows' schema is recorded before any row is visible.
 		if _, err := s.schemas.Record(ctx, s.store, v.Name, v.Schema); err != nil {
 			return storeError("push to feature view '"+v.Name+"'", err)
 		}
 		// One Write per view, so each view's counts are its own.
-		st, err := s.store.Write(ctx, entries[spans[vi][0]:spans[vi][1]], online.WriteOptions{})
+		st, err := s.store.Write(ctx, o.entries[o.spans[vi][0]:o.spans[vi][1]], online.WriteOptions{})
 		if err != nil {
 			return storeError("push to feature view '"+v.Name+"'", err)
 		}
 		s.metrics.pushedRows.WithLabelValues(v.Name, "written").Add(float64(st.Written))
 		s.metrics.pushedRows.WithLabelValues(v.Name, "skipped").Add(float64(st.Skipped))
 		vr := PushViewReport{View: v.Name, Written: st.Written, Skipped: st.Skipped}
-		if len(hotEntries[vi]) > 0 {
-			hst, err := s.store.Write(ctx, hotEntries[vi], online.WriteOptions{})
+		if len(o.hot[vi]) > 0 {
+			hst, err := s.store.Write(ctx, o.hot[vi], online.WriteOptions{})
 			if err != nil {
 				return storeError("push to the hot copy of feature view '"+v.Name+"'", err)
 			}
 			vr.HotWritten = hst.Written
 		}
 		rep.Views = append(rep.Views, vr)
-		if err := s.recordPush(ctx, v.Name, now, newest[vi], st.Written, n > 0); err != nil {
+		if err := s.recordPush(ctx, v.Name, now, o.newest[vi], st.Written, n > 0); err != nil {
 			return err
 		}
 	}
