@@ -305,11 +305,46 @@ func (v *validator) backend(p string, b Backend, seen map[string]bool) {
 // pathPattern is "METHOD /path".
 var pathPattern = regexp.MustCompile(`^(GET|POST|PUT) /[^\s{}]*$`)
 
+// service checks one service: its request shape, how its inputs are
+// assembled, its model and outputs, its routes, and its shadow, drift,
+// rollout, feature breaker and fallback blocks.
 func (v *validator) service(p string, s Service, backends map[string]bool, kinds map[string]string) {
 	if !pathPattern.MatchString(s.Path) {
 		v.add(p+".path", "%s: want \"METHOD /path\", e.g. \"POST /v1/services/parcel-eta:predict\"", quote(s.Path))
 	}
-	fields := map[string]bool{} // names an input's "field:" may use
+	fields := v.requestFields(p, s)
+	if usesFeatures := v.inputs(p, s.Inputs, fields); usesFeatures && s.FeatureService == "" {
+		v.add(p+".feature_service", "is required when inputs read features")
+	}
+	if s.Model.Name == "" {
+		v.add(p+".model.name", "is required")
+	}
+	outs := map[string]bool{}
+	for i, o := range s.Outputs {
+		v.unique(outs, fmt.Sprintf("%s.outputs[%d].name", p, i), "output name", o.Name)
+	}
+	v.routes(p, s.Routes, backends, kinds, fields)
+	if sh := s.Shadow; sh != nil {
+		v.shadow(p+".shadow", sh, kinds, fields)
+	}
+	if d := s.Drift; d != nil {
+		v.drift(p+".drift", d, s.Fallback != nil)
+	}
+	if ro := s.Rollout; ro != nil {
+		v.rollout(p+".rollout", ro, backends, fields)
+	}
+	fb := s.FeatureBreaker
+	v.positive(p+".feature_breaker.window", fb.Window)
+	v.positive(p+".feature_breaker.probe_interval", fb.ProbeInterval)
+	if s.Fallback != nil {
+		v.fallback(p+".fallback", *s.Fallback)
+	}
+}
+
+// requestFields checks the entities and request fields of service s (at
+// p) and returns the names an input's "field:" may use.
+func (v *validator) requestFields(p string, s Service) map[string]bool {
+	fields := map[string]bool{}
 	for i, e := range s.Entities {
 		ep := fmt.Sprintf("%s.entities[%d]", p, i)
 		if e.Name == "" {
@@ -323,9 +358,14 @@ func (v *validator) service(p string, s Service, backends map[string]bool, kinds
 		v.unique(fields, fp+".name", "request field", f.Name)
 		v.oneOf(fp+".type", f.Type, "float32", "float64", "int64", "bool", "string")
 	}
+	return fields
+}
+
+// inputs checks how each input tensor of the service at p is assembled
+// and reports whether any reads a feature (not only request fields).
+func (v *validator) inputs(p string, inputs []Input, fields map[string]bool) (usesFeatures bool) {
 	tensors := map[string]bool{}
-	usesFeatures := false
-	for i, in := range s.Inputs {
+	for i, in := range inputs {
 		ip := fmt.Sprintf("%s.inputs[%d]", p, i)
 		v.unique(tensors, ip+".tensor", "input tensor", in.Tensor)
 		v.oneOf(ip+".datatype", in.Datatype, "FP32", "FP64", "FP16", "INT64", "INT32", "INT16", "INT8", "UINT8", "BOOL", "BYTES")
@@ -333,17 +373,8 @@ func (v *validator) service(p string, s Service, backends map[string]bool, kinds
 			v.add(ip+".features", "at least one feature is required")
 		}
 		for j, f := range in.Features {
-			fp := fmt.Sprintf("%s.features[%d]", ip, j)
-			kind, name, ok := strings.Cut(f, ":")
-			switch {
-			case ok && kind == "field":
-				if !fields[name] {
-					v.add(fp, "field %q is not an entity join_key or request field of the service", name)
-				}
-			case ok && kind != "" && name != "" && !strings.Contains(name, ":"):
+			if v.inputFeature(fmt.Sprintf("%s.features[%d]", ip, j), f, fields) {
 				usesFeatures = true
-			default:
-				v.add(fp, "%s: want \"view:feature\" or \"field:NAME\"", quote(f))
 			}
 		}
 		v.oneOf(ip+".missing", in.Missing, "fail", "default", "zero")
@@ -354,22 +385,35 @@ func (v *validator) service(p string, s Service, backends map[string]bool, kinds
 			v.add(ip+".default", "default is used only with missing: default")
 		}
 	}
-	if usesFeatures && s.FeatureService == "" {
-		v.add(p+".feature_service", "is required when inputs read features")
+	return usesFeatures
+}
+
+// inputFeature checks one entry of an input's features, "view:feature" or
+// "field:NAME", and reports whether it names a feature.
+func (v *validator) inputFeature(path, f string, fields map[string]bool) bool {
+	kind, name, ok := strings.Cut(f, ":")
+	switch {
+	case ok && kind == "field":
+		if !fields[name] {
+			v.add(path, "field %q is not an entity join_key or request field of the service", name)
+		}
+	case ok && kind != "" && name != "" && !strings.Contains(name, ":"):
+		return true
+	default:
+		v.add(path, "%s: want \"view:feature\" or \"field:NAME\"", quote(f))
 	}
-	if s.Model.Name == "" {
-		v.add(p+".model.name", "is required")
-	}
-	outs := map[string]bool{}
-	for i, o := range s.Outputs {
-		v.unique(outs, fmt.Sprintf("%s.outputs[%d].name", p, i), "output name", o.Name)
-	}
-	if len(s.Routes) == 0 {
+	return false
+}
+
+// routes checks the routes of the service at p; services call models
+// through in_process or kserve_grpc backends only.
+func (v *validator) routes(p string, routes []Route, backends map[string]bool, kinds map[string]string, fields map[string]bool) {
+	if len(routes) == 0 {
 		v.add(p+".routes", "at least one route is required")
 	}
-	routes := map[string]bool{}
-	for i, r := range s.Routes {
-		v.route(fmt.Sprintf("%s.routes[%d]", p, i), r, routes, backends, fields)
+	seen := map[string]bool{}
+	for i, r := range routes {
+		v.route(fmt.Sprintf("%s.routes[%d]", p, i), r, seen, backends, fields)
 		for j, w := range r.Route.Weighted {
 			if kinds[w.Backend] == "kserve_http" {
 				v.add(fmt.Sprintf("%s.routes[%d].route.weighted[%d].backend", p, i, j),
@@ -377,64 +421,63 @@ func (v *validator) service(p string, s Service, backends map[string]bool, kinds
 			}
 		}
 	}
-	if sh := s.Shadow; sh != nil {
-		sp := p + ".shadow"
-		switch k, ok := kinds[sh.Backend]; {
-		case !ok:
-			v.add(sp+".backend", "unknown backend %q", sh.Backend)
-		case k == "kserve_http":
-			v.add(sp+".backend", "backend %q is kserve_http; a shadow needs in_process or kserve_grpc", sh.Backend)
-		}
-		if sh.Version == "" {
-			v.add(sp+".version", "is required: the shadow model version")
-		}
-		if !(sh.Percent > 0 && sh.Percent <= 100) {
-			v.add(sp+".percent", "%v outside (0,100]", sh.Percent)
-		}
-		if sh.Key != "" && !fields[sh.Key] {
-			v.add(sp+".key", "%q is not an entity join_key or request field of the service", sh.Key)
-		}
-		v.positive(sp+".timeout", sh.Timeout)
+}
+
+// shadow checks a service's shadow block at sp.
+func (v *validator) shadow(sp string, sh *Shadow, kinds map[string]string, fields map[string]bool) {
+	switch k, ok := kinds[sh.Backend]; {
+	case !ok:
+		v.add(sp+".backend", "unknown backend %q", sh.Backend)
+	case k == "kserve_http":
+		v.add(sp+".backend", "backend %q is kserve_http; a shadow needs in_process or kserve_grpc", sh.Backend)
 	}
-	if d := s.Drift; d != nil {
-		dp := p + ".drift"
-		v.positive(dp+".record_for", d.RecordFor)
-		v.positive(dp+".window", d.Window)
-		v.positive(dp+".interval", d.Interval)
-		if !(d.PSIThreshold > 0) {
-			v.add(dp+".psi_threshold", "must be positive")
-		}
-		if !(d.KSAlpha > 0 && d.KSAlpha < 1) {
-			v.add(dp+".ks_alpha", "%v outside (0,1)", d.KSAlpha)
-		}
-		if d.FeedFallback && s.Fallback == nil {
-			v.add(dp+".feed_fallback", "the service has no fallback to feed")
-		}
+	if sh.Version == "" {
+		v.add(sp+".version", "is required: the shadow model version")
 	}
-	if ro := s.Rollout; ro != nil {
-		if err := ro.Validate(); err != nil {
-			for _, e := range flattenJoined(err) {
-				if fe, ok := errors.AsType[*rollout.FieldError](e); ok {
-					v.add(p+".rollout."+fe.Path, "%s", fe.Msg)
-				} else {
-					v.add(p+".rollout", "%v", e)
-				}
+	if !(sh.Percent > 0 && sh.Percent <= 100) {
+		v.add(sp+".percent", "%v outside (0,100]", sh.Percent)
+	}
+	if sh.Key != "" && !fields[sh.Key] {
+		v.add(sp+".key", "%q is not an entity join_key or request field of the service", sh.Key)
+	}
+	v.positive(sp+".timeout", sh.Timeout)
+}
+
+// drift checks a service's drift block at dp.
+func (v *validator) drift(dp string, d *Drift, hasFallback bool) {
+	v.positive(dp+".record_for", d.RecordFor)
+	v.positive(dp+".window", d.Window)
+	v.positive(dp+".interval", d.Interval)
+	if !(d.PSIThreshold > 0) {
+		v.add(dp+".psi_threshold", "must be positive")
+	}
+	if !(d.KSAlpha > 0 && d.KSAlpha < 1) {
+		v.add(dp+".ks_alpha", "%v outside (0,1)", d.KSAlpha)
+	}
+	if d.FeedFallback && !hasFallback {
+		v.add(dp+".feed_fallback", "the service has no fallback to feed")
+	}
+}
+
+// rollout checks a service's rollout block at rp: the block on its own,
+// then its backends and hash key against the service.
+func (v *validator) rollout(rp string, ro *rollout.Config, backends, fields map[string]bool) {
+	if err := ro.Validate(); err != nil {
+		for _, e := range flattenJoined(err) {
+			if fe, ok := errors.AsType[*rollout.FieldError](e); ok {
+				v.add(rp+"."+fe.Path, "%s", fe.Msg)
+			} else {
+				v.add(rp, "%v", e)
 			}
 		}
-		for _, t := range []rollout.Target{ro.Stable, ro.Candidate} {
-			if t.Backend != "" && !backends[t.Backend] {
-				v.add(p+".rollout", "unknown backend %q", t.Backend)
-			}
-		}
-		if ro.HashKey != "" && !fields[ro.HashKey] {
-			v.add(p+".rollout.hash_key", "%q is not an entity join_key or request field of the service", ro.HashKey)
+	}
+	for _, t := range []rollout.Target{ro.Stable, ro.Candidate} {
+		if t.Backend != "" && !backends[t.Backend] {
+			v.add(rp, "unknown backend %q", t.Backend)
 		}
 	}
-	fb := s.FeatureBreaker
-	v.positive(p+".feature_breaker.window", fb.Window)
-	v.positive(p+".feature_breaker.probe_interval", fb.ProbeInterval)
-	if s.Fallback != nil {
-		v.fallback(p+".fallback", *s.Fallback)
+	if ro.HashKey != "" && !fields[ro.HashKey] {
+		v.add(rp+".hash_key", "%q is not an entity join_key or request field of the service", ro.HashKey)
 	}
 }
 
