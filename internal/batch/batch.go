@@ -73,13 +73,15 @@ type Options struct {
 	MaxBatchSize        int
 	PreferredBatchSizes []int
 	MaxQueueDelay       time.Duration
-	// SpinBelow makes the batcher busy-wait (yielding the processor) for
-	// waits shorter than this instead of sleeping on a timer. Go's timers
-	// can fire about 1 ms late on an idle Linux machine (the netpoller
-	// sleeps in whole milliseconds), which would stretch a 200 µs
-	// max_queue_delay to over a millisecond. Longer waits sleep until
-	// SpinBelow before their due time, then spin. 0 turns spinning off
-	// (the fake clock of testing/synctest needs that).
+	// SpinBelow makes the batcher time waits shorter than this on a
+	// thread of its own that sleeps in the kernel with 1 ns timer slack,
+	// instead of on a Go timer. Go's timers can fire about 1 ms late on an
+	// idle Linux machine (the netpoller sleeps in whole milliseconds),
+	// which would stretch a 200 µs max_queue_delay to over a millisecond.
+	// Longer waits use a timer until SpinBelow before their due time, then
+	// the thread. 0 turns the thread off (the fake clock of
+	// testing/synctest needs that). The name is historical: the wait once
+	// spun, which took a whole core from the clients of a busy machine.
 	SpinBelow        time.Duration
 	PreserveOrdering bool
 	// PriorityLevels is the number of priority levels; 0 or 1 = one.
@@ -153,12 +155,13 @@ type Batcher struct {
 	execCtx        context.Context
 	cancelExec     context.CancelFunc
 	closing        atomic.Bool
-	running        atomic.Int32  // executor goroutines still running
-	exited         chan struct{} // closed when the last executor goroutine returns
+	running        atomic.Int32  // executor and sleeper goroutines still running
+	exited         chan struct{} // closed when the last of them returns
 	drained        chan struct{} // closed once stopped
 	timer          *time.Timer
 	spinBelow      time.Duration
-	spinDue        atomic.Int64 // unix ns the spinner fires at; 0 = no spin wanted
+	spinDue        atomic.Int64  // unix ns the sleeper fires at; 0 = nothing due
+	sleepWake      chan struct{} // capacity 1: spinDue was set
 
 	mu        sync.Mutex // protects the fields below and the links of queued pendings
 	levels    []level
@@ -167,8 +170,8 @@ type Batcher struct {
 	cand      []*pending // scratch of formLocked
 	slots     []*slot
 	idle      []*slot
-	timerAt   time.Time // when the timer (or the spinner) fires; zero = stopped
-	spinning  bool      // a spinner goroutine runs
+	timerAt   time.Time // when the timer (or the sleeper) fires; zero = stopped
+	sleeping  bool      // the sleeper goroutine has been started
 	order     orderList // PreserveOrdering: unanswered requests in submission order
 	closed    bool      // Close was called
 	stopped   bool      // no more dispatching; work channels closed
@@ -185,8 +188,10 @@ type level struct {
 func (l *level) size() int { return l.main.n + l.late.n }
 
 // New builds a batcher over executors and starts one goroutine per
-// executor. obs may be nil; a nil m records into unregistered collectors;
-// a nil logger discards. Close stops it.
+// executor; the first wait shorter than SpinBelow starts one more, which
+// times such waits from then on (see Options.SpinBelow). obs may be nil;
+// a nil m records into unregistered collectors; a nil logger discards.
+// Close stops them all.
 func New(opts Options, executors []Executor, obs Observer, m *Metrics, logger *slog.Logger) (*Batcher, error) {
 	if err := opts.validate(len(executors)); err != nil {
 		return nil, fmt.Errorf("model '%s' version %s: %w", opts.Model, opts.Version, err)
@@ -242,6 +247,7 @@ func New(opts Options, executors []Executor, obs Observer, m *Metrics, logger *s
 		b.slots[i] = s
 		b.idle = append(b.idle, s)
 	}
+	b.sleepWake = make(chan struct{}, 1)
 	b.running.Store(int32(len(b.slots)))
 	for _, s := range b.slots {
 		go b.run(s)

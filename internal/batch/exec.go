@@ -24,13 +24,16 @@ type slot struct {
 	from, to []int          // per output: a request's byte range (BYTES)
 }
 
+// goroutineDone records the end of one of the batcher's goroutines.
+func (b *Batcher) goroutineDone() {
+	if b.running.Add(-1) == 0 {
+		close(b.exited)
+	}
+}
+
 // run is an executor goroutine.
 func (b *Batcher) run(s *slot) {
-	defer func() {
-		if b.running.Add(-1) == 0 {
-			close(b.exited)
-		}
-	}()
+	defer b.goroutineDone()
 	for range s.work {
 		b.execute(s)
 		b.mu.Lock()

@@ -400,39 +400,65 @@ func (b *Batcher) armLocked(now, due time.Time) {
 	}
 }
 
-// startSpinLocked makes the spinner fire dispatch at due, starting it
-// when none runs.
+// startSpinLocked makes the sleeper fire dispatch at due, starting it
+// the first time. It is never called once the batcher has stopped, so the
+// sleeper is counted in running before the executors can all be gone.
 func (b *Batcher) startSpinLocked(due time.Time) {
 	b.spinDue.Store(due.UnixNano())
-	if b.spinning {
-		return // the running spinner reads the new due time
+	if !b.sleeping {
+		b.sleeping = true
+		b.running.Add(1)
+		go b.sleeper()
 	}
-	b.spinning = true
-	go b.spin()
+	select {
+	case b.sleepWake <- struct{}{}:
+	default: // a wake-up is already pending; the sleeper reads the new due time
+	}
 }
 
-// spin busy-waits, yielding the processor, until the due time in spinDue,
-// then dispatches. It returns when spinDue is cleared (the wait was
-// cancelled or moved to the timer) or after firing.
-func (b *Batcher) spin() {
+// maxSleepSlice bounds one kernel sleep of the sleeper, so that a due time
+// moved earlier (or cleared) while it sleeps is seen this much late at
+// most. A slice costs one thread wake-up, a few microseconds of CPU.
+const maxSleepSlice = 200 * time.Microsecond
+
+// sleeper is the goroutine that times the waits shorter than SpinBelow. It
+// runs on a thread of its own that sleeps in the kernel with a 1 ns timer
+// slack, so a 100–500 µs max_queue_delay means what it says on an idle
+// process, where a Go timer would fire about 1 ms late, without burning a
+// core the way busy-waiting would (on a busy machine, a spinning batcher
+// takes the CPU its clients need). It fires dispatch when the due time in
+// spinDue passes and returns once the batcher has stopped.
+func (b *Batcher) sleeper() {
+	defer b.goroutineDone()
+	// The thread's timer slack is changed for good, so the goroutine
+	// keeps the thread to the end: when it returns still locked, Go ends
+	// the thread rather than reuse it.
+	runtime.LockOSThread()
+	preciseThread()
 	for {
 		d := b.spinDue.Load()
-		for d != 0 && time.Now().UnixNano() < d {
-			runtime.Gosched()
-			d = b.spinDue.Load()
+		if d == 0 {
+			select {
+			case <-b.sleepWake:
+				continue
+			case <-b.drained:
+				return
+			}
+		}
+		if wait := d - time.Now().UnixNano(); wait > 0 {
+			preciseSleep(min(time.Duration(wait), maxSleepSlice))
+			continue
 		}
 		b.mu.Lock()
 		if cur := b.spinDue.Load(); cur != 0 && time.Now().UnixNano() < cur {
-			b.mu.Unlock() // the due time moved later meanwhile: keep spinning
+			b.mu.Unlock() // the due time moved later meanwhile: sleep on
 			continue
 		}
-		b.spinning = false
 		if b.spinDue.Swap(0) != 0 {
 			b.timerAt = time.Time{}
 			b.dispatchLocked()
 		}
 		b.mu.Unlock()
-		return
 	}
 }
 
