@@ -18,7 +18,7 @@ import (
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
 
-// fakeModels is a hand-written grpcapi.Models. Model "echo" answers each
+// fakeModels is a hand-written modelrepo.Models. Model "echo" answers each
 // input INPUTn with an output OUTPUTn holding the same tensor; "down" is
 // unavailable; "hang" blocks until its caller gives up, after signalling
 // on hanging; any other model is not found.
@@ -105,7 +105,7 @@ func (f *fakeModels) Statistics(_ context.Context, name, _ string) ([]modelrepo.
 	return nil, notFound(name)
 }
 
-var _ grpcapi.Models = (*fakeModels)(nil)
+var _ modelrepo.Models = (*fakeModels)(nil)
 
 // testServer is a real grpcapi server on 127.0.0.1.
 type testServer struct {

@@ -4,13 +4,12 @@ import (
 	"context"
 	"sync/atomic"
 
-	"github.com/sluice-ml/sluice/internal/grpcapi"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
 
-// fakeModels is a hand-written grpcapi.Models with one model, "echo",
+// fakeModels is a hand-written modelrepo.Models with one model, "echo",
 // whose outputs are its inputs. It counts the inferences that reach it.
 type fakeModels struct {
 	infers atomic.Int64
@@ -79,4 +78,4 @@ func (f *fakeModels) Statistics(_ context.Context, _, _ string) ([]modelrepo.Mod
 	return []modelrepo.ModelStats{{Name: "echo", Version: "1", InferenceCount: uint64(f.infers.Load())}}, nil
 }
 
-var _ grpcapi.Models = (*fakeModels)(nil)
+var _ modelrepo.Models = (*fakeModels)(nil)
