@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/console"
 	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
+	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // statusFlags are `sluice status`'s flags.
@@ -157,23 +158,19 @@ func consoleAPI(ctx context.Context, client *http.Client, url string, v any) (ok
 	if err != nil {
 		return false, false, err
 	}
-	var body struct {
-		Error  string `json:"error"`
-		Reason string `json:"reason"`
-	}
-	isJSON := json.Unmarshal(b, &body) == nil
+	msg, reason, isJSON := wire.ParseError(b)
 	switch {
 	case code == http.StatusOK:
 		if err := json.Unmarshal(b, v); err != nil {
 			return false, true, fmt.Errorf("%s: %w", url, err)
 		}
 		return true, true, nil
-	case code == http.StatusNotFound && isJSON && body.Reason == "not_running":
+	case code == http.StatusNotFound && isJSON && reason == "not_running":
 		return false, true, nil
 	case code == http.StatusNotFound:
 		return false, false, nil // no console on this port
-	case isJSON && body.Error != "":
-		return false, true, errors.New(body.Error)
+	case isJSON && msg != "":
+		return false, true, errors.New(msg)
 	}
 	return false, true, fmt.Errorf("%s: status %d", url, code)
 }
