@@ -12,63 +12,185 @@ import (
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/gateway/upstream"
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/tlsconfig"
+)
+
+// The backend kinds of the configuration (backends[].kind). They are read
+// once, when a backend is built: from then on a backend is known by the
+// type of its modelClient.
+const (
+	KindInProcess  = "in_process"
+	KindKServeGRPC = "kserve_grpc"
+	KindKServeHTTP = "kserve_http"
 )
 
 // inProcessEndpoint is the one endpoint of an in_process backend.
 const inProcessEndpoint = "in-process"
 
-// backend is one configured upstream (Envoy's cluster).
+// backend is one configured upstream (Envoy's cluster): its endpoints'
+// balancing and health (set), its retry budget, and the client that
+// reaches its model servers.
 type backend struct {
-	name   string
-	kind   string
-	cfg    config.Backend
-	set    *upstream.Set
-	budget budget
-
-	// remote calls a kserve_grpc backend's endpoints: Options.Remote, or
-	// the backend's own client (ownRemote) when it has a tls block.
-	remote    RemoteModels
-	ownRemote RemoteClient
-	// http carries a kserve_http backend's requests and health checks
-	// with scheme "http" (the gateway's client) or "https" (the backend's
-	// own client, ownHTTP).
-	http    *http.Client
-	scheme  string
-	ownHTTP bool
+	name      string
+	kind      string // as configured, for the admin API
+	cfg       config.Backend
+	endpoints []string // the endpoint addresses; inProcessEndpoint for in_process
+	set       *upstream.Set
+	budget    budget
+	client    modelClient
 }
 
-func (g *Gateway) newBackend(bc config.Backend) (*backend, error) {
-	eps := bc.Endpoints
-	if bc.Kind == "in_process" {
-		eps = []string{inProcessEndpoint}
+// A modelClient reaches the model servers of one backend. Each kind has
+// its own (inProcess, kserveGRPC, kserveHTTP), chosen when the backend is
+// built.
+type modelClient interface {
+	// infer makes one try of req on endpoint addr.
+	infer(ctx context.Context, addr string, req *infer.Request) (*infer.Response, error)
+	// ready is one active health check of endpoint addr: the server is
+	// ready, and so is every model in models.
+	ready(ctx context.Context, addr string, models []modelRef) bool
+	// own returns what closes the connections only this backend uses (a
+	// tls block's client), nil when it uses shared ones. Calls in flight on
+	// them fail once it runs.
+	own() func()
+	// shared returns the endpoints this backend reaches through the
+	// process's shared KServe client (Options.Remote), whose connections
+	// other backends may use too.
+	shared() []string
+}
+
+// modelRef is a model (and version, "" for the default) a backend serves.
+type modelRef struct{ name, version string }
+
+// inProcess calls the model server of this process.
+type inProcess struct{ models LocalModels }
+
+func (c inProcess) infer(ctx context.Context, _ string, req *infer.Request) (*infer.Response, error) {
+	return c.models.Infer(ctx, req)
+}
+
+func (c inProcess) ready(ctx context.Context, _ string, models []modelRef) bool {
+	for _, m := range models {
+		if c.models.ModelReady(ctx, m.name, m.version) != nil {
+			return false
+		}
 	}
-	b := &backend{name: bc.Name, kind: bc.Kind, cfg: bc, remote: g.opts.Remote, http: g.client, scheme: "http"}
-	if bc.TLS != nil && bc.Kind != "in_process" {
+	return true
+}
+
+func (inProcess) own() func()      { return nil }
+func (inProcess) shared() []string { return nil }
+
+// kserveGRPC calls KServe v2 gRPC model servers: through the shared
+// client (Options.Remote), or through a client of its own when the
+// backend has a tls block.
+type kserveGRPC struct {
+	remote    RemoteModels
+	ownClient RemoteClient // nil: remote is the shared client
+	endpoints []string
+}
+
+func (c *kserveGRPC) infer(ctx context.Context, addr string, req *infer.Request) (*infer.Response, error) {
+	return c.remote.Infer(ctx, addr, req)
+}
+
+func (c *kserveGRPC) ready(ctx context.Context, addr string, models []modelRef) bool {
+	ok, err := c.remote.ServerReady(ctx, addr)
+	if err != nil || !ok {
+		return false
+	}
+	for _, m := range models {
+		if ok, err := c.remote.ModelReady(ctx, addr, m.name, m.version); err != nil || !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *kserveGRPC) own() func() {
+	if c.ownClient == nil {
+		return nil
+	}
+	return func() { _ = c.ownClient.Close() }
+}
+
+func (c *kserveGRPC) shared() []string {
+	if c.ownClient != nil {
+		return nil
+	}
+	return c.endpoints
+}
+
+// kserveHTTP reaches KServe v2 HTTP model servers: the proxy's backend.
+// Services cannot route to it (the configuration refuses that), so infer
+// is never called in practice.
+type kserveHTTP struct {
+	up     *upstreamHTTP
+	ownTLS bool // up is the backend's own (https)
+}
+
+func (c *kserveHTTP) infer(context.Context, string, *infer.Request) (*infer.Response, error) {
+	return nil, infer.Errorf(infer.KindUnsupported, ReasonUpstreamUnavailable, "a kserve_http backend serves only the KServe v2 proxy")
+}
+
+// ready asks the server's /v2/health/ready.
+func (c *kserveHTTP) ready(ctx context.Context, addr string, _ []modelRef) bool {
+	code, err := c.up.get(ctx, addr, "/v2/health/ready")
+	return err == nil && code == http.StatusOK
+}
+
+func (c *kserveHTTP) own() func() {
+	if !c.ownTLS {
+		return nil
+	}
+	return c.up.closeIdle
+}
+
+func (*kserveHTTP) shared() []string { return nil }
+
+// newBackend builds backend bc and resolves its kind to its client.
+func (g *Gateway) newBackend(bc config.Backend) (*backend, error) {
+	b := &backend{name: bc.Name, kind: bc.Kind, cfg: bc, endpoints: bc.Endpoints}
+	var tc *tls.Config // the backend's own TLS client configuration; nil: plaintext
+	if bc.TLS != nil && bc.Kind != KindInProcess {
 		// The CA bundle is read here: at start, and when a reload changes
 		// the backend. The client certificate is re-read when it changes.
-		tc, err := bc.TLS.Config()
-		if err != nil {
+		var err error
+		if tc, err = tlsconfig.ClientConfig(*bc.TLS); err != nil {
 			return nil, fmt.Errorf("backend %q: tls: %w", bc.Name, err)
 		}
 		for _, w := range bc.TLS.Warnings() {
 			g.logger.Warn("backend tls is not safe", "backend", bc.Name, "warning", w)
 		}
-		switch bc.Kind {
-		case "kserve_grpc":
+	}
+	switch bc.Kind {
+	case KindInProcess:
+		b.endpoints = []string{inProcessEndpoint}
+		b.client = inProcess{models: g.opts.Models}
+	case KindKServeGRPC:
+		c := &kserveGRPC{remote: g.opts.Remote, endpoints: bc.Endpoints}
+		if tc != nil {
 			if g.opts.RemoteTLS == nil {
 				return nil, fmt.Errorf("backend %q: tls needs a KServe client factory (Options.RemoteTLS)", bc.Name)
 			}
-			b.ownRemote = g.opts.RemoteTLS(tc)
-			b.remote = b.ownRemote
-		case "kserve_http":
-			b.http, b.scheme, b.ownHTTP = g.tlsHTTPClient(tc), "https", true
+			c.ownClient = g.opts.RemoteTLS(tc)
+			c.remote = c.ownClient
 		}
-	}
-	if bc.Kind == "kserve_grpc" && b.remote == nil {
-		return nil, fmt.Errorf("backend %q: kind kserve_grpc needs a KServe client", bc.Name)
+		if c.remote == nil {
+			return nil, fmt.Errorf("backend %q: kind kserve_grpc needs a KServe client", bc.Name)
+		}
+		b.client = c
+	case KindKServeHTTP:
+		c := &kserveHTTP{up: g.http}
+		if tc != nil {
+			c.up, c.ownTLS = g.http.withTLS(tc), true
+		}
+		b.client = c
+	default:
+		return nil, fmt.Errorf("backend %q: unknown kind %q", bc.Name, bc.Kind)
 	}
 	od := bc.OutlierDetection
-	set, err := upstream.New(eps, upstream.Options{
+	set, err := upstream.New(b.endpoints, upstream.Options{
 		Backend:              bc.Name,
 		ErrorRatePercent:     od.ErrorRatePercent,
 		Interval:             od.Interval.Std(),
@@ -79,29 +201,13 @@ func (g *Gateway) newBackend(bc config.Backend) (*backend, error) {
 		MaxEjectionPercent:   od.MaxEjectionPercent,
 	}, g.base, g.reg)
 	if err != nil {
-		b.closeOwn()
+		if closeOwn := b.client.own(); closeOwn != nil {
+			closeOwn()
+		}
 		return nil, fmt.Errorf("backend %q: %w", bc.Name, err)
 	}
 	b.set = set
 	return b, nil
-}
-
-// tlsHTTPClient is the gateway's HTTP client with its own transport
-// speaking TLS with cfg.
-func (g *Gateway) tlsHTTPClient(cfg *tls.Config) *http.Client {
-	t, ok := g.client.Transport.(*http.Transport)
-	if !ok {
-		t = newProxyClient().Transport.(*http.Transport)
-	}
-	t = t.Clone()
-	dial := t.DialContext
-	if dial == nil {
-		dial = (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	}
-	t.DialTLSContext = tlsDialer(dial, cfg)
-	c := *g.client
-	c.Transport = t
-	return &c
 }
 
 // tlsDialer dials and completes the TLS handshake under the request's
@@ -131,80 +237,71 @@ func tlsDialer(dial func(ctx context.Context, network, addr string) (net.Conn, e
 	}
 }
 
-// close releases the backend's metrics and connections.
-func (b *backend) close() {
+// release frees a backend no request can pick any more: its metrics, and
+// the connections only it uses, at once (forget tells the shared KServe
+// client which endpoints it may drop).
+func (b *backend) release(forget func(ep string)) {
 	b.set.Close()
-	if b.kind == "kserve_grpc" && b.ownRemote == nil && b.remote != nil {
-		for _, ep := range b.cfg.Endpoints {
-			b.remote.Forget(ep)
+	if closeOwn := b.client.own(); closeOwn != nil {
+		closeOwn()
+	}
+	if forget != nil {
+		for _, ep := range b.client.shared() {
+			forget(ep)
 		}
 	}
-	b.closeOwn()
 }
 
-// closeOwn closes the clients the backend owns (those of a tls block).
-// Calls in flight on them fail.
-func (b *backend) closeOwn() {
-	if b.ownRemote != nil {
-		_ = b.ownRemote.Close()
-	}
-	if b.ownHTTP {
-		b.http.CloseIdleConnections()
-	}
-}
-
-// infer makes one try on endpoint addr.
-func (g *Gateway) infer(ctx context.Context, b *backend, addr string, req *infer.Request) (*infer.Response, error) {
-	if b.kind == "in_process" {
-		return g.opts.Models.Infer(ctx, req)
-	}
-	return b.remote.Infer(ctx, addr, req)
-}
-
-// modelRef is a model (and version, "" for the default) a backend serves.
-type modelRef struct{ name, version string }
-
-// startHealth starts st's active health checkers under ctx. g.mu is held.
-func (g *Gateway) startHealth(ctx context.Context, st *state) {
-	hctx, cancel := context.WithCancel(ctx)
-	st.stop = cancel
-	models := map[string]map[modelRef]bool{} // backend → models routed to it
+// routedModels lists, per backend, the models st's services route to it:
+// what its health checks ask for.
+func (st *state) routedModels() map[string][]modelRef {
+	seen := map[string]map[modelRef]bool{}
+	out := map[string][]modelRef{}
 	for _, s := range st.byName {
 		for _, r := range s.cfg.Routes {
 			for _, w := range r.Route.Weighted {
-				if models[w.Backend] == nil {
-					models[w.Backend] = map[modelRef]bool{}
-				}
 				v := w.Version
 				if v == "" {
 					v = s.cfg.Model.Version
 				}
-				models[w.Backend][modelRef{s.cfg.Model.Name, v}] = true
+				m := modelRef{s.cfg.Model.Name, v}
+				if seen[w.Backend] == nil {
+					seen[w.Backend] = map[modelRef]bool{}
+				}
+				if !seen[w.Backend][m] {
+					seen[w.Backend][m] = true
+					out[w.Backend] = append(out[w.Backend], m)
+				}
 			}
 		}
 	}
+	return out
+}
+
+// checkHealth runs the active health checks of st's backends until ctx
+// ends, one loop per backend, and returns once every loop has.
+func (g *Gateway) checkHealth(ctx context.Context, st *state) {
+	models := st.routedModels()
+	var wg sync.WaitGroup
 	for _, b := range st.backends {
-		go g.healthLoop(hctx, b, models[b.name])
+		wg.Go(func() { g.healthLoop(ctx, b, models[b.name]) })
 	}
+	wg.Wait()
 }
 
 // healthLoop checks every endpoint of b each interval, in parallel, so a
 // hanging endpoint delays nobody else's verdict.
-func (g *Gateway) healthLoop(ctx context.Context, b *backend, models map[modelRef]bool) {
+func (g *Gateway) healthLoop(ctx context.Context, b *backend, models []modelRef) {
 	interval, timeout := b.cfg.HealthCheck.Interval.Std(), b.cfg.HealthCheck.Timeout.Std()
-	eps := b.cfg.Endpoints
-	if b.kind == "in_process" {
-		eps = []string{inProcessEndpoint}
-	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		var wg sync.WaitGroup
-		for _, ep := range eps {
+		for _, ep := range b.endpoints {
 			wg.Go(func() {
 				cctx, cancel := context.WithTimeout(ctx, timeout)
 				defer cancel()
-				ok := g.check(cctx, b, ep, models)
+				ok := b.client.ready(cctx, ep, models)
 				if ctx.Err() != nil {
 					return
 				}
@@ -224,42 +321,5 @@ func (g *Gateway) healthLoop(ctx context.Context, b *backend, models map[modelRe
 			return
 		case <-t.C:
 		}
-	}
-}
-
-// check is one active health check: the server is ready (KServe v2
-// ServerReady, or /v2/health/ready over HTTP) and so is every model routed
-// to the backend.
-func (g *Gateway) check(ctx context.Context, b *backend, ep string, models map[modelRef]bool) bool {
-	switch b.kind {
-	case "in_process":
-		for m := range models {
-			if g.opts.Models.ModelReady(ctx, m.name, m.version) != nil {
-				return false
-			}
-		}
-		return true
-	case "kserve_grpc":
-		ok, err := b.remote.ServerReady(ctx, ep)
-		if err != nil || !ok {
-			return false
-		}
-		for m := range models {
-			if ok, err := b.remote.ModelReady(ctx, ep, m.name, m.version); err != nil || !ok {
-				return false
-			}
-		}
-		return true
-	default: // kserve_http
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.scheme+"://"+ep+"/v2/health/ready", nil)
-		if err != nil {
-			return false
-		}
-		resp, err := b.http.Do(req)
-		if err != nil {
-			return false
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
 	}
 }

@@ -59,7 +59,7 @@ func Check(ctx context.Context, cfg *config.Gateway, repo *registry.Repo, sig Si
 				}
 				seen[t] = true
 				b, ok := backends[w.Backend]
-				if !ok || b.Kind == "kserve_http" {
+				if !ok || b.Kind == KindKServeHTTP {
 					continue // config validation reports it
 				}
 				got, err := sig(ctx, b, sc.Model.Name, v)

@@ -96,6 +96,19 @@ func (g *Gateway) driftFor(sc config.Service, s *service) (*serviceDrift, error)
 	return d, nil
 }
 
+// driftHook is the release hook of a service with a drift watch: every
+// answered call feeds it.
+type driftHook struct {
+	noHook
+	d *serviceDrift
+}
+
+func (h driftHook) modelDone(x *exchange, err error) {
+	if err == nil {
+		h.d.observe(x.feats, x.resp, x.start)
+	}
+}
+
 // observe feeds one answered request.
 func (d *serviceDrift) observe(feats *serving.Response, resp *infer.Response, now time.Time) {
 	observeScalars(d.mon, d.feats, feats, now)

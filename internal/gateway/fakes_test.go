@@ -460,6 +460,19 @@ func newEnv(tb testing.TB, cfg *config.Config, mod ...func(*gateway.Options)) *t
 	return e
 }
 
+// runGateway runs e's gateway (its shadow workers, access-log writer,
+// health checks...) as the server command does, until the test ends.
+func runGateway(tb testing.TB, e *testEnv) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.g.Run(ctx) }()
+	tb.Cleanup(func() {
+		cancel()
+		require.NoError(tb, <-done)
+	})
+}
+
 // result is a decoded gateway answer: a prediction or an error.
 type result struct {
 	Code   int         `json:"-"`

@@ -26,7 +26,11 @@ import (
 	"github.com/sluice-ml/sluice/internal/gateway/fallback"
 	"github.com/sluice-ml/sluice/internal/gateway/ratelimit"
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/tlsconfig"
 )
+
+// The ports: what the gateway calls, each a small interface satisfied by
+// another component (wired in package cli) or by a test's fake.
 
 // LocalModels is the model server running in this process.
 type LocalModels interface {
@@ -86,6 +90,11 @@ type Options struct {
 }
 
 // Gateway is the inference gateway. It is safe for concurrent use.
+//
+// Its life: New builds it and starts nothing; Run runs its background
+// work (see lifecycle.go); SetDraining fails /ready; Close, once the
+// edges stopped sending requests, finishes what they handed over and
+// releases the connections.
 type Gateway struct {
 	opts     Options
 	logger   *slog.Logger // with component=gateway
@@ -97,10 +106,11 @@ type Gateway struct {
 	access   *accesslog.Logger
 	state    atomic.Pointer[state]
 	draining atomic.Bool
-	client   *http.Client
+	http     *upstreamHTTP // the proxy's and HTTP health checks' shared client
+	mirror   *mirror
 
-	mu     sync.Mutex // serializes Reload and protects runCtx
-	runCtx context.Context
+	mu       sync.Mutex    // serializes Reload
+	reloaded chan struct{} // a new state is published; Run's health checks follow it (capacity 1)
 
 	mapsMu   sync.Mutex                   // protects the maps below
 	monitors map[string]*fallback.Monitor // by service name, kept across reloads
@@ -109,16 +119,8 @@ type Gateway struct {
 	rollouts map[string]*serviceRollout
 	drifts   map[string]*serviceDrift
 
-	mirror *mirror
-
-	retiredMu sync.Mutex             // protects retired and closed
-	retired   map[*time.Timer]func() // closers of retired backends' clients, run by their timer
-	closed    bool
+	life lifecycle
 }
-
-// retireGrace is how long a retired backend's own client stays open for
-// the requests that picked the old configuration before a reload.
-const retireGrace = 30 * time.Second
 
 // state is one applied configuration. It is immutable once published,
 // except for the stateful parts it points to (upstream sets, monitors,
@@ -129,14 +131,31 @@ type state struct {
 	auth      *auth.Authenticator
 	limiter   limiter
 	redis     *redis.Client // nil unless the limiter uses Redis
-	clients   map[string]config.Client
+	clients   map[string]clientLimit
 	anonLimit ratelimit.Limit
-	services  map[string]*service // by "METHOD /path"
+	services  map[serviceKey]*service
 	byName    map[string]*service
 	paths     map[string]bool // service paths, for 405 answers
 	backends  map[string]*backend
-	proxy     *config.Proxy
-	stop      context.CancelFunc // stops the health checkers; nil until started
+	proxy     *proxyRoute // nil without a proxy section
+}
+
+// serviceKey is how the HTTP edge finds a service: method and path.
+type serviceKey struct{ method, path string }
+
+// clientLimit is a configured client's rate limit and bucket key.
+type clientLimit struct {
+	key   string // "client:<id>"
+	limit ratelimit.Limit
+}
+
+// proxyRoute is the KServe v2 proxy, resolved: its backend and that
+// backend's HTTP client.
+type proxyRoute struct {
+	cfg      *config.Proxy
+	b        *backend
+	up       *upstreamHTTP
+	duration prometheus.Observer // request_duration_seconds{service="proxy"}
 }
 
 // limiter is what a request's rate limit is asked of (ratelimit.Local or
@@ -145,8 +164,8 @@ type limiter interface {
 	Allow(ctx context.Context, key string, limit ratelimit.Limit) (ratelimit.Decision, error)
 }
 
-// New builds a gateway from cfg's gateway section. It starts nothing but
-// the access logger; Run starts the health checkers.
+// New builds a gateway from cfg's gateway section. It starts no
+// goroutine: Run does.
 func New(cfg *config.Config, opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Gateway, error) {
 	if cfg == nil || cfg.Gateway == nil {
 		return nil, errors.New("the configuration has no gateway section")
@@ -169,17 +188,19 @@ func New(cfg *config.Config, opts Options, logger *slog.Logger, reg prometheus.R
 		base:     logger,
 		reg:      reg,
 		met:      newMetrics(reg),
+		reloaded: make(chan struct{}, 1),
 		monitors: map[string]*fallback.Monitor{},
 		fbCfg:    map[string]config.Fallback{},
 		breakers: map[string]*breaker{},
 		rollouts: map[string]*serviceRollout{},
 		drifts:   map[string]*serviceDrift{},
-		client:   opts.HTTPClient,
-		retired:  map[*time.Timer]func(){},
+		life:     newLifecycle(),
 	}
-	if g.client == nil {
-		g.client = newProxyClient()
+	client := opts.HTTPClient
+	if client == nil {
+		client = newProxyClient()
 	}
+	g.http = &upstreamHTTP{client: client, scheme: "http"}
 	g.rlMet = ratelimit.NewMetrics(reg)
 	g.local = ratelimit.NewLocal(ratelimit.LocalOptions{Metrics: g.rlMet})
 	al, err := accesslog.New(opts.AccessLog, accesslog.Options{Sampling: cfg.Gateway.LogSampling}, logger, reg)
@@ -187,10 +208,10 @@ func New(cfg *config.Config, opts Options, logger *slog.Logger, reg prometheus.R
 		return nil, err
 	}
 	g.access = al
-	g.startMirror(cfg.Gateway.Recording)
+	g.mirror = newMirror(cfg.Gateway.Recording, opts.Recorder, reg)
 	st, err := g.build(cfg.Gateway, nil)
 	if err != nil {
-		_ = g.closeMirror(context.Background())
+		_ = g.mirror.closeRecorder(context.Background(), g)
 		_ = al.Close(context.Background())
 		return nil, err
 	}
@@ -212,26 +233,24 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	if g.runCtx != nil {
-		g.startHealth(g.runCtx, st)
-	}
 	g.state.Store(st)
+	select {
+	case g.reloaded <- struct{}{}:
+	default: // Run has yet to see the previous one; it will see this state too
+	}
 	g.retire(old, st)
 	g.logger.Info("gateway configuration reloaded", "services", len(st.byName), "backends", len(st.backends))
 	return nil
 }
 
-// retire stops what old has and st does not share.
+// retire releases what old has and st does not share. Requests that
+// picked old may still be running on it: the clients only old's backends
+// use close after a grace period, the Redis limiter's client too.
 func (g *Gateway) retire(old, st *state) {
-	if old.stop != nil {
-		old.stop()
-	}
-	inUse := map[string]bool{}
+	inUse := map[string]bool{} // endpoints st reaches through the shared KServe client
 	for _, b := range st.backends {
-		if b.kind == "kserve_grpc" && b.ownRemote == nil {
-			for _, ep := range b.cfg.Endpoints {
-				inUse[ep] = true
-			}
+		for _, ep := range b.client.shared() {
+			inUse[ep] = true
 		}
 	}
 	for name, b := range old.backends {
@@ -239,37 +258,65 @@ func (g *Gateway) retire(old, st *state) {
 			continue
 		}
 		b.set.Close()
-		switch {
-		case b.ownRemote != nil || b.ownHTTP:
+		if closeOwn := b.client.own(); closeOwn != nil {
 			// Its own clients: requests in flight on them finish first.
-			g.retireLater(b.closeOwn)
-		case b.kind == "kserve_grpc" && g.opts.Remote != nil:
-			// Connections an endpoint of the new configuration still uses
-			// stay open: requests in flight on them must not fail.
-			for _, ep := range b.cfg.Endpoints {
-				if !inUse[ep] {
-					g.opts.Remote.Forget(ep)
-				}
+			g.life.retireAfter(retireGrace, closeOwn)
+			continue
+		}
+		// Connections an endpoint of the new configuration still uses
+		// stay open: requests in flight on them must not fail.
+		for _, ep := range b.client.shared() {
+			if !inUse[ep] && g.opts.Remote != nil {
+				g.opts.Remote.Forget(ep)
 			}
 		}
 	}
 	if old.redis != nil && old.redis != st.redis {
-		go func() {
-			// Let requests that picked the old limiter finish first.
-			time.Sleep(5 * time.Second)
-			_ = old.redis.Close()
-		}()
+		r := old.redis
+		// Let requests that picked the old limiter finish first.
+		g.life.retireAfter(redisGrace, func() { _ = r.Close() })
 	}
 }
 
+// Grace periods of retired clients: how long requests that picked the old
+// configuration before a reload may still use them.
+const (
+	retireGrace = 30 * time.Second
+	redisGrace  = 5 * time.Second
+)
+
 // build compiles cfg into a state, reusing old's stateful parts where
-// their configuration is unchanged.
+// their configuration is unchanged. It reports every problem it finds.
 func (g *Gateway) build(cfg *config.Gateway, old *state) (*state, error) {
 	st := &state{
-		cfg: cfg, redacted: redactedGateway(cfg), clients: map[string]config.Client{},
-		services: map[string]*service{}, byName: map[string]*service{}, paths: map[string]bool{},
-		backends: map[string]*backend{}, proxy: cfg.Proxy,
+		cfg: cfg, redacted: redactedGateway(cfg), clients: map[string]clientLimit{},
+		services: map[serviceKey]*service{}, byName: map[string]*service{}, paths: map[string]bool{},
+		backends: map[string]*backend{},
 	}
+	var errs []error
+	errs = append(errs, g.buildClients(st, cfg)...)
+	errs = append(errs, g.buildBackends(st, cfg, old)...)
+	errs = append(errs, g.buildServices(st, cfg)...)
+	errs = append(errs, g.buildProxy(st, cfg)...)
+	if err := g.buildLimiter(cfg, old, st); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		// Only a configuration that compiled gets to create or replace the
+		// stateful parts (drift watches, rollouts, breakers, fallback
+		// monitors): a refused reload must leave the running ones and
+		// their gauges alone.
+		errs = g.attachStateful(st, cfg)
+	}
+	if len(errs) > 0 {
+		g.discard(st, old)
+		return nil, errors.Join(errs...)
+	}
+	return st, nil
+}
+
+// buildClients builds the authenticator and the clients' rate limits.
+func (g *Gateway) buildClients(st *state, cfg *config.Gateway) []error {
 	var errs []error
 	a, err := auth.New(cfg.Clients, cfg.Anonymous.Allowed)
 	if err != nil {
@@ -277,10 +324,16 @@ func (g *Gateway) build(cfg *config.Gateway, old *state) (*state, error) {
 	}
 	st.auth = a
 	for _, c := range cfg.Clients {
-		st.clients[c.ID] = c
+		st.clients[c.ID] = clientLimit{key: "client:" + c.ID, limit: limitOf(c.RateLimit)}
 	}
 	st.anonLimit = limitOf(cfg.Anonymous.RateLimitPerIP)
+	return errs
+}
 
+// buildBackends builds the backends, keeping old's where their
+// configuration did not change (and with it their endpoints' state).
+func (g *Gateway) buildBackends(st *state, cfg *config.Gateway, old *state) []error {
+	var errs []error
 	for _, bc := range cfg.Backends {
 		if old != nil {
 			if ob, ok := old.backends[bc.Name]; ok && reflect.DeepEqual(ob.cfg, bc) {
@@ -295,6 +348,13 @@ func (g *Gateway) build(cfg *config.Gateway, old *state) (*state, error) {
 		}
 		st.backends[bc.Name] = b
 	}
+	return errs
+}
+
+// buildServices compiles the services and checks what they refer to:
+// backends, and the model and feature servers of this process.
+func (g *Gateway) buildServices(st *state, cfg *config.Gateway) []error {
+	var errs []error
 	var repo *registry.Repo
 	if g.opts.FeatureRepo != nil {
 		repo = g.opts.FeatureRepo()
@@ -311,7 +371,7 @@ func (g *Gateway) build(cfg *config.Gateway, old *state) (*state, error) {
 				switch {
 				case !ok:
 					errs = append(errs, fmt.Errorf("service %q route %q: unknown backend %q", sc.Name, r.Name, w.Backend))
-				case b.kind == "in_process" && g.opts.Models == nil:
+				case !b.servesHere():
 					errs = append(errs, fmt.Errorf("service %q route %q: backend %q is in_process, but this process runs no model server (add a model_server section)", sc.Name, r.Name, w.Backend))
 				}
 			}
@@ -326,98 +386,111 @@ func (g *Gateway) build(cfg *config.Gateway, old *state) (*state, error) {
 				}
 			}
 		}
-		st.services[s.method+" "+s.path] = s
+		s.duration = g.met.duration.WithLabelValues(s.name)
+		for _, o := range s.outputs {
+			s.predictions = append(s.predictions, g.met.predictions.WithLabelValues(s.name, o.name))
+		}
+		st.services[serviceKey{s.method, s.path}] = s
 		st.byName[s.name] = s
 		st.paths[s.path] = true
 	}
-	if err := g.buildLimiter(cfg, old, st); err != nil {
-		errs = append(errs, err)
+	return errs
+}
+
+// servesHere reports whether this process can call b: an in_process
+// backend needs the process's model server.
+func (b *backend) servesHere() bool {
+	c, ok := b.client.(inProcess)
+	return !ok || c.models != nil
+}
+
+// buildProxy resolves the KServe v2 proxy's backend.
+func (g *Gateway) buildProxy(st *state, cfg *config.Gateway) []error {
+	px := cfg.Proxy
+	if px == nil {
+		return nil
 	}
-	if len(errs) == 0 {
-		// Only a configuration that compiled gets to create or replace the
-		// stateful parts (breakers, fallback monitors, rollouts): a refused
-		// reload must leave the running ones and their gauges alone.
-		// Drift watches and rollouts go first: they are the parts that can
-		// still fail (a reference file, a state file).
-		for _, sc := range cfg.Services {
-			s := st.byName[sc.Name]
-			if sc.Drift != nil {
-				d, err := g.driftFor(sc, s)
-				if err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				s.drift = d
-			}
-			if sc.Rollout == nil {
-				continue
-			}
-			r, err := g.rolloutFor(sc, s)
+	b, ok := st.backends[px.Backend]
+	if !ok {
+		return []error{fmt.Errorf("proxy: unknown backend %q", px.Backend)}
+	}
+	c, ok := b.client.(*kserveHTTP)
+	if !ok {
+		return []error{fmt.Errorf("proxy: backend %q is %s; the proxy needs kind kserve_http", px.Backend, b.kind)}
+	}
+	st.proxy = &proxyRoute{cfg: px, b: b, up: c.up, duration: g.met.duration.WithLabelValues("proxy")}
+	return nil
+}
+
+// attachStateful gives the compiled services their stateful parts, kept
+// across reloads where their configuration did not change, and their
+// release hooks. Drift watches and rollouts go first: they are the parts
+// that can still fail (a reference file, a state file).
+func (g *Gateway) attachStateful(st *state, cfg *config.Gateway) []error {
+	var errs []error
+	for _, sc := range cfg.Services {
+		s := st.byName[sc.Name]
+		if sc.Drift != nil {
+			d, err := g.driftFor(sc, s)
 			if err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			s.rollout = r
+			s.drift = d
 		}
-	}
-	if len(errs) == 0 {
-		for _, sc := range cfg.Services {
-			s := st.byName[sc.Name]
-			s.breaker = g.breakerFor(sc)
-			if s.fallback != nil {
-				s.fallback.monitor = g.monitorFor(sc)
-			}
+		if sc.Rollout == nil {
+			continue
 		}
+		r, err := g.rolloutFor(sc, s)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.rollout = r
 	}
 	if len(errs) > 0 {
-		// Close what this attempt created and old does not share; the
-		// connections stay: old's endpoints may use the same addresses.
-		for name, b := range st.backends {
-			if old == nil || old.backends[name] != b {
-				b.set.Close()
-				b.closeOwn() // no request has used it
-			}
-		}
-		if st.redis != nil && (old == nil || old.redis != st.redis) {
-			_ = st.redis.Close()
-		}
-		return nil, errors.Join(errs...)
+		return errs
 	}
-	return st, nil
+	for _, sc := range cfg.Services {
+		s := st.byName[sc.Name]
+		s.breaker = g.breakerFor(sc)
+		if s.fallback != nil {
+			s.fallback.monitor = g.monitorFor(sc)
+		}
+		s.hooks = g.hooksOf(st, s)
+		s.routesByValue = s.routes.UsesValues() || s.rollout != nil
+	}
+	return nil
 }
 
-// retireLater runs closeFn after retireGrace, or at Close if that comes
-// first.
-func (g *Gateway) retireLater(closeFn func()) {
-	g.retiredMu.Lock()
-	defer g.retiredMu.Unlock()
-	if g.closed {
-		closeFn()
-		return
+// hooksOf lists s's release hooks in the order the pipeline calls them.
+func (g *Gateway) hooksOf(st *state, s *service) []releaseHook {
+	var hooks []releaseHook
+	if s.rollout != nil {
+		hooks = append(hooks, &rolloutHook{r: s.rollout, backends: st.backends})
 	}
-	var t *time.Timer
-	t = time.AfterFunc(retireGrace, func() {
-		g.retiredMu.Lock()
-		_, ok := g.retired[t] // else closeRetired has it
-		delete(g.retired, t)
-		g.retiredMu.Unlock()
-		if ok {
-			closeFn()
+	if s.drift != nil {
+		hooks = append(hooks, driftHook{d: s.drift})
+	}
+	if s.shadow != nil {
+		if b, ok := st.backends[s.shadow.cfg.Backend]; ok {
+			hooks = append(hooks, &shadowHook{sh: s.shadow, b: b, m: g.mirror, headers: st.cfg.Recording.Headers})
 		}
-	})
-	g.retired[t] = closeFn
+	}
+	return hooks
 }
 
-// closeRetired closes the retired clients still waiting for their timers.
-func (g *Gateway) closeRetired() {
-	g.retiredMu.Lock()
-	g.closed = true
-	retired := g.retired
-	g.retired = map[*time.Timer]func(){}
-	g.retiredMu.Unlock()
-	for t, closeFn := range retired {
-		t.Stop()
-		closeFn()
+// discard releases what a refused build created and old does not share.
+// The shared KServe client's connections stay: old's endpoints may use
+// the same addresses.
+func (g *Gateway) discard(st, old *state) {
+	for name, b := range st.backends {
+		if old == nil || old.backends[name] != b {
+			b.release(nil) // no request has used it
+		}
+	}
+	if st.redis != nil && (old == nil || old.redis != st.redis) {
+		_ = st.redis.Close()
 	}
 }
 
@@ -439,7 +512,7 @@ func (g *Gateway) buildLimiter(cfg *config.Gateway, old *state, st *state) error
 	var tlsCfg *tls.Config // nil: plaintext
 	if t := rb.Redis.TLS; t != nil {
 		var err error
-		if tlsCfg, err = t.Config(); err != nil {
+		if tlsCfg, err = tlsconfig.ClientConfig(*t); err != nil {
 			return fmt.Errorf("rate_limit_backend.redis.tls: %w", err)
 		}
 		for _, w := range t.Warnings() {
@@ -494,58 +567,9 @@ func limitOf(r config.RateLimit) ratelimit.Limit {
 	return ratelimit.Limit{Rate: r.RequestsPerSecond, Burst: r.Burst}
 }
 
-// Run runs the active health checkers and the rollout controllers until
-// ctx ends.
-func (g *Gateway) Run(ctx context.Context) error {
-	g.mu.Lock()
-	g.runCtx = ctx
-	g.startHealth(ctx, g.state.Load())
-	g.mu.Unlock()
-	driftDone := make(chan struct{})
-	go func() { defer close(driftDone); g.runDrift(ctx) }()
-	defer func() { <-driftDone }()
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case <-t.C:
-			now := g.opts.Now()
-			for _, s := range g.state.Load().byName {
-				if s.rollout != nil {
-					s.rollout.ctrl.Tick(now)
-				}
-			}
-		}
-	}
-	g.mu.Lock()
-	if st := g.state.Load(); st.stop != nil {
-		st.stop()
-	}
-	g.runCtx = nil
-	g.mu.Unlock()
-	return nil
-}
-
 // SetDraining makes /ready fail (and new requests still served), the first
 // step of a graceful shutdown.
 func (g *Gateway) SetDraining() { g.draining.Store(true) }
-
-// Close flushes the access log and closes the backends' connections.
-func (g *Gateway) Close(ctx context.Context) error {
-	st := g.state.Load()
-	for _, b := range st.backends {
-		b.close()
-	}
-	g.closeRetired()
-	if st.redis != nil {
-		_ = st.redis.Close()
-	}
-	g.client.CloseIdleConnections()
-	return errors.Join(g.closeMirror(ctx), g.access.Close(ctx))
-}
 
 // redactedGateway is the gateway section with secrets removed, for the
 // admin config dump.
@@ -572,10 +596,20 @@ func yamlView(v any) any {
 // hopHeader reports whether the proxy must not forward a request header:
 // hop-by-hop headers, and the caller's credentials.
 func hopHeader(name string) bool {
-	switch strings.ToLower(name) {
-	case "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-		"transfer-encoding", "upgrade", "authorization", "x-api-key", "x-sluice-token":
+	switch name { // the canonical forms, which net/http's keys have
+	case "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer",
+		"Transfer-Encoding", "Upgrade", "Authorization", "X-Api-Key", "X-Sluice-Token":
 		return true
 	}
+	for _, h := range hopHeaders {
+		if strings.EqualFold(name, h) {
+			return true
+		}
+	}
 	return false
+}
+
+var hopHeaders = [...]string{
+	"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer",
+	"Transfer-Encoding", "Upgrade", "Authorization", "X-Api-Key", "X-Sluice-Token",
 }

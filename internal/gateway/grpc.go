@@ -12,15 +12,19 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/sluice-ml/sluice/internal/gateway/ratelimit"
-	"github.com/sluice-ml/sluice/internal/grpcapi"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/pb/gatewaypb"
+	"github.com/sluice-ml/sluice/internal/wire"
 )
 
-// grpcService is the gateway's gRPC edge (sluice.gateway.v1.Gateway).
+// The gRPC edge (sluice.gateway.v1.Gateway): the metadata plays the part
+// of the HTTP headers, and the request's fields are decoded from their
+// protobuf values straight into the service's fields.
+
+// grpcService is the gateway's gRPC edge.
 type grpcService struct {
 	gatewaypb.UnimplementedGatewayServer
 	g *Gateway
@@ -31,66 +35,150 @@ func (g *Gateway) RegisterGRPC(s *grpc.Server) {
 	gatewaypb.RegisterGatewayServer(s, &grpcService{g: g})
 }
 
-// Predict calls one service with the same pipeline as the HTTP edge. The
-// metadata plays the part of the HTTP headers.
+// Predict calls one service through the same pipeline as the HTTP edge.
 func (s *grpcService) Predict(ctx context.Context, req *gatewaypb.PredictRequest) (*gatewaypb.PredictResponse, error) {
 	g := s.g
 	st := g.state.Load()
 	svc, ok := st.byName[req.GetService()]
 	if !ok {
-		return nil, grpcapi.ToStatus(infer.Errorf(infer.KindNotFound, ReasonNotFound, "no service named %q", req.GetService()))
+		return nil, wire.GRPCStatus(infer.Errorf(infer.KindNotFound, ReasonNotFound, "no service named %q", req.GetService()))
 	}
-	r := &http.Request{Header: http.Header{}, RemoteAddr: "unknown:0"}
+	c := &Call{Service: svc.name, Header: http.Header{}, Peer: "unknown:0", Body: fieldsBody{req.GetFields()}}
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		for k, vs := range md {
 			if strings.HasPrefix(k, ":") || strings.HasSuffix(k, "-bin") {
 				continue
 			}
 			for _, v := range vs {
-				r.Header.Add(k, v)
+				c.Header.Add(k, v)
 			}
 		}
 	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		r.RemoteAddr = p.Addr.String()
+		c.Peer = p.Addr.String()
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
-			r.TLS = &ti.State
+			c.TLS = &ti.State
 		}
 	}
-	reqID := requestID(r)
-	_ = grpc.SetHeader(ctx, metadata.Pairs("x-request-id", reqID))
-	readBody := func() ([]byte, error) {
-		body, err := json.Marshal(req.GetFields().AsMap())
-		if err != nil {
-			return nil, infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "fields: %v", err)
-		}
-		return body, nil
-	}
-	a, err := g.predict(ctx, st, svc, r, reqID, readBody)
+	c.RequestID = requestID(c.Header)
+	_ = grpc.SetHeader(ctx, metadata.Pairs("x-request-id", c.RequestID))
+	a, err := g.predict(ctx, st, svc, c)
 	if err != nil {
 		if rl, ok := asRateLimited(err); ok {
-			_ = grpc.SetTrailer(ctx, metadata.Pairs("retry-after", ratelimit.RetryAfterHeader(rl.RetryAfter)))
+			_ = grpc.SetTrailer(ctx, metadata.Pairs("retry-after", retryAfter(rl)))
 		}
-		return nil, grpcapi.ToStatus(err)
+		return nil, wire.GRPCStatus(err)
 	}
-	outs := &structpb.Struct{Fields: make(map[string]*structpb.Value, len(a.outputs))}
-	for i := range a.outputs {
-		o := &a.outputs[i]
-		if !o.array {
-			outs.Fields[o.name] = structpb.NewNumberValue(shortest(o.values[0], o.dt))
+	outs := &structpb.Struct{Fields: make(map[string]*structpb.Value, len(a.Outputs))}
+	for i := range a.Outputs {
+		o := &a.Outputs[i]
+		if !o.Array {
+			outs.Fields[o.Name] = structpb.NewNumberValue(shortest(o.Values[0], o.DataType))
 			continue
 		}
-		l := &structpb.ListValue{Values: make([]*structpb.Value, len(o.values))}
-		for j, x := range o.values {
-			l.Values[j] = structpb.NewNumberValue(shortest(x, o.dt))
+		l := &structpb.ListValue{Values: make([]*structpb.Value, len(o.Values))}
+		for j, x := range o.Values {
+			l.Values[j] = structpb.NewNumberValue(shortest(x, o.DataType))
 		}
-		outs.Fields[o.name] = structpb.NewListValue(l)
+		outs.Fields[o.Name] = structpb.NewListValue(l)
 	}
-	_ = grpc.SetHeader(ctx, metadata.Pairs("x-sluice-route", a.route, "x-sluice-version", a.version))
+	_ = grpc.SetHeader(ctx, metadata.Pairs("x-sluice-route", a.Route, "x-sluice-version", a.Version))
 	return &gatewaypb.PredictResponse{
-		RequestId: a.requestID, Service: a.service, Route: a.route, Model: a.model,
-		Version: a.version, Source: a.source, Outputs: outs,
+		RequestId: a.RequestID, Service: a.Service, Route: a.Route, Model: a.Model,
+		Version: a.Version, Source: a.Source, Outputs: outs,
 	}, nil
+}
+
+// fieldsBody is the request values of a gRPC call: a protobuf Struct of
+// entity keys and request fields, read as the HTTP edge reads the same
+// values in JSON (a number for an int64 field must be whole, a string of
+// digits is an id too, null leaves a field unset).
+type fieldsBody struct{ fields *structpb.Struct }
+
+func (b fieldsBody) decode(s *service, vals []value) (int64, error) {
+	n := int64(proto.Size(b.fields))
+	fs := b.fields.GetFields()
+	// JSON has no NaN or infinity: the HTTP edge cannot receive one, so
+	// neither does this one, anywhere in the message.
+	for _, v := range fs {
+		if !finiteValue(v) {
+			return n, infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "fields: a number is NaN or infinite")
+		}
+	}
+	for k, v := range fs {
+		i, ok := s.fieldIdx[k]
+		if !ok {
+			return n, infer.Errorf(infer.KindInvalid, ReasonUnknownField, "unknown field %q: service %q takes %s", k, s.name, s.fieldList())
+		}
+		if err := parseProtoValue(&s.fields[i], v, &vals[i]); err != nil {
+			return n, err
+		}
+	}
+	return n, s.checkRequired(vals)
+}
+
+// parseProtoValue parses one protobuf value of field f into v: the value's
+// JSON form goes through parseValue, so both edges accept and refuse the
+// same values with the same words.
+func parseProtoValue(f *reqField, pv *structpb.Value, v *value) error {
+	var buf [32]byte
+	var raw []byte
+	switch k := pv.GetKind().(type) {
+	case nil, *structpb.Value_NullValue:
+		return nil
+	case *structpb.Value_NumberValue:
+		raw = appendJSONFloat(buf[:0], k.NumberValue)
+	case *structpb.Value_BoolValue:
+		raw = strconv.AppendBool(buf[:0], k.BoolValue)
+	case *structpb.Value_StringValue:
+		if f.kind == kindString {
+			// Protobuf strings are valid UTF-8: the value is the string.
+			v.s, v.set = k.StringValue, true
+			return nil
+		}
+		raw, _ = json.Marshal(k.StringValue) //nolint:errchkjson // a string always marshals
+	default: // a list or a struct: refused with its JSON form in the message
+		raw, _ = json.Marshal(pv.AsInterface()) //nolint:errchkjson // finite numbers, strings, bools: always marshals
+	}
+	return parseValue(f, raw, v)
+}
+
+// finiteValue reports whether v holds no NaN or infinite number.
+func finiteValue(v *structpb.Value) bool {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NumberValue:
+		return !math.IsNaN(k.NumberValue) && !math.IsInf(k.NumberValue, 0)
+	case *structpb.Value_ListValue:
+		for _, e := range k.ListValue.GetValues() {
+			if !finiteValue(e) {
+				return false
+			}
+		}
+	case *structpb.Value_StructValue:
+		for _, e := range k.StructValue.GetFields() {
+			if !finiteValue(e) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// appendJSONFloat appends x as encoding/json writes a float64.
+func appendJSONFloat(b []byte, x float64) []byte {
+	f := byte('f')
+	if a := math.Abs(x); a != 0 && (a < 1e-6 || a >= 1e21) {
+		f = 'e'
+	}
+	b = strconv.AppendFloat(b, x, f, -1, 64)
+	if f == 'e' {
+		// clean up e-09 to e-9, as encoding/json does
+		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
 }
 
 // shortest returns the float64 whose shortest decimal form is the FP32

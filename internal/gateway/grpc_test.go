@@ -23,7 +23,7 @@ import (
 )
 
 // grpcClient serves e's gateway over an in-memory gRPC connection.
-func grpcClient(t *testing.T, e *testEnv) gatewaypb.GatewayClient {
+func grpcClient(t testing.TB, e *testEnv) gatewaypb.GatewayClient {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
@@ -62,9 +62,14 @@ func grpcReason(t *testing.T, err error) (codes.Code, string) {
 
 func predictRequest(t *testing.T, fields map[string]any) *gatewaypb.PredictRequest {
 	t.Helper()
+	return &gatewaypb.PredictRequest{Service: "eta", Fields: mustStruct(t, fields)}
+}
+
+func mustStruct(tb testing.TB, fields map[string]any) *structpb.Struct {
+	tb.Helper()
 	s, err := structpb.NewStruct(fields)
-	require.NoError(t, err)
-	return &gatewaypb.PredictRequest{Service: "eta", Fields: s}
+	require.NoError(tb, err)
+	return s
 }
 
 func TestGRPCPredict(t *testing.T) {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/gateway/upstream"
-	"github.com/sluice-ml/sluice/internal/httpapi"
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // callInfo is what the retry loop tells the access log.
@@ -83,7 +83,7 @@ func classify(err error, latency time.Duration, perTryExpired bool) (upstream.Ou
 	}](err); ok {
 		f.code = st.GRPCStatus().Code()
 		o.GRPCCode = int(f.code)
-		f.status, _ = httpapi.StatusOf(err)
+		f.status, _ = wire.HTTPStatus(err)
 		if cf, ok := errors.AsType[interface {
 			error
 			ConnectFailure() bool
@@ -97,7 +97,7 @@ func classify(err error, latency time.Duration, perTryExpired bool) (upstream.Ou
 		}
 		return o, f
 	}
-	f.status, _ = httpapi.StatusOf(err)
+	f.status, _ = wire.HTTPStatus(err)
 	o.Status = f.status
 	return o, f
 }
@@ -203,7 +203,7 @@ func (g *Gateway) call(ctx context.Context, s *service, b *backend, rp *config.R
 		info.endpoint = ep.Addr
 		tctx, cancel := r.tryContext(ctx)
 		start := time.Now()
-		resp, err := g.infer(tctx, b, ep.Addr, req)
+		resp, err := b.client.infer(tctx, ep.Addr, req)
 		perTryExpired := err != nil && tctx.Err() != nil && ctx.Err() == nil
 		cancel()
 		if err == nil {

@@ -13,27 +13,12 @@ import (
 	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
 	"github.com/sluice-ml/sluice/internal/gateway/upstream"
-	"github.com/sluice-ml/sluice/internal/httpapi"
+	"github.com/sluice-ml/sluice/internal/wire"
 )
 
-// newProxyClient is the HTTP client of the KServe v2 proxy and of HTTP
-// health checks: keep-alive connections to few hosts, no proxy from the
-// environment, no compression negotiation (bodies pass through as is).
-func newProxyClient() *http.Client {
-	d := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}
-	return &http.Client{
-		Transport: &http.Transport{
-			DialContext:           d.DialContext,
-			MaxIdleConns:          1024,
-			MaxIdleConnsPerHost:   256,
-			IdleConnTimeout:       90 * time.Second,
-			DisableCompression:    true,
-			ResponseHeaderTimeout: 0, // the request context bounds it
-			ForceAttemptHTTP2:     false,
-		},
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-}
+// The KServe v2 proxy: an L7 hop with the service path's admission
+// (authentication, rate limit) in front of a kserve_http backend, and its
+// retry policy behind. Bodies pass through untouched.
 
 // maxProxyBody bounds a proxied request body: KServe v2 binary tensors can
 // be large, but not unbounded.
@@ -43,37 +28,37 @@ const maxProxyBody = 64 << 20
 // after authentication and rate limiting, retrying on another endpoint as
 // the proxy's retry policy allows.
 func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) {
+	px := st.proxy
 	start := time.Now()
-	reqID := requestID(r)
-	w.Header().Set("X-Request-Id", reqID)
-	e := accesslog.Entry{Time: start, RequestID: reqID, Service: "proxy", Route: "proxy", Backend: st.proxy.Backend}
+	reqID := requestID(r.Header)
+	w.Header()["X-Request-Id"] = []string{reqID}
+	e := accesslog.Entry{Time: start, RequestID: reqID, Service: "proxy", Route: "proxy", Backend: px.cfg.Backend}
 	defer func() {
-		e.LatencyMS = float64(time.Since(start).Microseconds()) / 1000
+		elapsed := time.Since(start)
+		e.LatencyMS = float64(elapsed.Microseconds()) / 1000
 		g.access.Log(e)
 		g.met.requests.WithLabelValues("proxy", "proxy", strconv.Itoa(e.Status), e.Source, e.ClientID).Inc()
-		g.met.duration.WithLabelValues("proxy").Observe(time.Since(start).Seconds())
+		px.duration.Observe(elapsed.Seconds())
 	}()
-	if _, err := g.admit(r.Context(), st, r, &e); err != nil {
-		code, reason := httpapi.StatusOf(err)
+	if _, err := g.admit(r.Context(), st, r.Header, r.RemoteAddr, r.TLS, &e); err != nil {
+		code, reason := wire.HTTPStatus(err)
 		e.Status, e.Reason, e.Error = code, reason, err.Error()
 		writeHTTPError(w, reqID, err)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxProxyBody))
+	body, err := readAll(http.MaxBytesReader(w, r.Body, maxProxyBody), r.ContentLength)
 	e.RequestBytes = int64(len(body))
 	if err != nil {
 		e.Status, e.Reason = http.StatusRequestEntityTooLarge, ReasonBodyTooLarge
 		if errors.Is(err, admission.ErrOverloaded) {
-			e.Status, e.Reason = http.StatusServiceUnavailable, admission.ReasonOverloaded
-			w.Header().Set("Retry-After", "1")
+			e.Status, e.Reason = http.StatusServiceUnavailable, admission.ReasonOverloaded // Retry-After: 1
 		}
 		writeError(w, reqID, e.Status, e.Reason, "reading the request body: "+err.Error())
 		return
 	}
-	b := st.backends[st.proxy.Backend]
-	ctx, cancel := context.WithTimeout(r.Context(), st.proxy.Timeout.Std())
+	ctx, cancel := context.WithTimeout(r.Context(), px.cfg.Timeout.Std())
 	defer cancel()
-	rt := g.newRetrier("proxy", b, st.proxy.Retries)
+	rt := g.newRetrier("proxy", px.b, px.cfg.Retries)
 	defer rt.close()
 	defer func() { e.Retries = rt.retries }()
 	for attempt := 0; ; attempt++ {
@@ -84,42 +69,19 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 			return
 		}
 		e.Endpoint = ep.Addr
-		tctx, tcancel := rt.tryContext(ctx)
-		tryStart := time.Now()
-		resp, err := g.forward(tctx, r, b, ep.Addr, body, reqID)
-		var f tryFailure
-		if err != nil {
-			f.timeout = tctx.Err() != nil && ctx.Err() == nil
-			f.connect = !f.timeout && isConnectErr(err)
-			f.reset = !f.connect && !f.timeout
-			f.status = http.StatusBadGateway
-			if f.timeout {
-				f.status = http.StatusGatewayTimeout
-			}
-			ep.Done(upstream.Outcome{Err: err, Latency: time.Since(tryStart)})
-		} else {
-			f.status = resp.StatusCode
-			ep.Done(upstream.Outcome{Status: resp.StatusCode, Latency: time.Since(tryStart)})
-		}
-		if err == nil && resp.StatusCode < 500 {
+		resp, f, err := g.proxyTry(ctx, rt, ep, r, px.up, body, reqID)
+		if resp != nil && (resp.StatusCode < 500 || !rt.again(ctx, attempt, ep.Addr, f)) {
+			// An answer: passed on as it is, a 5xx too when it is not
+			// retried.
 			e.Status, e.Source = resp.StatusCode, "model"
 			copyResponse(w, resp, &e)
-			tcancel()
 			return
 		}
 		if resp != nil {
-			if rt.again(ctx, attempt, ep.Addr, f) {
-				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-				_ = resp.Body.Close()
-				tcancel()
-				continue
-			}
-			e.Status, e.Source = resp.StatusCode, "model"
-			copyResponse(w, resp, &e)
-			tcancel()
-			return
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+			_ = resp.Body.Close()
+			continue
 		}
-		tcancel()
 		if rt.again(ctx, attempt, ep.Addr, f) {
 			continue
 		}
@@ -133,24 +95,66 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 	}
 }
 
-// forward sends one try of a proxied request to b's endpoint addr.
-func (g *Gateway) forward(ctx context.Context, r *http.Request, b *backend, addr string, body []byte, reqID string) (*http.Response, error) {
+// proxyTry makes one try on ep under the retry policy's per-try timeout
+// and tells ep how it went. It returns the response, or how the try
+// failed for retry_on.
+func (g *Gateway) proxyTry(ctx context.Context, rt *retrier, ep *upstream.Endpoint, r *http.Request, up *upstreamHTTP, body []byte, reqID string) (*http.Response, tryFailure, error) {
+	tctx, cancel := rt.tryContext(ctx)
+	start := time.Now()
+	resp, err := forward(tctx, up, r, ep.Addr, body, reqID)
+	var f tryFailure
+	if err != nil {
+		f.timeout = tctx.Err() != nil && ctx.Err() == nil
+		f.connect = !f.timeout && isConnectErr(err)
+		f.reset = !f.connect && !f.timeout
+		f.status = http.StatusBadGateway
+		if f.timeout {
+			f.status = http.StatusGatewayTimeout
+		}
+		ep.Done(upstream.Outcome{Err: err, Latency: time.Since(start)})
+		cancel()
+		return nil, f, err
+	}
+	f.status = resp.StatusCode
+	ep.Done(upstream.Outcome{Status: resp.StatusCode, Latency: time.Since(start)})
+	// The per-try context must outlive the response: its body is still
+	// to be read. Closing the body cancels it.
+	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	return resp, f, nil
+}
+
+// cancelBody is a response body that releases its request's context when
+// closed.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+// forward sends one try of a proxied request to endpoint addr.
+func forward(ctx context.Context, up *upstreamHTTP, r *http.Request, addr string, body []byte, reqID string) (*http.Response, error) {
 	u := *r.URL
-	u.Scheme, u.Host = b.scheme, addr
+	u.Scheme, u.Host = up.scheme, addr
 	// The host is a configured endpoint, never the caller's choice.
-	out, err := http.NewRequestWithContext(ctx, r.Method, u.String(), bytes.NewReader(body)) //nolint:gosec // G704: host from the backend's configured endpoints
+	out, err := http.NewRequestWithContext(ctx, r.Method, u.String(), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
+	h := make(http.Header, len(r.Header)+1)
 	for k, vs := range r.Header {
-		if hopHeader(k) {
-			continue
+		if !hopHeader(k) {
+			h[k] = vs
 		}
-		out.Header[k] = vs
 	}
-	out.Header.Set("X-Request-Id", reqID)
+	h["X-Request-Id"] = []string{reqID}
+	out.Header = h
 	out.ContentLength = int64(len(body))
-	return b.http.Do(out) //nolint:gosec // G704: host from the backend's configured endpoints
+	return up.do(out)
 }
 
 // copyResponse streams resp to w and closes it.

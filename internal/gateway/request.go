@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
@@ -40,12 +41,15 @@ const (
 
 // value is one parsed request value.
 type value struct {
-	set  bool
-	i    int64
-	f    float64
-	b    bool
-	s    string
-	text string // as routing sees it: the number's text, or the string
+	set bool
+	i   int64
+	f   float64
+	b   bool
+	s   string
+	// raw is the value's JSON text: what parseBody found for the field
+	// (the last occurrence of its key), then, for a float, the number as
+	// written, which routing sees.
+	raw []byte
 }
 
 // num returns the value as a float64 for a tensor.
@@ -63,30 +67,74 @@ func (v *value) num(k fieldKind) float64 {
 	}
 }
 
+// text is the value as routing, the shadow key and messages see it: an
+// int64 in canonical form (so "007" and 7 are one id, as they are for the
+// feature store), a float as written, true or false, or the string.
+func (v *value) text(k fieldKind) string {
+	switch k {
+	case kindInt64:
+		return strconv.FormatInt(v.i, 10)
+	case kindFloat32, kindFloat64:
+		return string(v.raw)
+	case kindBool:
+		return strconv.FormatBool(v.b)
+	default:
+		return v.s
+	}
+}
+
 // parseBody decodes the flat JSON object of a service request into vals
 // (one per service field). Unknown keys, wrong types and missing required
-// fields are errors that name the field.
+// fields are errors that name the field. A key given twice takes its last
+// value, as encoding/json does.
 func (s *service) parseBody(body []byte, vals []value) error {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
 		return infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "the request body is empty; send a JSON object with %s", s.fieldList())
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
+	if body[0] != '{' || !json.Valid(body) {
+		if string(body) == "null" {
+			return infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "the request body is null; send a JSON object with %s", s.fieldList())
+		}
+		// encoding/json words the problem.
+		var m map[string]json.RawMessage
+		err := json.Unmarshal(body, &m)
 		return infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "the request body is not a JSON object: %v", err)
 	}
-	if m == nil {
-		return infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "the request body is null; send a JSON object with %s", s.fieldList())
-	}
-	for k, raw := range m {
-		i, ok := s.fieldIdx[k]
+	// A valid object: walk its members without building a map.
+	for i := skipSpace(body, 1); body[i] != '}'; {
+		end := skipString(body, i)
+		rawKey := body[i:end]
+		var idx int
+		var ok bool
+		if needsUnquote(rawKey) {
+			idx, ok = s.fieldIdx[unquote(rawKey)]
+		} else {
+			idx, ok = s.fieldIdx[string(rawKey[1:len(rawKey)-1])]
+		}
 		if !ok {
-			return infer.Errorf(infer.KindInvalid, ReasonUnknownField, "unknown field %q: service %q takes %s", k, s.name, s.fieldList())
+			return infer.Errorf(infer.KindInvalid, ReasonUnknownField, "unknown field %q: service %q takes %s", unquote(rawKey), s.name, s.fieldList())
 		}
-		if err := parseValue(&s.fields[i], raw, &vals[i]); err != nil {
-			return err
+		i = skipSpace(body, skipSpace(body, end)+1) // past the colon
+		end = skipValue(body, i)
+		vals[idx].raw = body[i:end]
+		i = skipSpace(body, end)
+		if body[i] == ',' {
+			i = skipSpace(body, i+1)
 		}
 	}
+	for i := range vals {
+		if raw := vals[i].raw; raw != nil {
+			if err := parseValue(&s.fields[i], raw, &vals[i]); err != nil {
+				return err
+			}
+		}
+	}
+	return s.checkRequired(vals)
+}
+
+// checkRequired reports the first required field vals leave unset.
+func (s *service) checkRequired(vals []value) error {
 	for i := range s.fields {
 		if s.fields[i].required && !vals[i].set {
 			what := "request field"
@@ -97,6 +145,90 @@ func (s *service) parseBody(body []byte, vals []value) error {
 		}
 	}
 	return nil
+}
+
+// The walkers below read a document json.Valid accepted: they only find
+// where each token ends.
+
+// skipSpace returns the index of the first non-space byte at or after i.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string starting at b[i].
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return i
+}
+
+// skipValue returns the index just past the value starting at b[i].
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	default: // a number, true, false or null
+		for i < len(b) {
+			switch b[i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return i
+			}
+			i++
+		}
+		return i
+	}
+}
+
+// needsUnquote reports whether the JSON string s (quotes included) is
+// other than its bytes: it has escapes, or bytes that are not valid UTF-8.
+func needsUnquote(s []byte) bool {
+	ascii := true
+	for _, c := range s {
+		if c == '\\' {
+			return true
+		}
+		if c >= utf8.RuneSelf {
+			ascii = false
+		}
+	}
+	return !ascii && !utf8.Valid(s)
+}
+
+// unquote decodes the JSON string s (quotes included).
+func unquote(s []byte) string {
+	if !needsUnquote(s) {
+		return string(s[1 : len(s)-1])
+	}
+	var out string
+	_ = json.Unmarshal(s, &out) // s is a valid JSON string
+	return out
 }
 
 func (s *service) fieldList() string {
@@ -114,8 +246,9 @@ func (s *service) fieldList() string {
 }
 
 // parseValue parses one JSON value of field f. null leaves the value unset.
-func parseValue(f *reqField, raw json.RawMessage, v *value) error {
+func parseValue(f *reqField, raw []byte, v *value) error {
 	raw = bytes.TrimSpace(raw)
+	*v = value{}
 	if string(raw) == "null" {
 		return nil
 	}
@@ -136,9 +269,7 @@ func parseValue(f *reqField, raw json.RawMessage, v *value) error {
 		if err != nil {
 			return bad("an int64")
 		}
-		// Route and hash by the canonical form, so "007" and 7 are one id,
-		// as they are for the feature store.
-		v.i, v.text = n, strconv.FormatInt(n, 10)
+		v.i = n
 	case kindFloat32, kindFloat64:
 		bits := 64
 		if f.kind == kindFloat32 {
@@ -148,24 +279,39 @@ func parseValue(f *reqField, raw json.RawMessage, v *value) error {
 		if err != nil || math.IsInf(x, 0) || math.IsNaN(x) {
 			return bad("a finite number")
 		}
-		v.f, v.text = x, string(raw)
+		v.f, v.raw = x, raw
 	case kindBool:
 		switch string(raw) {
 		case "true":
-			v.b, v.text = true, "true"
+			v.b = true
 		case "false":
-			v.b, v.text = false, "false"
+			v.b = false
 		default:
 			return bad("true or false")
 		}
 	case kindString:
-		if err := json.Unmarshal(raw, &v.s); err != nil {
+		if len(raw) < 2 || raw[0] != '"' {
 			return bad("a string")
 		}
-		v.text = v.s
+		if !needsUnquote(raw) {
+			v.s = string(raw[1 : len(raw)-1])
+		} else if err := json.Unmarshal(raw, &v.s); err != nil {
+			return bad("a string")
+		}
 	}
 	v.set = true
 	return nil
+}
+
+// routeValues are vals as routing and rollouts match them, by field name.
+func (s *service) routeValues(vals []value) map[string]string {
+	out := make(map[string]string, len(vals))
+	for i := range vals {
+		if vals[i].set {
+			out[s.fields[i].name] = vals[i].text(s.fields[i].kind)
+		}
+	}
+	return out
 }
 
 // featureRequest builds the feature read of one request row.
@@ -176,9 +322,9 @@ func (s *service) featureRequest(vals []value) *serving.Request {
 		var fv feature.Value
 		switch k.kind {
 		case feature.KindString, feature.KindBytes:
-			fv.S = v.text
+			fv.S = v.text(s.fields[k.field].kind)
 			if k.kind == feature.KindBytes {
-				fv.B = []byte(v.text)
+				fv.B = []byte(fv.S)
 			}
 		default:
 			fv.I64 = v.i
@@ -270,7 +416,7 @@ func (s *service) entityText(vals []value) string {
 		}
 		b = append(b, f.name...)
 		b = append(b, '=')
-		b = append(b, vals[i].text...)
+		b = append(b, vals[i].text(f.kind)...)
 	}
 	return string(b)
 }
@@ -418,20 +564,20 @@ func scalar(t *infer.Tensor) (float64, bool) {
 
 // tensorValues reads a numeric output tensor: one element is a scalar,
 // more an array.
-func tensorValues(name string, t *infer.Tensor) (outputValue, bool) {
+func tensorValues(name string, t *infer.Tensor) (Output, bool) {
 	size := t.DataType.Size()
 	if size == 0 || t.DataType == infer.FP16 || t.DataType == infer.BF16 {
-		return outputValue{}, false
+		return Output{}, false
 	}
 	n := len(t.Data) / size
-	ov := outputValue{name: name, values: make([]float64, 0, n), array: n != 1, dt: t.DataType}
+	ov := Output{Name: name, Values: make([]float64, 0, n), Array: n != 1, DataType: t.DataType}
 	for j := range n {
 		el := infer.Tensor{DataType: t.DataType, Data: t.Data[j*size : (j+1)*size]}
 		x, ok := scalar(&el)
 		if !ok {
-			return outputValue{}, false
+			return Output{}, false
 		}
-		ov.values = append(ov.values, x)
+		ov.Values = append(ov.Values, x)
 	}
 	return ov, true
 }

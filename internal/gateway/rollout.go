@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"net/http"
 	"reflect"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/release/drift"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
+	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // serviceRollout is a service's staged rollout: the controller that
@@ -141,4 +143,34 @@ func observeScalars(m *drift.Monitor, vars []rolloutVar, feats *serving.Response
 		}
 		m.ObserveAt(v.name, x, now)
 	}
+}
+
+// rolloutHook is the release hook of a service in a staged rollout: the
+// controller picks each call's version (and, per arm, its backend), sees
+// its features and learns how the model call went.
+type rolloutHook struct {
+	noHook
+	r        *serviceRollout
+	backends map[string]*backend // the configuration's, for the arms' backends
+}
+
+func (h *rolloutHook) steer(x *exchange) {
+	x.version, x.roGroup, x.roArm = h.r.ctrl.Decide(rollout.Attributes{Headers: x.call.Header, Values: x.values, RequestID: x.reqID})
+	if t := h.r.ctrl.Target(x.roArm); t.Backend != "" {
+		x.b, x.log.Backend = h.backends[t.Backend], t.Backend
+	}
+}
+
+func (h *rolloutHook) featuresRead(x *exchange) {
+	h.r.observeFeatures(x.roGroup, x.feats, x.start)
+}
+
+func (h *rolloutHook) modelDone(x *exchange, err error) {
+	o := rollout.Outcome{Status: http.StatusOK, Latency: x.callLatency}
+	if err != nil {
+		o.Status, _ = wire.HTTPStatus(err)
+	} else if c, ok := outputScalar(x.resp, h.r.confidence); ok {
+		o.Confidence, o.HasConfidence = c, true
+	}
+	h.r.ctrl.Observe(x.roArm, x.roGroup, o)
 }

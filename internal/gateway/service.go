@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
@@ -107,8 +109,9 @@ type serviceFallback struct {
 	vars       []ruleVar
 }
 
-// service is a compiled inference service. It is immutable after compile
-// except for the monitor and breaker, which are safe for concurrent use.
+// service is a compiled inference service. It is immutable after the
+// configuration is built except for its stateful parts (monitor, breaker,
+// rollout, drift), which are safe for concurrent use.
 type service struct {
 	cfg      config.Service
 	name     string
@@ -128,11 +131,20 @@ type service struct {
 	requested  []infer.RequestedOutput
 	routes     *route.Table
 	routeCfg   map[string]*config.Route
-	fallback   *serviceFallback
-	breaker    *breaker
-	shadow     *serviceShadow
-	rollout    *serviceRollout
-	drift      *serviceDrift
+	// routesByValue says routing (an entity hash, a sticky split, a
+	// rollout) reads the request values, so the pipeline lists them.
+	routesByValue bool
+	fallback      *serviceFallback
+	breaker       *breaker
+	shadow        *serviceShadow
+	rollout       *serviceRollout
+	drift         *serviceDrift
+	hooks         []releaseHook // rollout, drift watch, shadow: in that order
+
+	// The service's metric series, looked up once: the request duration,
+	// and each output's prediction histogram (by index into outputs).
+	duration    prometheus.Observer
+	predictions []prometheus.Observer
 }
 
 type entityKey struct {
@@ -143,63 +155,106 @@ type entityKey struct {
 
 // compileService builds a service from its configuration, checking feature
 // references against repo (nil when the gateway has no feature store: the
-// service may then only use request fields).
+// service may then only use request fields). It reports every problem.
 func compileService(c config.Service, repo *registry.Repo, opts ...route.Option) (*service, error) {
 	method, path, _ := strings.Cut(c.Path, " ")
-	s := &service{
-		cfg: c, name: c.Name, method: method, path: path,
-		fieldIdx: map[string]int{}, routeCfg: map[string]*config.Route{},
+	sc := &compiler{
+		s: &service{
+			cfg: c, name: c.Name, method: method, path: path,
+			fieldIdx: map[string]int{}, routeCfg: map[string]*config.Route{},
+		},
+		repo: repo, colOf: map[string]int{},
 	}
-	var errs []error
-	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	for _, e := range c.Entities {
+	sc.fields()
+	sc.featureService()
+	sc.inputs()
+	sc.outputs()
+	sc.fallback()
+	sc.requested()
+	sc.entityKeys()
+	sc.shadow()
+	sc.routes(opts)
+	if len(sc.errs) > 0 {
+		return nil, fmt.Errorf("service %q: %w", c.Name, errors.Join(sc.errs...))
+	}
+	return sc.s, nil
+}
+
+// compiler holds a service being compiled and the problems found so far.
+type compiler struct {
+	s          *service
+	repo       *registry.Repo
+	fsFeatures map[string]feature.Type // "view:feature" → type, of the feature service
+	colOf      map[string]int          // "view:feature" → index into s.features
+	errs       []error
+}
+
+func (c *compiler) fail(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf(format, args...))
+}
+
+// fields lists the values a request carries: the entities' join keys,
+// then the request fields.
+func (c *compiler) fields() {
+	s := c.s
+	for _, e := range s.cfg.Entities {
 		k, err := parseFieldKind(e.Type)
 		if err != nil {
-			fail("entity %q: %v", e.Name, err)
+			c.fail("entity %q: %v", e.Name, err)
 		}
 		s.fieldIdx[e.JoinKey] = len(s.fields)
 		s.fields = append(s.fields, reqField{name: e.JoinKey, kind: k, required: true, entity: true})
 	}
-	for _, f := range c.RequestFields {
+	for _, f := range s.cfg.RequestFields {
 		k, err := parseFieldKind(f.Type)
 		if err != nil {
-			fail("request field %q: %v", f.Name, err)
+			c.fail("request field %q: %v", f.Name, err)
 		}
 		s.fieldIdx[f.Name] = len(s.fields)
 		s.fields = append(s.fields, reqField{name: f.Name, kind: k, required: f.Required})
 	}
+}
 
-	var fsFeatures map[string]feature.Type // "view:feature" → type, for the feature service
-	if c.FeatureService != "" {
-		if repo == nil {
-			fail("feature_service %q: the gateway has no feature store (add a feature_server section)", c.FeatureService)
-		} else {
-			var err error
-			fsFeatures, err = serviceFeatures(repo, c.FeatureService)
-			if err != nil {
-				errs = append(errs, err)
-			}
-		}
+// featureService finds the features the service may read.
+func (c *compiler) featureService() {
+	name := c.s.cfg.FeatureService
+	if name == "" {
+		return
 	}
-	colOf := map[string]int{}
-	addFeature := func(ref string) (int, feature.Type, error) {
-		if i, ok := colOf[ref]; ok {
-			return i, s.featureTypes[i], nil
-		}
-		t, ok := fsFeatures[ref]
-		if !ok {
-			return 0, feature.Type{}, fmt.Errorf("feature %q is not in feature service %q", ref, c.FeatureService)
-		}
-		colOf[ref] = len(s.features)
-		s.features = append(s.features, ref)
-		s.featureTypes = append(s.featureTypes, t)
-		return colOf[ref], t, nil
+	if c.repo == nil {
+		c.fail("feature_service %q: the gateway has no feature store (add a feature_server section)", name)
+		return
 	}
+	fs, err := serviceFeatures(c.repo, name)
+	if err != nil {
+		c.errs = append(c.errs, err)
+	}
+	c.fsFeatures = fs
+}
 
-	for _, in := range c.Inputs {
+// addFeature makes ref one of the features read, once, and returns its
+// column and type.
+func (c *compiler) addFeature(ref string) (int, feature.Type, error) {
+	s := c.s
+	if i, ok := c.colOf[ref]; ok {
+		return i, s.featureTypes[i], nil
+	}
+	t, ok := c.fsFeatures[ref]
+	if !ok {
+		return 0, feature.Type{}, fmt.Errorf("feature %q is not in feature service %q", ref, s.cfg.FeatureService)
+	}
+	c.colOf[ref] = len(s.features)
+	s.features = append(s.features, ref)
+	s.featureTypes = append(s.featureTypes, t)
+	return c.colOf[ref], t, nil
+}
+
+// inputs plans the assembly of each model input from features and fields.
+func (c *compiler) inputs() {
+	for _, in := range c.s.cfg.Inputs {
 		dt, ok := infer.ParseDataType(in.Datatype)
 		if !ok || !assemblable(dt) {
-			fail("input %q: datatype %s cannot be assembled from features (want FP32, FP64, INT64 or INT32)", in.Tensor, in.Datatype)
+			c.fail("input %q: datatype %s cannot be assembled from features (want FP32, FP64, INT64 or INT32)", in.Tensor, in.Datatype)
 			continue
 		}
 		ip := input{tensor: in.Tensor, dt: dt}
@@ -213,48 +268,68 @@ func compileService(c config.Service, repo *registry.Repo, opts ...route.Option)
 			ip.missing = missingZero
 		}
 		for _, ref := range in.Features {
-			kind, name, _ := strings.Cut(ref, ":")
-			if kind == "field" {
-				fi, ok := s.fieldIdx[name]
-				if !ok {
-					fail("input %q: %q is not an entity join_key or request field", in.Tensor, ref)
-					continue
-				}
-				if s.fields[fi].kind == kindString {
-					fail("input %q: field %q is a string; tensors take numbers", in.Tensor, name)
-				}
-				ip.parts = append(ip.parts, part{ref: ref, col: -1, field: fi, width: 1})
-				ip.width++
-				continue
+			if pt, ok := c.part(in.Tensor, ref); ok {
+				ip.parts = append(ip.parts, pt)
+				ip.width += pt.width
 			}
-			col, t, err := addFeature(ref)
-			if err != nil {
-				fail("input %q: %v", in.Tensor, err)
-				continue
-			}
-			w, err := featureWidth(t)
-			if err != nil {
-				fail("input %q: feature %q (%s): %v", in.Tensor, ref, t, err)
-				continue
-			}
-			ip.parts = append(ip.parts, part{ref: ref, col: col, field: -1, width: w})
-			ip.width += w
 		}
-		s.inputs = append(s.inputs, ip)
+		c.s.inputs = append(c.s.inputs, ip)
 	}
-	for _, o := range c.Outputs {
-		s.outputs = append(s.outputs, output{name: o.Name, from: o.From})
-	}
+}
 
-	if fb := c.Fallback; fb != nil {
-		sf, err := s.compileFallback(fb, fsFeatures, addFeature)
-		if err != nil {
-			errs = append(errs, err)
+// part resolves one reference of input tensor: "field:<name>" or a
+// feature.
+func (c *compiler) part(tensor, ref string) (part, bool) {
+	s := c.s
+	kind, name, _ := strings.Cut(ref, ":")
+	if kind == "field" {
+		fi, ok := s.fieldIdx[name]
+		if !ok {
+			c.fail("input %q: %q is not an entity join_key or request field", tensor, ref)
+			return part{}, false
 		}
-		s.fallback = sf
+		if s.fields[fi].kind == kindString {
+			c.fail("input %q: field %q is a string; tensors take numbers", tensor, name)
+		}
+		return part{ref: ref, col: -1, field: fi, width: 1}, true
 	}
-	// The outputs the model must return: the mapped ones plus the
-	// fallback's watched and confidence outputs.
+	col, t, err := c.addFeature(ref)
+	if err != nil {
+		c.fail("input %q: %v", tensor, err)
+		return part{}, false
+	}
+	w, err := featureWidth(t)
+	if err != nil {
+		c.fail("input %q: feature %q (%s): %v", tensor, ref, t, err)
+		return part{}, false
+	}
+	return part{ref: ref, col: col, field: -1, width: w}, true
+}
+
+// outputs maps the model's outputs to the answer's names.
+func (c *compiler) outputs() {
+	for _, o := range c.s.cfg.Outputs {
+		c.s.outputs = append(c.s.outputs, output{name: o.Name, from: o.From})
+	}
+}
+
+// fallback compiles the business-level fallback rule.
+func (c *compiler) fallback() {
+	fb := c.s.cfg.Fallback
+	if fb == nil {
+		return
+	}
+	sf, err := c.s.compileFallback(fb, c.fsFeatures, c.addFeature)
+	if err != nil {
+		c.errs = append(c.errs, err)
+	}
+	c.s.fallback = sf
+}
+
+// requested lists the outputs the model must return: the mapped ones plus
+// the fallback's watched and confidence outputs.
+func (c *compiler) requested() {
+	s := c.s
 	want := []string{}
 	for _, o := range s.outputs {
 		want = append(want, o.from)
@@ -266,46 +341,58 @@ func compileService(c config.Service, repo *registry.Repo, opts ...route.Option)
 	for _, n := range slices.Compact(want) {
 		s.requested = append(s.requested, infer.RequestedOutput{Name: n})
 	}
+}
 
-	if len(s.features) > 0 {
-		keys, err := joinKeys(repo, s.features)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		for _, k := range keys {
-			fi, ok := s.fieldIdx[k.joinKey]
-			if !ok || !s.fields[fi].entity {
-				fail("the features read need entity key %q, which is not among the service's entities", k.joinKey)
-				continue
-			}
-			isString := k.kind == feature.KindString || k.kind == feature.KindBytes
-			if isString != (s.fields[fi].kind == kindString) {
-				fail("entity key %q is %s in the service but %s in the feature repository", k.joinKey, s.fields[fi].kind, k.kind)
-				continue
-			}
-			k.field = fi
-			s.entityKeys = append(s.entityKeys, k)
-		}
+// entityKeys checks that the service's entities provide the join keys of
+// the features read, with the kinds the feature store keys them by.
+func (c *compiler) entityKeys() {
+	s := c.s
+	if len(s.features) == 0 {
+		return
 	}
-
-	if sh := c.Shadow; sh != nil {
-		s.shadow = &serviceShadow{cfg: *sh, keyField: -1}
-		if i, ok := s.fieldIdx[sh.Key]; ok {
-			s.shadow.keyField = i
-		}
-	}
-	rt, err := route.FromConfig(c.Routes, opts...)
+	keys, err := joinKeys(c.repo, s.features)
 	if err != nil {
-		errs = append(errs, err)
+		c.errs = append(c.errs, err)
+	}
+	for _, k := range keys {
+		fi, ok := s.fieldIdx[k.joinKey]
+		if !ok || !s.fields[fi].entity {
+			c.fail("the features read need entity key %q, which is not among the service's entities", k.joinKey)
+			continue
+		}
+		isString := k.kind == feature.KindString || k.kind == feature.KindBytes
+		if isString != (s.fields[fi].kind == kindString) {
+			c.fail("entity key %q is %s in the service but %s in the feature repository", k.joinKey, s.fields[fi].kind, k.kind)
+			continue
+		}
+		k.field = fi
+		s.entityKeys = append(s.entityKeys, k)
+	}
+}
+
+// shadow resolves the shadow's key field.
+func (c *compiler) shadow() {
+	sh := c.s.cfg.Shadow
+	if sh == nil {
+		return
+	}
+	c.s.shadow = &serviceShadow{cfg: *sh, keyField: -1}
+	if i, ok := c.s.fieldIdx[sh.Key]; ok {
+		c.s.shadow.keyField = i
+	}
+}
+
+// routes builds the routing table.
+func (c *compiler) routes(opts []route.Option) {
+	s := c.s
+	rt, err := route.FromConfig(s.cfg.Routes, opts...)
+	if err != nil {
+		c.errs = append(c.errs, err)
 	}
 	s.routes = rt
-	for i := range c.Routes {
-		s.routeCfg[c.Routes[i].Name] = &c.Routes[i]
+	for i := range s.cfg.Routes {
+		s.routeCfg[s.cfg.Routes[i].Name] = &s.cfg.Routes[i]
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("service %q: %w", c.Name, errors.Join(errs...))
-	}
-	return s, nil
 }
 
 func (s *service) compileFallback(fb *config.Fallback, fsFeatures map[string]feature.Type,

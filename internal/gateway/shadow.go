@@ -8,15 +8,17 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/gateway/route"
-	"github.com/sluice-ml/sluice/internal/httpapi"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/release/record"
 	"github.com/sluice-ml/sluice/internal/telemetry"
+	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // Recorder takes finished records (record.Writer): Offer never blocks.
@@ -43,8 +45,11 @@ type serviceShadow struct {
 }
 
 // shadowJob is one mirrored request: the primary's exchange, waiting for
-// the shadow's answer before it is recorded.
+// the shadow's answer before it is recorded. ctx is the primary call's,
+// for the trace: the shadow call runs under context.WithoutCancel(ctx),
+// with its own timeout.
 type shadowJob struct {
+	ctx context.Context
 	s   *service
 	b   *backend
 	req *infer.Request
@@ -52,15 +57,21 @@ type shadowJob struct {
 }
 
 // mirror runs shadow calls off the request path: a bounded queue and a
-// fixed set of workers. A full queue drops the job and counts it.
+// fixed set of workers (run, started by Gateway.Run). A full queue drops
+// the job and counts it.
 type mirror struct {
-	sendMu   sync.Mutex // orders offers against the close of jobs
+	sendMu   sync.Mutex // orders offers against the close of jobs; protects closed
+	closed   bool
 	jobs     chan *shadowJob
-	wg       sync.WaitGroup
-	closed   chan struct{}
-	once     sync.Once
+	workers  int
+	done     chan struct{} // closed when run's workers are done
 	recorder Recorder
 	met      *shadowMetrics
+	// abort ends when Close stops waiting for the shadow calls: those in
+	// flight are cancelled and the queued ones dropped. A cancellation
+	// signal for the workers, not a request's context.
+	abort     context.Context
+	abortCall context.CancelFunc
 }
 
 type shadowMetrics struct {
@@ -82,44 +93,60 @@ func newShadowMetrics(reg prometheus.Registerer) *shadowMetrics {
 	}
 }
 
-func (g *Gateway) startMirror(rc config.Recording) {
-	g.mirror = &mirror{
-		jobs: make(chan *shadowJob, rc.QueueSize), closed: make(chan struct{}),
-		recorder: g.opts.Recorder, met: newShadowMetrics(g.reg),
+// newMirror builds the mirror; it starts nothing.
+func newMirror(rc config.Recording, rec Recorder, reg prometheus.Registerer) *mirror {
+	m := &mirror{
+		jobs: make(chan *shadowJob, rc.QueueSize), workers: max(rc.Workers, 1), done: make(chan struct{}),
+		recorder: rec, met: newShadowMetrics(reg),
 	}
-	for range rc.Workers {
-		g.mirror.wg.Go(func() {
-			for j := range g.mirror.jobs {
+	m.abort, m.abortCall = context.WithCancel(context.Background())
+	return m
+}
+
+// run runs the shadow workers until the queue is closed and drained.
+func (m *mirror) run(g *Gateway) {
+	defer close(m.done)
+	var wg sync.WaitGroup
+	for range m.workers {
+		wg.Go(func() {
+			for j := range m.jobs {
 				g.runShadow(j)
 			}
 		})
 	}
+	wg.Wait()
 }
 
-// closeMirror stops taking jobs, finishes the queued ones (until ctx ends)
-// and closes the recorder, which flushes every record it accepted.
-func (g *Gateway) closeMirror(ctx context.Context) error {
-	m := g.mirror
-	if m == nil {
-		return nil
-	}
-	m.once.Do(func() {
-		close(m.closed)
-		m.sendMu.Lock()
+// finish stops taking jobs and finishes the queued ones: run's workers
+// do when Gateway.Run started them, else finish does itself. When ctx
+// ends first, the calls in flight are cancelled and the rest dropped.
+// Then it closes the recorder, which flushes every record it accepted.
+func (m *mirror) finish(ctx context.Context, g *Gateway, running bool) error {
+	m.sendMu.Lock()
+	if !m.closed {
+		m.closed = true
 		close(m.jobs)
-		m.sendMu.Unlock()
-	})
-	done := make(chan struct{})
-	go func() { m.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
 	}
+	m.sendMu.Unlock()
+	stop := context.AfterFunc(ctx, m.abortCall)
+	defer stop()
+	if running {
+		<-m.done // the workers return soon after abort, if it comes to that
+	} else {
+		for j := range m.jobs {
+			g.runShadow(j)
+		}
+	}
+	return m.closeRecorder(ctx, g)
+}
+
+// closeRecorder closes the recorder and logs what it did.
+func (m *mirror) closeRecorder(ctx context.Context, g *Gateway) error {
 	if m.recorder == nil {
 		return nil
 	}
 	err := m.recorder.Close(ctx)
-	if st, ok := m.recorder.(interface{ Stats() record.WriterStats }); ok {
+	if st, ok := m.recorder.(interface{ Stats() record.WriterStats }); ok && g != nil {
 		s := st.Stats()
 		g.logger.Info("recording closed", "accepted", s.Accepted, "dropped", s.Dropped, "written", s.Written,
 			"spooled", s.Spooled, "recovered", s.Recovered, "dropped_by_policy", s.DroppedByPolicy, "failed", s.Failed, "lost", s.Lost())
@@ -127,49 +154,50 @@ func (g *Gateway) closeMirror(ctx context.Context) error {
 	return err
 }
 
-// maybeMirror queues a shadow call of a successful primary exchange when
-// the request falls in the service's shadow share.
-func (g *Gateway) maybeMirror(st *state, s *service, r *http.Request, reqID string, start time.Time, vals []value,
-	feats *serving.Response, req *infer.Request, resp *infer.Response, a *answer, latency time.Duration,
-) {
-	sh := s.shadow
-	if sh == nil || g.mirror == nil {
-		return
-	}
-	key := reqID
-	if sh.keyField >= 0 && vals[sh.keyField].set {
-		key = vals[sh.keyField].text
+// shadowHook is the release hook of a service with a shadow: a
+// successful call that falls in the shadow share is mirrored to the
+// shadow's backend, resolved when the configuration was loaded.
+type shadowHook struct {
+	noHook
+	sh      *serviceShadow
+	b       *backend
+	m       *mirror
+	headers []string // recording.headers: the ones a record keeps
+}
+
+// answered queues a shadow call of the call's exchange when the request
+// falls in the service's shadow share.
+func (h *shadowHook) answered(ctx context.Context, x *exchange) {
+	s, sh := x.s, h.sh
+	key := x.reqID
+	if sh.keyField >= 0 && x.vals[sh.keyField].set {
+		key = x.vals[sh.keyField].text(s.fields[sh.keyField].kind)
 	}
 	if !Mirrored(key, sh.cfg.Percent) {
 		return
 	}
-	b, ok := st.backends[sh.cfg.Backend]
-	if !ok {
-		return
-	}
+	a := &x.answer
 	rec := &record.Record{
-		Schema: record.SchemaVersion, RequestID: reqID, Time: start, Service: s.name, ShadowKey: key,
-		Headers: recordHeaders(r.Header, st.cfg.Recording.Headers),
-		Request: s.requestMap(vals), Features: s.featureMap(feats),
-		Inputs: recordTensors(req.Inputs),
+		Schema: record.SchemaVersion, RequestID: x.reqID, Time: x.start, Service: s.name, ShadowKey: key,
+		Headers: recordHeaders(x.call.Header, h.headers),
+		Request: s.requestMap(x.vals), Features: s.featureMap(x.feats),
+		Inputs: recordTensors(x.req.Inputs),
 		Arms: map[string]record.Arm{record.ArmPrimary: {
-			Model: a.model, Version: a.version, Status: http.StatusOK,
-			LatencyMS: float64(latency.Microseconds()) / 1000, Outputs: outputMap(resp.Outputs), Source: a.source,
+			Model: a.Model, Version: a.Version, Status: http.StatusOK,
+			LatencyMS: float64(x.callLatency.Microseconds()) / 1000, Outputs: outputMap(x.resp.Outputs), Source: a.Source,
 		}},
 	}
-	sreq := &infer.Request{ID: reqID, Model: sh.cfg.Model, Version: sh.cfg.Version, Inputs: req.Inputs, Outputs: req.Outputs}
-	g.mirror.offer(s.name, &shadowJob{s: s, b: b, req: sreq, rec: rec})
+	sreq := &infer.Request{ID: x.reqID, Model: sh.cfg.Model, Version: sh.cfg.Version, Inputs: x.req.Inputs, Outputs: x.req.Outputs}
+	h.m.offer(s.name, &shadowJob{ctx: ctx, s: s, b: h.b, req: sreq, rec: rec})
 }
 
 // offer queues j, or drops and counts it when the queue is full or closed.
 func (m *mirror) offer(service string, j *shadowJob) {
 	m.sendMu.Lock()
 	defer m.sendMu.Unlock()
-	select {
-	case <-m.closed:
+	if m.closed {
 		m.met.requests.WithLabelValues(service, "dropped").Inc()
 		return
-	default:
 	}
 	select {
 	case m.jobs <- j:
@@ -179,29 +207,40 @@ func (m *mirror) offer(service string, j *shadowJob) {
 }
 
 // runShadow calls the shadow model (one try, no retries: a shadow must not
-// add load to a struggling backend) and records both arms.
+// add load to a struggling backend) and records both arms. The call
+// continues the primary's trace, but not its cancellation: the primary
+// has answered by now.
 func (g *Gateway) runShadow(j *shadowJob) {
-	s := j.s
-	ctx, cancel := context.WithTimeout(context.Background(), s.shadow.cfg.Timeout.Std())
+	s, m := j.s, g.mirror
+	if m.abort.Err() != nil {
+		m.met.requests.WithLabelValues(s.name, "dropped").Inc()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.ctx), s.shadow.cfg.Timeout.Std())
 	defer cancel()
+	stop := context.AfterFunc(m.abort, cancel)
+	defer stop()
+	ctx, span := tracer.Start(ctx, "gateway.shadow", trace.WithAttributes(
+		attribute.String("service", s.name), attribute.String("backend", j.b.name), attribute.String("version", j.req.Version)))
 	start := time.Now()
 	resp, _, err := g.call(ctx, s, j.b, nil, j.req)
 	lat := time.Since(start)
-	g.mirror.met.latency.WithLabelValues(s.name).Observe(lat.Seconds())
+	span.End()
+	m.met.latency.WithLabelValues(s.name).Observe(lat.Seconds())
 	arm := record.Arm{Model: j.req.Model, Version: j.req.Version, LatencyMS: float64(lat.Microseconds()) / 1000}
 	if err != nil {
-		arm.Status, arm.Reason = httpapi.StatusOf(err)
-		g.mirror.met.requests.WithLabelValues(s.name, "error").Inc()
+		arm.Status, arm.Reason = wire.HTTPStatus(err)
+		m.met.requests.WithLabelValues(s.name, "error").Inc()
 	} else {
 		arm.Status, arm.Outputs = http.StatusOK, outputMap(resp.Outputs)
 		if resp.Version != "" {
 			arm.Version = resp.Version
 		}
-		g.mirror.met.requests.WithLabelValues(s.name, "ok").Inc()
+		m.met.requests.WithLabelValues(s.name, "ok").Inc()
 	}
 	j.rec.Arms[record.ArmShadow] = arm
-	if g.mirror.recorder != nil {
-		g.mirror.recorder.Offer(j.rec)
+	if m.recorder != nil {
+		m.recorder.Offer(j.rec)
 	}
 }
 
@@ -311,7 +350,7 @@ func outputMap(ts []infer.Tensor) map[string][]float64 {
 	out := make(map[string][]float64, len(ts))
 	for i := range ts {
 		if ov, ok := tensorValues(ts[i].Name, &ts[i]); ok {
-			out[ts[i].Name] = ov.values
+			out[ts[i].Name] = ov.Values
 		}
 	}
 	return out

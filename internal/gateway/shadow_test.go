@@ -59,6 +59,7 @@ func newShadowEnv(t *testing.T, o yamlOpts) (*testEnv, *fakeRecorder) {
 	t.Helper()
 	rec := &fakeRecorder{}
 	e := newEnv(t, parseConfig(t, gatewayYAML(o)), func(opts *gateway.Options) { opts.Recorder = rec })
+	runGateway(t, e)
 	return e, rec
 }
 

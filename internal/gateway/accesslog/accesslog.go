@@ -11,10 +11,12 @@
 // without one share a single decision.
 //
 // Logging never blocks a request. Log puts the entry on a bounded queue read
-// by one writer goroutine, which encodes entries into a buffered writer and
+// by one writer, Run, which encodes entries into a buffered writer and
 // flushes whenever the queue runs empty. When the queue is full the entry is
 // dropped and counted in sluice_gateway_access_log_dropped_total. Close stops
-// accepting entries, drains everything queued before it, and flushes.
+// accepting entries, drains everything queued before it, and flushes. New
+// starts no goroutine: the owner runs Run on one of its own (Close then
+// waits for it), or never does, and Close writes the queue itself.
 package accesslog
 
 import (
@@ -25,6 +27,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/telemetry"
@@ -85,15 +88,17 @@ type Logger struct {
 	log         *slog.Logger
 	metrics     *metrics
 
+	w      io.Writer
 	mu     sync.RWMutex // guards closed against the close of queue
 	closed bool
 	queue  chan Entry
-	done   chan struct{}
-	err    error // first write error; read after done is closed
+	writer atomic.Bool   // the writer's role is taken, by Run or by Close
+	done   chan struct{} // closed when the writer finished
+	err    error         // first write error; read after done is closed
 }
 
-// New starts a Logger writing to w. Close must be called to stop its
-// goroutine. A nil logger discards; a nil reg leaves metrics unregistered.
+// New builds a Logger writing to w; Run writes. A nil logger discards; a
+// nil reg leaves metrics unregistered.
 func New(w io.Writer, opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Logger, error) {
 	success, err := percent(opts.Sampling.SuccessPercent, DefaultSuccessPercent, "success_percent")
 	if err != nil {
@@ -117,10 +122,10 @@ func New(w io.Writer, opts Options, logger *slog.Logger, reg prometheus.Register
 		errorRate:   errs / 100,
 		log:         logger,
 		metrics:     newMetrics(reg),
+		w:           w,
 		queue:       make(chan Entry, opts.QueueSize),
 		done:        make(chan struct{}),
 	}
-	go l.run(w)
 	return l, nil
 }
 
@@ -179,10 +184,20 @@ func (l *Logger) Log(e Entry) bool {
 	}
 }
 
+// Run writes the queued entries until Close, and returns once every entry
+// queued before Close is written and flushed. It returns at once when
+// another Run, or Close, took the writer's role first.
+func (l *Logger) Run() {
+	if l.writer.CompareAndSwap(false, true) {
+		l.run(l.w)
+	}
+}
+
 // Close stops accepting entries, waits until every entry queued before it is
-// written and flushed, and returns the first write error. If ctx ends first
-// (a writer that never returns), Close returns ctx's error and the writer
-// goroutine finishes on its own once the writer returns.
+// written and flushed, and returns the first write error. Without a Run,
+// Close writes them itself. If ctx ends first (a writer that never
+// returns), Close returns ctx's error and Run finishes on its own once the
+// writer returns.
 func (l *Logger) Close(ctx context.Context) error {
 	l.mu.Lock()
 	if !l.closed {
@@ -190,6 +205,9 @@ func (l *Logger) Close(ctx context.Context) error {
 		close(l.queue)
 	}
 	l.mu.Unlock()
+	if l.writer.CompareAndSwap(false, true) {
+		l.run(l.w) // no Run: the queue is closed, so this ends
+	}
 	select {
 	case <-l.done:
 		return l.err

@@ -51,10 +51,18 @@ func (s *syncBuffer) lines(t *testing.T) []map[string]any {
 
 func pct(v float64) *float64 { return new(v) }
 
+// newLogger is a Logger with its writer running, as the gateway runs it;
+// the test's cleanup closes it and waits for the writer.
 func newLogger(t *testing.T, w io.Writer, opts Options, reg prometheus.Registerer) *Logger {
 	t.Helper()
 	l, err := New(w, opts, nil, reg)
 	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run() }()
+	t.Cleanup(func() {
+		_ = l.Close(context.Background())
+		<-done
+	})
 	return l
 }
 

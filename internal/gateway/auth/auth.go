@@ -24,6 +24,7 @@ package auth
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"net/http"
@@ -114,10 +115,17 @@ func New(clients []config.Client, anonymousAllowed bool) (*Authenticator, error)
 // KindUnauthenticated error with reason ReasonMissingAPIKey or
 // ReasonInvalidAPIKey.
 func (a *Authenticator) Authenticate(r *http.Request) (Identity, *infer.Error) {
-	key := apiKey(r.Header)
+	return a.Identify(r.Header, r.TLS)
+}
+
+// Identify is Authenticate for a caller known by its headers (or gRPC
+// metadata, with canonical keys) and its verified TLS state, nil over
+// plaintext.
+func (a *Authenticator) Identify(h http.Header, state *tls.ConnectionState) (Identity, *infer.Error) {
+	key := apiKey(h)
 	var byCert *client
-	if r.TLS != nil && len(a.byIdentity) > 0 {
-		byCert = a.byIdentity[tlsconfig.Identity(r.TLS)]
+	if state != nil && len(a.byIdentity) > 0 {
+		byCert = a.byIdentity[tlsconfig.Identity(state)]
 	}
 	if key == "" {
 		if byCert != nil {

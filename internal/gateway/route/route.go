@@ -148,6 +148,19 @@ func buildRule(c *config.Route) (rule, error) {
 // Len returns the number of routes.
 func (t *Table) Len() int { return len(t.routes) }
 
+// UsesValues reports whether Match looks at Request.Values: a route has
+// an entity-hash match or a sticky split. When it does not, a caller may
+// leave Values nil.
+func (t *Table) UsesValues() bool {
+	for i := range t.routes {
+		r := &t.routes[i]
+		if r.entity != nil || (r.sticky != "" && len(r.shares) > 1) {
+			return true
+		}
+	}
+	return false
+}
+
 // Match returns the target of the first route whose match holds, and false
 // when none does.
 func (t *Table) Match(req Request) (Target, bool) {

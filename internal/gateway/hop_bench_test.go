@@ -1,0 +1,132 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/sluice-ml/sluice/internal/gateway"
+	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/pb/gatewaypb"
+)
+
+// The benchmarks below measure the gateway hop as bench/cmd/gatewaybench
+// drives it (auth + rate limit + route, no features), without the network:
+// what the gateway's own code costs per request, in time and allocations.
+// Profile one with -cpuprofile or -memprofile.
+
+// hopBody is a KServe v2 JSON body the size of examples/requests/parcel_eta.json.
+var hopBody = []byte(`{"inputs":[{"name":"features","shape":[1,64],"datatype":"FP32","data":[` +
+	strings.Repeat("0.123456789,", 63) + `0.5]}],"outputs":[{"name":"eta"}]}` + strings.Repeat(" ", 3113-880))
+
+// benchWriter is a reusable http.ResponseWriter that keeps nothing.
+type benchWriter struct {
+	h    http.Header
+	code int
+}
+
+func (w *benchWriter) Header() http.Header         { return w.h }
+func (w *benchWriter) WriteHeader(code int)        { w.code = code }
+func (w *benchWriter) Write(b []byte) (int, error) { return len(b), nil }
+
+func (w *benchWriter) reset() {
+	clear(w.h)
+	w.code = http.StatusOK
+}
+
+// cannedTransport answers every request with the same small KServe v2
+// response, without a connection.
+type cannedTransport struct{}
+
+func (cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_ = r.Body.Close()
+	}
+	const body = `{"model_name":"parcel_eta","outputs":[{"name":"eta","datatype":"FP32","shape":[1,1],"data":[42.5]}]}`
+	return &http.Response{
+		StatusCode: http.StatusOK, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:        http.Header{"Content-Type": {"application/json"}, "Content-Length": {"104"}},
+		Body:          io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)), Request: r,
+	}, nil
+}
+
+// newHopEnv is the gatewaybench configuration: one client with a token
+// bucket it never exhausts, the proxy to a kserve_http backend, and a
+// plain service on an in-process model.
+func newHopEnv(b *testing.B, client *http.Client) *testEnv {
+	b.Helper()
+	cfg := parseConfig(b, gatewayYAML(yamlOpts{
+		plain: true,
+		gateway: []string{
+			clientsYAML("{requests_per_second: 1000000, burst: 1000000}"),
+			"proxy: {backend: models-http, timeout: 5s}",
+		},
+		backends: `[{name: local, kind: in_process}, {name: models-http, kind: kserve_http, endpoints: ["127.0.0.1:9"]}]`,
+	}))
+	e := newEnv(b, cfg, func(o *gateway.Options) { o.HTTPClient = client })
+	// A lean model: the test fake records every request, which would
+	// dominate the profile.
+	resp := &infer.Response{Model: "eta_model", Version: "1", Outputs: []infer.Tensor{fp32Tensor("eta_prediction", 42.5), fp32Tensor("confidence_score", 0.9)}}
+	e.model.setFn(func(context.Context, *infer.Request) (*infer.Response, error) { return resp, nil })
+	return e
+}
+
+func BenchmarkHop(b *testing.B) {
+	b.Run("proxy", func(b *testing.B) {
+		e := newHopEnv(b, &http.Client{Transport: cannedTransport{}})
+		w := &benchWriter{h: http.Header{}}
+		rd := bytes.NewReader(hopBody)
+		r := httptest.NewRequestWithContext(context.Background(), http.MethodPost, "/v2/models/parcel_eta/infer", rd)
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Authorization", "Bearer alice-key")
+		b.ReportAllocs()
+		for b.Loop() {
+			rd.Reset(hopBody)
+			r.Body = io.NopCloser(rd)
+			w.reset()
+			e.g.ServeHTTP(w, r)
+			if w.code != http.StatusOK {
+				b.Fatalf("status %d", w.code)
+			}
+		}
+	})
+	b.Run("service", func(b *testing.B) {
+		e := newHopEnv(b, nil)
+		w := &benchWriter{h: http.Header{}}
+		body := []byte(plainBody)
+		rd := bytes.NewReader(body)
+		r := httptest.NewRequestWithContext(context.Background(), http.MethodPost, etaPath, rd)
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Authorization", "Bearer alice-key")
+		b.ReportAllocs()
+		for b.Loop() {
+			rd.Reset(body)
+			r.Body = io.NopCloser(rd)
+			w.reset()
+			e.g.ServeHTTP(w, r)
+			if w.code != http.StatusOK {
+				b.Fatalf("status %d", w.code)
+			}
+		}
+	})
+	b.Run("service_grpc", func(b *testing.B) {
+		e := newHopEnv(b, nil)
+		c := grpcClient(b, e)
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer alice-key")
+		req := &gatewaypb.PredictRequest{Service: "eta", Fields: mustStruct(b, map[string]any{"user_id": 7, "base_eta": 30})}
+		b.ReportAllocs()
+		for b.Loop() {
+			_, err := c.Predict(ctx, req)
+			require.NoError(b, err)
+		}
+	})
+}
