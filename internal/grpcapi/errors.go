@@ -46,11 +46,3 @@ func toStatus(err error) error { return wire.GRPCStatus(err) }
 func invalidf(reason, format string, args ...any) *infer.Error {
 	return infer.Errorf(infer.KindInvalid, reason, format, args...)
 }
-
-// ToStatus turns a domain error into the gRPC status error every Sluice
-// gRPC edge returns: the code its kind maps to and an ErrorInfo detail
-// with its reason.
-//
-// Deprecated: use wire.GRPCStatus; this wrapper goes once the gateway no
-// longer calls it.
-func ToStatus(err error) error { return wire.GRPCStatus(err) }

@@ -95,10 +95,10 @@ func TestAdmission(t *testing.T) {
 }
 
 func TestStatusOfOverloaded(t *testing.T) {
-	code, reason := StatusOf(admission.ErrOverloaded)
+	code, reason := statusOf(admission.ErrOverloaded)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Equal(t, reasonOverloaded, reason)
-	code, reason = StatusOf(&admission.BodyTooLargeError{Limit: 10})
+	code, reason = statusOf(&admission.BodyTooLargeError{Limit: 10})
 	require.Equal(t, http.StatusRequestEntityTooLarge, code)
 	require.Equal(t, reasonBodyTooLarge, reason)
 }

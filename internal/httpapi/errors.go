@@ -62,10 +62,3 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, requestID s
 	}
 	wire.WriteError(w, code, reason, err.Error())
 }
-
-// StatusOf maps an error to the HTTP status and reason code every Sluice
-// HTTP edge uses.
-//
-// Deprecated: use wire.HTTPStatus; this wrapper goes once the gateway no
-// longer calls it.
-func StatusOf(err error) (int, string) { return wire.HTTPStatus(err) }
