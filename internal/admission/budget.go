@@ -1,17 +1,10 @@
 package admission
 
-import "sync/atomic"
+import (
+	"sync/atomic"
 
-// DefaultBudgetBytes is the default process-wide budget of request bytes
-// held in memory at once: 256 MiB, three requests of the largest default
-// body limit (64 MiB) beside the small-request reserve. See the package
-// documentation for why.
-const DefaultBudgetBytes = 256 << 20
-
-// SmallBytes is the largest request that may use the budget's reserve:
-// 1 MiB, the gateway's whole body limit and more than ordinary KServe and
-// feature requests (a few KiB) carry.
-const SmallBytes = 1 << 20
+	"github.com/sluice-ml/sluice/internal/admission/limitspec"
+)
 
 // Budget is the process-wide budget of request bytes held in memory at
 // once. It is safe for concurrent use; a process makes one and shares it
@@ -36,7 +29,7 @@ type Budget struct {
 // every acquisition succeeds but is still counted, so InUse and the
 // in-flight gauge stay meaningful. m may be nil.
 func NewBudget(maxBytes int64, m *Metrics) *Budget {
-	b := &Budget{max: max(maxBytes, 0), bulk: bulkBytes(max(maxBytes, 0)), m: m}
+	b := &Budget{max: max(maxBytes, 0), bulk: limitspec.BulkBytes(max(maxBytes, 0)), m: m}
 	if m != nil {
 		m.budget.Set(float64(b.max))
 	}
@@ -45,10 +38,6 @@ func NewBudget(maxBytes int64, m *Metrics) *Budget {
 
 // Max returns the budget's size in bytes; 0 means unlimited.
 func (b *Budget) Max() int64 { return b.max }
-
-// bulkBytes is the part of a budget of maxBytes that large and
-// unknown-length bodies may hold: all but the reserve, an eighth.
-func bulkBytes(maxBytes int64) int64 { return maxBytes - maxBytes/8 }
 
 // TryAcquire takes n bytes for one request (or message) of n bytes and
 // reports whether it could. n over SmallBytes may not take the reserve.

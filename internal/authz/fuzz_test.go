@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/sluice-ml/sluice/internal/authz/authzspec"
 )
 
 func FuzzParseBearer(f *testing.F) {
@@ -21,7 +23,7 @@ func FuzzParseBearer(f *testing.F) {
 				t.Fatalf("ParseBearer(%q) refused but returned %q", header, tok)
 			}
 		} else {
-			if tok == "" || len(tok) > MaxCredentialBytes || hasControl(tok) ||
+			if tok == "" || len(tok) > MaxCredentialBytes || authzspec.HasControl(tok) ||
 				strings.Trim(tok, " \t") != tok || !strings.Contains(header, tok) {
 				t.Fatalf("ParseBearer(%q) = %q: not a clean token from the header", header, tok)
 			}

@@ -6,7 +6,6 @@ import (
 	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -15,12 +14,14 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+
+	"github.com/sluice-ml/sluice/internal/authz/authzspec"
 )
 
 // Credential headers (HTTP) and metadata keys (gRPC, lower-case there).
 const (
-	headerAuthorization = "Authorization"
-	headerToken         = "X-Sluice-Token"
+	headerAuthorization = authzspec.HeaderAuthorization
+	headerToken         = authzspec.HeaderToken
 	mdAuthorization     = "authorization"
 	mdToken             = "x-sluice-token"
 )
@@ -131,37 +132,13 @@ func NewPolicy(o PolicyOptions) (*Policy, error) {
 		openReads:  o.OpenReads || o.OpenWrites,
 		openWrites: o.OpenWrites,
 	}
+	tokens, err := authzspec.ParseTokens(o.Tokens)
 	var errs []error
-	ids := make(map[string]bool, len(o.Tokens))
-	for i, t := range o.Tokens {
-		name := fmt.Sprintf("token %q", t.ID)
-		switch {
-		case t.ID == "":
-			name = fmt.Sprintf("tokens[%d]", i)
-			errs = append(errs, fmt.Errorf("%s: empty id", name))
-		case ids[t.ID]:
-			errs = append(errs, fmt.Errorf("%s: duplicate id", name))
-		}
-		ids[t.ID] = true
-		if t.Token != "" {
-			errs = append(errs, fmt.Errorf("%s: a plain token must not reach the policy; the config loader hashes it into token_sha256", name))
-		}
-		role, err := ParseRole(t.Role)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
-		}
-		raw, err := hex.DecodeString(strings.TrimSpace(t.SHA256))
-		if err != nil || len(raw) != sha256.Size {
-			errs = append(errs, fmt.Errorf("%s: token_sha256 must be %d hex digits", name, 2*sha256.Size))
-			continue
-		}
-		e := &tokenEntry{id: t.ID, role: role}
-		copy(e.hash[:], raw)
-		if other, dup := p.byHash[e.hash]; dup {
-			errs = append(errs, fmt.Errorf("tokens %q and %q: same secret", other.id, t.ID))
-			continue
-		}
-		p.byHash[e.hash] = e
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, t := range tokens {
+		p.byHash[t.Hash] = &tokenEntry{hash: t.Hash, id: t.ID, role: t.Role}
 	}
 	for ident, r := range o.CertRoles {
 		if ident == "" {
@@ -176,7 +153,7 @@ func NewPolicy(o PolicyOptions) (*Policy, error) {
 		p.certRoles[ident] = role
 	}
 	for _, r := range o.Restrictions {
-		if err := r.validate(); err != nil {
+		if err := r.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("restriction %s: %w", r, err))
 			continue
 		}
@@ -427,7 +404,7 @@ func cleanToken(s string) (string, bool) {
 		return "", false
 	}
 	s = strings.Trim(s, " \t")
-	if s == "" || hasControl(s) {
+	if s == "" || authzspec.HasControl(s) {
 		return "", false
 	}
 	return s, true

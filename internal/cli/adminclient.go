@@ -36,7 +36,7 @@ func (a *adminAuth) client(timeout time.Duration) (*http.Client, error) {
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if a.caFile != "" {
-		cfg, err := tlsconfig.ClientOptions{CAFile: a.caFile}.Config()
+		cfg, err := tlsconfig.ClientConfig(tlsconfig.ClientOptions{CAFile: a.caFile})
 		if err != nil {
 			return nil, fmt.Errorf("--ca-file: %w", err)
 		}

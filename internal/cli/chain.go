@@ -31,6 +31,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/kserve"
 	"github.com/sluice-ml/sluice/internal/release/record"
 	"github.com/sluice-ml/sluice/internal/telemetry"
+	"github.com/sluice-ml/sluice/internal/tlsconfig"
 )
 
 // runChain runs what sluice.yaml describes in one process: the model
@@ -395,7 +396,7 @@ func openRecorder(ctx context.Context, gc *config.Gateway, logger *slog.Logger, 
 		}
 		nopts := record.NATSOptions{URL: rc.NATS.URL, Stream: rc.NATS.Stream, SubjectPrefix: rc.NATS.SubjectPrefix}
 		if t := rc.NATS.TLS; t != nil {
-			if nopts.TLS, err = t.Config(); err != nil {
+			if nopts.TLS, err = tlsconfig.ClientConfig(*t); err != nil {
 				_ = spool.Close()
 				return nil, fmt.Errorf("gateway.recording.nats.tls: %w", err)
 			}
@@ -577,7 +578,7 @@ func displayAddr(addr string) string {
 // an unreachable backend makes it unknown, not wrong.
 func remoteSignature(ctx context.Context, client *kserve.Client, b config.Backend, model, version string) (infer.Signature, error) {
 	if b.TLS != nil {
-		tc, err := b.TLS.Config()
+		tc, err := tlsconfig.ClientConfig(*b.TLS)
 		if err != nil {
 			return infer.Signature{}, fmt.Errorf("backend %q: tls: %w", b.Name, err)
 		}

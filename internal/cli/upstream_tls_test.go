@@ -256,7 +256,7 @@ func TestRecorderNATSTLS(t *testing.T) {
 	if err := w.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tc, err := tlsOpts.Config()
+	tc, err := tlsconfig.ClientConfig(*tlsOpts)
 	if err != nil {
 		t.Fatal(err)
 	}

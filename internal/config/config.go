@@ -3,7 +3,7 @@ package config
 import (
 	"github.com/sluice-ml/sluice/internal/config/duration"
 	"github.com/sluice-ml/sluice/internal/gateway/match"
-	"github.com/sluice-ml/sluice/internal/release/rollout"
+	"github.com/sluice-ml/sluice/internal/release/rollout/rolloutspec"
 )
 
 // Config is the whole of a sluice.yaml. A section left out of the file is
@@ -247,7 +247,7 @@ type Service struct {
 	Shadow *Shadow `yaml:"shadow"`
 	// Rollout moves traffic from a stable to a candidate version stage by
 	// stage, rolling back when a gate fails.
-	Rollout *rollout.Config `yaml:"rollout"`
+	Rollout *rolloutspec.Config `yaml:"rollout"`
 	// Drift watches the service's live inputs and outputs against a
 	// reference distribution.
 	Drift *Drift `yaml:"drift"`

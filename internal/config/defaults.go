@@ -3,7 +3,7 @@ package config
 import (
 	"fmt"
 
-	"github.com/sluice-ml/sluice/internal/admission"
+	"github.com/sluice-ml/sluice/internal/admission/limitspec"
 	"math"
 	"path/filepath"
 	"time"
@@ -31,7 +31,7 @@ func (c *Config) applyDefaults() {
 		c.Security = &Security{}
 	}
 	c.Security.AuditLog = or(c.Security.AuditLog, "stderr")
-	c.Security.MemoryBudgetBytes = or(c.Security.MemoryBudgetBytes, admission.DefaultBudgetBytes)
+	c.Security.MemoryBudgetBytes = or(c.Security.MemoryBudgetBytes, limitspec.DefaultBudgetBytes)
 	g := c.Gateway
 	if g == nil {
 		return
@@ -200,7 +200,7 @@ func or[T comparable](v, def T) T {
 // limitsOr fills a listener's unset limits from admission's defaults with
 // the given body limit.
 func limitsOr(l Limits, maxBody int64) Limits {
-	d := admission.DefaultLimits(maxBody)
+	d := limitspec.DefaultLimits(maxBody)
 	l.MaxBodyBytes = or(l.MaxBodyBytes, d.MaxBodyBytes)
 	l.MaxHeaderBytes = or(l.MaxHeaderBytes, d.MaxHeaderBytes)
 	l.MaxHeaderCount = or(l.MaxHeaderCount, d.MaxHeaderCount)

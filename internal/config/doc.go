@@ -31,4 +31,12 @@
 // model's real inputs and the feature service's real features is checked
 // once the gateway wires config, model repository and feature registry
 // together.
+//
+// Config is data: it imports only leaf packages (ones that import nothing
+// internal but other leaves, and hold plain types and pure functions).
+// Where sluice.yaml holds a component's settings, the component owns the
+// type and its checks in a leaf package of its own (tlsconfig/tlsspec,
+// admission/limitspec, authz/authzspec, release/rollout/rolloutspec,
+// gateway/match) and config embeds it; only cli wires components
+// together. internal/archtest enforces this.
 package config

@@ -9,9 +9,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sluice-ml/sluice/internal/admission"
-	"github.com/sluice-ml/sluice/internal/authz"
-	"github.com/sluice-ml/sluice/internal/tlsconfig"
+	"github.com/sluice-ml/sluice/internal/admission/limitspec"
+	"github.com/sluice-ml/sluice/internal/authz/authzspec"
+	"github.com/sluice-ml/sluice/internal/tlsconfig/tlsspec"
 )
 
 // Security is the process-wide security section: the operator tokens that
@@ -32,16 +32,16 @@ type Security struct {
 }
 
 // Token is one operator credential: id, SHA-256 of the secret, role.
-type Token = authz.Token
+type Token = authzspec.Token
 
 // TLS is one listener's TLS (and optional mTLS) configuration.
-type TLS = tlsconfig.ServerOptions
+type TLS = tlsspec.ServerOptions
 
 // ClientTLS is TLS for an outbound connection.
-type ClientTLS = tlsconfig.ClientOptions
+type ClientTLS = tlsspec.ClientOptions
 
 // Limits bound one listener's requests: body bytes, header bytes and count.
-type Limits = admission.Limits
+type Limits = limitspec.Limits
 
 // hashTokens replaces each token's plain secret (which must come from
 // ${ENV}) with its SHA-256, like hashAPIKeys does for API keys.
@@ -80,7 +80,7 @@ func (v *validator) security(c *Config) {
 				v.add(p+".token_sha256", "want 64 hex digits (SHA-256), or token: ${ENV_VAR}")
 				ok = false
 			}
-			if _, err := authz.ParseRole(t.Role); err != nil {
+			if _, err := authzspec.ParseRole(t.Role); err != nil {
 				v.add(p+".role", "%q is not one of read, operate", t.Role)
 				ok = false
 			}
@@ -89,7 +89,7 @@ func (v *validator) security(c *Config) {
 				operate = operate || t.Role == "operate"
 			}
 		}
-		if _, err := authz.NewPolicy(authz.PolicyOptions{Tokens: valid}); err != nil {
+		if _, err := authzspec.ParseTokens(valid); err != nil {
 			v.add("security.tokens", "%s", strings.ReplaceAll(err.Error(), "\n", "; "))
 		}
 		if s.MemoryBudgetBytes < 0 {
@@ -126,18 +126,18 @@ func (v *validator) security(c *Config) {
 		// repository API on both protocols: one left open is still open.
 		httpRestricted, grpcRestricted := false, false
 		for i, r := range m.HTTPRestrictedAPI {
-			rs, err := authz.ParseRestriction(r)
+			rs, err := authzspec.ParseRestriction(r)
 			if err != nil {
 				v.add(fmt.Sprintf("model_server.http_restricted_api[%d]", i), "%v", err)
 			}
-			httpRestricted = httpRestricted || slices.Contains(rs.Groups, authz.GroupModelRepository)
+			httpRestricted = httpRestricted || slices.Contains(rs.Groups, authzspec.GroupModelRepository)
 		}
 		for i, r := range m.GRPCRestrictedProtocol {
-			rs, err := authz.ParseRestriction(r)
+			rs, err := authzspec.ParseRestriction(r)
 			if err != nil {
 				v.add(fmt.Sprintf("model_server.grpc_restricted_protocol[%d]", i), "%v", err)
 			}
-			grpcRestricted = grpcRestricted || slices.Contains(rs.Groups, authz.GroupModelRepository)
+			grpcRestricted = grpcRestricted || slices.Contains(rs.Groups, authzspec.GroupModelRepository)
 		}
 		if !httpRestricted || !grpcRestricted {
 			beyond("model_server.address", m.Address)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluice-ml/sluice/internal/authz"
+	"github.com/sluice-ml/sluice/internal/authz/authzspec"
 )
 
 func TestSecurityProblems(t *testing.T) {
@@ -50,7 +50,7 @@ gateway: {admin: "0.0.0.0:9901"}
 	require.NoError(t, err, "an operate token allows listeners beyond loopback")
 	tok := cfg.Security.Tokens[0]
 	require.Empty(t, tok.Token, "the plain secret is dropped")
-	require.Equal(t, authz.HashToken("s3cret"), tok.SHA256)
+	require.Equal(t, authzspec.HashToken("s3cret"), tok.SHA256)
 	require.Equal(t, "127.0.0.1", cfg.ModelServer.Address, "internal listeners bind loopback by default")
 	require.Equal(t, "stderr", cfg.Security.AuditLog)
 	require.Positive(t, cfg.Security.MemoryBudgetBytes)

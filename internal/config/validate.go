@@ -12,7 +12,7 @@ import (
 
 	"github.com/expr-lang/expr"
 
-	"github.com/sluice-ml/sluice/internal/release/rollout"
+	"github.com/sluice-ml/sluice/internal/release/rollout/rolloutspec"
 )
 
 // retryOnValues are the retry_on conditions the gateway knows (Envoy's HTTP
@@ -461,17 +461,17 @@ func (v *validator) drift(dp string, d *Drift, hasFallback bool) {
 
 // rollout checks a service's rollout block at rp: the block on its own,
 // then its backends and hash key against the service.
-func (v *validator) rollout(rp string, ro *rollout.Config, backends, fields map[string]bool) {
+func (v *validator) rollout(rp string, ro *rolloutspec.Config, backends, fields map[string]bool) {
 	if err := ro.Validate(); err != nil {
 		for _, e := range flattenJoined(err) {
-			if fe, ok := errors.AsType[*rollout.FieldError](e); ok {
+			if fe, ok := errors.AsType[*rolloutspec.FieldError](e); ok {
 				v.add(rp+"."+fe.Path, "%s", fe.Msg)
 			} else {
 				v.add(rp, "%v", e)
 			}
 		}
 	}
-	for _, t := range []rollout.Target{ro.Stable, ro.Candidate} {
+	for _, t := range []rolloutspec.Target{ro.Stable, ro.Candidate} {
 		if t.Backend != "" && !backends[t.Backend] {
 			v.add(rp, "unknown backend %q", t.Backend)
 		}

@@ -47,7 +47,7 @@ func startSluiceTLS(t *testing.T, f *tlsrun.Files, clientCA bool) (string, <-cha
 // backend's tls block.
 func clientTLS(t *testing.T, o tlsconfig.ClientOptions) Options {
 	t.Helper()
-	cfg, err := o.Config()
+	cfg, err := tlsconfig.ClientConfig(o)
 	require.NoError(t, err)
 	return Options{TLS: cfg, DialTimeout: 2 * time.Second}
 }

@@ -12,13 +12,13 @@ import (
 // client certificate files.
 const clientRecheck = time.Second
 
-// Config builds a TLS client configuration (TLS 1.2 minimum) from the
-// options, reading the files now; the error names the file at fault. The
-// CA bundle is read once. The client certificate is re-read lazily: a
+// ClientConfig builds a TLS client configuration (TLS 1.2 minimum) from
+// o, reading the files now; the error names the file at fault. The CA
+// bundle is read once. The client certificate is re-read lazily: a
 // handshake more than a second after the last check reads the two files
 // again and presents the new pair when it parses and matches; a pair that
 // does not keeps the previous one in use.
-func (o ClientOptions) Config() (*tls.Config, error) {
+func ClientConfig(o ClientOptions) (*tls.Config, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}

@@ -37,7 +37,7 @@ func TestClientOptionsValidate(t *testing.T) {
 				return
 			}
 			require.ErrorContains(t, err, tt.wantErr)
-			_, err = tt.opts.Config()
+			_, err = ClientConfig(tt.opts)
 			require.ErrorContains(t, err, tt.wantErr)
 		})
 	}
@@ -52,7 +52,7 @@ func TestClientOptionsConfig(t *testing.T) {
 	caFile := p.serverCA.WriteCAFile(t, dir, "server-ca")
 
 	t.Run("CA file", func(t *testing.T) {
-		cfg, err := ClientOptions{CAFile: caFile}.Config()
+		cfg, err := ClientConfig(ClientOptions{CAFile: caFile})
 		require.NoError(t, err)
 		require.Equal(t, uint16(tls.VersionTLS12), cfg.MinVersion)
 		r, err := dial(t, addr, cfg)
@@ -60,19 +60,19 @@ func TestClientOptionsConfig(t *testing.T) {
 		require.Empty(t, r.identity)
 	})
 	t.Run("wrong server name", func(t *testing.T) {
-		cfg, err := ClientOptions{CAFile: caFile, ServerName: "redis.internal"}.Config()
+		cfg, err := ClientConfig(ClientOptions{CAFile: caFile, ServerName: "redis.internal"})
 		require.NoError(t, err)
 		_, err = dial(t, addr, cfg)
 		require.ErrorContains(t, err, "redis.internal")
 	})
 	t.Run("system roots do not trust a private CA", func(t *testing.T) {
-		cfg, err := ClientOptions{ServerName: "localhost"}.Config()
+		cfg, err := ClientConfig(ClientOptions{ServerName: "localhost"})
 		require.NoError(t, err)
 		_, err = dial(t, addr, cfg)
 		require.Error(t, err)
 	})
 	t.Run("insecure skip verify", func(t *testing.T) {
-		cfg, err := ClientOptions{InsecureSkipVerify: true}.Config()
+		cfg, err := ClientConfig(ClientOptions{InsecureSkipVerify: true})
 		require.NoError(t, err)
 		_, err = dial(t, addr, cfg)
 		require.NoError(t, err)
@@ -80,9 +80,9 @@ func TestClientOptionsConfig(t *testing.T) {
 	t.Run("bad CA file", func(t *testing.T) {
 		bad := filepath.Join(dir, "bad.crt")
 		require.NoError(t, os.WriteFile(bad, []byte("junk"), 0o600))
-		_, err := ClientOptions{CAFile: bad}.Config()
+		_, err := ClientConfig(ClientOptions{CAFile: bad})
 		require.ErrorContains(t, err, "parse ca_file "+bad+": no CERTIFICATE block found")
-		_, err = ClientOptions{CAFile: filepath.Join(dir, "missing.crt")}.Config()
+		_, err = ClientConfig(ClientOptions{CAFile: filepath.Join(dir, "missing.crt")})
 		require.ErrorContains(t, err, "read ca_file: open "+filepath.Join(dir, "missing.crt"))
 	})
 	t.Run("client certificate reloaded", func(t *testing.T) {
@@ -94,7 +94,7 @@ func TestClientOptionsConfig(t *testing.T) {
 			require.NoError(t, os.WriteFile(keyFile, keyPEM, 0o600))
 		}
 		write("alice")
-		cfg, err := ClientOptions{CAFile: caFile, CertFile: certFile, KeyFile: keyFile}.Config()
+		cfg, err := ClientConfig(ClientOptions{CAFile: caFile, CertFile: certFile, KeyFile: keyFile})
 		require.NoError(t, err)
 		r, err := dial(t, addr, cfg)
 		require.NoError(t, err)
@@ -119,7 +119,7 @@ func TestClientOptionsConfig(t *testing.T) {
 	t.Run("bad client certificate", func(t *testing.T) {
 		certFile, _ := clients.WriteFiles(t, dir, "c1")
 		_, otherKey := clients.WriteFiles(t, dir, "c2")
-		_, err := ClientOptions{CertFile: certFile, KeyFile: otherKey}.Config()
+		_, err := ClientConfig(ClientOptions{CertFile: certFile, KeyFile: otherKey})
 		require.ErrorContains(t, err, "does not match cert_file "+certFile)
 	})
 }

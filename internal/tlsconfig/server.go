@@ -75,7 +75,7 @@ func NewServer(name string, o ServerOptions, logger *slog.Logger, m *Metrics) (*
 	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("load tls for %s: %w", name, err)
 	}
-	minVersion, _ := parseMinVersion(o.MinVersion) // checked by Validate
+	minVersion, _ := o.TLSMinVersion() // checked by Validate
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -85,7 +85,7 @@ func NewServer(name string, o ServerOptions, logger *slog.Logger, m *Metrics) (*
 	s := &Server{
 		name:       name,
 		opts:       o,
-		clientAuth: o.clientAuthType(),
+		clientAuth: o.ClientAuthType(),
 		minVersion: minVersion,
 		logger:     logger.With("component", "tlsconfig", "listener", name),
 		reloadsOK:  m.reloads.WithLabelValues(name, "success"),

@@ -1,12 +1,31 @@
-package admission
+// Package limitspec is how sluice.yaml writes a listener's request limits
+// (Limits, with their defaults and checks) and the process's memory
+// budget size. Package admission enforces them; package config embeds
+// them. It imports only the standard library, so that config stays data;
+// admission's documentation says why these values.
+package limitspec
 
 import (
 	"errors"
 	"fmt"
 )
 
-// Defaults for a listener's limits; see the package documentation for why
-// these values.
+// DefaultBudgetBytes is the default process-wide budget of request bytes
+// held in memory at once: 256 MiB, three requests of the largest default
+// body limit (64 MiB) beside the small-request reserve.
+const DefaultBudgetBytes = 256 << 20
+
+// SmallBytes is the largest request that may use the budget's reserve:
+// 1 MiB, the gateway's whole body limit and more than ordinary KServe and
+// feature requests (a few KiB) carry.
+const SmallBytes = 1 << 20
+
+// BulkBytes is the part of a budget of maxBytes that large and
+// unknown-length bodies may hold: all but the reserve, an eighth.
+func BulkBytes(maxBytes int64) int64 { return maxBytes - maxBytes/8 }
+
+// Defaults for a listener's limits; see package admission's documentation
+// for why these values.
 const (
 	// DefaultMaxHeaderBytes bounds a request's header block: 64 KiB.
 	DefaultMaxHeaderBytes = 64 << 10
@@ -18,7 +37,8 @@ const (
 )
 
 // Limits are one listener's request limits. A zero field means no limit
-// to Handler and gRPC's own default to GRPCServerOptions (4 MiB messages);
+// to admission.Handler and gRPC's own default to
+// admission.GRPCServerOptions (4 MiB messages);
 // the configuration fills unset fields from DefaultLimits, and the
 // process's Budget bounds the total whatever the limits say.
 type Limits struct {
@@ -70,7 +90,7 @@ func (l Limits) Validate(budgetBytes int64) error {
 		errs = append(errs, errors.New("max_header_count must not be negative"))
 	}
 	if budgetBytes > 0 {
-		switch room := bulkBytes(budgetBytes); {
+		switch room := BulkBytes(budgetBytes); {
 		case l.MaxBodyBytes > budgetBytes:
 			errs = append(errs, fmt.Errorf("max_body_bytes %d exceeds the memory budget of %d bytes: such a body could never be admitted", l.MaxBodyBytes, budgetBytes))
 		case l.MaxBodyBytes > SmallBytes && l.MaxBodyBytes > room:

@@ -1,4 +1,4 @@
-package authz
+package authzspec
 
 import (
 	"errors"
@@ -63,7 +63,7 @@ func ParseRestriction(flag string) (Restriction, error) {
 		return Restriction{}, fmt.Errorf("restriction %q: no API group before ':'", flag)
 	}
 	r := Restriction{Groups: strings.Split(groups, ","), Key: key, Value: value}
-	if err := r.validate(); err != nil {
+	if err := r.Validate(); err != nil {
 		return Restriction{}, fmt.Errorf("restriction %q: %w", flag, err)
 	}
 	return r, nil
@@ -75,9 +75,9 @@ func (r Restriction) String() string {
 	return strings.Join(r.Groups, ",") + ":" + r.Key + "=<redacted>"
 }
 
-// validate checks one rule on its own; NewPolicy checks that no group is in
-// two rules.
-func (r Restriction) validate() error {
+// Validate checks one rule on its own; authz.NewPolicy checks that no
+// group is in two rules.
+func (r Restriction) Validate() error {
 	var errs []error
 	if len(r.Groups) == 0 {
 		errs = append(errs, errors.New("no API group"))
@@ -105,7 +105,7 @@ func (r Restriction) validate() error {
 		// HTTP servers strip a header value's surrounding blanks, so such a
 		// value could never match.
 		errs = append(errs, errors.New("value starts or ends with a blank"))
-	case hasControl(r.Value):
+	case HasControl(r.Value):
 		errs = append(errs, errors.New("value holds a control character"))
 	}
 	return errors.Join(errs...)
@@ -129,11 +129,19 @@ func validHeaderName(s string) bool {
 	return true
 }
 
+// The credential headers (HTTP; gRPC metadata keys are their lower-case
+// forms). A restriction may not use them as its key.
+const (
+	HeaderAuthorization = "Authorization"
+	HeaderToken         = "X-Sluice-Token"
+)
+
 func isCredentialHeader(name string) bool {
-	return strings.EqualFold(name, headerAuthorization) || strings.EqualFold(name, headerToken)
+	return strings.EqualFold(name, HeaderAuthorization) || strings.EqualFold(name, HeaderToken)
 }
 
-func hasControl(s string) bool {
+// HasControl reports whether s holds an ASCII control character.
+func HasControl(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] < 0x20 || s[i] == 0x7f {
 			return true

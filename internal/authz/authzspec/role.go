@@ -1,9 +1,16 @@
-package authz
+// Package authzspec is how sluice.yaml and the command line write access
+// control: operator tokens and their roles, and Triton's restricted-API
+// rules, with the checks that need nothing but the values. Package authz
+// enforces them on every listener; package config embeds them. It imports
+// only the standard library, so that config stays data.
+package authzspec
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"strings"
 )
 
 // Role is what a credential may do. Roles are ordered: RoleOperate implies
@@ -67,4 +74,54 @@ type Token struct {
 func HashToken(secret string) string {
 	sum := sha256.Sum256([]byte(secret))
 	return hex.EncodeToString(sum[:])
+}
+
+// TokenHash is a checked Token: its secret's SHA-256 as bytes.
+type TokenHash struct {
+	ID   string
+	Hash [sha256.Size]byte
+	Role Role
+}
+
+// ParseTokens checks tokens and returns those whose hash is valid, and
+// every problem at once: an empty or duplicate id, a plain token left set,
+// a bad role, a token_sha256 that is not 64 hex digits, and two tokens
+// with one secret.
+func ParseTokens(tokens []Token) ([]TokenHash, error) {
+	var errs []error
+	out := make([]TokenHash, 0, len(tokens))
+	ids := make(map[string]bool, len(tokens))
+	byHash := make(map[[sha256.Size]byte]string, len(tokens))
+	for i, t := range tokens {
+		name := fmt.Sprintf("token %q", t.ID)
+		switch {
+		case t.ID == "":
+			name = fmt.Sprintf("tokens[%d]", i)
+			errs = append(errs, fmt.Errorf("%s: empty id", name))
+		case ids[t.ID]:
+			errs = append(errs, fmt.Errorf("%s: duplicate id", name))
+		}
+		ids[t.ID] = true
+		if t.Token != "" {
+			errs = append(errs, fmt.Errorf("%s: a plain token must not reach the policy; the config loader hashes it into token_sha256", name))
+		}
+		role, err := ParseRole(t.Role)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+		raw, err := hex.DecodeString(strings.TrimSpace(t.SHA256))
+		if err != nil || len(raw) != sha256.Size {
+			errs = append(errs, fmt.Errorf("%s: token_sha256 must be %d hex digits", name, 2*sha256.Size))
+			continue
+		}
+		th := TokenHash{ID: t.ID, Role: role}
+		copy(th.Hash[:], raw)
+		if other, dup := byHash[th.Hash]; dup {
+			errs = append(errs, fmt.Errorf("tokens %q and %q: same secret", other, t.ID))
+			continue
+		}
+		byHash[th.Hash] = t.ID
+		out = append(out, th)
+	}
+	return out, errors.Join(errs...)
 }

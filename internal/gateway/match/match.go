@@ -5,8 +5,9 @@
 // rollout shares, shadow mirroring and access-log sampling.
 //
 // It imports only the standard library, and that is why it is a package of
-// its own: config embeds rollout.Config and route imports config, so
-// neither rollout nor config can use code that lives in route.
+// its own: a leaf that config (sluice.yaml's routes, and through
+// rolloutspec its rollout groups) may import while config stays data, and
+// that route and rollout use without importing each other.
 package match
 
 import (

@@ -16,7 +16,7 @@ func TestNATSSinkTLS(t *testing.T) {
 	srv := tlsrun.StartNATS(t, f, tlsrun.NATSOptions{RequireClientCert: true})
 	opts := func(t *testing.T, o tlsconfig.ClientOptions) NATSOptions {
 		t.Helper()
-		cfg, err := o.Config()
+		cfg, err := tlsconfig.ClientConfig(o)
 		require.NoError(t, err)
 		return NATSOptions{URL: "nats://" + srv.Addr, Stream: "SLUICE_TLS_TEST", SubjectPrefix: "tlstest", TLS: cfg, AckTimeout: 5 * time.Second}
 	}

@@ -1,247 +1,42 @@
 package rollout
 
-import (
-	"errors"
-	"fmt"
-	"math"
-	"time"
+import "github.com/sluice-ml/sluice/internal/release/rollout/rolloutspec"
 
-	"github.com/sluice-ml/sluice/internal/config/duration"
-	"github.com/sluice-ml/sluice/internal/gateway/match"
-)
+// The rollout a service's configuration describes is written in the leaf
+// package rolloutspec, which config embeds; these names keep rollout's
+// own API whole.
 
-// Defaults for Config.
-const (
-	// DefaultTrafficPercent is a stage's share of its groups' requests that
-	// the candidate serves.
-	DefaultTrafficPercent = 100.0
-	// DefaultControlPercent is the share of requests that keeps going to the
-	// stable version after a complete rollout.
-	DefaultControlPercent = 5.0
-	// DefaultMinRequests is the number of candidate requests a group needs
-	// in the current stage before its gates are judged.
-	DefaultMinRequests = 500
-	// DefaultMinDuration is a stage's minimum duration when it sets none.
-	DefaultMinDuration = 10 * time.Minute
-	// DefaultInterval is how often Run evaluates the gates.
-	DefaultInterval = 10 * time.Second
-	// DefaultMaxErrorRate is the error_rate gate's threshold.
-	DefaultMaxErrorRate = 0.01
-	// DefaultMaxP95LatencyRatio is the p95_latency_ratio gate's threshold.
-	DefaultMaxP95LatencyRatio = 1.1
-	// DefaultMaxLowConfidenceShare is the low_confidence_share gate's threshold.
-	DefaultMaxLowConfidenceShare = 0.15
-	// DefaultConfidenceBelow is the confidence under which a prediction
-	// counts as low-confidence.
-	DefaultConfidenceBelow = 0.6
-	// AllGroup names the group of the final stage: every request that no
-	// earlier stage's group takes.
-	AllGroup = "all"
-)
-
-// Config is one service's staged rollout (gateway.services[].rollout).
-// The zero value of an optional field takes its default; Validate checks a
-// Config and New applies the defaults.
-type Config struct {
-	// Stable is the version serving today; it keeps every request outside
-	// the rollout's groups, all of them after a rollback, and the control
-	// share after completion. An empty version leaves the pick to the
-	// service's routes.
-	Stable Target `yaml:"stable"`
-	// Candidate is the version being rolled out; its version is required.
-	Candidate Target `yaml:"candidate"`
-	// Stages are rolled out in order. A stage without groups takes every
-	// remaining request and may only be the last; when the last stage has
-	// groups, a final stage named "all" (group "all", with the previous
-	// stage's min_duration) is appended.
-	Stages []Stage `yaml:"stages"`
-	// Gates decide promotion and rollback.
-	Gates Gates `yaml:"gates"`
-	// MinRequests is the number of candidate requests a group needs in the
-	// current stage before its gates are judged [500].
-	MinRequests int `yaml:"min_requests"`
-	// ControlPercent is the share of requests, in percent, that keeps going
-	// to the stable version after a complete rollout, as a control [5];
-	// 0 sends every request to the candidate.
-	ControlPercent *float64 `yaml:"control_percent"`
-	// HashKey names the request field or entity join key whose value picks
-	// a request's traffic share and control share by hash, so one key
-	// always gets the same version (e.g. user_id or order_id). Without it,
-	// or when a request lacks the value, the request id is hashed.
-	HashKey string `yaml:"hash_key"`
-	// StateFile is where the rollout's state is kept across restarts;
-	// empty keeps it in memory only.
-	StateFile string `yaml:"state_file"`
-	// Interval is how often Run evaluates the gates [10s].
-	Interval duration.Duration `yaml:"interval"`
-}
+// Config is one service's staged rollout (see rolloutspec.Config).
+type Config = rolloutspec.Config
 
 // Target is a model version, and optionally the backend serving it.
-type Target struct {
-	// Version is the model version.
-	Version string `yaml:"version" json:"version"`
-	// Backend names a gateway backend; empty keeps the route's backend.
-	Backend string `yaml:"backend,omitempty" json:"backend,omitempty"`
-}
+type Target = rolloutspec.Target
 
 // Stage is one step of a rollout.
-type Stage struct {
-	// Name names the stage in status, history and reasons; unique.
-	Name string `yaml:"name"`
-	// Groups are the traffic groups the stage adds to the candidate.
-	Groups []Group `yaml:"groups"`
-	// MinDuration is how long the stage lasts at least; 0 means the
-	// default [10m].
-	MinDuration duration.Duration `yaml:"min_duration"`
-	// TrafficPercent is the share of the stage's groups' requests, in
-	// percent, that the candidate serves while the stage is current; 0
-	// means the default [100]. Once a later stage is current, the
-	// candidate serves all of them.
-	TrafficPercent float64 `yaml:"traffic_percent"`
-}
+type Stage = rolloutspec.Stage
 
-// Group is a set of requests defined by their attributes. A request belongs
-// to the first group, in stage order, whose matches all hold.
-type Group struct {
-	// Name names the group in metrics, status and reasons; unique across
-	// stages, and not "all".
-	Name string `yaml:"name"`
-	// Headers must all match; they follow the gateway routes' rules.
-	Headers []match.HeaderMatch `yaml:"headers"`
-	// Fields map a request field or entity join key to the values that
-	// match; every field listed must hold one of its values.
-	Fields map[string][]string `yaml:"fields"`
-}
+// Group is a set of requests defined by their attributes.
+type Group = rolloutspec.Group
 
-// Gates are the thresholds the candidate must hold in every group it
-// serves. A nil field takes its default; the drift gates are off unless set.
-type Gates struct {
-	// MaxErrorRate is the highest share of candidate requests that may fail
-	// (status >= 500) [0.01].
-	MaxErrorRate *float64 `yaml:"max_error_rate"`
-	// MaxP95LatencyRatio is the highest ratio of the candidate's p95
-	// latency to the stable version's [1.1].
-	MaxP95LatencyRatio *float64 `yaml:"max_p95_latency_ratio"`
-	// MaxLowConfidenceShare is the highest share of candidate predictions
-	// whose confidence is below ConfidenceBelow [0.15].
-	MaxLowConfidenceShare *float64 `yaml:"max_low_confidence_share"`
-	// ConfidenceBelow is the confidence under which a prediction is
-	// low-confidence [0.6].
-	ConfidenceBelow *float64 `yaml:"confidence_below"`
-	// MaxDriftPSI is the highest population stability index a watched
-	// feature or output may reach in a group; off when nil.
-	MaxDriftPSI *float64 `yaml:"max_drift_psi"`
-	// MinDriftPValue is the lowest Kolmogorov–Smirnov p-value a watched
-	// feature or output may reach in a group; off when nil.
-	MinDriftPValue *float64 `yaml:"min_drift_p_value"`
-}
+// Gates are the thresholds the candidate must hold in every group it serves.
+type Gates = rolloutspec.Gates
 
-// FieldError is one thing wrong with a Config. Path is relative to the
-// rollout block, e.g. "stages[1].groups[0].headers[0]".
-type FieldError struct {
-	// Path is the field path.
-	Path string
-	// Msg says what is wrong.
-	Msg string
-}
+// FieldError is one thing wrong with a Config.
+type FieldError = rolloutspec.FieldError
 
-// Error formats the problem as "path: msg".
-func (e *FieldError) Error() string { return e.Path + ": " + e.Msg }
-
-// Validate checks c and reports every problem at once: the error joins one
-// *FieldError per problem. It does no I/O and does not change c.
-func (c *Config) Validate() error {
-	var errs []error
-	add := func(path, format string, args ...any) {
-		errs = append(errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
-	}
-	if c.Candidate.Version == "" {
-		add("candidate.version", "is required")
-	}
-	if c.Candidate == c.Stable {
-		add("candidate", "must differ from stable")
-	}
-	stageNames := map[string]bool{}
-	groupNames := map[string]bool{}
-	for i := range c.Stages {
-		s := &c.Stages[i]
-		p := fmt.Sprintf("stages[%d]", i)
-		switch {
-		case s.Name == "":
-			add(p+".name", "is required")
-		case stageNames[s.Name]:
-			add(p+".name", "duplicate stage %q", s.Name)
-		}
-		stageNames[s.Name] = true
-		if s.Name == AllGroup && (len(s.Groups) > 0 || i != len(c.Stages)-1) {
-			add(p+".name", "%q is reserved for the final stage without groups", AllGroup)
-		}
-		if len(s.Groups) == 0 && i != len(c.Stages)-1 {
-			add(p+".groups", "only the last stage may have no groups")
-		}
-		if s.MinDuration < 0 {
-			add(p+".min_duration", "must not be negative")
-		}
-		if !(s.TrafficPercent >= 0 && s.TrafficPercent <= 100) {
-			add(p+".traffic_percent", "%g outside [0,100]", s.TrafficPercent)
-		}
-		for j := range s.Groups {
-			g := &s.Groups[j]
-			gp := fmt.Sprintf("%s.groups[%d]", p, j)
-			switch {
-			case g.Name == "":
-				add(gp+".name", "is required")
-			case g.Name == AllGroup:
-				add(gp+".name", "%q is reserved for the final stage's group", AllGroup)
-			case groupNames[g.Name]:
-				add(gp+".name", "duplicate group %q", g.Name)
-			}
-			groupNames[g.Name] = true
-			if len(g.Headers) == 0 && len(g.Fields) == 0 {
-				add(gp, "needs at least one header or field match")
-			}
-			for k, h := range g.Headers {
-				if _, err := h.Compile(); err != nil {
-					add(fmt.Sprintf("%s.headers[%d]", gp, k), "%v", err)
-				}
-			}
-			for f, vs := range g.Fields {
-				switch {
-				case f == "":
-					add(gp+".fields", "field name is empty")
-				case len(vs) == 0:
-					add(gp+".fields."+f, "needs at least one value")
-				}
-			}
-		}
-	}
-	if c.MinRequests < 0 {
-		add("min_requests", "must not be negative")
-	}
-	if p := c.ControlPercent; p != nil && !(*p >= 0 && *p <= 100) {
-		add("control_percent", "%g outside [0,100]", *p)
-	}
-	if c.Interval < 0 {
-		add("interval", "must not be negative")
-	}
-	g := &c.Gates
-	share := func(path string, v *float64) {
-		if v != nil && !(*v >= 0 && *v <= 1) {
-			add(path, "%g outside [0,1]", *v)
-		}
-	}
-	share("gates.max_error_rate", g.MaxErrorRate)
-	share("gates.max_low_confidence_share", g.MaxLowConfidenceShare)
-	share("gates.confidence_below", g.ConfidenceBelow)
-	share("gates.min_drift_p_value", g.MinDriftPValue)
-	if v := g.MaxP95LatencyRatio; v != nil && !(*v > 0 && !math.IsInf(*v, 0)) {
-		add("gates.max_p95_latency_ratio", "must be a positive number")
-	}
-	if v := g.MaxDriftPSI; v != nil && !(*v >= 0 && !math.IsInf(*v, 0)) {
-		add("gates.max_drift_psi", "must be a non-negative number")
-	}
-	return errors.Join(errs...)
-}
+// Defaults for Config (see rolloutspec).
+const (
+	DefaultTrafficPercent        = rolloutspec.DefaultTrafficPercent
+	DefaultControlPercent        = rolloutspec.DefaultControlPercent
+	DefaultMinRequests           = rolloutspec.DefaultMinRequests
+	DefaultMinDuration           = rolloutspec.DefaultMinDuration
+	DefaultInterval              = rolloutspec.DefaultInterval
+	DefaultMaxErrorRate          = rolloutspec.DefaultMaxErrorRate
+	DefaultMaxP95LatencyRatio    = rolloutspec.DefaultMaxP95LatencyRatio
+	DefaultMaxLowConfidenceShare = rolloutspec.DefaultMaxLowConfidenceShare
+	DefaultConfidenceBelow       = rolloutspec.DefaultConfidenceBelow
+	AllGroup                     = rolloutspec.AllGroup
+)
 
 // gates are the resolved thresholds.
 type gates struct {

@@ -1,4 +1,9 @@
-package tlsconfig
+// Package tlsspec is how sluice.yaml and the command line write TLS: a
+// listener's tls: block (ServerOptions) and an outbound connection's
+// (ClientOptions), with the checks that need no file. Package tlsconfig
+// turns them into live, reloading TLS; package config embeds them. It
+// imports only the standard library, so that config stays data.
+package tlsspec
 
 import (
 	"crypto/tls"
@@ -80,7 +85,7 @@ func (o ServerOptions) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("client_auth: %q unknown (want none, request or require)", o.ClientAuth))
 	}
-	if _, err := parseMinVersion(o.MinVersion); err != nil {
+	if _, err := o.TLSMinVersion(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -101,10 +106,10 @@ func (o ServerOptions) Describe() string {
 	}
 }
 
-// clientAuthType maps validated options to crypto/tls. Client certificates
+// ClientAuthType maps validated options to crypto/tls. Client certificates
 // are only ever asked for together with a CA pool to verify them against:
 // Go's VerifyClientCertIfGiven with a nil pool would trust the system roots.
-func (o ServerOptions) clientAuthType() tls.ClientAuthType {
+func (o ServerOptions) ClientAuthType() tls.ClientAuthType {
 	switch {
 	case o.ClientCAFile == "" || o.ClientAuth == ClientAuthNone:
 		return tls.NoClientCert
@@ -115,8 +120,10 @@ func (o ServerOptions) clientAuthType() tls.ClientAuthType {
 	}
 }
 
-func parseMinVersion(s string) (uint16, error) {
-	switch s {
+// TLSMinVersion is MinVersion as a crypto/tls version: TLS 1.2 unless
+// "1.3" is asked for.
+func (o ServerOptions) TLSMinVersion() (uint16, error) {
+	switch s := o.MinVersion; s {
 	case "", "1.2":
 		return tls.VersionTLS12, nil
 	case "1.3":

@@ -206,7 +206,7 @@ func (r RedisConfig) tlsConfig(baseDir string) (*tls.Config, []string, error) {
 	if err != nil || !ok {
 		return nil, nil, err
 	}
-	cfg, err := o.Config() // errors name ca_file, cert_file or key_file and the path
+	cfg, err := tlsconfig.ClientConfig(o) // errors name ca_file, cert_file or key_file and the path
 	if err != nil {
 		return nil, nil, fmt.Errorf("redis tls: %w", err)
 	}
