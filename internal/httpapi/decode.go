@@ -76,8 +76,9 @@ const smallSet = 8
 // ones switch to a map, so a request naming many tensors cannot make the
 // check quadratic.
 type nameSet struct {
-	list []string
-	m    map[string]struct{}
+	list  []string
+	m     map[string]struct{}
+	small [smallSet]string // list's first backing array
 }
 
 // add records name and reports false if it was already there.
@@ -91,6 +92,9 @@ func (s *nameSet) add(name string) bool {
 	}
 	if slices.Contains(s.list, name) {
 		return false
+	}
+	if s.list == nil {
+		s.list = s.small[:0]
 	}
 	s.list = append(s.list, name)
 	if len(s.list) > smallSet {
@@ -110,6 +114,10 @@ type decoder struct {
 	body        inferBody
 	inputNames  nameSet
 	outputNames nameSet
+	// dims backs the first inputs' shapes, so that a request's shapes
+	// take no allocation of their own.
+	dims  [16]int64
+	ndims int
 }
 
 // decodeInferJSON decodes the JSON part of an inference request. Inputs
@@ -461,10 +469,10 @@ func (d *decoder) readShape(t *inputState) error {
 		return notInts()
 	}
 	d.s.pos++
-	shape := make(infer.Shape, 0, 4)
+	shape := infer.Shape(d.dims[d.ndims:d.ndims])
 	if d.s.peek() == ']' {
 		d.s.pos++
-		t.shape = shape
+		t.shape = d.keepShape(shape)
 		return nil
 	}
 	for {
@@ -493,12 +501,23 @@ func (d *decoder) readShape(t *inputState) error {
 			d.s.pos++
 		case ']':
 			d.s.pos++
-			t.shape = shape
+			t.shape = d.keepShape(shape)
 			return nil
 		default:
 			return d.s.unexpected("',' or ']' after a shape dimension")
 		}
 	}
+}
+
+// keepShape ends a shape read into dims: it is capped, so that appending
+// to it cannot overwrite the next input's, and the rest of dims is left to
+// the next input. A shape that outgrew dims was moved by append and takes
+// none of it.
+func (d *decoder) keepShape(shape infer.Shape) infer.Shape {
+	if n := len(shape); n <= len(d.dims)-d.ndims {
+		d.ndims += n
+	}
+	return shape[:len(shape):len(shape)]
 }
 
 // readData parses a "data" array, flat or nested, into t.data in the wire
@@ -652,17 +671,18 @@ func (d *decoder) appendNumber(out []byte, t *inputState, idx int, c byte) ([]by
 	if c != '-' && (c < '0' || c > '9') {
 		return nil, d.typeError(t, idx, c, "a number")
 	}
-	tok, integer, err := d.s.readNumber()
+	n, err := d.s.readDecimal()
 	if err != nil {
 		return nil, err
 	}
+	tok := n.tok
 	switch t.dt {
 	case infer.FP32:
-		f, err := strconv.ParseFloat(string(tok), 32)
+		f, err := n.float32()
 		if err != nil {
 			return nil, d.rangeError(t, idx, tok)
 		}
-		return binary.LittleEndian.AppendUint32(out, math.Float32bits(float32(f))), nil
+		return binary.LittleEndian.AppendUint32(out, math.Float32bits(f)), nil
 	case infer.FP64:
 		f, err := strconv.ParseFloat(string(tok), 64)
 		if err != nil {
@@ -686,7 +706,7 @@ func (d *decoder) appendNumber(out []byte, t *inputState, idx int, c byte) ([]by
 		}
 		return binary.LittleEndian.AppendUint16(out, h), nil
 	default:
-		return d.appendInteger(out, t, idx, tok, integer)
+		return d.appendInteger(out, t, idx, tok, n.integer)
 	}
 }
 

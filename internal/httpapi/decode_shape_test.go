@@ -1,0 +1,45 @@
+package httpapi
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// The decoder keeps the first inputs' shapes in one array of its own;
+// each shape must stay separate from the others whatever is done to it.
+func TestDecodedShapesAreSeparate(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"inputs":[`)
+	const inputs = 7 // 7 × rank 3 = 21 dimensions: more than the shared array holds
+	for i := range inputs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"name":"x%d","datatype":"INT32","shape":[1,1,%d],"data":[%s]}`,
+			i, i+1, strings.TrimSuffix(strings.Repeat("7,", i+1), ","))
+	}
+	b.WriteString(`,{"name":"empty","datatype":"INT32","shape":[],"data":[1]}]}`)
+	ib, err := decodeInferJSON([]byte(b.String()))
+	require.NoError(t, err)
+	require.Len(t, ib.req.Inputs, inputs+1)
+	for i := range inputs {
+		require.Equal(t, infer.Shape{1, 1, int64(i + 1)}, ib.req.Inputs[i].Shape)
+		require.Equal(t, len(ib.req.Inputs[i].Shape), cap(ib.req.Inputs[i].Shape), "input %d's shape may not grow into its neighbour", i)
+	}
+	require.Empty(t, ib.req.Inputs[inputs].Shape)
+	// Appending to one shape and changing another leaves the rest alone.
+	_ = append(ib.req.Inputs[0].Shape, 99)
+	ib.req.Inputs[2].Shape[0] = 5
+	for i := range inputs {
+		want := infer.Shape{1, 1, int64(i + 1)}
+		if i == 2 {
+			want[0] = 5
+		}
+		require.Equal(t, want, ib.req.Inputs[i].Shape)
+	}
+}
