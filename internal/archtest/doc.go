@@ -1,0 +1,26 @@
+// Package archtest checks the dependency rules of docs/architecture.md
+// ("Dependency rules") on the module's real import graph, read with
+// "go list", so that a change breaking one fails "go test ./..." and so
+// the build. It has no code of its own, only the test.
+//
+// The rules, each one a row of rules in archtest_test.go:
+//
+//   - infer imports nothing internal; generated code lives only in
+//     internal/pb.
+//   - Backends know no protocol and no scheduler: they import only infer
+//     and the backend packages.
+//   - Scheduling (batch) and the repository (modelrepo) know no protocol.
+//   - The feature store knows nothing of models or the gateway.
+//   - The gateway never reaches into the model server (modelrepo, batch,
+//     backends, modelconfig) and never imports another component's edge
+//     (httpapi, grpcapi). It may use feature/serving's Go API
+//     (Server.GetOnlineFeatures), which is the feature store's in-process
+//     port, not its HTTP edge.
+//   - httpapi and grpcapi, the model server's edges, are imported only by
+//     the wiring (cli) and the metrics inventory (tools).
+//   - config is data: it imports only leaf packages that own the settings
+//     sluice.yaml holds (plain types and pure checks; they import nothing
+//     internal but each other, nothing third-party but yaml).
+//   - telemetry imports nothing internal.
+//   - Nothing imports internal/cli but cmd/sluice.
+package archtest
