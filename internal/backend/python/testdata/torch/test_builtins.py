@@ -426,5 +426,96 @@ class StateDictTest(unittest.TestCase):
         self.assertRegex(msg, r"model\.py:15: ValueError: boom")
 
 
+def run_check(vdir, cfg, kind=""):
+    """sluice_check.py's answer for one version folder."""
+    import subprocess
+
+    req = json.dumps({"kind": kind, "version_dir": vdir, "model_config": cfg})
+    p = subprocess.run([sys.executable, os.path.join(WORKER, "sluice_check.py")], input=req.encode(),
+                       capture_output=True, timeout=120, check=False)
+    if p.returncode != 0:
+        raise AssertionError(f"sluice_check.py exited {p.returncode}: {p.stderr.decode()}")
+    return json.loads(p.stdout)
+
+
+def located(problems):
+    return [f"{os.path.basename(p['file'])}:{p['line']}:{p['col']}: {p['msg']}" for p in problems]
+
+
+class CheckTest(unittest.TestCase):
+    """sluice_check.py, the script behind `sluice repo check` for these models."""
+
+    def test_python_model(self):
+        cases = [
+            ("good", "class TritonPythonModel:\n    def execute(self, requests):\n        return []\n", []),
+            ("syntax", "import numpy\n\nclass TritonPythonModel:\n    def execute(self, requests)\n        return []\n",
+             ["model.py:4:32: syntax error: expected ':'"]),
+            ("no class", "class Model:\n    pass\n", ["model.py:1:1: defines no class TritonPythonModel"]),
+            ("no execute", "class TritonPythonModel:\n    def initialize(self, args):\n        pass\n",
+             ["model.py:1:1: class TritonPythonModel has no execute(self, requests) method"]),
+        ]
+        for name, code, want in cases:
+            with self.subTest(name):
+                repo = Repo(self)
+                repo.write("model.py", code)
+                got = located(run_check(repo.vdir, {"name": "m", "backend": "python"})["problems"])
+                self.assertEqual(len(got), len(want), got)
+                for g, w in zip(got, want):
+                    self.assertTrue(g.startswith(w), f"{g!r} does not start with {w!r}")
+
+    def test_torchscript(self):
+        cfg = config("addsub", [tensor("INPUT__0", "TYPE_FP32", [4]), tensor("INPUT__1", "TYPE_FP32", [4])],
+                     [tensor("OUTPUT__0", "TYPE_FP32", [4])], backend="pytorch")
+        repo = Repo(self)
+        save_script(AddSub(), repo.path("model.pt"))
+        ans = run_check(repo.vdir, cfg)
+        self.assertEqual(ans["kind"], "torchscript")
+        self.assertEqual(ans["problems"], [])
+        cfg["input"] = cfg["input"][:1]
+        self.assertIn("the model's forward() takes 2", located(run_check(repo.vdir, cfg)["problems"])[0])
+        with open(repo.path("model.pt"), "wb") as f:
+            f.write(b"junk")
+        self.assertIn("not a TorchScript archive", located(run_check(repo.vdir, cfg)["problems"])[0])
+
+    def test_state_dict(self):
+        cfg = config("mlp", [tensor("features", "TYPE_FP32", [3])], [tensor("score", "TYPE_FP32", [1])],
+                     backend="pytorch")
+        sdt = StateDictTest("test_serves_like_the_module")
+        sdt.setUp()
+        try:
+            good = sdt.repo()
+            ans = run_check(good.vdir, cfg)
+            self.assertEqual((ans["kind"], ans["problems"]), ("state_dict", []))
+
+            got = located(run_check(sdt.repo(weights="renamed").vdir, cfg)["problems"])
+            self.assertEqual(len(got), 1, got)
+            self.assertRegex(got[0], r"^model\.py:6:1: class MLP's parameters do not match model\.pth: "
+                                     r"missing keys \[head\.weight\]; unexpected keys \[extra\.weight\]")
+
+            got = located(run_check(sdt.repo(weights="pickle").vdir, cfg)["problems"])
+            self.assertIn("model.pth holds a pickled model object, not a state_dict", got[0])
+
+            broken = sdt.repo(code=MLP_PY.replace("nn.ReLU())", "nn.ReLU()"))
+            got = located(run_check(broken.vdir, cfg)["problems"])
+            self.assertEqual(len(got), 1, got)
+            self.assertRegex(got[0], r"^model\.py:9:\d+: syntax error")
+
+            # json.dumps(indent=2) puts each list item on its own line:
+            # model_class is on line 2, init_args 3-5, input_shape 6-9.
+            meta = {"model_class": "MLP", "init_args": {"n_in": 3}, "input_shape": [1, 4], "git_commit": 5}
+            got = located(run_check(sdt.repo(meta=meta).vdir, cfg)["problems"])
+            self.assertEqual(got, ["model_config.json:10:3: git_commit must be a string, got a number"])
+            del meta["git_commit"]
+            got = located(run_check(sdt.repo(meta=meta).vdir, cfg)["problems"])
+            self.assertEqual(len(got), 1, got)
+            self.assertRegex(got[0], r"^model_config\.json:6:3: model_config.json input_shape \[1, 4\] for input "
+                                     r"'features' does not match config.pbtxt dims \[3\]")
+            meta = {"model_class": "Nope", "init_args": {}, "input_shape": [3]}
+            got = located(run_check(sdt.repo(meta=meta).vdir, cfg)["problems"])
+            self.assertEqual(got, ["model_config.json:2:3: model_class Nope: model.py defines no such class"])
+        finally:
+            sdt.doCleanups()
+
+
 if __name__ == "__main__":
     unittest.main()

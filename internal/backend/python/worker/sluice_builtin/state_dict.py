@@ -37,6 +37,7 @@ import zipfile
 import numpy as np
 import torch
 
+from sluice_builtin.metadata import CONFIG_FILE, is_shape, read_model_config
 from sluice_builtin.torchscript import (
     ModelIO,
     ModelLoadError,
@@ -50,79 +51,7 @@ from sluice_builtin.torchscript import (
     version_dir,
 )
 
-CONFIG_FILE = "model_config.json"
 CODE_FILE = "model.py"
-
-
-def read_model_config(path):
-    """model_config.json, with its fields' types checked."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise ModelLoadError(f"{path} is missing (the state_dict flow needs model_class, init_args and input_shape there)") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ModelLoadError(f"{path}:{e.lineno}:{e.colno}: {e.msg}") from None
-    problems = config_problems(doc)
-    if problems:
-        raise ModelLoadError(f"{path}: " + "; ".join(problems))
-    return doc
-
-
-def config_problems(doc):
-    """What is wrong with a decoded model_config.json, as messages."""
-    if not isinstance(doc, dict):
-        return [f"want a JSON object, got {_json_type(doc)}"]
-    ps = []
-    mc = doc.get("model_class")
-    if mc is None:
-        ps.append("model_class is missing (the name of the nn.Module class in model.py)")
-    elif not isinstance(mc, str) or not mc.isidentifier():
-        ps.append(f"model_class must be a class name string, got {json.dumps(mc)}")
-    ia = doc.get("init_args", {})
-    if not isinstance(ia, (dict, list)):
-        ps.append(f"init_args must be an object (keyword arguments) or an array (positional), got {_json_type(ia)}")
-    if "input_shape" not in doc:
-        ps.append("input_shape is missing (the model's input shape, checked against config.pbtxt)")
-    else:
-        msg = _shape_problem(doc["input_shape"])
-        if msg:
-            ps.append(msg)
-    for k in ("version", "git_commit"):
-        if k in doc and not isinstance(doc[k], str):
-            ps.append(f"{k} must be a string, got {_json_type(doc[k])}")
-    return ps
-
-
-def _json_type(v):
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, (int, float)):
-        return "a number"
-    if isinstance(v, str):
-        return "a string"
-    if isinstance(v, list):
-        return "an array"
-    return "an object"
-
-
-def _is_shape(v):
-    return isinstance(v, list) and all(d is None or (isinstance(d, int) and not isinstance(d, bool) and d >= -1) for d in v)
-
-
-def _shape_problem(s):
-    if _is_shape(s):
-        return None
-    if isinstance(s, list) and s and all(_is_shape(x) for x in s):
-        return None
-    if isinstance(s, dict) and s and all(isinstance(k, str) and _is_shape(v) for k, v in s.items()):
-        return None
-    return ("input_shape must be a shape (array of ints, -1 or null for any size), an array of shapes "
-            f"(one per input) or an object of shapes by input name, got {json.dumps(s)}")
 
 
 def shapes_by_input(input_shape, io):
@@ -136,7 +65,7 @@ def shapes_by_input(input_shape, io):
                 f"input_shape names inputs {sorted(input_shape)}, config.pbtxt has {names}"
                 + (f" (unknown: {unknown})" if unknown else "") + (f" (missing: {missing})" if missing else ""))
         return dict(input_shape)
-    if _is_shape(input_shape) and not (input_shape and all(isinstance(x, list) for x in input_shape)):
+    if is_shape(input_shape) and not (input_shape and all(isinstance(x, list) for x in input_shape)):
         if len(names) != 1:
             raise ModelLoadError(
                 f"input_shape {json.dumps(input_shape)} is one shape, config.pbtxt has {len(names)} inputs {names}: "

@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 import triton_python_backend_utils as pb_utils
+from sluice_builtin.metadata import ModelLoadError  # noqa: F401 - re-exported for state_dict and tests
 
 # Config data types PyTorch can hold, as numpy types. TYPE_STRING is a list
 # of str in the model and a numpy object array of bytes outside.
@@ -79,10 +80,6 @@ warnings.filterwarnings("ignore", message="The given NumPy array is not writable
 
 
 _interop_set = False  # set_num_interop_threads has been called
-
-
-class ModelLoadError(Exception):
-    """A model that cannot be served; the message says why and where."""
 
 
 def field(d, snake, default=None):
