@@ -131,7 +131,45 @@ func (v *validator) unique(seen map[string]bool, path, what, name string) {
 	seen[name] = true
 }
 
+// gateway checks the gateway section: its listeners, clients, rate
+// limits, backends, priority headers, proxy, services, recording and log
+// sampling.
 func (v *validator) gateway(g *Gateway) {
+	v.gatewayListeners(g)
+	v.clients(g.Clients)
+	v.rateLimit("gateway.anonymous.rate_limit_per_ip", g.Anonymous.RateLimitPerIP)
+	v.rateLimitBackend(g.RateLimitBackend)
+	backends, kinds := map[string]bool{}, map[string]string{}
+	for i, b := range g.Backends {
+		v.backend(fmt.Sprintf("gateway.backends[%d]", i), b, backends)
+		kinds[b.Name] = b.Kind
+	}
+	v.positive("gateway.drain_period", g.DrainPeriod)
+	v.priorityHeaders(g.PriorityHeaders)
+	if px := g.Proxy; px != nil {
+		v.proxy(px, kinds)
+	}
+	names, paths := map[string]bool{}, map[string]string{}
+	for i, s := range g.Services {
+		p := fmt.Sprintf("gateway.services[%d]", i)
+		v.unique(names, p+".name", "service name", s.Name)
+		if other, ok := paths[s.Path]; ok && s.Path != "" {
+			v.add(p+".path", "path %q already used by service %q", s.Path, other)
+		}
+		paths[s.Path] = s.Name
+		v.service(p, s, backends, kinds)
+	}
+	v.recording(g.Recording)
+	if sp := g.LogSampling.SuccessPercent; sp != nil {
+		v.percent("gateway.log_sampling.success_percent", *sp)
+	}
+	if ep := g.LogSampling.ErrorsPercent; ep != nil {
+		v.percent("gateway.log_sampling.errors_percent", *ep)
+	}
+}
+
+// gatewayListeners checks the gateway's addresses, which must differ.
+func (v *validator) gatewayListeners(g *Gateway) {
 	v.hostPort("gateway.listen", g.Listen, false)
 	v.hostPort("gateway.admin", g.Admin, false)
 	if g.GRPC != "" {
@@ -143,8 +181,13 @@ func (v *validator) gateway(g *Gateway) {
 	if g.Listen == g.Admin {
 		v.add("gateway.admin", "must differ from gateway.listen")
 	}
+}
+
+// clients checks the gateway's clients: unique ids, a credential each
+// (an API key's hash or a certificate identity), rate limits, priorities.
+func (v *validator) clients(clients []Client) {
 	ids := map[string]bool{}
-	for i, cl := range g.Clients {
+	for i, cl := range clients {
 		p := fmt.Sprintf("gateway.clients[%d]", i)
 		v.unique(ids, p+".id", "client id", cl.ID)
 		if cl.APIKey != "" {
@@ -162,29 +205,28 @@ func (v *validator) gateway(g *Gateway) {
 			v.add(p+".priority", "must not be negative")
 		}
 	}
-	v.rateLimit("gateway.anonymous.rate_limit_per_ip", g.Anonymous.RateLimitPerIP)
-	rb := g.RateLimitBackend
-	v.oneOf("gateway.rate_limit_backend.type", rb.Type, "local", "redis")
-	if rb.Type == "redis" {
-		if len(rb.Redis.Addrs) == 0 {
-			v.add("gateway.rate_limit_backend.redis.addrs", "at least one address is required for type redis")
-		}
-		for i, a := range rb.Redis.Addrs {
-			v.hostPort(fmt.Sprintf("gateway.rate_limit_backend.redis.addrs[%d]", i), a, true)
-		}
-		if rb.Redis.DB < 0 {
-			v.add("gateway.rate_limit_backend.redis.db", "must not be negative")
-		}
-		v.positive("gateway.rate_limit_backend.redis.dial_timeout", rb.Redis.DialTimeout)
-	}
+}
 
-	backends, kinds := map[string]bool{}, map[string]string{}
-	for i, b := range g.Backends {
-		v.backend(fmt.Sprintf("gateway.backends[%d]", i), b, backends)
-		kinds[b.Name] = b.Kind
+// rateLimitBackend checks where shared rate limits are kept.
+func (v *validator) rateLimitBackend(rb RateLimitBackend) {
+	v.oneOf("gateway.rate_limit_backend.type", rb.Type, "local", "redis")
+	if rb.Type != "redis" {
+		return
 	}
-	v.positive("gateway.drain_period", g.DrainPeriod)
-	for i, ph := range g.PriorityHeaders {
+	if len(rb.Redis.Addrs) == 0 {
+		v.add("gateway.rate_limit_backend.redis.addrs", "at least one address is required for type redis")
+	}
+	for i, a := range rb.Redis.Addrs {
+		v.hostPort(fmt.Sprintf("gateway.rate_limit_backend.redis.addrs[%d]", i), a, true)
+	}
+	if rb.Redis.DB < 0 {
+		v.add("gateway.rate_limit_backend.redis.db", "must not be negative")
+	}
+	v.positive("gateway.rate_limit_backend.redis.dial_timeout", rb.Redis.DialTimeout)
+}
+
+func (v *validator) priorityHeaders(phs []PriorityHeader) {
+	for i, ph := range phs {
 		pp := fmt.Sprintf("gateway.priority_headers[%d]", i)
 		if ph.Name == "" {
 			v.add(pp+".name", "is required")
@@ -196,30 +238,25 @@ func (v *validator) gateway(g *Gateway) {
 			v.add(pp+".priority", "must not be negative")
 		}
 	}
-	if px := g.Proxy; px != nil {
-		switch k, ok := kinds[px.Backend]; {
-		case !ok:
-			v.add("gateway.proxy.backend", "unknown backend %q", px.Backend)
-		case k != "kserve_http":
-			v.add("gateway.proxy.backend", "backend %q is %s; the proxy needs kind kserve_http", px.Backend, k)
-		}
-		if !strings.HasPrefix(px.PathPrefix, "/") {
-			v.add("gateway.proxy.path_prefix", "%s must start with /", quote(px.PathPrefix))
-		}
-		v.positive("gateway.proxy.timeout", px.Timeout)
-		v.retries("gateway.proxy.retries", px.Retries, px.Timeout)
+}
+
+// proxy checks the KServe v2 HTTP proxy, which needs a kserve_http backend.
+func (v *validator) proxy(px *Proxy, kinds map[string]string) {
+	switch k, ok := kinds[px.Backend]; {
+	case !ok:
+		v.add("gateway.proxy.backend", "unknown backend %q", px.Backend)
+	case k != "kserve_http":
+		v.add("gateway.proxy.backend", "backend %q is %s; the proxy needs kind kserve_http", px.Backend, k)
 	}
-	names, paths := map[string]bool{}, map[string]string{}
-	for i, s := range g.Services {
-		p := fmt.Sprintf("gateway.services[%d]", i)
-		v.unique(names, p+".name", "service name", s.Name)
-		if other, ok := paths[s.Path]; ok && s.Path != "" {
-			v.add(p+".path", "path %q already used by service %q", s.Path, other)
-		}
-		paths[s.Path] = s.Name
-		v.service(p, s, backends, kinds)
+	if !strings.HasPrefix(px.PathPrefix, "/") {
+		v.add("gateway.proxy.path_prefix", "%s must start with /", quote(px.PathPrefix))
 	}
-	rc := g.Recording
+	v.positive("gateway.proxy.timeout", px.Timeout)
+	v.retries("gateway.proxy.retries", px.Retries, px.Timeout)
+}
+
+// recording checks where and how shadow and replay answers are recorded.
+func (v *validator) recording(rc Recording) {
 	v.oneOf("gateway.recording.sink", rc.Sink, "jsonl", "nats", "off")
 	if rc.MaxBytes < 1<<10 {
 		v.add("gateway.recording.max_bytes", "must be at least 1024")
@@ -241,12 +278,6 @@ func (v *validator) gateway(g *Gateway) {
 		case "authorization", "x-api-key", "cookie", "proxy-authorization":
 			v.add(fmt.Sprintf("gateway.recording.headers[%d]", i), "%q carries credentials and is never recorded", h)
 		}
-	}
-	if sp := g.LogSampling.SuccessPercent; sp != nil {
-		v.percent("gateway.log_sampling.success_percent", *sp)
-	}
-	if ep := g.LogSampling.ErrorsPercent; ep != nil {
-		v.percent("gateway.log_sampling.errors_percent", *ep)
 	}
 }
 
