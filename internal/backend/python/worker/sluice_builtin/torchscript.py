@@ -28,7 +28,8 @@ inputs cannot be concatenated (different trailing shapes) run in separate
 groups. With max_batch_size 0 each request runs alone.
 
 Config parameters read (string values, as in Triton):
-  INTRA_OP_THREAD_COUNT (or intra_op_thread_count)  torch threads, default 1
+  INTRA_OP_THREAD_COUNT (or intra_op_thread_count)  torch threads; default
+                               OMP_NUM_THREADS (set per worker by the server), else 1
   INTER_OP_THREAD_COUNT                              inter-op threads, default 1
   DISABLE_OPTIMIZED_EXECUTION  "true" turns off the graph executor's optimizations
   INFERENCE_MODE               "false" runs under torch.no_grad instead
@@ -115,23 +116,29 @@ def flag(params, key, default):
 
 
 def apply_thread_parameters(params):
-    """Set torch's thread counts from the config (default 1 each).
+    """Set torch's thread counts from the config.
 
-    One worker runs one instance, so instances scale with instance_group
-    count; several threads per worker oversubscribe the cores.
+    Intra-op threads: the parameter INTRA_OP_THREAD_COUNT when set; else
+    what OMP_NUM_THREADS says (the server gives each worker its share of
+    the cores there, and torch reads it at import); else 1. Inter-op
+    threads: INTER_OP_THREAD_COUNT, default 1 (only TorchScript's fork()
+    uses them).
     """
-    intra = params.get("INTRA_OP_THREAD_COUNT") or params.get("intra_op_thread_count") or "1"
+    intra = params.get("INTRA_OP_THREAD_COUNT") or params.get("intra_op_thread_count")
+    if intra is None and not os.environ.get("OMP_NUM_THREADS"):
+        intra = "1"
+    if intra is not None:
+        try:
+            n = int(intra)
+        except ValueError:
+            raise ModelLoadError(f"parameter INTRA_OP_THREAD_COUNT {intra!r} is not an integer") from None
+        if n > 0:
+            torch.set_num_threads(n)
     inter = params.get("INTER_OP_THREAD_COUNT") or params.get("inter_op_thread_count") or "1"
-    try:
-        n = int(intra)
-    except ValueError:
-        raise ModelLoadError(f"parameter INTRA_OP_THREAD_COUNT {intra!r} is not an integer")
-    if n > 0:
-        torch.set_num_threads(n)
     try:
         m = int(inter)
     except ValueError:
-        raise ModelLoadError(f"parameter INTER_OP_THREAD_COUNT {inter!r} is not an integer")
+        raise ModelLoadError(f"parameter INTER_OP_THREAD_COUNT {inter!r} is not an integer") from None
     global _interop_set
     if m > 0 and not _interop_set and torch.get_num_interop_threads() != m:
         # A second call aborts the process (a c10::Error thrown past
