@@ -75,22 +75,36 @@ func DecodeInferRequest(req *pb.ModelInferRequest) (*infer.Request, error) {
 		Parameters: params,
 		Inputs:     make([]infer.Tensor, len(inputs)),
 	}
-	seen := make(map[string]struct{}, len(inputs))
+	var seen map[string]struct{} // many inputs only; few are compared in turn
+	if len(inputs) > smallSet {
+		seen = make(map[string]struct{}, len(inputs))
+	}
+	ndims := 0
+	for _, in := range inputs {
+		ndims += len(in.GetShape())
+	}
+	// Unlike the data, the shapes are not shared with req: they are
+	// copied, all into one array, each capped so it cannot grow into the
+	// next.
+	dims := make([]int64, ndims)
 	for i, in := range inputs {
 		name := in.GetName()
 		if name == "" {
 			return nil, invalidf(reasonInvalidInput, "input #%d has no name", i)
 		}
-		if _, dup := seen[name]; dup {
+		if duplicateInput(inputs[:i], seen, name) {
 			return nil, invalidf(reasonDuplicateInput, "input '%s': appears more than once", name)
 		}
-		seen[name] = struct{}{}
 
 		t, err := requests.Decode(in, raw, i)
 		if err != nil {
 			return nil, err
 		}
-		t.Shape = t.Shape.Clone() // unlike the data, the shape is not shared with req
+		k := len(t.Shape)
+		shape := infer.Shape(dims[:k:k])
+		copy(shape, t.Shape)
+		dims = dims[k:]
+		t.Shape = shape
 		out.Inputs[i] = t
 	}
 
@@ -110,6 +124,28 @@ func DecodeInferRequest(req *pb.ModelInferRequest) (*infer.Request, error) {
 	return out, nil
 }
 
+// smallSet is the number of inputs up to which duplicate names are found
+// by comparing, not hashing.
+const smallSet = 8
+
+// duplicateInput reports whether name was among the earlier inputs: seen
+// holds their names when there are many, else earlier is searched.
+func duplicateInput(earlier []*pb.ModelInferRequest_InferInputTensor, seen map[string]struct{}, name string) bool {
+	if seen != nil {
+		if _, dup := seen[name]; dup {
+			return true
+		}
+		seen[name] = struct{}{}
+		return false
+	}
+	for _, e := range earlier {
+		if e.GetName() == name {
+			return true
+		}
+	}
+	return false
+}
+
 // EncodeInferResponse converts an infer.Response into a ModelInferResponse.
 // Like Triton, every output's data travels in raw_output_contents, one
 // entry per output in output order. The response aliases resp's data.
@@ -122,14 +158,17 @@ func EncodeInferResponse(resp *infer.Response) *pb.ModelInferResponse {
 		Outputs:           make([]*pb.ModelInferResponse_InferOutputTensor, len(resp.Outputs)),
 		RawOutputContents: make([][]byte, len(resp.Outputs)),
 	}
+	// The output messages in one allocation; each is used only through
+	// its pointer, never copied.
+	tensors := make([]pb.ModelInferResponse_InferOutputTensor, len(resp.Outputs))
 	for i := range resp.Outputs {
 		t := &resp.Outputs[i]
-		out.Outputs[i] = &pb.ModelInferResponse_InferOutputTensor{
-			Name:       t.Name,
-			Datatype:   t.DataType.String(),
-			Shape:      t.Shape,
-			Parameters: kservewire.EncodeParams(t.Parameters),
-		}
+		o := &tensors[i]
+		o.Name = t.Name
+		o.Datatype = t.DataType.String()
+		o.Shape = t.Shape
+		o.Parameters = kservewire.EncodeParams(t.Parameters)
+		out.Outputs[i] = o
 		data := t.Data
 		if data == nil {
 			data = []byte{}
