@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
 
 // LoadOptions tell a backend how to build one instance of a model version.
@@ -23,6 +24,15 @@ type LoadOptions struct {
 	// InstanceCount is how many instances of this model the server runs
 	// in total; backends use it to size thread pools.
 	InstanceCount int
+	// Config is the version's complete configuration (defaults applied,
+	// auto-completed, validated), or nil when the caller has none.
+	// Backends must not modify it.
+	Config *inferencepb.ModelConfig
+	// LoadID is the same for every instance of one load of a version and
+	// differs between loads, so that a backend can tell an instance's
+	// siblings from the instances of a reload loading beside them. 0
+	// means unknown.
+	LoadID uint64
 }
 
 // Backend is one execution engine, e.g. ONNX Runtime.
@@ -38,6 +48,28 @@ type Backend interface {
 	Signature(ctx context.Context, path string) (infer.Signature, error)
 	// Load builds one executable instance.
 	Load(ctx context.Context, opts LoadOptions) (Instance, error)
+}
+
+// ConfigSigner is implemented by backends whose model files do not
+// declare their inputs and outputs (Python code). For them the repository
+// neither requires the default model file nor calls Signature: it calls
+// ConfigSignature with the version folder and the configuration (defaults
+// applied, not auto-completed), which checks that the folder holds what
+// the backend needs and returns the inputs and outputs the configuration
+// declares, shapes including the batch dimension. An error wrapping
+// fs.ErrNotExist means a model file is missing; any other error is a
+// configuration problem.
+type ConfigSigner interface {
+	ConfigSignature(ctx context.Context, versionDir string, cfg *inferencepb.ModelConfig) (infer.Signature, error)
+}
+
+// HealthReporter is implemented by instances that can stop serving after
+// they loaded, such as an out-of-process worker that keeps crashing. The
+// repository index shows the reason.
+type HealthReporter interface {
+	// Unhealthy returns why the instance cannot serve, or "" while it
+	// can (or is recovering by itself).
+	Unhealthy() string
 }
 
 // Instance is one loaded copy of a model version.

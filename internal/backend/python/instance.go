@@ -1,0 +1,409 @@
+package python
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/modelconfig"
+	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
+)
+
+// Instance is one model instance: a supervised worker process. It
+// restarts the worker when it dies (after a back-off), and stays down
+// after Options.RestartLimit quick deaths in a row. While its worker is
+// down, requests run on a sibling instance's worker (an instance of the
+// same load of the version), or wait for the restart when no sibling is
+// up.
+type Instance struct {
+	b        *Backend
+	spec     *workerSpec
+	key      groupKey
+	group    *group
+	name     string
+	maxBatch int64
+	outTypes map[string]infer.DataType // configured output data types
+	obs      workerObservers
+	logger   *slog.Logger
+
+	mu     sync.Mutex // protects the fields below
+	w      *worker    // the live worker; nil while it restarts, once down or closed
+	down   string     // why the instance stays down; "" otherwise
+	closed bool
+	change chan struct{} // closed and replaced whenever w, down or closed change
+
+	stop      chan struct{} // closed by Close
+	done      chan struct{} // closed when the supervisor has returned
+	closeOnce sync.Once
+	closeErr  error
+}
+
+func newInstance(b *Backend, spec *workerSpec, key groupKey, g *group, name string, cfg *inferencepb.ModelConfig, w *worker) *Instance {
+	in := &Instance{
+		b:        b,
+		spec:     spec,
+		key:      key,
+		group:    g,
+		name:     name,
+		maxBatch: int64(cfg.GetMaxBatchSize()),
+		outTypes: map[string]infer.DataType{},
+		obs:      b.m.track(key.model, strconv.FormatInt(key.version, 10)),
+		logger:   spec.logger,
+		w:        w,
+		change:   make(chan struct{}),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	for _, o := range cfg.GetOutput() {
+		in.outTypes[o.GetName()] = modelconfig.ToInfer(o.GetDataType())
+	}
+	in.obs.up.Inc()
+	go in.supervise(w)
+	return in
+}
+
+// current returns the live worker, or nil.
+func (in *Instance) current() *worker {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.w
+}
+
+// PID returns the process id of the instance's live worker, or 0 while it
+// has none.
+func (in *Instance) PID() int {
+	if w := in.current(); w != nil {
+		return w.pid
+	}
+	return 0
+}
+
+// Unhealthy returns why the instance stays down, or "".
+func (in *Instance) Unhealthy() string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.down
+}
+
+// setLocked changes the live worker and wakes the requests waiting for
+// one. It reports false, changing nothing, once the instance is closed.
+func (in *Instance) setLocked(w *worker, down string) bool {
+	if in.closed {
+		return false
+	}
+	in.w, in.down = w, down
+	close(in.change)
+	in.change = make(chan struct{})
+	return true
+}
+
+func (in *Instance) set(w *worker, down string) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.setLocked(w, down)
+}
+
+// supervise watches the worker and restarts it until the instance closes
+// or goes down for good.
+func (in *Instance) supervise(w *worker) {
+	defer close(in.done)
+	opts := in.b.opts
+	quick := 0 // quick deaths in a row
+	for {
+		if !in.watch(w) {
+			return
+		}
+		lived := time.Since(w.readyAt)
+		if !in.set(nil, "") {
+			return
+		}
+		in.obs.up.Dec()
+		if lived < opts.QuickDeath {
+			quick++
+		} else {
+			quick = 0
+		}
+		last := fmt.Sprintf("%s%s", w.exitStatus(), w.stderr.suffix())
+		in.logger.Warn("python worker died", "pid", w.pid, "status", w.exitStatus(), "uptime", lived.Round(time.Millisecond).String(), "quick_deaths", quick)
+		for {
+			if quick >= opts.RestartLimit {
+				reason := fmt.Sprintf("python worker %s died %d times in a row within %s of starting and stays down until the model is loaded again; last: %s",
+					in.name, quick, opts.QuickDeath, last)
+				if in.set(nil, reason) {
+					in.logger.Warn("python worker stays down", "reason", reason)
+				}
+				return
+			}
+			delay := min(opts.RestartBackoff<<max(quick-1, 0), opts.MaxRestartBackoff)
+			select {
+			case <-in.stop:
+				return
+			case <-time.After(delay):
+			}
+			in.obs.restarts.Inc()
+			nw, err := in.start()
+			if err == nil {
+				if !in.set(nw, "") {
+					_ = nw.stop(opts.FinalizeTimeout, opts.KillTimeout)
+					return
+				}
+				in.obs.up.Inc()
+				in.logger.Info("python worker restarted", "pid", nw.pid, "after", delay.String())
+				w = nw
+				break
+			}
+			select {
+			case <-in.stop:
+				return
+			default:
+			}
+			quick++
+			last = err.Error()
+			in.logger.Warn("python worker restart failed", "err", err, "quick_deaths", quick)
+		}
+	}
+}
+
+// start starts a new worker; Close cancels it.
+func (in *Instance) start() (*worker, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), in.b.opts.StartTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-in.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return startWorker(ctx, in.spec)
+}
+
+// watch waits until the worker dies (true) or the instance closes
+// (false), pinging it while it is idle; a worker that does not answer is
+// killed, which restarts it.
+func (in *Instance) watch(w *worker) bool {
+	t := time.NewTicker(in.b.opts.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-in.stop:
+			return false
+		case <-w.exited:
+			return true
+		case <-t.C:
+			if w.executing.Load() > 0 {
+				continue
+			}
+			if !w.ping(in.b.opts.PingTimeout) {
+				in.logger.Warn("python worker did not answer a ping; killing it", "pid", w.pid, "timeout", in.b.opts.PingTimeout.String())
+				w.kill()
+			}
+		}
+	}
+}
+
+// Close stops the supervisor and unloads the worker: finalize(), then
+// SIGTERM, then SIGKILL (see Options). It returns once the process is
+// gone; an error reports a finalize() that raised.
+func (in *Instance) Close() error {
+	in.closeOnce.Do(func() {
+		in.mu.Lock()
+		w := in.w
+		in.w = nil
+		in.closed = true
+		close(in.change)
+		in.change = make(chan struct{})
+		in.mu.Unlock()
+		close(in.stop)
+		<-in.done
+		if w != nil {
+			in.obs.up.Dec()
+			if err := w.stop(in.b.opts.FinalizeTimeout, in.b.opts.KillTimeout); err != nil {
+				in.closeErr = fmt.Errorf("model '%s' version %d instance %s: %w", in.key.model, in.key.version, in.name, err)
+			}
+			in.logger.Info("python worker stopped", "pid", w.pid)
+		}
+		in.b.ungroup(in.key, in)
+		in.b.m.untrack(in.key.model, strconv.FormatInt(in.key.version, 10))
+	})
+	return in.closeErr
+}
+
+// pick returns the worker to run a call on: the instance's own, else a
+// live sibling's, else (while the instance restarts) the first of those
+// to come up before ctx ends.
+func (in *Instance) pick(ctx context.Context) (*worker, error) {
+	var poll *time.Ticker
+	defer func() {
+		if poll != nil {
+			poll.Stop()
+		}
+	}()
+	for {
+		in.mu.Lock()
+		w, down, closed, change := in.w, in.down, in.closed, in.change
+		in.mu.Unlock()
+		if w != nil {
+			return w, nil
+		}
+		if closed {
+			return nil, infer.Errorf(infer.KindUnavailable, ReasonWorkerCrashed,
+				"model '%s' version %d: instance %s is closed", in.key.model, in.key.version, in.name)
+		}
+		if sib := in.group.live(in); sib != nil {
+			return sib, nil
+		}
+		if down != "" {
+			return nil, infer.Errorf(infer.KindUnavailable, ReasonWorkerCrashed,
+				"model '%s' version %d: no python worker is up: %s", in.key.model, in.key.version, down)
+		}
+		if poll == nil {
+			// Siblings coming up do not signal this instance; look again
+			// now and then.
+			poll = time.NewTicker(50 * time.Millisecond)
+		}
+		select {
+		case <-change:
+		case <-poll.C:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+// Execute runs one request (the inputs of a whole batch, when the
+// scheduler concatenated several) in one execute() call.
+func (in *Instance) Execute(ctx context.Context, inputs []infer.Tensor, outputs []string) ([]infer.Tensor, error) {
+	outs, errs := in.ExecuteRequests(ctx, [][]infer.Tensor{inputs}, [][]string{outputs})
+	if errs[0] != nil {
+		return nil, errs[0]
+	}
+	return outs[0], nil
+}
+
+// ExecuteRequests runs several requests in one execute() call, so that the
+// model sees them as separate InferenceRequest objects. It returns each
+// request's outputs (one tensor per name it asked for, in order) or its
+// error; a failure of the whole call is every request's error.
+func (in *Instance) ExecuteRequests(ctx context.Context, inputs [][]infer.Tensor, outputs [][]string) ([][]infer.Tensor, []error) {
+	outs := make([][]infer.Tensor, len(inputs))
+	errs := make([]error, len(inputs))
+	fail := func(err error) ([][]infer.Tensor, []error) {
+		for i := range errs {
+			errs[i] = err
+		}
+		return outs, errs
+	}
+	if len(inputs) != len(outputs) {
+		return fail(fmt.Errorf("execute: %d input lists for %d output lists", len(inputs), len(outputs)))
+	}
+	reqs := make([]execRequest, len(inputs))
+	for i := range reqs {
+		reqs[i] = execRequest{inputs: inputs[i], outputs: outputs[i]}
+	}
+	w, err := in.pick(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	f, err := in.call(ctx, w, reqs)
+	if err != nil {
+		return fail(err)
+	}
+	if f.op == opError {
+		we := parseWorkerError(f.payload)
+		if we.Traceback != "" {
+			in.logger.Warn("python model execute failed", "pid", w.pid, "traceback", we.Traceback)
+		}
+		return fail(&infer.Error{
+			Kind: infer.KindInternal, Reason: ReasonModelException,
+			Msg: fmt.Sprintf("model '%s' version %d: %s", in.key.model, in.key.version, we.Message),
+		})
+	}
+	if f.op != opResult {
+		w.kill()
+		return fail(fmt.Errorf("python worker %d answered op %d to execute", w.pid, f.op))
+	}
+	resps, err := decodeResponses(f.payload, len(reqs))
+	if err != nil {
+		// A worker that garbles its answers cannot be trusted with the
+		// next ones: it restarts.
+		in.logger.Warn("python worker sent a malformed response; killing it", "pid", w.pid, "err", err)
+		w.kill()
+		return fail(fmt.Errorf("python worker sent a malformed response: %w", err))
+	}
+	for i := range reqs {
+		outs[i], errs[i] = in.collect(&reqs[i], &resps[i])
+	}
+	return outs, errs
+}
+
+// call sends the requests to w and waits for the answer, keeping the
+// metrics.
+func (in *Instance) call(ctx context.Context, w *worker, reqs []execRequest) (frame, error) {
+	w.executing.Add(1)
+	in.obs.pending.Inc()
+	start := time.Now()
+	f, err := w.call(ctx, opExecute, func(fw *frameWriter) error { return fw.requests(reqs) })
+	in.obs.busy.Add(time.Since(start).Seconds())
+	in.obs.pending.Dec()
+	w.executing.Add(-1)
+	switch {
+	case err == nil:
+		return f, nil
+	case errors.Is(err, errDead):
+		return frame{}, crashError(in.key.model, in.key.version, in.name, err)
+	case ctx.Err() != nil:
+		return frame{}, err
+	case errors.Is(err, errTooLarge):
+		return frame{}, &infer.Error{
+			Kind: infer.KindResourceExhausted, Reason: ReasonRequestTooLarge,
+			Msg: fmt.Sprintf("model '%s' version %d", in.key.model, in.key.version), Err: err,
+		}
+	default:
+		return frame{}, err
+	}
+}
+
+// collect matches one response to the outputs its request asked for.
+func (in *Instance) collect(req *execRequest, resp *response) ([]infer.Tensor, error) {
+	if resp.failed {
+		msg := resp.errMsg
+		if msg == "" {
+			msg = "the model returned an error without a message"
+		}
+		return nil, &infer.Error{Kind: kindOfCode(resp.errCode), Reason: ReasonModelError, Msg: msg}
+	}
+	bs := int64(-1)
+	if in.maxBatch > 0 && len(req.inputs) > 0 && len(req.inputs[0].Shape) > 0 {
+		bs = req.inputs[0].Shape[0]
+	}
+	out := make([]infer.Tensor, len(req.outputs))
+	for j, name := range req.outputs {
+		k := slices.IndexFunc(resp.outputs, func(t infer.Tensor) bool { return t.Name == name })
+		if k < 0 {
+			names := make([]string, len(resp.outputs))
+			for i, t := range resp.outputs {
+				names[i] = t.Name
+			}
+			return nil, infer.Errorf(infer.KindInternal, ReasonInvalidModelOutput,
+				"model '%s' version %d returned no output '%s' (it returned %v)", in.key.model, in.key.version, name, names)
+		}
+		t := resp.outputs[k]
+		if want, ok := in.outTypes[name]; ok && want != t.DataType {
+			return nil, infer.Errorf(infer.KindInternal, ReasonInvalidModelOutput,
+				"model '%s' version %d: output '%s' is %s, the configuration says %s", in.key.model, in.key.version, name, t.DataType, want)
+		}
+		if bs >= 0 && (len(t.Shape) == 0 || t.Shape[0] != bs) {
+			return nil, infer.Errorf(infer.KindInternal, ReasonInvalidModelOutput,
+				"model '%s' version %d: output '%s' has shape %s, want the batch size %d first", in.key.model, in.key.version, name, t.Shape, bs)
+		}
+		out[j] = t
+	}
+	return out, nil
+}

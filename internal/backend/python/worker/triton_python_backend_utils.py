@@ -1,0 +1,497 @@
+"""Sluice's implementation of the triton_python_backend_utils module.
+
+Model files written for Triton's Python backend import this module as
+``pb_utils`` and use it unchanged under Sluice. It is written from the
+published interface of Triton's module (names, arguments and meaning);
+what Sluice does not support raises TritonModelException with a message
+that says so:
+
+- Business Logic Scripting (InferenceRequest(...).exec / async_exec /
+  stream_exec), the model loading API (load_model, unload_model,
+  is_model_ready) and custom metrics (MetricFamily);
+- decoupled mode (InferenceRequest.get_response_sender);
+- auto_complete_config: the model's configuration must list its inputs
+  and outputs;
+- GPU tensors: every tensor is a CPU numpy array.
+"""
+
+import json
+import struct
+import sys
+
+import numpy as np
+
+# TRITONSERVER_DataType codes, as Triton numbers them.
+TRITONSERVER_TYPE_INVALID = 0
+TRITONSERVER_TYPE_BOOL = 1
+TRITONSERVER_TYPE_UINT8 = 2
+TRITONSERVER_TYPE_UINT16 = 3
+TRITONSERVER_TYPE_UINT32 = 4
+TRITONSERVER_TYPE_UINT64 = 5
+TRITONSERVER_TYPE_INT8 = 6
+TRITONSERVER_TYPE_INT16 = 7
+TRITONSERVER_TYPE_INT32 = 8
+TRITONSERVER_TYPE_INT64 = 9
+TRITONSERVER_TYPE_FP16 = 10
+TRITONSERVER_TYPE_FP32 = 11
+TRITONSERVER_TYPE_FP64 = 12
+TRITONSERVER_TYPE_BYTES = 13
+TRITONSERVER_TYPE_BF16 = 14
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+
+_CODE_TO_NUMPY = {
+    TRITONSERVER_TYPE_BOOL: np.bool_,
+    TRITONSERVER_TYPE_UINT8: np.uint8,
+    TRITONSERVER_TYPE_UINT16: np.uint16,
+    TRITONSERVER_TYPE_UINT32: np.uint32,
+    TRITONSERVER_TYPE_UINT64: np.uint64,
+    TRITONSERVER_TYPE_INT8: np.int8,
+    TRITONSERVER_TYPE_INT16: np.int16,
+    TRITONSERVER_TYPE_INT32: np.int32,
+    TRITONSERVER_TYPE_INT64: np.int64,
+    TRITONSERVER_TYPE_FP16: np.float16,
+    TRITONSERVER_TYPE_FP32: np.float32,
+    TRITONSERVER_TYPE_FP64: np.float64,
+    TRITONSERVER_TYPE_BYTES: np.object_,
+}
+
+# Keyed by numpy's one-character type codes, which identify a dtype
+# regardless of byte order.
+_NUMPY_CHAR_TO_CODE = {
+    "?": TRITONSERVER_TYPE_BOOL,
+    "B": TRITONSERVER_TYPE_UINT8,
+    "H": TRITONSERVER_TYPE_UINT16,
+    "I": TRITONSERVER_TYPE_UINT32,
+    "L": TRITONSERVER_TYPE_UINT64,
+    "Q": TRITONSERVER_TYPE_UINT64,
+    "b": TRITONSERVER_TYPE_INT8,
+    "h": TRITONSERVER_TYPE_INT16,
+    "i": TRITONSERVER_TYPE_INT32,
+    "l": TRITONSERVER_TYPE_INT64,
+    "q": TRITONSERVER_TYPE_INT64,
+    "e": TRITONSERVER_TYPE_FP16,
+    "f": TRITONSERVER_TYPE_FP32,
+    "d": TRITONSERVER_TYPE_FP64,
+    "O": TRITONSERVER_TYPE_BYTES,
+    "S": TRITONSERVER_TYPE_BYTES,
+    "U": TRITONSERVER_TYPE_BYTES,
+}
+
+TRITON_STRING_TO_NUMPY = {
+    "TYPE_BOOL": bool,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32,
+    "TYPE_UINT64": np.uint64,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP32": np.float32,
+    "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+}
+
+_U32 = struct.Struct("<I")
+
+
+def triton_to_numpy_type(data_type):
+    """Numpy type of a TRITONSERVER_DataType code (None when unknown)."""
+    return _CODE_TO_NUMPY.get(data_type)
+
+
+def numpy_to_triton_type(data_type):
+    """TRITONSERVER_DataType code of a numpy dtype or type (None when
+    there is none)."""
+    try:
+        return _NUMPY_CHAR_TO_CODE.get(np.dtype(data_type).char)
+    except TypeError:
+        return None
+
+
+def triton_string_to_numpy(triton_type_string):
+    """Numpy type of a configuration data type such as "TYPE_FP32"."""
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
+
+
+def serialize_byte_tensor(input_tensor):
+    """Flattens a tensor of bytes (or str, encoded as UTF-8) into Triton's
+    layout: each element as a little-endian u32 length and its bytes, in C
+    order. Returns a 1-D uint8 array, or None for an array that holds no
+    bytes-like elements."""
+    if input_tensor.size == 0:
+        return np.empty([0], dtype=np.uint8)
+    if input_tensor.dtype.kind not in "OSU":
+        return None
+    parts = []
+    for obj in input_tensor.flat if input_tensor.flags.c_contiguous else np.ascontiguousarray(input_tensor).flat:
+        if isinstance(obj, (bytes, bytearray, memoryview)):
+            s = bytes(obj)
+        elif isinstance(obj, str):
+            s = obj.encode("utf-8")
+        else:
+            s = str(obj).encode("utf-8")
+        parts.append(_U32.pack(len(s)))
+        parts.append(s)
+    return np.frombuffer(b"".join(parts), dtype=np.uint8)
+
+
+def deserialize_bytes_tensor(encoded_tensor):
+    """Reads Triton's length-prefixed layout back into a 1-D object array
+    of bytes."""
+    buf = memoryview(encoded_tensor).cast("B")
+    out = []
+    off, end = 0, len(buf)
+    while off < end:
+        if end - off < 4:
+            raise TritonModelException("truncated BYTES length prefix")
+        (n,) = _U32.unpack_from(buf, off)
+        off += 4
+        if n > end - off:
+            raise TritonModelException("BYTES element overruns the buffer")
+        out.append(bytes(buf[off : off + n]))
+        off += n
+    arr = np.empty(len(out), dtype=np.object_)
+    arr[:] = out
+    return arr
+
+
+class TritonError:
+    """An error a model returns for one request
+    (InferenceResponse(error=TritonError(...))). Without a code, Sluice
+    answers the request with 400 and the message; INTERNAL and UNKNOWN
+    answer 500, NOT_FOUND 404, UNAVAILABLE and CANCELLED 503, UNSUPPORTED
+    400 (gRPC Unimplemented), ALREADY_EXISTS 409."""
+
+    UNKNOWN = 1
+    INTERNAL = 2
+    NOT_FOUND = 3
+    INVALID_ARG = 4
+    UNAVAILABLE = 5
+    UNSUPPORTED = 6
+    ALREADY_EXISTS = 7
+    CANCELLED = 8
+
+    def __init__(self, msg, code=None):
+        self._msg = msg
+        self._code = code
+
+    def __str__(self):
+        return "" if self._msg is None else str(self._msg)
+
+    def __repr__(self):
+        return "TritonError(%r)" % (self._msg,)
+
+    def message(self):
+        """The error message."""
+        return self._msg
+
+    def code(self):
+        """The error code, or None when none was given."""
+        return self._code
+
+
+class TritonModelException(Exception):
+    """Raised by this module when a model asks for something that cannot
+    be done; a model may raise it too."""
+
+    def __init__(self, msg):
+        super().__init__(msg)
+        self._msg = msg
+
+    def message(self):
+        """The exception message."""
+        return self._msg
+
+
+class Tensor:
+    """A named tensor: a numpy array with Triton's data type. BYTES
+    tensors are object arrays of bytes."""
+
+    def __init__(self, name, numpy_array, triton_dtype=None):
+        if not isinstance(numpy_array, np.ndarray):
+            numpy_array = np.asarray(numpy_array)
+        if numpy_array.dtype == np.void:
+            raise TritonModelException(
+                "tensor '%s': numpy dtype %s is not supported; use np.object_ for bytes" % (name, numpy_array.dtype)
+            )
+        if triton_dtype is not None:
+            np_type = triton_to_numpy_type(triton_dtype)
+            if np_type is None:
+                raise TritonModelException("tensor '%s': unsupported data type code %r" % (name, triton_dtype))
+            if numpy_array.dtype != np_type and np_type is not np.object_:
+                numpy_array = numpy_array.view(np_type)
+        else:
+            triton_dtype = numpy_to_triton_type(numpy_array.dtype)
+            if triton_dtype is None:
+                raise TritonModelException("tensor '%s': numpy dtype %s has no Triton data type" % (name, numpy_array.dtype))
+        self._name = name
+        self._array = numpy_array
+        self._dtype = triton_dtype
+
+    def __repr__(self):
+        return "Tensor(%r, shape=%s, dtype=%s)" % (self._name, list(self._array.shape), self._array.dtype)
+
+    def name(self):
+        """The tensor's name."""
+        return self._name
+
+    def as_numpy(self):
+        """The tensor's data as a numpy array."""
+        return self._array
+
+    def triton_dtype(self):
+        """The TRITONSERVER_DataType code."""
+        return self._dtype
+
+    def shape(self):
+        """The tensor's shape, as a list."""
+        return list(self._array.shape)
+
+    def is_cpu(self):
+        """Always True: Sluice's Python models run on the CPU."""
+        return True
+
+    def to_dlpack(self):
+        """A DLPack capsule of the array (numpy's __dlpack__)."""
+        if self._array.dtype == np.object_:
+            raise TritonModelException("tensor '%s': BYTES tensors cannot be shared through DLPack" % self._name)
+        return self._array.__dlpack__()
+
+    @staticmethod
+    def from_dlpack(name, dlpack_obj):
+        """A Tensor from an object that supports DLPack (a torch tensor, a
+        numpy array) or a DLPack capsule (converted through torch)."""
+        if hasattr(dlpack_obj, "__dlpack__"):
+            return Tensor(name, np.from_dlpack(dlpack_obj))
+        try:
+            from torch.utils import dlpack as torch_dlpack  # noqa: PLC0415 - optional
+        except ImportError as e:
+            raise TritonModelException("tensor '%s': a DLPack capsule needs torch to be read" % name) from e
+        return Tensor(name, torch_dlpack.from_dlpack(dlpack_obj).cpu().numpy())
+
+
+def _unsupported(what):
+    raise TritonModelException("%s is not supported by Sluice's Python backend" % what)
+
+
+class InferenceRequest:
+    """One request in the list execute() receives. Models may also build
+    one to call another model (Business Logic Scripting), which Sluice
+    does not support: exec() and async_exec() raise."""
+
+    def __init__(self, model_name=None, requested_output_names=None, inputs=None, request_id="",
+                 correlation_id=0, flags=0, timeout=0, parameters=None, model_version=-1, **_):
+        self._model_name = model_name
+        self._inputs = list(inputs or [])
+        self._outputs = list(requested_output_names or [])
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._flags = flags
+        self._timeout = timeout
+        self._parameters = parameters if isinstance(parameters, str) else json.dumps(parameters or {})
+        self._model_version = model_version
+
+    @classmethod
+    def _received(cls, inputs, requested_output_names):
+        r = cls.__new__(cls)
+        r._model_name = None
+        r._inputs = inputs
+        r._outputs = requested_output_names
+        r._request_id = ""
+        r._correlation_id = 0
+        r._flags = 0
+        r._timeout = 0
+        r._parameters = "{}"
+        r._model_version = -1
+        return r
+
+    def inputs(self):
+        """The input Tensors, in the configuration's input order."""
+        return self._inputs
+
+    def requested_output_names(self):
+        """The names of the outputs the client asked for."""
+        return self._outputs
+
+    def request_id(self):
+        """The request id; Sluice does not pass it to models ("")."""
+        return self._request_id
+
+    def correlation_id(self):
+        """The sequence correlation id; 0 (Sluice has no sequence batching)."""
+        return self._correlation_id
+
+    def flags(self):
+        """The request flags; 0."""
+        return self._flags
+
+    def timeout(self):
+        """The request timeout in microseconds; 0."""
+        return self._timeout
+
+    def parameters(self):
+        """The request parameters as a JSON string; Sluice passes none ("{}")."""
+        return self._parameters
+
+    def is_cancelled(self):
+        """False: a request whose client gave up is still answered."""
+        return False
+
+    def get_response_sender(self):
+        _unsupported("decoupled mode (get_response_sender)")
+
+    def exec(self, *_, **__):
+        _unsupported("Business Logic Scripting (InferenceRequest.exec)")
+
+    def async_exec(self, *_, **__):
+        _unsupported("Business Logic Scripting (InferenceRequest.async_exec)")
+
+    def stream_exec(self, *_, **__):
+        _unsupported("Business Logic Scripting (InferenceRequest.stream_exec)")
+
+
+class InferenceResponse:
+    """The answer to one request: output tensors, or an error."""
+
+    def __init__(self, output_tensors=None, error=None, parameters=None):
+        if output_tensors is None:
+            output_tensors = []
+        if not isinstance(output_tensors, (list, tuple)):
+            raise TritonModelException('"output_tensors" must be a list.')
+        self._output_tensors = list(output_tensors)
+        self._error = error
+        self._parameters = parameters if isinstance(parameters, str) else json.dumps(parameters or {})
+
+    def output_tensors(self):
+        """The output Tensors."""
+        return self._output_tensors
+
+    def has_error(self):
+        """Whether the response carries an error."""
+        return self._error is not None
+
+    def error(self):
+        """The TritonError, or None."""
+        return self._error
+
+    def parameters(self):
+        """The response parameters as a JSON string (Sluice does not send
+        them to the client)."""
+        return self._parameters
+
+
+def get_input_tensor_by_name(inference_request, name):
+    """The input Tensor of the request named name, or None."""
+    for t in inference_request.inputs():
+        if t.name() == name:
+            return t
+    return None
+
+
+def get_output_tensor_by_name(inference_response, name):
+    """The output Tensor of the response named name, or None."""
+    for t in inference_response.output_tensors():
+        if t.name() == name:
+            return t
+    return None
+
+
+def get_input_config_by_name(model_config, name):
+    """The configuration of the input named name (a dict), or None."""
+    for props in model_config.get("input", []):
+        if props.get("name") == name:
+            return props
+    return None
+
+
+def get_output_config_by_name(model_config, name):
+    """The configuration of the output named name (a dict), or None."""
+    for props in model_config.get("output", []):
+        if props.get("name") == name:
+            return props
+    return None
+
+
+def using_decoupled_model_transaction_policy(model_config):
+    """Whether the configuration asks for decoupled mode (which Sluice
+    refuses to load)."""
+    return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
+
+
+class LogLevel:
+    """Levels of Logger.log."""
+
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+    VERBOSE = 3
+
+
+def _stderr_sink(level, msg):
+    sys.stderr.write("%s: %s\n" % (level, msg))
+
+
+# The worker replaces this with a function that sends log lines to Sluice.
+_log_sink = _stderr_sink
+
+
+class Logger:
+    """Writes to Sluice's log, with the model's name and version."""
+
+    @staticmethod
+    def log(msg, level=LogLevel.INFO):
+        name = {LogLevel.INFO: "info", LogLevel.WARNING: "warn", LogLevel.ERROR: "error", LogLevel.VERBOSE: "debug"}
+        _log_sink(name.get(level, "info"), str(msg))
+
+    @staticmethod
+    def log_info(msg):
+        _log_sink("info", str(msg))
+
+    @staticmethod
+    def log_warn(msg):
+        _log_sink("warn", str(msg))
+
+    @staticmethod
+    def log_error(msg):
+        _log_sink("error", str(msg))
+
+    @staticmethod
+    def log_verbose(msg):
+        _log_sink("debug", str(msg))
+
+
+class MetricFamily:
+    """Custom metrics are not supported."""
+
+    COUNTER = 0
+    GAUGE = 1
+    HISTOGRAM = 2
+
+    def __init__(self, *_, **__):
+        _unsupported("custom metrics (MetricFamily)")
+
+
+class ModelConfig:
+    """auto_complete_config is not supported: the configuration must list
+    the model's inputs and outputs."""
+
+    def __init__(self, *_, **__):
+        _unsupported("auto_complete_config")
+
+
+def load_model(*_, **__):
+    _unsupported("the model loading API (load_model)")
+
+
+def unload_model(*_, **__):
+    _unsupported("the model loading API (unload_model)")
+
+
+def is_model_ready(*_, **__):
+    _unsupported("the model loading API (is_model_ready)")
