@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -173,9 +174,11 @@ var rules = []rule{
 		deny: func(_, _ string) bool { return true },
 	},
 	{
-		name: "backends know no protocol and no scheduler: they import only infer and the backend packages",
+		name: "backends know no protocol and no scheduler: the batcher calls backends, never the reverse",
 		from: func(p string) bool { return under(p, "internal/backend") },
-		deny: func(_, q string) bool { return !under(q, "internal/infer", "internal/backend") },
+		deny: func(_, q string) bool {
+			return under(q, protocol...) || under(q, "internal/batch", "internal/modelrepo", "internal/cli", "internal/release")
+		},
 	},
 	{
 		name: "scheduling and the repository know no protocol",
@@ -296,6 +299,9 @@ func TestGeneratedCodeOnlyInPB(t *testing.T) {
 func generated(t *testing.T, file string) bool {
 	t.Helper()
 	data, err := os.ReadFile(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false // removed since go list ran
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +334,8 @@ func TestRulesCatchViolations(t *testing.T) {
 	}{
 		{p("internal/infer", "internal/jsonenc"), "infer imports nothing internal"},
 		{p("internal/backend/onnxruntime", "internal/batch"), "backends know no protocol"},
-		{p("internal/backend/python", "internal/infer", "internal/backend"), ""},
+		{p("internal/backend/python", "internal/grpcapi"), "backends know no protocol"},
+		{p("internal/backend/python", "internal/infer", "internal/backend", "internal/modelconfig", "internal/pb/inferencepb", "internal/telemetry"), ""},
 		{p("internal/modelrepo", "internal/grpcapi"), "scheduling and the repository know no protocol"},
 		{p("internal/batch", "internal/wire"), "scheduling and the repository know no protocol"},
 		{p("internal/feature/serving", "internal/modelrepo"), "the feature store knows nothing of models"},

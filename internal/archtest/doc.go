@@ -7,8 +7,10 @@
 //
 //   - infer imports nothing internal; generated code lives only in
 //     internal/pb.
-//   - Backends know no protocol and no scheduler: they import only infer
-//     and the backend packages.
+//   - Backends know no protocol and no scheduler: no edge, KServe client
+//     or codec, no batch or modelrepo (the batcher calls backends, never
+//     the reverse). The model configuration (modelconfig, inferencepb's
+//     ModelConfig) is theirs to read.
 //   - Scheduling (batch) and the repository (modelrepo) know no protocol.
 //   - The feature store knows nothing of models or the gateway.
 //   - The gateway never reaches into the model server (modelrepo, batch,
