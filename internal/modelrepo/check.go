@@ -21,8 +21,10 @@ import (
 
 // Check validates repositories offline, for `sluice repo check`: config
 // parse errors, config validation, backends, version folders, model files,
-// provenance files and pins, SHA256SUMS manifests, warm-up files and each
-// version's real I/O signature against its config. It reports every
+// provenance files and pins, SHA256SUMS manifests, warm-up files, each
+// version's real I/O signature against its config and, for backends that
+// implement backend.VersionChecker, the backend's own checks of each
+// version whose configuration fits (model.py, state_dicts). It reports every
 // problem found, in repository, model and version order, each with the
 // file and, where it has one, the line and column. It builds no instances.
 // An empty result means the repositories would load.
@@ -236,9 +238,17 @@ func checkModelFolder(ctx context.Context, dir, name string, backends *backend.R
 		}
 		validated = true
 		effective = vcfg
-		add(modelconfig.Validate(vcfg, src)...)
-		add(modelconfig.ValidateSignature(vcfg, sig, src)...)
+		vps := append(modelconfig.Validate(vcfg, src), modelconfig.ValidateSignature(vcfg, sig, src)...)
+		add(vps...)
 		add(checkWarmupFiles(vcfg, vdir, src)...)
+		// A backend's own checks (Python: model.py, state_dict keys) run
+		// on a configuration that fits the model; they would only repeat
+		// its problems otherwise.
+		if vc, ok := be.(backend.VersionChecker); ok && len(vps) == 0 {
+			for _, p := range vc.CheckVersion(ctx, vdir, vcfg) {
+				add(modelconfig.Error{Pos: modelconfig.Position{File: p.File, Line: p.Line, Col: p.Col}, Msg: p.Msg})
+			}
+		}
 	}
 	if !validated && (!autoComplete || len(cfg.GetInput()) > 0) {
 		add(modelconfig.Validate(cfg, src)...)

@@ -1,12 +1,15 @@
 package modelrepo
 
 import (
+	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-ml/sluice/internal/backend"
+	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
 
 func checkRegistry() *backend.Registry {
@@ -68,4 +71,43 @@ func TestCheckUnreadableAndDuplicate(t *testing.T) {
 	}
 	require.Contains(t, got, "testdata/check/missing: read model repository: open testdata/check/missing: no such file or directory")
 	require.Contains(t, got, "testdata/check/good/simple: model 'simple' is in more than one model repository (testdata/check/good, testdata/check/good)")
+}
+
+// checkingBackend is fakeBackend plus an offline version check that
+// reports one problem per version, located in the version's model file.
+type checkingBackend struct {
+	fakeBackend
+	versions []string // version folders checked, in order
+}
+
+func (b *checkingBackend) Name() string { return "checking" }
+
+func (b *checkingBackend) CheckVersion(_ context.Context, versionDir string, cfg *inferencepb.ModelConfig) []backend.Problem {
+	b.versions = append(b.versions, versionDir)
+	return []backend.Problem{{File: filepath.Join(versionDir, "model.fake"), Line: 3, Col: 7, Msg: "checked " + cfg.GetName()}}
+}
+
+func TestCheckVersionChecker(t *testing.T) {
+	root := t.TempDir()
+	cfg := strings.Replace(fakeConfig(""), `backend: "fake"`, `backend: "checking"`, 1)
+	writeFiles(t, root, map[string]string{
+		"m/config.pbtxt":   cfg + "version_policy: { all: { } }\n",
+		"m/1/model.fake":   fakeFile(1),
+		"m/2/model.fake":   fakeFile(2),
+		"bad/config.pbtxt": strings.Replace(cfg, "dims: [ 4 ] } ]\noutput", "dims: [ 5 ] } ]\noutput", 1),
+		"bad/1/model.fake": fakeFile(1),
+	})
+	be := &checkingBackend{}
+	var reg backend.Registry
+	reg.Register(be)
+	var got []string
+	for _, p := range Check(t.Context(), []string{root}, &reg, false) {
+		got = append(got, strings.TrimPrefix(p.Error(), root+string(filepath.Separator)))
+	}
+	// The version whose signature does not fit its config is not checked
+	// further; the others' problems come in version order.
+	require.Len(t, got, 3, "problems:\n%s", strings.Join(got, "\n"))
+	require.Contains(t, got[0], "bad/config.pbtxt")
+	require.Equal(t, []string{"m/1/model.fake:3:7: checked m", "m/2/model.fake:3:7: checked m"}, got[1:])
+	require.Equal(t, []string{filepath.Join(root, "m", "1"), filepath.Join(root, "m", "2")}, be.versions)
 }
