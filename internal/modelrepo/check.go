@@ -216,17 +216,18 @@ func checkModelFolder(ctx context.Context, dir, name string, backends *backend.R
 			file = be.DefaultFilename()
 		}
 		path := filepath.Join(vdir, file)
-		if _, err := os.Stat(path); err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				at(path, "model file is missing")
-			} else {
-				at(path, "%v", err)
-			}
-			continue
-		}
-		sig, err := be.Signature(ctx, path)
+		sig, cause, err := versionSignature(ctx, be, cfg, vdir, path)
 		if err != nil {
-			at(path, "read model: %v", err)
+			switch {
+			case cause == causeConfig:
+				at(cfgPath, "%v", err)
+			case cause == causeModelFile && errors.Is(err, fs.ErrNotExist):
+				at(path, "model file is missing")
+			case cause == causeModelFile:
+				at(path, "%v", err)
+			default:
+				at(path, "read model: %v", err)
+			}
 			continue
 		}
 		vcfg := proto.CloneOf(cfg)

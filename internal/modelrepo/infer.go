@@ -581,6 +581,12 @@ func (mdl *model) index(repoErr map[string]string) []IndexEntry {
 		case set.get(v) != nil:
 			e.State = StateReady
 			var reasons []string
+			if r, allDown := set.get(v).instanceHealth(); r != "" {
+				if allDown {
+					e.State = StateUnavailable
+				}
+				reasons = append(reasons, r)
+			}
 			if st != nil && st.loading {
 				reasons = append(reasons, "reloading")
 			}

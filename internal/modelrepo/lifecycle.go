@@ -517,15 +517,12 @@ func (m *Manager) loadVersion(ctx context.Context, p *plan, v int64) (*loaded, *
 		file = p.be.DefaultFilename()
 	}
 	path := filepath.Join(vdir, file)
-	if _, err := os.Stat(path); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return fail(causeModelFile, fmt.Errorf("model file %s is missing", path))
-		}
-		return fail(causeModelFile, err)
+	sig, cause, err := versionSignature(ctx, p.be, p.base, vdir, path)
+	if cause == causeUnreadable {
+		err = fmt.Errorf("read model %s: %w", path, err)
 	}
-	sig, err := p.be.Signature(ctx, path)
 	if err != nil {
-		return fail(causeUnreadable, fmt.Errorf("read model %s: %w", path, err))
+		return fail(cause, err)
 	}
 	cfg := proto.CloneOf(p.base)
 	if p.autoComplete {
@@ -549,6 +546,7 @@ func (m *Manager) loadVersion(ctx context.Context, p *plan, v int64) (*loaded, *
 	for range count {
 		in, err := p.be.Load(ctx, backend.LoadOptions{
 			Model: p.name, Version: v, Path: path, Parameters: params, InstanceCount: count,
+			Config: cfg, LoadID: lv.id,
 		})
 		if err != nil {
 			_ = lv.closeInstances()
@@ -556,6 +554,7 @@ func (m *Manager) loadVersion(ctx context.Context, p *plan, v int64) (*loaded, *
 		}
 		lv.instances = append(lv.instances, in)
 	}
+	lv.health = healthReporters(lv.instances)
 	if err := m.warmup(ctx, lv, vdir); err != nil {
 		_ = lv.closeInstances()
 		return fail(causeWarmup, err)

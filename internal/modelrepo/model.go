@@ -144,6 +144,7 @@ type loaded struct {
 	maxBatch int64    // 0 = the model does not batch
 
 	instances []backend.Instance
+	health    []backend.HealthReporter // the instances that report their health; fixed once loaded
 	batcher   *batch.Batcher // schedules requests onto the instances; nil for ensembles
 	obs       versionObservers
 	stats     *versionStats // set when the version is published
