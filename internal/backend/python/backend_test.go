@@ -516,3 +516,33 @@ output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]`), 2, 1)...)
 		t.Errorf("execute after close: %v", err)
 	}
 }
+
+func TestLargeTensors(t *testing.T) {
+	b, _ := testBackend(t, Options{})
+	cfg := testConfig(t, "identity", `
+backend: "python"
+max_batch_size: 4
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "BATCH" data_type: TYPE_INT32 dims: [ 1 ] }
+]`)
+	in := loadInstances(t, b, "identity", modelPath(t, "identity"), cfg, 1, 1)[0]
+	// 3 × 100,000 floats: sent from the caller's buffer on the Go side
+	// and from numpy's memory on the Python side, not copied inline.
+	const n = 100_000
+	vals := make([]float32, 3*n)
+	for i := range vals {
+		vals[i] = float32(i%1000) + 0.5
+	}
+	outs, err := in.Execute(t.Context(), []infer.Tensor{f32Tensor("INPUT0", infer.Shape{3, n}, vals...)}, []string{"OUTPUT0", "BATCH"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f32s(t, outs[0]); !slices.Equal(got, vals) || !slices.Equal(outs[0].Shape, infer.Shape{3, n}) {
+		t.Errorf("OUTPUT0 differs from INPUT0 (shape %v)", outs[0].Shape)
+	}
+	if _, err := in.Execute(t.Context(), []infer.Tensor{f32Tensor("INPUT0", infer.Shape{1, 4}, 1, 2, 3, 4)}, []string{"OUTPUT0"}); err != nil {
+		t.Errorf("small call after a large one: %v", err)
+	}
+}

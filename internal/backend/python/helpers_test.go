@@ -62,7 +62,7 @@ func testBackend(t *testing.T, opts Options) (*Backend, *logBuffer) {
 }
 
 // testConfig parses a config.pbtxt text with defaults applied.
-func testConfig(t *testing.T, name, text string) *inferencepb.ModelConfig {
+func testConfig(t testing.TB, name, text string) *inferencepb.ModelConfig {
 	t.Helper()
 	cfg, _, err := modelconfig.Parse(name+"/config.pbtxt", []byte(text))
 	if err != nil {
@@ -205,4 +205,16 @@ func contains(s string, parts ...string) bool {
 		}
 	}
 	return true
+}
+
+func filepathAbs(rel string) (string, error) { return filepath.Abs(filepath.FromSlash(rel)) }
+
+// loadBench loads one instance for a benchmark.
+func loadBench(b *testing.B, bk *Backend, path string, cfg *inferencepb.ModelConfig) *Instance {
+	b.Helper()
+	in, err := bk.Load(b.Context(), backend.LoadOptions{Model: "bench", Version: 1, Path: path, Config: cfg, InstanceCount: 1, LoadID: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return in.(*Instance)
 }

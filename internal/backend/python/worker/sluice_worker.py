@@ -197,7 +197,7 @@ class Worker:
         return True
 
     def await_(self, result):
-        if inspect.isawaitable(result):
+        if type(result) is not list and inspect.isawaitable(result):
             if self.loop is None:
                 self.loop = asyncio.new_event_loop()
             return self.loop.run_until_complete(result)
@@ -214,7 +214,7 @@ class Worker:
     def decode_requests(self, buf):
         np = self.np
         received = self.pb.InferenceRequest._received
-        Tensor = self.pb.Tensor
+        wrap = self.pb.Tensor._wrap
         off = HEADER.size
         (n,) = U32.unpack_from(buf, off)
         off += 4
@@ -249,7 +249,7 @@ class Worker:
                         raise ValueError("input '%s': data type code %d is not supported" % (name, code))
                     arr = np.frombuffer(buf, dtype=dt, count=nbytes // self.itemsizes[code], offset=off).reshape(dims)
                 off += nbytes
-                ins.append(Tensor(name, arr, code))
+                ins.append(wrap(name, arr, code))
             reqs.append(received(ins, outs))
         return reqs
 

@@ -234,6 +234,15 @@ class Tensor:
         self._array = numpy_array
         self._dtype = triton_dtype
 
+    @classmethod
+    def _wrap(cls, name, numpy_array, triton_dtype):
+        """A Tensor of an array already known to match triton_dtype."""
+        t = cls.__new__(cls)
+        t._name = name
+        t._array = numpy_array
+        t._dtype = triton_dtype
+        return t
+
     def __repr__(self):
         return "Tensor(%r, shape=%s, dtype=%s)" % (self._name, list(self._array.shape), self._array.dtype)
 

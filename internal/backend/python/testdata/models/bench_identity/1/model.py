@@ -1,0 +1,11 @@
+# The smallest useful model: OUTPUT0 = INPUT0, for measuring the cost of
+# a call into the worker.
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
+            for r in requests
+        ]
