@@ -112,7 +112,7 @@ func trackedDirs() (map[string]bool, error) {
 		return nil, fmt.Errorf("git ls-files: %w", err)
 	}
 	dirs := map[string]bool{}
-	for _, f := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+	for f := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
 		dirs[filepath.ToSlash(filepath.Dir(f))] = true
 	}
 	return dirs, nil

@@ -133,7 +133,7 @@ func validHeaderName(s string) bool {
 // forms). A restriction may not use them as its key.
 const (
 	HeaderAuthorization = "Authorization"
-	HeaderToken         = "X-Sluice-Token"
+	HeaderToken         = "X-Sluice-Token" //nolint:gosec // G101: a header name, not a credential
 )
 
 func isCredentialHeader(name string) bool {
