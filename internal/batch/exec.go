@@ -67,6 +67,10 @@ func (b *Batcher) execute(s *slot) {
 		// cancelled client stop the run.
 		p := batch[0]
 		ctx, inputs, names = p.ctx, p.req.Inputs, p.req.Outputs
+	} else if re, ok := s.exec.(RequestExecutor); ok {
+		// The executor keeps request boundaries (requests.go).
+		b.executeRequests(ctx, re, s, start, total)
+		return
 	} else {
 		inputs, names = s.pack(batch, total)
 	}

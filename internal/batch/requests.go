@@ -1,0 +1,70 @@
+package batch
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// RequestExecutor is an Executor that can run a batch of several requests
+// as separate requests in one execution, the way a Triton Python model's
+// execute(requests) receives one InferenceRequest per request. The
+// batcher hands it such batches without concatenating their inputs or
+// splitting its outputs; a batch of one request still goes to Execute.
+//
+// ExecuteRequests gets each request's inputs and wanted outputs and
+// returns, per request, one tensor per wanted name (in order) or that
+// request's error, so one request can fail without failing the others.
+// The inputs are borrowed as with Execute; the outputs become the
+// requests'.
+type RequestExecutor interface {
+	Executor
+	ExecuteRequests(ctx context.Context, inputs [][]infer.Tensor, outputs [][]string) ([][]infer.Tensor, []error)
+}
+
+// executeRequests runs s.batch on a RequestExecutor and answers its
+// requests, as execute does for packed batches.
+func (b *Batcher) executeRequests(ctx context.Context, re RequestExecutor, s *slot, start time.Time, total int) {
+	batch := s.batch
+	inputs := make([][]infer.Tensor, len(batch))
+	names := make([][]string, len(batch))
+	for i, p := range batch {
+		inputs[i], names[i] = p.req.Inputs, p.req.Outputs
+	}
+	prepared := time.Now()
+	outs, errs := re.ExecuteRequests(ctx, inputs, names)
+	computed := time.Now()
+	in, inf := prepared.Sub(start), computed.Sub(prepared)
+	b.m.compute.Observe(inf.Seconds())
+	b.m.batchSize.Observe(float64(total))
+	executed := false
+	for i, p := range batch {
+		var err error
+		switch {
+		case len(outs) != len(batch) || len(errs) != len(batch):
+			err = b.outputError("executor answered %d outputs and %d errors for %d requests", len(outs), len(errs), len(batch))
+		case errs[i] != nil:
+			err = b.backendError(ctx, errs[i])
+		case len(outs[i]) != len(p.req.Outputs):
+			err = b.outputError("executor returned %d outputs, want %d", len(outs[i]), len(p.req.Outputs))
+		}
+		if err != nil {
+			p.out, p.err = nil, err
+			continue
+		}
+		executed = true
+		r := p.out
+		r.Outputs = outs[i]
+		r.InputTime, r.ComputeTime = in, inf
+		r.ExecBatch = total
+	}
+	// The execution counts (batch_stats, execution_count) when any of its
+	// requests succeeded.
+	if executed && b.obs != nil {
+		b.obs.Executed(total, in, inf, 0)
+	}
+	b.deliver(batch)
+	clear(s.batch)
+	s.batch = s.batch[:0]
+}
