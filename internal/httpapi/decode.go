@@ -2,12 +2,14 @@ package httpapi
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
 
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/kservewire"
 )
 
 // Protocol parameters that steer the edge itself. They are taken out of
@@ -666,7 +668,8 @@ func (d *decoder) appendElement(out []byte, t *inputState, idx int) ([]byte, err
 }
 
 // appendNumber parses one number element of a numeric t.dt; c is its first
-// byte.
+// byte. The datatype's rules (rounding, ranges, integral literals for
+// integer types) are the JSON tensor encoding's, in kservewire.
 func (d *decoder) appendNumber(out []byte, t *inputState, idx int, c byte) ([]byte, error) {
 	if c != '-' && (c < '0' || c > '9') {
 		return nil, d.typeError(t, idx, c, "a number")
@@ -675,138 +678,15 @@ func (d *decoder) appendNumber(out []byte, t *inputState, idx int, c byte) ([]by
 	if err != nil {
 		return nil, err
 	}
-	tok := n.tok
-	switch t.dt {
-	case infer.FP32:
-		f, err := n.float32()
-		if err != nil {
-			return nil, d.rangeError(t, idx, tok)
-		}
-		return binary.LittleEndian.AppendUint32(out, math.Float32bits(f)), nil
-	case infer.FP64:
-		f, err := strconv.ParseFloat(string(tok), 64)
-		if err != nil {
-			return nil, d.rangeError(t, idx, tok)
-		}
-		return binary.LittleEndian.AppendUint64(out, math.Float64bits(f)), nil
-	case infer.FP16, infer.BF16:
-		f, err := strconv.ParseFloat(string(tok), 64)
-		if err != nil {
-			return nil, d.rangeError(t, idx, tok)
-		}
-		var h uint16
-		var ok bool
-		if t.dt == infer.FP16 {
-			h, ok = float64ToFP16(f)
-		} else {
-			h, ok = float64ToBF16(f)
-		}
-		if !ok {
-			return nil, d.rangeError(t, idx, tok)
-		}
-		return binary.LittleEndian.AppendUint16(out, h), nil
+	out, err = kservewire.AppendNumber(out, t.dt, &n)
+	switch {
+	case err == nil:
+		return out, nil
+	case errors.Is(err, kservewire.ErrNotInteger):
+		return nil, invalidf(reasonContentsMismatch, "%s: element %d: %s is not an integer, as %s needs", t.label(), idx, n.Lit, t.dt)
 	default:
-		return d.appendInteger(out, t, idx, tok, n.integer)
+		return nil, d.rangeError(t, idx, n.Lit)
 	}
-}
-
-// intBits is the width of each integer data type.
-func intBits(dt infer.DataType) (bits uint, signed bool) {
-	switch dt {
-	case infer.Int8:
-		return 8, true
-	case infer.Int16:
-		return 16, true
-	case infer.Int32:
-		return 32, true
-	case infer.Int64:
-		return 64, true
-	case infer.Uint8:
-		return 8, false
-	case infer.Uint16:
-		return 16, false
-	case infer.Uint32:
-		return 32, false
-	default:
-		return 64, false
-	}
-}
-
-// appendInteger parses an integer element. Integer literals are parsed
-// exactly; a literal with a fraction or exponent is accepted only when its
-// value is integral (1.0, 2e3), as numpy's float-typed lists send them.
-func (d *decoder) appendInteger(out []byte, t *inputState, idx int, tok []byte, integer bool) ([]byte, error) {
-	bits, signed := intBits(t.dt)
-	var u uint64 // two's complement bit pattern
-	if integer {
-		neg, mag, ok := parseMagnitude(tok)
-		switch {
-		case !ok:
-			return nil, d.rangeError(t, idx, tok)
-		case signed && neg:
-			if mag > 1<<(bits-1) {
-				return nil, d.rangeError(t, idx, tok)
-			}
-			u = -mag
-		case signed:
-			if mag > 1<<(bits-1)-1 {
-				return nil, d.rangeError(t, idx, tok)
-			}
-			u = mag
-		default:
-			if (neg && mag != 0) || (bits < 64 && mag >= 1<<bits) {
-				return nil, d.rangeError(t, idx, tok)
-			}
-			u = mag
-		}
-	} else {
-		f, err := strconv.ParseFloat(string(tok), 64)
-		if err != nil {
-			return nil, d.rangeError(t, idx, tok)
-		}
-		if f != math.Trunc(f) {
-			return nil, invalidf(reasonContentsMismatch, "%s: element %d: %s is not an integer, as %s needs", t.label(), idx, tok, t.dt)
-		}
-		if signed {
-			lim := math.Ldexp(1, int(bits-1))
-			if f < -lim || f >= lim {
-				return nil, d.rangeError(t, idx, tok)
-			}
-			u = uint64(int64(f))
-		} else {
-			if f < 0 || f >= math.Ldexp(1, int(bits)) {
-				return nil, d.rangeError(t, idx, tok)
-			}
-			u = uint64(f)
-		}
-	}
-	switch bits {
-	case 8:
-		return append(out, byte(u)), nil
-	case 16:
-		return binary.LittleEndian.AppendUint16(out, uint16(u)), nil
-	case 32:
-		return binary.LittleEndian.AppendUint32(out, uint32(u)), nil
-	default:
-		return binary.LittleEndian.AppendUint64(out, u), nil
-	}
-}
-
-// parseMagnitude splits a JSON integer literal into sign and magnitude; ok
-// is false when the magnitude overflows uint64.
-func parseMagnitude(tok []byte) (neg bool, mag uint64, ok bool) {
-	if tok[0] == '-' {
-		neg = true
-		tok = tok[1:]
-	}
-	for _, c := range tok {
-		dgt := uint64(c - '0')
-		if mag > (math.MaxUint64-dgt)/10 {
-			return neg, 0, false
-		}
-		mag = mag*10 + dgt
-	}
-	return neg, mag, true
 }
 
 func (d *decoder) typeError(t *inputState, idx int, c byte, want string) error {

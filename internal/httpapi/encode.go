@@ -1,15 +1,13 @@
 package httpapi
 
 import (
-	"encoding/binary"
-	"fmt"
+	"errors"
 	"maps"
-	"math"
-	"slices"
 	"strconv"
 
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
+	"github.com/sluice-ml/sluice/internal/kservewire"
 )
 
 // appendInferResponse appends the JSON of resp to dst. Outputs whose
@@ -79,113 +77,19 @@ func appendInferResponse(dst []byte, resp *infer.Response, isBinary []bool) ([]b
 	return dst, nil
 }
 
-// appendTensorData appends t's elements as a flat JSON array. t's size has
-// been checked.
+// appendTensorData appends t's elements as a flat JSON array (the KServe
+// JSON tensor encoding, kservewire.AppendJSONData). t's size has been
+// checked.
 func appendTensorData(dst []byte, t *infer.Tensor) ([]byte, error) {
-	dst = append(dst, '[')
-	b := t.Data
-	le := binary.LittleEndian
-	sep := func(i int) {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
+	dst, err := kservewire.AppendJSONData(dst, t)
+	if err == nil {
+		return dst, nil
 	}
-	switch t.DataType {
-	case infer.Bool:
-		for i, v := range b {
-			sep(i)
-			if v != 0 {
-				dst = append(dst, "true"...)
-			} else {
-				dst = append(dst, "false"...)
-			}
-		}
-	case infer.Uint8:
-		for i, v := range b {
-			sep(i)
-			dst = strconv.AppendUint(dst, uint64(v), 10)
-		}
-	case infer.Int8:
-		for i, v := range b {
-			sep(i)
-			dst = strconv.AppendInt(dst, int64(int8(v)), 10)
-		}
-	case infer.Uint16:
-		for i := 0; i < len(b); i += 2 {
-			sep(i)
-			dst = strconv.AppendUint(dst, uint64(le.Uint16(b[i:])), 10)
-		}
-	case infer.Int16:
-		for i := 0; i < len(b); i += 2 {
-			sep(i)
-			dst = strconv.AppendInt(dst, int64(int16(le.Uint16(b[i:]))), 10)
-		}
-	case infer.Uint32:
-		for i := 0; i < len(b); i += 4 {
-			sep(i)
-			dst = strconv.AppendUint(dst, uint64(le.Uint32(b[i:])), 10)
-		}
-	case infer.Int32:
-		for i := 0; i < len(b); i += 4 {
-			sep(i)
-			dst = strconv.AppendInt(dst, int64(int32(le.Uint32(b[i:]))), 10)
-		}
-	case infer.Uint64:
-		for i := 0; i < len(b); i += 8 {
-			sep(i)
-			dst = strconv.AppendUint(dst, le.Uint64(b[i:]), 10)
-		}
-	case infer.Int64:
-		for i := 0; i < len(b); i += 8 {
-			sep(i)
-			dst = strconv.AppendInt(dst, int64(le.Uint64(b[i:])), 10)
-		}
-	case infer.FP16, infer.BF16:
-		widen := fp16ToFloat32
-		if t.DataType == infer.BF16 {
-			widen = bf16ToFloat32
-		}
-		for i := 0; i < len(b); i += 2 {
-			f := widen(le.Uint16(b[i:]))
-			if !finite(float64(f)) {
-				return nil, unrepresentable(t.Name, i/2, float64(f))
-			}
-			sep(i)
-			dst = appendFloat(dst, float64(f), 32)
-		}
-	case infer.FP32:
-		for i := 0; i < len(b); i += 4 {
-			f := math.Float32frombits(le.Uint32(b[i:]))
-			if !finite(float64(f)) {
-				return nil, unrepresentable(t.Name, i/4, float64(f))
-			}
-			sep(i)
-			dst = appendFloat(dst, float64(f), 32)
-		}
-	case infer.FP64:
-		for i := 0; i < len(b); i += 8 {
-			f := math.Float64frombits(le.Uint64(b[i:]))
-			if !finite(f) {
-				return nil, unrepresentable(t.Name, i/8, f)
-			}
-			sep(i)
-			dst = appendFloat(dst, f, 64)
-		}
-	case infer.Bytes:
-		for i := 0; len(b) > 0; i++ {
-			// The size check has walked these prefixes already.
-			n := le.Uint32(b)
-			sep(i)
-			dst = jsonenc.AppendString(dst, b[4:4+n])
-			b = b[4+n:]
-		}
-	default:
-		return nil, infer.Errorf(infer.KindInternal, reasonInternal, "output '%s' has invalid datatype %s", t.Name, t.DataType)
+	if nf, ok := errors.AsType[*kservewire.NonFiniteError](err); ok {
+		return nil, unrepresentable(t.Name, nf.Index, nf.Value)
 	}
-	return append(dst, ']'), nil
+	return nil, infer.Errorf(infer.KindInternal, reasonInternal, "output '%s' has invalid datatype %s", t.Name, t.DataType)
 }
-
-func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
 // unrepresentable reports a NaN or infinity, which JSON cannot carry.
 func unrepresentable(name string, idx int, f float64) error {
@@ -193,68 +97,19 @@ func unrepresentable(name string, idx int, f float64) error {
 		"output '%s': element %d is %v, which JSON cannot represent; request binary output (parameter binary_data_output or binary_data)", name, idx, f)
 }
 
-// appendFloat appends the shortest text that reads back as the same value
-// at the given bit size: plain notation for ordinary magnitudes, exponent
-// notation for very small or large ones.
-func appendFloat(dst []byte, f float64, bits int) []byte {
-	format := byte('f')
-	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	return strconv.AppendFloat(dst, f, format, -1, bits)
-}
-
 // appendParams appends a parameters object with sorted keys. owner is the
 // output's name for errors ("" for the response).
 func appendParams(dst []byte, p infer.Parameters, owner string) ([]byte, error) {
-	keys := make([]string, 0, len(p))
-	for k := range p {
-		keys = append(keys, k)
+	dst, err := kservewire.AppendJSONParams(dst, p)
+	if err == nil {
+		return dst, nil
 	}
-	slices.Sort(keys)
-	dst = append(dst, '{')
-	for i, k := range keys {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = jsonenc.AppendString(dst, k)
-		dst = append(dst, ':')
-		switch v := p[k].(type) {
-		case string:
-			dst = jsonenc.AppendString(dst, v)
-		case bool:
-			dst = strconv.AppendBool(dst, v)
-		case int64:
-			dst = strconv.AppendInt(dst, v, 10)
-		case int:
-			dst = strconv.AppendInt(dst, int64(v), 10)
-		case int32:
-			dst = strconv.AppendInt(dst, int64(v), 10)
-		case uint64:
-			dst = strconv.AppendUint(dst, v, 10)
-		case uint32:
-			dst = strconv.AppendUint(dst, uint64(v), 10)
-		case float64:
-			if !finite(v) {
-				return nil, paramError(owner, k, v)
-			}
-			dst = appendFloat(dst, v, 64)
-		case float32:
-			if !finite(float64(v)) {
-				return nil, paramError(owner, k, v)
-			}
-			dst = appendFloat(dst, float64(v), 32)
-		default:
-			dst = jsonenc.AppendString(dst, fmt.Sprint(v))
-		}
-	}
-	return append(dst, '}'), nil
-}
-
-func paramError(owner, key string, v any) error {
 	where := "response"
 	if owner != "" {
 		where = "output '" + owner + "'"
 	}
-	return infer.Errorf(infer.KindInternal, reasonUnrepresentable, "%s: parameter %q is %v, which JSON cannot represent", where, key, v)
+	if nf, ok := errors.AsType[*kservewire.NonFiniteParamError](err); ok {
+		return nil, infer.Errorf(infer.KindInternal, reasonUnrepresentable, "%s: parameter %q is %v, which JSON cannot represent", where, nf.Key, nf.Value)
+	}
+	return nil, infer.Errorf(infer.KindInternal, reasonInternal, "%s: %v", where, err)
 }

@@ -1,12 +1,13 @@
 package httpapi
 
 import (
+	"errors"
 	"fmt"
 	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/sluice-ml/sluice/internal/infer"
-	"github.com/sluice-ml/sluice/internal/jsonnum"
+	"github.com/sluice-ml/sluice/internal/kservewire"
 )
 
 // maxDepth bounds JSON nesting anywhere in a request, so a body of many
@@ -270,115 +271,29 @@ func appendUnescaped(dst, raw []byte) []byte {
 	return dst
 }
 
-// number is a JSON number literal as readNumber found it: its text, and
-// its significant digits as an integer times a power of ten, gathered in
-// the same pass so that converting it needs no second one.
-type number struct {
-	tok     []byte
-	integer bool // no fraction and no exponent
-	neg     bool
-	man     uint64 // the significant digits, when exact
-	exp10   int
-	// exact is false when the literal has more significant digits than
-	// man holds; only tok is reliable then.
-	exact bool
-}
-
-// float32 converts the number as strconv.ParseFloat(tok, 32) does,
-// result and error alike.
-func (n *number) float32() (float32, error) {
-	if n.exact {
-		if f, ok := jsonnum.Decimal32(n.man, n.exp10, n.neg); ok {
-			return f, nil
-		}
-	}
-	return jsonnum.ParseFloat32(n.tok)
-}
-
 // readNumber consumes a JSON number and returns its literal and whether it
 // is an integer literal (no fraction or exponent).
 func (s *scanner) readNumber() (tok []byte, integer bool, err error) {
 	n, err := s.readDecimal()
-	return n.tok, n.integer, err
+	return n.Lit, n.Integer, err
 }
 
 // readDecimal consumes a JSON number, validating its grammar, and splits
-// it into digits and exponent as it goes.
-func (s *scanner) readDecimal() (number, error) {
+// it into digits and exponent as it goes (kservewire.ScanNumber).
+func (s *scanner) readDecimal() (kservewire.Number, error) {
 	s.skipWS()
-	start := s.pos
-	b := s.buf
-	i := s.pos
-	var man uint64
-	exp10 := 0
-	exact, neg, integer := true, false, true
-	if i < len(b) && b[i] == '-' {
-		neg = true
-		i++
+	n, end, err := kservewire.ScanNumber(s.buf, s.pos)
+	if err != nil {
+		s.pos = end
+		want := "a digit"
+		if se, ok := errors.AsType[*kservewire.SyntaxError](err); ok {
+			want = se.Want
+		}
+		return kservewire.Number{}, s.unexpected(want)
 	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case i < len(b) && b[i] >= '1' && b[i] <= '9':
-		for ; i < len(b) && b[i]-'0' <= 9; i++ {
-			if man < maxExactMantissa {
-				man = man*10 + uint64(b[i]-'0')
-			} else {
-				exact = false
-			}
-		}
-	default:
-		s.pos = i
-		return number{}, s.unexpected("a digit")
-	}
-	if i < len(b) && b[i] == '.' {
-		integer = false
-		i++
-		if i >= len(b) || b[i]-'0' > 9 {
-			s.pos = i
-			return number{}, s.unexpected("a digit after the decimal point")
-		}
-		for ; i < len(b) && b[i]-'0' <= 9; i++ {
-			exp10--
-			switch {
-			case man == 0 && b[i] == '0': // a leading zero: not significant
-			case man < maxExactMantissa:
-				man = man*10 + uint64(b[i]-'0')
-			default:
-				exact = false
-			}
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		integer = false
-		i++
-		eneg := false
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			eneg = b[i] == '-'
-			i++
-		}
-		if i >= len(b) || b[i]-'0' > 9 {
-			s.pos = i
-			return number{}, s.unexpected("a digit in the exponent")
-		}
-		e := 0
-		for ; i < len(b) && b[i]-'0' <= 9; i++ {
-			if e < 10000 { // beyond any float's range: strconv decides
-				e = e*10 + int(b[i]-'0')
-			}
-		}
-		if eneg {
-			e = -e
-		}
-		exp10 += e
-	}
-	s.pos = i
-	return number{tok: b[start:i], integer: integer, neg: neg, man: man, exp10: exp10, exact: exact}, nil
+	s.pos = end
+	return n, nil
 }
-
-// maxExactMantissa bounds man before one more digit: below it, man*10+9
-// still has at most jsonnum.MaxMantissaDigits digits.
-const maxExactMantissa = 1_000_000_000_000_000_000 / 10 // 10^(19-1)
 
 // readLiteral consumes true, false or null. It returns the literal's first
 // byte.

@@ -1,8 +1,17 @@
-// Package kservewire converts the tensors and parameters of KServe v2 gRPC
-// messages (package inferencepb) to and from those of package infer. Both
-// ends of the protocol use it: the server (package grpcapi) decodes the
-// inputs of a ModelInferRequest, the client (package kserve) the outputs
-// of a ModelInferResponse, and both encode parameters with it.
+// Package kservewire holds the KServe v2 wire formats of tensors, for
+// every end of the protocol.
+//
+// gRPC: it converts the tensors and parameters of KServe v2 gRPC messages
+// (package inferencepb) to and from those of package infer. The server
+// (package grpcapi) decodes the inputs of a ModelInferRequest, the client
+// (package kserve) the outputs of a ModelInferResponse, and both encode
+// parameters with it.
+//
+// JSON: it is the one implementation of the JSON tensor encoding (json.go):
+// AppendJSONData and AppendJSONParams write tensor data and parameters,
+// ScanNumber and AppendNumber read a number element by its datatype's
+// rules. The model server's HTTP edge (httpapi), sluice perf and replay
+// all use them, so every end rounds, range-checks and formats alike.
 //
 // It holds the protocol's rules (which typed contents field carries which
 // datatype, value ranges, raw sizes against shapes), not either end's

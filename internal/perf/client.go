@@ -3,13 +3,11 @@ package perf
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -22,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/kservewire"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
 	"github.com/sluice-ml/sluice/internal/wire"
 )
@@ -315,7 +314,10 @@ func encodeBinary(inputs []infer.Tensor) ([]byte, int, error) {
 	return body, len(head), nil
 }
 
-// appendJSONData appends t's elements as a flat JSON array.
+// appendJSONData appends t's elements as a flat JSON array, in the KServe
+// JSON tensor encoding the server reads (kservewire.AppendJSONData).
+// FP16 and BF16 are refused: perf sends them only in binary form, so that
+// what the server receives is exactly the file's bits.
 func appendJSONData(dst []byte, t infer.Tensor) ([]byte, error) {
 	if t.DataType == infer.FP16 || t.DataType == infer.BF16 {
 		return nil, fmt.Errorf("input %q: %s has no JSON form; use --binary or -i grpc", t.Name, t.DataType)
@@ -323,59 +325,11 @@ func appendJSONData(dst []byte, t infer.Tensor) ([]byte, error) {
 	if err := t.CheckSize(); err != nil {
 		return nil, fmt.Errorf("input %q: %w", t.Name, err)
 	}
-	le := binary.LittleEndian
-	dst = append(dst, '[')
-	if t.DataType == infer.Bytes {
-		elems, err := infer.SplitBytes(t.Data)
-		if err != nil {
-			return nil, fmt.Errorf("input %q: %w", t.Name, err)
-		}
-		for i, e := range elems {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			s, err := json.Marshal(string(e))
-			if err != nil {
-				return nil, fmt.Errorf("input %q: %w", t.Name, err)
-			}
-			dst = append(dst, s...)
-		}
-		return append(dst, ']'), nil
+	dst, err := kservewire.AppendJSONData(dst, &t)
+	if err != nil {
+		return nil, fmt.Errorf("input %q: %w", t.Name, err)
 	}
-	size := t.DataType.Size()
-	for i := 0; i+size <= len(t.Data); i += size {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		b := t.Data[i : i+size]
-		switch t.DataType {
-		case infer.FP32:
-			dst = strconv.AppendFloat(dst, float64(math.Float32frombits(le.Uint32(b))), 'g', -1, 32)
-		case infer.FP64:
-			dst = strconv.AppendFloat(dst, math.Float64frombits(le.Uint64(b)), 'g', -1, 64)
-		case infer.Bool:
-			dst = strconv.AppendBool(dst, b[0] != 0)
-		case infer.Uint8:
-			dst = strconv.AppendUint(dst, uint64(b[0]), 10)
-		case infer.Uint16:
-			dst = strconv.AppendUint(dst, uint64(le.Uint16(b)), 10)
-		case infer.Uint32:
-			dst = strconv.AppendUint(dst, uint64(le.Uint32(b)), 10)
-		case infer.Uint64:
-			dst = strconv.AppendUint(dst, le.Uint64(b), 10)
-		case infer.Int8:
-			dst = strconv.AppendInt(dst, int64(int8(b[0])), 10)
-		case infer.Int16:
-			dst = strconv.AppendInt(dst, int64(int16(le.Uint16(b))), 10)
-		case infer.Int32:
-			dst = strconv.AppendInt(dst, int64(int32(le.Uint32(b))), 10)
-		case infer.Int64:
-			dst = strconv.AppendInt(dst, int64(le.Uint64(b)), 10)
-		default:
-			return nil, fmt.Errorf("input %q: datatype %s has no JSON form", t.Name, t.DataType)
-		}
-	}
-	return append(dst, ']'), nil
+	return dst, nil
 }
 
 // grpcClient speaks KServe v2 over gRPC on one HTTP/2 connection.

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/kservewire"
 )
 
 // Input data sources besides a file.
@@ -180,40 +181,23 @@ func boolByte(b bool) byte {
 	return 0
 }
 
+// appendNumber appends one number element by the KServe JSON tensor
+// encoding's rules (kservewire.AppendNumber), the ones the server applies.
 func appendNumber(out []byte, dt infer.DataType, num json.Number) ([]byte, error) {
-	le := binary.LittleEndian
+	n, err := kservewire.ParseNumber([]byte(num))
+	if err == nil {
+		out, err = kservewire.AppendNumber(out, dt, &n)
+	}
+	if err == nil {
+		return out, nil
+	}
 	switch dt {
 	case infer.FP32, infer.FP64, infer.FP16, infer.BF16:
-		f, err := strconv.ParseFloat(string(num), 64)
-		if err != nil {
-			return nil, fmt.Errorf("%q is not a number", num)
-		}
-		switch dt {
-		case infer.FP32:
-			return le.AppendUint32(out, math.Float32bits(float32(f))), nil
-		case infer.FP64:
-			return le.AppendUint64(out, math.Float64bits(f)), nil
-		case infer.FP16:
-			return le.AppendUint16(out, float32ToHalf(float32(f))), nil
-		default:
-			return le.AppendUint16(out, float32ToBF16(float32(f))), nil
-		}
-	case infer.Uint8, infer.Uint16, infer.Uint32, infer.Uint64:
-		bits := dt.Size() * 8
-		u, err := strconv.ParseUint(string(num), 10, bits)
-		if err != nil {
-			return nil, fmt.Errorf("%q is not a %s", num, dt)
-		}
-		return appendUint(out, dt.Size(), u), nil
-	case infer.Int8, infer.Int16, infer.Int32, infer.Int64:
-		bits := dt.Size() * 8
-		s, err := strconv.ParseInt(string(num), 10, bits)
-		if err != nil {
-			return nil, fmt.Errorf("%q is not a %s", num, dt)
-		}
-		return appendUint(out, dt.Size(), uint64(s)), nil
-	default:
+		return nil, fmt.Errorf("%q is not a number", num)
+	case infer.Bool, infer.Bytes, infer.Invalid:
 		return nil, fmt.Errorf("datatype %s is not supported", dt)
+	default:
+		return nil, fmt.Errorf("%q is not a %s", num, dt)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/kservewire"
 	"github.com/sluice-ml/sluice/internal/release/record"
 )
 
@@ -105,9 +106,12 @@ func toInferTensor(t *record.Tensor) (infer.Tensor, error) {
 	return out, nil
 }
 
-// appendElement appends one JSON scalar as an element of type dt.
+// appendElement appends one JSON scalar as an element of type dt. Numbers
+// follow the KServe JSON tensor encoding (kservewire.AppendNumber), as the
+// server would read them; a recording adds two forms of its own: null for
+// a non-finite FP32 or FP64 value (replayed as NaN), and 0 or 1 for a
+// BOOL.
 func appendElement(b []byte, dt infer.DataType, v any) ([]byte, error) {
-	le := binary.LittleEndian
 	switch dt {
 	case infer.Bytes:
 		s, ok := v.(string)
@@ -132,93 +136,37 @@ func appendElement(b []byte, dt infer.DataType, v any) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("%v is not a boolean", v)
 	case infer.FP32, infer.FP64:
-		f := math.NaN()
-		switch x := v.(type) {
-		case nil:
-		case json.Number:
-			bits := 64
+		if v == nil {
 			if dt == infer.FP32 {
-				bits = 32
+				return binary.LittleEndian.AppendUint32(b, math.Float32bits(float32(math.NaN()))), nil
 			}
-			var err error
-			if f, err = strconv.ParseFloat(string(x), bits); err != nil {
-				return nil, fmt.Errorf("%s is not a %s number", x, dt)
-			}
-		default:
-			return nil, fmt.Errorf("%v is not a number", v)
+			return binary.LittleEndian.AppendUint64(b, math.Float64bits(math.NaN())), nil
 		}
-		if dt == infer.FP32 {
-			return le.AppendUint32(b, math.Float32bits(float32(f))), nil
-		}
-		return le.AppendUint64(b, math.Float64bits(f)), nil
-	case infer.Int8, infer.Int16, infer.Int32, infer.Int64:
-		bits := 8 * dt.Size()
-		i, err := parseInt(v, bits)
-		if err != nil {
-			return nil, err
-		}
-		switch bits {
-		case 8:
-			return append(b, byte(i)), nil
-		case 16:
-			return le.AppendUint16(b, uint16(i)), nil
-		case 32:
-			return le.AppendUint32(b, uint32(i)), nil
-		}
-		return le.AppendUint64(b, uint64(i)), nil
-	case infer.Uint8, infer.Uint16, infer.Uint32, infer.Uint64:
-		bits := 8 * dt.Size()
-		u, err := parseUint(v, bits)
-		if err != nil {
-			return nil, err
-		}
-		switch bits {
-		case 8:
-			return append(b, byte(u)), nil
-		case 16:
-			return le.AppendUint16(b, uint16(u)), nil
-		case 32:
-			return le.AppendUint32(b, uint32(u)), nil
-		}
-		return le.AppendUint64(b, u), nil
+	case infer.Int8, infer.Int16, infer.Int32, infer.Int64,
+		infer.Uint8, infer.Uint16, infer.Uint32, infer.Uint64:
 	default:
 		return nil, fmt.Errorf("datatype %s is not supported", dt)
 	}
-}
-
-// parseInt reads an integer of the given bit size; an integral number
-// written as a float ("3.0", "1e3") is accepted.
-func parseInt(v any, bits int) (int64, error) {
-	n, ok := v.(json.Number)
+	num, ok := v.(json.Number)
 	if !ok {
-		return 0, fmt.Errorf("%v is not a number", v)
+		return nil, fmt.Errorf("%v is not a number", v)
 	}
-	if i, err := strconv.ParseInt(string(n), 10, bits); err == nil {
-		return i, nil
+	n, err := kservewire.ParseNumber([]byte(num))
+	if err == nil {
+		var out []byte
+		if out, err = kservewire.AppendNumber(b, dt, &n); err == nil {
+			return out, nil
+		}
 	}
-	f, err := strconv.ParseFloat(string(n), 64)
-	lo, hi := -math.Ldexp(1, bits-1), math.Ldexp(1, bits-1)
-	if err != nil || f != math.Trunc(f) || f < lo || f >= hi {
-		return 0, fmt.Errorf("%s is not a %d-bit integer", n, bits)
+	bits := 8 * dt.Size()
+	switch dt {
+	case infer.FP32, infer.FP64:
+		return nil, fmt.Errorf("%s is not a %s number", num, dt)
+	case infer.Uint8, infer.Uint16, infer.Uint32, infer.Uint64:
+		return nil, fmt.Errorf("%s is not an unsigned %d-bit integer", num, bits)
+	default:
+		return nil, fmt.Errorf("%s is not a %d-bit integer", num, bits)
 	}
-	return int64(f), nil
-}
-
-// parseUint reads an unsigned integer of the given bit size, accepting
-// integral floats like parseInt.
-func parseUint(v any, bits int) (uint64, error) {
-	n, ok := v.(json.Number)
-	if !ok {
-		return 0, fmt.Errorf("%v is not a number", v)
-	}
-	if u, err := strconv.ParseUint(string(n), 10, bits); err == nil {
-		return u, nil
-	}
-	f, err := strconv.ParseFloat(string(n), 64)
-	if err != nil || f != math.Trunc(f) || f < 0 || f >= math.Ldexp(1, bits) {
-		return 0, fmt.Errorf("%s is not an unsigned %d-bit integer", n, bits)
-	}
-	return uint64(f), nil
 }
 
 // outputValues returns a numeric or BOOL output's elements as float64
