@@ -23,7 +23,7 @@ func newRepoCmd() *cobra.Command {
 				return err
 			}
 			logger := slog.New(slog.DiscardHandler)
-			backends, closeBackends, err := newBackends(settings, logger)
+			backends, closeBackends, err := newBackends(settings, logger, nil)
 			if err != nil {
 				return err
 			}

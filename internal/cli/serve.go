@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/backend/onnxruntime"
+	"github.com/sluice-ml/sluice/internal/backend/python"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/grpcapi"
 	"github.com/sluice-ml/sluice/internal/httpapi"
@@ -135,10 +136,16 @@ func parseCommits(values []string) (map[string]string, error) {
 }
 
 // newBackends builds the backend registry. A missing ONNX Runtime library is
-// a start-up error that names the install script.
-func newBackends(settings map[string]map[string]string, logger *slog.Logger) (*backend.Registry, func() error, error) {
+// a start-up error that names the install script. The Python backend
+// (python, and pytorch / pytorch_libtorch on the same workers) starts
+// nothing until a model needs it; mreg takes its metrics (nil: none).
+func newBackends(settings map[string]map[string]string, logger *slog.Logger, mreg prometheus.Registerer) (*backend.Registry, func() error, error) {
 	reg := &backend.Registry{}
 	lib, err := onnxruntime.FindLibrary(settings["onnxruntime"]["library"])
+	if err != nil {
+		return nil, nil, err
+	}
+	pyOpts, err := python.ParseSettings(settings[python.Name])
 	if err != nil {
 		return nil, nil, err
 	}
@@ -147,7 +154,10 @@ func newBackends(settings map[string]map[string]string, logger *slog.Logger) (*b
 		return nil, nil, err
 	}
 	reg.Register(ort, onnxruntime.Platform)
-	return reg, ort.Close, nil
+	py := python.New(pyOpts, logger, mreg)
+	reg.Register(py)
+	reg.Register(py.PyTorch(), python.PyTorchPlatform)
+	return reg, func() error { return errors.Join(ort.Close(), py.Close()) }, nil
 }
 
 // drainingModels makes readiness fail as soon as shutdown begins, so load
@@ -258,7 +268,7 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	if err != nil {
 		return nil, err
 	}
-	backends, closeBackends, err := newBackends(settings, logger)
+	backends, closeBackends, err := newBackends(settings, logger, reg)
 	if err != nil {
 		return nil, err
 	}
