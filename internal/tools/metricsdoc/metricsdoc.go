@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/backend"
+	"github.com/sluice-ml/sluice/internal/backend/python"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature/materialize"
 	"github.com/sluice-ml/sluice/internal/feature/online/connect"
@@ -154,6 +155,9 @@ func Collect(ctx context.Context, dir string) (fams []Family, err error) {
 		return nil, fmt.Errorf("model server: %w", err)
 	}
 	closers = append(closers, models.Close)
+	// The Python backend's worker metrics (python, pytorch).
+	py := python.New(python.Options{}, nil, rec)
+	closers = append(closers, func(context.Context) error { return py.Close() })
 	httpapi.New(models, httpapi.Options{}, nil, rec)
 	grpcapi.New(models, grpcapi.Options{}, nil, rec)
 
