@@ -6,6 +6,8 @@
 #     (private Redis servers and clusters for the online-store tests),
 #     chromium (headless, for the console and diff-report tests) and
 #     prometheus-alertmanager (alert delivery test), when root
+#   - the system Python's numpy and torch (python3-numpy, python3-torch),
+#     which the python and pytorch backends' workers run with, when root
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,5 +37,24 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
     apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
   else
     say "missing: ${need_apt[*]} (install them with your package manager; tests that need them will fail loudly)"
+  fi
+fi
+
+# Python and PyTorch models run in workers started with /usr/bin/python3
+# and Debian's numpy and torch; nothing comes from PyPI. python3-torch
+# pulls in about a gigabyte of packages, so it has a step of its own.
+need_py=()
+[ -x /usr/bin/python3 ] || need_py+=(python3)
+/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || need_py+=(python3-numpy)
+/usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || need_py+=(python3-torch)
+if [ "${#need_py[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing Debian packages for Python and PyTorch models: ${need_py[*]} (python3-torch is large: a few minutes)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need_py[@]}" >/dev/null
+    say "installed ${need_py[*]}"
+  else
+    say "missing: ${need_py[*]} (Python and PyTorch models need them; their tests will fail loudly)"
   fi
 fi
