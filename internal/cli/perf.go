@@ -29,6 +29,7 @@ type perfFlags struct {
 	timeout                          time.Duration
 	csvFile                          string
 	seed                             uint64
+	serverPIDs                       []int
 }
 
 func newPerfCmd() *cobra.Command {
@@ -75,6 +76,7 @@ the summary table to stdout, and -f writes CSV.`,
 	fl.IntVar(&f.maxInFlight, "max-in-flight", 256, "open loop: most requests outstanding at once")
 	fl.StringVarP(&f.csvFile, "filename", "f", "", "write the results as CSV to this file")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed for random inputs and Poisson arrivals")
+	fl.IntSliceVar(&f.serverPIDs, "server-pid", nil, "a local server process (with its child processes) whose CPU time per inference to report, from /proc; may repeat")
 	return cmd
 }
 
@@ -89,8 +91,9 @@ func runPerf(ctx context.Context, cmd *cobra.Command, f *perfFlags) error {
 		MeasurementInterval:     time.Duration(f.intervalMs) * time.Millisecond,
 		MeasurementRequestCount: f.requestCount, StabilityPercentage: f.stability, MaxTrials: f.trials,
 		Percentile: f.percentile, RequestTimeout: f.timeout, MaxInFlight: f.maxInFlight, Seed: f.seed,
-		Progress: cmd.ErrOrStderr(),
-		Logger:   slog.New(slog.DiscardHandler),
+		ServerPIDs: f.serverPIDs,
+		Progress:   cmd.ErrOrStderr(),
+		Logger:     slog.New(slog.DiscardHandler),
 	}
 	if f.intervalMs <= 0 || f.batch <= 0 || f.requestCount <= 0 || f.trials <= 0 || f.maxInFlight <= 0 || f.stability <= 0 {
 		return &exitError{code: 2, err: errors.New("perf: measurement interval, batch size, request count, max trials, max in-flight and stability percentage must be positive")}

@@ -63,6 +63,11 @@ type Options struct {
 	MaxInFlight int
 	// Seed makes random inputs and Poisson arrivals repeatable; default 1.
 	Seed uint64
+	// ServerPIDs are the server's processes, on this machine: their CPU
+	// time (every thread, and every descendant process, like gunicorn's
+	// workers) over the reported windows gives Result.ServerCPU. Empty:
+	// not measured.
+	ServerPIDs []int
 
 	// Progress receives one line per measurement window; nil discards.
 	Progress io.Writer
@@ -116,6 +121,24 @@ type Result struct {
 	Stable     bool // false: MaxTrials reached without three agreeing windows
 	// Server is nil when the server has no statistics extension.
 	Server *ServerSplit
+	// ServerCPU is the CPU time the ServerPIDs used over the reported
+	// windows (0 when not measured), ClientCPU this load generator's.
+	// /proc counts in 10 ms ticks, so short windows at low rates are
+	// coarse.
+	ServerCPU, ClientCPU time.Duration
+	// CPUMeasured says ServerCPU was measured.
+	CPUMeasured bool
+}
+
+// CPUPerInference divides d by the inferences completed in the reported
+// windows (successful and failed requests, times the batch size); 0 when
+// none completed.
+func (r Result) CPUPerInference(d time.Duration) time.Duration {
+	n := (r.Requests + r.Errors) * max(r.Batch, 1)
+	if n == 0 {
+		return 0
+	}
+	return d / time.Duration(n)
 }
 
 // Run measures every load level in turn and returns one Result per level.
@@ -178,6 +201,11 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		return nil, fmt.Errorf("first inference request: %w", err)
 	}
 	r := &runner{o: o, c: c, send: send, statsOK: true}
+	if len(o.ServerPIDs) > 0 {
+		if _, err := procCPU("/proc", o.ServerPIDs); err != nil {
+			return nil, fmt.Errorf("server CPU: %w", err)
+		}
+	}
 	if _, err := c.stats(ctx, o.Model, o.Version); err != nil {
 		r.statsOK = false
 		logger.Warn("server-side statistics unavailable; the server split is reported as n/a", "err", err)
@@ -366,8 +394,28 @@ func (r *runner) level(ctx context.Context, conc int, rate float64) (Result, err
 		}
 		return &s
 	}
+	// cpu[i] is the server's and this process's CPU at the start of
+	// window i (and, last, at the end of the last one).
+	type cpuSnap struct {
+		server, client time.Duration
+		ok             bool
+	}
+	var cpus []cpuSnap
+	cpuNow := func() cpuSnap {
+		c := cpuSnap{client: selfCPU()}
+		if len(r.o.ServerPIDs) > 0 {
+			var err error
+			c.server, err = procCPU("/proc", r.o.ServerPIDs)
+			c.ok = err == nil
+			if err != nil {
+				r.o.Logger.Warn("server CPU unreadable", "err", err)
+			}
+		}
+		return c
+	}
 	rec.take() // discard anything before the first window
 	snaps = append(snaps, snap())
+	cpus = append(cpus, cpuNow())
 	start := time.Now()
 	for trial := 1; trial <= r.o.MaxTrials; trial++ {
 		if err := r.wait(ctx, rec, start); err != nil {
@@ -378,6 +426,7 @@ func (r *runner) level(ctx context.Context, conc int, rate float64) (Result, err
 		w := window{Elapsed: end.Sub(start), Latencies: lat, Errors: errs, FirstErr: firstErr}
 		start = end
 		windows = append(windows, w)
+		cpus = append(cpus, cpuNow())
 		snaps = append(snaps, snap())
 		r.progress(conc, rate, trial, w)
 		if stable(windows, r.o.Batch, r.o.StabilityPercentage, r.o.Percentile) {
@@ -398,6 +447,11 @@ func (r *runner) level(ctx context.Context, conc int, rate float64) (Result, err
 	from, to := snaps[len(snaps)-1-n], snaps[len(snaps)-1]
 	if from != nil && to != nil {
 		res.Server = split(*from, *to)
+	}
+	c0, c1 := cpus[len(cpus)-1-n], cpus[len(cpus)-1]
+	res.ClientCPU = c1.client - c0.client
+	if c0.ok && c1.ok {
+		res.ServerCPU, res.CPUMeasured = c1.server-c0.server, true
 	}
 	return res, nil
 }

@@ -23,6 +23,7 @@ func CSVHeader(openLoop bool) []string {
 		"Server Compute Infer", "Server Compute Output", "Server Overhead", "Server Avg Batch",
 		"p50 latency", "p90 latency", "p95 latency", "p99 latency", "Avg latency",
 		"Requests", "Errors", "Stable",
+		"Server CPU per Inference", "Client CPU per Inference",
 	}
 }
 
@@ -50,6 +51,11 @@ func WriteCSV(w io.Writer, results []Result) error {
 		}
 		row = append(row, micros(r.P50), micros(r.P90), micros(r.P95), micros(r.P99), micros(r.Avg),
 			strconv.Itoa(r.Requests), strconv.Itoa(r.Errors), strconv.FormatBool(r.Stable))
+		serverCPU := ""
+		if r.CPUMeasured {
+			serverCPU = fracMicros(r.CPUPerInference(r.ServerCPU))
+		}
+		row = append(row, serverCPU, fracMicros(r.CPUPerInference(r.ClientCPU)))
 		if err := cw.Write(row); err != nil {
 			return fmt.Errorf("write CSV: %w", err)
 		}
@@ -61,6 +67,11 @@ func WriteCSV(w io.Writer, results []Result) error {
 	return nil
 }
 
+// fracMicros writes d in microseconds with one decimal.
+func fracMicros(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Microsecond), 'f', 1, 64)
+}
+
 // WriteSummary prints results as an aligned table for people.
 func WriteSummary(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -69,7 +80,12 @@ func WriteSummary(w io.Writer, results []Result) error {
 	if open {
 		first = "rate/s"
 	}
-	fmt.Fprintf(tw, "%s\tinfer/s\tp50 µs\tp90 µs\tp95 µs\tp99 µs\tavg µs\tqueue µs\tcompute µs\tavg batch\terrors\tstable\t\n", first)
+	cpu := len(results) > 0 && results[0].CPUMeasured
+	cpuHead := ""
+	if cpu {
+		cpuHead = "server CPU µs/inf\t"
+	}
+	fmt.Fprintf(tw, "%s\tinfer/s\tp50 µs\tp90 µs\tp95 µs\tp99 µs\tavg µs\tqueue µs\tcompute µs\tavg batch\t%serrors\tstable\t\n", first, cpuHead)
 	for _, r := range results {
 		level := strconv.Itoa(r.Concurrency)
 		if open {
@@ -85,9 +101,16 @@ func WriteSummary(w io.Writer, results []Result) error {
 		if !r.Stable {
 			stable = "unstable"
 		}
-		fmt.Fprintf(tw, "%s\t%.1f\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%d\t%s\t\n", level, r.Throughput,
+		cpuCell := ""
+		if cpu {
+			cpuCell = "n/a\t"
+			if r.CPUMeasured {
+				cpuCell = fracMicros(r.CPUPerInference(r.ServerCPU)) + "\t"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s%d\t%s\t\n", level, r.Throughput,
 			r.P50.Microseconds(), r.P90.Microseconds(), r.P95.Microseconds(), r.P99.Microseconds(),
-			r.Avg.Microseconds(), queue, compute, batch, r.Errors, stable)
+			r.Avg.Microseconds(), queue, compute, batch, cpuCell, r.Errors, stable)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write summary: %w", err)
