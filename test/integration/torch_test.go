@@ -4,14 +4,18 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
@@ -186,6 +190,70 @@ func TestTorchScriptModel(t *testing.T) {
 			t.Fatalf("INT32 into an FP32 input = %d %s, want 400", code, resp)
 		}
 	})
+}
+
+// TestTorchBatchesSplitPerRequest: concurrent requests to a TorchScript
+// model with dynamic batching reach the built-in as one execute(requests)
+// call, run as one forward() and each caller gets its own rows back.
+func TestTorchBatchesSplitPerRequest(t *testing.T) {
+	s := startServer(t, "--model-repository", copyTorchRepo(t), "--model-control-mode", "explicit", "--load-model", "ts_addsub")
+	base := "http://" + s.http
+	const clients, perClient, rounds = 16, 10, 5
+	client := &http.Client{Timeout: 30 * time.Second}
+	batched := func() bool {
+		for _, b := range modelStats(t, base, "ts_addsub").ModelStats[0].BatchStats {
+			if b.BatchSize > 1 && b.ComputeInfer.Count > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	for round := 0; round < rounds && (round == 0 || !batched()); round++ {
+		var wg sync.WaitGroup
+		errs := make(chan string, clients*perClient)
+		for c := range clients {
+			wg.Go(func() {
+				for i := range perClient {
+					id := float64(1000*round + 100*c + i)
+					body := `{"inputs":[{"name":"INPUT__0","datatype":"FP32","shape":[1,4],"data":[` +
+						strings.Repeat(strconv.FormatFloat(id, 'f', -1, 64)+",", 3) + strconv.FormatFloat(id, 'f', -1, 64) + `]},` +
+						`{"name":"INPUT__1","datatype":"FP32","shape":[1,4],"data":[1,2,3,4]}]}`
+					resp, err := client.Post(base+"/v2/models/ts_addsub/infer", "application/json", strings.NewReader(body))
+					if err != nil {
+						errs <- err.Error()
+						continue
+					}
+					var r v2Response
+					err = json.NewDecoder(resp.Body).Decode(&r)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK || err != nil {
+						errs <- fmt.Sprintf("infer = %d, decode %v", resp.StatusCode, err)
+						continue
+					}
+					for _, o := range r.Outputs {
+						want := []float64{id + 1, id + 2, id + 3, id + 4}
+						if o.Name == "OUTPUT__1" {
+							want = []float64{id - 1, id - 2, id - 3, id - 4}
+						}
+						if maxAbsDiff(o.Data, want) != 0 {
+							errs <- fmt.Sprintf("%s for input %v = %v, want %v", o.Name, id, o.Data, want)
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for e := range errs {
+			t.Error(e)
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+	if !batched() {
+		t.Fatalf("no batch larger than 1 after %d rounds of %d concurrent clients: %+v", rounds, clients, modelStats(t, base, "ts_addsub"))
+	}
 }
 
 // TestTorchExampleModels serves the example repository's PyTorch copies of
