@@ -48,7 +48,7 @@ func TestRequestExecutorKeepsBoundaries(t *testing.T) {
 		d := h.submit(t.Context(), request(3, 1))
 		h.sleepUntil(time.Millisecond)
 		ok(t, a, 1, 2)
-		require.Equal(t, "model_error", failed(t, c, "model_error").err.(*infer.Error).Reason)
+		require.Equal(t, infer.KindInvalid, asInfer(t, failed(t, c, "model_error").err).Kind)
 		o := ok(t, d, 3, 1)
 		require.Equal(t, 4, o.res.ExecBatch)
 		require.Equal(t, []int{3}, exec.sizes, "one call with the three requests")

@@ -145,7 +145,7 @@ type loaded struct {
 
 	instances []backend.Instance
 	health    []backend.HealthReporter // the instances that report their health; fixed once loaded
-	batcher   *batch.Batcher // schedules requests onto the instances; nil for ensembles
+	batcher   *batch.Batcher           // schedules requests onto the instances; nil for ensembles
 	obs       versionObservers
 	stats     *versionStats // set when the version is published
 	ens       *ensemble     // nil unless the model is an ensemble

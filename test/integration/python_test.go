@@ -277,14 +277,14 @@ func (r *pyResult) failed() []string {
 	return slices.Clone(r.failures)
 }
 
-func pyLoad(base, model string, workers, max int, stop <-chan struct{}, check func(v float64, body []byte) error) (*pyResult, func()) {
+func pyLoad(base, model string, workers, perWorker int, stop <-chan struct{}, check func(v float64, body []byte) error) (*pyResult, func()) {
 	res := &pyResult{}
 	client := &http.Client{Timeout: 20 * time.Second}
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(90 * time.Second)
 	for w := range workers {
 		wg.Go(func() {
-			for n := 0; n < max && time.Now().Before(deadline); n++ {
+			for n := 0; n < perWorker && time.Now().Before(deadline); n++ {
 				select {
 				case <-stop:
 					return
@@ -420,7 +420,7 @@ func TestPythonWorkerKillUnderLoad(t *testing.T) {
 
 func grepLines(s, sub string) string {
 	var out []string
-	for _, l := range strings.Split(s, "\n") {
+	for l := range strings.SplitSeq(s, "\n") {
 		if strings.Contains(l, sub) {
 			out = append(out, l)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluice-ml/sluice/internal/backend"
+	"github.com/sluice-ml/sluice/internal/batch"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -546,3 +547,6 @@ output [
 		t.Errorf("small call after a large one: %v", err)
 	}
 }
+
+// The scheduler hands Python instances batches of separate requests.
+var _ batch.RequestExecutor = (*Instance)(nil)

@@ -150,10 +150,12 @@ func (w *frameWriter) u16(v uint16) {
 	w.meta = binary.LittleEndian.AppendUint16(w.meta, v)
 	w.size += 2
 }
+
 func (w *frameWriter) u32(v uint32) {
 	w.meta = binary.LittleEndian.AppendUint32(w.meta, v)
 	w.size += 4
 }
+
 func (w *frameWriter) u64(v uint64) {
 	w.meta = binary.LittleEndian.AppendUint64(w.meta, v)
 	w.size += 8

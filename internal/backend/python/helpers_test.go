@@ -62,11 +62,11 @@ func testBackend(t *testing.T, opts Options) (*Backend, *logBuffer) {
 }
 
 // testConfig parses a config.pbtxt text with defaults applied.
-func testConfig(t testing.TB, name, text string) *inferencepb.ModelConfig {
-	t.Helper()
+func testConfig(tb testing.TB, name, text string) *inferencepb.ModelConfig {
+	tb.Helper()
 	cfg, _, err := modelconfig.Parse(name+"/config.pbtxt", []byte(text))
 	if err != nil {
-		t.Fatalf("parse config: %v", err)
+		tb.Fatalf("parse config: %v", err)
 	}
 	modelconfig.ApplyDefaults(cfg, name)
 	return cfg

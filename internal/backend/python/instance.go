@@ -303,9 +303,9 @@ func (in *Instance) ExecuteRequests(ctx context.Context, inputs [][]infer.Tensor
 	if len(inputs) != len(outputs) {
 		return fail(fmt.Errorf("execute: %d input lists for %d output lists", len(inputs), len(outputs)))
 	}
-	reqs := make([]execRequest, len(inputs))
-	for i := range reqs {
-		reqs[i] = execRequest{inputs: inputs[i], outputs: outputs[i]}
+	reqs := make([]execRequest, len(outputs))
+	for i, out := range outputs {
+		reqs[i] = execRequest{inputs: inputs[i], outputs: out}
 	}
 	w, err := in.pick(ctx)
 	if err != nil {

@@ -93,7 +93,9 @@ func startWorker(ctx context.Context, spec *workerSpec) (*worker, error) {
 	// -B: no .pyc files, which would change the model folder's content
 	// (and so its fingerprint in poll mode).
 	argv := append([]string{"-u", "-B", spec.dir + string(os.PathSeparator) + workerScript}, spec.args...)
-	//nolint:gosec // G204: the interpreter is the operator's backend setting
+	// The worker outlives the context of the load that starts it;
+	// Instance.Close stops it.
+	//nolint:gosec,noctx // G204: the interpreter is the operator's backend setting
 	cmd := exec.Command(spec.interpreter, argv...)
 	cmd.Env = spec.env
 	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
@@ -237,7 +239,7 @@ func (w *worker) send(op byte, id uint64, build func(*frameWriter) error) error 
 	}
 	if _, err := bufs.WriteTo(w.conn); err != nil {
 		w.kill()
-		return fmt.Errorf("%w: write to worker: %v", errDead, err)
+		return fmt.Errorf("%w: write to worker: %w", errDead, err)
 	}
 	return nil
 }
