@@ -372,7 +372,7 @@ func TestCrashAndRestart(t *testing.T) {
 		_, err := a.Execute(context.Background(), row(-3), names)
 		errc <- err
 	}()
-	waitFor(t, "request in flight", 5*time.Second, func() bool { return a.current() != nil && a.current().executing.Load() == 1 })
+	waitFor(t, "request in flight", 5*time.Second, func() bool { return a.current() != nil && a.current().unanswered.Load() == 1 })
 	if err := syscall.Kill(pidA, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -460,6 +460,22 @@ func TestUnresponsiveWorkerIsKilled(t *testing.T) {
 	cfg := testConfig(t, "identity", identityConfig)
 	in := loadInstances(t, b, "identity", modelPath(t, "identity"), cfg, 1, 1)[0]
 	pid := in.PID()
+
+	// A call its caller gave up on keeps the worker busy (2 s here, ten
+	// ping timeouts): busy is not unresponsive.
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	_, err := in.Execute(ctx, []infer.Tensor{f32Tensor("INPUT0", infer.Shape{1, 2}, -3, -3)}, []string{"OUTPUT0"})
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("abandoned call: %v, want the deadline", err)
+	}
+	if _, err := in.Execute(t.Context(), []infer.Tensor{f32Tensor("INPUT0", infer.Shape{1, 2}, 1, 1)}, []string{"OUTPUT0"}); err != nil {
+		t.Fatalf("call queued behind the abandoned one: %v", err)
+	}
+	if in.PID() != pid {
+		t.Fatalf("the busy worker was replaced")
+	}
+
 	// A stopped process answers nothing, as a wedged one would.
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)

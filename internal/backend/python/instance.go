@@ -119,6 +119,9 @@ func (in *Instance) supervise(w *worker) {
 		if !in.watch(w) {
 			return
 		}
+		// The reader has failed the calls in flight; free the socket.
+		<-w.readerDone
+		_ = w.conn.Close()
 		lived := time.Since(w.readyAt)
 		if !in.set(nil, "") {
 			return
@@ -197,8 +200,8 @@ func (in *Instance) watch(w *worker) bool {
 		case <-w.exited:
 			return true
 		case <-t.C:
-			if w.executing.Load() > 0 {
-				continue
+			if w.unanswered.Load() > 0 {
+				continue // busy, or still working on an abandoned call
 			}
 			if !w.ping(in.b.opts.PingTimeout) {
 				in.logger.Warn("python worker did not answer a ping; killing it", "pid", w.pid, "timeout", in.b.opts.PingTimeout.String())
@@ -346,13 +349,11 @@ func (in *Instance) ExecuteRequests(ctx context.Context, inputs [][]infer.Tensor
 // call sends the requests to w and waits for the answer, keeping the
 // metrics.
 func (in *Instance) call(ctx context.Context, w *worker, reqs []execRequest) (frame, error) {
-	w.executing.Add(1)
 	in.obs.pending.Inc()
 	start := time.Now()
 	f, err := w.call(ctx, opExecute, func(fw *frameWriter) error { return fw.requests(reqs) })
 	in.obs.busy.Add(time.Since(start).Seconds())
 	in.obs.pending.Dec()
-	w.executing.Add(-1)
 	switch {
 	case err == nil:
 		return f, nil

@@ -48,7 +48,10 @@ type worker struct {
 	pending map[uint64]chan frame
 	dead    error // why the reader stopped; set once
 
-	executing  atomic.Int32  // execute calls waiting for their answer
+	// unanswered counts the frames sent and not answered yet, abandoned
+	// calls included: the worker answers every frame, in order, so while
+	// it is above zero the worker has work.
+	unanswered atomic.Int64
 	readerDone chan struct{} // closed when the reader has stopped
 	exited     chan struct{} // closed when the process has been reaped
 	exitErr    error         // cmd.Wait's error; read after exited
@@ -237,6 +240,7 @@ func (w *worker) send(op byte, id uint64, build func(*frameWriter) error) error 
 	if err != nil {
 		return err
 	}
+	w.unanswered.Add(1)
 	if _, err := bufs.WriteTo(w.conn); err != nil {
 		w.kill()
 		return fmt.Errorf("%w: write to worker: %w", errDead, err)
@@ -273,6 +277,7 @@ func (w *worker) read() {
 			w.logLine(f.payload)
 			continue
 		}
+		w.unanswered.Add(-1)
 		w.mu.Lock()
 		ch := w.pending[f.id]
 		delete(w.pending, f.id)
@@ -419,8 +424,9 @@ func (w *worker) stop(finalizeTimeout, killTimeout time.Duration) error {
 }
 
 // ping checks that an idle worker answers within timeout. It reports
-// false only for a worker that stayed silent while it had nothing else to
-// do; a worker that is running a request answers after it.
+// false only for a worker that left the ping unanswered while it had
+// nothing else to do: work sent after the ping may be what it is busy
+// with, since the ping went out.
 func (w *worker) ping(timeout time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -428,7 +434,7 @@ func (w *worker) ping(timeout time.Duration) bool {
 	if err == nil || errors.Is(err, errDead) {
 		return true // a dead worker is handled by its exit, not here
 	}
-	return w.executing.Load() > 0
+	return w.unanswered.Load() > 1
 }
 
 // tailBuffer keeps the last lines written to it.
