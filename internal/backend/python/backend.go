@@ -474,7 +474,7 @@ func (g *group) live(in *Instance) *worker {
 		if m == in {
 			continue
 		}
-		if w := m.current(); w != nil {
+		if w := m.current(); w != nil && !w.failed() {
 			g.next = (g.next + i + 1) % n
 			return w
 		}

@@ -31,8 +31,13 @@ const (
 	ReasonRequestTooLarge = "request_too_large"
 )
 
-// errDead is why a worker stopped answering; crash errors wrap it.
-var errDead = errors.New("python worker is not running")
+var (
+	// errDead is why a worker stopped answering; crash errors wrap it.
+	errDead = errors.New("python worker is not running")
+	// errNotSent marks a call that found its worker dead before sending
+	// anything: it may go to another worker.
+	errNotSent = errors.New("not sent")
+)
 
 // crashError is the error of a request whose worker died.
 func crashError(model string, version int64, instance string, cause error) *infer.Error {

@@ -252,7 +252,7 @@ func (in *Instance) pick(ctx context.Context) (*worker, error) {
 		in.mu.Lock()
 		w, down, closed, change := in.w, in.down, in.closed, in.change
 		in.mu.Unlock()
-		if w != nil {
+		if w != nil && !w.failed() {
 			return w, nil
 		}
 		if closed {
@@ -310,13 +310,21 @@ func (in *Instance) ExecuteRequests(ctx context.Context, inputs [][]infer.Tensor
 	for i, out := range outputs {
 		reqs[i] = execRequest{inputs: inputs[i], outputs: out}
 	}
-	w, err := in.pick(ctx)
-	if err != nil {
-		return fail(err)
-	}
-	f, err := in.call(ctx, w, reqs)
-	if err != nil {
-		return fail(err)
+	var w *worker
+	var f frame
+	for {
+		var err error
+		if w, err = in.pick(ctx); err != nil {
+			return fail(err)
+		}
+		f, err = in.call(ctx, w, reqs)
+		if errors.Is(err, errNotSent) {
+			continue // the worker died before the requests went out: pick again
+		}
+		if err != nil {
+			return fail(err)
+		}
+		break
 	}
 	if f.op == opError {
 		we := parseWorkerError(f.payload)

@@ -204,7 +204,7 @@ func (w *worker) call(ctx context.Context, op byte, build func(*frameWriter) err
 	if w.dead != nil {
 		err := w.dead
 		w.mu.Unlock()
-		return frame{}, err
+		return frame{}, fmt.Errorf("%w: %w", errNotSent, err)
 	}
 	w.pending[id] = ch
 	w.mu.Unlock()
@@ -311,6 +311,18 @@ func (w *worker) read() {
 	w.mu.Unlock()
 	for _, ch := range pending {
 		close(ch)
+	}
+}
+
+// failed reports whether the worker has died or stopped answering.
+func (w *worker) failed() bool {
+	select {
+	case <-w.readerDone:
+		return true
+	case <-w.exited:
+		return true
+	default:
+		return false
 	}
 }
 
