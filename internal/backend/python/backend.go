@@ -231,6 +231,9 @@ func needFile(path string) error {
 }
 
 func errNeedsConfig(backendName string) error {
+	if backendName == Name {
+		return errors.New("python models need input and output in config.pbtxt (model.py declares none, and auto_complete_config is not supported)")
+	}
 	return fmt.Errorf("%s models need input and output in config.pbtxt (their files do not declare them)", backendName)
 }
 
