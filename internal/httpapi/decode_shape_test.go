@@ -43,3 +43,21 @@ func TestDecodedShapesAreSeparate(t *testing.T) {
 		require.Equal(t, want, ib.req.Inputs[i].Shape)
 	}
 }
+
+// A JSON-only request body goes back to a pool once decoded, so the
+// decoded request must not refer to it: overwriting the body afterwards
+// changes nothing.
+func TestDecodedJSONRequestOwnsItsMemory(t *testing.T) {
+	body := []byte(`{"id":"req-1","parameters":{"p":"str","n":3},"inputs":[` +
+		`{"name":"f","datatype":"FP32","shape":[2],"data":[1.5,-2],"parameters":{"k":"v"}},` +
+		`{"name":"s","datatype":"BYTES","shape":[2],"data":["ab","c\u00e9"]},` +
+		`{"name":"b","datatype":"BOOL","shape":[1],"data":[true]}],` +
+		`"outputs":[{"name":"y","parameters":{"binary_data":true,"q":"w"}}]}`)
+	ib, err := decodeInferJSON(body)
+	require.NoError(t, err)
+	want := fmt.Sprintf("%#v %#v %#v", ib.req, ib.binarySize, ib.outputBinary)
+	for i := range body {
+		body[i] = 'X'
+	}
+	require.Equal(t, want, fmt.Sprintf("%#v %#v %#v", ib.req, ib.binarySize, ib.outputBinary))
+}

@@ -56,6 +56,9 @@ type Handler struct {
 	serverMeta []byte
 	// bufs pools response buffers; entries are *[]byte.
 	bufs sync.Pool
+	// bodies pools request body buffers of JSON-only inference requests,
+	// which nothing refers to once decoded; entries are *[]byte.
+	bodies sync.Pool
 }
 
 // New builds a Handler serving models. A nil logger discards; a nil

@@ -28,7 +28,15 @@ func (h *Handler) handleInfer(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, requestID, err)
 		return
 	}
-	ib, err := h.decodeInfer(ctx, r.Header.Get(headerLength), name, version, body)
+	hdr := r.Header.Get(headerLength)
+	ib, err := h.decodeInfer(ctx, hdr, name, version, body)
+	if hdr == "" {
+		// A JSON-only body is copied out by the decoder (names, values,
+		// parameters; errors format their own text), so its buffer can
+		// serve the next request. Binary tensors alias the body: those
+		// bodies are left to the collector.
+		h.putBody(body)
+	}
 	if err != nil {
 		h.writeError(w, r, requestID, err)
 		return
@@ -87,7 +95,7 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	if r.ContentLength > 0 {
 		size = int(min(r.ContentLength+1, 1<<20))
 	}
-	buf := make([]byte, 0, size)
+	buf := h.getBody(size)
 	// admission.Handler reserved the Content-Length (or charges chunked
 	// wire bytes as they arrive); a decompressed buffer growing past that
 	// is charged to the process budget too.
@@ -114,6 +122,33 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 			return nil, bodyReadError(err, limit, enc)
 		}
 	}
+}
+
+// maxPooledBody keeps large bodies out of the pool: they are rare, and a
+// pooled one would hold its memory until the collector clears the pool.
+const maxPooledBody = 64 << 10
+
+// getBody returns an empty buffer with room for size bytes, from the pool
+// when a pooled one is large enough.
+func (h *Handler) getBody(size int) []byte {
+	if size <= maxPooledBody {
+		if b, ok := h.bodies.Get().(*[]byte); ok {
+			if cap(*b) >= size {
+				return (*b)[:0]
+			}
+			h.bodies.Put(b)
+		}
+	}
+	return make([]byte, 0, size)
+}
+
+// putBody gives a body buffer back once nothing refers to it.
+func (h *Handler) putBody(b []byte) {
+	if cap(b) == 0 || cap(b) > maxPooledBody {
+		return
+	}
+	b = b[:0]
+	h.bodies.Put(&b)
 }
 
 // innermost unwraps response writer wrappers such as statusWriter.
