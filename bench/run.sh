@@ -18,6 +18,9 @@
 #   BENCH_ORT_BATCHES [1,8,32,64]     raw ONNX Runtime batch sizes
 #   BENCH_ORT_SECONDS [2]             seconds per raw ONNX Runtime row
 #   BENCH_BATCH_DELAY_US [500]         max_queue_delay_microseconds of parcel_eta_batched
+#   BENCH_RATES [1000]                fixed request rates (open loop) of the CPU-per-request rows; '' for none
+#   BENCH_RANKER [1]                  0 leaves the compute-bound model (route_ranker) out
+#   BENCH_RANKER_CONCURRENCY [1,8,32] concurrency levels of the route_ranker rows
 #   BENCH_STARTUP_RUNS [5]            Sluice start-up measurements
 #   BENCH_OUT [bench/results/serving.md]
 #   BENCH_PEERS_DIR [<repo>/../shared/peers]
@@ -44,6 +47,9 @@ TRANSPORTS="${BENCH_TRANSPORTS:-grpc,http-json,http-binary}"
 ORT_BATCHES="${BENCH_ORT_BATCHES:-1,8,32,64}"
 ORT_SECS="${BENCH_ORT_SECONDS:-2}"
 DELAY_US="${BENCH_BATCH_DELAY_US:-500}"
+RATES="${BENCH_RATES-1000}"
+RANKER="${BENCH_RANKER:-1}"
+RANKER_LEVELS="${BENCH_RANKER_CONCURRENCY:-1,8,32}"
 STARTUP_RUNS="${BENCH_STARTUP_RUNS:-5}"
 OUT="${BENCH_OUT:-bench/results/serving.md}"
 PEERS="${BENCH_PEERS_DIR:-$ROOT/../shared/peers}"
@@ -130,22 +136,63 @@ wait_ready() { # name url pid log
 
 say "building the harness"
 go build -o "$WORK/modelbench" ./bench/cmd/modelbench
+go build -o "$WORK/trivialserver" ./bench/cmd/trivialserver
 
-# One repository, the same model twice: batching off and on.
+# variant SRC NAME [DELAY_US]: copy examples/models/SRC as NAME; with a
+# delay, set its dynamic batching's max_queue_delay_microseconds; without
+# one, remove its dynamic_batching block (batching off).
+variant() {
+  cp -r "examples/models/$1" "$REPO/$2"
+  "$PY" - "$REPO/$2/config.pbtxt" "$1" "$2" "${3:-}" <<'PYEOF'
+import re, sys
+path, src, name, delay = sys.argv[1:5]
+cfg = open(path).read().replace(f'name: "{src}"', f'name: "{name}"', 1)
+block = re.compile(r"dynamic_batching\s*\{[^{}]*\}\n?")
+if not block.search(cfg):
+    sys.exit(f"{path}: no dynamic_batching block to change")
+if delay:
+    cfg = re.sub(r"max_queue_delay_microseconds:\s*\d+", f"max_queue_delay_microseconds: {delay}", cfg, count=1)
+else:
+    cfg = block.sub("", cfg, count=1)
+open(path, "w").write(cfg)
+PYEOF
+}
+
+# One repository: parcel_eta as shipped (its own dynamic_batching block),
+# without dynamic batching, and with a batching delay; route_ranker (the
+# compute-bound model) as shipped and without.
 REPO="$WORK/models"
 mkdir -p "$REPO"
 cp -r examples/models/parcel_eta "$REPO/parcel_eta"
-cp -r examples/models/parcel_eta "$REPO/parcel_eta_batched"
-BATCHING="dynamic_batching { max_queue_delay_microseconds: $DELAY_US }"
-sed -i 's/^name: "parcel_eta"/name: "parcel_eta_batched"/' "$REPO/parcel_eta_batched/config.pbtxt"
-printf '%s\n' "$BATCHING" >>"$REPO/parcel_eta_batched/config.pbtxt"
+variant parcel_eta parcel_eta_nobatch
+variant parcel_eta parcel_eta_batched "$DELAY_US"
+BATCHING="parcel_eta's dynamic_batching block with max_queue_delay_microseconds: $DELAY_US"
+ranker_args=()
+if [ "$RANKER" != 0 ]; then
+  cp -r examples/models/route_ranker "$REPO/route_ranker"
+  variant route_ranker route_ranker_nobatch
+  ranker_args=(-ranker-model route_ranker -ranker-unbatched route_ranker_nobatch -ranker-levels "$RANKER_LEVELS")
+fi
 
 HTTP_PORT="$(free_port)"; GRPC_PORT="$(free_port)"; METRICS_PORT="$(free_port)"
 "$BIN" serve --model-repository "$REPO" --address 127.0.0.1 \
   --http-port "$HTTP_PORT" --grpc-port "$GRPC_PORT" --metrics-port "$METRICS_PORT" \
   --log-level warn >"$WORK/sluice.log" 2>&1 &
-PIDS+=("$!")
-wait_ready sluice "http://127.0.0.1:$HTTP_PORT/v2/health/ready" "$!" "$WORK/sluice.log"
+SLUICE_PID=$!
+PIDS+=("$SLUICE_PID")
+wait_ready sluice "http://127.0.0.1:$HTTP_PORT/v2/health/ready" "$SLUICE_PID" "$WORK/sluice.log"
+
+# The floor for a Go HTTP server at a fixed rate (idle wake-ups).
+trivial_args=()
+if [ -n "$RATES" ]; then
+  TRIVIAL_PORT="$(free_port)"
+  "$WORK/trivialserver" -listen "127.0.0.1:$TRIVIAL_PORT" >"$WORK/trivial.log" 2>&1 &
+  TRIVIAL_PID=$!
+  PIDS+=("$TRIVIAL_PID")
+  if wait_ready "trivial server" "http://127.0.0.1:$TRIVIAL_PORT/v2/health/ready" "$TRIVIAL_PID" "$WORK/trivial.log"; then
+    trivial_args=(-trivial-http "127.0.0.1:$TRIVIAL_PORT" -trivial-pid "$TRIVIAL_PID")
+  fi
+fi
 
 peer_args=()
 if [ "$peer_ok" = 1 ]; then
@@ -157,25 +204,29 @@ if [ "$peer_ok" = 1 ]; then
   PEER_TORCH_THREADS=1 \
     "$PY" -m gunicorn -w "$CORES" --threads 1 -b "127.0.0.1:$PEER_PORT" \
     --chdir "$PEERS" 'flask_kserve_peer:app' >"$WORK/peer.log" 2>&1 &
-  PIDS+=("$!")
-  if wait_ready "flask peer" "http://127.0.0.1:$PEER_PORT/v2/health/ready" "$!" "$WORK/peer.log"; then
-    peer_args=(-peer-http "127.0.0.1:$PEER_PORT"
+  PEER_PID=$!
+  PIDS+=("$PEER_PID")
+  if wait_ready "flask peer" "http://127.0.0.1:$PEER_PORT/v2/health/ready" "$PEER_PID" "$WORK/peer.log"; then
+    # gunicorn's master is the root of the peer's process tree: its
+    # workers' CPU is counted with it.
+    peer_args=(-peer-http "127.0.0.1:$PEER_PORT" -peer-pid "$PEER_PID" -peer-model parcel_eta
       -peer-desc "Flask + gunicorn ($CORES sync workers, 1 torch thread each) + PyTorch")
   fi
 fi
 
 if [ -n "${MAKELEVEL:-}" ]; then invoked="make bench"; else invoked="bench/run.sh"; fi
-cmdline="$invoked  # BENCH_WINDOW_MS=$WINDOW_MS BENCH_MAX_TRIALS=$TRIALS BENCH_CONCURRENCY=$LEVELS BENCH_ORT_BATCHES=$ORT_BATCHES BENCH_ORT_SECONDS=$ORT_SECS BENCH_BATCH_DELAY_US=$DELAY_US BENCH_STARTUP_RUNS=$STARTUP_RUNS"
+cmdline="$invoked  # BENCH_WINDOW_MS=$WINDOW_MS BENCH_MAX_TRIALS=$TRIALS BENCH_CONCURRENCY=$LEVELS BENCH_ORT_BATCHES=$ORT_BATCHES BENCH_ORT_SECONDS=$ORT_SECS BENCH_BATCH_DELAY_US=$DELAY_US BENCH_STARTUP_RUNS=$STARTUP_RUNS BENCH_RATES=$RATES BENCH_RANKER=$RANKER"
 
-rows=$(( $(tr ',' '\n' <<<"$TRANSPORTS" | grep -c .) * 2 + ${#peer_args[@]} / 4 ))
+rows=$(( $(tr ',' '\n' <<<"$TRANSPORTS" | grep -c .) * 2 + 2 + ${#peer_args[@]} / 8 + ${#ranker_args[@]} / 3 ))
 levels=$(tr ',' '\n' <<<"$LEVELS" | grep -c .)
 say "running the harness: $rows server rows x $levels levels, 3-$TRIALS windows of ${WINDOW_MS} ms each (at most about $(( rows * levels * TRIALS * WINDOW_MS / 1000 + 30 )) s)"
 timeout --signal=TERM --kill-after=10 900 "$WORK/modelbench" \
   -window "${WINDOW_MS}ms" -max-trials "$TRIALS" -concurrency "$LEVELS" -transports "$TRANSPORTS" \
   -ort-batches "$ORT_BATCHES" -ort-time "${ORT_SECS}s" \
   -startup-runs "$STARTUP_RUNS" -sluice-bin "$BIN" -model-repository examples/models \
-  -sluice-http "127.0.0.1:$HTTP_PORT" -sluice-grpc "127.0.0.1:$GRPC_PORT" \
-  -model parcel_eta -batched-model parcel_eta_batched -batching-desc "$BATCHING" \
+  -sluice-http "127.0.0.1:$HTTP_PORT" -sluice-grpc "127.0.0.1:$GRPC_PORT" -sluice-pid "$SLUICE_PID" \
+  -model parcel_eta_nobatch -batched-model parcel_eta_batched -shipped-model parcel_eta -batching-desc "$BATCHING" \
+  -rates "$RATES" "${trivial_args[@]}" "${ranker_args[@]}" \
   "${peer_args[@]}" -command "$cmdline" -out "$OUT"
 
 # Feature store: online reads (embedded vs Redis vs a raw go-redis

@@ -56,6 +56,15 @@ func procCPU(procRoot string, pids []int) (time.Duration, error) {
 	return time.Duration(ticks) * clockTick, nil
 }
 
+// ProcessCPU returns the CPU time (user + system) that the processes pids
+// and all their descendants have used so far, from /proc (Linux; 10 ms
+// ticks). The benchmark harnesses use it for servers they did not start
+// themselves, like Redis.
+func ProcessCPU(pids ...int) (time.Duration, error) { return procCPU("/proc", pids) }
+
+// SelfCPU returns this process's CPU time so far (getrusage).
+func SelfCPU() time.Duration { return selfCPU() }
+
 // procStat is what procCPU needs of /proc/PID/stat.
 type procStat struct {
 	ppid                         int

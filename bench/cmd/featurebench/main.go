@@ -19,12 +19,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,6 +40,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature/online/redis"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/perf"
 )
 
 type config struct {
@@ -145,28 +148,86 @@ type row struct {
 	p50, p99, mean     time.Duration
 	n                  int
 	note               string
+	// cpu is this process's CPU time per call (client and, in-process,
+	// server alike); redisCPU the Redis server's, when its pid is known.
+	cpu, redisCPU time.Duration
+	hasRedisCPU   bool
 }
 
-func measure(c config, fn func() error) (p50, p99, mean time.Duration, n int, err error) {
+// cpuMeter reads the CPU time of this process and of the Redis server
+// around a measured loop.
+type cpuMeter struct {
+	redisPID int // 0: unknown
+}
+
+type cpuReading struct {
+	self, redis time.Duration
+	redisOK     bool
+}
+
+func (m cpuMeter) read() cpuReading {
+	r := cpuReading{self: perf.SelfCPU()}
+	if m.redisPID > 0 {
+		d, err := perf.ProcessCPU(m.redisPID)
+		r.redis, r.redisOK = d, err == nil
+	}
+	return r
+}
+
+func measure(c config, m cpuMeter, fn func() error) (p50, p99, mean time.Duration, n int, cpu [2]time.Duration, redisOK bool, err error) {
 	for range 200 { // warm up
 		if err := fn(); err != nil {
-			return 0, 0, 0, 0, err
+			return 0, 0, 0, 0, cpu, false, err
 		}
 	}
+	before := m.read()
 	ds := make([]time.Duration, 0, c.iters)
 	deadline := time.Now().Add(time.Duration(c.seconds * float64(time.Second)))
 	var total time.Duration
 	for len(ds) < c.iters && (len(ds) < 100 || time.Now().Before(deadline)) {
 		t0 := time.Now()
 		if err := fn(); err != nil {
-			return 0, 0, 0, 0, err
+			return 0, 0, 0, 0, cpu, false, err
 		}
 		d := time.Since(t0)
 		ds = append(ds, d)
 		total += d
 	}
+	after := m.read()
+	calls := time.Duration(len(ds))
+	cpu[0] = (after.self - before.self) / calls
+	redisOK = before.redisOK && after.redisOK
+	if redisOK {
+		cpu[1] = (after.redis - before.redis) / calls
+	}
 	slices.Sort(ds)
-	return ds[len(ds)/2], ds[(len(ds)*99)/100], total / time.Duration(len(ds)), len(ds), nil
+	return ds[len(ds)/2], ds[(len(ds)*99)/100], total / calls, len(ds), cpu, redisOK, nil
+}
+
+// redisPID asks Redis for its process id (INFO server), so that its CPU
+// time can be read from /proc when it runs on this machine; 0 when that
+// is not possible.
+func redisPID(ctx context.Context, c *goredis.Client, addr string) int {
+	if host, _, err := net.SplitHostPort(addr); err != nil || !net.ParseIP(host).IsLoopback() {
+		return 0 // not on this machine: its /proc entry is not ours to read
+	}
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			pid, err := strconv.Atoi(v)
+			if err != nil {
+				return 0
+			}
+			if _, err := perf.ProcessCPU(pid); err != nil {
+				return 0 // another machine's Redis behind a loopback address (a tunnel)
+			}
+			return pid
+		}
+	}
+	return 0
 }
 
 type shape struct{ ents, feats int }
@@ -249,13 +310,22 @@ func run(ctx context.Context, c config) error {
 	}
 
 	var rows []row
+	meter := cpuMeter{}
+	if raw != nil {
+		meter.redisPID = redisPID(ctx, raw, c.redisAddr)
+	}
 	add := func(store, path string, s shape, fn func() error) error {
-		p50, p99, mean, n, err := measure(c, fn)
+		m := meter
+		if store != "redis" {
+			m.redisPID = 0
+		}
+		p50, p99, mean, n, cpu, redisOK, err := measure(c, m, fn)
 		if err != nil {
 			return fmt.Errorf("%s %s %s: %w", store, path, s, err)
 		}
 		say("%-8s %-22s %-6s p50 %-10s p99 %s", store, path, s, p50, p99)
-		rows = append(rows, row{store: store, path: path, shape: s.String(), p50: p50, p99: p99, mean: mean, n: n})
+		rows = append(rows, row{store: store, path: path, shape: s.String(), p50: p50, p99: p99, mean: mean, n: n,
+			cpu: cpu[0], redisCPU: cpu[1], hasRedisCPU: redisOK})
 		return nil
 	}
 	for _, tg := range targets {
@@ -362,13 +432,18 @@ func render(c config, rows, mat []row, haveRedis bool) string {
 		fmt.Fprintf(&b, "Load average when the report was written: %s (tail latencies on a busy machine measure the scheduler as much as Sluice; compare p50s across rows, and rerun on an idle machine for the targets).\n\n", strings.Join(strings.Fields(string(la))[:3], " "))
 	}
 	b.WriteString("`store.Read` is the bare online store; `in-process serving` adds the GetOnlineFeatures assembly (plan, freshness, decode); `HTTP` is POST /get-online-features on a loopback httptest server, including the client's request encoding; `raw go-redis pipeline` GETs the same keys with go-redis and decodes nothing (the floor).\n\n")
-	b.WriteString("## Online reads (µs)\n\n| store | path | entities×features | p50 | p99 | mean | calls | p99 / raw pipeline p99 |\n|---|---|---|---:|---:|---:|---:|---:|\n")
+	b.WriteString("CPU is µs of CPU time per call over each row's measured calls: *Sluice CPU* is this whole process (`getrusage`): the client, and for the in-process rows the store, serving and the loopback HTTP server too, all in one process; *Redis CPU* is the Redis server's, from `/proc/PID/stat` (pid from `INFO server`; 10 ms ticks), shown when Redis runs on this machine.\n\n")
+	b.WriteString("## Online reads (µs)\n\n| store | path | entities×features | p50 | p99 | mean | calls | p99 / raw pipeline p99 | Sluice CPU | Redis CPU |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		ratio := ""
 		if raw, ok := find(rows, "redis", "raw go-redis pipeline", r.shape); ok && r.store == "redis" && r.path != "raw go-redis pipeline" {
 			ratio = fmt.Sprintf("%.2f×", float64(r.p99)/float64(raw.p99))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %d | %s |\n", r.store, r.path, r.shape, us(r.p50), us(r.p99), us(r.mean), r.n, ratio)
+		redisCPU := "–"
+		if r.hasRedisCPU {
+			redisCPU = us(r.redisCPU)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %d | %s | %s | %s |\n", r.store, r.path, r.shape, us(r.p50), us(r.p99), us(r.mean), r.n, ratio, us(r.cpu), redisCPU)
 	}
 	b.WriteString("\n## Materialization (Parquet source → online store)\n\n| store | view | rows | seconds | rows/s |\n|---|---|---:|---:|---:|\n")
 	for _, r := range mat {
@@ -385,6 +460,7 @@ func render(c config, rows, mat []row, haveRedis bool) string {
 		fmt.Fprintf(&b, "| Redis, 1×50 over HTTP: p99 ≤ 2 ms | p99 %s µs | %s |\n", us(h.p99), verdict(h.p99 <= 2*time.Millisecond))
 		if raw, ok := find(rows, "redis", "raw go-redis pipeline", "1×50"); ok {
 			fmt.Fprintf(&b, "| Redis, 1×50 over HTTP: p99 ≤ 2× raw pipeline p99 | %s µs vs %s µs (%.2f×) | %s |\n", us(h.p99), us(raw.p99), float64(h.p99)/float64(raw.p99), verdict(h.p99 <= 2*raw.p99))
+			fmt.Fprintf(&b, "| Redis, 1×50 over HTTP: p99 ≤ 3× raw pipeline p99 (issue 13) | %s µs vs %s µs (%.2f×) | %s |\n", us(h.p99), us(raw.p99), float64(h.p99)/float64(raw.p99), verdict(h.p99 <= 3*raw.p99))
 		}
 	} else {
 		b.WriteString("| Redis, 1×50 over HTTP: p99 ≤ 2 ms and ≤ 2× raw pipeline p99 | not measured (no Redis) | not measured |\n")

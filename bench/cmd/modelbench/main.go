@@ -52,6 +52,22 @@ type config struct {
 	StartupLimit time.Duration
 	Out          string
 	Command      string
+
+	// Issue 13: CPU per inference, fixed rates, the compute-bound model.
+	SluicePID       int    // the sluice serve process (--server-pid)
+	PeerPID         int    // the peer's root process (gunicorn's master)
+	PeerModel       string // the model name the peer (and the trivial server) answers to; "" = Model
+	TrivialHTTP     string // a trivial Go net/http server (bench/cmd/trivialserver)
+	TrivialPID      int
+	ShippedModel    string // parcel_eta with the dynamic batching settings it ships with
+	Rates           string // fixed request rates of the open-loop rows
+	ColdCacheMiB    int    // memory touched between the calls of the cold-cache raw row (0: no row)
+	RankerModel     string // route_ranker as shipped (dynamic batching on)
+	RankerUnbatched string // the same without dynamic batching
+	RankerLevels    string
+	RankerRequest   string
+	RankerONNX      string
+	RankerBatches   string
 }
 
 func main() {
@@ -81,6 +97,20 @@ func main() {
 	fs.DurationVar(&cfg.StartupLimit, "startup-limit", 30*time.Second, "give up on one start-up after this long")
 	fs.StringVar(&cfg.Out, "out", "", "write the markdown report here as well as to stdout")
 	fs.StringVar(&cfg.Command, "command", "", "the command line to record in the report (default: this program's)")
+	fs.IntVar(&cfg.SluicePID, "sluice-pid", 0, "pid of the Sluice server, for its CPU per inference (0: not measured)")
+	fs.StringVar(&cfg.PeerModel, "peer-model", "", "model name the peer serves (default: -model)")
+	fs.IntVar(&cfg.PeerPID, "peer-pid", 0, "pid of the peer's root process (gunicorn's master; its workers are counted with it)")
+	fs.StringVar(&cfg.TrivialHTTP, "trivial-http", "", "HOST:PORT of a trivial Go net/http server, measured at the fixed rates (empty: no row)")
+	fs.IntVar(&cfg.TrivialPID, "trivial-pid", 0, "pid of the trivial server")
+	fs.StringVar(&cfg.ShippedModel, "shipped-model", "", "parcel_eta as shipped in examples/ (its own dynamic batching settings); empty: no such rows")
+	fs.StringVar(&cfg.Rates, "rates", "", "fixed request rates (open loop) for Sluice, the peer and the trivial server, e.g. 1000")
+	fs.IntVar(&cfg.ColdCacheMiB, "cold-cache-mib", 8, "MiB of memory the raw ONNX Runtime cold-cache row touches between calls (0: no such row)")
+	fs.StringVar(&cfg.RankerModel, "ranker-model", "", "the compute-bound model with dynamic batching (empty: no such rows)")
+	fs.StringVar(&cfg.RankerUnbatched, "ranker-unbatched", "", "the compute-bound model without dynamic batching")
+	fs.StringVar(&cfg.RankerLevels, "ranker-levels", "1,8,32", "concurrency levels of the compute-bound rows")
+	fs.StringVar(&cfg.RankerRequest, "ranker-request", "examples/requests/route_ranker.json", "request file of the compute-bound rows")
+	fs.StringVar(&cfg.RankerONNX, "ranker-onnx", "examples/models/route_ranker/1/model.onnx", "ONNX file of the compute-bound raw rows")
+	fs.StringVar(&cfg.RankerBatches, "ranker-batches", "1,4,8,16,32,64", "batch sizes of the compute-bound raw rows")
 	_ = fs.Parse(os.Args[1:])
 	if cfg.Command == "" {
 		cfg.Command = strings.Join(os.Args, " ")
@@ -104,6 +134,10 @@ type report struct {
 	LoadStart string
 	LoadEnd   string
 	ORT       []ortResult
+	// ORTCold is raw ONNX Runtime at batch 1 with other memory touched
+	// between calls, as a server's other work does; nil when not measured.
+	ORTCold   *ortResult
+	RankerORT []ortResult // the compute-bound model's raw rows
 	Rows      []perfRow
 	Startup   []time.Duration
 	StartErrs []string
@@ -134,7 +168,7 @@ func run(ctx context.Context, cfg config, logger *slog.Logger) error {
 		if err != nil {
 			rep.Notes = append(rep.Notes, "Raw ONNX Runtime rows left out: "+err.Error())
 		}
-		rep.ORT = res
+		rep.ORT, rep.ORTCold, rep.RankerORT = res.main, res.cold, res.ranker
 	}
 
 	for _, spec := range rowSpecs(cfg) {

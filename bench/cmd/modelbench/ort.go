@@ -16,6 +16,8 @@ import (
 // ortResult is one raw ONNX Runtime row: one caller executing back to back
 // at a fixed batch size, as a server instance with count 1 would.
 type ortResult struct {
+	Model     string
+	Thrash    int // bytes of other memory touched between calls (0: none)
 	Batch     int
 	Calls     int
 	Elapsed   time.Duration
@@ -51,50 +53,106 @@ func batchTensors(path string, batch int) ([]infer.Tensor, error) {
 	return out, nil
 }
 
-// measureORT loads the model into this process through Sluice's ONNX
+// ortRows are the raw ONNX Runtime rows of a run.
+type ortRows struct {
+	main   []ortResult // parcel_eta at each batch size
+	cold   *ortResult  // parcel_eta at batch 1 with caches disturbed between calls
+	ranker []ortResult // the compute-bound model at each batch size
+}
+
+// measureORT loads the models into this process through Sluice's ONNX
 // Runtime backend (one session, intra-op threads 1, like the served
 // config) and times Execute at each batch size.
-func measureORT(ctx context.Context, cfg config, batches []int, logger *slog.Logger) ([]ortResult, error) {
+func measureORT(ctx context.Context, cfg config, batches []int, logger *slog.Logger) (ortRows, error) {
+	var out ortRows
 	lib := cfg.ORTLibrary
 	if lib == "" {
 		var err error
 		if lib, err = onnxruntime.FindLibrary(""); err != nil {
-			return nil, fmt.Errorf("find onnxruntime: %w", err)
+			return out, fmt.Errorf("find onnxruntime: %w", err)
 		}
 	}
 	be, err := onnxruntime.New(onnxruntime.Options{LibraryPath: lib}, logger)
 	if err != nil {
-		return nil, fmt.Errorf("start onnxruntime backend: %w", err)
+		return out, fmt.Errorf("start onnxruntime backend: %w", err)
 	}
 	defer func() { _ = be.Close() }()
+
+	eta := ortModel{name: "parcel_eta", onnx: cfg.ONNXModel, request: cfg.RequestFile}
+	if out.main, err = eta.measure(ctx, be, batches, cfg.ORTTime, 0, logger); err != nil {
+		return out, err
+	}
+	if cfg.ColdCacheMiB > 0 && ctx.Err() == nil {
+		cold, err := eta.measure(ctx, be, []int{1}, cfg.ORTTime, cfg.ColdCacheMiB<<20, logger)
+		if err != nil {
+			return out, err
+		}
+		if len(cold) == 1 {
+			out.cold = &cold[0]
+		}
+	}
+	if cfg.RankerModel != "" && cfg.RankerONNX != "" && ctx.Err() == nil {
+		rb, err := parseInts(cfg.RankerBatches)
+		if err != nil {
+			return out, fmt.Errorf("parse -ranker-batches: %w", err)
+		}
+		ranker := ortModel{name: cfg.RankerModel, onnx: cfg.RankerONNX, request: cfg.RankerRequest}
+		if out.ranker, err = ranker.measure(ctx, be, rb, cfg.ORTTime, 0, logger); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// ortModel is one model of the raw rows.
+type ortModel struct {
+	name, onnx, request string
+}
+
+// measure times Execute at each batch size; with thrash > 0 it writes to
+// that many bytes of other memory (untimed) before each call, as a
+// server's network, decoding and client work evict the model's weights
+// from the cache between requests.
+func (m ortModel) measure(ctx context.Context, be *onnxruntime.Backend, batches []int, d time.Duration, thrash int, logger *slog.Logger) ([]ortResult, error) {
 	inst, err := be.Load(ctx, backend.LoadOptions{
-		Model: "parcel_eta", Version: 2, Path: cfg.ONNXModel,
+		Model: m.name, Version: 1, Path: m.onnx,
 		Parameters:    map[string]string{onnxruntime.ParamIntraOpThreads: "1"},
 		InstanceCount: 1,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", cfg.ONNXModel, err)
+		return nil, fmt.Errorf("load %s: %w", m.onnx, err)
 	}
 	defer func() { _ = inst.Close() }()
-	outputs := []string{"eta_prediction", "confidence_score"}
-
+	var other []byte
+	if thrash > 0 {
+		other = make([]byte, thrash)
+	}
 	var out []ortResult
 	for _, b := range batches {
 		if ctx.Err() != nil {
 			break
 		}
-		in, err := batchTensors(cfg.RequestFile, b)
+		in, err := batchTensors(m.request, b)
 		if err != nil {
 			return out, err
 		}
 		exec := func(ctx context.Context) error {
-			_, err := inst.Execute(ctx, in, outputs)
+			_, err := inst.Execute(ctx, in, nil)
 			return err
 		}
-		timeLoop(ctx, exec, cfg.ORTTime/4) // warm-up, discarded
-		r := timeLoop(ctx, exec, cfg.ORTTime)
-		r.Batch = b
-		logger.Info("raw onnxruntime", "batch", b, "infer_per_s", int(r.InferPerSec()), "p50", percentile(r.Latencies, 0.5))
+		before := func() {
+			for i := 0; i < len(other); i += 64 { // one write per cache line
+				other[i]++
+			}
+		}
+		if other == nil {
+			before = nil
+		}
+		timeLoopAfter(ctx, before, exec, d/4) // warm-up, discarded
+		r := timeLoopAfter(ctx, before, exec, d)
+		r.Batch, r.Model, r.Thrash = b, m.name, thrash
+		logger.Info("raw onnxruntime", "model", m.name, "batch", b, "thrash_bytes", thrash,
+			"infer_per_s", int(r.InferPerSec()), "p50", percentile(r.Latencies, 0.5))
 		out = append(out, r)
 	}
 	return out, nil
@@ -106,10 +164,19 @@ const maxCalls = 5_000_000
 // timeLoop calls do back to back for d (or maxCalls calls) and records
 // each call's latency. The first error ends the loop.
 func timeLoop(ctx context.Context, do func(context.Context) error, d time.Duration) ortResult {
+	return timeLoopAfter(ctx, nil, do, d)
+}
+
+// timeLoopAfter is timeLoop that runs before (when not nil) ahead of each
+// call, outside the call's latency.
+func timeLoopAfter(ctx context.Context, before func(), do func(context.Context) error, d time.Duration) ortResult {
 	r := ortResult{Latencies: make([]time.Duration, 0, 4096)}
 	start := time.Now()
 	deadline := start.Add(d)
 	for ctx.Err() == nil && r.Calls < maxCalls {
+		if before != nil {
+			before()
+		}
 		t0 := time.Now()
 		if !t0.Before(deadline) {
 			break

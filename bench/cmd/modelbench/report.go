@@ -130,7 +130,7 @@ func renderMarkdown(rep *report) string {
 	m := rep.Machine
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 
-	w("# Serving benchmark: Sluice vs raw ONNX Runtime vs Flask (parcel_eta)\n\n")
+	w("# Serving benchmark: Sluice vs raw ONNX Runtime vs Flask (parcel_eta, route_ranker)\n\n")
 	w("- Date (UTC): %s – %s\n", rep.Started.Format("2006-01-02 15:04:05"), rep.Finished.Format("15:04:05"))
 	w("- Machine: %d CPUs (`nproc`), %s, %s RAM, Linux %s, %s\n", m.CPUs, m.CPUModel, m.MemTotal, m.Kernel, m.GoVersion)
 	w("- Load average (1/5/15 min): %s at start, %s at end\n", rep.LoadStart, rep.LoadEnd)
@@ -140,7 +140,29 @@ func renderMarkdown(rep *report) string {
 		cfg.Levels, cfg.Window, cfg.Trials, cfg.RequestFile)
 	w("- Dynamic batching on: model `%s`, same files as `%s` plus `%s` (max_batch_size 128, one instance)\n\n",
 		cfg.BatchedModel, cfg.Model, cfg.BatchingDesc)
-	w("**The load generator and every server share this machine's %d cores.** Compare ratios measured in this run; do not compare absolute numbers across runs.\n\n", m.CPUs)
+	if cfg.ShippedModel != "" {
+		w("- As shipped: model `%s` with the settings of `examples/models/%s/config.pbtxt` (its own dynamic batching block); batching off is the same files without a dynamic_batching block\n", cfg.ShippedModel, cfg.ShippedModel)
+	}
+	if cfg.RankerModel != "" {
+		w("- Compute-bound model: `%s` (dynamic batching as shipped) and `%s` (without), rows of `%s`, concurrency %s\n", cfg.RankerModel, cfg.RankerUnbatched, cfg.RankerRequest, cfg.RankerLevels)
+	}
+	w("- Server CPU per inference: user + system time of the server's processes (gunicorn's master and workers for the peer) from `/proc/PID/stat` over the reported windows (`sluice perf --server-pid`), divided by the inferences completed in them; the load generator's own beside it\n")
+	w("\n**The load generator and every server share this machine's %d cores.** Compare ratios measured in this run; do not compare absolute numbers across runs.\n\n", m.CPUs)
+
+	w("## Targets (issue 13)\n\n")
+	w("| # | target | measured | goal | verdict |\n|---|---|---|---|---|\n")
+	targets13 := evaluateTargets13(rep)
+	for i, t := range targets13 {
+		w("| %d | %s | %s | %s | %s |\n", i+1, t.Name, t.Measured, t.Goal, t.verdict())
+	}
+	w("\n")
+	for i, t := range targets13 {
+		if t.Note != "" {
+			w("%d. %s\n", i+1, t.Note)
+		}
+	}
+	w("\n")
+	renderCPU(w, rep)
 
 	w("## Targets (issue 3)\n\n")
 	w("| # | target | measured | goal | verdict |\n|---|---|---|---|---|\n")
@@ -175,6 +197,29 @@ func renderMarkdown(rep *report) string {
 				fmtUs(percentile(r.Latencies, 0.5)), fmtUs(percentile(r.Latencies, 0.99)), ratio)
 		}
 		w("\n")
+		if c := rep.ORTCold; c != nil && c.Calls > 0 {
+			w("Cold cache: the same batch-1 call with %d MiB of other memory written between calls (untimed), as a server's other work evicts the model's weights between requests: p50 %s µs, p99 %s µs.\n\n",
+				c.Thrash>>20, fmtUs(percentile(c.Latencies, 0.5)), fmtUs(percentile(c.Latencies, 0.99)))
+		}
+	}
+	if len(rep.RankerORT) > 0 {
+		w("## Raw ONNX Runtime in-process, route_ranker (compute-bound)\n\n")
+		w("| batch | executions/s | infer/s | p50 µs | p99 µs | vs batch 1 (infer/s) |\n|---|---|---|---|---|---|\n")
+		base := 0.0
+		for _, r := range rep.RankerORT {
+			if r.Batch == 1 {
+				base = r.InferPerSec()
+			}
+		}
+		for _, r := range rep.RankerORT {
+			ratio := "n/a"
+			if base > 0 {
+				ratio = fmtRatio(r.InferPerSec() / base)
+			}
+			w("| %d | %s | %s | %s | %s | %s |\n", r.Batch, fmtRate(r.CallsPerSec()), fmtRate(r.InferPerSec()),
+				fmtUs(percentile(r.Latencies, 0.5)), fmtUs(percentile(r.Latencies, 0.99)), ratio)
+		}
+		w("\n")
 	}
 
 	levels, _ := parseInts(cfg.Levels)
@@ -187,7 +232,10 @@ func renderMarkdown(rep *report) string {
 		w("\n|---|---|---|%s\n", strings.Repeat("---|", len(levels)))
 		for i := range rep.Rows {
 			r := &rep.Rows[i]
-			w("| %s | %s | %s |", r.System, r.Transport, r.Batching)
+			if r.Rate > 0 {
+				continue // in the fixed-rate table
+			}
+			w("| %s | %s | %s |", rowSystem(r), r.Transport, r.Batching)
 			for _, c := range levels {
 				l, ok := r.at(c)
 				if !ok {
@@ -199,9 +247,9 @@ func renderMarkdown(rep *report) string {
 			w("\n")
 		}
 		w("\n## Every level\n\n")
-		w("Latencies are client-side, µs. Server queue and compute are the statistics extension's per-request averages over the stable windows (n/a: the server has no statistics); avg batch is inferences per model execution.\n\n")
-		w("| system | transport | batching | c | infer/s | p50 | p90 | p99 | avg | server queue | server compute | avg batch | errors | stable |\n")
-		w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		w("Latencies are client-side, µs. Server queue and compute are the statistics extension's per-request averages over the stable windows (n/a: the server has no statistics); avg batch is inferences per model execution. CPU columns are µs of CPU time per inference: the server's processes and the load generator (– : not measured). A level \"r/s\" is open loop at that rate.\n\n")
+		w("| system | transport | batching | c | infer/s | p50 | p90 | p99 | avg | server queue | server compute | avg batch | errors | stable | server CPU | load gen CPU |\n")
+		w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for i := range rep.Rows {
 			r := &rep.Rows[i]
 			for _, l := range r.Levels {
@@ -214,12 +262,20 @@ func renderMarkdown(rep *report) string {
 				if !l.Stable {
 					stable = "no"
 				}
-				w("| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n",
-					r.System, r.Transport, r.Batching, l.Concurrency, fmtRate(l.Throughput), fmtUs(l.P50), fmtUs(l.P90),
-					fmtUs(l.P99), fmtUs(l.Avg), queue, compute, batch, l.Errors, stable)
+				lv := strconv.Itoa(l.Concurrency)
+				if l.Concurrency == 0 {
+					lv = fmt.Sprintf("%g/s", l.Rate)
+				}
+				srvCPU := "–"
+				if l.HasCPU {
+					srvCPU = fmtCPU(l.ServerCPU)
+				}
+				w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %s | %s | %s |\n",
+					rowSystem(r), r.Transport, r.Batching, lv, fmtRate(l.Throughput), fmtUs(l.P50), fmtUs(l.P90),
+					fmtUs(l.P99), fmtUs(l.Avg), queue, compute, batch, l.Errors, stable, srvCPU, fmtCPU(l.ClientCPU))
 			}
 			if r.Err != "" {
-				w("| %s | %s | %s | – | failed: %s | | | | | | | | | |\n", r.System, r.Transport, r.Batching, oneLine(r.Err))
+				w("| %s | %s | %s | – | failed: %s | | | | | | | | | | | |\n", rowSystem(r), r.Transport, r.Batching, oneLine(r.Err))
 			}
 		}
 		w("\nCommands (one per row):\n\n```sh\n")
@@ -262,6 +318,48 @@ func renderMarkdown(rep *report) string {
 		w("- %s\n", n)
 	}
 	return b.String()
+}
+
+// rowSystem names a row's system, with its model when it is not the main
+// one.
+func rowSystem(r *perfRow) string {
+	if r.Group != "" {
+		return r.System + " (" + r.Group + ")"
+	}
+	return r.System
+}
+
+// renderCPU writes the CPU-per-inference summary: every server at c=32
+// and at the fixed rates.
+func renderCPU(w func(string, ...any), rep *report) {
+	type cell struct {
+		name string
+		l    level
+	}
+	var cells []cell
+	for i := range rep.Rows {
+		r := &rep.Rows[i]
+		if r.Rate > 0 {
+			if len(r.Levels) > 0 && r.Levels[0].HasCPU {
+				cells = append(cells, cell{fmt.Sprintf("%s, %s, batching %s, %g/s", rowSystem(r), r.Transport, r.Batching, r.Rate), r.Levels[0]})
+			}
+			continue
+		}
+		if l, ok := r.at(32); ok && l.HasCPU {
+			cells = append(cells, cell{fmt.Sprintf("%s, %s, batching %s, c=32", rowSystem(r), r.Transport, r.Batching), l})
+		}
+	}
+	if len(cells) == 0 {
+		return
+	}
+	w("## Server CPU per inference\n\n")
+	w("µs of CPU time per inference over each level's reported windows, from `/proc` (10 ms ticks), at c=32 and at the fixed rates; the load generator's beside it.\n\n")
+	w("| row | infer/s | server CPU µs | load gen CPU µs | server cores busy |\n|---|---|---|---|---|\n")
+	for _, c := range cells {
+		w("| %s | %s | %s | %s | %.2f |\n", c.name, fmtRate(c.l.Throughput), fmtCPU(c.l.ServerCPU), fmtCPU(c.l.ClientCPU),
+			c.l.Throughput*float64(c.l.ServerCPU)/float64(time.Second))
+	}
+	w("\n")
 }
 
 // firstLoad parses the 1-minute figure of a loadAvg string (0 if unknown).

@@ -13,12 +13,15 @@ type target struct {
 	Known    bool // false: a needed row is missing
 	Met      bool
 	Note     string
+	Info     bool // a figure to report, not a goal to meet
 }
 
 func (t target) verdict() string {
 	switch {
 	case !t.Known:
 		return "not measured"
+	case t.Info:
+		return "reported"
 	case t.Met:
 		return "**met**"
 	default:
@@ -26,15 +29,10 @@ func (t target) verdict() string {
 	}
 }
 
-// find returns the first row matching system kind, transport and batching.
+// find returns the first row of the main model matching system kind,
+// transport and batching.
 func (rep *report) find(peer bool, transport, batching string) *perfRow {
-	for i := range rep.Rows {
-		r := &rep.Rows[i]
-		if r.IsPeer == peer && r.Transport == transport && (peer || r.Batching == batching) {
-			return r
-		}
-	}
-	return nil
+	return rep.findRow("", peer, transport, batching)
 }
 
 func (rep *report) ort(batch int) (ortResult, bool) {
