@@ -264,7 +264,11 @@ func renderMarkdown(rep *report) string {
 				}
 				lv := strconv.Itoa(l.Concurrency)
 				if l.Concurrency == 0 {
-					lv = fmt.Sprintf("%g/s", l.Rate)
+					rate := l.Rate
+					if rate == 0 {
+						rate = r.Rate
+					}
+					lv = fmt.Sprintf("%g/s", rate)
 				}
 				srvCPU := "–"
 				if l.HasCPU {
