@@ -196,11 +196,7 @@ func New(cfg *config.Config, opts Options, logger *slog.Logger, reg prometheus.R
 		drifts:   map[string]*serviceDrift{},
 		life:     newLifecycle(),
 	}
-	client := opts.HTTPClient
-	if client == nil {
-		client = newProxyClient()
-	}
-	g.http = &upstreamHTTP{client: client, scheme: "http"}
+	g.http = newUpstreamHTTP(opts.HTTPClient)
 	g.rlMet = ratelimit.NewMetrics(reg)
 	g.local = ratelimit.NewLocal(ratelimit.LocalOptions{Metrics: g.rlMet})
 	al, err := accesslog.New(opts.AccessLog, accesslog.Options{Sampling: cfg.Gateway.LogSampling}, logger, reg)

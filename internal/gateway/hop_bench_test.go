@@ -1,12 +1,16 @@
 package gateway_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -41,28 +45,10 @@ func (w *benchWriter) reset() {
 	w.code = http.StatusOK
 }
 
-// cannedTransport answers every request with the same small KServe v2
-// response, without a connection.
-type cannedTransport struct{}
-
-func (cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Body != nil {
-		_, _ = io.Copy(io.Discard, r.Body)
-		_ = r.Body.Close()
-	}
-	const body = `{"model_name":"parcel_eta","outputs":[{"name":"eta","datatype":"FP32","shape":[1,1],"data":[42.5]}]}`
-	return &http.Response{
-		StatusCode: http.StatusOK, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header:        http.Header{"Content-Type": {"application/json"}, "Content-Length": {"104"}},
-		Body:          io.NopCloser(strings.NewReader(body)),
-		ContentLength: int64(len(body)), Request: r,
-	}, nil
-}
-
 // newHopEnv is the gatewaybench configuration: one client with a token
 // bucket it never exhausts, the proxy to a kserve_http backend, and a
 // plain service on an in-process model.
-func newHopEnv(b *testing.B, client *http.Client) *testEnv {
+func newHopEnv(b *testing.B, upstream string, client *http.Client) *testEnv {
 	b.Helper()
 	cfg := parseConfig(b, gatewayYAML(yamlOpts{
 		plain: true,
@@ -70,7 +56,7 @@ func newHopEnv(b *testing.B, client *http.Client) *testEnv {
 			clientsYAML("{requests_per_second: 1000000, burst: 1000000}"),
 			"proxy: {backend: models-http, timeout: 5s}",
 		},
-		backends: `[{name: local, kind: in_process}, {name: models-http, kind: kserve_http, endpoints: ["127.0.0.1:9"]}]`,
+		backends: `[{name: local, kind: in_process}, {name: models-http, kind: kserve_http, endpoints: ["` + upstream + `"]}]`,
 	}))
 	e := newEnv(b, cfg, func(o *gateway.Options) { o.HTTPClient = client })
 	// A lean model: the test fake records every request, which would
@@ -80,9 +66,48 @@ func newHopEnv(b *testing.B, client *http.Client) *testEnv {
 	return e
 }
 
+// cannedUpstream is a KServe v2 HTTP endpoint on 127.0.0.1 that answers
+// every request with the same small response, as cheaply as it can: the
+// benchmark measures the gateway, not it.
+func cannedUpstream(b *testing.B) string {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(b, err)
+	const body = `{"model_name":"parcel_eta","outputs":[{"name":"eta","datatype":"FP32","shape":[1,1],"data":[42.5]}]}`
+	answer := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					r, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, r.Body)
+					if _, err := io.WriteString(c, answer); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	b.Cleanup(func() {
+		_ = ln.Close()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
 func BenchmarkHop(b *testing.B) {
-	b.Run("proxy", func(b *testing.B) {
-		e := newHopEnv(b, &http.Client{Transport: cannedTransport{}})
+	proxy := func(b *testing.B, client *http.Client) {
+		e := newHopEnv(b, cannedUpstream(b), client)
 		w := &benchWriter{h: http.Header{}}
 		rd := bytes.NewReader(hopBody)
 		r := httptest.NewRequestWithContext(context.Background(), http.MethodPost, "/v2/models/parcel_eta/infer", rd)
@@ -98,9 +123,16 @@ func BenchmarkHop(b *testing.B) {
 				b.Fatalf("status %d", w.code)
 			}
 		}
+	}
+	// The proxy's own client (package h1), and net/http's in its place.
+	b.Run("proxy", func(b *testing.B) { proxy(b, nil) })
+	b.Run("proxy_nethttp", func(b *testing.B) {
+		t := &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}
+		b.Cleanup(t.CloseIdleConnections)
+		proxy(b, &http.Client{Transport: t})
 	})
 	b.Run("service", func(b *testing.B) {
-		e := newHopEnv(b, nil)
+		e := newHopEnv(b, "127.0.0.1:9", nil)
 		w := &benchWriter{h: http.Header{}}
 		body := []byte(plainBody)
 		rd := bytes.NewReader(body)
@@ -119,7 +151,7 @@ func BenchmarkHop(b *testing.B) {
 		}
 	})
 	b.Run("service_grpc", func(b *testing.B) {
-		e := newHopEnv(b, nil)
+		e := newHopEnv(b, "127.0.0.1:9", nil)
 		c := grpcClient(b, e)
 		ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer alice-key")
 		req := &gatewaypb.PredictRequest{Service: "eta", Fields: mustStruct(b, map[string]any{"user_id": 7, "base_eta": 30})}

@@ -1,50 +1,54 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
+
+	"github.com/sluice-ml/sluice/internal/gateway/h1"
 )
 
 // upstreamHTTP is the HTTP client of the KServe v2 proxy and of the
 // kserve_http health checks, with the scheme it speaks: "http", or
-// "https" for a backend with a tls block (a transport of its own).
+// "https" for a backend with a tls block (connections of its own).
+// It is package h1's client, or Options.HTTPClient when one is given.
 type upstreamHTTP struct {
-	client *http.Client
+	h1     *h1.Client
+	client *http.Client // instead of h1: Options.HTTPClient
 	scheme string
 }
 
-// newProxyClient is the HTTP client of the KServe v2 proxy and of HTTP
-// health checks: keep-alive connections to few hosts, no proxy from the
-// environment, no compression negotiation (bodies pass through as is).
-func newProxyClient() *http.Client {
-	d := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}
-	return &http.Client{
-		Transport: &http.Transport{
-			DialContext:           d.DialContext,
-			MaxIdleConns:          1024,
-			MaxIdleConnsPerHost:   256,
-			IdleConnTimeout:       90 * time.Second,
-			DisableCompression:    true,
-			ResponseHeaderTimeout: 0, // the request context bounds it
-			ForceAttemptHTTP2:     false,
-		},
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+// newUpstreamHTTP is the shared plaintext client.
+func newUpstreamHTTP(client *http.Client) *upstreamHTTP {
+	if client != nil {
+		return &upstreamHTTP{client: client, scheme: "http"}
 	}
+	return &upstreamHTTP{h1: h1.New(h1.Options{Dial: dialer().DialContext}), scheme: "http"}
 }
 
-// withTLS is u with a transport of its own speaking TLS with cfg.
+// dialer dials upstream connections: a short connect timeout (a dead
+// endpoint must fail over quickly), keep-alive probes on idle ones.
+func dialer() *net.Dialer { return &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second} }
+
+// withTLS is a client like u with connections of its own, speaking TLS
+// with cfg.
 func (u *upstreamHTTP) withTLS(cfg *tls.Config) *upstreamHTTP {
+	if u.client == nil {
+		return &upstreamHTTP{h1: h1.New(h1.Options{Dial: tlsDialer(dialer().DialContext, cfg), Scheme: "https"}), scheme: "https"}
+	}
 	t, ok := u.client.Transport.(*http.Transport)
 	if !ok {
-		t = newProxyClient().Transport.(*http.Transport)
+		t = &http.Transport{DisableCompression: true}
 	}
 	t = t.Clone()
 	dial := t.DialContext
 	if dial == nil {
-		dial = (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		dial = dialer().DialContext
 	}
 	t.DialTLSContext = tlsDialer(dial, cfg)
 	c := *u.client
@@ -52,24 +56,82 @@ func (u *upstreamHTTP) withTLS(cfg *tls.Config) *upstreamHTTP {
 	return &upstreamHTTP{client: &c, scheme: "https"}
 }
 
-// do sends one request.
-func (u *upstreamHTTP) do(req *http.Request) (*http.Response, error) {
-	return u.client.Do(req) //nolint:gosec // G704: the host is a backend's configured endpoint
+// forward sends one try of a proxied request r, whose body was read into
+// body, to endpoint addr: the caller's headers less the hop-by-hop ones
+// and its credentials, and reqID as X-Request-Id.
+func (u *upstreamHTTP) forward(ctx context.Context, r *http.Request, addr string, body []byte, reqID string) (*http.Response, error) {
+	if u.client != nil {
+		return u.forwardStd(ctx, r, addr, body, reqID)
+	}
+	// The host is a configured endpoint, never the caller's choice.
+	return u.h1.Do(ctx, &h1.Request{
+		Method: r.Method, Addr: addr, URI: r.URL.RequestURI(),
+		Header: r.Header, Skip: skipForwarded, Extra: []string{"X-Request-Id", reqID},
+		Body: body,
+	})
+}
+
+// skipForwarded names the request headers the proxy does not pass on:
+// hop-by-hop ones, the caller's credentials, and X-Request-Id, which it
+// sets itself.
+func skipForwarded(name string) bool {
+	return hopHeader(name) || name == "X-Request-Id" || strings.EqualFold(name, "X-Request-Id")
+}
+
+// forwardStd is forward through net/http.
+func (u *upstreamHTTP) forwardStd(ctx context.Context, r *http.Request, addr string, body []byte, reqID string) (*http.Response, error) {
+	url := *r.URL
+	url.Scheme, url.Host = u.scheme, addr
+	out, err := http.NewRequestWithContext(ctx, r.Method, url.String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	h := make(http.Header, len(r.Header)+1)
+	for k, vs := range r.Header {
+		if !hopHeader(k) {
+			h[k] = vs
+		}
+	}
+	h["X-Request-Id"] = []string{reqID}
+	out.Header = h
+	out.ContentLength = int64(len(body))
+	return u.client.Do(out) //nolint:gosec // G704: the host is a backend's configured endpoint
 }
 
 // get sends GET path to addr and returns the status; the body is dropped.
 func (u *upstreamHTTP) get(ctx context.Context, addr, path string) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.scheme+"://"+addr+path, nil)
+	var resp *http.Response
+	var err error
+	if u.client != nil {
+		var req *http.Request
+		if req, err = http.NewRequestWithContext(ctx, http.MethodGet, u.scheme+"://"+addr+path, nil); err != nil {
+			return 0, err
+		}
+		resp, err = u.client.Do(req) //nolint:gosec // G704: the host is a backend's configured endpoint
+	} else {
+		resp, err = u.h1.Do(ctx, &h1.Request{Method: http.MethodGet, Addr: addr, URI: path})
+	}
 	if err != nil {
 		return 0, err
 	}
-	resp, err := u.do(req)
-	if err != nil {
-		return 0, err
-	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10)) // so the connection can be reused
 	_ = resp.Body.Close()
 	return resp.StatusCode, nil
 }
 
 // closeIdle closes the connections no request uses.
-func (u *upstreamHTTP) closeIdle() { u.client.CloseIdleConnections() }
+func (u *upstreamHTTP) closeIdle() {
+	if u.client != nil {
+		u.client.CloseIdleConnections()
+		return
+	}
+	u.h1.CloseIdle()
+}
+
+// closeExpired closes the connections idle for too long (net/http's
+// transport does that on its own).
+func (u *upstreamHTTP) closeExpired(now time.Time) {
+	if u.h1 != nil {
+		u.h1.CloseExpired(now)
+	}
+}

@@ -47,16 +47,19 @@ func newLifecycle() lifecycle {
 	return lifecycle{closing: make(chan struct{}), done: make(chan struct{})}
 }
 
-// start marks the gateway running; false when it runs already or was
-// closed.
-func (l *lifecycle) start() bool {
+// start marks the gateway running. It reports an error when it runs
+// already, and false (nothing to run) when it was closed.
+func (l *lifecycle) start() (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.started || l.closed {
-		return false
+	switch {
+	case l.started:
+		return false, errors.New("gateway: Run called twice")
+	case l.closed:
+		return false, nil
 	}
 	l.started = true
-	return true
+	return true, nil
 }
 
 // close marks the gateway closed and reports whether Run had started.
@@ -107,11 +110,11 @@ func (l *lifecycle) closeRetired(now time.Time) {
 // Run runs the gateway's background work (see the top of
 // lifecycle.go) and returns once ctx ends, or Close is called, and its
 // control loops have stopped. The access-log writer and the shadow
-// workers it starts keep going until Close, which waits for them. A
-// second Run, or a Run after Close, returns an error at once.
+// workers it starts keep going until Close, which waits for them. A Run
+// after Close returns at once; a second Run is an error.
 func (g *Gateway) Run(ctx context.Context) error {
-	if !g.life.start() {
-		return errors.New("gateway: already running or closed")
+	if ok, err := g.life.start(); !ok {
+		return err
 	}
 	defer close(g.life.done)
 	// The request-path workers: Close ends and waits for them.
@@ -159,7 +162,8 @@ func (g *Gateway) superviseHealth(ctx context.Context) {
 }
 
 // tick runs once a second until ctx ends: the rollout controllers' clock,
-// and the closers of retired clients whose grace period is over.
+// the closers of retired clients whose grace period is over, and the
+// expiry of idle proxy connections.
 func (g *Gateway) tick(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -169,13 +173,21 @@ func (g *Gateway) tick(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		st := g.state.Load()
 		now := g.opts.Now()
-		for _, s := range g.state.Load().byName {
+		for _, s := range st.byName {
 			if s.rollout != nil {
 				s.rollout.ctrl.Tick(now)
 			}
 		}
-		g.life.closeRetired(time.Now())
+		wall := time.Now()
+		g.life.closeRetired(wall)
+		g.http.closeExpired(wall)
+		for _, b := range st.backends {
+			if c, ok := b.client.(*kserveHTTP); ok && c.ownTLS {
+				c.up.closeExpired(wall)
+			}
+		}
 	}
 }
 

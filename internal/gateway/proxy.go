@@ -1,13 +1,13 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/admission"
@@ -101,7 +101,7 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 func (g *Gateway) proxyTry(ctx context.Context, rt *retrier, ep *upstream.Endpoint, r *http.Request, up *upstreamHTTP, body []byte, reqID string) (*http.Response, tryFailure, error) {
 	tctx, cancel := rt.tryContext(ctx)
 	start := time.Now()
-	resp, err := forward(tctx, up, r, ep.Addr, body, reqID)
+	resp, err := up.forward(tctx, r, ep.Addr, body, reqID)
 	var f tryFailure
 	if err != nil {
 		f.timeout = tctx.Err() != nil && ctx.Err() == nil
@@ -136,27 +136,6 @@ func (b *cancelBody) Close() error {
 	return err
 }
 
-// forward sends one try of a proxied request to endpoint addr.
-func forward(ctx context.Context, up *upstreamHTTP, r *http.Request, addr string, body []byte, reqID string) (*http.Response, error) {
-	u := *r.URL
-	u.Scheme, u.Host = up.scheme, addr
-	// The host is a configured endpoint, never the caller's choice.
-	out, err := http.NewRequestWithContext(ctx, r.Method, u.String(), bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	h := make(http.Header, len(r.Header)+1)
-	for k, vs := range r.Header {
-		if !hopHeader(k) {
-			h[k] = vs
-		}
-	}
-	h["X-Request-Id"] = []string{reqID}
-	out.Header = h
-	out.ContentLength = int64(len(body))
-	return up.do(out)
-}
-
 // copyResponse streams resp to w and closes it.
 func copyResponse(w http.ResponseWriter, resp *http.Response, e *accesslog.Entry) {
 	defer resp.Body.Close()
@@ -168,9 +147,15 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, e *accesslog.Entry
 		h[k] = vs
 	}
 	w.WriteHeader(resp.StatusCode)
-	n, _ := io.Copy(w, resp.Body)
+	buf := copyBufs.Get().(*[]byte)
+	n, _ := io.CopyBuffer(w, resp.Body, *buf) // w's ReadFrom, when it has one, goes first
+	copyBufs.Put(buf)
 	e.ResponseBytes = n
 }
+
+// copyBufs holds the buffers copyResponse copies through when w cannot
+// read from a reader itself (a wrapped ResponseWriter).
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // isConnectErr reports a dial failure (a failed TLS handshake included,
 // see tlsDialer): the request never left.
