@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +15,20 @@ import (
 type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// series caches each (route, code)'s collectors: looking them up by
+	// label values hashes the labels on every request. Routes and codes
+	// are bounded, so the cache is too.
+	series sync.Map // routeCode -> *routeSeries
+}
+
+type routeCode struct {
+	route string
+	code  int
+}
+
+type routeSeries struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -35,8 +50,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 }
 
 func (m *metrics) observe(route string, code int, d time.Duration) {
-	m.requests.WithLabelValues(route, codeLabel(code)).Inc()
-	m.duration.WithLabelValues(route).Observe(d.Seconds())
+	key := routeCode{route, code}
+	v, ok := m.series.Load(key)
+	if !ok {
+		v, _ = m.series.LoadOrStore(key, &routeSeries{
+			requests: m.requests.WithLabelValues(route, codeLabel(code)),
+			duration: m.duration.WithLabelValues(route),
+		})
+	}
+	s := v.(*routeSeries)
+	s.requests.Inc()
+	s.duration.Observe(d.Seconds())
 }
 
 // codeLabel avoids formatting the common codes on every request.

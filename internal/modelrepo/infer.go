@@ -297,7 +297,9 @@ func (lv *loaded) prepare(req *infer.Request) ([]infer.Tensor, []string, int64, 
 	invalid := func(reason, format string, args ...any) ([]infer.Tensor, []string, int64, *infer.Error) {
 		return nil, nil, 0, infer.Errorf(infer.KindInvalid, reason, format, args...)
 	}
-	byInput := make([]int, len(lv.inputs)) // config index -> request index + 1
+	var byInputBuf [8]int
+	byInput := byInputBuf[:0]
+	byInput = append(byInput, make([]int, len(lv.inputs))...) // config index -> request index + 1
 	batch, batchFrom := int64(-1), ""
 	for ri := range req.Inputs {
 		t := &req.Inputs[ri]
