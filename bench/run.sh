@@ -267,3 +267,4 @@ if [ "${BENCH_GATEWAY:-1}" != 0 ]; then
     -command "$invoked  # BENCH_GATEWAY_SECONDS=$GW_SECS BENCH_GATEWAY_CHAIN_SECONDS=$GW_CHAIN_SECS" \
     -out "${BENCH_GATEWAY_OUT:-bench/results/gateway.md}"
 fi
+[ "${BENCH_TORCH:-1}" = 0 ] || SLUICE_BIN="$BIN" BENCH_PEERS_DIR="$PEERS" bench/torch.sh # PyTorch serving (issue 14): bench/results/pytorch.md; BENCH_TORCH=0 leaves it out
