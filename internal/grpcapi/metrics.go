@@ -1,8 +1,11 @@
 package grpcapi
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"google.golang.org/grpc/codes"
 )
 
 // metrics are the gRPC edge's collectors. The method label is the full
@@ -12,6 +15,35 @@ import (
 type metrics struct {
 	requests *prometheus.CounterVec   // method, code
 	duration *prometheus.HistogramVec // method
+	// series caches each (method, code)'s collectors, so a call does not
+	// hash its label values; methods and codes are bounded, so is this.
+	series sync.Map // methodCode -> *methodSeries
+}
+
+type methodCode struct {
+	method string
+	code   codes.Code
+}
+
+type methodSeries struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
+}
+
+// observe records one call of method that ended with code after d
+// seconds.
+func (m *metrics) observe(method string, code codes.Code, seconds float64) {
+	key := methodCode{method, code}
+	v, ok := m.series.Load(key)
+	if !ok {
+		v, _ = m.series.LoadOrStore(key, &methodSeries{
+			requests: m.requests.WithLabelValues(method, code.String()),
+			duration: m.duration.WithLabelValues(method),
+		})
+	}
+	ms := v.(*methodSeries)
+	ms.duration.Observe(seconds)
+	ms.requests.Inc()
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {

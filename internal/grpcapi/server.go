@@ -135,8 +135,7 @@ func (s *Service) metricsStream(srv any, ss grpc.ServerStream, info *grpc.Stream
 }
 
 func (s *Service) observe(method string, start time.Time, err error) {
-	s.metrics.duration.WithLabelValues(method).Observe(time.Since(start).Seconds())
-	s.metrics.requests.WithLabelValues(method, status.Code(err).String()).Inc()
+	s.metrics.observe(method, status.Code(err), time.Since(start).Seconds())
 }
 
 func (s *Service) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
