@@ -20,7 +20,7 @@ test: deps ## unit + integration tests with -race, then each fuzz target briefly
 	$(GO) vet $(PKGS)
 	$(GO) test -race -shuffle=on -count=1 -timeout 20m $(PKGS)
 	# Allocation guards build only without -race (the race detector drops pooled objects).
-	$(GO) test -count=1 -run 'Allocations' ./internal/batch/
+	$(GO) test -count=1 -run 'Allocations' ./internal/batch/ ./internal/httpapi/
 	@scripts/fuzz.sh $(FUZZTIME)
 
 test-short: ## unit tests only, no race detector
