@@ -95,7 +95,14 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	if r.ContentLength > 0 {
 		size = int(min(r.ContentLength+1, 1<<20))
 	}
-	buf := h.getBody(size)
+	var buf []byte
+	if enc == "" {
+		buf = h.getBody(size)
+	} else {
+		// A decompressed body's growth is charged to the budget by its
+		// capacity, so it starts from a fresh buffer of the claimed size.
+		buf = make([]byte, 0, size)
+	}
 	// admission.Handler reserved the Content-Length (or charges chunked
 	// wire bytes as they arrive); a decompressed buffer growing past that
 	// is charged to the process budget too.
