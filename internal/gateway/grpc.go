@@ -98,70 +98,66 @@ type fieldsBody struct{ fields *structpb.Struct }
 func (b fieldsBody) decode(s *service, vals []value) (int64, error) {
 	n := int64(proto.Size(b.fields))
 	fs := b.fields.GetFields()
-	// JSON has no NaN or infinity: the HTTP edge cannot receive one, so
-	// neither does this one, anywhere in the message.
-	for _, v := range fs {
-		if !finiteValue(v) {
-			return n, infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "fields: a number is NaN or infinite")
+	unknown, found := "", false
+	for k := range fs {
+		if _, ok := s.fieldIdx[k]; !ok && (!found || k < unknown) {
+			unknown, found = k, true // the first in order, so the answer does not change from call to call
 		}
 	}
-	for k, v := range fs {
-		i, ok := s.fieldIdx[k]
-		if !ok {
-			return n, infer.Errorf(infer.KindInvalid, ReasonUnknownField, "unknown field %q: service %q takes %s", k, s.name, s.fieldList())
-		}
-		if err := parseProtoValue(&s.fields[i], v, &vals[i]); err != nil {
-			return n, err
+	if found {
+		return n, infer.Errorf(infer.KindInvalid, ReasonUnknownField, "unknown field %q: service %q takes %s", unknown, s.name, s.fieldList())
+	}
+	for i := range s.fields {
+		if v, ok := fs[s.fields[i].name]; ok {
+			if err := parseProtoValue(&s.fields[i], v, &vals[i]); err != nil {
+				return n, err
+			}
 		}
 	}
 	return n, s.checkRequired(vals)
 }
 
 // parseProtoValue parses one protobuf value of field f into v: the value's
-// JSON form goes through parseValue, so both edges accept and refuse the
-// same values with the same words.
+// JSON form (protobuf's: NaN and infinities are the strings "NaN",
+// "Infinity" and "-Infinity") goes through parseValue, so both edges
+// accept and refuse the same values with the same words.
 func parseProtoValue(f *reqField, pv *structpb.Value, v *value) error {
-	var buf [32]byte
 	var raw []byte
 	switch k := pv.GetKind().(type) {
 	case nil, *structpb.Value_NullValue:
+		*v = value{}
 		return nil
 	case *structpb.Value_NumberValue:
-		raw = appendJSONFloat(buf[:0], k.NumberValue)
+		x := k.NumberValue
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return parseProtoValue(f, structpb.NewStringValue(nonFinite(x)), v)
+		}
+		raw = appendJSONFloat(make([]byte, 0, 24), x)
 	case *structpb.Value_BoolValue:
-		raw = strconv.AppendBool(buf[:0], k.BoolValue)
+		raw = strconv.AppendBool(nil, k.BoolValue)
 	case *structpb.Value_StringValue:
 		if f.kind == kindString {
 			// Protobuf strings are valid UTF-8: the value is the string.
-			v.s, v.set = k.StringValue, true
+			*v = value{s: k.StringValue, set: true}
 			return nil
 		}
 		raw, _ = json.Marshal(k.StringValue) //nolint:errchkjson // a string always marshals
 	default: // a list or a struct: refused with its JSON form in the message
-		raw, _ = json.Marshal(pv.AsInterface()) //nolint:errchkjson // finite numbers, strings, bools: always marshals
+		raw, _ = json.Marshal(pv.AsInterface()) //nolint:errchkjson // AsInterface is JSON's: always marshals
 	}
 	return parseValue(f, raw, v)
 }
 
-// finiteValue reports whether v holds no NaN or infinite number.
-func finiteValue(v *structpb.Value) bool {
-	switch k := v.GetKind().(type) {
-	case *structpb.Value_NumberValue:
-		return !math.IsNaN(k.NumberValue) && !math.IsInf(k.NumberValue, 0)
-	case *structpb.Value_ListValue:
-		for _, e := range k.ListValue.GetValues() {
-			if !finiteValue(e) {
-				return false
-			}
-		}
-	case *structpb.Value_StructValue:
-		for _, e := range k.StructValue.GetFields() {
-			if !finiteValue(e) {
-				return false
-			}
-		}
+// nonFinite is how protobuf's JSON form writes NaN and the infinities.
+func nonFinite(x float64) string {
+	switch {
+	case math.IsNaN(x):
+		return "NaN"
+	case x > 0:
+		return "Infinity"
+	default:
+		return "-Infinity"
 	}
-	return true
 }
 
 // appendJSONFloat appends x as encoding/json writes a float64.
