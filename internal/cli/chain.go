@@ -170,7 +170,7 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 		repo = fs.holder.Current()
 	}
 	sig := func(ctx context.Context, b config.Backend, model, version string) (infer.Signature, error) {
-		if b.Kind != "in_process" {
+		if b.Kind != gateway.KindInProcess {
 			return remoteSignature(ctx, remote, b, model, version)
 		}
 		if ms == nil {
@@ -319,6 +319,9 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 		scheme = "https://"
 	}
 	b.console = scheme + displayAddr(rawAdmin.Addr().String()) + console.Prefix
+	// Run's control loops (health checks, drift, rollouts) stop with
+	// gctx; its access-log writer and shadow workers go on serving the
+	// requests the listeners drain, until gw.Close below waits for them.
 	g.Go(func() error { return gw.Run(gctx) })
 	ok = true
 	for _, s := range []struct {
