@@ -36,15 +36,23 @@ func TestAdmissionBodyErrors(t *testing.T) {
 		reason string
 	}{
 		{name: "service within both", env: services, path: etaPath, limits: admission.DefaultLimits(64 * kib), budget: 64 * kib, status: http.StatusOK},
-		{name: "service over the listener limit", env: services, path: etaPath, limits: admission.DefaultLimits(kib), budget: 64 * kib,
-			status: http.StatusRequestEntityTooLarge, reason: gateway.ReasonBodyTooLarge},
-		{name: "service past the budget", env: services, path: etaPath, limits: admission.DefaultLimits(64 * kib), budget: kib,
-			status: http.StatusServiceUnavailable, reason: admission.ReasonOverloaded},
+		{
+			name: "service over the listener limit", env: services, path: etaPath, limits: admission.DefaultLimits(kib), budget: 64 * kib,
+			status: http.StatusRequestEntityTooLarge, reason: gateway.ReasonBodyTooLarge,
+		},
+		{
+			name: "service past the budget", env: services, path: etaPath, limits: admission.DefaultLimits(64 * kib), budget: kib,
+			status: http.StatusServiceUnavailable, reason: admission.ReasonOverloaded,
+		},
 		{name: "proxy within both", env: proxy, path: "/v2/models/simple/infer", limits: admission.DefaultLimits(64 * kib), budget: 64 * kib, status: http.StatusOK},
-		{name: "proxy over the listener limit", env: proxy, path: "/v2/models/simple/infer", limits: admission.DefaultLimits(kib), budget: 64 * kib,
-			status: http.StatusRequestEntityTooLarge, reason: gateway.ReasonBodyTooLarge},
-		{name: "proxy past the budget", env: proxy, path: "/v2/models/simple/infer", limits: admission.DefaultLimits(64 * kib), budget: kib,
-			status: http.StatusServiceUnavailable, reason: admission.ReasonOverloaded},
+		{
+			name: "proxy over the listener limit", env: proxy, path: "/v2/models/simple/infer", limits: admission.DefaultLimits(kib), budget: 64 * kib,
+			status: http.StatusRequestEntityTooLarge, reason: gateway.ReasonBodyTooLarge,
+		},
+		{
+			name: "proxy past the budget", env: proxy, path: "/v2/models/simple/infer", limits: admission.DefaultLimits(64 * kib), budget: kib,
+			status: http.StatusServiceUnavailable, reason: admission.ReasonOverloaded,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -23,8 +23,8 @@ import (
 )
 
 // grpcClient serves e's gateway over an in-memory gRPC connection.
-func grpcClient(t testing.TB, e *testEnv) gatewaypb.GatewayClient {
-	t.Helper()
+func grpcClient(tb testing.TB, e *testEnv) gatewaypb.GatewayClient {
+	tb.Helper()
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
 	e.g.RegisterGRPC(srv)
@@ -36,8 +36,8 @@ func grpcClient(t testing.TB, e *testEnv) gatewaypb.GatewayClient {
 	conn, err := grpc.NewClient("passthrough:///gateway",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() {
+	require.NoError(tb, err)
+	tb.Cleanup(func() {
 		_ = conn.Close()
 		srv.Stop()
 		<-done

@@ -107,6 +107,7 @@ func cannedUpstream(b *testing.B) string {
 
 func BenchmarkHop(b *testing.B) {
 	proxy := func(b *testing.B, client *http.Client) {
+		b.Helper()
 		e := newHopEnv(b, cannedUpstream(b), client)
 		w := &benchWriter{h: http.Header{}}
 		rd := bytes.NewReader(hopBody)

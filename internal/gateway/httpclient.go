@@ -82,7 +82,7 @@ func skipForwarded(name string) bool {
 func (u *upstreamHTTP) forwardStd(ctx context.Context, r *http.Request, addr string, body []byte, reqID string) (*http.Response, error) {
 	url := *r.URL
 	url.Scheme, url.Host = u.scheme, addr
-	out, err := http.NewRequestWithContext(ctx, r.Method, url.String(), bytes.NewReader(body))
+	out, err := http.NewRequestWithContext(ctx, r.Method, url.String(), bytes.NewReader(body)) //nolint:gosec // G704: the host is a backend's configured endpoint
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +107,7 @@ func (u *upstreamHTTP) get(ctx context.Context, addr, path string) (int, error) 
 		if req, err = http.NewRequestWithContext(ctx, http.MethodGet, u.scheme+"://"+addr+path, nil); err != nil {
 			return 0, err
 		}
-		resp, err = u.client.Do(req) //nolint:gosec // G704: the host is a backend's configured endpoint
+		resp, err = u.client.Do(req)
 	} else {
 		resp, err = u.h1.Do(ctx, &h1.Request{Method: http.MethodGet, Addr: addr, URI: path})
 	}

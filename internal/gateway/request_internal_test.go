@@ -128,8 +128,10 @@ func diffService(tb testing.TB) *service {
 		Name: "eta", Path: "POST /v1/services/eta:predict",
 		Entities: []config.Entity{{Name: "user", JoinKey: "user_id", Type: "int64"}},
 		RequestFields: []config.RequestField{
-			{Name: "base_eta", Type: "float32", Required: true}, {Name: "delay", Type: "float64"},
-			{Name: "express", Type: "bool"}, {Name: "note", Type: "string"},
+			{Name: "base_eta", Type: "float32", Required: true},
+			{Name: "delay", Type: "float64"},
+			{Name: "express", Type: "bool"},
+			{Name: "note", Type: "string"},
 		},
 		Model:  config.Model{Name: "m"},
 		Routes: []config.Route{{Name: "default", Route: config.RouteAction{Weighted: []config.WeightedBackend{{Backend: "local", Weight: 100}}}}},
@@ -243,7 +245,7 @@ func FuzzGRPCFieldsMatchReference(f *testing.F) {
 		{"user_id": 7, "base_eta": 30},
 		{"user_id": "007", "base_eta": 30.5, "delay": 1e-7, "express": true, "note": "fragile <&>"},
 		{"user_id": 7.5, "base_eta": 1e39},
-		{"user_id": 1e21, "base_eta": -0.0, "delay": 123456789012345678.0},
+		{"user_id": 1e21, "base_eta": math.Copysign(0, -1), "delay": 123456789012345678.0},
 		{"user_id": nil, "base_eta": []any{1, "a"}, "note": map[string]any{"k": true}},
 		{"user_id": 9.3e18, "base_eta": "3", "colour": "red"},
 	} {
@@ -286,7 +288,7 @@ func FuzzGRPCFieldsMatchReference(f *testing.F) {
 }
 
 func TestAppendJSONFloat(t *testing.T) {
-	for _, x := range []float64{0, -0.0, 1, -1.5, 1e-6, 9.99e-7, 1e20, 1e21, 123456789012345678, math.MaxFloat64, math.SmallestNonzeroFloat64, 0.1 + 0.2} {
+	for _, x := range []float64{0, math.Copysign(0, -1), 1, -1.5, 1e-6, 9.99e-7, 1e20, 1e21, 123456789012345678, math.MaxFloat64, math.SmallestNonzeroFloat64, 0.1 + 0.2} {
 		want, err := json.Marshal(x)
 		if err != nil {
 			t.Fatal(err)

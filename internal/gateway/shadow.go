@@ -99,7 +99,7 @@ func newMirror(rc config.Recording, rec Recorder, reg prometheus.Registerer) *mi
 		jobs: make(chan *shadowJob, rc.QueueSize), workers: max(rc.Workers, 1), done: make(chan struct{}),
 		recorder: rec, met: newShadowMetrics(reg),
 	}
-	m.abort, m.abortCall = context.WithCancel(context.Background())
+	m.abort, m.abortCall = context.WithCancel(context.Background()) //nolint:gosec // G118: finish calls abortCall when its ctx ends
 	return m
 }
 

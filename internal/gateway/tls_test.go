@@ -91,6 +91,7 @@ func startTLSModels(t *testing.T, f *tlsrun.Files) (string, *tlsModels) {
 // withKServe wires real KServe clients into the gateway: a plaintext one
 // and one per backend with a tls block.
 func withKServe(t *testing.T) func(*gateway.Options) {
+	t.Helper()
 	return func(o *gateway.Options) {
 		plain := kserve.New(kserve.Options{}, nil)
 		t.Cleanup(func() { _ = plain.Close() })
@@ -196,8 +197,10 @@ func TestBackendTLSHTTP(t *testing.T) {
 			eps[i] = fmt.Sprintf("%q", ep)
 		}
 		return newEnv(t, parseConfig(t, gatewayYAML(yamlOpts{
-			plain: true, gateway: []string{clientsYAML("{}"),
-				"proxy: {backend: models-http, timeout: 5s, retries: {retry_on: [connect-failure], num_retries: 1}}"},
+			plain: true, gateway: []string{
+				clientsYAML("{}"),
+				"proxy: {backend: models-http, timeout: 5s, retries: {retry_on: [connect-failure], num_retries: 1}}",
+			},
 			backends: `[{name: local, kind: in_process}, {name: models-http, kind: kserve_http, endpoints: [` +
 				strings.Join(eps, ", ") + `], tls: ` + tls + `}]`,
 		})))

@@ -44,7 +44,7 @@ const (
 	ReasonInvalidAPIKey = "invalid_api_key"
 	// ReasonCredentialMismatch: the API key and the verified client
 	// certificate identify different clients.
-	ReasonCredentialMismatch = "credential_mismatch"
+	ReasonCredentialMismatch = "credential_mismatch" //nolint:gosec // G101: a reason code, not a credential
 )
 
 // Identity is the caller of a request.

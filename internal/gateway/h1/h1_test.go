@@ -51,6 +51,18 @@ func echoServer(t *testing.T, conns *atomic.Int64) string {
 	return strings.TrimPrefix(srv.URL, "http://")
 }
 
+// do is c.Do for a request expected to fail: the body of an answer it
+// got anyway is read and closed.
+func do(ctx context.Context, c *Client, req *Request) (string, error) {
+	resp, err := c.Do(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
 func readAll(t *testing.T, resp *http.Response) string {
 	t.Helper()
 	b, err := io.ReadAll(resp.Body)
@@ -70,9 +82,11 @@ func TestRequestAsSent(t *testing.T) {
 	}{
 		{
 			name: "post with body, extra header, skipped header, default user agent",
-			req: Request{Method: http.MethodPost, URI: "/v2/models/m/infer?x=1", Body: []byte(`{"a":1}`),
+			req: Request{
+				Method: http.MethodPost, URI: "/v2/models/m/infer?x=1", Body: []byte(`{"a":1}`),
 				Header: http.Header{"Authorization": {"Bearer k"}, "Content-Length": {"999"}, "Transfer-Encoding": {"chunked"}},
-				Skip:   skip, Extra: []string{"X-Request-Id", "r-1"}},
+				Skip:   skip, Extra: []string{"X-Request-Id", "r-1"},
+			},
 			want: `POST /v2/models/m/infer?x=1 ua="Go-http-client/1.1" id="r-1" auth="" te=[] cl=7 body={"a":1}`,
 		},
 		{
@@ -228,7 +242,7 @@ func TestConnectFailure(t *testing.T) {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 	c := newClient(t, Options{})
-	_, err = c.Do(t.Context(), &Request{Method: http.MethodGet, Addr: addr, URI: "/"})
+	_, err = do(t.Context(), c, &Request{Method: http.MethodGet, Addr: addr, URI: "/"})
 	var op *net.OpError
 	require.ErrorAs(t, err, &op)
 	require.Equal(t, "dial", op.Op)
@@ -263,7 +277,7 @@ func TestContextEnds(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		time.AfterFunc(50*time.Millisecond, cancel)
 		start := time.Now()
-		_, err := c.Do(ctx, &Request{Method: http.MethodGet, Addr: hang, URI: "/"})
+		_, err := do(ctx, c, &Request{Method: http.MethodGet, Addr: hang, URI: "/"})
 		require.ErrorIs(t, err, context.Canceled)
 		require.Less(t, time.Since(start), 5*time.Second)
 	})
@@ -274,7 +288,7 @@ func TestContextEnds(t *testing.T) {
 		})
 		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 		defer cancel()
-		_, err := c.Do(ctx, &Request{Method: http.MethodGet, Addr: hang, URI: "/"})
+		_, err := do(ctx, c, &Request{Method: http.MethodGet, Addr: hang, URI: "/"})
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 	})
 }
@@ -288,12 +302,12 @@ func TestHeaderInjectionRefused(t *testing.T) {
 		{"": {"v"}},
 		{"X A": {"v"}},
 	} {
-		_, err := c.Do(t.Context(), &Request{Method: http.MethodGet, Addr: addr, URI: "/", Header: h})
+		_, err := do(t.Context(), c, &Request{Method: http.MethodGet, Addr: addr, URI: "/", Header: h})
 		require.Error(t, err, "%q", h)
 	}
-	_, err := c.Do(t.Context(), &Request{Method: http.MethodGet, Addr: addr, URI: "/", Extra: []string{"X-Request-Id", "a\nb"}})
+	_, err := do(t.Context(), c, &Request{Method: http.MethodGet, Addr: addr, URI: "/", Extra: []string{"X-Request-Id", "a\nb"}})
 	require.Error(t, err)
-	_, err = c.Do(t.Context(), &Request{Method: http.MethodGet, Addr: addr, URI: "/", Extra: []string{"X-Request-Id"}})
+	_, err = do(t.Context(), c, &Request{Method: http.MethodGet, Addr: addr, URI: "/", Extra: []string{"X-Request-Id"}})
 	require.Error(t, err)
 }
 
