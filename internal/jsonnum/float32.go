@@ -12,10 +12,7 @@ import (
 // float32, with strconv.ParseFloat(string(b), 32)'s result and error.
 func ParseFloat32(b []byte) (float32, error) {
 	if man, exp10, neg, ok := decompose(b); ok {
-		if f, ok := exact32(man, exp10, neg); ok {
-			return f, nil
-		}
-		if f, ok := eiselLemire32(man, exp10, neg); ok {
+		if f, ok := Decimal32(man, exp10, neg); ok {
 			return f, nil
 		}
 	}
@@ -23,9 +20,26 @@ func ParseFloat32(b []byte) (float32, error) {
 	return float32(f), err
 }
 
-// maxMantissaDigits is the most significant digits that always fit a
+// Decimal32 returns the float32 nearest to man × 10^exp10 (negated when
+// neg), as strconv rounds it, when that can be decided quickly: false
+// means the caller must ask strconv.ParseFloat (for subnormal and
+// overflowing results, and rare halfway cases). man must hold every
+// significant digit of the literal (at most MaxMantissaDigits), so a
+// scanner that already walks a literal's digits can convert it without a
+// second pass.
+func Decimal32(man uint64, exp10 int, neg bool) (float32, bool) {
+	if f, ok := exact32(man, exp10, neg); ok {
+		return f, true
+	}
+	return eiselLemire32(man, exp10, neg)
+}
+
+// MaxMantissaDigits is the most significant digits that always fit a
 // uint64 (10^19 < 2^64).
-const maxMantissaDigits = 19
+const MaxMantissaDigits = 19
+
+// maxMantissaDigits is MaxMantissaDigits, for this file.
+const maxMantissaDigits = MaxMantissaDigits
 
 // decompose splits a JSON number into its significant digits as an
 // integer and a power of ten. ok is false when the literal is not a JSON
