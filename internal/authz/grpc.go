@@ -7,7 +7,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-ml/sluice/internal/wire"
@@ -110,13 +109,12 @@ type principalStream struct {
 func (s *principalStream) Context() context.Context { return s.ctx }
 
 func grpcEvent(ctx context.Context, fullMethod, group string, pr Principal, target string) Event {
-	md, _ := metadata.FromIncomingContext(ctx)
 	if target == "" && group == "" {
 		target = fullMethod // an unclassified call: the method is what it targets
 	}
 	return Event{
 		Component: ComponentModelsGRPC, Action: grpcAction(fullMethod, group), Target: target,
-		Who: pr.ID, Via: pr.Via, Addr: pr.Addr, RequestID: first(md, "x-request-id"),
+		Who: pr.ID, Via: pr.Via, Addr: pr.Addr, RequestID: firstValue(ctx, "x-request-id"),
 	}
 }
 
