@@ -45,6 +45,15 @@ func (w *benchWriter) reset() {
 	w.code = http.StatusOK
 }
 
+// cannedModel answers every request with the same response.
+type cannedModel struct{ resp *infer.Response }
+
+func (m cannedModel) Infer(context.Context, *infer.Request) (*infer.Response, error) {
+	return m.resp, nil
+}
+
+func (cannedModel) ModelReady(context.Context, string, string) error { return nil }
+
 // newHopEnv is the gatewaybench configuration: one client with a token
 // bucket it never exhausts, the proxy to a kserve_http backend, and a
 // plain service on an in-process model.
@@ -58,11 +67,13 @@ func newHopEnv(b *testing.B, upstream string, client *http.Client) *testEnv {
 		},
 		backends: `[{name: local, kind: in_process}, {name: models-http, kind: kserve_http, endpoints: ["` + upstream + `"]}]`,
 	}))
-	e := newEnv(b, cfg, func(o *gateway.Options) { o.HTTPClient = client })
 	// A lean model: the test fake records every request, which would
 	// dominate the profile.
 	resp := &infer.Response{Model: "eta_model", Version: "1", Outputs: []infer.Tensor{fp32Tensor("eta_prediction", 42.5), fp32Tensor("confidence_score", 0.9)}}
-	e.model.setFn(func(context.Context, *infer.Request) (*infer.Response, error) { return resp, nil })
+	e := newEnv(b, cfg, func(o *gateway.Options) {
+		o.HTTPClient = client
+		o.Models = cannedModel{resp}
+	})
 	return e
 }
 

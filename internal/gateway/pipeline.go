@@ -182,18 +182,27 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, c *Call) (
 	if len(c.Header["Traceparent"]) > 0 {
 		ctx = telemetry.Propagator.Extract(ctx, propagation.HeaderCarrier(c.Header))
 	}
-	ctx, span := tracer.Start(ctx, "gateway.predict", trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("service", s.name), attribute.String("request_id", x.reqID)))
+	// The span's options are the service's, built once; attributes that
+	// change per call are only set on a span that records.
+	ctx, span := tracer.Start(ctx, "gateway.predict", s.spanOpts...)
+	traced := span.IsRecording()
+	if traced {
+		span.SetAttributes(attribute.String("request_id", x.reqID))
+	}
 	x.log.TraceID = telemetry.TraceID(ctx)
 	err := g.run(ctx, x)
 	if err == nil {
 		x.log.Source = x.answer.Source
-		span.SetAttributes(attribute.String("source", x.answer.Source))
 	}
-	span.SetAttributes(attribute.String("route", x.log.Route), attribute.String("version", x.log.Version))
-	if err != nil {
-		_, reason := wire.HTTPStatus(err)
-		span.SetStatus(codes.Error, reason)
+	if traced {
+		if err == nil {
+			span.SetAttributes(attribute.String("source", x.answer.Source))
+		}
+		span.SetAttributes(attribute.String("route", x.log.Route), attribute.String("version", x.log.Version))
+		if err != nil {
+			_, reason := wire.HTTPStatus(err)
+			span.SetStatus(codes.Error, reason)
+		}
 	}
 	span.End()
 	g.record(ctx, x, err)
@@ -310,13 +319,18 @@ func (g *Gateway) buildRequest(x *exchange) error {
 // policy, then tells the release hooks how it went.
 func (g *Gateway) callModel(ctx context.Context, x *exchange) error {
 	callStart := time.Now()
-	ctx, span := tracer.Start(ctx, "model.infer", trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("model", x.req.Model), attribute.String("version", x.req.Version), attribute.String("backend", x.b.name)))
+	ctx, span := tracer.Start(ctx, "model.infer", clientSpan...)
+	traced := span.IsRecording()
+	if traced {
+		span.SetAttributes(attribute.String("model", x.req.Model), attribute.String("version", x.req.Version), attribute.String("backend", x.b.name))
+	}
 	resp, info, err := g.call(ctx, x.s, x.b, x.rc.Retries, x.req)
-	span.SetAttributes(attribute.String("endpoint", info.endpoint), attribute.Int("retries", info.retries))
-	if err != nil {
-		_, reason := wire.HTTPStatus(err)
-		span.SetStatus(codes.Error, reason)
+	if traced {
+		span.SetAttributes(attribute.String("endpoint", info.endpoint), attribute.Int("retries", info.retries))
+		if err != nil {
+			_, reason := wire.HTTPStatus(err)
+			span.SetStatus(codes.Error, reason)
+		}
 	}
 	span.End()
 	x.callLatency = time.Since(callStart)
@@ -371,6 +385,9 @@ func (g *Gateway) record(ctx context.Context, x *exchange, err error) {
 
 // tracer names the gateway's spans.
 var tracer = telemetry.Tracer("github.com/sluice-ml/sluice/internal/gateway")
+
+// clientSpan are the options of a span around an outbound call.
+var clientSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
 
 // The steps' work, in the order run calls them; the retries of the model
 // call are in invoke.go, the tensors in request.go.

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature"
@@ -145,6 +147,8 @@ type service struct {
 	// and each output's prediction histogram (by index into outputs).
 	duration    prometheus.Observer
 	predictions []prometheus.Observer
+	// spanOpts start a call's span: kind server, the service's name.
+	spanOpts []trace.SpanStartOption
 }
 
 type entityKey struct {
@@ -174,6 +178,9 @@ func compileService(c config.Service, repo *registry.Repo, opts ...route.Option)
 	sc.entityKeys()
 	sc.shadow()
 	sc.routes(opts)
+	sc.s.spanOpts = []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attribute.String("service", c.Name)),
+	}
 	if len(sc.errs) > 0 {
 		return nil, fmt.Errorf("service %q: %w", c.Name, errors.Join(sc.errs...))
 	}

@@ -150,11 +150,10 @@ func (c *Client) Do(ctx context.Context, req *Request) (*http.Response, error) {
 	}
 }
 
-// ctxErr is ctx's error when err comes from ctx ending: ctx is done, or
-// err is the connection's deadline, which is ctx's (the two timers may
-// fire in either order).
+// ctxErr is ctx's error when err comes from ctx ending: a connection's
+// deadline is only ever set once ctx is done.
 func ctxErr(ctx context.Context, err error) error {
-	if _, ok := ctx.Deadline(); ok && errors.Is(err, os.ErrDeadlineExceeded) {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
 		<-ctx.Done()
 	}
 	return ctx.Err()
@@ -163,12 +162,10 @@ func ctxErr(ctx context.Context, err error) error {
 // roundTrip writes req on cn and reads the answer's head. sent reports
 // whether any byte of an answer arrived.
 func (c *Client) roundTrip(ctx context.Context, cn *conn, req *Request) (resp *http.Response, sent bool, err error) {
-	if d, ok := ctx.Deadline(); ok {
-		if err := cn.nc.SetDeadline(d); err != nil {
-			return nil, false, err
-		}
-	}
-	// Cancellation interrupts whatever read or write is blocked.
+	// The end of ctx, its deadline included, interrupts whatever read or
+	// write is blocked: a deadline in the past. (No deadline is set
+	// otherwise: ctx's own timer is the one, and setting a connection's
+	// deadlines costs timer updates on every request.)
 	stop := context.AfterFunc(ctx, func() { _ = cn.nc.SetDeadline(time.Unix(1, 0)) })
 	defer func() {
 		if err != nil {
@@ -313,10 +310,12 @@ func (c *Client) get(ctx context.Context, addr string) (*conn, bool, error) {
 	return &conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 4<<10)}, false, nil
 }
 
-// put keeps cn for the next request to addr, or closes it.
+// put keeps cn for the next request to addr, or closes it. Its deadline
+// was never set: only the end of a context sets one, and such a
+// connection is not put back.
 func (c *Client) put(addr string, cn *conn) {
-	if cn.br.Buffered() > 0 || cn.nc.SetDeadline(time.Time{}) != nil {
-		_ = cn.nc.Close() // bytes nobody asked for, or a broken socket
+	if cn.br.Buffered() > 0 {
+		_ = cn.nc.Close() // bytes nobody asked for
 		return
 	}
 	cn.idleAt = time.Now()
