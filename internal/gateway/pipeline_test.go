@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
 
@@ -152,11 +150,7 @@ func TestCloseWithoutRunFinishesTheWork(t *testing.T) {
 // TestShadowKeepsTheTraceNotTheCancellation: a shadow call continues its
 // request's trace, and its request's end does not cancel it.
 func TestShadowKeepsTheTraceNotTheCancellation(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	t.Cleanup(func() { otel.SetTracerProvider(prev); _ = tp.Shutdown(context.Background()) })
+	exp := recordSpans(t)
 
 	e, rec := newShadowEnv(t, yamlOpts{plain: true, gateway: []string{anonAllowed}, service: []string{`shadow: {version: "2", percent: 100, timeout: 5s}`}})
 	started := make(chan struct{})

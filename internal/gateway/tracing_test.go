@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,14 +71,56 @@ func realModels(t *testing.T) *modelrepo.Manager {
 	return m
 }
 
+// recorder is the test binary's one OpenTelemetry provider. The global
+// provider hands every tracer made before it is set (the gateway's, the
+// model server's) to the first real provider it is given, for good, so
+// the tests set one once and switch its recording on and off instead.
+var recorder struct {
+	once sync.Once
+	exp  atomic.Pointer[tracetest.InMemoryExporter]
+}
+
+// spanSwitch samples and keeps every span while a test records them,
+// and none otherwise.
+type spanSwitch struct{}
+
+func (spanSwitch) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	if recorder.exp.Load() == nil {
+		return sdktrace.SamplingResult{Decision: sdktrace.Drop}
+	}
+	return sdktrace.AlwaysSample().ShouldSample(p)
+}
+
+func (spanSwitch) Description() string { return "the test's recording switch" }
+
+func (spanSwitch) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+
+func (spanSwitch) OnEnd(s sdktrace.ReadOnlySpan) {
+	if e := recorder.exp.Load(); e != nil {
+		_ = e.ExportSpans(context.Background(), []sdktrace.ReadOnlySpan{s})
+	}
+}
+
+func (spanSwitch) Shutdown(context.Context) error   { return nil }
+func (spanSwitch) ForceFlush(context.Context) error { return nil }
+
+// recordSpans records every span started until the test ends, sampled
+// whatever its parent says.
+func recordSpans(t *testing.T) *tracetest.InMemoryExporter {
+	t.Helper()
+	recorder.once.Do(func() {
+		otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(spanSwitch{}), sdktrace.WithSpanProcessor(spanSwitch{})))
+	})
+	exp := tracetest.NewInMemoryExporter()
+	recorder.exp.Store(exp)
+	t.Cleanup(func() { recorder.exp.Store(nil) })
+	return exp
+}
+
 // TestTraceOfOnePrediction: a sampled prediction leaves the four spans
 // of the chain, linked to their parents, under the caller's trace.
 func TestTraceOfOnePrediction(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	t.Cleanup(func() { otel.SetTracerProvider(prev); _ = tp.Shutdown(context.Background()) })
+	exp := recordSpans(t)
 
 	models := realModels(t)
 	yml := "gateway:\n  listen: \"127.0.0.1:8080\"\n  admin: \"127.0.0.1:9901\"\n  anonymous: {allowed: true}\n  services:\n" +
