@@ -32,9 +32,11 @@
 // plane is open, as Triton's is), OpenWrites opens RoleOperate calls too.
 // The integrator sets OpenWrites only for a loopback-only listener with no
 // token configured (so `make demo` needs no set-up); NewPolicy refuses it
-// alongside tokens. A presented credential that matches nothing is always
-// refused (401 invalid_credential), even on an open listener; a valid
-// credential always gets at least what an anonymous call would.
+// alongside tokens. Where tokens are configured, a presented credential
+// that matches nothing is always refused (401 invalid_credential), even on
+// an open listener; a valid credential always gets at least what an
+// anonymous call would. Where none are, a bearer credential cannot be
+// ours (a proxy's, a KServe client's default header) and is ignored.
 //
 // Refusals are *Denied errors: 401 missing_credential or
 // invalid_credential (HTTP answers carry "WWW-Authenticate: Bearer"), 403

@@ -318,6 +318,12 @@ func (p *Policy) open(need Role) bool {
 // and a token over a client certificate; an Authorization header with
 // another scheme is ignored.
 func (p *Policy) identify(c presented, pr *Principal) int {
+	if len(p.byHash) == 0 {
+		// No tokens here: a bearer credential is meant for someone else
+		// (a proxy in front, a KServe client's default headers), so it
+		// neither helps nor hurts; only a client certificate can count.
+		return p.identifyCert(c, pr)
+	}
 	secret, ok := "", false
 	switch tok, state := authorizationToken(c.authorization); state {
 	case credValid:
@@ -341,6 +347,11 @@ func (p *Policy) identify(c presented, pr *Principal) int {
 		pr.ID, pr.Role, pr.Via = e.id, e.role, ViaToken
 		return credValid
 	}
+	return p.identifyCert(c, pr)
+}
+
+// identifyCert maps a verified client certificate to its role.
+func (p *Policy) identifyCert(c presented, pr *Principal) int {
 	if len(p.certRoles) == 0 || c.tls == nil || len(c.tls.VerifiedChains) == 0 || len(c.tls.VerifiedChains[0]) == 0 {
 		return credNone
 	}
