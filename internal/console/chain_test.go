@@ -250,9 +250,16 @@ func newChain(t *testing.T) *chain {
 		Models: mgr, Features: c.srv, FeatureRepo: c.holder.Current, AccessLog: c.errs,
 	}, nil, c.reg)
 	require.NoError(t, err)
+	// The gateway's workers (the access log the console reads among them)
+	// run under Run, as `sluice serve -c` runs them.
+	runCtx, stopRun := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- c.gw.Run(runCtx) }()
 	c.gwHTTP = httptest.NewServer(c.gw)
 	t.Cleanup(func() {
 		c.gwHTTP.Close()
+		stopRun()
+		require.NoError(t, <-ran)
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		require.NoError(t, c.gw.Close(cctx))
