@@ -1,5 +1,5 @@
-// Command sluice runs the Sluice inference platform: the model server today,
-// and the feature server and gateway as they land. See `sluice --help`.
+// Command sluice runs the Sluice inference platform: the model server, the
+// feature server and the gateway, alone or together. See `sluice --help`.
 package main
 
 import (

@@ -48,16 +48,20 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		Short: "Sluice serves ML models (Triton-compatible), features and the gateway between them",
 		Long: `Sluice is an online ML inference platform in one binary.
 
+  sluice serve -c sluice.yaml           run the whole chain: model server, feature server,
+                                        gateway, admin API and console
   sluice serve --model-repository DIR   serve a Triton-layout model repository
                                         (KServe v2 HTTP :8000, gRPC :8001, metrics :8002)
-  sluice repo check DIR                 validate a model repository offline`,
+  sluice feature-server --repo DIR      serve online features (Feast HTTP API, :6566)
+  sluice repo check DIR                 validate a model repository offline
+  sluice status | rollout | shadow      operate a running deployment`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(
-		newServeCmd("serve", "Run the Sluice server (today: the model server)"),
+		newServeCmd("serve", "Run Sluice: the model server from --model-repository, or with -c sluice.yaml the whole chain (model server, feature server, gateway)"),
 		newServeCmd("model-server", "Run the model server alone"),
 		newRepoCmd(),
 		newFeaturesCmd(),
