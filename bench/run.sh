@@ -57,30 +57,9 @@ BIN="${SLUICE_BIN:-bin/sluice}"
 PY=/usr/bin/python3 # Debian's python3-torch and python3-flask live here
 CORES="$(nproc)"
 
-say() { echo "bench: $*" >&2; }
-
-WORK="$(mktemp -d)"
-PIDS=()
-cleanup() {
-  local pid i
-  for pid in "${PIDS[@]}"; do
-    kill -TERM "$pid" 2>/dev/null || true
-  done
-  for pid in "${PIDS[@]}"; do
-    for i in $(seq 100); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-      say "pid $pid still running after 10 s; sending SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+BENCH_NAME=bench
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 
 [ -x "$BIN" ] || { say "$BIN not found; run 'make build' (or 'make bench')"; exit 1; }
 
@@ -114,25 +93,6 @@ if [ -z "${SLUICE_ONNXRUNTIME_LIB:-}" ] && [ -x scripts/install-onnxruntime.sh ]
   lib="$(scripts/install-onnxruntime.sh --print-path 2>/dev/null || true)"
   [ -n "$lib" ] && [ -f "$lib" ] && export SLUICE_ONNXRUNTIME_LIB="$lib"
 fi
-
-free_port() {
-  "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
-
-wait_ready() { # name url pid log
-  local i
-  for i in $(seq 600); do
-    if [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "$2" || true)" = 200 ]; then
-      say "$1 ready"
-      return 0
-    fi
-    if ! kill -0 "$3" 2>/dev/null; then
-      say "$1 exited before it was ready; its log:"; tail -n 30 "$4" >&2; return 1
-    fi
-    sleep 0.1
-  done
-  say "$1 not ready after 60 s; its log:"; tail -n 30 "$4" >&2; return 1
-}
 
 say "building the harness"
 go build -o "$WORK/modelbench" ./bench/cmd/modelbench

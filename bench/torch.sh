@@ -49,30 +49,9 @@ PEERS="${BENCH_PEERS_DIR:-$ROOT/../shared/peers}"
 BIN="${SLUICE_BIN:-bin/sluice}"
 PY=/usr/bin/python3 # Debian's python3-torch and python3-flask live here
 
-say() { echo "torchbench: $*" >&2; }
-
-WORK="$(mktemp -d)"
-PIDS=()
-cleanup() {
-  local pid i
-  for pid in "${PIDS[@]}"; do
-    kill -TERM "$pid" 2>/dev/null || true
-  done
-  for pid in "${PIDS[@]}"; do
-    for i in $(seq 100); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-      say "pid $pid still running after 10 s; sending SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+BENCH_NAME=torchbench
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 
 [ -x "$BIN" ] || { say "$BIN not found; run 'make build'"; exit 1; }
 [ -f "$PEERS/flask_kserve_peer.py" ] || { say "no peer at $PEERS/flask_kserve_peer.py"; exit 1; }
@@ -94,24 +73,6 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
 fi
 
-free_port() {
-  "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
-
-wait_ready() { # name url pid log
-  local i
-  for i in $(seq 900); do
-    if [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "$2" || true)" = 200 ]; then
-      say "$1 ready"
-      return 0
-    fi
-    if ! kill -0 "$3" 2>/dev/null; then
-      say "$1 exited before it was ready; its log:"; tail -n 30 "$4" >&2; return 1
-    fi
-    sleep 0.1
-  done
-  say "$1 not ready after 90 s; its log:"; tail -n 30 "$4" >&2; return 1
-}
 
 say "building the harness"
 go build -o "$WORK/torchbench" ./bench/cmd/torchbench
@@ -153,7 +114,7 @@ HTTP_PORT="$(free_port)"; GRPC_PORT="$(free_port)"; METRICS_PORT="$(free_port)"
   --log-level warn >"$WORK/sluice.log" 2>&1 &
 SLUICE_PID=$!
 PIDS+=("$SLUICE_PID")
-wait_ready sluice "http://127.0.0.1:$HTTP_PORT/v2/health/ready" "$SLUICE_PID" "$WORK/sluice.log"
+wait_ready sluice "http://127.0.0.1:$HTTP_PORT/v2/health/ready" "$SLUICE_PID" "$WORK/sluice.log" 90
 
 PEER_PORT="$(free_port)"
 PEER_MODEL="$ROOT/examples/torchscript/parcel_eta.pt" \
@@ -165,7 +126,7 @@ PEER_TORCH_THREADS=1 \
   --chdir "$PEERS" 'flask_kserve_peer:app' >"$WORK/peer.log" 2>&1 &
 PEER_PID=$!
 PIDS+=("$PEER_PID")
-wait_ready "flask peer" "http://127.0.0.1:$PEER_PORT/v2/health/ready" "$PEER_PID" "$WORK/peer.log"
+wait_ready "flask peer" "http://127.0.0.1:$PEER_PORT/v2/health/ready" "$PEER_PID" "$WORK/peer.log" 90
 
 if [ -n "${MAKELEVEL:-}" ]; then invoked="make bench"; else invoked="bench/torch.sh"; fi
 cmdline="$invoked  # BENCH_TORCH_WINDOW_MS=$WINDOW_MS BENCH_TORCH_MAX_TRIALS=$TRIALS BENCH_TORCH_CONCURRENCY=$LEVELS BENCH_TORCH_RATES=$RATES BENCH_TORCH_INSTANCES=$INSTANCES BENCH_TORCH_BATCH_DELAY_US=$DELAY_US"
