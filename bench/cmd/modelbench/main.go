@@ -25,6 +25,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sluice-ml/sluice/bench/internal/machine"
 )
 
 type config struct {
@@ -130,7 +132,7 @@ type report struct {
 	Cfg       config
 	Started   time.Time
 	Finished  time.Time
-	Machine   machineInfo
+	Machine   machine.Info
 	LoadStart string
 	LoadEnd   string
 	ORT       []ortResult
@@ -145,7 +147,7 @@ type report struct {
 }
 
 func run(ctx context.Context, cfg config, logger *slog.Logger) error {
-	rep := &report{Cfg: cfg, Started: time.Now().UTC(), Machine: readMachine(ctx), LoadStart: loadAvg()}
+	rep := &report{Cfg: cfg, Started: time.Now().UTC(), Machine: machine.Read(ctx), LoadStart: machine.LoadAvg()}
 
 	// Start-up first, while the machine is not yet hot from load.
 	for i := range cfg.StartupRuns {
@@ -183,7 +185,7 @@ func run(ctx context.Context, cfg config, logger *slog.Logger) error {
 		rep.Rows = append(rep.Rows, row)
 	}
 	rep.Finished = time.Now().UTC()
-	rep.LoadEnd = loadAvg()
+	rep.LoadEnd = machine.LoadAvg()
 	if ctx.Err() != nil {
 		rep.Notes = append(rep.Notes, "The run was interrupted; some rows are missing or short.")
 	}

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-ml/sluice/bench/internal/machine"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,7 +22,7 @@ func sampleReport() *report {
 	ort32 := ortResult{Batch: 32, Calls: 100, Elapsed: 100 * time.Millisecond, Latencies: []time.Duration{900 * us}}
 	return &report{
 		Cfg:     config{Levels: "1,32", Window: 2 * time.Second, Trials: 5, Model: "parcel_eta", BatchedModel: "parcel_eta_batched", SluiceBin: "bin/sluice", StartupRepo: "examples/models", PeerDesc: "Flask"},
-		Machine: machineInfo{CPUs: 2, Commit: "abc"},
+		Machine: machine.Info{CPUs: 2, Commit: "abc"},
 		ORT:     []ortResult{ort1, ort32},
 		Rows: []perfRow{
 			{

@@ -20,6 +20,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sluice-ml/sluice/bench/internal/machine"
 )
 
 type config struct {
@@ -150,7 +152,7 @@ func (m *measured) at(l load) (result, bool) {
 }
 
 func run(ctx context.Context, cfg config, logger *slog.Logger) error {
-	rep := &report{Cfg: cfg, Started: time.Now().UTC(), Machine: readMachine(ctx), LoadStart: loadAvg()}
+	rep := &report{Cfg: cfg, Started: time.Now().UTC(), Machine: machine.Read(ctx), LoadStart: machine.LoadAvg()}
 	var loads []load
 	for _, c := range cfg.Levels {
 		loads = append(loads, load{Concurrency: c})
@@ -180,7 +182,7 @@ func run(ctx context.Context, cfg config, logger *slog.Logger) error {
 	}
 	rep.Rows = rows
 	rep.Finished = time.Now().UTC()
-	rep.LoadEnd = loadAvg()
+	rep.LoadEnd = machine.LoadAvg()
 	md := rep.markdown()
 	fmt.Print(md)
 	if cfg.Out != "" {

@@ -1,16 +1,13 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluice-ml/sluice/bench/internal/machine"
 )
 
 // saturation is the concurrency the targets are judged at.
@@ -22,20 +19,11 @@ const (
 	minThroughputRatio = 2.0 // Sluice (batching on) / the peer, at c=32
 )
 
-type machineInfo struct {
-	CPUs      int
-	CPUModel  string
-	MemTotal  string
-	Kernel    string
-	GoVersion string
-	Commit    string
-}
-
 type report struct {
 	Cfg       config
 	Started   time.Time
 	Finished  time.Time
-	Machine   machineInfo
+	Machine   machine.Info
 	LoadStart string
 	LoadEnd   string
 	Rows      []measured
@@ -266,53 +254,4 @@ func busy(loadLine string, cpus int) bool {
 	}
 	v, err := strconv.ParseFloat(f[0], 64)
 	return err == nil && v > float64(cpus)
-}
-
-func readMachine(ctx context.Context) machineInfo {
-	m := machineInfo{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), CPUModel: "unknown", MemTotal: "unknown", Commit: "unknown"}
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
-			}
-		}
-		_ = f.Close()
-	}
-	if f, err := os.Open("/proc/meminfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) >= 2 && fields[0] == "MemTotal:" {
-				if kb, err := strconv.ParseFloat(fields[1], 64); err == nil {
-					m.MemTotal = fmt.Sprintf("%.1f GiB", kb/(1<<20))
-				}
-				break
-			}
-		}
-		_ = f.Close()
-	}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = strings.TrimSpace(string(b))
-	}
-	if out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short=12", "HEAD").Output(); err == nil {
-		m.Commit = strings.TrimSpace(string(out))
-		if st, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
-			m.Commit += " (the working tree had uncommitted changes)"
-		}
-	}
-	return m
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }
