@@ -145,6 +145,7 @@ type Batcher struct {
 	maxBatch       int
 	delay          time.Duration
 	preferred      []bool // preferred[n]: n is a preferred batch size
+	maxPreferred   int    // the largest preferred batch size; maxBatch when none
 	preserve       bool
 	levelsOn       bool // the model has priority levels
 	defLevel       int  // 0-based
@@ -227,6 +228,10 @@ func New(opts Options, executors []Executor, obs Observer, m *Metrics, logger *s
 		b.delay = 0
 	}
 	b.preferred = make([]bool, opts.MaxBatchSize+1)
+	b.maxPreferred = opts.MaxBatchSize
+	if len(opts.PreferredBatchSizes) > 0 {
+		b.maxPreferred = slices.Max(opts.PreferredBatchSizes)
+	}
 	for _, n := range opts.PreferredBatchSizes {
 		b.preferred[n] = true
 	}

@@ -745,3 +745,54 @@ func TestConcurrentStress(t *testing.T) {
 		})
 	}
 }
+
+// Modelled on Triton's qa/L0_batcher (batcher_test.py
+// test_multi_batch_gt_max_preferred and test_multi_batch_sum_gt_max_preferred,
+// preferred sizes [2, 6]): a batch that is already past the largest
+// preferred size cannot become preferred by waiting, so it goes at once; and
+// when the next request would push a pending batch past it, the pending
+// batch goes at once while the newcomer alone waits its delay.
+func TestPastLargestPreferredSizeGoesAtOnce(t *testing.T) {
+	opts := Options{Dynamic: true, MaxBatchSize: 8, PreferredBatchSizes: []int{2, 6}, MaxQueueDelay: 10 * ms}
+	t.Run("gt_max_preferred", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			e := newFakeExec()
+			h := newHarness(t, opts, e)
+			a := h.submit(t.Context(), request(1, 3))
+			h.sleepUntil(1 * ms)
+			require.True(t, waiting(a), "3 is below the largest preferred size: it waits")
+			b := h.submit(t.Context(), request(2, 7))
+			oa, ob := ok(t, a, 1, 3), ok(t, b, 2, 7)
+			require.Equal(t, 1*ms, oa.at)
+			require.Equal(t, 1*ms, ob.at, "a batch of 7 is past the largest preferred size 6")
+			require.Equal(t, [][]int64{{1}, {2}}, e.batches())
+			h.close()
+		})
+	})
+	t.Run("single request past it", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			e := newFakeExec()
+			h := newHarness(t, opts, e)
+			o := ok(t, h.submit(t.Context(), request(1, 7)), 1, 7)
+			require.Zero(t, o.at)
+			h.close()
+		})
+	})
+	t.Run("sum_gt_max_preferred", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			e := newFakeExec()
+			h := newHarness(t, opts, e)
+			a := h.submit(t.Context(), request(1, 3))
+			h.sleepUntil(1 * ms)
+			b := h.submit(t.Context(), request(2, 4))
+			oa := ok(t, a, 1, 3)
+			require.Equal(t, 1*ms, oa.at, "3+4 would pass 6: the pending 3 goes at once")
+			h.sleepUntil(11*ms - time.Nanosecond)
+			require.True(t, waiting(b), "4 alone is below 6: it waits its own delay")
+			ob := ok(t, b, 2, 4)
+			require.Equal(t, 11*ms, ob.at)
+			require.Equal(t, [][]int64{{1}, {2}}, e.batches())
+			h.close()
+		})
+	})
+}

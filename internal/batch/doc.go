@@ -14,6 +14,11 @@
 // batcher sends
 //
 //   - the largest prefix whose total is a preferred batch size, at once;
+//   - else, when the next request would take the batch past the largest
+//     preferred size, the requests before it, at once (the newcomer heads
+//     the next batch and waits its own delay), as Triton does;
+//   - else the whole candidate batch, at once, when its total already
+//     reaches the largest preferred size (waiting cannot make it preferred);
 //   - else the whole candidate batch, at once, when it is full, when it
 //     cannot grow (the next request does not match or fit), when
 //     MaxQueueDelay is 0, or when its oldest request has waited

@@ -295,6 +295,10 @@ func (b *Batcher) formLocked(now time.Time) (int, time.Time) {
 	var head *pending
 	var oldest time.Time
 	total, best := 0, 0
+	// cut is the candidate prefix Triton sends at once when the next
+	// request would push the batch past the largest preferred size before
+	// any preferred size was reached (L0_batcher sum_gt_max_preferred).
+	cut := 0
 	blocked := false
 scan:
 	for li := range b.levels {
@@ -313,6 +317,8 @@ scan:
 					// FIFO: the batch cannot grow past this request.
 					blocked = true
 					break scan
+				} else if best == 0 && cut == 0 && total+p.bs > b.maxPreferred {
+					cut = len(cand)
 				}
 				cand = append(cand, p)
 				total += p.bs
@@ -335,13 +341,20 @@ scan:
 		return 0, time.Time{}
 	case best > 0:
 		return best, time.Time{}
-	case blocked || !b.batching || total >= b.maxBatch || b.delay == 0 || b.closed:
+	}
+	due := oldest.Add(b.delay)
+	exceeded := b.delay > 0 && !now.Before(due)
+	switch {
+	case cut > 0 && !exceeded:
+		return cut, time.Time{}
+	case blocked || !b.batching || total >= b.maxBatch || b.delay == 0 || b.closed || exceeded:
+		return len(cand), time.Time{}
+	case total >= b.maxPreferred:
+		// Already past every preferred size: waiting cannot reach one
+		// (L0_batcher gt_max_preferred).
 		return len(cand), time.Time{}
 	}
-	if due := oldest.Add(b.delay); now.Before(due) {
-		return 0, due
-	}
-	return len(cand), time.Time{}
+	return 0, due
 }
 
 // compatible reports whether two requests can share a batch: the same
