@@ -1,6 +1,7 @@
 package config
 
 import (
+	"github.com/sluice-ml/sluice/internal/accuracy/accuracyspec"
 	"github.com/sluice-ml/sluice/internal/config/duration"
 	"github.com/sluice-ml/sluice/internal/gateway/match"
 	"github.com/sluice-ml/sluice/internal/release/rollout/rolloutspec"
@@ -21,6 +22,9 @@ type Config struct {
 	// Security holds the operator tokens, the audit log and the memory
 	// budget. Load always fills it (with defaults when absent).
 	Security *Security `yaml:"security"`
+	// Cluster shares state between the replicas of a fleet through NATS
+	// JetStream; absent, every process keeps its own (single-process mode).
+	Cluster *Cluster `yaml:"cluster"`
 
 	src *source // where each field was written; nil for a Config built in code
 }
@@ -137,6 +141,9 @@ type Gateway struct {
 	// Proxy passes KServe v2 requests (/v2/...) through to a backend, with
 	// authentication and rate limits: the gateway as a plain L7 hop.
 	Proxy *Proxy `yaml:"proxy"`
+	// Accuracy is where logged predictions wait for their outcomes; used
+	// when a service has an accuracy block (defaults apply then).
+	Accuracy *accuracyspec.Gateway `yaml:"accuracy"`
 }
 
 // Client is one API client.
@@ -251,6 +258,9 @@ type Service struct {
 	// Drift watches the service's live inputs and outputs against a
 	// reference distribution.
 	Drift *Drift `yaml:"drift"`
+	// Accuracy logs a share of the service's predictions and joins them to
+	// the outcomes posted later: online error per version and slice.
+	Accuracy *accuracyspec.Service `yaml:"accuracy"`
 	// Example is a sample request body, printed by "sluice serve" as a
 	// ready-to-paste curl command.
 	Example map[string]any `yaml:"example"`
@@ -517,6 +527,11 @@ type Fallback struct {
 	// Window is the span of recent predictions whose percentile is
 	// compared with the baseline. Default 1m.
 	Window Duration `yaml:"window"`
+	// BaselineFile keeps the baseline's completed windows on local disk
+	// (single-process mode), so a restart starts with the baseline; with a
+	// cluster section the baseline lives in JetStream instead. Empty: the
+	// baseline is in memory only.
+	BaselineFile string `yaml:"baseline_file"`
 }
 
 // Trigger turns the fallback on when a percentile leaves the baseline band.

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 
+	"github.com/sluice-ml/sluice/internal/accuracy/accuracyspec"
 	"github.com/sluice-ml/sluice/internal/admission/limitspec"
 	"math"
 	"path/filepath"
@@ -32,6 +33,9 @@ func (c *Config) applyDefaults() {
 	}
 	c.Security.AuditLog = or(c.Security.AuditLog, "stderr")
 	c.Security.MemoryBudgetBytes = or(c.Security.MemoryBudgetBytes, limitspec.DefaultBudgetBytes)
+	if c.Cluster != nil {
+		c.Cluster.applyDefaults()
+	}
 	g := c.Gateway
 	if g == nil {
 		return
@@ -57,6 +61,14 @@ func (c *Config) applyDefaults() {
 	rc.Spool.MaxBytes = or(rc.Spool.MaxBytes, 1<<30)
 	rc.Spool.Full = or(rc.Spool.Full, "drop_newest")
 	rc.CloseTimeout = or(rc.CloseTimeout, Duration(5*time.Second))
+	for _, s := range g.Services {
+		if s.Accuracy != nil && g.Accuracy == nil {
+			g.Accuracy = &accuracyspec.Gateway{}
+		}
+	}
+	if g.Accuracy != nil {
+		g.Accuracy.ApplyDefaults()
+	}
 	if p := g.Proxy; p != nil {
 		p.PathPrefix = or(p.PathPrefix, "/v2/")
 		p.Timeout = or(p.Timeout, Duration(time.Second))
@@ -143,6 +155,9 @@ func (s *Service) applyDefaults(written func(rel string) bool) {
 		}
 		sh.Percent = or(sh.Percent, 1)
 		sh.Timeout = or(sh.Timeout, Duration(time.Second))
+	}
+	if a := s.Accuracy; a != nil {
+		a.ApplyDefaults()
 	}
 	if d := s.Drift; d != nil {
 		d.RecordFor = or(d.RecordFor, Duration(time.Hour))

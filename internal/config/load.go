@@ -136,6 +136,10 @@ func (c *Config) ResolvePaths(dir string) {
 		f.Repo = abs(f.Repo)
 		tls(f.TLS)
 	}
+	if cl := c.Cluster; cl != nil {
+		clientTLS(cl.NATS.TLS)
+		cl.NATS.Credentials = abs(cl.NATS.Credentials)
+	}
 	if s := c.Security; s != nil {
 		switch s.AuditLog {
 		case "", "stdout", "stderr", "off":
@@ -159,6 +163,9 @@ func (c *Config) ResolvePaths(dir string) {
 			}
 			if d := g.Services[i].Drift; d != nil {
 				d.Reference = abs(d.Reference)
+			}
+			if fb := g.Services[i].Fallback; fb != nil {
+				fb.BaselineFile = abs(fb.BaselineFile)
 			}
 		}
 		switch g.AccessLog {

@@ -76,6 +76,9 @@ func (v *validator) security(c *Config) {
 	if g := c.Gateway; g != nil {
 		l.gateway(g)
 	}
+	if cl := c.Cluster; cl != nil {
+		l.clientTLS("cluster.nats.tls", cl.NATS.TLS)
+	}
 }
 
 // tokens checks the operator tokens and the memory budget, and reports

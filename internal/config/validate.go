@@ -12,6 +12,7 @@ import (
 
 	"github.com/expr-lang/expr"
 
+	"github.com/sluice-ml/sluice/internal/accuracy/accuracyspec"
 	"github.com/sluice-ml/sluice/internal/release/rollout/rolloutspec"
 )
 
@@ -52,6 +53,9 @@ func (c *Config) Validate() error {
 		v.gateway(c.Gateway)
 	}
 	v.security(c)
+	if c.Cluster != nil {
+		v.cluster(c.Cluster)
+	}
 	if t := c.Tracing; t != nil {
 		if t.OTLPEndpoint != "" {
 			v.hostPort("tracing.otlp_endpoint", t.OTLPEndpoint, true)
@@ -160,6 +164,9 @@ func (v *validator) gateway(g *Gateway) {
 		v.service(p, s, backends, kinds)
 	}
 	v.recording(g.Recording)
+	if a := g.Accuracy; a != nil {
+		v.fieldErrors("gateway.accuracy", a.Validate())
+	}
 	if sp := g.LogSampling.SuccessPercent; sp != nil {
 		v.percent("gateway.log_sampling.success_percent", *sp)
 	}
@@ -364,6 +371,9 @@ func (v *validator) service(p string, s Service, backends map[string]bool, kinds
 	if ro := s.Rollout; ro != nil {
 		v.rollout(p+".rollout", ro, backends, fields)
 	}
+	if a := s.Accuracy; a != nil {
+		v.accuracy(p+".accuracy", a, outs, fields)
+	}
 	fb := s.FeatureBreaker
 	v.positive(p+".feature_breaker.window", fb.Window)
 	v.positive(p+".feature_breaker.probe_interval", fb.ProbeInterval)
@@ -472,6 +482,29 @@ func (v *validator) shadow(sp string, sh *Shadow, kinds map[string]string, field
 		v.add(sp+".key", "%q is not an entity join_key or request field of the service", sh.Key)
 	}
 	v.positive(sp+".timeout", sh.Timeout)
+}
+
+// accuracy checks a service's accuracy block at ap.
+func (v *validator) accuracy(ap string, a *accuracyspec.Service, outputs, fields map[string]bool) {
+	v.fieldErrors(ap, a.Validate(outputs))
+	if a.Key != "" && !fields[a.Key] {
+		v.add(ap+".key", "%q is not an entity join_key or request field of the service", a.Key)
+	}
+}
+
+// fieldErrors adds the *accuracyspec.FieldError values joined in err
+// under prefix p.
+func (v *validator) fieldErrors(p string, err error) {
+	if err == nil {
+		return
+	}
+	for _, e := range flattenJoined(err) {
+		if fe, ok := errors.AsType[*accuracyspec.FieldError](e); ok {
+			v.add(p+"."+fe.Path, "%s", fe.Msg)
+		} else {
+			v.add(p, "%v", e)
+		}
+	}
 }
 
 // drift checks a service's drift block at dp.
@@ -612,8 +645,8 @@ func (v *validator) fallback(p string, f Fallback) {
 		v.add(p+".rule", "does not compile: %s", firstLine(err.Error()))
 	}
 	v.positive(p+".baseline_window", f.BaselineWindow)
-	if f.History < 1 {
-		v.add(p+".history", "must be at least 1")
+	if f.History < 1 || f.History > MaxFallbackHistory {
+		v.add(p+".history", "%d outside [1,%d]", f.History, MaxFallbackHistory)
 	}
 	if !(f.Trigger.Percentile > 0 && f.Trigger.Percentile <= 100) {
 		v.add(p+".trigger.percentile", "%v outside (0,100]", f.Trigger.Percentile)

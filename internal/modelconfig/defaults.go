@@ -25,8 +25,6 @@ const defaultSequenceIdle = 1_000_000
 //     becomes 1 and KIND_AUTO becomes KIND_CPU, since Sluice has no GPU
 //     execution provider; unnamed groups are named "<model>_<i>".
 //     Ensembles get no instance groups: they run no model themselves;
-//   - dynamic_batching, where set: with priority_levels > 0 and no
-//     default_priority_level, the middle level;
 //   - sequence_batching, where set: max_sequence_idle_microseconds of 1 s.
 //
 // It never overwrites a value the configuration set.
@@ -61,11 +59,6 @@ func ApplyDefaults(cfg *inferencepb.ModelConfig, modelName string) {
 		}
 		if g.Kind == inferencepb.ModelInstanceGroup_KIND_AUTO {
 			g.Kind = inferencepb.ModelInstanceGroup_KIND_CPU
-		}
-	}
-	if db := cfg.GetDynamicBatching(); db != nil {
-		if db.PriorityLevels > 0 && db.DefaultPriorityLevel == 0 {
-			db.DefaultPriorityLevel = (db.PriorityLevels + 1) / 2
 		}
 	}
 	if sb := cfg.GetSequenceBatching(); sb != nil && sb.MaxSequenceIdleMicroseconds == 0 {

@@ -262,7 +262,7 @@ func TestApplyDefaults(t *testing.T) {
 		require.EqualValues(t, 1, cfg.InstanceGroup[0].Count)
 		require.Equal(t, inferencepb.ModelInstanceGroup_KIND_GPU, cfg.InstanceGroup[1].Kind, "an explicit GPU stays for Validate to reject")
 		require.EqualValues(t, 3, cfg.InstanceGroup[1].Count)
-		require.EqualValues(t, 3, cfg.GetDynamicBatching().DefaultPriorityLevel)
+		require.Zero(t, cfg.GetDynamicBatching().DefaultPriorityLevel, "no default priority level is made up: Validate refuses a missing one, as Triton does")
 	})
 	t.Run("ensemble gets no instances", func(t *testing.T) {
 		cfg := &inferencepb.ModelConfig{Platform: "ensemble"}

@@ -279,7 +279,9 @@ func (v *validator) dynamicBatching() {
 			v.add("dynamic_batching.default_priority_level", "dynamic_batching: default_priority_level %d is set but priority_levels is 0", db.DefaultPriorityLevel)
 		}
 	case db.DefaultPriorityLevel < 1 || db.DefaultPriorityLevel > levels:
-		v.add("dynamic_batching.default_priority_level", "dynamic_batching: default_priority_level %d is outside [1, %d]", db.DefaultPriorityLevel, levels)
+		// As Triton: with priority levels, the default level must be one of
+		// them; 0 (or leaving it out) is not "the middle" but an error.
+		v.add("dynamic_batching.default_priority_level", "dynamic_batching: default_priority_level %d must be in [1, %d] (priority_levels is %d; 1 is the highest level)", db.DefaultPriorityLevel, levels, levels)
 	}
 	v.queuePolicy("dynamic_batching.default_queue_policy", db.DefaultQueuePolicy)
 	keys := make([]uint64, 0, len(db.PriorityQueuePolicy))

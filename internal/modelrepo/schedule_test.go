@@ -64,7 +64,7 @@ input [ { name: "A" data_type: TYPE_INT32 dims: [ -1 ] allow_ragged_batch: true 
 func TestScheduleParameters(t *testing.T) {
 	repo := t.TempDir()
 	writeFiles(t, repo, map[string]string{
-		"m/config.pbtxt": fakeConfig(`dynamic_batching { priority_levels: 2 }`),
+		"m/config.pbtxt": fakeConfig(`dynamic_batching { priority_levels: 2 default_priority_level: 2 }`),
 		"m/1/model.fake": fakeFile(1),
 	})
 	h := newHarness(t, Options{Repositories: []string{repo}})
