@@ -667,14 +667,15 @@ func batchShape(maxBatch int64, dims []int64) infer.Shape {
 }
 
 // warmup runs the config's model_warmup samples, or one all-zero request
-// at batch 1, on every instance. Only a version that passes serves.
+// at batch 1, on every instance. Only a version that passes its
+// model_warmup serves. The automatic all-zero request is Sluice's own
+// addition (Triton runs none): it must never make a model Triton would
+// serve unavailable, so it is skipped for models with BYTES inputs (empty
+// strings are rarely valid input: a string-to-number Cast fails on them)
+// and a failure of it is logged as a warning, not a load failure.
 func (m *Manager) warmup(ctx context.Context, lv *loaded, vdir string) error {
-	type sample struct {
-		name   string
-		inputs []infer.Tensor
-		count  int
-	}
-	var samples []sample
+	var samples []warmupSample
+	auto := false
 	if ws := lv.cfg.GetModelWarmup(); len(ws) > 0 {
 		for i, w := range ws {
 			name := w.GetName()
@@ -685,9 +686,14 @@ func (m *Manager) warmup(ctx context.Context, lv *loaded, vdir string) error {
 			if err != nil {
 				return fmt.Errorf("warm-up sample '%s': %w", name, err)
 			}
-			samples = append(samples, sample{name: name, inputs: ins, count: max(int(w.GetCount()), 1)})
+			samples = append(samples, warmupSample{name: name, inputs: ins, count: max(int(w.GetCount()), 1)})
 		}
 	} else {
+		if slices.ContainsFunc(lv.inputs, func(s inputSpec) bool { return s.dtype == infer.Bytes && !s.optional }) {
+			m.logger.Debug("automatic warm-up skipped: the model has BYTES inputs", "model", lv.model, "version", lv.vstr)
+			return nil
+		}
+		auto = true
 		var ins []infer.Tensor
 		for _, spec := range lv.inputs {
 			if spec.optional {
@@ -701,12 +707,31 @@ func (m *Manager) warmup(ctx context.Context, lv *loaded, vdir string) error {
 			}
 			t, err := fillTensor(spec.name, spec.dtype, shape, false)
 			if err != nil {
-				return fmt.Errorf("warm-up: %w", err)
+				m.logger.Warn("automatic warm-up skipped", "model", lv.model, "version", lv.vstr, "error", err)
+				return nil
 			}
 			ins = append(ins, lv.modelTensor(spec, t))
 		}
-		samples = append(samples, sample{name: "zeros", inputs: ins, count: 1})
+		samples = append(samples, warmupSample{name: "zeros", inputs: ins, count: 1})
 	}
+	err := runWarmup(ctx, lv, samples)
+	if err != nil && auto && ctx.Err() == nil {
+		m.logger.Warn("automatic warm-up failed; the version serves anyway (add model_warmup to the config to make warm-up a load condition)",
+			"model", lv.model, "version", lv.vstr, "error", err)
+		return nil
+	}
+	return err
+}
+
+// warmupSample is one warm-up request, run count times.
+type warmupSample struct {
+	name   string
+	inputs []infer.Tensor
+	count  int
+}
+
+// runWarmup executes every sample its count times on every instance.
+func runWarmup(ctx context.Context, lv *loaded, samples []warmupSample) error {
 	for _, in := range lv.instances {
 		for _, s := range samples {
 			for range s.count {

@@ -130,11 +130,16 @@ func TestBrokenNewVersionKeepsOldServing(t *testing.T) {
 			message: "input 'IN': config dims [4] do not match the model's [-1,5]",
 		},
 		{
-			name:    "warm-up failure",
-			v3:      map[string]string{"m/3/model.fake": fakeFile(3000, func(fm *fakeModel) { fm.ExecError = "kaboom" })},
+			// An explicit model_warmup is a load condition (the automatic
+			// one is not: TestAutoWarmupNeverFailsALoad).
+			name: "warm-up failure",
+			v3: map[string]string{
+				"m/config.pbtxt": fakeConfig(`model_warmup [ { name: "w" batch_size: 1 inputs { key: "IN" value: { data_type: TYPE_INT32 dims: [ 4 ] zero_data: true } } } ]`),
+				"m/3/model.fake": fakeFile(3000, func(fm *fakeModel) { fm.ExecError = "kaboom" }),
+			},
 			cause:   causeWarmup,
 			reason:  ReasonLoadFailed,
-			message: "warm-up sample 'zeros': kaboom",
+			message: "warm-up sample 'w': kaboom",
 		},
 		{
 			name:    "instance failure",

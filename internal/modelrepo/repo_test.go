@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -374,4 +375,43 @@ model_warmup [
 	require.Equal(t, "1 READY", got[0])
 	require.Contains(t, got[1], "2 UNAVAILABLE: warmup_failed: warm-up sample 'file': input 'IN': input_data_file in.bin")
 	require.Equal(t, int64(5), h.fake.executions.Load(), "v1: 3 zero samples, 1 random and 1 from the file; v2: none, its file is refused before any run")
+}
+
+// Triton runs no warm-up unless the config asks for one, so Sluice's own
+// automatic all-zero request must never make a model unavailable (issue
+// 16 item 7): a failure of it is a warning, and a model with BYTES inputs
+// (where empty strings are no valid input, e.g. Triton's simple_string
+// with its string-to-int Cast) gets none at all.
+func TestAutoWarmupNeverFailsALoad(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{
+		"failing/config.pbtxt": strings.Replace(fakeConfig(""), `max_batch_size: 8`, `name: "failing"
+max_batch_size: 8`, 1),
+		"failing/1/model.fake": fakeFile(1, func(fm *fakeModel) { fm.ExecError = "Cast: cannot parse ''" }),
+		"strings/config.pbtxt": `backend: "fake"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_STRING dims: [ 2 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ 2 ] } ]
+`,
+		"strings/1/model.fake": fakeFile(0, func(fm *fakeModel) {
+			fm.Inputs[0] = fakeTensor{Name: "IN", DataType: "BYTES", Shape: []int64{-1, 2}}
+			fm.Outputs[0] = fakeTensor{Name: "OUT", DataType: "BYTES", Shape: []int64{-1, 2}}
+		}),
+	})
+	h := newHarness(t, Options{Repositories: []string{repo}})
+	h.start(t)
+	require.Equal(t, []string{"1 READY"}, entries(h, "failing"))
+	require.Equal(t, []string{"1 READY"}, entries(h, "strings"))
+	require.Equal(t, int64(1), h.fake.executions.Load(), "one automatic warm-up run (the failing one); none for the BYTES model")
+	warns := h.logs.logLines(t, "automatic warm-up failed; the version serves anyway (add model_warmup to the config to make warm-up a load condition)")
+	require.Len(t, warns, 1)
+	require.Equal(t, "WARN", warns[0]["level"])
+	require.Equal(t, "failing", warns[0]["model"])
+	require.Contains(t, warns[0]["error"], "Cast: cannot parse ''")
+	require.True(t, h.m.Ready(), "strict readiness: every model is ready")
+
+	data := infer.AppendBytesElement(infer.AppendBytesElement(nil, []byte("7")), []byte("35"))
+	resp, err := h.m.Infer(t.Context(), &infer.Request{Model: "strings", Inputs: []infer.Tensor{{Name: "IN", DataType: infer.Bytes, Shape: infer.Shape{1, 2}, Data: data}}})
+	require.NoError(t, err)
+	require.Equal(t, data, resp.Outputs[0].Data)
 }
