@@ -89,6 +89,7 @@ func (m *Manager) serve(ctx context.Context, lv *loaded, req *infer.Request, sta
 		enqueued := time.Now()
 		outs, times, ierr = lv.execute(ctx, inputs, outputs, batch, sched)
 		traceExecution(ctx, lv, enqueued, times, batch, ierr)
+		lv.clientShapes(outs)
 	}
 	if lv.cached {
 		t0 := time.Now()
@@ -380,6 +381,66 @@ func (lv *loaded) modelTensor(spec inputSpec, t infer.Tensor) infer.Tensor {
 	}
 	t.Shape = shape
 	return t
+}
+
+// clientShapes gives the outputs whose config has a reshape the shape of
+// their config dims, as Triton does: the model's [1,1000,1,1] becomes the
+// [1000] the metadata shows (batch dimension kept). A variable dimension
+// of dims takes what the element count leaves for it; an output whose
+// element count does not fit dims keeps the model's shape.
+func (lv *loaded) clientShapes(outs []infer.Tensor) {
+	if lv.outShapes == nil {
+		return
+	}
+	for i := range outs {
+		want, ok := lv.outShapes[outs[i].Name]
+		if !ok {
+			continue
+		}
+		if s, ok := fitShape(want, outs[i].Shape, lv.maxBatch > 0); ok {
+			outs[i].Shape = s
+		}
+	}
+}
+
+// fitShape returns want with its batch dimension (when batched) taken
+// from have and at most one other variable dimension solved from have's
+// element count.
+func fitShape(want, have infer.Shape, batched bool) (infer.Shape, bool) {
+	elems, err := have.Elements()
+	if err != nil {
+		return nil, false
+	}
+	n := int64(elems)
+	s := append(make(infer.Shape, 0, len(want)), want...) // [] stays [], not nil
+	if batched {
+		if len(s) == 0 || len(have) == 0 {
+			return nil, false
+		}
+		s[0] = have[0]
+	}
+	known, free := int64(1), -1
+	for i, d := range s {
+		switch {
+		case d >= 0:
+			known *= d
+		case free >= 0:
+			return nil, false // two unknowns: ambiguous
+		default:
+			free = i
+		}
+	}
+	if free >= 0 {
+		if known == 0 || n%known != 0 {
+			return nil, false
+		}
+		s[free] = n / known
+		known = n
+	}
+	if known != n {
+		return nil, false
+	}
+	return s, true
 }
 
 // Metadata returns a model's metadata, as of the given version or, when

@@ -653,6 +653,12 @@ func (m *Manager) newLoaded(p *plan, v int64, cfg *inferencepb.ModelConfig, prov
 	}
 	for _, out := range cfg.GetOutput() {
 		lv.outputs = append(lv.outputs, out.GetName())
+		if out.GetReshape() != nil {
+			if lv.outShapes == nil {
+				lv.outShapes = map[string]infer.Shape{}
+			}
+			lv.outShapes[out.GetName()] = batchShape(lv.maxBatch, out.GetDims())
+		}
 	}
 	return lv
 }

@@ -141,6 +141,10 @@ type loaded struct {
 	client   infer.Signature // as model metadata shows it
 	inputs   []inputSpec
 	outputs  []string // config order
+	// outShapes are the shapes clients get for the outputs whose config
+	// has a reshape (config dims, batch dimension included); the model
+	// produces the reshape's shape.
+	outShapes map[string]infer.Shape
 	maxBatch int64    // 0 = the model does not batch
 
 	instances []backend.Instance
