@@ -54,6 +54,24 @@ type Record struct {
 	// Arms maps an arm name (ArmPrimary, ArmShadow) to what it answered.
 	// ArmPrimary is required.
 	Arms map[string]Arm `json:"arms"`
+	// JoinKey, Route and Group are set by the prediction log (online
+	// accuracy): the business key outcomes join on, the route and the
+	// rollout traffic group that served the request.
+	JoinKey string `json:"join_key,omitempty"`
+	Route   string `json:"route,omitempty"`
+	Group   string `json:"group,omitempty"`
+	// Outcome is the observed truth joined to the prediction; set on the
+	// prediction log's joined records only.
+	Outcome *Outcome `json:"outcome,omitempty"`
+}
+
+// Outcome is an observed outcome as the prediction log records it.
+type Outcome struct {
+	// Time is when it was observed; Received when Sluice got it.
+	Time     time.Time `json:"time"`
+	Received time.Time `json:"received"`
+	// Values are the observed values by name.
+	Values map[string]float64 `json:"values"`
 }
 
 // Arm is what one model version answered for a recorded request.

@@ -1,0 +1,90 @@
+package accuracy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-ml/sluice/internal/telemetry"
+)
+
+// metrics are the joiner's collectors. Their labels are bounded: service,
+// output and metric names come from the configuration, versions from what
+// the model server serves, slices are capped per dimension.
+type metrics struct {
+	logged     *prometheus.CounterVec   // service, version
+	dropped    *prometheus.CounterVec   // service
+	outcomes   *prometheus.CounterVec   // service, result
+	joined     *prometheus.CounterVec   // service, version, output, slice
+	online     *prometheus.GaugeVec     // service, version, output, slice, metric
+	pairs      *prometheus.GaugeVec     // service, version, output, slice
+	offline    *prometheus.GaugeVec     // service, version, output, metric
+	ratio      *prometheus.GaugeVec     // service, version, output, metric
+	coverage   *prometheus.GaugeVec     // service, version
+	delay      *prometheus.HistogramVec // service
+	pending    prometheus.Gauge
+	evicted    *prometheus.CounterVec // service, kind
+	expired    *prometheus.CounterVec // service, kind
+	storeFails prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	const ns, sub = "sluice", "accuracy"
+	return &metrics{
+		logged: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "predictions_logged_total",
+			Help: "Predictions logged for joining with their outcomes (the service's accuracy share), by service and version.",
+		}, []string{"service", "version"})),
+		dropped: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "predictions_dropped_total",
+			Help: "Predictions of the accuracy share not logged because the queue to the pending store was full or closed.",
+		}, []string{"service"})),
+		outcomes: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "outcomes_total",
+			Help: "Outcomes received, by result: joined (to a logged prediction), held (no prediction yet; waits up to the lookback), duplicate (the key already has an outcome), too_late (observed before the lookback), invalid.",
+		}, []string{"service", "result"})),
+		joined: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "joined_total",
+			Help: "Prediction and outcome pairs joined, by service, version, output and slice (all, route=…, group=…, <header>=…).",
+		}, []string{"service", "version", "output", "slice"})),
+		online: telemetry.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "online",
+			Help: "Online accuracy over the pairs joined in the service's rolling window, by metric: mae, rmse, bias (mean predicted − observed), mape, coverage (share inside the predicted interval); accuracy, log_loss, brier, auc for binary outputs.",
+		}, []string{"service", "version", "output", "slice", "metric"})),
+		pairs: telemetry.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "window_pairs",
+			Help: "Joined pairs in the rolling window behind sluice_accuracy_online.",
+		}, []string{"service", "version", "output", "slice"})),
+		offline: telemetry.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "offline",
+			Help: "The offline evaluation a version declares in the service's accuracy block.",
+		}, []string{"service", "version", "output", "metric"})),
+		ratio: telemetry.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "online_offline_ratio",
+			Help: "Online (slice all, rolling window) divided by the declared offline value: the trust gap as a number.",
+		}, []string{"service", "version", "output", "metric"})),
+		coverage: telemetry.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "label_coverage_ratio",
+			Help: "Share of the predictions logged by this process that were joined to an outcome since it started.",
+		}, []string{"service", "version"})),
+		delay: telemetry.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: sub, Name: "label_delay_seconds",
+			Help:    "Time from a prediction to the arrival of its outcome, observed when the pair joins.",
+			Buckets: []float64{1, 10, 60, 300, 900, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400, 4 * 86400, 7 * 86400, 14 * 86400, 30 * 86400},
+		}, []string{"service"})),
+		pending: telemetry.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "pending_entries",
+			Help: "Entries in the pending store: predictions waiting for outcomes, outcomes waiting for predictions, joined markers.",
+		})),
+		evicted: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "evicted_total",
+			Help: "Pending store entries evicted before their expiry to keep the store within max_pending, by kind (prediction, outcome, joined).",
+		}, []string{"service", "kind"})),
+		expired: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "expired_total",
+			Help: "Pending store entries dropped at the end of the lookback, by kind: prediction (no outcome came), outcome (no prediction came), joined.",
+		}, []string{"service", "kind"})),
+		storeFails: telemetry.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "store_errors_total",
+			Help: "Pending store updates that failed; their predictions are in the prediction log but not joinable.",
+		})),
+	}
+}
