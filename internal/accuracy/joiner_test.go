@@ -173,9 +173,9 @@ func TestTooLateAndInvalid(t *testing.T) {
 	}
 	c.t = c.t.Add(25 * time.Hour)
 	res, err := j.Ingest(ctx, []Outcome{
-		outcome("a", 31, c.t),                      // observed 25h after the prediction
-		outcome("b", 31, c.t.Add(-25*time.Hour)),   // observed before the lookback
-		outcome("c", 31, c.t.Add(time.Hour)),       // in the future
+		outcome("a", 31, c.t),                    // observed 25h after the prediction
+		outcome("b", 31, c.t.Add(-25*time.Hour)), // observed before the lookback
+		outcome("c", 31, c.t.Add(time.Hour)),     // in the future
 		{Service: "eta", Key: "d", Values: map[string]float64{"other": 1}, Time: c.t},
 		{Service: "nope", Key: "e", Values: map[string]float64{"actual_minutes": 1}, Time: c.t},
 	})

@@ -24,13 +24,13 @@ type Stats struct {
 	// Binary: Correct predictions at the threshold, sums of log loss and
 	// squared error (Brier), and per probability bin the positives and
 	// negatives (AUC) and the sum of predicted probabilities (calibration).
-	Correct          uint64
-	SumLogLoss       float64
-	SumBrier         float64
-	Pos, Neg         []uint64
-	SumProb          []float64
-	binary           bool
-	threshold        float64
+	Correct    uint64
+	SumLogLoss float64
+	SumBrier   float64
+	Pos, Neg   []uint64
+	SumProb    []float64
+	binary     bool
+	threshold  float64
 }
 
 // addRegression adds one regression pair; lo and hi bound the prediction
