@@ -150,6 +150,7 @@ var configLeaves = []string{
 	"internal/admission/limitspec",
 	"internal/authz/authzspec",
 	"internal/release/rollout/rolloutspec",
+	"internal/accuracy/accuracyspec",
 }
 
 // protocol are the packages that speak a wire protocol: the edges, the
