@@ -20,6 +20,7 @@ import (
 // DefaultExtensions are the Triton protocol extensions Sluice serves; they
 // are listed in ServerMetadata.
 var DefaultExtensions = []string{
+	"classification",
 	"model_repository",
 	"model_configuration",
 	"statistics",

@@ -18,7 +18,6 @@ const (
 	paramBinaryDataSize   = "binary_data_size"
 	paramBinaryData       = "binary_data"
 	paramBinaryDataOutput = "binary_data_output"
-	paramClassification   = "classification"
 )
 
 // inferBody is a decoded v2 inference request plus the protocol choices
@@ -796,10 +795,6 @@ func (d *decoder) readOutputs() error {
 				bin = 1
 			}
 			delete(out.Parameters, paramBinaryData)
-		}
-		if _, ok := out.Parameters[paramClassification]; ok {
-			return infer.Errorf(infer.KindUnsupported, reasonUnsupportedParameter,
-				"%s: the classification extension is not supported; request the output itself and classify on the client", label())
 		}
 		if len(out.Parameters) == 0 {
 			out.Parameters = nil

@@ -24,7 +24,7 @@ const DefaultMaxBodyBytes = 64 << 20
 // implementedExtensions are the protocol extensions this package
 // implements, as listed in the server metadata by default.
 func implementedExtensions() []string {
-	return []string{"model_repository", "model_configuration", "statistics", "binary_tensor_data", "schedule_policy", "parameters"}
+	return []string{"classification", "model_repository", "model_configuration", "statistics", "binary_tensor_data", "schedule_policy", "parameters"}
 }
 
 // Options configure a Handler. The zero value is usable.

@@ -132,7 +132,7 @@ func TestServerMetadata(t *testing.T) {
 	rec := do(t, h, "GET", "/v2", nil, nil)
 	require.Equal(t, 200, rec.Code)
 	require.JSONEq(t, `{"name":"sluice","version":"1.2.3","extensions":
-		["model_repository","model_configuration","statistics","binary_tensor_data","schedule_policy","parameters"]}`, rec.Body.String())
+		["classification","model_repository","model_configuration","statistics","binary_tensor_data","schedule_policy","parameters"]}`, rec.Body.String())
 
 	custom := New(newFakeModels(), Options{ServerName: `my "server"`, Extensions: []string{"statistics"}}, nil, nil)
 	rec = do(t, custom, "GET", "/v2", nil, nil)
@@ -529,10 +529,6 @@ func TestInferErrors(t *testing.T) {
 		{
 			name: "unknown output", body: strings.Replace(simpleRequest(good, good), `"inputs"`, `"outputs":[{"name":"OUTPUT9"}],"inputs"`, 1),
 			status: 400, reason: "unknown_output", want: []string{"'OUTPUT9'"},
-		},
-		{
-			name: "classification", body: strings.Replace(simpleRequest(good, good), `"inputs"`, `"outputs":[{"name":"OUTPUT0","parameters":{"classification":3}}],"inputs"`, 1),
-			status: 400, reason: "unsupported_parameter", want: []string{"'OUTPUT0'", "classification"},
 		},
 		{
 			name: "binary size mismatch", body: string(body60), hdr: map[string]string{headerLength: strconv.Itoa(len(js60))},

@@ -64,6 +64,10 @@ func (m *Manager) serve(ctx context.Context, lv *loaded, req *infer.Request, sta
 	if ierr != nil {
 		return nil, ierr
 	}
+	classes, ierr := lv.classifications(req)
+	if ierr != nil {
+		return nil, ierr
+	}
 	var key cacheKey
 	var lookup time.Duration
 	if lv.cached {
@@ -78,7 +82,7 @@ func (m *Manager) serve(ctx context.Context, lv *loaded, req *infer.Request, sta
 			lv.obs.cacheHits.Inc()
 			lv.obs.duration.Observe(total.Seconds())
 			lv.stats.cacheHit(total, lookup, now)
-			return lv.response(req, outs), nil
+			return lv.response(req, outs, classes)
 		}
 	}
 	var outs []infer.Tensor
@@ -113,11 +117,17 @@ func (m *Manager) serve(ctx context.Context, lv *loaded, req *infer.Request, sta
 	} else {
 		lv.stats.success(uint64(batch), total, times, now)
 	}
-	return lv.response(req, outs), nil
+	return lv.response(req, outs, classes)
 }
 
-func (lv *loaded) response(req *infer.Request, outs []infer.Tensor) *infer.Response {
-	return &infer.Response{ID: req.ID, Model: lv.model, Version: lv.vstr, Outputs: outs}
+// response answers req with outs, the outputs asked to be classified
+// (classes) replaced by their top classes.
+func (lv *loaded) response(req *infer.Request, outs []infer.Tensor, classes map[string]int) (*infer.Response, *infer.Error) {
+	outs, ierr := lv.classify(outs, classes)
+	if ierr != nil {
+		return nil, ierr
+	}
+	return &infer.Response{ID: req.ID, Model: lv.model, Version: lv.vstr, Outputs: outs}, nil
 }
 
 // schedParams are the request parameters the scheduler honours.

@@ -538,6 +538,9 @@ func (m *Manager) loadVersion(ctx context.Context, p *plan, v int64) (*loaded, *
 	}
 
 	lv := m.newLoaded(p, v, cfg, prov)
+	if err := lv.readLabels(); err != nil {
+		return fail(causeConfig, err)
+	}
 	count := instanceCount(cfg)
 	params := map[string]string{}
 	for k, pv := range cfg.GetParameters() {

@@ -145,7 +145,8 @@ type loaded struct {
 	// has a reshape (config dims, batch dimension included); the model
 	// produces the reshape's shape.
 	outShapes map[string]infer.Shape
-	maxBatch  int64 // 0 = the model does not batch
+	labels    map[string][]string // output -> label_filename lines
+	maxBatch  int64               // 0 = the model does not batch
 
 	instances []backend.Instance
 	health    []backend.HealthReporter // the instances that report their health; fixed once loaded

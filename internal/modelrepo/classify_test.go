@@ -1,0 +1,77 @@
+package modelrepo
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// Triton's classification extension (docs/protocol/
+// extension_classification.md; L0_infer's class_count cases): an output
+// requested with "classification": k answers BYTES [batch, k] strings
+// "value:index[:label]", labels from the output's label_filename in the
+// model folder.
+func TestClassification(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{
+		"m/config.pbtxt": `backend: "fake"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 4 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 4 ] label_filename: "labels.txt" } ]
+response_cache { enable: true }
+`,
+		"m/labels.txt":   "cat\ndog\r\nbird\n",
+		"m/1/model.fake": fakeFile(0),
+	})
+	h := newHarness(t, Options{Repositories: []string{repo}, CacheSizeBytes: 1 << 20})
+	h.start(t)
+	req := func(k any) *infer.Request {
+		return &infer.Request{
+			Model:   "m",
+			Inputs:  []infer.Tensor{int32Tensor("IN", []int64{2, 4}, 1, 9, 4, 7, -3, -1, -2, 0)},
+			Outputs: []infer.RequestedOutput{{Name: "OUT", Parameters: infer.Parameters{"classification": k}}},
+		}
+	}
+	for range 2 { // a miss, then the same answer from the cache
+		resp, err := h.m.Infer(t.Context(), req(int64(2)))
+		require.NoError(t, err)
+		out := resp.Outputs[0]
+		require.Equal(t, infer.Bytes, out.DataType)
+		require.Equal(t, infer.Shape{2, 2}, out.Shape)
+		els, err := infer.SplitBytes(out.Data)
+		require.NoError(t, err)
+		var got []string
+		for _, e := range els {
+			got = append(got, string(e))
+		}
+		require.Equal(t, []string{"9:1:dog", "7:3", "0:3", "-1:1:dog"}, got, "index 3 has no line in labels.txt: no label")
+	}
+	// Without the parameter the raw tensor comes back (not the cached
+	// classification).
+	resp, err := h.infer(t.Context(), "m", "")
+	require.NoError(t, err)
+	require.Equal(t, infer.Int32, resp.Outputs[0].DataType)
+
+	for _, bad := range []any{int64(0), int64(-1), "3", 2.5, true} {
+		_, err := h.m.Infer(t.Context(), req(bad))
+		requireInferError(t, err, infer.KindInvalid, ReasonInvalidParameter, "output 'OUT': parameter 'classification' must be a positive integer")
+	}
+}
+
+func TestClassificationLabelFileMissing(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{
+		"m/config.pbtxt": fakeConfig("") + `output [ { name: "X" data_type: TYPE_INT32 dims: [ 4 ] label_filename: "nope.txt" } ]`,
+		"m/1/model.fake": fakeFile(0, func(fm *fakeModel) {
+			fm.Outputs = append(fm.Outputs, fakeTensor{Name: "X", DataType: "INT32", Shape: []int64{-1, 4}})
+		}),
+	})
+	h := newHarness(t, Options{Repositories: []string{repo}})
+	h.start(t)
+	got := entries(h, "m")
+	require.Len(t, got, 1)
+	require.Contains(t, got[0], "1 UNAVAILABLE: ")
+	require.Contains(t, got[0], "output 'X': label_filename: open ")
+}
