@@ -434,7 +434,7 @@ func appendResponse(b []byte, resp *Response) []byte {
 				b = append(b, ',')
 			}
 			b = append(b, '"')
-			b = ts.UTC().AppendFormat(b, time.RFC3339Nano)
+			b = AppendTimestamp(b, ts)
 			b = append(b, '"')
 		}
 		b = append(b, "]}"...)
@@ -467,7 +467,7 @@ func appendValue(b []byte, t feature.Type, v *feature.Value) []byte {
 			return strconv.AppendBool(b, v.Bool)
 		case feature.KindUnixTimestamp:
 			b = append(b, '"')
-			b = time.Unix(0, v.I64).UTC().AppendFormat(b, time.RFC3339Nano)
+			b = AppendTimestamp(b, time.Unix(0, v.I64))
 			return append(b, '"')
 		default:
 			return append(b, "null"...)
