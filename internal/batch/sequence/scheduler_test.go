@@ -1,0 +1,347 @@
+package sequence
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluice-ml/sluice/internal/batch"
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const ms = time.Millisecond
+
+// accExec is a Go twin of onnxgen.Accumulator (Triton's QA sequence
+// models keep a running sum the same way): per row, with INT32 INPUT,
+// START, READY and INPUT_STATE, state = READY ? (START ? INPUT :
+// INPUT_STATE+INPUT) : INPUT_STATE, returned as OUTPUT and OUTPUT_STATE;
+// CORRID (UINT64 or BYTES) is echoed as CORRID_OUT. It records what it saw.
+type accExec struct {
+	hold  chan struct{} // when set, Execute waits for a token
+	sleep time.Duration // run time of one execution
+
+	mu    sync.Mutex // protects calls
+	calls []execCall
+}
+
+type execCall struct {
+	ready []int32
+	start []int32
+	corr  []string
+}
+
+func (e *accExec) Execute(_ context.Context, inputs []infer.Tensor, outputs []string) ([]infer.Tensor, error) {
+	if e.hold != nil {
+		<-e.hold
+	}
+	time.Sleep(e.sleep)
+	by := map[string]infer.Tensor{}
+	for _, t := range inputs {
+		by[t.Name] = t
+	}
+	n := int(by["INPUT"].Shape[0])
+	i32 := func(name string, r int) int32 { return int32(binary.LittleEndian.Uint32(by[name].Data[4*r:])) }
+	state := make([]byte, 4*n)
+	var c execCall
+	for r := range n {
+		v := i32("INPUT_STATE", r)
+		if i32("READY", r) != 0 {
+			if i32("START", r) != 0 {
+				v = i32("INPUT", r)
+			} else {
+				v += i32("INPUT", r)
+			}
+		}
+		binary.LittleEndian.PutUint32(state[4*r:], uint32(v))
+		c.ready = append(c.ready, i32("READY", r))
+		c.start = append(c.start, i32("START", r))
+	}
+	corr, hasCorr := by["CORRID"]
+	if hasCorr {
+		if corr.DataType == infer.Bytes {
+			els, err := infer.SplitBytes(corr.Data)
+			if err != nil {
+				return nil, err
+			}
+			for _, el := range els {
+				c.corr = append(c.corr, string(el))
+			}
+		} else {
+			for r := range n {
+				c.corr = append(c.corr, string(rune('0'+binary.LittleEndian.Uint64(corr.Data[8*r:]))))
+			}
+		}
+	}
+	e.mu.Lock()
+	e.calls = append(e.calls, c)
+	e.mu.Unlock()
+	outs := make([]infer.Tensor, len(outputs))
+	for i, name := range outputs {
+		switch name {
+		case "OUTPUT", "OUTPUT_STATE":
+			outs[i] = infer.Tensor{Name: name, DataType: infer.Int32, Shape: infer.Shape{int64(n), 1}, Data: append([]byte(nil), state...)}
+		case "CORRID_OUT":
+			outs[i] = infer.Tensor{Name: name, DataType: corr.DataType, Shape: corr.Shape.Clone(), Data: append([]byte(nil), corr.Data...)}
+		default:
+			return nil, errors.New("unknown output " + name)
+		}
+	}
+	return outs, nil
+}
+
+func (e *accExec) callList() []execCall {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]execCall(nil), e.calls...)
+}
+
+var i32True, i32False = []byte{1, 0, 0, 0}, []byte{0, 0, 0, 0}
+
+// accOptions configures the accumulator as Triton's QA sequence configs
+// do: START and READY as INT32 controls, OUTPUT_STATE fed back into
+// INPUT_STATE.
+func accOptions(strategy Strategy, maxBatch int, corr infer.DataType) Options {
+	o := Options{
+		Model: "acc", Version: "1", Strategy: strategy, MaxBatchSize: maxBatch,
+		IdleTimeout: 100 * ms,
+		Controls: []Control{
+			{Kind: ControlStart, Input: "START", DataType: infer.Int32, False: i32False, True: i32True},
+			{Kind: ControlReady, Input: "READY", DataType: infer.Int32, False: i32False, True: i32True},
+		},
+		States: []State{{Input: "INPUT_STATE", Output: "OUTPUT_STATE", DataType: infer.Int32, Dims: infer.Shape{1}}},
+	}
+	if corr != infer.Invalid {
+		o.Controls = append(o.Controls, Control{Kind: ControlCorrID, Input: "CORRID", DataType: corr})
+	}
+	return o
+}
+
+func req(id CorrID, v int32, start, end bool, outputs ...string) *Request {
+	if len(outputs) == 0 {
+		outputs = []string{"OUTPUT"}
+	}
+	return &Request{
+		Inputs:  []infer.Tensor{{Name: "INPUT", DataType: infer.Int32, Shape: infer.Shape{1, 1}, Data: binary.LittleEndian.AppendUint32(nil, uint32(v))}},
+		Outputs: outputs, ID: id, Start: start, End: end,
+	}
+}
+
+func num(n uint64) CorrID { return CorrID{Num: n} }
+
+// sum submits r and returns its OUTPUT value.
+func sum(t *testing.T, s *Scheduler, r *Request) int32 {
+	t.Helper()
+	res, err := s.Submit(t.Context(), r)
+	require.NoError(t, err)
+	require.Equal(t, infer.Shape{1, 1}, res.Outputs[0].Shape)
+	return int32(binary.LittleEndian.Uint32(res.Outputs[0].Data))
+}
+
+func reason(t *testing.T, err error) string {
+	t.Helper()
+	ie, ok := errors.AsType[*infer.Error](err)
+	require.True(t, ok, "error %v is not an *infer.Error", err)
+	return ie.Reason
+}
+
+func newSched(t *testing.T, o Options, execs ...batch.Executor) (*Scheduler, *Metrics) {
+	t.Helper()
+	m := NewMetrics(prometheus.NewRegistry())
+	s, err := New(o, execs, nil, m, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })
+	return s, m
+}
+
+// Interleaved sequences keep separate running sums through the implicit
+// state (Triton's qa/L0_sequence_batcher test_simple_sequence with several
+// correlation ids, and qa/L0_implicit_state), under both strategies.
+func TestInterleavedSequencesKeepTheirOwnState(t *testing.T) {
+	for _, strategy := range []Strategy{Direct, Oldest} {
+		t.Run(strategy.String(), func(t *testing.T) {
+			e := &accExec{}
+			s, _ := newSched(t, accOptions(strategy, 4, infer.Uint64), e)
+			require.Equal(t, int32(1), sum(t, s, req(num(1), 1, true, false)))
+			require.Equal(t, int32(100), sum(t, s, req(num(2), 100, true, false)))
+			require.Equal(t, int32(3), sum(t, s, req(num(1), 2, false, false)))
+			require.Equal(t, int32(300), sum(t, s, req(num(2), 200, false, false)))
+			require.Equal(t, int32(6), sum(t, s, req(num(1), 3, false, true)))
+			require.Equal(t, int32(600), sum(t, s, req(num(2), 300, false, true)))
+			_, err := s.Submit(t.Context(), req(num(1), 4, false, false))
+			require.Equal(t, ReasonSequenceNotStarted, reason(t, err), "after END the id is free")
+			require.Equal(t, int32(4), sum(t, s, req(num(1), 4, true, true)), "a new sequence starts from fresh state")
+			if strategy == Direct {
+				// Sequence 2 holds slot 1: its rows come second, the idle
+				// slot 0 row is padding with READY false.
+				calls := e.callList()
+				require.Equal(t, []int32{0, 1}, calls[1].ready)
+				require.Equal(t, []string{"0", "2"}, calls[1].corr, "padding rows carry correlation id 0")
+			}
+		})
+	}
+}
+
+// Concurrent sequences on one batching instance share executions, at most
+// one request of each per execution, and each still sees its own sum.
+func TestConcurrentSequencesShareExecutions(t *testing.T) {
+	for _, strategy := range []Strategy{Direct, Oldest} {
+		t.Run(strategy.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { concurrentSequences(t, strategy) })
+		})
+	}
+}
+
+func concurrentSequences(t *testing.T, strategy Strategy) {
+	e := &accExec{sleep: ms}
+	s, _ := newSched(t, accOptions(strategy, 4, infer.Invalid), e)
+	const seqs, steps = 4, 5
+	var wg sync.WaitGroup
+	got := make([][]int32, seqs)
+	for q := range seqs {
+		wg.Go(func() {
+			id := num(uint64(q + 1))
+			for k := range steps {
+				res, err := s.Submit(t.Context(), req(id, int32(q*10+1), k == 0, k == steps-1))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got[q] = append(got[q], int32(binary.LittleEndian.Uint32(res.Outputs[0].Data)))
+			}
+		})
+	}
+	wg.Wait()
+	for q := range seqs {
+		v := int32(q*10 + 1)
+		require.Equal(t, []int32{v, 2 * v, 3 * v, 4 * v, 5 * v}, got[q], "sequence %d", q+1)
+	}
+	for _, c := range e.callList() {
+		require.LessOrEqual(t, len(c.ready), 4)
+	}
+	require.Less(t, len(e.callList()), seqs*steps, "sequences shared executions")
+}
+
+func TestRequestsThatCannotRun(t *testing.T) {
+	e := &accExec{}
+	s, _ := newSched(t, accOptions(Direct, 2, infer.Uint64), e)
+	_, err := s.Submit(t.Context(), req(CorrID{}, 1, true, false))
+	require.Equal(t, ReasonMissingCorrelationID, reason(t, err))
+	_, err = s.Submit(t.Context(), req(num(5), 1, false, false))
+	require.Equal(t, ReasonSequenceNotStarted, reason(t, err))
+	_, err = s.Submit(t.Context(), req(CorrID{Str: "abc"}, 1, true, false))
+	require.Equal(t, ReasonInvalidCorrelationID, reason(t, err), "a UINT64 CORRID control takes no string ids")
+	r := req(num(5), 1, true, false)
+	r.Inputs[0].Shape = infer.Shape{2, 1}
+	r.Inputs[0].Data = make([]byte, 8)
+	_, err = s.Submit(t.Context(), r)
+	require.Equal(t, ReasonSequenceBatchSize, reason(t, err))
+	require.Empty(t, e.callList())
+}
+
+// String correlation ids reach a BYTES CORRID control; numbers reach it
+// as decimal digits (Triton's CONTROL_SEQUENCE_CORRID with TYPE_STRING).
+func TestStringCorrelationIDs(t *testing.T) {
+	e := &accExec{}
+	s, _ := newSched(t, accOptions(Oldest, 2, infer.Bytes), e)
+	require.Equal(t, int32(7), sum(t, s, req(CorrID{Str: "user-a"}, 7, true, false)))
+	require.Equal(t, int32(9), sum(t, s, req(CorrID{Str: "user-b"}, 9, true, false)))
+	require.Equal(t, int32(8), sum(t, s, req(CorrID{Str: "user-a"}, 1, false, true)))
+	require.Equal(t, int32(5), sum(t, s, req(num(42), 5, true, true)))
+	var ids []string
+	for _, c := range e.callList() {
+		ids = append(ids, c.corr...)
+	}
+	require.Equal(t, []string{"user-a", "user-b", "user-a", "42"}, ids)
+}
+
+// A sequence that receives nothing for max_sequence_idle_microseconds
+// loses its slot; its next request without START is refused, and a
+// sequence waiting in the backlog takes the slot (Triton's
+// qa/L0_sequence_batcher test_backlog_sequence_timeout idea).
+func TestIdleTimeoutFreesTheSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := &accExec{}
+		o := accOptions(Direct, 0, infer.Invalid) // one slot: no batch dimension
+		s, m := newSched(t, o, e)
+		one := func(id uint64, v int32, start bool) (*batch.Result, error) {
+			r := req(num(id), v, start, false)
+			r.Inputs[0].Shape = infer.Shape{1}
+			return s.Submit(t.Context(), r)
+		}
+		_, err := one(1, 5, true)
+		require.NoError(t, err)
+		waiting := make(chan error, 1)
+		go func() { _, err := one(2, 1, true); waiting <- err }()
+		synctest.Wait()
+		inSlots, backlog := s.Active()
+		require.Equal(t, 1, inSlots)
+		require.Equal(t, 1, backlog, "the second sequence waits for the only slot")
+		time.Sleep(100*ms - time.Nanosecond)
+		synctest.Wait()
+		require.Empty(t, waiting)
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		require.NoError(t, <-waiting, "sequence 1 went idle: sequence 2 got its slot")
+		_, err = one(1, 5, false)
+		require.Equal(t, ReasonSequenceNotStarted, reason(t, err))
+		require.InDelta(t, 1, testutil.ToFloat64(m.idleReleased.WithLabelValues("acc", "1")), 0)
+		require.InDelta(t, 2, testutil.ToFloat64(m.started.WithLabelValues("acc", "1")), 0)
+		require.InDelta(t, 1, testutil.ToFloat64(m.active.WithLabelValues("acc", "1")), 0)
+	})
+}
+
+func TestBacklogIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := accOptions(Oldest, 1, infer.Invalid)
+		o.MaxCandidates, o.MaxBacklog = 1, 1
+		s, _ := newSched(t, o, &accExec{})
+		require.Equal(t, int32(1), sum(t, s, req(num(1), 1, true, false)))
+		go func() { _, _ = s.Submit(t.Context(), req(num(2), 1, true, false)) }()
+		synctest.Wait()
+		_, err := s.Submit(t.Context(), req(num(3), 1, true, false))
+		require.Equal(t, batch.ReasonQueueFull, reason(t, err))
+		require.Equal(t, int32(2), sum(t, s, req(num(1), 1, false, true)), "sequence 1 ends: 2 takes the slot")
+		synctest.Wait()
+	})
+}
+
+// A START on an active id ends that sequence and starts afresh.
+func TestStartAgainResetsState(t *testing.T) {
+	s, _ := newSched(t, accOptions(Direct, 2, infer.Invalid), &accExec{})
+	require.Equal(t, int32(10), sum(t, s, req(num(1), 10, true, false)))
+	require.Equal(t, int32(30), sum(t, s, req(num(1), 20, false, false)))
+	require.Equal(t, int32(1), sum(t, s, req(num(1), 1, true, false)))
+	require.Equal(t, int32(3), sum(t, s, req(num(1), 2, false, false)))
+}
+
+// A queued request whose caller gives up is dropped and never runs.
+func TestCancelledQueuedRequestIsDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := &accExec{hold: make(chan struct{})}
+		s, _ := newSched(t, accOptions(Direct, 2, infer.Invalid), e)
+		first := make(chan error, 1)
+		go func() { _, err := s.Submit(t.Context(), req(num(1), 1, true, false)); first <- err }()
+		synctest.Wait()
+		ctx, cancel := context.WithCancel(t.Context())
+		gone := make(chan error, 1)
+		go func() { _, err := s.Submit(ctx, req(num(1), 100, false, false)); gone <- err }()
+		synctest.Wait()
+		cancel()
+		require.Equal(t, batch.ReasonCanceled, reason(t, <-gone))
+		e.hold <- struct{}{}
+		require.NoError(t, <-first)
+		close(e.hold)
+		require.Equal(t, int32(3), sum(t, s, req(num(1), 2, false, true)), "the dropped 100 never entered the sum")
+	})
+}
