@@ -214,16 +214,33 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 	if recorder != nil {
 		opts.Recorder = recorder
 	}
+	acc, err := openAccuracy(ctx, cfg, logger, reg)
+	if err != nil {
+		if recorder != nil {
+			_ = recorder.Close(context.Background())
+		}
+		closeAccess()
+		return nil, err
+	}
+	if acc != nil {
+		opts.Accuracy = acc.joiner
+	}
 	gw, err := gateway.New(cfg, opts, logger, reg)
 	if err != nil {
 		if recorder != nil {
 			_ = recorder.Close(context.Background())
+		}
+		if acc != nil {
+			_ = acc.close(context.Background())
 		}
 		closeAccess()
 		return nil, &exitError{code: 2, err: err}
 	}
 	ok := false
 	var closers []func()
+	if acc != nil {
+		closers = append(closers, func() { _ = acc.close(context.Background()) })
+	}
 	defer func() {
 		if !ok {
 			for _, c := range closers {
@@ -323,6 +340,10 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 	// gctx; its access-log writer and shadow workers go on serving the
 	// requests the listeners drain, until gw.Close below waits for them.
 	g.Go(func() error { return gw.Run(gctx) })
+	if acc != nil {
+		// The joiner stores what requests log until acc.close below.
+		g.Go(func() error { return acc.joiner.Run(gctx) })
+	}
 	ok = true
 	for _, s := range []struct {
 		srv *http.Server
@@ -359,6 +380,10 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 		}
 		err := srv.Shutdown(shutCtx)
 		err = errors.Join(err, adminSrv.Shutdown(shutCtx), gw.Close(shutCtx))
+		if acc != nil {
+			// After the gateway: no request logs a prediction any more.
+			err = errors.Join(err, acc.close(shutCtx))
+		}
 		return err
 	})
 	reload := func(ctx context.Context) error {

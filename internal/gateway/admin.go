@@ -27,6 +27,9 @@ import (
 //	POST /rollout/{service}/{promote|rollback|pause|resume|reset}?reason=...
 //	GET  /shadow        each service's shadow share and the recorder
 //	GET  /drift         each service's drift watch: reference, last statistics
+//	GET  /accuracy      each service's online accuracy per version and slice
+//	POST /accuracy/{service}/outcomes   outcomes to join (as the gateway's
+//	                    POST /v1/services/{service}/outcomes takes them)
 //	GET  /ready         200 while the gateway takes traffic
 //	POST /reload        re-read the configuration and apply it
 //	GET  /metrics       Prometheus metrics, when metrics is not nil
@@ -56,6 +59,17 @@ func (g *Gateway) AdminHandler(metrics http.Handler) http.Handler {
 	mux.HandleFunc("POST /rollout/{service}/{action}", g.rolloutAction)
 	mux.HandleFunc("GET /drift", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, g.driftState())
+	})
+	mux.HandleFunc("GET /accuracy", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, g.accuracyState())
+	})
+	mux.HandleFunc("POST /accuracy/{service}/outcomes", func(w http.ResponseWriter, r *http.Request) {
+		s, ok := g.state.Load().byName[r.PathValue("service")]
+		if !ok {
+			writeError(w, "", http.StatusNotFound, ReasonNotFound, "no service named "+quoteName(r.PathValue("service")))
+			return
+		}
+		g.ingestOutcomes(w, r, s)
 	})
 	mux.HandleFunc("GET /shadow", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, g.shadowState())

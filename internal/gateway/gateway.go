@@ -81,6 +81,9 @@ type Options struct {
 	// Recorder receives the records of shadow traffic; nil drops them
 	// (shadow calls still run and are counted).
 	Recorder Recorder
+	// Accuracy joins the predictions of services with an accuracy block
+	// to their outcomes (accuracy.Joiner); nil refuses such services.
+	Accuracy Accuracy
 	// Reload re-reads the configuration for POST /reload; nil disables it.
 	Reload func(ctx context.Context) (*config.Config, error)
 	// MaxBodyBytes bounds a service request body [1 MiB].
@@ -372,6 +375,9 @@ func (g *Gateway) buildServices(st *state, cfg *config.Gateway) []error {
 				}
 			}
 		}
+		if sc.Accuracy != nil && g.opts.Accuracy == nil {
+			errs = append(errs, fmt.Errorf("service %q %w", sc.Name, errNoJoiner))
+		}
 		if len(s.features) > 0 && g.opts.Features == nil {
 			errs = append(errs, fmt.Errorf("service %q reads features, but this process runs no feature server (add a feature_server section)", sc.Name))
 		}
@@ -456,6 +462,9 @@ func (g *Gateway) attachStateful(st *state, cfg *config.Gateway) []error {
 		s.hooks = g.hooksOf(st, s)
 		s.routesByValue = s.routes.UsesValues() || s.rollout != nil
 	}
+	if g.opts.Accuracy != nil {
+		g.opts.Accuracy.SetServices(accuracyServices(st))
+	}
 	return nil
 }
 
@@ -472,6 +481,9 @@ func (g *Gateway) hooksOf(st *state, s *service) []releaseHook {
 		if b, ok := st.backends[s.shadow.cfg.Backend]; ok {
 			hooks = append(hooks, &shadowHook{sh: s.shadow, b: b, m: g.mirror, headers: st.cfg.Recording.Headers})
 		}
+	}
+	if s.accuracy != nil && g.opts.Accuracy != nil {
+		hooks = append(hooks, &accuracyHook{a: s.accuracy, j: g.opts.Accuracy})
 	}
 	return hooks
 }

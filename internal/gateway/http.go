@@ -38,6 +38,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, `{"ready":true}`+"\n")
 	case st.proxy != nil && strings.HasPrefix(path, st.proxy.cfg.PathPrefix):
 		g.serveProxy(w, r, st)
+	case r.Method == http.MethodPost && strings.HasSuffix(path, "/outcomes") && isOutcomesPath(path):
+		name, _ := outcomesPath(path)
+		g.serveOutcomes(w, r, name)
 	case st.paths[path]:
 		writeError(w, "", http.StatusMethodNotAllowed, ReasonMethodNotAllowed, "method "+r.Method+" is not allowed on "+path)
 	default:

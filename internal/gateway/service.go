@@ -141,7 +141,8 @@ type service struct {
 	shadow        *serviceShadow
 	rollout       *serviceRollout
 	drift         *serviceDrift
-	hooks         []releaseHook // rollout, drift watch, shadow: in that order
+	accuracy      *serviceAccuracy
+	hooks         []releaseHook // rollout, drift watch, shadow, accuracy: in that order
 
 	// The service's metric series, looked up once: the request duration,
 	// and each output's prediction histogram (by index into outputs).
@@ -177,6 +178,7 @@ func compileService(c config.Service, repo *registry.Repo, opts ...route.Option)
 	sc.requested()
 	sc.entityKeys()
 	sc.shadow()
+	sc.accuracy()
 	sc.routes(opts)
 	sc.s.spanOpts = []trace.SpanStartOption{
 		trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attribute.String("service", c.Name)),

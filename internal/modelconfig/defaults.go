@@ -104,8 +104,12 @@ func AutoComplete(cfg *inferencepb.ModelConfig, sig infer.Signature) error {
 		return slices.Clone(shape), nil
 	}
 
+	seqInputs, seqOutputs := SequenceTensors(cfg)
 	if len(cfg.Input) == 0 {
 		for _, spec := range sig.Inputs {
+			if seqInputs[spec.Name] {
+				continue // filled by the sequence batcher
+			}
 			d, r := dims("input", spec)
 			cfg.Input = append(cfg.Input, &inferencepb.ModelInput{Name: spec.Name, DataType: FromInfer(spec.DataType), Dims: d, Reshape: r})
 		}
@@ -125,6 +129,9 @@ func AutoComplete(cfg *inferencepb.ModelConfig, sig infer.Signature) error {
 	}
 	if len(cfg.Output) == 0 {
 		for _, spec := range sig.Outputs {
+			if seqOutputs[spec.Name] {
+				continue // an implicit state, read by the sequence batcher
+			}
 			d, r := dims("output", spec)
 			cfg.Output = append(cfg.Output, &inferencepb.ModelOutput{Name: spec.Name, DataType: FromInfer(spec.DataType), Dims: d, Reshape: r})
 		}

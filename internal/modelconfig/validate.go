@@ -52,6 +52,7 @@ func Validate(cfg *inferencepb.ModelConfig, src *Source) Errors {
 	v.versionPolicy()
 	v.instanceGroups()
 	v.dynamicBatching()
+	v.sequenceBatching()
 	v.ensemble()
 	v.warmup()
 	return v.sorted()
@@ -418,8 +419,10 @@ func ValidateSignature(cfg *inferencepb.ModelConfig, sig infer.Signature, src *S
 		}
 		v.checkTensor("output", i, out.Name, out.DataType, out.Dims, out.Reshape, sig.Outputs)
 	}
+	seqInputs, _ := SequenceTensors(cfg)
+	v.sequenceSignature(sig)
 	for _, spec := range sig.Inputs {
-		if !listed[spec.Name] {
+		if !listed[spec.Name] && !seqInputs[spec.Name] {
 			v.add("input", "input '%s': the model has this input (%s %s) but the configuration does not list it", spec.Name, FromInfer(spec.DataType), spec.Shape)
 		}
 	}

@@ -1,0 +1,211 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/sluice-ml/sluice/internal/accuracy"
+	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// Online accuracy: a service with an accuracy block logs a share of its
+// predictions (accuracyHook) to the joiner, which joins the outcomes
+// posted later (POST /v1/services/<name>/outcomes here, with a client's
+// API key; POST /accuracy/<name>/outcomes on the admin port, with an
+// operate token).
+
+// Accuracy is the joiner of predictions and outcomes (accuracy.Joiner).
+type Accuracy interface {
+	// SetServices applies the services' accuracy blocks.
+	SetServices(list []accuracy.Service)
+	// Offer logs a prediction; it never blocks.
+	Offer(p *accuracy.Prediction, features map[string]any) bool
+	// Ingest joins outcomes; one result per outcome.
+	Ingest(ctx context.Context, outs []accuracy.Outcome) ([]string, error)
+	// Compare sums up the joined pairs of a rollout group per slice.
+	Compare(service, group, output, candidate string) []accuracy.SliceComparison
+	// Status is the accuracy of every service, for the admin API.
+	Status() []accuracy.ServiceStatus
+}
+
+// Reasons of outcome posts.
+const (
+	ReasonInvalidOutcome       = "invalid_outcome"
+	ReasonAccuracyNotEnabled   = "accuracy_not_configured"
+	ReasonOutcomeNotPermitted  = "outcome_not_permitted"
+	reasonAccuracyStoreFailure = "accuracy_store_unavailable"
+)
+
+// serviceAccuracy is a service's compiled accuracy block.
+type serviceAccuracy struct {
+	percent  float64
+	keyField int      // index into service.fields; -1: the request id
+	headers  []string // slice headers
+	features bool
+	clients  []string // outcome_clients
+}
+
+// compileAccuracy resolves the accuracy block's key field.
+func (c *compiler) accuracy() {
+	a := c.s.cfg.Accuracy
+	if a == nil {
+		return
+	}
+	sa := &serviceAccuracy{percent: a.Percent, keyField: -1, headers: a.Slices, features: a.Features, clients: a.OutcomeClients}
+	if i, ok := c.s.fieldIdx[a.Key]; ok && a.Key != "" {
+		sa.keyField = i
+	}
+	c.s.accuracy = sa
+}
+
+// accuracyHook logs the answered calls that fall in the service's
+// accuracy share.
+type accuracyHook struct {
+	noHook
+	a *serviceAccuracy
+	j Accuracy
+}
+
+func (h *accuracyHook) answered(_ context.Context, x *exchange) {
+	s, a := x.s, h.a
+	key := x.reqID
+	if a.keyField >= 0 && x.vals[a.keyField].set {
+		key = x.vals[a.keyField].text(s.fields[a.keyField].kind)
+	}
+	if a.percent < 100 && !Mirrored(key, a.percent) {
+		return
+	}
+	ans := &x.answer
+	outs := make(map[string]float64, len(ans.Outputs))
+	for _, o := range ans.Outputs {
+		if len(o.Values) > 0 {
+			outs[o.Name] = o.Values[0]
+		}
+	}
+	p := &accuracy.Prediction{
+		Service: s.name, Key: key, RequestID: x.reqID, Model: ans.Model, Version: ans.Version,
+		Route: ans.Route, Group: x.roGroup, Slices: recordHeaders(x.call.Header, a.headers), Outputs: outs, Time: x.start,
+	}
+	var feats map[string]any
+	if a.features {
+		feats = s.featureMap(x.feats)
+	}
+	h.j.Offer(p, feats)
+}
+
+// serveOutcomes answers POST /v1/services/<name>/outcomes on the
+// gateway's listener: a configured client (not an anonymous caller),
+// within the service's outcome_clients when it lists any, under the
+// client's rate limit.
+func (g *Gateway) serveOutcomes(w http.ResponseWriter, r *http.Request, name string) {
+	st := g.state.Load()
+	s, ok := st.byName[name]
+	if !ok {
+		writeError(w, "", http.StatusNotFound, ReasonNotFound, "no service named "+quoteName(name))
+		return
+	}
+	var entry accesslog.Entry
+	id, err := g.admit(r.Context(), st, r.Header, r.RemoteAddr, r.TLS, &entry)
+	if err != nil {
+		writeHTTPError(w, "", err)
+		return
+	}
+	if id.Anonymous {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+		writeError(w, "", http.StatusUnauthorized, "missing_credential", "posting outcomes needs a client API key")
+		return
+	}
+	if s.accuracy != nil && len(s.accuracy.clients) > 0 && !slices.Contains(s.accuracy.clients, id.ClientID) {
+		writeError(w, "", http.StatusForbidden, ReasonOutcomeNotPermitted,
+			"client "+quoteName(id.ClientID)+" may not post outcomes of service "+quoteName(name)+" (accuracy.outcome_clients)")
+		return
+	}
+	g.ingestOutcomes(w, r, s)
+}
+
+// ingestOutcomes reads the body of an outcome post and joins it.
+func (g *Gateway) ingestOutcomes(w http.ResponseWriter, r *http.Request, s *service) {
+	if s.accuracy == nil || g.opts.Accuracy == nil {
+		writeError(w, "", http.StatusNotFound, ReasonAccuracyNotEnabled, "service "+quoteName(s.name)+" has no accuracy block")
+		return
+	}
+	body, err := readBody(w, r, g.opts.MaxBodyBytes)
+	if err != nil {
+		writeHTTPError(w, "", err)
+		return
+	}
+	outs, err := accuracy.ParseOutcomes(s.name, body)
+	if err != nil {
+		writeError(w, "", http.StatusBadRequest, ReasonInvalidOutcome, err.Error())
+		return
+	}
+	results, err := g.opts.Accuracy.Ingest(r.Context(), outs)
+	if err != nil {
+		g.logger.Warn("outcomes not stored", "service", s.name, "outcomes", len(outs), "err", err)
+		writeHTTPError(w, "", infer.Errorf(infer.KindUnavailable, reasonAccuracyStoreFailure, "the pending store did not take the outcomes; retry"))
+		return
+	}
+	counts := map[string]int{}
+	for _, res := range results {
+		counts[res]++
+	}
+	writeJSON(w, http.StatusOK, outcomeAnswer{Service: s.name, Results: results, Counts: counts})
+}
+
+// outcomeAnswer is the answer to an outcome post: one result per outcome,
+// in order, and the count of each.
+type outcomeAnswer struct {
+	Service string         `json:"service"`
+	Results []string       `json:"results"`
+	Counts  map[string]int `json:"counts"`
+}
+
+// outcomesPath returns the service name of a POST
+// /v1/services/<name>/outcomes path.
+func outcomesPath(path string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, "/v1/services/")
+	if !ok {
+		return "", false
+	}
+	name, ok := strings.CutSuffix(rest, "/outcomes")
+	if !ok || name == "" || strings.Contains(name, "/") {
+		return "", false
+	}
+	return name, true
+}
+
+func quoteName(s string) string { return `"` + s + `"` }
+
+// errNoJoiner is the build error of a service with an accuracy block in
+// a gateway without a joiner.
+var errNoJoiner = errors.New("has an accuracy block, but the gateway has no accuracy joiner")
+
+// accuracyServices lists the accuracy blocks of cfg's services for the
+// joiner.
+func accuracyServices(st *state) []accuracy.Service {
+	var out []accuracy.Service
+	for _, sc := range st.cfg.Services {
+		if sc.Accuracy != nil {
+			out = append(out, accuracy.Service{Name: sc.Name, Spec: *sc.Accuracy})
+		}
+	}
+	return out
+}
+
+// accuracyState is the admin view: every service's online accuracy.
+func (g *Gateway) accuracyState() []accuracy.ServiceStatus {
+	if g.opts.Accuracy == nil {
+		return []accuracy.ServiceStatus{}
+	}
+	return g.opts.Accuracy.Status()
+}
+
+// isOutcomesPath reports whether path is /v1/services/<name>/outcomes.
+func isOutcomesPath(path string) bool {
+	_, ok := outcomesPath(path)
+	return ok
+}

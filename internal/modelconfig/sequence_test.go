@@ -1,0 +1,61 @@
+package modelconfig
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// A sequence model's control inputs and implicit states are model tensors
+// the configuration does not list (Triton's qa/L0_sequence_batcher and
+// qa/L0_implicit_state model configs): they must not count as unlisted
+// inputs, must exist in the model with the control's type, and
+// auto-complete must not offer them to clients.
+func TestSequenceTensorsAgainstTheModel(t *testing.T) {
+	col := []int64{-1, 1}
+	sig := infer.Signature{
+		Inputs: []infer.TensorSpec{
+			spec("INPUT", infer.Int32, col...), spec("START", infer.Int32, col...),
+			spec("READY", infer.Int32, col...), spec("INPUT_STATE", infer.Int32, col...),
+		},
+		Outputs: []infer.TensorSpec{spec("OUTPUT", infer.Int32, col...), spec("OUTPUT_STATE", infer.Int32, col...)},
+	}
+	const cfgText = `
+max_batch_size: 4
+input { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }
+output { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }
+sequence_batching {
+  control_input { name: "START" control { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } }
+  control_input { name: "READY" control { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } }
+  state { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] }
+}`
+	cfg, src, err := Parse("config.pbtxt", []byte(cfgText))
+	require.NoError(t, err)
+	ApplyDefaults(cfg, "acc")
+	require.Empty(t, Validate(cfg, src))
+	require.Empty(t, ValidateSignature(cfg, sig, src))
+
+	bad := strings.Replace(cfgText, `name: "READY" control { kind: CONTROL_SEQUENCE_READY int32_false_true`, `name: "READY" control { kind: CONTROL_SEQUENCE_READY fp32_false_true`, 1)
+	bad = strings.Replace(bad, `input_name: "INPUT_STATE"`, `input_name: "H"`, 1)
+	cfg, src, err = Parse("config.pbtxt", []byte(bad))
+	require.NoError(t, err)
+	got := lines(ValidateSignature(cfg, sig, src))
+	require.Equal(t, []string{
+		"config.pbtxt:3:1: input 'INPUT_STATE': the model has this input (TYPE_INT32 [-1,1]) but the configuration does not list it",
+		"config.pbtxt:7:3: sequence_batching: control input 'READY' is TYPE_FP32 in the configuration but TYPE_INT32 in the model",
+		"config.pbtxt:8:3: sequence_batching: state input 'H': the model has no such tensor",
+	}, got)
+
+	auto, _, err := Parse("config.pbtxt", []byte(strings.NewReplacer(
+		`input { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }`, "",
+		`output { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }`, "").Replace(cfgText)))
+	require.NoError(t, err)
+	require.NoError(t, AutoComplete(auto, sig))
+	require.Len(t, auto.Input, 1, "only INPUT is the client's")
+	require.Equal(t, "INPUT", auto.Input[0].Name)
+	require.Len(t, auto.Output, 1)
+	require.Equal(t, "OUTPUT", auto.Output[0].Name)
+}
