@@ -51,6 +51,7 @@ type serveFlags struct {
 	logFormat       string
 	logLevel        string
 	cacheSize       int64
+	tritonMetrics   bool
 	configFile      string
 	traceEndpoint   string
 	traceRatio      float64
@@ -97,6 +98,7 @@ func newServeCmd(use, short string) *cobra.Command {
 	fl.Int64Var(&f.maxBodyBytes, "max-request-bytes", 64<<20, "largest HTTP body or gRPC message accepted")
 	fl.IntVar(&f.exitTimeoutSecs, "exit-timeout-secs", 30, "seconds to wait for in-flight requests at shutdown")
 	fl.Int64Var(&f.cacheSize, "cache-size", 0, "bytes of the response cache shared by models with response_cache { enable: true }; 0 disables it")
+	fl.BoolVar(&f.tritonMetrics, "triton-metrics", true, "also export the inference metrics under Triton's names (nv_inference_*), for Triton dashboards and alerts")
 	fl.StringVarP(&f.configFile, "config", "c", "", "sluice.yaml: run the whole chain it describes (model server, feature server, gateway); the model-server flags are then ignored except --backend-config, --log-format and --log-level")
 	fl.BoolVar(&f.materialize, "materialize", true, "with -c: apply the feature repository and materialize it incrementally into the online store at start")
 	fl.StringVar(&f.traceEndpoint, "trace-otlp-endpoint", "", "OTLP/gRPC collector (host:port) to export OpenTelemetry spans to; empty: tracing off")
@@ -289,6 +291,8 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 		ExpectedCommits: commits,
 		StrictReadiness: f.strictReadiness,
 		CacheSizeBytes:  f.cacheSize,
+
+		DisableTritonMetrics: !f.tritonMetrics,
 	}, backends, logger, reg)
 	if err != nil {
 		return nil, err

@@ -47,6 +47,7 @@ func (m *Manager) Infer(ctx context.Context, req *infer.Request) (*infer.Respons
 	resp, ierr := m.serve(ctx, lv, req, start)
 	if ierr != nil {
 		m.metrics.failures.WithLabelValues(lv.model, lv.vstr, ierr.Reason).Inc()
+		lv.obs.triton.failed(ierr.Reason)
 		lv.stats.fail(time.Since(start))
 		return nil, ierr
 	}
@@ -81,6 +82,7 @@ func (m *Manager) serve(ctx context.Context, lv *loaded, req *infer.Request, sta
 			lv.obs.requests.Inc()
 			lv.obs.cacheHits.Inc()
 			lv.obs.duration.Observe(total.Seconds())
+			lv.obs.triton.succeeded(batch, total, execTimes{}, false)
 			lv.stats.cacheHit(total, lookup, now)
 			return lv.response(req, outs, classes)
 		}
@@ -91,7 +93,9 @@ func (m *Manager) serve(ctx context.Context, lv *loaded, req *infer.Request, sta
 		outs, ierr = m.runEnsemble(ctx, lv, req, inputs, outputs)
 	} else {
 		enqueued := time.Now()
+		lv.obs.triton.enqueued()
 		outs, times, ierr = lv.execute(ctx, inputs, outputs, batch, sched)
+		lv.obs.triton.answered()
 		traceExecution(ctx, lv, enqueued, times, batch, ierr)
 		lv.clientShapes(outs)
 	}
@@ -111,8 +115,10 @@ func (m *Manager) serve(ctx context.Context, lv *loaded, req *infer.Request, sta
 	lv.obs.requests.Inc()
 	lv.obs.inferences.Add(float64(batch))
 	lv.obs.duration.Observe(total.Seconds())
+	lv.obs.triton.succeeded(batch, total, times, true)
 	if lv.ens != nil {
 		lv.obs.executions.Inc()
+		lv.obs.triton.executed()
 		lv.stats.ensembleSuccess(uint64(batch), total, now)
 	} else {
 		lv.stats.success(uint64(batch), total, times, now)

@@ -184,9 +184,7 @@ func TestMetrics(t *testing.T) {
 	_, err = h.m.Infer(t.Context(), &infer.Request{Model: "m"})
 	require.Error(t, err)
 
-	problems, err := testutil.GatherAndLint(h.reg)
-	require.NoError(t, err)
-	require.Empty(t, problems)
+	requireLintClean(t, h.reg)
 
 	require.InDelta(t, 3, testutil.ToFloat64(h.m.metrics.requests.WithLabelValues("m", "1")), 0)
 	require.InDelta(t, 5, testutil.ToFloat64(h.m.metrics.inferences.WithLabelValues("m", "1")), 0)
@@ -234,7 +232,5 @@ func TestMetrics(t *testing.T) {
 	n, err := testutil.GatherAndCount(h.reg, "sluice_model_info")
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "bare's provenance stays")
-	problems, err = testutil.GatherAndLint(h.reg)
-	require.NoError(t, err)
-	require.Empty(t, problems)
+	requireLintClean(t, h.reg)
 }

@@ -78,6 +78,10 @@ type Options struct {
 	// model with response_cache { enable: true } (--cache-size). 0 means
 	// no cache: such models serve uncached.
 	CacheSizeBytes int64
+	// DisableTritonMetrics leaves out the nv_inference_* series that
+	// Sluice exports under Triton's names next to its own
+	// (--triton-metrics=false).
+	DisableTritonMetrics bool
 }
 
 // Manager owns the models of the repositories: it loads, swaps, drains and
@@ -154,7 +158,7 @@ func New(opts Options, backends *backend.Registry, logger *slog.Logger, reg prom
 		opts:         opts,
 		backends:     backends,
 		logger:       logger.With("component", "modelrepo"),
-		metrics:      newMetrics(reg),
+		metrics:      newMetrics(reg, !opts.DisableTritonMetrics),
 		batchMetrics: batch.NewMetrics(reg),
 		loadSlots:    make(chan struct{}, maxParallelLoads),
 		stopCtx:      stopCtx,

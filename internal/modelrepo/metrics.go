@@ -31,14 +31,16 @@ type metrics struct {
 	cacheMisses    *prometheus.CounterVec
 	cacheBytes     prometheus.Gauge
 	cacheEvictions prometheus.Counter
+
+	triton *tritonMetrics // nil when turned off
 }
 
 // newMetrics builds the collectors and registers them with reg; a nil reg
 // registers nothing.
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, triton bool) *metrics {
 	f := promauto.With(reg)
 	mv := []string{"model", "version"}
-	return &metrics{
+	m := &metrics{
 		requests: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "sluice", Subsystem: "model", Name: "inference_requests_total",
 			Help: "Inference requests that succeeded.",
@@ -104,6 +106,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Response cache entries evicted to make room for newer ones.",
 		}),
 	}
+	if triton {
+		m.triton = newTritonMetrics(reg)
+	}
+	return m
 }
 
 // versionObservers are one version's request collectors, looked up once at
@@ -115,6 +121,7 @@ type versionObservers struct {
 	duration    prometheus.Observer
 	cacheHits   prometheus.Counter
 	cacheMisses prometheus.Counter
+	triton      *tritonObservers // nil when Triton's names are off
 }
 
 func (m *metrics) observers(model, version string, cached bool) versionObservers {
@@ -123,6 +130,7 @@ func (m *metrics) observers(model, version string, cached bool) versionObservers
 		inferences: m.inferences.WithLabelValues(model, version),
 		executions: m.executions.WithLabelValues(model, version),
 		duration:   m.duration.WithLabelValues(model, version),
+		triton:     m.triton.observers(model, version),
 	}
 	// Only versions with a response cache export the cache series.
 	if cached {
@@ -163,6 +171,7 @@ func (m *metrics) forgetVersion(model, version string) {
 	m.info.DeletePartialMatch(l)
 	m.cacheHits.DeletePartialMatch(l)
 	m.cacheMisses.DeletePartialMatch(l)
+	m.triton.forget(l)
 }
 
 // forgetModel deletes every series of a model that left the repository.
@@ -179,4 +188,5 @@ func (m *metrics) forgetModel(model string) {
 	m.loadFailures.DeletePartialMatch(l)
 	m.cacheHits.DeletePartialMatch(l)
 	m.cacheMisses.DeletePartialMatch(l)
+	m.triton.forget(l)
 }

@@ -90,6 +90,7 @@ type statsObserver struct{ lv *loaded }
 // Executed records one executed batch.
 func (o statsObserver) Executed(batchSize int, input, compute, output time.Duration) {
 	o.lv.obs.executions.Inc()
+	o.lv.obs.triton.executed()
 	o.lv.stats.executed(uint64(batchSize), input, compute, output)
 }
 

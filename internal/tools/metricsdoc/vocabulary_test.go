@@ -38,6 +38,21 @@ var knownViolations = map[string]string{
 	"sluice_rollout_state":                              "component",
 	"sluice_rollout_transitions_total":                  "component",
 	"sluice_feature_view_seconds_since_materialization": "unit last",
+	// Triton's metric names (docs/user_guide/metrics.md in Triton's
+	// server repository), exported next to Sluice's own so that Triton
+	// dashboards keep working (--triton-metrics): counters without _total,
+	// microseconds, _count on counters and a gauge. Spelled as Triton does
+	// or they would be useless.
+	"nv_inference_request_success":            "promlint: Triton's name",
+	"nv_inference_request_failure":            "promlint: Triton's name",
+	"nv_inference_count":                      "promlint: Triton's name",
+	"nv_inference_exec_count":                 "promlint: Triton's name",
+	"nv_inference_pending_request_count":      "promlint: Triton's name",
+	"nv_inference_request_duration_us":        "promlint: Triton's name",
+	"nv_inference_queue_duration_us":          "promlint: Triton's name",
+	"nv_inference_compute_input_duration_us":  "promlint: Triton's name",
+	"nv_inference_compute_infer_duration_us":  "promlint: Triton's name",
+	"nv_inference_compute_output_duration_us": "promlint: Triton's name",
 }
 
 // unboundedLabels are label names whose values grow without bound.
