@@ -17,16 +17,16 @@ import (
 // predate Prometheus' naming rules: counters without _total and
 // microseconds; they are kept as Triton spells them.
 type tritonMetrics struct {
-	success     *prometheus.CounterVec
-	failure     *prometheus.CounterVec
-	count       *prometheus.CounterVec
-	execCount   *prometheus.CounterVec
-	pending     *prometheus.GaugeVec
-	requestUS   *prometheus.CounterVec
-	queueUS     *prometheus.CounterVec
-	inputUS     *prometheus.CounterVec
-	inferUS     *prometheus.CounterVec
-	outputUS    *prometheus.CounterVec
+	success   *prometheus.CounterVec
+	failure   *prometheus.CounterVec
+	count     *prometheus.CounterVec
+	execCount *prometheus.CounterVec
+	pending   *prometheus.GaugeVec
+	requestUS *prometheus.CounterVec
+	queueUS   *prometheus.CounterVec
+	inputUS   *prometheus.CounterVec
+	inferUS   *prometheus.CounterVec
+	outputUS  *prometheus.CounterVec
 }
 
 // Triton's values of the reason label of nv_inference_request_failure.
