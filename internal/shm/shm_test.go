@@ -1,0 +1,201 @@
+package shm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// makeObject creates a shared-memory object of size bytes in /dev/shm (as
+// a client's shm_open + ftruncate would) and removes it at the end.
+func makeObject(t *testing.T, size int) (key string, path string) {
+	t.Helper()
+	name := fmt.Sprintf("sluice-test-%d-%s", os.Getpid(), filepath.Base(t.TempDir()))
+	path = filepath.Join(Dir, name)
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(int64(size)))
+	require.NoError(t, f.Close())
+	t.Cleanup(func() { _ = os.Remove(path) })
+	return "/" + name, path
+}
+
+// Modelled on Triton's L0_shared_memory (qa/L0_shared_memory/
+// shared_memory_test.py): register, status, a duplicate name refused,
+// unregister one and all; invalid regions refused at registration.
+func TestRegisterStatusUnregister(t *testing.T) {
+	key, _ := makeObject(t, 64)
+	r := New()
+	t.Cleanup(func() { _ = r.Close() })
+	require.NoError(t, r.Register("in", key, 0, 32))
+	require.NoError(t, r.Register("out", key, 32, 32))
+	err := r.Register("in", key, 0, 8)
+	require.ErrorIs(t, err, ErrExists)
+	require.ErrorContains(t, err, "shared memory region 'in' already in manager")
+
+	st, err := r.Status("")
+	require.NoError(t, err)
+	require.Equal(t, []Status{{Name: "in", Key: key, Offset: 0, ByteSize: 32}, {Name: "out", Key: key, Offset: 32, ByteSize: 32}}, st)
+	st, err = r.Status("out")
+	require.NoError(t, err)
+	require.Len(t, st, 1)
+	_, err = r.Status("nope")
+	require.ErrorIs(t, err, ErrNotFound)
+
+	require.NoError(t, r.Unregister("in"))
+	require.NoError(t, r.Unregister("in"), "an unknown name is no error, as in Triton")
+	st, _ = r.Status("")
+	require.Len(t, st, 1)
+	require.NoError(t, r.Unregister(""))
+	st, _ = r.Status("")
+	require.Empty(t, st)
+
+	for _, tc := range []struct {
+		name, key    string
+		offset, size uint64
+		want         string
+	}{
+		{"a", key, 0, 65, "exceeds the 64 bytes"},
+		{"a", key, 60, 8, "exceeds the 64 bytes"},
+		{"a", key, 0, 0, "byte_size must be > 0"},
+		{"a", "/no-such-object-here", 0, 8, "unable to open shared memory key"},
+		{"a", "/../etc/passwd", 0, 8, "must be one name"},
+		{"a", "..", 0, 8, "must be one name"},
+		{"", key, 0, 8, "name is empty"},
+		{"a", key, 1 << 63, 1 << 63, "too large"},
+	} {
+		require.ErrorContains(t, r.Register(tc.name, tc.key, tc.offset, tc.size), tc.want, "%+v", tc)
+	}
+}
+
+func TestReadWriteBounds(t *testing.T) {
+	key, path := makeObject(t, 4096+16)
+	r := New()
+	t.Cleanup(func() { _ = r.Close() })
+	// An offset that is not page aligned works (the mapping starts at 0).
+	require.NoError(t, r.Register("x", key, 4096+3, 8))
+	require.NoError(t, r.Write("x", 2, 6, []byte{1, 2, 3}))
+	got, err := r.Read("x", 0, 8)
+	require.NoError(t, err)
+	require.Equal(t, []byte{0, 0, 1, 2, 3, 0, 0, 0}, got)
+	file, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, []byte{1, 2, 3}, file[4096+5:4096+8], "writes reach the shared object")
+
+	_, err = r.Read("x", 4, 5)
+	require.ErrorContains(t, err, "invalid offset + byte size for shared memory region: 'x'")
+	_, err = r.Read("x", 1<<63, 1<<63)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, r.Write("x", 0, 2, []byte{1, 2, 3}), "needs 3 bytes but shared memory region 'x' was given 2")
+	_, err = r.Read("y", 0, 1)
+	require.ErrorContains(t, err, "unable to find shared memory region: 'y'")
+}
+
+// Unregistering while requests copy in and out must be safe: every copy
+// either completes or reports the region gone (run with -race).
+func TestUnregisterWhileInUse(t *testing.T) {
+	key, _ := makeObject(t, 1<<20)
+	r := New()
+	t.Cleanup(func() { _ = r.Close() })
+	for round := range 20 {
+		require.NoError(t, r.Register("busy", key, 0, 1<<20))
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Go(func() {
+				buf := make([]byte, 1<<20)
+				for range 50 {
+					var err error
+					if w%2 == 0 {
+						_, err = r.Read("busy", 0, 1<<20)
+					} else {
+						err = r.Write("busy", 0, 1<<20, buf)
+					}
+					if err != nil {
+						require.ErrorIs(t, err, ErrNotFound, "round %d", round)
+						return
+					}
+				}
+			})
+		}
+		require.NoError(t, r.Unregister("busy"))
+		wg.Wait()
+	}
+}
+
+func TestRequestInputsAndOutputs(t *testing.T) {
+	key, _ := makeObject(t, 64)
+	r := New()
+	t.Cleanup(func() { _ = r.Close() })
+	require.NoError(t, r.Register("in", key, 0, 32))
+	require.NoError(t, r.Register("out", key, 32, 32))
+	var vals []byte
+	for i := range 4 {
+		vals = binary.LittleEndian.AppendUint32(vals, uint32(i+10))
+	}
+	require.NoError(t, r.Write("in", 8, 16, vals))
+
+	req := &infer.Request{
+		Inputs: []infer.Tensor{
+			{Name: "A", DataType: infer.Int32, Shape: infer.Shape{1, 4}, Parameters: infer.Parameters{ParamRegion: "in", ParamByteSize: int64(16), ParamOffset: int64(8)}},
+			{Name: "B", DataType: infer.Int32, Shape: infer.Shape{1}, Data: []byte{1, 0, 0, 0}},
+		},
+		Outputs: []infer.RequestedOutput{
+			{Name: "Y", Parameters: infer.Parameters{ParamRegion: "out", ParamByteSize: uint64(16)}},
+			{Name: "Z"},
+		},
+	}
+	require.NoError(t, r.ReadInputs(req))
+	require.Equal(t, vals, req.Inputs[0].Data)
+	require.Nil(t, req.Inputs[0].Parameters, "the shared-memory parameters do not reach the model")
+	refs, err := r.TakeOutputs(req)
+	require.NoError(t, err)
+	require.Equal(t, map[string]Ref{"Y": {Region: "out", Size: 16}}, refs)
+	require.Nil(t, req.Outputs[0].Parameters)
+
+	resp := &infer.Response{Outputs: []infer.Tensor{
+		{Name: "Y", DataType: infer.Int32, Shape: infer.Shape{1, 4}, Data: vals},
+		{Name: "Z", DataType: infer.Int32, Shape: infer.Shape{1}, Data: []byte{1, 0, 0, 0}},
+	}}
+	require.NoError(t, r.WriteOutputs(resp, refs))
+	require.Nil(t, resp.Outputs[0].Data)
+	require.Equal(t, infer.Parameters{ParamRegion: "out", ParamByteSize: int64(16)}, resp.Outputs[0].Parameters)
+	require.NotNil(t, resp.Outputs[1].Data)
+	got, err := r.Read("out", 0, 16)
+	require.NoError(t, err)
+	require.Equal(t, vals, got)
+
+	bad := func(p infer.Parameters, shape infer.Shape) error {
+		return r.ReadInputs(&infer.Request{Inputs: []infer.Tensor{{Name: "A", DataType: infer.Int32, Shape: shape, Parameters: p}}})
+	}
+	for _, tc := range []struct {
+		p     infer.Parameters
+		shape infer.Shape
+		want  string
+	}{
+		{infer.Parameters{ParamRegion: "in", ParamByteSize: int64(12)}, infer.Shape{4}, "input 'A': shared memory byte_size 12 does not fit shape [4] of INT32"},
+		{infer.Parameters{ParamRegion: "in", ParamByteSize: int64(16), ParamOffset: int64(20)}, infer.Shape{4}, "input 'A': invalid offset + byte size for shared memory region: 'in'"},
+		{infer.Parameters{ParamRegion: "gone", ParamByteSize: int64(16)}, infer.Shape{4}, "input 'A': unable to find shared memory region: 'gone'"},
+		{infer.Parameters{ParamRegion: "in"}, infer.Shape{4}, "input 'A': parameter 'shared_memory_byte_size' is required"},
+		{infer.Parameters{ParamRegion: int64(3), ParamByteSize: int64(16)}, infer.Shape{4}, "must be a non-empty string"},
+		{infer.Parameters{ParamByteSize: int64(16)}, infer.Shape{4}, "has parameter 'shared_memory_byte_size' but no 'shared_memory_region'"},
+		{infer.Parameters{ParamRegion: "in", ParamByteSize: int64(-1)}, infer.Shape{4}, "must be a non-negative integer"},
+	} {
+		err := bad(tc.p, tc.shape)
+		require.ErrorContains(t, err, tc.want)
+		ie, ok := err.(*infer.Error)
+		require.True(t, ok)
+		require.Equal(t, infer.KindInvalid, ie.Kind)
+		require.Equal(t, ReasonInvalid, ie.Reason)
+	}
+	_, err = r.TakeOutputs(&infer.Request{Outputs: []infer.RequestedOutput{{Name: "Y", Parameters: infer.Parameters{ParamRegion: "nope", ParamByteSize: int64(4)}}}})
+	require.ErrorContains(t, err, "output 'Y': unable to find shared memory region: 'nope'")
+	err = r.WriteOutputs(&infer.Response{Outputs: []infer.Tensor{{Name: "Y", DataType: infer.Int32, Shape: infer.Shape{8}, Data: make([]byte, 32)}}}, map[string]Ref{"Y": {Region: "out", Size: 16}})
+	require.ErrorContains(t, err, "output 'Y': the output needs 32 bytes but shared memory region 'out' was given 16")
+}
