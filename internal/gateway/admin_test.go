@@ -153,7 +153,7 @@ func TestAdminViews(t *testing.T) {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/metrics", nil))
 		require.Equal(t, http.StatusOK, w.Code)
-		require.Contains(t, w.Body.String(), `sluice_gateway_requests_total{client_id="anonymous",code="200",route="default",service="eta",source="model"} 30`)
+		require.Contains(t, w.Body.String(), `sluice_gateway_requests_total{client_id="anonymous",code="200",reason="",route="default",service="eta",source="model"} 30`)
 	})
 }
 

@@ -42,10 +42,19 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		name, _ := outcomesPath(path)
 		g.serveOutcomes(w, r, name)
 	case st.paths[path]:
+		g.countUnknown(http.StatusMethodNotAllowed, ReasonMethodNotAllowed)
 		writeError(w, "", http.StatusMethodNotAllowed, ReasonMethodNotAllowed, "method "+r.Method+" is not allowed on "+path)
 	default:
+		g.countUnknown(http.StatusNotFound, ReasonNotFound)
 		writeError(w, "", http.StatusNotFound, ReasonNotFound, "no service at "+path)
 	}
+}
+
+// countUnknown counts a request for a path or method no service serves,
+// under service and route "unknown" (the path itself would be a label
+// any client could grow).
+func (g *Gateway) countUnknown(code int, reason string) {
+	g.met.requests.WithLabelValues(routeUnknown, routeUnknown, strconv.Itoa(code), "", "", reason).Inc()
 }
 
 // serveService answers one HTTP call of service s.

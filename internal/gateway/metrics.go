@@ -3,13 +3,17 @@ package gateway
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-ml/sluice/internal/admission"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/gateway/auth"
 	"github.com/sluice-ml/sluice/internal/telemetry"
+	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // metrics are the gateway's own collectors. The building blocks
 // (upstream, ratelimit, fallback, accesslog) register theirs.
 type metrics struct {
-	requests       *prometheus.CounterVec   // service, route, code, source, client_id
+	requests       *prometheus.CounterVec   // service, route, code, source, client_id, reason
 	predictions    *prometheus.HistogramVec // service, output
 	duration       *prometheus.HistogramVec // service
 	retries        *prometheus.CounterVec   // service, backend, reason
@@ -24,8 +28,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return &metrics{
 		requests: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "sluice", Subsystem: "gateway", Name: "requests_total",
-			Help: "Requests answered by the gateway, by service, route, HTTP status code, source (model, fallback_rule; empty for errors) and client_id (a configured client, anonymous, or empty before authentication).",
-		}, []string{"service", "route", "code", "source", "client_id"})),
+			Help: "Requests answered by the gateway, by service, route, HTTP status code, source (model, fallback_rule; empty for errors), client_id (a configured client, anonymous, or empty before authentication) and reason (the error body's reason code, other for a reason outside the documented set; empty for answers). Requests for no service count with service and route unknown.",
+		}, []string{"service", "route", "code", "source", "client_id", "reason"})),
 		predictions: telemetry.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "sluice", Subsystem: "gateway", Name: "prediction_value",
 			Help:    "Distribution of each numeric output the gateway answers (its first element), by service and answer name: what the model predicts, for business questions and drift at a glance.",
@@ -61,4 +65,60 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Active health checks of backend endpoints, by result (healthy, unhealthy).",
 		}, []string{"backend", "result"})),
 	}
+}
+
+// routeUnknown is the service and route label of requests for a path no
+// service serves.
+const routeUnknown = "unknown"
+
+// reasonOther is the reason label of an error whose reason is outside
+// knownReasons: a backend may send any string, and a label's values must
+// stay few.
+const reasonOther = "other"
+
+// knownReasons are the reason codes the requests counter keeps as they
+// are: the gateway's own, the ones it shares through packages wire, auth,
+// admission and serving, and those the model server sends back through a
+// model call (strings here: the gateway never imports the model server).
+var knownReasons = func() map[string]bool {
+	m := map[string]bool{}
+	for _, r := range []string{
+		ReasonInvalidJSON, ReasonUnknownField, ReasonMissingField, ReasonInvalidField,
+		ReasonMissingFeature, ReasonRateLimited, ReasonFeatureUnavailable, ReasonNoRoute,
+		ReasonNoHealthyUpstream, ReasonUpstreamTimeout, ReasonUpstreamUnavailable,
+		ReasonInvalidModelOutput, ReasonNotFound, ReasonMethodNotAllowed, ReasonBodyTooLarge,
+		ReasonDraining, ReasonInternal, ReasonGatewayNotConfigured, ReasonInvalidRequestID,
+		ReasonUnsupportedMediaType, reasonFeatureViewStale, reasonOnlineStoreUnavailble,
+		auth.ReasonMissingAPIKey, auth.ReasonInvalidAPIKey, auth.ReasonCredentialMismatch,
+		admission.ReasonOverloaded,
+		wire.ReasonTooManyHeaders, wire.ReasonDeadlineExceeded, wire.ReasonCanceled,
+		wire.ReasonInvalidRequest, wire.ReasonInvalidInput, wire.ReasonDuplicateInput,
+		wire.ReasonDuplicateOutput, wire.ReasonInvalidDatatype, wire.ReasonInvalidShape,
+		wire.ReasonSizeMismatch, wire.ReasonContentsMismatch, wire.ReasonValueOutOfRange,
+		wire.ReasonInvalidParameter,
+		serving.ReasonUnknownFeature, serving.ReasonUnknownView, serving.ReasonUnknownService,
+		serving.ReasonUnknownEntityKey, serving.ReasonMissingEntityKey, serving.ReasonInvalidEntityValue,
+		serving.ReasonViewNotOnline, serving.ReasonRegistryNotLoaded,
+		// The model server's, passed on from a model call.
+		"model_not_found", "version_not_found", "model_not_ready", "missing_input",
+		"unknown_input", "batch_too_large", "invalid_size", "unknown_output",
+		"backend_error", "request_canceled", "shutting_down", "ensemble_error",
+		"worker_crashed", "model_error", "model_exception", "request_too_large",
+		"queue_full", "queue_timeout", "model_unloading", "upstream_canceled",
+	} {
+		m[r] = true
+	}
+	return m
+}()
+
+// reasonLabel bounds an error's reason for the requests counter: "" for
+// an answer, the reason when it is a known one, else "other".
+func reasonLabel(status int, reason string) string {
+	if status < 400 {
+		return ""
+	}
+	if knownReasons[reason] {
+		return reason
+	}
+	return reasonOther
 }

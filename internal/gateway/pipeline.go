@@ -379,7 +379,7 @@ func (g *Gateway) record(ctx context.Context, x *exchange, err error) {
 	elapsed := time.Since(x.start)
 	e.LatencyMS = float64(elapsed.Microseconds()) / 1000
 	g.access.Log(*e)
-	g.met.requests.WithLabelValues(s.name, e.Route, strconv.Itoa(e.Status), e.Source, e.ClientID).Inc()
+	g.met.requests.WithLabelValues(s.name, e.Route, strconv.Itoa(e.Status), e.Source, e.ClientID, reasonLabel(e.Status, e.Reason)).Inc()
 	s.duration.Observe(elapsed.Seconds())
 }
 

@@ -37,7 +37,7 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 		elapsed := time.Since(start)
 		e.LatencyMS = float64(elapsed.Microseconds()) / 1000
 		g.access.Log(e)
-		g.met.requests.WithLabelValues("proxy", "proxy", strconv.Itoa(e.Status), e.Source, e.ClientID).Inc()
+		g.met.requests.WithLabelValues("proxy", "proxy", strconv.Itoa(e.Status), e.Source, e.ClientID, reasonLabel(e.Status, e.Reason)).Inc()
 		px.duration.Observe(elapsed.Seconds())
 	}()
 	if _, err := g.admit(r.Context(), st, r.Header, r.RemoteAddr, r.TLS, &e); err != nil {
