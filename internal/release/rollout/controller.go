@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -84,6 +85,10 @@ type Options struct {
 	// key and no request id; it must be safe for concurrent use
 	// (default math/rand/v2's IntN).
 	RandN func(n int) int
+	// Fleet, when set, keeps the state in the fleet's shared store instead
+	// of StateFile and makes the gates judge the fleet's windows (see
+	// Fleet).
+	Fleet Fleet
 }
 
 // percentScale is the number of hash buckets a share is cut into: shares
@@ -104,8 +109,9 @@ type stageSpec struct {
 // routing is what Decide needs, swapped atomically on every transition so
 // that Decide takes no lock.
 type routing struct {
-	state State
-	stage int
+	state      State
+	stage      int
+	stageSince time.Time
 }
 
 // Controller runs one service's staged rollout. Decide, Observe and Status
@@ -135,8 +141,11 @@ type Controller struct {
 
 	route atomic.Pointer[routing]
 
-	mu         sync.Mutex // protects st, driftSeen and the state file
+	fleet      Fleet
+	mu         sync.Mutex // protects st, rev, pending, driftSeen and the state file
 	st         SavedState
+	rev        uint64 // the fleet state's revision st was read or saved at
+	pending    bool   // a rollback the fleet has not stored yet (it was unreachable)
 	driftSeen  map[string][]Suspect // the last Drift answer per group
 	windowsMu  sync.Mutex           // protects cand, stab and base
 	cand, stab []window             // per group, current stage: candidate; stable and control
@@ -172,6 +181,7 @@ func New(service string, cfg Config, opts Options, logger *slog.Logger, reg prom
 		randN:       opts.RandN,
 		diagnose:    opts.Diagnose,
 		drift:       opts.Drift,
+		fleet:       opts.Fleet,
 		log:         logger.With("component", "rollout", "service", service),
 		m:           newMetrics(reg),
 		driftSeen:   map[string][]Suspect{},
@@ -256,6 +266,9 @@ func (c *Controller) addGroup(g groupSpec) int {
 // start loads or creates the saved state.
 func (c *Controller) start() error {
 	now := c.now().UTC()
+	if c.fleet != nil {
+		return c.startFleet(now)
+	}
 	var saved *SavedState
 	if c.stateFile != "" {
 		if err := os.MkdirAll(filepath.Dir(c.stateFile), 0o750); err != nil {
@@ -446,6 +459,9 @@ func (c *Controller) Tick(now time.Time) *Transition {
 	now = now.UTC()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.pending {
+		c.retryPendingLocked()
+	}
 	st := c.st.State
 	if st != StateProgressing && st != StatePaused {
 		return nil
@@ -461,8 +477,11 @@ func (c *Controller) Tick(now time.Time) *Transition {
 	if len(ev.failures) > 0 {
 		r := c.failureReason(ev.failures)
 		t, err := c.rollbackLocked(now, r, false)
-		if err != nil {
+		if err != nil && t.Kind != "" {
 			c.log.Error("rollout state not saved", "err", err)
+		}
+		if t.Kind == "" {
+			return nil
 		}
 		return &t
 	}
@@ -471,10 +490,27 @@ func (c *Controller) Tick(now time.Time) *Transition {
 		return nil
 	}
 	t, err := c.promoteLocked(now, false, fmt.Sprintf("gates held in stage %q for %s", s.name, s.minDuration))
-	if err != nil {
+	if err != nil && t.Kind != "" {
 		c.log.Error("rollout state not saved", "err", err)
 	}
+	if t.Kind == "" {
+		return nil
+	}
 	return &t
+}
+
+// retryPendingLocked saves a rollback the fleet could not store when it
+// was made; if another replica changed the state meanwhile, that state is
+// taken (and the gates judge again). Callers hold mu.
+func (c *Controller) retryPendingLocked() {
+	err := c.saveFleetLocked()
+	switch {
+	case err == nil:
+		c.pending = false
+		c.log.Info("rollback stored in the fleet's state", "revision", c.rev)
+	case errors.Is(err, ErrConflict):
+		c.reloadFleetLocked()
+	}
 }
 
 // Run calls Tick every interval until ctx is done, and returns nil then.
@@ -535,7 +571,7 @@ func (c *Controller) Pause(reason string) error {
 	if c.st.State == StatePaused {
 		return nil
 	}
-	_, err := c.transitionLocked(c.now().UTC(), KindPause, true, StatePaused, c.st.Stage, orDefault(reason, "paused by an operator"))
+	_, err := c.transitionLocked(c.now().UTC(), KindPause, true, StatePaused, c.st.Stage, orDefault(reason, "paused by an operator"), nil)
 	return err
 }
 
@@ -550,7 +586,7 @@ func (c *Controller) Resume(reason string) error {
 	if c.st.State == StateProgressing {
 		return nil
 	}
-	_, err := c.transitionLocked(c.now().UTC(), KindResume, true, StateProgressing, c.st.Stage, orDefault(reason, "resumed by an operator"))
+	_, err := c.transitionLocked(c.now().UTC(), KindResume, true, StateProgressing, c.st.Stage, orDefault(reason, "resumed by an operator"), nil)
 	return err
 }
 
@@ -559,11 +595,12 @@ func (c *Controller) Resume(reason string) error {
 func (c *Controller) Reset(reason string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.windowsMu.Lock()
-	c.base = window{}
-	c.windowsMu.Unlock()
-	c.st.Reason = nil
-	_, err := c.transitionLocked(c.now().UTC(), KindReset, true, StateProgressing, 0, orDefault(reason, "reset by an operator"))
+	t, err := c.transitionLocked(c.now().UTC(), KindReset, true, StateProgressing, 0, orDefault(reason, "reset by an operator"), nil)
+	if t.Kind != "" {
+		c.windowsMu.Lock()
+		c.base = window{}
+		c.windowsMu.Unlock()
+	}
 	return err
 }
 
@@ -587,21 +624,29 @@ func (c *Controller) mustBeActive(verb string) error {
 
 func (c *Controller) promoteLocked(now time.Time, manual bool, reason string) (Transition, error) {
 	if c.st.Stage+1 < len(c.stages) {
-		return c.transitionLocked(now, KindPromote, manual, c.st.State, c.st.Stage+1, reason)
+		return c.transitionLocked(now, KindPromote, manual, c.st.State, c.st.Stage+1, reason, nil)
 	}
-	return c.transitionLocked(now, KindPromote, manual, StateComplete, c.st.Stage, reason+"; rollout complete")
+	return c.transitionLocked(now, KindPromote, manual, StateComplete, c.st.Stage, reason+"; rollout complete", nil)
 }
 
 func (c *Controller) rollbackLocked(now time.Time, r *Reason, manual bool) (Transition, error) {
-	c.st.Reason = r
-	return c.transitionLocked(now, KindRollback, manual, StateRolledBack, c.st.Stage, r.Message)
+	return c.transitionLocked(now, KindRollback, manual, StateRolledBack, c.st.Stage, r.Message, r)
 }
 
 // transitionLocked moves to state and stage, records the transition,
 // publishes the routing and metrics and writes the state file. A new stage,
 // completion and reset restart the stage windows. The transition happens
-// even when the state cannot be written; the error says so.
-func (c *Controller) transitionLocked(now time.Time, kind TransitionKind, manual bool, state State, stage int, reason string) (Transition, error) {
+// even when the state file cannot be written; the error says so.
+//
+// With a Fleet the new state is saved there first, by compare-and-set on
+// the revision: when another replica changed the state first, its state is
+// taken instead and the transition does not happen (zero Transition, an
+// error of kind conflict). When the fleet cannot be reached, a rollback
+// still happens here (serving the stable version is always safe) and is
+// saved when the fleet is back; any other transition does not happen (an
+// error of kind unavailable).
+func (c *Controller) transitionLocked(now time.Time, kind TransitionKind, manual bool, state State, stage int, reason string, why *Reason) (Transition, error) {
+	prev := c.st
 	from := c.st.StageName
 	restart := stage != c.st.Stage || kind == KindReset || (state == StateComplete && c.st.State != StateComplete)
 	if stage != c.st.Stage || kind == KindReset {
@@ -611,8 +656,30 @@ func (c *Controller) transitionLocked(now time.Time, kind TransitionKind, manual
 		c.st.StateSince = now
 	}
 	c.st.State, c.st.Stage, c.st.StageName = state, stage, c.stages[stage].name
-	if state != StateRolledBack {
-		c.st.Reason = nil
+	c.st.Reason = nil
+	if state == StateRolledBack {
+		c.st.Reason = why
+	}
+	t := Transition{Time: now, Kind: kind, From: from, To: c.st.StageName, State: state, Manual: manual, Reason: reason}
+	c.appendHistory(t)
+	if c.fleet != nil {
+		if err := c.saveFleetLocked(); err != nil {
+			if errors.Is(err, ErrConflict) {
+				c.st = prev
+				c.reloadFleetLocked()
+				c.log.Info("rollout transition not made: another replica changed the rollout first",
+					"kind", string(kind), "state", string(c.st.State), "stage", c.st.StageName)
+				return Transition{}, &infer.Error{Kind: infer.KindConflict, Reason: "rollout_changed",
+					Msg: fmt.Sprintf("the rollout of %s changed on another replica first; it is now %s at stage %q", c.service, c.st.State, c.st.StageName), Err: err}
+			}
+			if kind != KindRollback {
+				c.st = prev
+				return Transition{}, &infer.Error{Kind: infer.KindUnavailable, Reason: "rollout_fleet_unavailable",
+					Msg: fmt.Sprintf("the fleet's rollout state of %s cannot be written", c.service), Err: err}
+			}
+			c.pending = true
+			c.log.Warn("rollback made here but not yet stored in the fleet's state; retried every tick", "err", err)
+		}
 	}
 	if restart {
 		c.windowsMu.Lock()
@@ -621,8 +688,6 @@ func (c *Controller) transitionLocked(now time.Time, kind TransitionKind, manual
 		c.windowsMu.Unlock()
 		clear(c.driftSeen)
 	}
-	t := Transition{Time: now, Kind: kind, From: from, To: c.st.StageName, State: state, Manual: manual, Reason: reason}
-	c.appendHistory(t)
 	c.publishLocked()
 	c.m.transitions.WithLabelValues(c.service, string(kind)).Inc()
 	level := slog.LevelInfo
@@ -636,7 +701,7 @@ func (c *Controller) transitionLocked(now time.Time, kind TransitionKind, manual
 
 // publishLocked makes the current state visible to Decide and the metrics.
 func (c *Controller) publishLocked() {
-	c.route.Store(&routing{state: c.st.State, stage: c.st.Stage})
+	c.route.Store(&routing{state: c.st.State, stage: c.st.Stage, stageSince: c.st.StageSince})
 	c.m.stage.WithLabelValues(c.service).Set(float64(c.st.Stage))
 	for _, s := range states {
 		v := 0.0
@@ -648,7 +713,7 @@ func (c *Controller) publishLocked() {
 }
 
 func (c *Controller) persistLocked() error {
-	if c.stateFile == "" {
+	if c.stateFile == "" || c.fleet != nil {
 		return nil
 	}
 	data, err := c.st.Marshal()
@@ -789,6 +854,20 @@ type Status struct {
 	Reason *Reason `json:"reason,omitempty"`
 	// History is the latest transitions, oldest first.
 	History []Transition `json:"history"`
+	// Fleet is the rollout's place in the fleet's shared state; nil in
+	// single-process mode.
+	Fleet *FleetStatus `json:"fleet,omitempty"`
+}
+
+// FleetStatus is a rollout's place in the fleet's shared state.
+type FleetStatus struct {
+	// Revision is the shared state's revision this replica follows.
+	Revision uint64 `json:"revision"`
+	// Pending says a rollback made here is not stored in the fleet yet
+	// (the shared state could not be reached).
+	Pending bool `json:"pending"`
+	// Replicas is the number of other replicas whose windows count.
+	Replicas int `json:"replicas"`
 }
 
 // Status returns the rollout's state, windows, gate values and history.
@@ -806,6 +885,9 @@ func (c *Controller) Status() Status {
 		r := *c.st.Reason
 		s.Reason = &r
 	}
+	if c.fleet != nil {
+		s.Fleet = &FleetStatus{Revision: c.rev, Pending: c.pending, Replicas: ev.replicas}
+	}
 	for _, st := range c.stages {
 		info := StageInfo{Name: st.name, MinDuration: st.minDuration.String(), TrafficPercent: st.percent}
 		for _, gi := range st.groups {
@@ -821,6 +903,7 @@ type evaluation struct {
 	groups   []GroupStatus
 	baseline ArmStats
 	failures []GateFailure // in group order, then gate order
+	replicas int           // other replicas whose windows count
 	ready    bool          // every gate of every current-stage group is judged and holds
 }
 
@@ -831,22 +914,36 @@ type evaluation struct {
 // the candidate). Callers hold mu.
 func (c *Controller) evaluate(state State, stage int) evaluation {
 	c.windowsMu.Lock()
+	candW, stabW, allBase := c.cand, c.stab, &c.base
+	var fleetBase window
+	replicas := 0
+	if c.fleet != nil {
+		// The fleet's windows: this replica's plus the other replicas'.
+		candW, stabW = make([]window, len(c.groups)), make([]window, len(c.groups))
+		for i := range c.groups {
+			candW[i].merge(&c.cand[i])
+			stabW[i].merge(&c.stab[i])
+		}
+		fleetBase.merge(&c.base)
+		replicas = c.fleetWindows(candW, stabW, &fleetBase)
+		allBase = &fleetBase
+	}
 	var stageBase window
-	for i := range c.stab {
-		stageBase.merge(&c.stab[i])
+	for i := range stabW {
+		stageBase.merge(&stabW[i])
 	}
 	base := &stageBase
 	if base.n < c.minRequests {
-		base = &c.base
+		base = allBase
 	}
-	ev := evaluation{baseline: statsOf(base), ready: true}
+	ev := evaluation{baseline: statsOf(base), ready: true, replicas: replicas}
 	baseP95 := base.p95()
 	for i := range c.groups {
 		g := &c.groups[i]
-		cand := &c.cand[i]
+		cand := &candW[i]
 		gs := GroupStatus{
 			Name: g.name, Stage: c.stages[g.stage].name, StageIndex: g.stage,
-			Serving: c.serving(i, state, stage), Candidate: statsOf(cand), Stable: statsOf(&c.stab[i]),
+			Serving: c.serving(i, state, stage), Candidate: statsOf(cand), Stable: statsOf(&stabW[i]),
 		}
 		if gs.Serving {
 			gs.TrafficPercent = 100

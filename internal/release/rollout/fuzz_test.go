@@ -51,3 +51,35 @@ func FuzzParseSavedState(f *testing.F) {
 		}
 	})
 }
+
+// FuzzWindowsSnapshot feeds arbitrary bytes to the parser of another
+// replica's window snapshot: it must reject or accept without panicking,
+// and a window it accepts never counts more latencies than requests.
+func FuzzWindowsSnapshot(f *testing.F) {
+	f.Add([]byte(`{"schema":1,"stage":0,"stage_since":"2026-01-01T00:00:00Z","groups":[{"name":"all","cand":{"n":3,"errors":1,"lat":[[10,2],[11,1]]},"stab":{}}],"base":{"n":1,"lat":[[0,1]]}}`))
+	f.Add([]byte(`{"schema":1,"base":{"n":1,"lat":[[1199,1]]}}`))
+	f.Add([]byte(`{"schema":1,"base":{"n":18446744073709551615,"lat":[[1,18446744073709551615],[2,1]]}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := parseWindowsSnapshot(data)
+		if err != nil {
+			return
+		}
+		recs := []windowRecord{s.Base}
+		for _, g := range s.Groups {
+			recs = append(recs, g.Cand, g.Stab)
+		}
+		for _, r := range recs {
+			w, err := r.window()
+			if err != nil {
+				continue
+			}
+			var sum uint64
+			for _, n := range w.lat {
+				sum += n
+			}
+			if sum > w.n || w.errors > w.n {
+				t.Fatalf("accepted a window with %d latencies and %d errors for %d requests", sum, w.errors, w.n)
+			}
+		}
+	})
+}
