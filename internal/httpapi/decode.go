@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/kservewire"
+	"github.com/sluice-ml/sluice/internal/shm"
 )
 
 // Protocol parameters that steer the edge itself. They are taken out of
@@ -434,6 +435,8 @@ func (d *decoder) readInput(idx int) (infer.Tensor, int64, error) {
 	switch {
 	case t.seenData && t.binarySize >= 0:
 		return infer.Tensor{}, 0, invalidf(reasonInvalidInput, `%s has both "data" and a %s parameter`, t.label(), paramBinaryDataSize)
+	case !t.seenData && t.binarySize < 0 && shm.InRegion(t.params):
+		// The data is in a shared-memory region (read after decoding).
 	case !t.seenData && t.binarySize < 0:
 		return infer.Tensor{}, 0, invalidf(reasonInvalidInput, `%s has no "data" and no %s parameter`, t.label(), paramBinaryDataSize)
 	case t.seenData && t.count != n:

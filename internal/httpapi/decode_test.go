@@ -274,7 +274,6 @@ func TestDecodeRawBody(t *testing.T) {
 		{"batching", md(infer.FP32, -1, 2), true, f32s(1, 2), infer.Shape{1, 2}, ""},
 		{"fixed", md(infer.Int8, 3), false, []byte{1, 2, 3}, infer.Shape{3}, ""},
 		{"variable from size", md(infer.FP32, -1, -1), true, f32s(1, 2, 3), infer.Shape{1, 3}, ""},
-		{"bytes variable", md(infer.Bytes, -1), false, append(le32(1), 'a'), infer.Shape{1}, ""},
 		{"wrong size", md(infer.FP32, -1, 2), true, f32s(1), nil, "input 'X'"},
 		{"not whole elements", md(infer.FP32, -1, -1), true, []byte{1, 2, 3}, nil, "whole number"},
 		{"two variable dims", md(infer.FP32, -1, -1), false, f32s(1), nil, "more than one variable dimension"},
@@ -291,6 +290,39 @@ func TestDecodeRawBody(t *testing.T) {
 			require.True(t, b.binaryOutput)
 		})
 	}
+}
+
+// A raw body (Inference-Header-Content-Length: 0) for a BYTES input is
+// the element itself, without a length prefix, as Triton reads it
+// (binary tensor data extension; modelled on qa/L0_http/http_test.py's
+// raw binary cases with a BYTES model).
+func TestDecodeRawBodyBytes(t *testing.T) {
+	md := func(shape ...int64) *modelrepo.Metadata {
+		return &modelrepo.Metadata{Name: "m", Inputs: []infer.TensorSpec{{Name: "X", DataType: infer.Bytes, Shape: shape}}}
+	}
+	for _, tc := range []struct {
+		name     string
+		md       *modelrepo.Metadata
+		batching bool
+		want     infer.Shape
+	}{
+		{"variable", md(-1), false, infer.Shape{1}},
+		{"batching", md(-1, 1), true, infer.Shape{1, 1}},
+		{"fixed one", md(1), false, infer.Shape{1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := decodeRawBody(tc.md, tc.batching, []byte("hello raw"))
+			require.NoError(t, err)
+			require.Equal(t, tc.want, b.req.Inputs[0].Shape)
+			require.Equal(t, append(le32(9), "hello raw"...), b.req.Inputs[0].Data)
+			require.True(t, b.binaryOutput)
+		})
+	}
+	_, err := decodeRawBody(md(2), false, []byte("ab"))
+	require.ErrorContains(t, err, "input 'X': a raw binary body is one BYTES element, but shape [2] holds more than one")
+	b, err := decodeRawBody(md(-1), false, nil)
+	require.NoError(t, err, "an empty body is one empty string")
+	require.Equal(t, le32(0), b.req.Inputs[0].Data)
 }
 
 func TestDecodeManyTensors(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
 	"github.com/sluice-ml/sluice/internal/kservewire"
+	"github.com/sluice-ml/sluice/internal/shm"
 )
 
 // appendInferResponse appends the JSON of resp to dst. Outputs whose
@@ -21,8 +22,10 @@ func appendInferResponse(dst []byte, resp *infer.Response, isBinary []bool) ([]b
 	dst = jsonenc.AppendString(dst, resp.Model)
 	dst = append(dst, `,"model_version":`...)
 	dst = jsonenc.AppendString(dst, resp.Version)
-	dst = append(dst, `,"id":`...)
-	dst = jsonenc.AppendString(dst, resp.ID)
+	if resp.ID != "" { // Triton leaves "id" out when the request had none
+		dst = append(dst, `,"id":`...)
+		dst = jsonenc.AppendString(dst, resp.ID)
+	}
 	if len(resp.Parameters) > 0 {
 		var err error
 		dst = append(dst, `,"parameters":`...)
@@ -36,7 +39,8 @@ func appendInferResponse(dst []byte, resp *infer.Response, isBinary []bool) ([]b
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		if err := t.CheckSize(); err != nil {
+		inSHM := t.Data == nil && shm.InRegion(t.Parameters) // written to a region: no data here
+		if err := t.CheckSize(); err != nil && !inSHM {
 			return nil, infer.Errorf(infer.KindInternal, reasonInternal, "output '%s': %v", t.Name, err)
 		}
 		dst = append(dst, `{"name":`...)
@@ -64,7 +68,7 @@ func appendInferResponse(dst []byte, resp *infer.Response, isBinary []bool) ([]b
 				return nil, err
 			}
 		}
-		if !bin {
+		if !bin && !inSHM {
 			var err error
 			dst = append(dst, `,"data":`...)
 			if dst, err = appendTensorData(dst, t); err != nil {

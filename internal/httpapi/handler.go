@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/jsonenc"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
+	"github.com/sluice-ml/sluice/internal/shm"
 	"github.com/sluice-ml/sluice/internal/telemetry"
 	"github.com/sluice-ml/sluice/internal/wire"
 )
@@ -24,7 +25,7 @@ const DefaultMaxBodyBytes = 64 << 20
 // implementedExtensions are the protocol extensions this package
 // implements, as listed in the server metadata by default.
 func implementedExtensions() []string {
-	return []string{"classification", "model_repository", "model_configuration", "statistics", "binary_tensor_data", "schedule_policy", "parameters"}
+	return []string{"classification", "system_shared_memory", "model_repository", "model_configuration", "statistics", "binary_tensor_data", "schedule_policy", "parameters"}
 }
 
 // Options configure a Handler. The zero value is usable.
@@ -41,6 +42,9 @@ type Options struct {
 	// statistics, binary_tensor_data, parameters); set it only to
 	// advertise fewer.
 	Extensions []string
+	// SharedMemory holds the system shared-memory regions clients
+	// register; nil: a private registry (one per Handler).
+	SharedMemory *shm.Registry
 }
 
 // Handler serves the KServe v2 HTTP protocol and Triton's HTTP extensions
@@ -72,6 +76,9 @@ func New(models modelrepo.Models, opts Options, logger *slog.Logger, reg prometh
 	}
 	if opts.Extensions == nil {
 		opts.Extensions = implementedExtensions()
+	}
+	if opts.SharedMemory == nil {
+		opts.SharedMemory = shm.New()
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -117,6 +124,7 @@ func (h *Handler) routes() {
 		h.mux.HandleFunc("GET "+base+"/stats", h.handleStats)
 		h.mux.HandleFunc("POST "+base+"/infer", h.handleInfer)
 	}
+	h.sharedMemoryRoutes()
 }
 
 // ServeHTTP routes the request, answers unknown routes and methods with

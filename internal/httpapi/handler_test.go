@@ -132,7 +132,7 @@ func TestServerMetadata(t *testing.T) {
 	rec := do(t, h, "GET", "/v2", nil, nil)
 	require.Equal(t, 200, rec.Code)
 	require.JSONEq(t, `{"name":"sluice","version":"1.2.3","extensions":
-		["classification","model_repository","model_configuration","statistics","binary_tensor_data","schedule_policy","parameters"]}`, rec.Body.String())
+		["classification","system_shared_memory","model_repository","model_configuration","statistics","binary_tensor_data","schedule_policy","parameters"]}`, rec.Body.String())
 
 	custom := New(newFakeModels(), Options{ServerName: `my "server"`, Extensions: []string{"statistics"}}, nil, nil)
 	rec = do(t, custom, "GET", "/v2", nil, nil)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
+	"github.com/sluice-ml/sluice/internal/shm"
 )
 
 // headerLength is the binary extension's header naming the JSON part's
@@ -45,15 +47,32 @@ func (h *Handler) handleInfer(w http.ResponseWriter, r *http.Request) {
 		requestID = ib.req.ID
 	}
 	ib.req.Model, ib.req.Version = name, version
+	shmOut, err := h.sharedMemoryIO(&ib.req)
+	if err != nil {
+		h.writeError(w, r, requestID, err)
+		return
+	}
 	resp, err := h.models.Infer(ctx, &ib.req)
 	if err == nil && resp == nil {
 		err = infer.Errorf(infer.KindInternal, reasonInternal, "model '%s' returned no response", name)
+	}
+	if err == nil && shmOut != nil {
+		err = h.opts.SharedMemory.WriteOutputs(resp, shmOut)
 	}
 	if err != nil {
 		h.writeError(w, r, requestID, err)
 		return
 	}
 	h.writeInferResponse(w, r, requestID, ib, resp)
+}
+
+// sharedMemoryIO reads the inputs that name a shared-memory region and
+// takes the requested outputs that go to one.
+func (h *Handler) sharedMemoryIO(req *infer.Request) (map[string]shm.Ref, error) {
+	if err := h.opts.SharedMemory.ReadInputs(req); err != nil {
+		return nil, err
+	}
+	return h.opts.SharedMemory.TakeOutputs(req)
 }
 
 // readBody reads the whole request body, decompressing gzip or deflate
@@ -303,6 +322,9 @@ func decodeRawBody(md *modelrepo.Metadata, batching bool, body []byte) (*inferBo
 	if batching && len(shape) > 0 {
 		shape[0] = 1
 	}
+	if spec.DataType == infer.Bytes {
+		return rawBytesBody(spec, shape, body)
+	}
 	variable, known := -1, int64(1)
 	for i, d := range shape {
 		switch {
@@ -347,6 +369,30 @@ func decodeRawBody(md *modelrepo.Metadata, batching bool, body []byte) (*inferBo
 	if err := t.CheckSize(); err != nil {
 		return nil, invalidf(reasonInvalidBinarySize, "input '%s': raw body of %d bytes does not fit shape %s: %v", spec.Name, len(body), shape, err)
 	}
+	return &inferBody{
+		req:          infer.Request{Inputs: []infer.Tensor{t}},
+		binarySize:   []int64{int64(len(body))},
+		binaryOutput: true,
+	}, nil
+}
+
+// rawBytesBody is the raw body of a BYTES input: as Triton reads it, the
+// whole body is one element, without a length prefix, so the input's
+// shape must hold exactly one element (variable dimensions become 1).
+func rawBytesBody(spec infer.TensorSpec, shape infer.Shape, body []byte) (*inferBody, error) {
+	for i, d := range shape {
+		switch {
+		case d < 0:
+			shape[i] = 1
+		case d != 1:
+			return nil, invalidf(reasonRawInput, "input '%s': a raw binary body is one BYTES element, but shape %s holds more than one; send a JSON header",
+				spec.Name, spec.Shape)
+		}
+	}
+	if len(body) > math.MaxUint32 {
+		return nil, invalidf(reasonInvalidBinarySize, "input '%s': a BYTES element is at most 4 GiB", spec.Name)
+	}
+	t := infer.Tensor{Name: spec.Name, DataType: infer.Bytes, Shape: shape, Data: infer.AppendBytesElement(make([]byte, 0, 4+len(body)), body)}
 	return &inferBody{
 		req:          infer.Request{Inputs: []infer.Tensor{t}},
 		binarySize:   []int64{int64(len(body))},

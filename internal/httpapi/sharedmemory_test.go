@@ -1,0 +1,103 @@
+package httpapi
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/shm"
+)
+
+// shmObject creates a POSIX shared-memory object of size bytes, as a
+// client's shm_open and ftruncate would, and removes it at the end.
+func shmObject(t *testing.T, size int) (key, path string) {
+	t.Helper()
+	name := fmt.Sprintf("sluice-httpapi-%d-%s", os.Getpid(), filepath.Base(t.TempDir()))
+	path = filepath.Join(shm.Dir, name)
+	require.NoError(t, os.WriteFile(path, make([]byte, size), 0o600))
+	t.Cleanup(func() { _ = os.Remove(path) })
+	return "/" + name, path
+}
+
+// Triton's system shared-memory extension over HTTP
+// (docs/protocol/extension_shared_memory.md), modelled on
+// qa/L0_shared_memory/shared_memory_test.py: register input and output
+// regions, infer with the input read from and the output written to
+// them, status, unregister; CUDA shared memory is refused clearly.
+func TestSharedMemoryHTTP(t *testing.T) {
+	reg := shm.New()
+	t.Cleanup(func() { _ = reg.Close() })
+	h := New(newFakeModels(), Options{SharedMemory: reg}, nil, prometheus.NewRegistry())
+	key, path := shmObject(t, 64)
+
+	post := func(target, body string) *http.Response {
+		return do(t, h, http.MethodPost, target, []byte(body), nil).Result()
+	}
+	require.Equal(t, http.StatusOK, post("/v2/systemsharedmemory/region/input0/register", fmt.Sprintf(`{"key":%q,"offset":0,"byte_size":16}`, key)).StatusCode)
+	require.Equal(t, http.StatusOK, post("/v2/systemsharedmemory/region/output0/register", fmt.Sprintf(`{"key":%q,"offset":32,"byte_size":32}`, key)).StatusCode)
+	requireError(t, do(t, h, http.MethodPost, "/v2/systemsharedmemory/region/input0/register", fmt.Appendf(nil, `{"key":%q,"offset":0,"byte_size":16}`, key), nil),
+		http.StatusConflict, "shared_memory_exists", "shared memory region 'input0' already in manager")
+	requireError(t, do(t, h, http.MethodPost, "/v2/systemsharedmemory/region/big/register", fmt.Appendf(nil, `{"key":%q,"offset":60,"byte_size":16}`, key), nil),
+		http.StatusBadRequest, shm.ReasonInvalid, "exceeds the 64 bytes")
+	requireError(t, do(t, h, http.MethodPost, "/v2/systemsharedmemory/region/nokey/register", []byte(`{"byte_size":16}`), nil),
+		http.StatusBadRequest, "invalid_request", `"key" is required`)
+
+	rec := do(t, h, http.MethodGet, "/v2/systemsharedmemory/status", nil, nil)
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.JSONEq(t, fmt.Sprintf(`[{"name":"input0","key":%q,"offset":0,"byte_size":16},{"name":"output0","key":%q,"offset":32,"byte_size":32}]`, key, key), rec.Body.String())
+	requireError(t, do(t, h, http.MethodGet, "/v2/systemsharedmemory/region/nope/status", nil, nil), http.StatusNotFound, "shared_memory_not_found", "'nope'")
+
+	// The client writes IN = [1.5, -2, 3, 4] into the input region.
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	for i, v := range []float32{1.5, -2, 3, 4} {
+		_, err := f.WriteAt(binary.LittleEndian.AppendUint32(nil, math.Float32bits(v)), int64(4*i))
+		require.NoError(t, err)
+	}
+	require.NoError(t, f.Close())
+
+	body := `{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"parameters":{"shared_memory_region":"input0","shared_memory_byte_size":16}}],
+	  "outputs":[{"name":"OUT","parameters":{"shared_memory_region":"output0","shared_memory_byte_size":16,"shared_memory_offset":8}}]}`
+	rec = do(t, h, http.MethodPost, "/v2/models/identity/infer", []byte(body), nil)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.JSONEq(t, `{"model_name":"identity","model_version":"1","outputs":[{"name":"OUT","datatype":"FP32","shape":[1,4],
+	  "parameters":{"shared_memory_region":"output0","shared_memory_byte_size":16,"shared_memory_offset":8}}]}`, rec.Body.String(),
+		"no data in the body, no id (the request had none)")
+	region, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, region[0:16], region[32+8:32+8+16], "the output was written at its offset in the output region")
+
+	for _, tc := range []struct{ body, want string }{
+		{`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"parameters":{"shared_memory_region":"input0","shared_memory_byte_size":16,"shared_memory_offset":4}}]}`,
+			"input 'IN': invalid offset + byte size for shared memory region: 'input0'"},
+		{`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"parameters":{"shared_memory_region":"input0","shared_memory_byte_size":12}}]}`,
+			"input 'IN': shared memory byte_size 12 does not fit shape [1,4]"},
+		{`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"parameters":{"shared_memory_region":"gone","shared_memory_byte_size":16}}]}`,
+			"input 'IN': unable to find shared memory region: 'gone'"},
+		{`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"data":[1,2,3,4]}],"outputs":[{"name":"OUT","parameters":{"shared_memory_region":"output0","shared_memory_byte_size":8}}]}`,
+			"output 'OUT': the output needs 16 bytes but shared memory region 'output0' was given 8"},
+	} {
+		requireError(t, do(t, h, http.MethodPost, "/v2/models/identity/infer", []byte(tc.body), nil), http.StatusBadRequest, shm.ReasonInvalid, tc.want)
+	}
+
+	require.Equal(t, http.StatusOK, post("/v2/systemsharedmemory/region/input0/unregister", "").StatusCode)
+	rec = do(t, h, http.MethodGet, "/v2/systemsharedmemory/status", nil, nil)
+	var st []shm.Status
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &st))
+	require.Len(t, st, 1)
+	require.Equal(t, http.StatusOK, post("/v2/systemsharedmemory/unregister", "").StatusCode)
+	rec = do(t, h, http.MethodGet, "/v2/systemsharedmemory/status", nil, nil)
+	require.JSONEq(t, `[]`, rec.Body.String())
+
+	requireError(t, do(t, h, http.MethodPost, "/v2/cudasharedmemory/region/c/register", []byte(`{}`), nil),
+		http.StatusBadRequest, "cuda_shared_memory_unsupported", "CUDA shared memory is not supported on this server")
+	requireError(t, do(t, h, http.MethodGet, "/v2/cudasharedmemory/status", nil, nil), http.StatusBadRequest, "cuda_shared_memory_unsupported")
+}
