@@ -1,9 +1,12 @@
 package grpcapi
 
 import (
+	"google.golang.org/protobuf/proto"
+
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/kservewire"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
+	"github.com/sluice-ml/sluice/internal/shm"
 )
 
 // requests decodes the inputs and parameters of ModelInferRequests; its
@@ -58,15 +61,24 @@ func DecodeInferRequest(req *pb.ModelInferRequest) (*infer.Request, error) {
 	}
 	inputs := req.GetInputs()
 	raw := req.GetRawInputContents()
-	if len(raw) > 0 && len(raw) != len(inputs) {
-		if len(raw) < len(inputs) {
+	// Inputs in a shared-memory region have no raw entry: the entries
+	// belong, in order, to the other inputs.
+	var dataInputs []*pb.ModelInferRequest_InferInputTensor
+	for _, in := range inputs {
+		if !inSharedMemory(in) {
+			dataInputs = append(dataInputs, in)
+		}
+	}
+	if len(raw) > 0 && len(raw) != len(dataInputs) {
+		if len(raw) < len(dataInputs) {
 			return nil, invalidf(reasonRawInputCount,
 				"input '%s': no raw content: raw_input_contents has %d entries for %d inputs",
-				inputs[len(raw)].GetName(), len(raw), len(inputs))
+				dataInputs[len(raw)].GetName(), len(raw), len(dataInputs))
 		}
 		return nil, invalidf(reasonRawInputCount,
-			"raw_input_contents has %d entries for %d inputs", len(raw), len(inputs))
+			"raw_input_contents has %d entries for %d inputs", len(raw), len(dataInputs))
 	}
+	rawIdx := 0
 
 	out := &infer.Request{
 		ID:         req.GetId(),
@@ -96,7 +108,13 @@ func DecodeInferRequest(req *pb.ModelInferRequest) (*infer.Request, error) {
 			return nil, invalidf(reasonDuplicateInput, "input '%s': appears more than once", name)
 		}
 
-		t, err := requests.Decode(in, raw, i)
+		var t infer.Tensor
+		if inSharedMemory(in) {
+			t, err = sharedMemoryInput(in)
+		} else {
+			t, err = requests.Decode(in, raw, rawIdx)
+			rawIdx++
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -122,6 +140,34 @@ func DecodeInferRequest(req *pb.ModelInferRequest) (*infer.Request, error) {
 		}
 	}
 	return out, nil
+}
+
+// inSharedMemory reports whether an input names a shared-memory region.
+func inSharedMemory(in *pb.ModelInferRequest_InferInputTensor) bool {
+	_, ok := in.GetParameters()[shm.ParamRegion]
+	return ok
+}
+
+// sharedMemoryInput decodes an input whose data is in a shared-memory
+// region (read later): its name, type, shape and parameters only.
+func sharedMemoryInput(in *pb.ModelInferRequest_InferInputTensor) (infer.Tensor, error) {
+	name := in.GetName()
+	dt, ok := infer.ParseDataType(in.GetDatatype())
+	if !ok {
+		return infer.Tensor{}, invalidf(reasonInvalidDatatype, "input '%s': unknown datatype %q", name, in.GetDatatype())
+	}
+	shape := infer.Shape(in.GetShape())
+	if _, err := shape.Elements(); err != nil {
+		return infer.Tensor{}, invalidf(reasonInvalidShape, "input '%s': %v", name, err)
+	}
+	if c := in.GetContents(); c != nil && proto.Size(c) > 0 {
+		return infer.Tensor{}, invalidf(reasonInvalidInput, "input '%s' has contents and a shared memory region", name)
+	}
+	params, err := requests.Params("input", name, in.GetParameters())
+	if err != nil {
+		return infer.Tensor{}, err
+	}
+	return infer.Tensor{Name: name, DataType: dt, Shape: shape, Parameters: params}, nil
 }
 
 // smallSet is the number of inputs up to which duplicate names are found
@@ -169,6 +215,8 @@ func EncodeInferResponse(resp *infer.Response) *pb.ModelInferResponse {
 		o.Shape = t.Shape
 		o.Parameters = kservewire.EncodeParams(t.Parameters)
 		out.Outputs[i] = o
+		// An output written to a shared-memory region has no data here; its
+		// entry stays, empty, so entries keep matching outputs by index.
 		data := t.Data
 		if data == nil {
 			data = []byte{}

@@ -300,10 +300,10 @@ func TestRepositoryRPCs(t *testing.T) {
 
 func TestUnimplementedExtensions(t *testing.T) {
 	ts := startServer(t, ServerOptions{})
-	_, err := ts.client.SystemSharedMemoryStatus(ctxTimeout(t), &pb.SystemSharedMemoryStatusRequest{})
-	require.Equal(t, codes.Unimplemented, status.Code(err))
-	_, err = ts.client.LogSettings(ctxTimeout(t), &pb.LogSettingsRequest{})
-	require.Equal(t, codes.Unimplemented, status.Code(err))
+	_, err := ts.client.CudaSharedMemoryStatus(ctxTimeout(t), &pb.CudaSharedMemoryStatusRequest{})
+	requireStatus(t, err, codes.Unimplemented, reasonCUDASharedMemory, "CUDA shared memory is not supported on this server")
+	_, err = ts.client.CudaSharedMemoryRegister(ctxTimeout(t), &pb.CudaSharedMemoryRegisterRequest{Name: "c"})
+	requireStatus(t, err, codes.Unimplemented, reasonCUDASharedMemory, "CUDA shared memory is not supported")
 }
 
 // echoInput builds a typed request for model echo.

@@ -15,12 +15,14 @@ import (
 	"github.com/sluice-ml/sluice/internal/modelconfig"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
+	"github.com/sluice-ml/sluice/internal/shm"
 )
 
 // DefaultExtensions are the Triton protocol extensions Sluice serves; they
 // are listed in ServerMetadata.
 var DefaultExtensions = []string{
 	"classification",
+	"system_shared_memory",
 	"model_repository",
 	"model_configuration",
 	"statistics",
@@ -36,11 +38,13 @@ type Options struct {
 	ServerVersion string
 	// Extensions are reported by ServerMetadata; default DefaultExtensions.
 	Extensions []string
+	// SharedMemory holds the system shared-memory regions clients
+	// register; nil: a private registry.
+	SharedMemory *shm.Registry
 }
 
 // Service implements inference.GRPCInferenceService on top of
-// modelrepo.Models. The shared-memory, trace and log-settings RPCs answer
-// Unimplemented.
+// modelrepo.Models. The CUDA shared-memory RPCs answer Unimplemented.
 type Service struct {
 	pb.UnimplementedGRPCInferenceServiceServer
 
@@ -64,6 +68,9 @@ func New(models modelrepo.Models, opts Options, logger *slog.Logger, reg prometh
 	}
 	if opts.Extensions == nil {
 		opts.Extensions = DefaultExtensions
+	}
+	if opts.SharedMemory == nil {
+		opts.SharedMemory = shm.New()
 	}
 	return &Service{
 		models:  models,
@@ -173,9 +180,21 @@ func (s *Service) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.Mod
 	if err != nil {
 		return nil, err
 	}
+	if err := s.opts.SharedMemory.ReadInputs(ir); err != nil {
+		return nil, err
+	}
+	shmOut, err := s.opts.SharedMemory.TakeOutputs(ir)
+	if err != nil {
+		return nil, err
+	}
 	resp, err := s.models.Infer(ctx, ir)
 	if err != nil {
 		return nil, err
+	}
+	if shmOut != nil {
+		if err := s.opts.SharedMemory.WriteOutputs(resp, shmOut); err != nil {
+			return nil, err
+		}
 	}
 	if resp.ID == "" {
 		resp.ID = ir.ID
