@@ -1,5 +1,5 @@
-// Package fallback implements the gateway's business-level fallback (issue 5
-// item 6): a per-service Monitor that watches one prediction output, a small
+// Package fallback implements the gateway's business-level fallback: a
+// per-service Monitor that watches one prediction output, a small
 // safe rule language for the fallback answer, and Decide, which picks between
 // the model's answer and the rule's.
 //

@@ -1,5 +1,5 @@
 // Package ratelimit decides whether a gateway client may send one more
-// request now (issue 5, item 2).
+// request now.
 //
 // A client is identified by a key: its client id, or "ip:<addr>" for
 // anonymous requests where anonymous access is allowed. Every key gets its own

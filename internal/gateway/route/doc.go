@@ -1,5 +1,5 @@
-// Package route picks the backend and model version for one gateway request
-// (issue 5, item 3). It is a pure matcher: no networking, no I/O, no locks,
+// Package route picks the backend and model version for one gateway
+// request. It is a pure matcher: no networking, no I/O, no locks,
 // and Match does not allocate.
 //
 // A [Table] holds a service's routes in configuration order; the first route

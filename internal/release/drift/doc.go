@@ -1,7 +1,7 @@
 // Package drift measures how far the live distribution of a model's
-// inputs (features) and outputs has moved from a reference (issue 6 item
-// 6), in bounded memory, and ranks variables by how much two live groups
-// differ (the diagnosis of a failed rollout stage, issue 6 item 5).
+// inputs (features) and outputs has moved from a reference, in bounded
+// memory, and ranks variables by how much two live groups differ (the
+// diagnosis of a failed rollout stage).
 //
 // # Windows
 //

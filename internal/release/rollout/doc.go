@@ -1,5 +1,5 @@
-// Package rollout is the staged rollout controller of an inference service
-// (issue 6, item 5): it moves a candidate model version through ordered
+// Package rollout is the staged rollout controller of an inference
+// service: it moves a candidate model version through ordered
 // stages of traffic groups chosen by business value, promotes when the
 // gates hold, and rolls back automatically, with a reason and a diagnosis,
 // when one fails. It is a library: the gateway asks Decide which version

@@ -5,8 +5,13 @@
 // key, event_timestamp, created and the features. The data has several
 // rows per entity over the history, some late rows (created hours after
 // their event) and some duplicates (the same key and event timestamp
-// written again later, with corrected values). Output is deterministic
-// for a given -seed and -end; files are written streaming.
+// written again later, with corrected values). Every entity's latest row
+// lies within a fraction of its view's ttl before -end (a day for
+// user_stats, three for user_embedding, twelve hours for packages, ten
+// minutes for routes), so a repository materialized up to -end serves a
+// value for every id: the demo regenerates the data at each start, with
+// -end now. Output is deterministic for a given -seed and -end; files are
+// written streaming.
 //
 //	go run ./examples/parcel-eta/features/gen -out examples/parcel-eta/features/data
 package main
@@ -57,14 +62,14 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&c.routes, "routes", 100_000, "number of routes")
 	fs.IntVar(&c.days, "days", 90, "days of history")
 	fs.Uint64Var(&c.seed, "seed", 1, "random seed")
-	fs.StringVar(&end, "end", "", "end of the history, RFC 3339 (default: the start of the current hour, UTC)")
+	fs.StringVar(&end, "end", "", "end of the history, RFC 3339 (default: now, to the second, UTC)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if c.users < 1 || c.packages < 1 || c.routes < 1 || c.days < 1 {
 		return errors.New("-users, -packages, -routes and -days must be positive")
 	}
-	c.end = time.Now().UTC().Truncate(time.Hour)
+	c.end = time.Now().UTC().Truncate(time.Second)
 	if end != "" {
 		t, err := time.Parse(time.RFC3339, end)
 		if err != nil {
@@ -196,17 +201,29 @@ func routeCols() []offline.Column {
 }
 
 // timeline emits an entity's update times: from a random start in the
-// history, one update about every period (jittered), up to the end.
-func timeline(c config, rng *rand.Rand, period time.Duration, fn func(ev time.Time) error) error {
+// history, one update about every period (jittered), up to the end. The
+// last update lies within recent of the end: when the jittered series
+// stops earlier, one more update falls at a random time in that window.
+func timeline(c config, rng *rand.Rand, period, recent time.Duration, fn func(ev time.Time) error) error {
 	start := c.end.Add(-time.Duration(c.days) * 24 * time.Hour)
 	t := start.Add(time.Duration(rng.Int64N(int64(period))))
+	var last time.Time
 	for !t.After(c.end) {
-		if err := fn(t.Truncate(time.Second)); err != nil {
+		last = t.Truncate(time.Second)
+		if err := fn(last); err != nil {
 			return err
 		}
 		t = t.Add(period/2 + time.Duration(rng.Int64N(int64(period))))
 	}
+	if c.end.Sub(last) > recent {
+		return fn(recentTime(c, rng, recent))
+	}
 	return nil
+}
+
+// recentTime is a random time within recent before the end (never after it).
+func recentTime(c config, rng *rand.Rand, recent time.Duration) time.Time {
+	return c.end.Add(-time.Duration(rng.Int64N(int64(recent)))).Truncate(time.Second)
 }
 
 // emitRow emits one row with the usual created delay, sometimes a late
@@ -247,7 +264,7 @@ func genUserStats(_ context.Context, c config, rng *rand.Rand, emit func([]featu
 		for i := range base {
 			base[i] = activity * (1 + float64(i%7)) * rng.ExpFloat64()
 		}
-		err := timeline(c, rng, 14*24*time.Hour, func(ev time.Time) error {
+		err := timeline(c, rng, 14*24*time.Hour, 24*time.Hour, func(ev time.Time) error {
 			for i := range vals {
 				vals[i] = f32(base[i] * (1 + 0.1*rng.NormFloat64()))
 				if rng.IntN(500) == 0 {
@@ -283,7 +300,7 @@ func genUserEmbedding(_ context.Context, c config, rng *rand.Rand, emit func([]f
 		for i := range base {
 			base[i] = float32(rng.NormFloat64())
 		}
-		err := timeline(c, rng, 30*24*time.Hour, func(ev time.Time) error {
+		err := timeline(c, rng, 30*24*time.Hour, 3*24*time.Hour, func(ev time.Time) error {
 			e := make([]float32, 78)
 			embedding(rng, base, e, 0.1)
 			return emitRow(rng, int64(u+1), ev, []feature.Value{{F32s: e}}, func(v []feature.Value) {
@@ -298,14 +315,19 @@ func genUserEmbedding(_ context.Context, c config, rng *rand.Rand, emit func([]f
 	return nil
 }
 
+// packageRecent bounds the age of a package's last scan (the view's ttl is 2d).
+const packageRecent = 12 * time.Hour
+
 func genPackages(_ context.Context, c config, rng *rand.Rand, emit func([]feature.Value) error) error {
 	start := c.end.Add(-time.Duration(c.days) * 24 * time.Hour)
 	span := int64(c.end.Sub(start))
 	base := make([]float32, 58)
 	for p := range c.packages {
 		// A package is scanned at pickup, at the hub and out for delivery:
-		// 2 to 4 rows within a few days.
+		// 2 to 4 rows within a few days; the last scan is within the
+		// last twelve hours (an order in flight).
 		t := start.Add(time.Duration(rng.Int64N(span))).Truncate(time.Second)
+		var last time.Time
 		weight := math.Exp(0.8*rng.NormFloat64()) * 1.5
 		l, w, h := 10+rng.Float64()*60, 10+rng.Float64()*40, 2+rng.Float64()*40
 		value := math.Exp(3.5 + 1.2*rng.NormFloat64())
@@ -328,7 +350,18 @@ func genPackages(_ context.Context, c config, rng *rand.Rand, emit func([]featur
 			if err := emitRow(rng, int64(p+1), t, vals, func(v []feature.Value) { noise(rng, v, 0.01) }, emit); err != nil {
 				return err
 			}
+			last = t
 			t = t.Add(time.Duration(4+rng.IntN(40)) * time.Hour)
+		}
+		if c.end.Sub(last) > packageRecent {
+			e := make([]float32, 58)
+			embedding(rng, base, e, 0.05)
+			vals := []feature.Value{
+				f32(weight * (1 + 0.01*rng.NormFloat64())), f32(l), f32(w), f32(h), f32(value), f32(fragile), {F32s: e},
+			}
+			if err := emitRow(rng, int64(p+1), recentTime(c, rng, packageRecent), vals, func(v []feature.Value) { noise(rng, v, 0.01) }, emit); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -343,7 +376,7 @@ func genRoutes(_ context.Context, c config, rng *rand.Rand, emit func([]feature.
 		for i := range base {
 			base[i] = float32(rng.NormFloat64())
 		}
-		err := timeline(c, rng, 7*24*time.Hour, func(ev time.Time) error {
+		err := timeline(c, rng, 7*24*time.Hour, 10*time.Minute, func(ev time.Time) error {
 			hour := float64(ev.Hour()) + float64(ev.Minute())/60
 			wd := float64(ev.Weekday())
 			am, pm := hour-8.5, hour-17.5

@@ -75,3 +75,47 @@ func TestGenerateAndJoin(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, st.Size())
 }
+
+// TestEveryEntityFresh checks what the demo relies on: every entity's
+// newest row is within its view's ttl (well within: the bound the
+// generator promises) of -end, so every id in range gets a value.
+func TestEveryEntityFresh(t *testing.T) {
+	repoDir := t.TempDir()
+	for _, f := range []string{"feature_store.yaml", "entities.yaml", "sources.yaml", "feature_views.yaml", "feature_services.yaml"} {
+		b, err := os.ReadFile(filepath.Join("..", f))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(repoDir, f), b, 0o644))
+	}
+	const users, packages, routes = 300, 400, 200
+	end := time.Date(2026, 3, 1, 12, 34, 56, 0, time.UTC)
+	args := []string{"-out", filepath.Join(repoDir, "data"), "-users", fmt.Sprint(users), "-packages", fmt.Sprint(packages),
+		"-routes", fmt.Sprint(routes), "-days", "90", "-end", end.Format(time.RFC3339)}
+	require.NoError(t, run(t.Context(), args, new(bytes.Buffer)))
+	repo, err := registry.Load(t.Context(), repoDir)
+	require.NoError(t, err)
+	for _, v := range []struct {
+		view   string
+		n      int
+		recent time.Duration
+	}{
+		{"user_stats", users, 24 * time.Hour},
+		{"user_embedding", users, 3 * 24 * time.Hour},
+		{"package_features", packages, packageRecent},
+		{"route_features", routes, 10 * time.Minute},
+	} {
+		newest := map[int64]int64{}
+		err := offline.ScanView(t.Context(), repo, repo.Views[v.view], end.AddDate(0, 0, -91), end.Add(time.Second), func(r offline.Row) error {
+			newest[r.Keys[0].I64] = max(newest[r.Keys[0].I64], r.EventTS)
+			return nil
+		})
+		require.NoError(t, err)
+		require.Len(t, newest, v.n, v.view)
+		ttl := repo.Views[v.view].TTL
+		for k, ts := range newest {
+			age := end.Sub(time.Unix(0, ts))
+			require.GreaterOrEqual(t, age, time.Duration(0), "%s %d: event after -end", v.view, k)
+			require.LessOrEqual(t, age, v.recent, "%s %d: newest row %s old", v.view, k, age)
+			require.Less(t, v.recent, ttl, v.view)
+		}
+	}
+}
