@@ -397,6 +397,7 @@ func (m *Manager) publish(mdl *model, set *servingSet, status map[int64]*version
 		if !after[v] {
 			m.metrics.forgetVersion(mdl.name, strconv.FormatInt(v, 10))
 			m.batchMetrics.Forget(mdl.name, strconv.FormatInt(v, 10))
+			m.seqMetrics.Forget(mdl.name, strconv.FormatInt(v, 10))
 			delete(mdl.stats, v)
 		}
 	}
@@ -622,6 +623,11 @@ func instanceCount(cfg *inferencepb.ModelConfig) int {
 func (m *Manager) newLoaded(p *plan, v int64, cfg *inferencepb.ModelConfig, prov provenance) *loaded {
 	vstr := strconv.FormatInt(v, 10)
 	cached := cfg.GetResponseCache().GetEnable() && m.cache != nil
+	if cached && cfg.GetSequenceBatching() != nil {
+		// An answer depends on the sequence's state, not on the inputs.
+		m.logger.Warn("response_cache is ignored for a sequence_batching model", "model", p.name, "version", strconv.FormatInt(v, 10))
+		cached = false
+	}
 	if cfg.GetResponseCache().GetEnable() && m.cache == nil {
 		m.logger.Warn("response_cache is enabled but the server has no cache (--cache-size 0); responses are not cached", "model", p.name, "version", vstr)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/batch"
+	"github.com/sluice-ml/sluice/internal/batch/sequence"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
 )
@@ -96,6 +97,8 @@ type Manager struct {
 	cache     *responseCache // nil when CacheSizeBytes is 0
 	// batchMetrics are shared by the batchers of every version.
 	batchMetrics *batch.Metrics
+	// seqMetrics are shared by the sequence batchers of every version.
+	seqMetrics *sequence.Metrics
 	loadIDs      atomic.Uint64 // source of loaded.id
 
 	// stopCtx is cancelled by Close, which aborts loads in progress.
@@ -160,6 +163,7 @@ func New(opts Options, backends *backend.Registry, logger *slog.Logger, reg prom
 		logger:       logger.With("component", "modelrepo"),
 		metrics:      newMetrics(reg, !opts.DisableTritonMetrics),
 		batchMetrics: batch.NewMetrics(reg),
+		seqMetrics:   sequence.NewMetrics(reg),
 		loadSlots:    make(chan struct{}, maxParallelLoads),
 		stopCtx:      stopCtx,
 		stop:         stop,

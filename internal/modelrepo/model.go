@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/batch"
+	"github.com/sluice-ml/sluice/internal/batch/sequence"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
@@ -150,7 +151,8 @@ type loaded struct {
 
 	instances []backend.Instance
 	health    []backend.HealthReporter // the instances that report their health; fixed once loaded
-	batcher   *batch.Batcher           // schedules requests onto the instances; nil for ensembles
+	batcher   *batch.Batcher           // schedules requests onto the instances; nil for ensembles and sequence models
+	seq       *sequence.Scheduler      // the sequence batcher of a sequence_batching model; else nil
 	obs       versionObservers
 	stats     *versionStats // set when the version is published
 	ens       *ensemble     // nil unless the model is an ensemble

@@ -100,6 +100,9 @@ func (m *Manager) startScheduler(lv *loaded) error {
 	for i, in := range lv.instances {
 		execs[i] = in
 	}
+	if lv.cfg.GetSequenceBatching() != nil {
+		return m.startSequenceScheduler(lv, execs)
+	}
 	b, err := batch.New(schedulerOptions(lv.model, lv.vstr, lv.cfg), execs, statsObserver{lv}, m.batchMetrics, m.logger)
 	if err != nil {
 		return err
@@ -138,6 +141,11 @@ func (lv *loaded) shutdown() error {
 	if lv.batcher != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), closeBatcherTimeout)
 		errs = append(errs, lv.batcher.Close(ctx))
+		cancel()
+	}
+	if lv.seq != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), closeBatcherTimeout)
+		errs = append(errs, lv.seq.Close(ctx))
 		cancel()
 	}
 	errs = append(errs, lv.closeInstances())
