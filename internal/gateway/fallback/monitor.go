@@ -177,6 +177,8 @@ type Monitor struct {
 	insideSince  time.Time // start of the current run inside ClearBand; zero when outside
 	triggered    bool
 	since        time.Time
+	completed    uint64 // counts bucket completions: persistence writes when it moves
+	liveFrom     int64  // the first bucket this monitor observed itself (not seeded)
 }
 
 // NewMonitor returns a Monitor for service. log nil discards; reg nil leaves
@@ -213,6 +215,8 @@ func (m *Monitor) Observe(at time.Time, v float64) {
 	defer m.mu.Unlock()
 	if m.start.IsZero() {
 		m.start = at
+	}
+	if m.lastP90Min.IsZero() {
 		m.lastP90Min = at
 	}
 	m.bucketFor(at).values.add(v)
@@ -238,6 +242,9 @@ func (m *Monitor) bucketFor(at time.Time) *hourBucket {
 	h := int64(at.Sub(m.start) / m.opts.Bucket)
 	if n := len(m.buckets); n > 0 && m.buckets[n-1].hour >= h {
 		return &m.buckets[n-1]
+	}
+	if len(m.buckets) > 0 {
+		m.completed++
 	}
 	m.buckets = append(m.buckets, hourBucket{hour: h})
 	// Keep the current bucket plus the complete ones within History.
