@@ -3,7 +3,7 @@ package config
 import (
 	"github.com/sluice-ml/sluice/internal/accuracy/accuracyspec"
 	"github.com/sluice-ml/sluice/internal/config/duration"
-	"github.com/sluice-ml/sluice/internal/gateway/match"
+	"github.com/sluice-ml/sluice/internal/match"
 	"github.com/sluice-ml/sluice/internal/release/rollout/rolloutspec"
 )
 

@@ -37,6 +37,6 @@
 // Where sluice.yaml holds a component's settings, the component owns the
 // type and its checks in a leaf package of its own (tlsconfig/tlsspec,
 // admission/limitspec, authz/authzspec, release/rollout/rolloutspec,
-// gateway/match) and config embeds it; only cli wires components
+// match) and config embeds it; only cli wires components
 // together. internal/archtest enforces this.
 package config

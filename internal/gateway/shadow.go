@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,8 +23,11 @@ import (
 )
 
 // Recorder takes finished records (record.Writer): Offer never blocks.
+// Run does the recorder's background work until Close (Gateway.Run
+// starts it; a recorder never run does that work in Close).
 type Recorder interface {
 	Offer(rec *record.Record) bool
+	Run()
 	Close(ctx context.Context) error
 }
 
@@ -66,7 +70,11 @@ type mirror struct {
 	workers  int
 	done     chan struct{} // closed when run's workers are done
 	recorder Recorder
-	met      *shadowMetrics
+	// recRunning is set when run started the recorder's Run; recDone
+	// closes when that returns.
+	recRunning atomic.Bool
+	recDone    chan struct{}
+	met        *shadowMetrics
 	// abort ends when Close stops waiting for the shadow calls: those in
 	// flight are cancelled and the queued ones dropped. A cancellation
 	// signal for the workers, not a request's context.
@@ -97,7 +105,7 @@ func newShadowMetrics(reg prometheus.Registerer) *shadowMetrics {
 func newMirror(rc config.Recording, rec Recorder, reg prometheus.Registerer) *mirror {
 	m := &mirror{
 		jobs: make(chan *shadowJob, rc.QueueSize), workers: max(rc.Workers, 1), done: make(chan struct{}),
-		recorder: rec, met: newShadowMetrics(reg),
+		recorder: rec, recDone: make(chan struct{}), met: newShadowMetrics(reg),
 	}
 	m.abort, m.abortCall = context.WithCancel(context.Background()) //nolint:gosec // G118: finish calls abortCall when its ctx ends
 	return m
@@ -106,6 +114,12 @@ func newMirror(rc config.Recording, rec Recorder, reg prometheus.Registerer) *mi
 // run runs the shadow workers until the queue is closed and drained.
 func (m *mirror) run(g *Gateway) {
 	defer close(m.done)
+	if m.recorder != nil && m.recRunning.CompareAndSwap(false, true) {
+		go func() { // waited for by closeRecorder, after the recorder's Close
+			defer close(m.recDone)
+			m.recorder.Run()
+		}()
+	}
 	var wg sync.WaitGroup
 	for range m.workers {
 		wg.Go(func() {
@@ -146,6 +160,9 @@ func (m *mirror) closeRecorder(ctx context.Context, g *Gateway) error {
 		return nil
 	}
 	err := m.recorder.Close(ctx)
+	if m.recRunning.Load() {
+		<-m.recDone
+	}
 	if st, ok := m.recorder.(interface{ Stats() record.WriterStats }); ok && g != nil {
 		s := st.Stats()
 		g.logger.Info("recording closed", "accepted", s.Accepted, "dropped", s.Dropped, "written", s.Written,

@@ -40,6 +40,8 @@ func (r *fakeRecorder) Offer(rec *record.Record) bool {
 	return true
 }
 
+func (r *fakeRecorder) Run() {}
+
 func (r *fakeRecorder) Close(context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -35,7 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-ml/sluice/internal/config"
-	"github.com/sluice-ml/sluice/internal/gateway/match"
+	"github.com/sluice-ml/sluice/internal/match"
 )
 
 // Default sampling percentages.

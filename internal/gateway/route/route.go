@@ -7,7 +7,7 @@ import (
 	"net/http"
 
 	"github.com/sluice-ml/sluice/internal/config"
-	"github.com/sluice-ml/sluice/internal/gateway/match"
+	"github.com/sluice-ml/sluice/internal/match"
 )
 
 // Buckets is the number of buckets a weighted split is cut into; weights are

@@ -106,7 +106,7 @@ func TestNATSWriterRoundTrip(t *testing.T) {
 	sink, err := NewNATSSink(ctx, opts, nil, reg)
 	require.NoError(t, err)
 	const n = 5000
-	w := NewWriter(sink, WriterOptions{QueueSize: n, SinkLabel: "nats"}, nil, reg)
+	w := runWriter(t, sink, WriterOptions{QueueSize: n, SinkLabel: "nats"}, nil, reg)
 	start := time.Now().UTC().Truncate(time.Millisecond)
 	for i := range n {
 		r := sample(i, start.Add(time.Duration(i)*time.Millisecond))
@@ -319,7 +319,7 @@ func TestNATSWriterSurvivesABrokerKill(t *testing.T) {
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	spool := openSpool(t, SpoolOptions{Dir: t.TempDir()})
-	w := NewWriter(sink, WriterOptions{SinkLabel: "nats", Spool: spool, RetryMax: time.Second}, nil, reg)
+	w := runWriter(t, sink, WriterOptions{SinkLabel: "nats", Spool: spool, RetryMax: time.Second}, nil, reg)
 
 	const rate, seconds = 200, 25
 	loaded := make(chan []string, 1)
@@ -365,7 +365,7 @@ func TestNATSWriterCloseWhileBrokerHungThenNextStartDrains(t *testing.T) {
 	sink, err := NewNATSSink(ctx, opts, nil, nil)
 	require.NoError(t, err)
 	const deadline = 3 * time.Second
-	w := NewWriter(sink, WriterOptions{SinkLabel: "nats", Spool: openSpool(t, SpoolOptions{Dir: dir}), CloseTimeout: deadline}, nil, nil)
+	w := runWriter(t, sink, WriterOptions{SinkLabel: "nats", Spool: openSpool(t, SpoolOptions{Dir: dir}), CloseTimeout: deadline}, nil, nil)
 
 	const rate = 200
 	accepted := steadyLoad(ctx, w, 0, 2*rate, rate)
@@ -394,7 +394,7 @@ func TestNATSWriterCloseWhileBrokerHungThenNextStartDrains(t *testing.T) {
 	srv.Resume()
 	sink2, err := NewNATSSink(ctx, opts, nil, nil)
 	require.NoError(t, err)
-	next := NewWriter(sink2, WriterOptions{SinkLabel: "nats", Spool: spool, CloseTimeout: 30 * time.Second}, nil, nil)
+	next := runWriter(t, sink2, WriterOptions{SinkLabel: "nats", Spool: spool, CloseTimeout: 30 * time.Second}, nil, nil)
 	require.NoError(t, next.Close(ctx))
 	st2 := next.Stats()
 	t.Logf("next writer: %+v; sink: %+v", st2, sink2.Stats())
@@ -417,7 +417,7 @@ func TestNATSWriterSpoolFull(t *testing.T) {
 	dir := t.TempDir()
 	const maxBytes = 64 << 10
 	reg := prometheus.NewRegistry()
-	w := NewWriter(sink, WriterOptions{SinkLabel: "nats", Spool: openSpool(t, SpoolOptions{Dir: dir, MaxBytes: maxBytes}), CloseTimeout: time.Second}, nil, reg)
+	w := runWriter(t, sink, WriterOptions{SinkLabel: "nats", Spool: openSpool(t, SpoolOptions{Dir: dir, MaxBytes: maxBytes}), CloseTimeout: time.Second}, nil, reg)
 	var accepted []string
 	for i, r := range records(0, 400) {
 		if w.Offer(r) {
@@ -448,7 +448,7 @@ func TestNATSWriterSpoolFull(t *testing.T) {
 	srv.Restart()
 	sink2, err := NewNATSSink(ctx, opts, nil, nil)
 	require.NoError(t, err)
-	next := NewWriter(sink2, WriterOptions{SinkLabel: "nats", Spool: openSpool(t, SpoolOptions{Dir: dir, MaxBytes: maxBytes})}, nil, nil)
+	next := runWriter(t, sink2, WriterOptions{SinkLabel: "nats", Spool: openSpool(t, SpoolOptions{Dir: dir, MaxBytes: maxBytes})}, nil, nil)
 	require.NoError(t, next.Close(ctx))
 	require.Equal(t, WriterStats{Recovered: st.Spooled, Written: st.Spooled}, next.Stats())
 	requireStreamExactlyOnce(t, opts, accepted[:st.Spooled])

@@ -119,7 +119,9 @@ type Writer struct {
 	closing   chan struct{} // closed when Close starts: the drainer retries sooner
 	stopDrain chan struct{} // closed to stop the drainer
 	drainDone chan struct{} // closed when the drainer returns
+	loopDone  chan struct{} // closed when loop returns
 
+	started   atomic.Bool // Run (or Close, for a writer never run) started the loops
 	closeOnce sync.Once
 	closeErr  error
 	closedCh  chan struct{} // closed when the first Close returns
@@ -128,8 +130,10 @@ type Writer struct {
 	recovered                                           uint64
 }
 
-// NewWriter starts a Writer in front of sink; Close stops it and closes the
-// sink (and the spool). A nil logger discards; a nil reg registers nothing.
+// NewWriter returns a Writer in front of sink. It starts nothing: Run
+// writes what Offer accepts (and drains the spool); Close stops it and
+// closes the sink (and the spool). A nil logger discards; a nil reg
+// registers nothing.
 func NewWriter(sink Sink, opts WriterOptions, logger *slog.Logger, reg prometheus.Registerer) *Writer {
 	if opts.QueueSize <= 0 {
 		opts.QueueSize = DefaultQueueSize
@@ -168,6 +172,7 @@ func NewWriter(sink Sink, opts WriterOptions, logger *slog.Logger, reg prometheu
 		closing:   make(chan struct{}),
 		stopDrain: make(chan struct{}),
 		drainDone: make(chan struct{}),
+		loopDone:  make(chan struct{}),
 		closedCh:  make(chan struct{}),
 	}
 	if w.spool != nil {
@@ -175,12 +180,34 @@ func NewWriter(sink Sink, opts WriterOptions, logger *slog.Logger, reg prometheu
 		w.recovered = uint64(recs)
 		w.m.spoolCorrupt.Add(float64(cut))
 		w.spoolGauges()
-		go w.drain()
 	} else {
 		close(w.drainDone)
 	}
-	go w.run()
 	return w
+}
+
+// Run writes the records Offer accepts to the sink in batches and, with a
+// spool, drains it into the sink with back-off (on a second goroutine,
+// which Run waits for). It returns once Close has stopped it and both are
+// done; a second Run, or a Run after Close, returns at once. A writer
+// that never runs keeps what Offer accepts in its queue until Close,
+// which then does the work itself.
+func (w *Writer) Run() {
+	if !w.started.CompareAndSwap(false, true) {
+		return
+	}
+	w.loop()
+}
+
+// loop is Run's work: the drainer (with a spool) and the write loop, until
+// Close closed the queue and stopped the drainer.
+func (w *Writer) loop() {
+	defer close(w.loopDone)
+	if w.spool != nil {
+		go w.drain() // waited for below
+	}
+	w.run()
+	<-w.drainDone
 }
 
 // Offer queues rec for writing and reports whether it was accepted. It
@@ -239,6 +266,11 @@ func (w *Writer) Close(ctx context.Context) error {
 		close(w.queue)
 		w.mu.Unlock()
 		close(w.closing)
+		if w.started.CompareAndSwap(false, true) {
+			// Never run: Close writes what was queued itself, on the
+			// same loops, and waits for them below.
+			go w.loop()
+		}
 
 		fctx := ctx
 		if w.opts.CloseTimeout > 0 {
@@ -254,6 +286,7 @@ func (w *Writer) Close(ctx context.Context) error {
 		<-w.done
 		close(w.stopDrain)
 		<-w.drainDone
+		<-w.loopDone
 		w.cancel(nil)
 		var errs []error
 		if err := w.sink.Close(fctx); err != nil {

@@ -17,7 +17,7 @@ func (discardSink) Close(context.Context) error                          { retur
 func BenchmarkWriterOffer(b *testing.B) {
 	rec := sample(1, time.Now())
 	b.Run("accepted", func(b *testing.B) {
-		w := NewWriter(discardSink{}, WriterOptions{QueueSize: 1 << 16}, nil, nil)
+		w := runWriter(b, discardSink{}, WriterOptions{QueueSize: 1 << 16}, nil, nil)
 		b.ReportAllocs()
 		for b.Loop() {
 			for !w.Offer(rec) { // a full queue would measure dropping instead
@@ -27,7 +27,7 @@ func BenchmarkWriterOffer(b *testing.B) {
 		_ = w.Close(context.Background())
 	})
 	b.Run("dropped", func(b *testing.B) {
-		w := NewWriter(discardSink{}, WriterOptions{}, nil, nil)
+		w := runWriter(b, discardSink{}, WriterOptions{}, nil, nil)
 		_ = w.Close(context.Background())
 		b.ReportAllocs()
 		for b.Loop() {
@@ -35,7 +35,7 @@ func BenchmarkWriterOffer(b *testing.B) {
 		}
 	})
 	b.Run("parallel", func(b *testing.B) {
-		w := NewWriter(discardSink{}, WriterOptions{QueueSize: 1 << 16}, nil, nil)
+		w := runWriter(b, discardSink{}, WriterOptions{QueueSize: 1 << 16}, nil, nil)
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -48,7 +48,7 @@ func BenchmarkWriterOffer(b *testing.B) {
 }
 
 func TestOfferDoesNotAllocate(t *testing.T) {
-	w := NewWriter(discardSink{}, WriterOptions{QueueSize: 1 << 16}, nil, nil)
+	w := runWriter(t, discardSink{}, WriterOptions{QueueSize: 1 << 16}, nil, nil)
 	defer func() { _ = w.Close(t.Context()) }()
 	rec := sample(1, time.Now())
 	if n := testing.AllocsPerRun(1000, func() { w.Offer(rec) }); n != 0 {

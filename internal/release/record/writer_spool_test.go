@@ -91,7 +91,7 @@ func TestWriterSpoolsWhileTheSinkIsDownAndDrainsWhenItIsBack(t *testing.T) {
 	sink := newFlakySink(false)
 	spool := openSpool(t, SpoolOptions{Dir: dir})
 	reg := prometheus.NewRegistry()
-	w := NewWriter(sink, WriterOptions{SinkLabel: "fake", Spool: spool, RetryMax: 50 * time.Millisecond}, nil, reg)
+	w := runWriter(t, sink, WriterOptions{SinkLabel: "fake", Spool: spool, RetryMax: 50 * time.Millisecond}, nil, reg)
 
 	for _, r := range records(0, 100) {
 		require.True(t, w.Offer(r))
@@ -125,7 +125,7 @@ func TestWriterSpoolsWhileTheSinkIsDownAndDrainsWhenItIsBack(t *testing.T) {
 func TestWriterCloseLeavesTheRestInTheSpoolForTheNextWriter(t *testing.T) {
 	dir := t.TempDir()
 	down := newFlakySink(true)
-	w := NewWriter(down, WriterOptions{SinkLabel: "fake", Spool: openSpool(t, SpoolOptions{Dir: dir}), CloseTimeout: 200 * time.Millisecond}, nil, nil)
+	w := runWriter(t, down, WriterOptions{SinkLabel: "fake", Spool: openSpool(t, SpoolOptions{Dir: dir}), CloseTimeout: 200 * time.Millisecond}, nil, nil)
 	for _, r := range records(0, 300) {
 		require.True(t, w.Offer(r))
 	}
@@ -138,7 +138,7 @@ func TestWriterCloseLeavesTheRestInTheSpoolForTheNextWriter(t *testing.T) {
 
 	// The next process finds the spool and drains it.
 	up := newFlakySink(false)
-	next := NewWriter(up, WriterOptions{SinkLabel: "fake", Spool: openSpool(t, SpoolOptions{Dir: dir})}, nil, nil)
+	next := runWriter(t, up, WriterOptions{SinkLabel: "fake", Spool: openSpool(t, SpoolOptions{Dir: dir})}, nil, nil)
 	require.Equal(t, uint64(300), next.Stats().Recovered)
 	for _, r := range records(300, 50) {
 		require.True(t, next.Offer(r))
@@ -158,7 +158,7 @@ func TestWriterSpoolFullPolicies(t *testing.T) {
 			sink := newFlakySink(true)
 			reg := prometheus.NewRegistry()
 			spool := openSpool(t, SpoolOptions{Dir: dir, MaxBytes: MinSpoolMaxBytes, Full: policy})
-			w := NewWriter(sink, WriterOptions{QueueSize: 50, BatchSize: 10, SinkLabel: "fake", Spool: spool, CloseTimeout: 300 * time.Millisecond}, nil, reg)
+			w := runWriter(t, sink, WriterOptions{QueueSize: 50, BatchSize: 10, SinkLabel: "fake", Spool: spool, CloseTimeout: 300 * time.Millisecond}, nil, reg)
 			var accepted []string
 			for i, r := range records(0, 400) {
 				if w.Offer(r) {
@@ -218,7 +218,7 @@ func TestWriterSpoolFullPolicies(t *testing.T) {
 
 func TestWriterWithoutSpoolCountsSinkOutagesAsFailed(t *testing.T) {
 	sink := newFlakySink(true)
-	w := NewWriter(sink, WriterOptions{SinkLabel: "fake"}, nil, nil)
+	w := runWriter(t, sink, WriterOptions{SinkLabel: "fake"}, nil, nil)
 	for _, r := range records(0, 20) {
 		require.True(t, w.Offer(r))
 	}

@@ -3,6 +3,7 @@ package record
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -98,7 +99,7 @@ func TestWriterDropsAndCountsWhenTheSinkIsSlow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sink := &fakeSink{gate: make(chan struct{})}
 		reg := prometheus.NewRegistry()
-		w := NewWriter(sink, WriterOptions{QueueSize: 10, BatchSize: 4, SinkLabel: "fake"}, nil, reg)
+		w := runWriter(t, sink, WriterOptions{QueueSize: 10, BatchSize: 4, SinkLabel: "fake"}, nil, reg)
 		recs := records(0, 100)
 
 		require.True(t, w.Offer(recs[0]))
@@ -138,7 +139,7 @@ func TestWriterCloseFlushesEverythingAccepted(t *testing.T) {
 	dir := t.TempDir()
 	fs, err := NewFileSink(FileOptions{Dir: dir, MaxBytes: 256 << 10}, nil)
 	require.NoError(t, err)
-	w := NewWriter(fs, WriterOptions{QueueSize: 256, BatchSize: 32, SinkLabel: "jsonl"}, nil, prometheus.NewRegistry())
+	w := runWriter(t, fs, WriterOptions{QueueSize: 256, BatchSize: 32, SinkLabel: "jsonl"}, nil, prometheus.NewRegistry())
 
 	const producers, each = 8, 500
 	var wg sync.WaitGroup
@@ -180,7 +181,7 @@ func TestWriterCloseGivesUpWhenContextEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sink := &fakeSink{gate: make(chan struct{})} // never opens
 		reg := prometheus.NewRegistry()
-		w := NewWriter(sink, WriterOptions{QueueSize: 10, SinkLabel: "fake"}, nil, reg)
+		w := runWriter(t, sink, WriterOptions{QueueSize: 10, SinkLabel: "fake"}, nil, reg)
 		require.True(t, w.Offer(records(0, 1)[0]))
 		synctest.Wait()
 		for _, r := range records(1, 10) {
@@ -206,7 +207,7 @@ func TestWriterCountsSinkFailures(t *testing.T) {
 		return len(batch) - 1, errors.New("disk full")
 	}}
 	reg := prometheus.NewRegistry()
-	w := NewWriter(sink, WriterOptions{SinkLabel: "fake"}, nil, reg)
+	w := runWriter(t, sink, WriterOptions{SinkLabel: "fake"}, nil, reg)
 	for _, r := range records(0, 40) {
 		require.True(t, w.Offer(r))
 	}
@@ -230,4 +231,37 @@ func TestWritersShareARegistry(t *testing.T) {
 	require.NoError(t, a.Close(t.Context()))
 	require.NoError(t, b.Close(t.Context()))
 	require.InDelta(t, 2, counter(t, reg, "written"), 0)
+}
+
+// runWriter returns a running Writer (NewWriter starts nothing): Run goes
+// on its own goroutine, which the test's clean-up waits for after a Close.
+func runWriter(tb testing.TB, sink Sink, opts WriterOptions, logger *slog.Logger, reg prometheus.Registerer) *Writer {
+	tb.Helper()
+	w := NewWriter(sink, opts, logger, reg)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run()
+	}()
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Close(ctx)
+		<-done
+	})
+	return w
+}
+
+func TestWriterNeverRunCloseWritesWhatItAccepted(t *testing.T) {
+	sink := &fakeSink{}
+	w := NewWriter(sink, WriterOptions{QueueSize: 10, SinkLabel: "fake"}, nil, nil)
+	for _, r := range records(0, 7) {
+		require.True(t, w.Offer(r))
+	}
+	require.Zero(t, w.Stats().Written, "nothing is written before Run or Close")
+	require.NoError(t, w.Close(t.Context()))
+	st := w.Stats()
+	require.Equal(t, uint64(7), st.Written)
+	require.Equal(t, 1, sink.closed)
+	w.Run() // after Close: returns at once
 }

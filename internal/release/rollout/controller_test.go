@@ -21,7 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-ml/sluice/internal/config/duration"
-	"github.com/sluice-ml/sluice/internal/gateway/match"
+	"github.com/sluice-ml/sluice/internal/match"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sluice-ml/sluice/internal/gateway/match"
+	"github.com/sluice-ml/sluice/internal/match"
 )
 
 // Attributes are what the controller looks at in one request.

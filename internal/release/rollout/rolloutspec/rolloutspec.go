@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/config/duration"
-	"github.com/sluice-ml/sluice/internal/gateway/match"
+	"github.com/sluice-ml/sluice/internal/match"
 )
 
 // Defaults for Config.
