@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/grpcapi"
 	"github.com/sluice-ml/sluice/internal/httpapi"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
+	"github.com/sluice-ml/sluice/internal/shm"
 	"github.com/sluice-ml/sluice/internal/telemetry"
 )
 
@@ -52,6 +53,8 @@ type serveFlags struct {
 	logLevel        string
 	cacheSize       int64
 	tritonMetrics   bool
+	serverName      string
+	serverVersion   string
 	configFile      string
 	traceEndpoint   string
 	traceRatio      float64
@@ -99,6 +102,8 @@ func newServeCmd(use, short string) *cobra.Command {
 	fl.IntVar(&f.exitTimeoutSecs, "exit-timeout-secs", 30, "seconds to wait for in-flight requests at shutdown")
 	fl.Int64Var(&f.cacheSize, "cache-size", 0, "bytes of the response cache shared by models with response_cache { enable: true }; 0 disables it")
 	fl.BoolVar(&f.tritonMetrics, "triton-metrics", true, "also export the inference metrics under Triton's names (nv_inference_*), for Triton dashboards and alerts")
+	fl.StringVar(&f.serverName, "server-name", "sluice", "name in the server metadata (GET /v2, ServerMetadata); \"triton\" for clients that check it")
+	fl.StringVar(&f.serverVersion, "server-version", "", "version in the server metadata; default: this build's version")
 	fl.StringVarP(&f.configFile, "config", "c", "", "sluice.yaml: run the whole chain it describes (model server, feature server, gateway); the model-server flags are then ignored except --backend-config, --log-format and --log-level")
 	fl.BoolVar(&f.materialize, "materialize", true, "with -c: apply the feature repository and materialize it incrementally into the online store at start")
 	fl.StringVar(&f.traceEndpoint, "trace-otlp-endpoint", "", "OTLP/gRPC collector (host:port) to export OpenTelemetry spans to; empty: tracing off")
@@ -229,6 +234,7 @@ type modelServer struct {
 	httpSrv     *http.Server
 	grpcSvc     *grpcapi.Service
 	grpcSrv     *grpc.Server
+	shm         *shm.Registry
 	closeBack   func() error
 	logger      *slog.Logger
 	exitTimeout time.Duration
@@ -353,9 +359,14 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	}
 	gd.guardMetrics("models_metrics", limits, ms.metrics)
 	gd.record("models_metrics", ms.metrics.Addr().String(), tlsOpts, "open (reads only)")
-	kh := httpapi.New(ms.models, httpapi.Options{MaxBodyBytes: limits.MaxBodyBytes, ServerVersion: Version}, logger, reg)
+	serverVersion := f.serverVersion
+	if serverVersion == "" {
+		serverVersion = Version
+	}
+	ms.shm = shm.New() // system shared-memory regions, shared by HTTP and gRPC
+	kh := httpapi.New(ms.models, httpapi.Options{MaxBodyBytes: limits.MaxBodyBytes, ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm}, logger, reg)
 	ms.httpSrv = gd.httpServer("models_http", limits, httpPolicy.RequireKServe(gd.audit, "models_http", kh))
-	ms.grpcSvc = grpcapi.New(ms.models, grpcapi.Options{ServerVersion: Version}, logger, reg)
+	ms.grpcSvc = grpcapi.New(ms.models, grpcapi.Options{ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm}, logger, reg)
 	ms.grpcSrv = grpcapi.NewServer(ms.grpcSvc, grpcapi.ServerOptions{
 		MaxRecvMsgSize: int(limits.MaxBodyBytes),
 		Extra:          gd.grpcOptions("models_grpc", limits, tlsSrv, grpcPolicy, authz.KServeMethodGroup),
@@ -417,7 +428,7 @@ func (ms *modelServer) run(ctx, gctx context.Context, g *errgroup.Group, after <
 		case <-shutCtx.Done():
 			ms.grpcSrv.Stop()
 		}
-		return errors.Join(err, ms.mgr.Close(shutCtx))
+		return errors.Join(err, ms.mgr.Close(shutCtx), ms.shm.Close())
 	})
 }
 
