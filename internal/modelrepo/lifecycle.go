@@ -138,6 +138,20 @@ func (m *Manager) plan(name string, src modelSource) (*plan, *loadError) {
 	if p.platform == "" {
 		p.platform = be.Name()
 	}
+	// The config API shows the configuration the model runs with, as
+	// Triton's does: the resolved backend always and, with auto-complete,
+	// the platform and the model file name too.
+	if p.base.GetBackend() == "" {
+		p.base.Backend = be.Name()
+	}
+	if p.autoComplete {
+		if pl := m.backends.Platform(be.Name()); p.base.GetPlatform() == "" && pl != "" {
+			p.base.Platform = pl
+		}
+		if p.base.GetDefaultModelFilename() == "" {
+			p.base.DefaultModelFilename = be.DefaultFilename()
+		}
+	}
 
 	p.versions, p.missing = selectVersions(p.base.GetVersionPolicy(), avail)
 	if len(p.versions) == 0 && len(p.missing) == 0 {
@@ -527,8 +541,14 @@ func (m *Manager) loadVersion(ctx context.Context, p *plan, v int64) (*loaded, *
 	}
 	cfg := proto.CloneOf(p.base)
 	if p.autoComplete {
+		batchless := cfg.GetMaxBatchSize() == 0
 		if err := modelconfig.AutoComplete(cfg, sig); err != nil {
 			return fail(causeConfig, fmt.Errorf("auto-complete config: %w", err))
+		}
+		// As Triton's auto-complete: a max_batch_size it chose comes with
+		// the dynamic batcher unless the config picked a scheduler.
+		if batchless && cfg.GetMaxBatchSize() > 0 && cfg.GetSchedulingChoice() == nil {
+			cfg.SchedulingChoice = &inferencepb.ModelConfig_DynamicBatching{DynamicBatching: &inferencepb.ModelDynamicBatching{}}
 		}
 	}
 	if ps := modelconfig.Validate(cfg, p.cfgSrc); len(ps) > 0 {

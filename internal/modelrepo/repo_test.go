@@ -415,3 +415,41 @@ output [ { name: "OUT" data_type: TYPE_STRING dims: [ 2 ] } ]
 	require.NoError(t, err)
 	require.Equal(t, data, resp.Outputs[0].Data)
 }
+
+// Auto-complete shows in the config API what the model runs with, as
+// Triton's --strict-model-config=false does (modelled on
+// qa/L0_model_config's autofill cases): platform, backend,
+// default_model_filename and, when auto-complete chose max_batch_size,
+// dynamic_batching. The resolved backend shows even without it.
+func TestConfigShowsCompletion(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{
+		"bare/1/model.fake":       fakeFile(1),
+		"byplatform/config.pbtxt": strings.Replace(fakeConfig(""), `backend: "fake"`, `platform: "fake_platform"`, 1),
+		"byplatform/1/model.fake": fakeFile(2),
+	})
+	t.Run("auto-complete", func(t *testing.T) {
+		h := newHarness(t, Options{Repositories: []string{repo}})
+		h.start(t)
+		cfg, err := h.m.Config(t.Context(), "bare", "")
+		require.NoError(t, err)
+		require.Equal(t, "fake_platform", cfg.GetPlatform())
+		require.Equal(t, "fake", cfg.GetBackend())
+		require.Equal(t, "model.fake", cfg.GetDefaultModelFilename())
+		require.Equal(t, int32(4), cfg.GetMaxBatchSize())
+		require.NotNil(t, cfg.GetDynamicBatching(), "the batch size auto-complete chose comes with the dynamic batcher")
+
+		cfg, err = h.m.Config(t.Context(), "byplatform", "")
+		require.NoError(t, err)
+		require.Equal(t, "fake", cfg.GetBackend(), "the backend the platform resolved to")
+		require.Nil(t, cfg.GetDynamicBatching(), "the config set max_batch_size: no batcher is added")
+	})
+	t.Run("strict", func(t *testing.T) {
+		h := newHarness(t, Options{Repositories: []string{repo}, StrictConfig: true})
+		h.start(t)
+		cfg, err := h.m.Config(t.Context(), "byplatform", "")
+		require.NoError(t, err)
+		require.Equal(t, "fake", cfg.GetBackend())
+		require.Empty(t, cfg.GetDefaultModelFilename(), "nothing is auto-completed")
+	})
+}
