@@ -85,6 +85,9 @@ func (g *Gateway) rolloutFor(sc config.Service, s *service) (*serviceRollout, er
 			return d.groupDrift(m)
 		}
 	}
+	if sc.Rollout.Gates.Accuracy != nil && sc.Accuracy != nil && g.opts.Accuracy != nil {
+		opts.Accuracy = accuracyGateSource(g.opts.Accuracy, sc)
+	}
 	ctrl, err := rollout.New(sc.Name, *sc.Rollout, opts, g.base, g.reg)
 	if err != nil {
 		return nil, err

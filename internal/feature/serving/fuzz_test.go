@@ -40,3 +40,45 @@ func FuzzGetOnlineFeaturesRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzWriteRequest feeds arbitrary bodies to /push and
+// /write-to-online-store (the df decoder, scalar columns repeated over
+// the rows, and the row checks): never a panic, 200 or a JSON error with
+// a reason, and the fake store never holds more rows than the body could
+// describe.
+func FuzzWriteRequest(f *testing.F) {
+	for _, s := range []string{
+		`/push {"push_source_name":"user_push","df":{"user_id":[1,2],"level":[1,2],"event_timestamp":["2026-01-02T11:00:00Z","2026-01-02 11:00:00"]}}`,
+		`/push {"push_source_name":"user_push","df":{"user_id":[1,2],"level":5,"event_timestamp":"2026-01-02T11:50:00Z"}}`,
+		`/push {"push_source_name":"user_push","df":{"user_id":3,"level":9,"event_timestamp":1767355200}}`,
+		`/push {"push_source_name":"user_push","df":{"user_id":[1],"level":{"a":1}}}`,
+		`/push {"push_source_name":"user_push","df":{"user_id":[1,2,3],"level":[1]}}`,
+		`/write-to-online-store {"feature_view_name":"user_stats","df":{"user_id":[1],"clicks":[7],"score":[0.5],"name":["a"],"emb":[[1,2,3]],"event_timestamp":["2026-01-02T11:55:00"],"created":[null]}}`,
+		`/write-to-online-store {"feature_view_name":"route_stats","df":{"route_id":"r1","eta":1,"blob":null,"ts":"2026-01-02T11:00:00Z"}}`,
+		`/write-to-online-store {"feature_view_name":"user_live","df":null}`,
+		`/write-to-online-store {"feature_view_name":"user_live","df":[]}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		path, body, ok := strings.Cut(in, " ")
+		if !ok || (path != "/push" && path != "/write-to-online-store") {
+			return
+		}
+		fx := newFixture(t, Options{})
+		rec := httptest.NewRecorder()
+		fx.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
+		switch rec.Code {
+		case http.StatusOK:
+			if len(fx.store.rows) > len(body) {
+				t.Fatalf("%d rows stored from a %d-byte body", len(fx.store.rows), len(body))
+			}
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusServiceUnavailable:
+			if !strings.Contains(rec.Body.String(), `"reason":`) {
+				t.Fatalf("error without a reason: %s", rec.Body.String())
+			}
+		default:
+			t.Fatalf("status %d for %q: %s", rec.Code, in, rec.Body.String())
+		}
+	})
+}

@@ -72,7 +72,7 @@ type Handler struct {
 }
 
 // NewHandler returns the HTTP handler for s: POST /get-online-features,
-// /push, /materialize and /materialize-incremental, GET /health and, with
+// /push, /write-to-online-store, /materialize and /materialize-incremental, GET /health and, with
 // opts.Metrics, GET /metrics.
 func NewHandler(s *Server, opts HandlerOptions) *Handler {
 	if opts.MaxBodyBytes <= 0 {
@@ -87,6 +87,7 @@ func NewHandler(s *Server, opts HandlerOptions) *Handler {
 	h := &Handler{s: s, opts: opts, mux: http.NewServeMux()}
 	h.mux.HandleFunc("POST /get-online-features", h.handleGet)
 	h.mux.HandleFunc("POST /push", h.handlePush)
+	h.mux.HandleFunc("POST /write-to-online-store", h.handleWrite)
 	h.mux.HandleFunc("POST /materialize", h.handleMaterialize)
 	h.mux.HandleFunc("POST /materialize-incremental", h.handleMaterializeIncremental)
 	h.mux.HandleFunc("GET /health", h.handleHealth)
@@ -531,11 +532,58 @@ func appendFloat(b []byte, f float64, bits int) []byte {
 	return strconv.AppendFloat(b, f, 'g', -1, bits)
 }
 
-// pushRequest is the body of POST /push (Feast's PushFeaturesRequest).
+// maxBroadcastCells bounds the cells a df's scalar columns are repeated
+// into (rows times scalar columns): 1M cells, 16 MiB of values.
+const maxBroadcastCells = 1 << 20
+
+// pushRequest is the body of POST /push (Feast's PushFeaturesRequest;
+// allow_registry_cache and transform_on_write are accepted and have
+// nothing to change here).
 type pushRequest struct {
-	PushSourceName string           `json:"push_source_name"`
-	DF             map[string][]any `json:"df"`
-	To             string           `json:"to"`
+	PushSourceName string         `json:"push_source_name"`
+	DF             map[string]any `json:"df"`
+	To             string         `json:"to"`
+}
+
+// columns turns a request's df into columns of equal length, as pandas'
+// DataFrame(dict) does: a list is a column, a scalar (a JSON string,
+// number, boolean or null) is repeated to the length of the list columns,
+// and a df of scalars only is one row. An object is not a column value.
+//
+// The repeated cells are bounded (maxBroadcastCells): a list column costs
+// its body bytes, but one short scalar would otherwise cost a value per
+// row of the longest list.
+func columns(df map[string]any) (map[string][]any, error) {
+	out := make(map[string][]any, len(df))
+	n := -1
+	for _, name := range sortedKeys(df) {
+		switch c := df[name].(type) {
+		case []any:
+			out[name] = c
+			if n < 0 {
+				n = len(c)
+			}
+		case map[string]any:
+			return nil, invalidf(ReasonInvalidColumnValue, "df column '%s': want a list of values (or one value for every row), got an object", name)
+		}
+	}
+	if n < 0 {
+		n = 1
+	}
+	if scalars := len(df) - len(out); scalars > 0 && n > maxBroadcastCells/scalars {
+		return nil, invalidf(ReasonInvalidRequest, "df repeats %d single values over %d rows: more than %d cells; send those columns as lists", scalars, n, maxBroadcastCells)
+	}
+	for name, x := range df {
+		if _, isList := x.([]any); isList {
+			continue
+		}
+		col := make([]any, n)
+		for i := range col {
+			col[i] = x
+		}
+		out[name] = col
+	}
+	return out, nil
 }
 
 func (h *Handler) handlePush(w http.ResponseWriter, r *http.Request) {
@@ -553,7 +601,12 @@ func (h *Handler) handlePush(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	rep, err := h.s.Push(r.Context(), req.PushSourceName, req.DF, to)
+	df, err := columns(req.DF)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	rep, err := h.s.Push(r.Context(), req.PushSourceName, df, to)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -564,6 +617,38 @@ func (h *Handler) handlePush(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, append(b, '\n'))
+}
+
+// writeRequest is the body of POST /write-to-online-store (Feast's
+// WriteToFeatureStoreRequest; allow_registry_cache and transform_on_write
+// are accepted and have nothing to change here).
+type writeRequest struct {
+	FeatureViewName string         `json:"feature_view_name"`
+	DF              map[string]any `json:"df"`
+}
+
+// handleWrite answers POST /write-to-online-store as Feast does: 200 with
+// the JSON body null.
+func (h *Handler) handleWrite(w http.ResponseWriter, r *http.Request) {
+	var req writeRequest
+	if err := h.readJSON(w, r, &req); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	if req.FeatureViewName == "" {
+		h.writeError(w, r, invalidf(ReasonInvalidRequest, "feature_view_name is required"))
+		return
+	}
+	df, err := columns(req.DF)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	if _, err := h.s.WriteToOnlineStore(r.Context(), req.FeatureViewName, df); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, []byte("null\n"))
 }
 
 // materializeRequest is the body of POST /materialize and

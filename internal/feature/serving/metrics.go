@@ -20,6 +20,8 @@ type metrics struct {
 	pushedRows  *prometheus.CounterVec
 	httpReqs    *prometheus.CounterVec
 	httpDur     *prometheus.HistogramVec
+	grpcReqs    *prometheus.CounterVec
+	grpcDur     *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -75,5 +77,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Feature server HTTP request duration, by route pattern.",
 			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 18),
 		}, []string{"route"}),
+		grpcReqs: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "feature_server", Name: "grpc_requests_total",
+			Help: "Feature server gRPC calls answered (Feast's ServingService), by method and gRPC code.",
+		}, []string{"method", "code"}),
+		grpcDur: f.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "sluice", Subsystem: "feature_server", Name: "grpc_request_duration_seconds",
+			Help:    "Feature server gRPC call duration (Feast's ServingService), by method.",
+			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 18),
+		}, []string{"method"}),
 	}
 }

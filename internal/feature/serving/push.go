@@ -142,6 +142,13 @@ func (s *Server) Push(ctx context.Context, source string, df map[string][]any, t
 // the created timestamp column parses where it has values, and no row is
 // dated too far in the future.
 func (s *Server) readPush(repo *registry.Repo, src *feature.Source, df map[string][]any) (pushInput, error) {
+	tsField, createdField := timestampFields(repo, src)
+	return s.readInput(repo, src, df, sourceColumns(src), tsField, createdField)
+}
+
+// readInput is readPush with the df column of each view column given by
+// column and the timestamp columns named.
+func (s *Server) readInput(repo *registry.Repo, src *feature.Source, df map[string][]any, column func(string) string, tsField, createdField string) (pushInput, error) {
 	n := -1
 	first := ""
 	for _, name := range sortedKeys(df) {
@@ -151,8 +158,7 @@ func (s *Server) readPush(repo *registry.Repo, src *feature.Source, df map[strin
 			return pushInput{}, invalidf(ReasonEntityLengthMismatch, "column '%s' has %d values but '%s' has %d", name, len(df[name]), first, n)
 		}
 	}
-	in := pushInput{repo: repo, src: src, df: df, n: max(n, 0), column: sourceColumns(src)}
-	tsField, createdField := timestampFields(repo, src)
+	in := pushInput{repo: repo, src: src, df: df, n: max(n, 0), column: column}
 	if err := in.readEvents(tsField); err != nil {
 		return pushInput{}, err
 	}

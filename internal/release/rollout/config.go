@@ -48,6 +48,14 @@ type gates struct {
 	minDriftPValue   float64 // judged only when pValueOn
 	psiOn            bool
 	pValueOn         bool
+	accuracy         *accuracyGate // nil: off
+}
+
+// accuracyGate is a resolved AccuracyGate.
+type accuracyGate struct {
+	metric      string
+	margin      float64
+	minOutcomes uint64
 }
 
 func resolveGates(g Gates) gates {
@@ -68,6 +76,18 @@ func resolveGates(g Gates) gates {
 	}
 	if g.MinDriftPValue != nil {
 		r.minDriftPValue, r.pValueOn = *g.MinDriftPValue, true
+	}
+	if a := g.Accuracy; a != nil {
+		r.accuracy = &accuracyGate{metric: a.Metric, margin: rolloutspec.DefaultAccuracyMargin, minOutcomes: uint64(a.MinOutcomes)}
+		if r.accuracy.metric == "" {
+			r.accuracy.metric = rolloutspec.DefaultAccuracyMetric
+		}
+		if a.Margin != nil {
+			r.accuracy.margin = *a.Margin
+		}
+		if a.MinOutcomes == 0 {
+			r.accuracy.minOutcomes = rolloutspec.DefaultAccuracyMinOutcomes
+		}
 	}
 	return r
 }

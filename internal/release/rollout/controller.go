@@ -54,6 +54,8 @@ const (
 	GateLowConfidenceShare = "low_confidence_share"
 	GateDriftPSI           = "drift_psi"
 	GateDriftPValue        = "drift_p_value"
+	// GateAccuracy compares online error from joined outcomes.
+	GateAccuracy = "accuracy"
 	// GateManual is the gate of an operator's rollback.
 	GateManual = "manual"
 )
@@ -81,6 +83,8 @@ type Options struct {
 	Diagnose DiagnoseFunc
 	// Drift, when set, feeds the drift gates.
 	Drift DriftFunc
+	// Accuracy, when set, feeds the accuracy gate.
+	Accuracy AccuracyFunc
 	// RandN returns a number in [0, n) for a request that carries no hash
 	// key and no request id; it must be safe for concurrent use
 	// (default math/rand/v2's IntN).
@@ -135,6 +139,7 @@ type Controller struct {
 	randN       func(int) int
 	diagnose    DiagnoseFunc
 	drift       DriftFunc
+	accuracy    AccuracyFunc
 	log         *slog.Logger
 	m           *metrics
 	reqs        [][len(arms)]prometheus.Counter // [group][arm]
@@ -144,12 +149,13 @@ type Controller struct {
 	fleet      Fleet
 	mu         sync.Mutex // protects st, rev, pending, driftSeen and the state file
 	st         SavedState
-	rev        uint64 // the fleet state's revision st was read or saved at
-	pending    bool   // a rollback the fleet has not stored yet (it was unreachable)
-	driftSeen  map[string][]Suspect // the last Drift answer per group
-	windowsMu  sync.Mutex           // protects cand, stab and base
-	cand, stab []window             // per group, current stage: candidate; stable and control
-	base       window               // stable and control since the rollout started
+	rev        uint64                     // the fleet state's revision st was read or saved at
+	pending    bool                       // a rollback the fleet has not stored yet (it was unreachable)
+	driftSeen  map[string][]Suspect       // the last Drift answer per group
+	accSeen    map[string][]AccuracySlice // the last Accuracy answer per group
+	windowsMu  sync.Mutex                 // protects cand, stab and base
+	cand, stab []window                   // per group, current stage: candidate; stable and control
+	base       window                     // stable and control since the rollout started
 }
 
 // New builds the controller of service's rollout. It validates cfg, then
@@ -181,10 +187,12 @@ func New(service string, cfg Config, opts Options, logger *slog.Logger, reg prom
 		randN:       opts.RandN,
 		diagnose:    opts.Diagnose,
 		drift:       opts.Drift,
+		accuracy:    opts.Accuracy,
 		fleet:       opts.Fleet,
 		log:         logger.With("component", "rollout", "service", service),
 		m:           newMetrics(reg),
 		driftSeen:   map[string][]Suspect{},
+		accSeen:     map[string][]AccuracySlice{},
 	}
 	if c.minRequests == 0 {
 		c.minRequests = DefaultMinRequests
@@ -473,6 +481,13 @@ func (c *Controller) Tick(now time.Time) *Transition {
 			}
 		}
 	}
+	if c.accuracy != nil && c.gates.accuracy != nil {
+		for i := range c.groups {
+			if c.serving(i, st, c.st.Stage) {
+				c.accSeen[c.groups[i].name] = c.accuracy(c.groups[i].name, c.gates.accuracy.metric)
+			}
+		}
+	}
 	ev := c.evaluate(st, c.st.Stage)
 	if len(ev.failures) > 0 {
 		r := c.failureReason(ev.failures)
@@ -687,6 +702,7 @@ func (c *Controller) transitionLocked(now time.Time, kind TransitionKind, manual
 		c.stab = make([]window, len(c.groups))
 		c.windowsMu.Unlock()
 		clear(c.driftSeen)
+		clear(c.accSeen)
 	}
 	c.publishLocked()
 	c.m.transitions.WithLabelValues(c.service, string(kind)).Inc()
@@ -772,6 +788,8 @@ type GateValue struct {
 	Threshold float64 `json:"threshold"`
 	// Requests is the sample size behind Value.
 	Requests uint64 `json:"requests"`
+	// Slice is the slice the accuracy gate's value comes from.
+	Slice string `json:"slice,omitempty"`
 }
 
 // ArmStats sums up one arm's outcomes in a window.
@@ -954,12 +972,15 @@ func (c *Controller) evaluate(state State, stage int) evaluation {
 			}
 			drift := c.driftSeen[g.name]
 			gs.Gates = c.judge(cand, base, baseP95, drift)
+			if v, ok := c.judgeAccuracy(c.accSeen[g.name]); ok {
+				gs.Gates = append(gs.Gates, v)
+			}
 			gs.Drift = finiteSuspects(drift, len(drift))
 			for _, v := range gs.Gates {
 				switch v.Status {
 				case GateFailed:
 					ev.failures = append(ev.failures, GateFailure{
-						Group: g.name, Gate: v.Gate, Value: v.Value, Threshold: v.Threshold, Requests: v.Requests,
+						Group: g.name, Gate: v.Gate, Value: v.Value, Threshold: v.Threshold, Requests: v.Requests, Slice: v.Slice,
 					})
 					ev.ready = false
 				case GatePending:
@@ -1051,7 +1072,7 @@ func (c *Controller) failureReason(failures []GateFailure) *Reason {
 	stage := c.st.Stage
 	r := &Reason{
 		Gate: f.Gate, Value: f.Value, Threshold: f.Threshold, Stage: c.stages[stage].name, StageIndex: stage,
-		Group: f.Group, Requests: f.Requests, Failed: failures,
+		Group: f.Group, Slice: f.Slice, Requests: f.Requests, Failed: failures,
 	}
 	if c.diagnose != nil {
 		r.Suspects = finiteSuspects(c.diagnose(f.Group), MaxSuspects)
@@ -1068,6 +1089,8 @@ func (c *Controller) failureReason(failures []GateFailure) *Reason {
 		fmt.Fprintf(&b, " (share of confidence < %g, over %d scored answers)", c.gates.confidenceBelow, f.Requests)
 	case GateP95LatencyRatio:
 		fmt.Fprintf(&b, " (candidate p95 over stable p95, %d candidate requests)", f.Requests)
+	case GateAccuracy:
+		fmt.Fprintf(&b, " in slice %q (candidate %s over stable %s, %d candidate outcomes)", f.Slice, c.gates.accuracy.metric, c.gates.accuracy.metric, f.Requests)
 	default:
 		fmt.Fprintf(&b, " (%d candidate requests)", f.Requests)
 	}

@@ -121,6 +121,9 @@ type Reason struct {
 	StageIndex int    `json:"stage_index"`
 	// Group is the group whose candidate traffic failed the gate.
 	Group string `json:"group,omitempty"`
+	// Slice is the slice of the group where the accuracy gate failed
+	// (e.g. "x-region=sa"); empty for the other gates.
+	Slice string `json:"slice,omitempty"`
 	// Requests is the sample size behind Value.
 	Requests uint64 `json:"requests"`
 	// Failed lists every gate that failed in that evaluation, in every group.
@@ -140,6 +143,8 @@ type GateFailure struct {
 	// Group is the group and Gate the gate.
 	Group string `json:"group"`
 	Gate  string `json:"gate"`
+	// Slice is where the accuracy gate failed.
+	Slice string `json:"slice,omitempty"`
 	// Value is the measured value and Threshold the gate's limit.
 	Value     float64 `json:"value"`
 	Threshold float64 `json:"threshold"`

@@ -139,7 +139,34 @@ type Gates struct {
 	// MinDriftPValue is the lowest Kolmogorov–Smirnov p-value a watched
 	// feature or output may reach in a group; off when nil.
 	MinDriftPValue *float64 `yaml:"min_drift_p_value"`
+	// Accuracy compares the candidate's online error with the stable
+	// version's, from outcomes joined to logged predictions (the
+	// service's accuracy block); off when nil.
+	Accuracy *AccuracyGate `yaml:"accuracy"`
 }
+
+// AccuracyGate holds when, in every slice of a group with enough joined
+// outcomes for both versions, the candidate's error is at most the
+// stable version's times 1 + Margin.
+type AccuracyGate struct {
+	// Output is the output judged [the accuracy block's first output].
+	Output string `yaml:"output"`
+	// Metric is an error where lower is better: mae, rmse, mape,
+	// log_loss or brier [mae].
+	Metric string `yaml:"metric"`
+	// Margin is how much worse the candidate may be, as a share [0.1].
+	Margin *float64 `yaml:"margin"`
+	// MinOutcomes is the joined outcomes each version needs in a slice
+	// before the slice is judged [100].
+	MinOutcomes int `yaml:"min_outcomes"`
+}
+
+// Defaults of AccuracyGate.
+const (
+	DefaultAccuracyMetric      = "mae"
+	DefaultAccuracyMargin      = 0.1
+	DefaultAccuracyMinOutcomes = 100
+)
 
 // FieldError is one thing wrong with a Config. Path is relative to the
 // rollout block, e.g. "stages[1].groups[0].headers[0]".
@@ -244,6 +271,19 @@ func (c *Config) Validate() error {
 	}
 	if v := g.MaxDriftPSI; v != nil && !(*v >= 0 && !math.IsInf(*v, 0)) {
 		add("gates.max_drift_psi", "must be a non-negative number")
+	}
+	if a := g.Accuracy; a != nil {
+		switch a.Metric {
+		case "", "mae", "rmse", "mape", "log_loss", "brier":
+		default:
+			add("gates.accuracy.metric", "%q: want mae, rmse, mape, log_loss or brier (lower is better)", a.Metric)
+		}
+		if v := a.Margin; v != nil && !(*v >= 0 && !math.IsInf(*v, 0)) {
+			add("gates.accuracy.margin", "must be a non-negative number")
+		}
+		if a.MinOutcomes < 0 {
+			add("gates.accuracy.min_outcomes", "must not be negative")
+		}
 	}
 	return errors.Join(errs...)
 }
