@@ -75,6 +75,7 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 		mf.loadModels = m.LoadModel
 		mf.pollSecs = max(1, int(m.RepositoryPollInterval.Std()/time.Second))
 		mf.strictConfig = m.StrictModelConfig
+		mf.strictReadiness = chainStrictReadiness(cmd, m)
 		mf.address = m.Address
 		mf.httpPort, mf.grpcPort, mf.metricsPort = m.HTTPPort, m.GRPCPort, m.MetricsPort
 		mf.backendSettings = m.BackendConfig
@@ -504,6 +505,23 @@ func materializeAtStart(ctx context.Context, fs *featureServer, logger *slog.Log
 	}
 	logger.Info("features materialized", "seconds", time.Since(begin).Seconds(), "views", len(rep.Views), "rows", rows)
 	return nil
+}
+
+// chainStrictReadiness is the chain's readiness mode: --strict-readiness
+// when given, else model_server.strict_readiness, else false. Triton's
+// default is strict; a chain serves several models behind one pod, and
+// one that fails to load should show in its own readiness
+// (/v2/models/<name>/ready, the console) rather than take the others
+// out of a load balancer's rotation.
+func chainStrictReadiness(cmd *cobra.Command, m *config.ModelServer) bool {
+	if fl := cmd.Flags().Lookup("strict-readiness"); fl != nil && fl.Changed {
+		v, err := cmd.Flags().GetBool("strict-readiness")
+		return err == nil && v
+	}
+	if m.StrictReadiness != nil {
+		return *m.StrictReadiness
+	}
+	return false
 }
 
 // banner is what "sluice serve -c" prints once it is ready.

@@ -72,6 +72,11 @@ type ModelServer struct {
 	RepositoryPollInterval Duration `yaml:"repository_poll_interval"`
 	// StrictModelConfig requires a complete config.pbtxt (no auto-complete).
 	StrictModelConfig bool `yaml:"strict_model_config"`
+	// StrictReadiness makes /v2/health/ready answer 503 while any model
+	// that should be loaded has no ready version (Triton's
+	// --strict-readiness). Default false under serve -c: one broken model
+	// must not take a pod whose other models serve out of rotation.
+	StrictReadiness *bool `yaml:"strict_readiness"`
 	// BackendConfig holds backend settings: backend → setting → value.
 	BackendConfig map[string]map[string]string `yaml:"backend_config"`
 }
