@@ -57,6 +57,9 @@ func (g *Gateway) AdminHandler(metrics http.Handler) http.Handler {
 		writeJSON(w, http.StatusOK, g.Rollouts())
 	})
 	mux.HandleFunc("POST /rollout/{service}/{action}", g.rolloutAction)
+	mux.HandleFunc("GET /cluster", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, g.ClusterStatus())
+	})
 	mux.HandleFunc("GET /drift", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, g.driftState())
 	})

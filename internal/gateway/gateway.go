@@ -84,6 +84,10 @@ type Options struct {
 	// Accuracy joins the predictions of services with an accuracy block
 	// to their outcomes (accuracy.Joiner); nil refuses such services.
 	Accuracy Accuracy
+	// Fleet shares the rollouts' state and windows and the fallback
+	// baselines with the other replicas (the cluster section, OpenFleet);
+	// nil keeps them in this process (and local files).
+	Fleet *Fleet
 	// Reload re-reads the configuration for POST /reload; nil disables it.
 	Reload func(ctx context.Context) (*config.Config, error)
 	// MaxBodyBytes bounds a service request body [1 MiB].
@@ -121,6 +125,8 @@ type Gateway struct {
 	breakers map[string]*breaker
 	rollouts map[string]*serviceRollout
 	drifts   map[string]*serviceDrift
+	// baselines persist the monitors' baselines (fleet or baseline_file)
+	baselines map[string]*baselineSync
 
 	life lifecycle
 }
@@ -186,18 +192,19 @@ func New(cfg *config.Config, opts Options, logger *slog.Logger, reg prometheus.R
 		opts.AccessLog = io.Discard
 	}
 	g := &Gateway{
-		opts:     opts,
-		logger:   logger.With("component", "gateway"),
-		base:     logger,
-		reg:      reg,
-		met:      newMetrics(reg),
-		reloaded: make(chan struct{}, 1),
-		monitors: map[string]*fallback.Monitor{},
-		fbCfg:    map[string]config.Fallback{},
-		breakers: map[string]*breaker{},
-		rollouts: map[string]*serviceRollout{},
-		drifts:   map[string]*serviceDrift{},
-		life:     newLifecycle(),
+		opts:      opts,
+		logger:    logger.With("component", "gateway"),
+		base:      logger,
+		reg:       reg,
+		met:       newMetrics(reg),
+		reloaded:  make(chan struct{}, 1),
+		monitors:  map[string]*fallback.Monitor{},
+		fbCfg:     map[string]config.Fallback{},
+		breakers:  map[string]*breaker{},
+		rollouts:  map[string]*serviceRollout{},
+		drifts:    map[string]*serviceDrift{},
+		baselines: map[string]*baselineSync{},
+		life:      newLifecycle(),
 	}
 	g.http = newUpstreamHTTP(opts.HTTPClient)
 	g.rlMet = ratelimit.NewMetrics(reg)
@@ -215,6 +222,7 @@ func New(cfg *config.Config, opts Options, logger *slog.Logger, reg prometheus.R
 		return nil, err
 	}
 	g.state.Store(st)
+	g.watchFleet()
 	return g, nil
 }
 
@@ -568,6 +576,10 @@ func (g *Gateway) monitorFor(sc config.Service) *fallback.Monitor {
 	}, g.base, g.reg)
 	g.monitors[sc.Name] = m
 	g.fbCfg[sc.Name] = fb
+	delete(g.baselines, sc.Name)
+	if bs := g.seedBaseline(sc, m); bs != nil {
+		g.baselines[sc.Name] = bs
+	}
 	return m
 }
 

@@ -180,6 +180,7 @@ func (g *Gateway) tick(ctx context.Context) {
 				s.rollout.ctrl.Tick(now)
 			}
 		}
+		g.fleetTick(ctx)
 		wall := time.Now()
 		g.life.closeRetired(wall)
 		g.http.closeExpired(wall)

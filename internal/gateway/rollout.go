@@ -73,7 +73,7 @@ func (g *Gateway) rolloutFor(sc config.Service, s *service) (*serviceRollout, er
 		}
 		r.groups[name] = m
 	}
-	opts := rollout.Options{Now: g.opts.Now, Diagnose: r.diagnose}
+	opts := rollout.Options{Now: g.opts.Now, Diagnose: r.diagnose, Fleet: g.rolloutFleetFor(sc.Name)}
 	if d := s.drift; d != nil {
 		// The drift gates compare each group's live features with the
 		// service's drift reference.
@@ -95,6 +95,7 @@ func (g *Gateway) rolloutFor(sc config.Service, s *service) (*serviceRollout, er
 	if old, ok := g.rollouts[sc.Name]; ok {
 		old.ctrl.Forget()
 	}
+	g.attachRollout(sc.Name, ctrl)
 	r.ctrl = ctrl
 	g.rollouts[sc.Name] = r
 	return r, nil

@@ -1,0 +1,336 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sluice-ml/sluice/internal/cluster"
+	"github.com/sluice-ml/sluice/internal/config"
+	"github.com/sluice-ml/sluice/internal/gateway/fallback"
+	"github.com/sluice-ml/sluice/internal/release/rollout"
+)
+
+// Fleet is the gateway's share of a fleet's state (the cluster section):
+// three JetStream KV buckets.
+//
+//   - rollout: one key per service, the rollout's saved state, written
+//     by compare-and-set and watched by every replica;
+//   - windows: one key per service and replica, the replica's gate
+//     windows, published every publish interval and counted by the
+//     others while fresh (the bucket's TTL is the replica TTL, so a dead
+//     replica's entries also leave the server);
+//   - baselines: one key per service, the fleet's completed fallback
+//     baseline buckets, merged by compare-and-set as each replica
+//     completes one and read by a replica at start.
+type Fleet struct {
+	c                           *cluster.Cluster
+	rollouts, windows, baseline *cluster.Bucket
+}
+
+// OpenFleet creates or opens the gateway's buckets on a connected
+// cluster and reads them.
+func OpenFleet(ctx context.Context, c *cluster.Cluster) (*Fleet, error) {
+	f := &Fleet{c: c}
+	var err error
+	if f.rollouts, err = c.Bucket(ctx, "rollout", cluster.BucketOptions{Description: "Sluice rollout state, one key per service"}); err != nil {
+		return nil, err
+	}
+	if f.windows, err = c.Bucket(ctx, "windows", cluster.BucketOptions{
+		Description: "Sluice rollout gate windows, one key per service and replica", TTL: c.ReplicaTTL(), Memory: true,
+	}); err != nil {
+		return nil, err
+	}
+	if f.baseline, err = c.Bucket(ctx, "baselines", cluster.BucketOptions{
+		Description: "Sluice fallback baselines (completed buckets), one key per service",
+	}); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Status is the cluster connection's state, for the admin API.
+func (f *Fleet) Status() cluster.Status { return f.c.Status() }
+
+// rolloutFleet is a service's rollout.Fleet on the fleet's buckets.
+type rolloutFleet struct {
+	f   *Fleet
+	key string // the service's key
+}
+
+func (f *Fleet) forRollout(service string) *rolloutFleet {
+	return &rolloutFleet{f: f, key: cluster.Key(service)}
+}
+
+func (r *rolloutFleet) Load(ctx context.Context) ([]byte, uint64, error) {
+	e, err := r.f.rollouts.Get(ctx, r.key)
+	if errors.Is(err, cluster.ErrNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	return e.Value, e.Revision, nil
+}
+
+func (r *rolloutFleet) Save(ctx context.Context, data []byte, rev uint64) (uint64, error) {
+	n, err := r.f.rollouts.Update(ctx, r.key, data, rev)
+	if errors.Is(err, cluster.ErrConflict) {
+		return 0, fmt.Errorf("%w: %w", rollout.ErrConflict, err)
+	}
+	return n, err
+}
+
+func (r *rolloutFleet) Windows() [][]byte {
+	es := r.f.windows.Fresh(r.key+".", r.windowKey(), r.f.c.ReplicaTTL())
+	out := make([][]byte, 0, len(es))
+	for _, e := range es {
+		out = append(out, e.Value)
+	}
+	return out
+}
+
+func (r *rolloutFleet) windowKey() string { return r.key + "." + cluster.Key(r.f.c.Replica()) }
+
+// attachRollout publishes ctrl's windows for service and returns its
+// rollout.Fleet (nil without a fleet).
+func (g *Gateway) attachRollout(service string, ctrl *rollout.Controller) {
+	f := g.opts.Fleet
+	if f == nil {
+		return
+	}
+	rf := f.forRollout(service)
+	f.c.Publish(f.windows, rf.windowKey(), ctrl.WindowsSnapshot)
+}
+
+// rolloutFleetFor is the rollout.Fleet of service, or nil.
+func (g *Gateway) rolloutFleetFor(service string) rollout.Fleet {
+	if g.opts.Fleet == nil {
+		return nil
+	}
+	return g.opts.Fleet.forRollout(service)
+}
+
+// watchFleet routes the rollout changes other replicas make to the
+// controllers of this gateway.
+func (g *Gateway) watchFleet() {
+	f := g.opts.Fleet
+	if f == nil {
+		return
+	}
+	f.rollouts.OnChange(func(e cluster.Entry, deleted bool) {
+		if deleted {
+			return
+		}
+		g.mapsMu.Lock()
+		var ctrl *rollout.Controller
+		for name, r := range g.rollouts {
+			if cluster.Key(name) == e.Key {
+				ctrl = r.ctrl
+				break
+			}
+		}
+		g.mapsMu.Unlock()
+		if ctrl != nil {
+			ctrl.ApplyFleet(e.Value, e.Revision)
+		}
+	})
+}
+
+// baselineSync persists one service's fallback baseline: to the fleet's
+// bucket (merged with the other replicas') or to a local file.
+type baselineSync struct {
+	m      *fallback.Monitor
+	file   string // single-process mode
+	keep   int    // buckets kept: fallback.history
+	gen    uint64 // the monitor's completions already persisted
+	pushed int64  // fleet mode: the last bucket index merged into the fleet's
+}
+
+// seedBaseline loads the persisted baseline of sc into m (the fleet's, or
+// the local file's) and returns what persists it later. Failing to read
+// is logged, not fatal: the baseline then builds up again.
+func (g *Gateway) seedBaseline(sc config.Service, m *fallback.Monitor) *baselineSync {
+	fb := sc.Fallback
+	bs := &baselineSync{m: m, file: fb.BaselineFile, keep: min(fb.History, fallback.MaxSnapshotBuckets), pushed: -1}
+	var data []byte
+	var err error
+	switch {
+	case g.opts.Fleet != nil:
+		var e cluster.Entry
+		e, err = g.opts.Fleet.baseline.Get(context.Background(), cluster.Key(sc.Name))
+		if errors.Is(err, cluster.ErrNotFound) {
+			err = nil
+		}
+		data = e.Value
+	case bs.file != "":
+		data, err = readBounded(bs.file)
+		if errors.Is(err, fs.ErrNotExist) {
+			err = nil
+		}
+	default:
+		return nil
+	}
+	if err == nil && data != nil {
+		var s *fallback.Snapshot
+		if s, err = fallback.ParseSnapshot(data); err == nil {
+			if m.Seed(s) {
+				g.logger.Info("fallback baseline loaded", "service", sc.Name, "buckets", len(s.Buckets), "fleet", g.opts.Fleet != nil)
+			}
+		}
+	}
+	if err != nil {
+		g.logger.Warn("fallback baseline not loaded; it builds up again", "service", sc.Name, "err", err)
+	}
+	_, bs.gen = m.Completed(true)
+	return bs
+}
+
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, 2<<20))
+}
+
+// persistBaselines writes the baselines whose monitors completed a bucket
+// since the last call. It runs on Run's tick.
+func (g *Gateway) persistBaselines(ctx context.Context) {
+	g.mapsMu.Lock()
+	syncs := make(map[string]*baselineSync, len(g.baselines))
+	for name, bs := range g.baselines {
+		syncs[name] = bs
+	}
+	g.mapsMu.Unlock()
+	for name, bs := range syncs {
+		if err := g.persistBaseline(ctx, name, bs); err != nil {
+			g.logger.Warn("fallback baseline not saved; retried at the next tick", "service", name, "err", err)
+		}
+	}
+}
+
+func (g *Gateway) persistBaseline(ctx context.Context, service string, bs *baselineSync) error {
+	snap, gen := bs.m.Completed(g.opts.Fleet != nil)
+	if gen == bs.gen {
+		return nil
+	}
+	if g.opts.Fleet == nil {
+		all, _ := bs.m.Completed(false)
+		if len(all.Buckets) > bs.keep {
+			all.Buckets = all.Buckets[len(all.Buckets)-bs.keep:]
+		}
+		data, err := all.Marshal()
+		if err == nil {
+			err = writeFileAtomic(bs.file, data)
+		}
+		if err == nil {
+			bs.gen = gen
+		}
+		return err
+	}
+	fresh := snap
+	fresh.Buckets = nil
+	for _, b := range snap.Buckets {
+		if b.Index > bs.pushed {
+			fresh.Buckets = append(fresh.Buckets, b)
+		}
+	}
+	if len(fresh.Buckets) == 0 {
+		bs.gen = gen
+		return nil
+	}
+	key := cluster.Key(service)
+	bucket := g.opts.Fleet.baseline
+	for range 5 {
+		var shared fallback.Snapshot
+		e, err := bucket.Get(ctx, key)
+		switch {
+		case errors.Is(err, cluster.ErrNotFound):
+		case err != nil:
+			return err
+		default:
+			if s, perr := fallback.ParseSnapshot(e.Value); perr == nil {
+				shared = *s
+			}
+		}
+		if !shared.Merge(&fresh, bs.keep) {
+			// Another bucket width: this configuration's baseline replaces it.
+			shared = fallback.Snapshot{}
+			shared.Merge(&fresh, bs.keep)
+		}
+		data, err := shared.Marshal()
+		if err != nil {
+			return err
+		}
+		_, err = bucket.Update(ctx, key, data, e.Revision)
+		if errors.Is(err, cluster.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		bs.pushed, bs.gen = fresh.Buckets[len(fresh.Buckets)-1].Index, gen
+		return nil
+	}
+	return errors.New("the fleet's baseline kept changing")
+}
+
+// writeFileAtomic replaces path with data through a temporary file in the
+// same folder, so a crash leaves the old or the new file.
+func writeFileAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
+}
+
+// fleetTick is the fleet's share of Run's one-second tick.
+func (g *Gateway) fleetTick(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	g.persistBaselines(ctx)
+}
+
+// ClusterStatus is what GET /cluster answers: the mode, and in fleet mode
+// the connection's state (a replica cut off from NATS says so here while
+// it serves with the last state it saw).
+type ClusterStatus struct {
+	// Mode is "fleet" or "single_process".
+	Mode string `json:"mode"`
+	*cluster.Status
+}
+
+// ClusterStatus returns the gateway's place in its fleet.
+func (g *Gateway) ClusterStatus() ClusterStatus {
+	if g.opts.Fleet == nil {
+		return ClusterStatus{Mode: "single_process"}
+	}
+	st := g.opts.Fleet.Status()
+	return ClusterStatus{Mode: "fleet", Status: &st}
+}
