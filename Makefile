@@ -14,7 +14,7 @@ deps: ## install what the tests and the demo need (idempotent)
 	@scripts/setup.sh
 
 build: ## build bin/sluice
-	$(GO) build -o $(BIN) ./cmd/sluice
+	$(GO) build -ldflags "-X github.com/sluice-ml/sluice/internal/cli.Commit=$$(git rev-parse HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo -dirty)" -o $(BIN) ./cmd/sluice
 
 test: deps ## unit + integration tests with -race, then each fuzz target briefly
 	$(GO) vet $(PKGS)

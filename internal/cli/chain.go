@@ -571,11 +571,7 @@ func (b *banner) write(w io.Writer, cfg *config.Config) {
 		if err != nil {
 			continue
 		}
-		auth := ""
-		if !cfg.Gateway.Anonymous.Allowed {
-			auth = ` -H "Authorization: Bearer $SLUICE_API_KEY"`
-		}
-		fmt.Fprintf(w, "\nA prediction from service %s:\n  curl -s -X %s %s://%s%s%s -d '%s'\n", s.Name, method, scheme, displayAddr(b.gateway), path, auth, body)
+		fmt.Fprintf(w, "\nA prediction from service %s:\n  curl -s -X %s '%s://%s%s'%s -d '%s'\n", s.Name, method, scheme, displayAddr(b.gateway), path, bannerAuth(cfg.Gateway), body)
 	}
 	fmt.Fprintln(w)
 }
@@ -602,6 +598,24 @@ func exampleBody(s config.Service) map[string]any {
 			out[f.Name] = false
 		case "int64":
 			out[f.Name] = 1
+// bannerAuth is the Authorization header of the banner's curl: the first
+// client's api_key as written in the config (a shell expands
+// "${SLUICE_DEMO_API_KEY:-demo-key}" to the same key the gateway hashed),
+// else $SLUICE_API_KEY when anonymous calls are refused, else none.
+func bannerAuth(g *config.Gateway) string {
+	for _, c := range g.Clients {
+		ref := c.APIKeyRef // one ${...} reference, nothing a shell would run
+		if strings.HasPrefix(ref, "${") && strings.HasSuffix(ref, "}") && strings.Count(ref, "$") == 1 &&
+			strings.Count(ref, "}") == 1 && !strings.ContainsAny(ref, "\"\\`") {
+			return fmt.Sprintf(` -H "Authorization: Bearer %s"`, ref)
+		}
+	}
+	if !g.Anonymous.Allowed {
+		return ` -H "Authorization: Bearer $SLUICE_API_KEY"`
+	}
+	return ""
+}
+
 		default:
 			out[f.Name] = 1.0
 		}

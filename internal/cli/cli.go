@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -31,6 +32,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0
+	}
+	if ue, ok := errors.AsType[*usageError](err); ok {
+		fmt.Fprintf(stderr, "sluice: %v\n\n%s", ue.err, ue.cmd.UsageString())
+		return 1
 	}
 	if ee, ok := errors.AsType[*exitError](err); ok {
 		if ee.err != nil && ee.err.Error() != "" {
@@ -71,14 +76,60 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		newRolloutCmd(),
 		newShadowCmd(),
 		newStatusCmd(),
-		&cobra.Command{
-			Use:   "version",
-			Short: "Print the Sluice version",
-			Args:  cobra.NoArgs,
-			Run: func(cmd *cobra.Command, _ []string) {
-				fmt.Fprintln(cmd.OutOrStdout(), "sluice", Version)
-			},
-		},
+		newVersionCmd(),
 	)
+	// "sluice --version" prints what "sluice version" does.
+	root.Version = Version
+	cobra.AddTemplateFunc("sluiceBuildInfo", func() string {
+		var b strings.Builder
+		readBuildInfo("").write(&b)
+		return b.String()
+	})
+	root.SetVersionTemplate("{{sluiceBuildInfo}}")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &usageError{cmd: c, err: err} })
+	finish(root)
 	return root
+}
+
+// usageError is a wrong command line: Run prints it with the command's
+// usage (SilenceUsage keeps cobra from printing usage for every error).
+type usageError struct {
+	cmd *cobra.Command
+	err error
+}
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// enumFlags are the flags with a fixed set of values: shell completion
+// offers them on every command that has the flag.
+var enumFlags = map[string][]string{
+	"log-format":         {"json", "text"},
+	"log-level":          {"debug", "info", "warn", "error"},
+	"model-control-mode": {"none", "poll", "explicit"},
+	"protocol":           {"http", "grpc"},
+	"measurement-mode":   {"time_windows", "count_windows"},
+	"read-auth":          {"open", "token"},
+	"tls-client-auth":    {"require", "request"},
+}
+
+// finish walks the command tree: argument-count errors carry the command's
+// usage, and enum flags complete to their values.
+func finish(c *cobra.Command) {
+	if args := c.Args; args != nil {
+		c.Args = func(cmd *cobra.Command, a []string) error {
+			if err := args(cmd, a); err != nil {
+				return &usageError{cmd: cmd, err: err}
+			}
+			return nil
+		}
+	}
+	for name, vals := range enumFlags {
+		if c.LocalFlags().Lookup(name) != nil {
+			_ = c.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(vals, cobra.ShellCompDirectiveNoFileComp)) // fails only for a flag registered twice
+		}
+	}
+	for _, sub := range c.Commands() {
+		finish(sub)
+	}
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,5 +51,91 @@ func TestConfigCheck(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestConfigCheckReportsEverything plants four mistakes of different kinds
+// in a copy of the example config (an unknown key, a value of the wrong
+// type, route weights that do not sum to 100, a feature the feature
+// service lacks) and checks that one run reports each once, at its
+// file:line:col, and exits 1.
+func TestConfigCheckReportsEverything(t *testing.T) {
+	example, err := os.ReadFile("../../examples/parcel-eta/sluice.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs, err := filepath.Abs("../../examples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(example)
+	for _, r := range []struct{ old, new string }{
+		{"model_repository: [../models]", "model_repository: [" + abs + "/models]"},
+		{"  repo: features", "  repo: " + abs + "/parcel-eta/features"},
+		{"  drain_period: 2s", "  drain_perod: 2s"},                 // unknown key
+		{"          timeout: 500ms\n", "          timeout: fast\n"}, // not a duration (the first route's)
+		{"{backend: local, version: \"2\", weight: 10}", "{backend: local, version: \"2\", weight: 20}"},
+		{"          - user_stats:u_f07\n", "          - user_stats:u_f77\n"},
+	} {
+		if !strings.Contains(text, r.old) {
+			t.Fatalf("the example config no longer has %q", r.old)
+		}
+		text = strings.Replace(text, r.old, r.new, 1)
+	}
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lineOf := func(s string) int {
+		i := strings.Index(text, s)
+		if i < 0 {
+			t.Fatalf("no %q in the test config", s)
+		}
+		return strings.Count(text[:i], "\n") + 1
+	}
+	var out, errOut bytes.Buffer
+	code := Run(t.Context(), []string{"config", "check", "-c", path}, &out, &errOut)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1; stderr:\n%s", code, errOut.String())
+	}
+	for _, want := range []string{
+		fmt.Sprintf("%s:%d:3: gateway.drain_perod: unknown field (did you mean \"drain_period\"?)", path, lineOf("drain_perod")),
+		fmt.Sprintf("%s:%d:20: gateway.services[0].routes[0].timeout: \"fast\" is not a duration", path, lineOf("timeout: fast")),
+		fmt.Sprintf("%s:%d:", path, lineOf("weighted:\n              - {backend: local, version: \"1\", weight: 90}")),
+		"gateway.services[0].routes[1].route.weighted: weights sum to 110, want 100",
+		fmt.Sprintf("%s:%d:13: gateway.services[0].inputs[0].features[7]: ", path, lineOf("- user_stats:u_f77")),
+		`"user_stats:u_f77"`,
+		"invalid (4 problems)",
+	} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("config check output lacks %q:\n%s", want, errOut.String())
+		}
+	}
+	if n := strings.Count(errOut.String(), "weights sum to 110"); n != 1 {
+		t.Errorf("the weights problem is reported %d times, want once:\n%s", n, errOut.String())
+	}
+}
+
+// TestConfigCheckSyntaxErrorLine checks that a YAML syntax error is
+// reported on the line where it is, not where its enclosing block starts.
+func TestConfigCheckSyntaxErrorLine(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		line int
+	}{
+		{"gateway:\n  listen: \":8080\"\n  admin: [1, 2\n  grpc: \":8081\"\n", 3},
+		{"model_server:\n  http_port: 8000\n grpc_port: 8001\n", 3},
+		{"gateway:\n  listen: \":8080\"\n\tadmin: x\n", 3},
+		{"a: 1\nb: 2\nc: 3\n  d: 4\n", 4},
+	} {
+		path := filepath.Join(t.TempDir(), "sluice.yaml")
+		if err := os.WriteFile(path, []byte(c.text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out, errOut bytes.Buffer
+		code := Run(t.Context(), []string{"config", "check", "-c", path}, &out, &errOut)
+		if want := fmt.Sprintf("%s:%d:", path, c.line); code != 1 || !strings.Contains(errOut.String(), want) || !strings.Contains(errOut.String(), "YAML syntax") {
+			t.Errorf("%q: exit %d, want 1 and %q in:\n%s", c.text, code, want, errOut.String())
+		}
 	}
 }

@@ -89,12 +89,21 @@ unless --allow-type-change is given.`,
 			if err := registry.WriteSnapshot(path, snap); err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "Applied: registry %s (%d entities, %d sources, %d feature views, %d feature services).\n",
-				r.Config.Registry, len(r.Entities), len(r.Sources), len(r.Views), len(r.Services))
+			fmt.Fprintf(out, "Applied: registry %s (%s, %s, %s, %s).\n", r.Config.Registry,
+				nouns(len(r.Entities), "entity", "entities"), plural(len(r.Sources), "source"),
+				plural(len(r.Views), "feature view"), plural(len(r.Services), "feature service"))
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&dir, "repo", ".", "feature repository folder (holding feature_store.yaml)")
 	cmd.Flags().BoolVar(&allowRetype, "allow-type-change", false, "apply even when a feature's type changes (its stored values read NOT_FOUND until the view is re-materialized)")
 	return cmd
+}
+
+// nouns writes n and the noun's form for n: one when n is 1, else many.
+func nouns(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

@@ -45,7 +45,11 @@ func newRolloutCmd() *cobra.Command {
 				writeRolloutStatus(out, &all[i])
 				shown++
 			}
-			if shown == 0 {
+			switch {
+			case shown == 0 && len(all) == 0:
+				// Nothing is rolling out: an answer, not a failure.
+				fmt.Fprintln(out, "No rollouts: no service of this gateway has a rollout block.")
+			case shown == 0:
 				return &exitError{code: 1, err: fmt.Errorf("no rollout%s", forService(args))}
 			}
 			return nil

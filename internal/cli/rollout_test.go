@@ -54,6 +54,14 @@ func TestRolloutCommands(t *testing.T) {
 	if code, _, errOut := run("status", "other"); code != 1 || !strings.Contains(errOut, "no rollout for service other") {
 		t.Errorf("status other = %d %q", code, errOut)
 	}
+
+	// A gateway without any rollout: an answer (exit 0), not an error.
+	empty := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("[]")) }))
+	t.Cleanup(empty.Close)
+	var eout, eerr bytes.Buffer
+	if code := Run(t.Context(), []string{"rollout", "--admin", empty.URL, "status"}, &eout, &eerr); code != 0 || !strings.Contains(eout.String(), "No rollouts") {
+		t.Errorf("status without rollouts = %d %q %q", code, eout.String(), eerr.String())
+	}
 	if code, _, _ := run("rollback", "parcel-eta", "--reason", "bad eu numbers"); code != 0 {
 		t.Errorf("rollback exit %d", code)
 	}

@@ -104,8 +104,10 @@ func newServeCmd(use, short string) *cobra.Command {
 	fl.BoolVar(&f.tritonMetrics, "triton-metrics", true, "also export the inference metrics under Triton's names (nv_inference_*), for Triton dashboards and alerts")
 	fl.StringVar(&f.serverName, "server-name", "sluice", "name in the server metadata (GET /v2, ServerMetadata); \"triton\" for clients that check it")
 	fl.StringVar(&f.serverVersion, "server-version", "", "version in the server metadata; default: this build's version")
-	fl.StringVarP(&f.configFile, "config", "c", "", "sluice.yaml: run the whole chain it describes (model server, feature server, gateway); the model-server flags are then ignored except --backend-config, --log-format and --log-level")
-	fl.BoolVar(&f.materialize, "materialize", true, "with -c: apply the feature repository and materialize it incrementally into the online store at start")
+	if use == "serve" { // model-server is the model server alone: no sluice.yaml
+		fl.StringVarP(&f.configFile, "config", "c", "", "sluice.yaml: run the whole chain it describes (model server, feature server, gateway); the model-server flags are then ignored except --backend-config, --strict-readiness, --log-format and --log-level")
+		fl.BoolVar(&f.materialize, "materialize", true, "with -c: apply the feature repository and materialize it incrementally into the online store at start")
+	}
 	fl.StringVar(&f.traceEndpoint, "trace-otlp-endpoint", "", "OTLP/gRPC collector (host:port) to export OpenTelemetry spans to; empty: tracing off")
 	fl.Float64Var(&f.traceRatio, "trace-sample-ratio", 0.01, "share of traces started here that are sampled (by trace id); a sampled parent is always followed")
 	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")

@@ -1,6 +1,6 @@
 // Package cluster is a fleet's shared state: a connection to NATS
-// JetStream and the key-value buckets the replicas of one fleet share
-// (issue 15). It holds no consensus code of its own: compare-and-set on a
+// JetStream and the key-value buckets the replicas of one fleet share.
+// It holds no consensus code of its own: compare-and-set on a
 // key's revision (JetStream's expected last sequence) is the only
 // agreement primitive, and JetStream's own replication is the durability.
 //

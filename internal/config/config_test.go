@@ -285,7 +285,11 @@ func TestSuggest(t *testing.T) {
 
 func TestSyntaxError(t *testing.T) {
 	_, err := Parse("s.yaml", []byte("gateway: [\n"), nil)
-	require.ErrorContains(t, err, "s.yaml: ")
+	require.ErrorContains(t, err, "s.yaml:1:1: YAML syntax: ")
+	// yaml.v3 says "line 1" here (the start of the mapping, zero-based);
+	// the mistake is on line 3.
+	_, err = Parse("s.yaml", []byte("gateway:\n  listen: x\n  admin: [a, b\n  grpc: c\n"), nil)
+	require.ErrorContains(t, err, "s.yaml:3:3: YAML syntax: ")
 	_, err = Parse("s.yaml", []byte("gateway: {listen: a, listen: b}\n"), nil)
 	require.Error(t, err)
 	require.True(t, errors.Is(err, err))

@@ -65,6 +65,10 @@ type source struct {
 	file    string
 	pos     map[string]position
 	fromEnv map[string]bool
+	raw     map[string]string // the text of scalars that came from ${ENV}, before expansion
+	// misspelt are the fields an unknown key likely meant ("routes" for
+	// "routs"): a validation problem of theirs is the typo's echo.
+	misspelt []string
 }
 
 // problem builds a FieldError for path, located at path or, when path was not
@@ -86,6 +90,14 @@ func (s *source) problem(path, format string, args ...any) *FieldError {
 		}
 		q = q[:cut]
 	}
+}
+
+// Problem places err at path's position in the file the Config was read
+// from (or at its closest written parent: a defaulted field has none), as
+// a FieldError. Checks made outside this package (the gateway's services
+// against the models and features) report with it.
+func (c *Config) Problem(path string, err error) *FieldError {
+	return c.src.problem(path, "%s", err)
 }
 
 // Load reads the sluice.yaml at path, expands ${ENV} references from the
@@ -179,41 +191,125 @@ func (c *Config) ResolvePaths(dir string) {
 // Parse is Load for a file already read; file names it in problems and
 // lookupEnv resolves ${ENV} references (nil resolves none).
 func Parse(file string, data []byte, lookupEnv func(string) (string, bool)) (*Config, error) {
+	cfg, err := parse(file, data, lookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// LoadForCheck is Load for "sluice config check": it reports every problem
+// of the file in one pass (schema, then validation of what could be
+// decoded) and returns the Config as far as it was read, problems or not,
+// so the caller can go on to check it against the models and features.
+// The Config is nil only when the file cannot be read or is not YAML.
+func LoadForCheck(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := parse(path, data, os.LookupEnv)
+	if cfg != nil {
+		cfg.ResolvePaths(filepath.Dir(path))
+	}
+	return cfg, err
+}
+
+// parse decodes and validates data. With problems, it still returns what
+// it decoded (nil for a file that is not YAML): schema problems do not
+// stop validation, so one run reports them all.
+func parse(file string, data []byte, lookupEnv func(string) (string, bool)) (*Config, error) {
 	if lookupEnv == nil {
 		lookupEnv = func(string) (string, bool) { return "", false }
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("%s: %s", file, strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, syntaxError(file, data, err)
 	}
-	src := &source{file: file, pos: map[string]position{}, fromEnv: map[string]bool{}}
+	src := &source{file: file, pos: map[string]position{}, fromEnv: map[string]bool{}, raw: map[string]string{}}
 	cfg := &Config{}
 	if doc.Kind == 0 || len(doc.Content) == 0 { // empty file
 		cfg.src = src
 		cfg.applyDefaults()
-		if err := cfg.Validate(); err != nil {
-			return nil, err
-		}
-		return cfg, nil
+		return cfg, cfg.Validate()
 	}
 	root := doc.Content[0]
-	if problems := checkSchema(root, src, lookupEnv); len(problems) > 0 {
-		return nil, errors.Join(problems...)
-	}
-	if err := root.Decode(cfg); err != nil {
-		return nil, decodeError(file, err)
+	problems := checkSchema(root, src, lookupEnv)
+	if err := root.Decode(cfg); err != nil && len(problems) == 0 {
+		// The schema walk reports type mismatches with their positions;
+		// a decode error it missed is reported as yaml words it.
+		problems = append(problems, decodeError(file, err))
 	}
 	cfg.src = src
-	problems := append(cfg.hashAPIKeys(), cfg.hashTokens()...)
+	if len(problems) >= maxProblems {
+		return cfg, errors.Join(problems...)
+	}
+	problems = append(problems, cfg.hashAPIKeys()...)
+	problems = append(problems, cfg.hashTokens()...)
 	cfg.applyDefaults()
 	if err := cfg.Validate(); err != nil {
-		problems = append(problems, err)
+		problems = append(problems, withoutEchoes(err, src.misspelt)...)
 	}
-	if len(problems) > 0 {
-		return nil, errors.Join(problems...)
-	}
-	return cfg, nil
+	return cfg, errors.Join(problems...)
 }
+
+// withoutEchoes splits the joined validation error and drops the problems
+// of fields that a misspelt key was meant to set: "routs: unknown field
+// (did you mean routes?)" is the one problem, not also "routes: required".
+func withoutEchoes(err error, misspelt []string) []error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var out []error
+next:
+	for _, e := range j.Unwrap() {
+		if fe, ok := errors.AsType[*FieldError](e); ok {
+			for _, m := range misspelt {
+				if fe.Path == m || strings.HasPrefix(fe.Path, m+".") || strings.HasPrefix(fe.Path, m+"[") {
+					continue next
+				}
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// syntaxError reports a YAML syntax error at the line where the document
+// stops being YAML. yaml.v3 names the start of the enclosing construct,
+// zero-based for parser errors, so an error on line 3 can read "line 1";
+// the first line after the longest prefix of whole lines that still
+// parses is where the reader should look. The column is that line's first
+// non-blank character.
+func syntaxError(file string, data []byte, err error) error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if _, m, ok := strings.Cut(rest, ": "); ok {
+			msg = m
+		}
+	}
+	lines := strings.SplitAfter(string(data), "\n")
+	if len(lines) > maxSyntaxScanLines {
+		return fmt.Errorf("%s: %s", file, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	line := 1
+	for k := len(lines) - 1; k > 0; k-- {
+		var n yaml.Node
+		if yaml.Unmarshal([]byte(strings.Join(lines[:k], "")), &n) == nil {
+			line = k + 1
+			break
+		}
+	}
+	line = min(line, len(lines))
+	text := strings.TrimRight(lines[line-1], "\r\n")
+	col := len(text) - len(strings.TrimLeft(text, " \t")) + 1
+	return &FieldError{File: file, Line: line, Col: col, Msg: "YAML syntax: " + msg}
+}
+
+// maxSyntaxScanLines bounds syntaxError's search (each step parses a
+// prefix): a longer file gets yaml's own line number.
+const maxSyntaxScanLines = 1000
 
 // decodeError rewrites yaml's "line N: msg" errors as "file:N: msg", one per line.
 func decodeError(file string, err error) error {
@@ -243,6 +339,9 @@ func (c *Config) hashAPIKeys() []error {
 	var problems []error
 	for i := range c.Gateway.Clients {
 		cl := &c.Gateway.Clients[i]
+		if c.src != nil && c.src.fromEnv[fmt.Sprintf("gateway.clients[%d].api_key", i)] {
+			cl.APIKeyRef = c.src.raw[fmt.Sprintf("gateway.clients[%d].api_key", i)]
+		}
 		if err := c.hashSecret(fmt.Sprintf("gateway.clients[%d].api_key", i), "api_key", "API key", &cl.APIKey, &cl.APIKeySHA256); err != nil {
 			problems = append(problems, err)
 		}
@@ -307,6 +406,11 @@ func checkSchema(root *yaml.Node, src *source, lookupEnv func(string) (string, b
 			msg := "unknown field"
 			if s := yamlstrict.Suggest(k.Value, yamlstrict.Fields(t)); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
+				if i := strings.LastIndexByte(path, '.'); i >= 0 {
+					src.misspelt = append(src.misspelt, path[:i+1]+s)
+				} else {
+					src.misspelt = append(src.misspelt, s)
+				}
 			}
 			at(k, path, msg)
 		},
@@ -351,9 +455,11 @@ func (s *source) expand(n *yaml.Node, path string, lookupEnv func(string) (strin
 	if err != nil {
 		return err
 	}
+	raw := n.Value
 	n.Value = out
 	if used {
 		s.fromEnv[path] = true
+		s.raw[path] = raw
 		if n.Style == 0 && n.Tag == "!!str" {
 			n.Tag = "" // let the expanded value resolve as a number or bool
 		}

@@ -77,6 +77,10 @@ func New(opts Options, logger *slog.Logger) (*Backend, error) {
 	return &Backend{logger: logger}, nil
 }
 
+// LoadedVersion is the version string of the loaded ONNX Runtime library,
+// from its own API (OrtApiBase's GetVersionString).
+func (b *Backend) LoadedVersion() string { return ort.GetVersion() }
+
 // Name returns "onnxruntime", the config.pbtxt backend name.
 func (b *Backend) Name() string { return "onnxruntime" }
 

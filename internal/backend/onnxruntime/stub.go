@@ -21,6 +21,9 @@ func New(opts Options, logger *slog.Logger) (*Backend, error) {
 	return nil, ErrNotBuiltIn
 }
 
+// LoadedVersion returns "": no library can be loaded without cgo.
+func (b *Backend) LoadedVersion() string { return "" }
+
 // Name returns "onnxruntime", the config.pbtxt backend name.
 func (b *Backend) Name() string { return "onnxruntime" }
 
