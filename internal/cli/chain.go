@@ -576,6 +576,24 @@ func (b *banner) write(w io.Writer, cfg *config.Config) {
 	fmt.Fprintln(w)
 }
 
+// bannerAuth is the Authorization header of the banner's curl: the first
+// client's api_key as written in the config (a shell expands
+// "${SLUICE_DEMO_API_KEY:-demo-key}" to the same key the gateway hashed),
+// else $SLUICE_API_KEY when anonymous calls are refused, else none.
+func bannerAuth(g *config.Gateway) string {
+	for _, c := range g.Clients {
+		ref := c.APIKeyRef // one ${...} reference, nothing a shell would run
+		if strings.HasPrefix(ref, "${") && strings.HasSuffix(ref, "}") && strings.Count(ref, "$") == 1 &&
+			strings.Count(ref, "}") == 1 && !strings.ContainsAny(ref, "\"\\`") {
+			return fmt.Sprintf(` -H "Authorization: Bearer %s"`, ref)
+		}
+	}
+	if !g.Anonymous.Allowed {
+		return ` -H "Authorization: Bearer $SLUICE_API_KEY"`
+	}
+	return ""
+}
+
 // exampleBody is the service's configured example, or one made up from
 // its fields.
 func exampleBody(s config.Service) map[string]any {
@@ -598,24 +616,6 @@ func exampleBody(s config.Service) map[string]any {
 			out[f.Name] = false
 		case "int64":
 			out[f.Name] = 1
-// bannerAuth is the Authorization header of the banner's curl: the first
-// client's api_key as written in the config (a shell expands
-// "${SLUICE_DEMO_API_KEY:-demo-key}" to the same key the gateway hashed),
-// else $SLUICE_API_KEY when anonymous calls are refused, else none.
-func bannerAuth(g *config.Gateway) string {
-	for _, c := range g.Clients {
-		ref := c.APIKeyRef // one ${...} reference, nothing a shell would run
-		if strings.HasPrefix(ref, "${") && strings.HasSuffix(ref, "}") && strings.Count(ref, "$") == 1 &&
-			strings.Count(ref, "}") == 1 && !strings.ContainsAny(ref, "\"\\`") {
-			return fmt.Sprintf(` -H "Authorization: Bearer %s"`, ref)
-		}
-	}
-	if !g.Anonymous.Allowed {
-		return ` -H "Authorization: Bearer $SLUICE_API_KEY"`
-	}
-	return ""
-}
-
 		default:
 			out[f.Name] = 1.0
 		}
