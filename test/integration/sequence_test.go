@@ -157,7 +157,7 @@ func grpcSequenceInfer(t *testing.T, client inferencepb.GRPCInferenceServiceClie
 		Inputs: []*inferencepb.ModelInferRequest_InferInputTensor{
 			{Name: "INPUT", Datatype: "INT32", Shape: []int64{1, 1}},
 		},
-		Outputs: []*inferencepb.ModelInferRequest_InferRequestedOutputTensor{{Name: "OUTPUT"}, {Name: "CORRID_OUT"}},
+		Outputs:          []*inferencepb.ModelInferRequest_InferRequestedOutputTensor{{Name: "OUTPUT"}, {Name: "CORRID_OUT"}},
 		RawInputContents: [][]byte{binary.LittleEndian.AppendUint32(nil, uint32(value))},
 	})
 	if err != nil {
