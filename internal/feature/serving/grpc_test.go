@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluice-ml/sluice/internal/pb/feastpb"
 )
@@ -323,4 +324,46 @@ func TestGRPCErrors(t *testing.T) {
 	require.Equal(t, 7.0, f.counter(t, "sluice_feature_server_grpc_requests_total", map[string]string{"method": "GetOnlineFeatures", "code": "InvalidArgument"}))
 	require.Equal(t, 1.0, f.counter(t, "sluice_feature_server_grpc_requests_total", map[string]string{"method": "GetOnlineFeatures", "code": "ResourceExhausted"}))
 	require.Equal(t, 1.0, f.counter(t, "sluice_feature_server_grpc_requests_total", map[string]string{"method": "GetOnlineFeatures", "code": "Unavailable"}))
+}
+
+// FuzzGRPCRequest decodes arbitrary bytes as a GetOnlineFeaturesRequest,
+// as the gRPC server would, and answers it: the entity values' conversion
+// must never panic, and every refusal is a status with a reason.
+func FuzzGRPCRequest(f *testing.F) {
+	seeds := []*feastpb.GetOnlineFeaturesRequest{
+		{Kind: &feastpb.GetOnlineFeaturesRequest_Features{Features: &feastpb.FeatureList{Val: []string{"user_stats:clicks", "user_stats:emb"}}},
+			Entities: map[string]*feastpb.RepeatedValue{"user_id": {Val: []*feastpb.Value{{Val: &feastpb.Value_Int64Val{Int64Val: 1}}, {Val: &feastpb.Value_Int32Val{Int32Val: 2}}}}}},
+		{Kind: &feastpb.GetOnlineFeaturesRequest_FeatureService{FeatureService: "eta_svc"},
+			Entities: map[string]*feastpb.RepeatedValue{
+				"user_id":  {Val: []*feastpb.Value{{Val: &feastpb.Value_Int64Val{Int64Val: 1}}}},
+				"route_id": {Val: []*feastpb.Value{{Val: &feastpb.Value_StringVal{StringVal: "r1"}}}},
+			}, FullFeatureNames: true},
+		{Kind: &feastpb.GetOnlineFeaturesRequest_Features{Features: &feastpb.FeatureList{Val: []string{"route_stats:blob"}}},
+			Entities: map[string]*feastpb.RepeatedValue{"route_id": {Val: []*feastpb.Value{{Val: &feastpb.Value_BytesVal{BytesVal: []byte{1}}}, {Val: &feastpb.Value_NullVal{}}, {}}}}},
+	}
+	for _, s := range seeds {
+		b, err := proto.Marshal(s)
+		require.NoError(f, err)
+		f.Add(b)
+	}
+	fx := newFixture(f, Options{})
+	fx.put(f, "user_stats", i64(1), now.Add(-time10m), i64(7), f64(0.5), str("ann"), emb3())
+	svc := NewGRPCService(fx.srv, GRPCOptions{MaxEntityRows: 100})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req feastpb.GetOnlineFeaturesRequest
+		if proto.Unmarshal(b, &req) != nil {
+			return
+		}
+		resp, err := svc.GetOnlineFeatures(t.Context(), &req)
+		if err == nil {
+			if len(resp.GetResults()) != len(resp.GetMetadata().GetFeatureNames().GetVal()) {
+				t.Fatalf("%d results for %d names", len(resp.GetResults()), len(resp.GetMetadata().GetFeatureNames().GetVal()))
+			}
+			return
+		}
+		st, ok := status.FromError(err)
+		if !ok || st.Code() == codes.Internal || st.Code() == codes.Unknown || len(st.Details()) == 0 {
+			t.Fatalf("error %v is not a status with a reason", err)
+		}
+	})
 }
