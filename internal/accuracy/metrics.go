@@ -27,63 +27,62 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	const ns, sub = "sluice", "accuracy"
 	return &metrics{
 		logged: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: sub, Name: "predictions_logged_total",
+			Namespace: "sluice", Subsystem: "accuracy", Name: "predictions_logged_total",
 			Help: "Predictions logged for joining with their outcomes (the service's accuracy share), by service and version.",
 		}, []string{"service", "version"})),
 		dropped: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: sub, Name: "predictions_dropped_total",
+			Namespace: "sluice", Subsystem: "accuracy", Name: "predictions_dropped_total",
 			Help: "Predictions of the accuracy share not logged because the queue to the pending store was full or closed.",
 		}, []string{"service"})),
 		outcomes: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: sub, Name: "outcomes_total",
+			Namespace: "sluice", Subsystem: "accuracy", Name: "outcomes_total",
 			Help: "Outcomes received, by result: joined (to a logged prediction), held (no prediction yet; waits up to the lookback), duplicate (the key already has an outcome), too_late (observed before the lookback), invalid.",
 		}, []string{"service", "result"})),
 		joined: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: sub, Name: "joined_total",
+			Namespace: "sluice", Subsystem: "accuracy", Name: "joined_total",
 			Help: "Prediction and outcome pairs joined, by service, version, output and slice (all, route=…, group=…, <header>=…).",
 		}, []string{"service", "version", "output", "slice"})),
 		online: telemetry.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: sub, Name: "online",
+			Namespace: "sluice", Subsystem: "accuracy", Name: "online",
 			Help: "Online accuracy over the pairs joined in the service's rolling window, by metric: mae, rmse, bias (mean predicted − observed), mape, coverage (share inside the predicted interval); accuracy, log_loss, brier, auc for binary outputs.",
 		}, []string{"service", "version", "output", "slice", "metric"})),
 		pairs: telemetry.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: sub, Name: "window_pairs",
+			Namespace: "sluice", Subsystem: "accuracy", Name: "window_pairs",
 			Help: "Joined pairs in the rolling window behind sluice_accuracy_online.",
 		}, []string{"service", "version", "output", "slice"})),
 		offline: telemetry.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: sub, Name: "offline",
+			Namespace: "sluice", Subsystem: "accuracy", Name: "offline",
 			Help: "The offline evaluation a version declares in the service's accuracy block.",
 		}, []string{"service", "version", "output", "metric"})),
 		ratio: telemetry.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: sub, Name: "online_offline_ratio",
+			Namespace: "sluice", Subsystem: "accuracy", Name: "online_offline_ratio",
 			Help: "Online (slice all, rolling window) divided by the declared offline value: the trust gap as a number.",
 		}, []string{"service", "version", "output", "metric"})),
 		coverage: telemetry.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: sub, Name: "label_coverage_ratio",
+			Namespace: "sluice", Subsystem: "accuracy", Name: "label_coverage_ratio",
 			Help: "Share of the predictions logged by this process that were joined to an outcome since it started.",
 		}, []string{"service", "version"})),
 		delay: telemetry.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: ns, Subsystem: sub, Name: "label_delay_seconds",
+			Namespace: "sluice", Subsystem: "accuracy", Name: "label_delay_seconds",
 			Help:    "Time from a prediction to the arrival of its outcome, observed when the pair joins.",
 			Buckets: []float64{1, 10, 60, 300, 900, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400, 4 * 86400, 7 * 86400, 14 * 86400, 30 * 86400},
 		}, []string{"service"})),
 		pending: telemetry.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: sub, Name: "pending_entries",
+			Namespace: "sluice", Subsystem: "accuracy", Name: "pending_entries",
 			Help: "Entries in the pending store: predictions waiting for outcomes, outcomes waiting for predictions, joined markers.",
 		})),
 		evicted: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: sub, Name: "evicted_total",
+			Namespace: "sluice", Subsystem: "accuracy", Name: "evicted_total",
 			Help: "Pending store entries evicted before their expiry to keep the store within max_pending, by kind (prediction, outcome, joined).",
 		}, []string{"service", "kind"})),
 		expired: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: sub, Name: "expired_total",
+			Namespace: "sluice", Subsystem: "accuracy", Name: "expired_total",
 			Help: "Pending store entries dropped at the end of the lookback, by kind: prediction (no outcome came), outcome (no prediction came), joined.",
 		}, []string{"service", "kind"})),
 		storeFails: telemetry.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: sub, Name: "store_errors_total",
+			Namespace: "sluice", Subsystem: "accuracy", Name: "store_errors_total",
 			Help: "Pending store updates that failed; their predictions are in the prediction log but not joinable.",
 		})),
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/sluice-ml/sluice/internal/accuracy"
 	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/backend"
@@ -213,6 +214,15 @@ func Collect(ctx context.Context, dir string) (fams []Family, err error) {
 		return nil, fmt.Errorf("drift monitor: %w", err)
 	}
 	mon.Close()
+	// Online accuracy: the joiner of predictions and outcomes
+	// (internal/cli/accuracy.go), over its embedded pending store.
+	pending, err := accuracy.OpenBolt(filepath.Join(dir, "accuracy", "pending.db"), 10, nil)
+	if err != nil {
+		_ = recorder.Close(ctx)
+		return nil, fmt.Errorf("accuracy store: %w", err)
+	}
+	joiner := accuracy.New(pending, accuracy.Options{}, nil, rec)
+	closers = append(closers, joiner.Close)
 
 	// The gateway: sluice serve -c (internal/cli/chain.go).
 	rec.component = ComponentGateway

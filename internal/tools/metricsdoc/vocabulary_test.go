@@ -18,7 +18,7 @@ import (
 // (recording, shadow, rollout, drift), and the parts every listener shares:
 // admission (body limits, memory budget), audit (state-changing calls) and
 // tls (certificates).
-var components = []string{"model", "feature", "gateway", "release", "admission", "audit", "tls"}
+var components = []string{"model", "feature", "gateway", "release", "accuracy", "admission", "audit", "tls"}
 
 // knownViolations are the names that break the vocabulary today, with the
 // rule each breaks. The list only shrinks: a new violation fails the test,
