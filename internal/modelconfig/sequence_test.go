@@ -59,3 +59,39 @@ sequence_batching {
 	require.Len(t, auto.Output, 1)
 	require.Equal(t, "OUTPUT", auto.Output[0].Name)
 }
+
+// A scalar model tensor declared with dims [1] loads, as Triton's
+// backends accept it, and gets reshape { shape: [] }.
+func TestScalarsAsOne(t *testing.T) {
+	for _, tc := range []struct {
+		name, cfg string
+		sig       infer.Signature
+	}{
+		{
+			name: "no batching",
+			cfg:  `input { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } output { name: "y" data_type: TYPE_FP32 dims: [ 1 ] }`,
+			sig:  infer.Signature{Inputs: []infer.TensorSpec{spec("x", infer.FP32)}, Outputs: []infer.TensorSpec{spec("y", infer.FP32)}},
+		},
+		{
+			name: "batching",
+			cfg:  `max_batch_size: 4 input { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } output { name: "y" data_type: TYPE_FP32 dims: [ 1 ] }`,
+			sig:  infer.Signature{Inputs: []infer.TensorSpec{spec("x", infer.FP32, -1)}, Outputs: []infer.TensorSpec{spec("y", infer.FP32, -1)}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, src, err := Parse("config.pbtxt", []byte(tc.cfg))
+			require.NoError(t, err)
+			require.NotEmpty(t, ValidateSignature(cfg, tc.sig, src), "without the rule, [1] does not match a scalar")
+			ScalarsAsOne(cfg, tc.sig)
+			require.Empty(t, ValidateSignature(cfg, tc.sig, src))
+			require.NotNil(t, cfg.Input[0].Reshape)
+			require.Empty(t, cfg.Input[0].Reshape.Shape)
+			require.NotNil(t, cfg.Output[0].Reshape)
+			require.Equal(t, []int64{1}, cfg.Input[0].Dims, "clients still see dims [1]")
+		})
+	}
+	cfg, _, err := Parse("config.pbtxt", []byte(`input { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } output { name: "y" data_type: TYPE_FP32 dims: [ 1 ] }`))
+	require.NoError(t, err)
+	ScalarsAsOne(cfg, infer.Signature{Inputs: []infer.TensorSpec{spec("x", infer.FP32, 1)}, Outputs: []infer.TensorSpec{spec("y", infer.FP32, 1)}})
+	require.Nil(t, cfg.Input[0].Reshape, "a model tensor of shape [1] needs no reshape")
+}

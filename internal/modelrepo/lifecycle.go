@@ -551,6 +551,7 @@ func (m *Manager) loadVersion(ctx context.Context, p *plan, v int64) (*loaded, *
 			cfg.SchedulingChoice = &inferencepb.ModelConfig_DynamicBatching{DynamicBatching: &inferencepb.ModelDynamicBatching{}}
 		}
 	}
+	modelconfig.ScalarsAsOne(cfg, sig)
 	if ps := modelconfig.Validate(cfg, p.cfgSrc); len(ps) > 0 {
 		return fail(causeConfig, ps)
 	}
