@@ -453,7 +453,7 @@ func (m *Manager) ensembleReason(lv *loaded, depth int) string {
 		}
 		slv, ierr := mdl.find(st.version)
 		if ierr != nil {
-			return label + " is not ready: " + ierr.Msg
+			return label + " is not ready: " + withoutTritonPrefix(ierr.Msg)
 		}
 		if slv.ens != nil {
 			if r := m.ensembleReason(slv, depth+1); r != "" {

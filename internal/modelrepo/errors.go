@@ -89,7 +89,12 @@ func (e *loadError) clientError() *infer.Error {
 	if e.cause == causeGitMismatch || e.cause == causeChecksum {
 		reason = e.cause
 	}
-	return &infer.Error{Kind: infer.KindInvalid, Reason: reason, Msg: "load " + oneLine(e.Error())}
+	// Triton's words first (clients match on them), then Sluice's detail.
+	msg := fmt.Sprintf("failed to load '%s': ", e.model)
+	if e.version != 0 {
+		msg = fmt.Sprintf("load failed for model '%s': version %d is at UNAVAILABLE state: ", e.model, e.version)
+	}
+	return &infer.Error{Kind: infer.KindInvalid, Reason: reason, Msg: msg + "load " + oneLine(e.Error())}
 }
 
 func newLoadError(model string, version int64, cause string, err error) *loadError {

@@ -183,8 +183,25 @@ func paramUint(v any) (uint64, bool) {
 	return 0, false
 }
 
+// The messages of the errors Triton's clients match on start with
+// Triton's own text ("Request for unknown model: ..."); Sluice's detail
+// follows, and the reason code is Sluice's.
+
+// withoutTritonPrefix drops the Triton words of a not-ready message,
+// where Sluice's own detail reads better (index reasons).
+func withoutTritonPrefix(msg string) string {
+	if rest, ok := strings.CutPrefix(msg, "Request for unknown model: "); ok {
+		for _, sep := range []string{"has no available versions: ", "is not at ready state: "} {
+			if _, detail, ok := strings.Cut(rest, sep); ok {
+				return detail
+			}
+		}
+	}
+	return msg
+}
+
 func modelNotFound(name string) *infer.Error {
-	return infer.Errorf(infer.KindNotFound, ReasonModelNotFound, "model '%s' not found", name)
+	return infer.Errorf(infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: '%s' is not found", name)
 }
 
 // acquire takes a reference on the version a request asks for. An
@@ -204,7 +221,8 @@ func (m *Manager) acquire(mdl *model, version string) (*loaded, *infer.Error) {
 }
 
 func ensembleUnavailable(lv *loaded, reason string) *infer.Error {
-	return infer.Errorf(infer.KindUnavailable, ReasonModelNotReady, "model '%s' version %d is %s: %s", lv.model, lv.version, StateUnavailable, reason)
+	return infer.Errorf(infer.KindUnavailable, ReasonModelNotReady, "Request for unknown model: '%s' version %d is not at ready state: model '%s' version %d is %s: %s",
+		lv.model, lv.version, lv.model, lv.version, StateUnavailable, reason)
 }
 
 // acquire finds the version a request asks for and takes a reference on
@@ -234,7 +252,7 @@ func (mdl *model) find(version string) (*loaded, *infer.Error) {
 	}
 	v, ok := versionNumber(version)
 	if !ok {
-		return nil, infer.Errorf(infer.KindNotFound, ReasonVersionNotFound, "model '%s' has no version '%s'", mdl.name, version)
+		return nil, infer.Errorf(infer.KindNotFound, ReasonVersionNotFound, "Request for unknown model: '%s' version %s is not found (model '%s' has no version '%s')", mdl.name, version, mdl.name, version)
 	}
 	if lv := set.get(v); lv != nil {
 		return lv, nil
@@ -248,7 +266,11 @@ func (mdl *model) notReady(v int64) *infer.Error {
 	mdl.mu.Lock()
 	defer mdl.mu.Unlock()
 	unavailable := func(format string, args ...any) *infer.Error {
-		return infer.Errorf(infer.KindUnavailable, ReasonModelNotReady, format, args...)
+		prefix := fmt.Sprintf("Request for unknown model: '%s' has no available versions: ", mdl.name)
+		if v != 0 {
+			prefix = fmt.Sprintf("Request for unknown model: '%s' version %d is not at ready state: ", mdl.name, v)
+		}
+		return infer.Errorf(infer.KindUnavailable, ReasonModelNotReady, prefix+format, args...)
 	}
 	if v != 0 {
 		switch st := mdl.status[v]; {
@@ -257,7 +279,7 @@ func (mdl *model) notReady(v int64) *infer.Error {
 		case st != nil && st.reason != "":
 			return unavailable("model '%s' version %d is %s: %s", mdl.name, v, StateUnavailable, st.reason)
 		}
-		return infer.Errorf(infer.KindNotFound, ReasonVersionNotFound, "model '%s' has no version %d", mdl.name, v)
+		return infer.Errorf(infer.KindNotFound, ReasonVersionNotFound, "Request for unknown model: '%s' version %d is not found (model '%s' has no version %d)", mdl.name, v, mdl.name, v)
 	}
 	switch {
 	case mdl.reason != "":

@@ -63,7 +63,7 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 2, 2 ] } ]
 		reason string
 		msg    string
 	}{
-		{"unknown model", &infer.Request{Model: "foo"}, infer.KindNotFound, ReasonModelNotFound, "model 'foo' not found"},
+		{"unknown model", &infer.Request{Model: "foo"}, infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'foo' is not found"},
 		{"bad version", &infer.Request{Model: "simple", Version: "x"}, infer.KindNotFound, ReasonVersionNotFound, "model 'simple' has no version 'x'"},
 		{"missing input", req(in0), infer.KindInvalid, ReasonMissingInput, "input 'INPUT1' is missing"},
 		{"unknown input", req(in0, in1, int32Tensor("EXTRA", []int64{1}, 1)), infer.KindInvalid, ReasonUnknownInput, "input 'EXTRA' is not an input of model 'simple'"},

@@ -343,7 +343,7 @@ func TestPollWaitsForHalfWrittenVersion(t *testing.T) {
 	h.m.pollOnce(t.Context())
 	require.Empty(t, entries(h, "n"))
 	_, err := h.infer(t.Context(), "n", "")
-	requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "model 'n' not found")
+	requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'n' is not found")
 	require.Equal(t, []string{"1 READY"}, entries(h, "keep"))
 }
 

@@ -546,7 +546,7 @@ func (m *Manager) load(ctx context.Context, name string, opts LoadOptions, visit
 	}
 	repos := m.findModel(name)
 	if len(repos) == 0 && len(opts.Files) == 0 {
-		return infer.Errorf(infer.KindNotFound, ReasonModelNotFound, "model '%s' not found in any model repository", name)
+		return infer.Errorf(infer.KindNotFound, ReasonModelNotFound, "failed to load '%s', failed to poll from model repository: model '%s' not found in any model repository", name, name)
 	}
 	var src modelSource
 	if len(repos) > 0 {

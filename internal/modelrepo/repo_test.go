@@ -193,7 +193,7 @@ func TestExplicitMode(t *testing.T) {
 		require.Equal(t, []string{" UNKNOWN: not loaded"}, entries(h, "b"))
 		require.True(t, h.m.Ready(), "models nobody asked for do not make the server unready")
 		_, err := h.infer(t.Context(), "b", "")
-		requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "model 'b' not found")
+		requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'b' is not found")
 
 		require.NoError(t, h.m.Load(t.Context(), "b", LoadOptions{}))
 		resp, err := h.infer(t.Context(), "b", "")
@@ -241,7 +241,7 @@ func TestExplicitMode(t *testing.T) {
 		h := newHarness(t, Options{Repositories: []string{repo}, ControlMode: ControlExplicit})
 		h.start(t)
 		cfg, err := h.m.Config(t.Context(), "a", "")
-		requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "model 'a' not found")
+		requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'a' is not found")
 		require.Nil(t, cfg)
 		require.NoError(t, h.m.Load(t.Context(), "a", LoadOptions{}))
 		cfg, err = h.m.Config(t.Context(), "a", "")
@@ -310,11 +310,11 @@ func TestStatisticsAndMetadata(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, all, 1)
 	_, err = h.m.Statistics(t.Context(), "zzz", "")
-	requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "model 'zzz' not found")
+	requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'zzz' is not found")
 
 	require.NoError(t, h.m.ModelReady(t.Context(), "m", "1"))
 	requireInferError(t, h.m.ModelReady(t.Context(), "m", "2"), infer.KindNotFound, ReasonVersionNotFound, "model 'm' has no version 2")
-	requireInferError(t, h.m.ModelReady(t.Context(), "x", ""), infer.KindNotFound, ReasonModelNotFound, "model 'x' not found")
+	requireInferError(t, h.m.ModelReady(t.Context(), "x", ""), infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'x' is not found")
 }
 
 func TestCloseDrainsInFlightRequests(t *testing.T) {
