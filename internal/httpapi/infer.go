@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"compress/gzip"
 	"compress/zlib"
 	"context"
@@ -435,6 +436,10 @@ func (h *Handler) writeInferResponse(w http.ResponseWriter, r *http.Request, req
 	} else {
 		hdr.Set("Content-Type", "application/json")
 	}
+	if enc := acceptedEncoding(r.Header.Get("Accept-Encoding")); enc != "" {
+		h.writeCompressed(w, enc, js, resp.Outputs, isBinary)
+		return
+	}
 	hdr.Set("Content-Length", itoa(len(js)+binBytes))
 	w.WriteHeader(http.StatusOK)
 	if _, err := w.Write(js); err != nil {
@@ -447,4 +452,55 @@ func (h *Handler) writeInferResponse(w http.ResponseWriter, r *http.Request, req
 			}
 		}
 	}
+}
+
+// acceptedEncoding picks the response compression a client accepts, as
+// Triton's HTTP endpoint offers it: gzip, else deflate (zlib), else none.
+// An encoding with q=0 is refused.
+func acceptedEncoding(header string) string {
+	if header == "" {
+		return ""
+	}
+	accepted := map[string]bool{}
+	for part := range strings.SplitSeq(header, ",") {
+		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if q, ok := strings.CutPrefix(strings.ReplaceAll(params, " ", ""), "q="); ok {
+			if f, err := strconv.ParseFloat(q, 64); err == nil && f == 0 {
+				continue
+			}
+		}
+		accepted[strings.ToLower(strings.TrimSpace(name))] = true
+	}
+	for _, enc := range []string{"gzip", "deflate"} {
+		if accepted[enc] {
+			return enc
+		}
+	}
+	return ""
+}
+
+// writeCompressed answers with the JSON and the binary outputs compressed
+// as one body; Inference-Header-Content-Length stays the length of the
+// uncompressed JSON, as in Triton.
+func (h *Handler) writeCompressed(w http.ResponseWriter, enc string, js []byte, outs []infer.Tensor, isBinary []bool) {
+	var buf bytes.Buffer
+	var zw io.WriteCloser
+	if enc == "gzip" {
+		zw = gzip.NewWriter(&buf)
+	} else {
+		zw = zlib.NewWriter(&buf)
+	}
+	_, _ = zw.Write(js) // writes to a bytes.Buffer do not fail
+	for i := range outs {
+		if isBinary[i] {
+			_, _ = zw.Write(outs[i].Data)
+		}
+	}
+	_ = zw.Close()
+	hdr := w.Header()
+	hdr.Set("Content-Encoding", enc)
+	hdr.Add("Vary", "Accept-Encoding")
+	hdr.Set("Content-Length", itoa(buf.Len()))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf.Bytes())
 }
