@@ -215,11 +215,21 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 	if recorder != nil {
 		opts.Recorder = recorder
 	}
+	fleet, cl, err := openFleet(ctx, cfg.Cluster, logger, reg)
+	if err != nil {
+		if recorder != nil {
+			_ = recorder.Close(context.Background())
+		}
+		closeAccess()
+		return nil, err
+	}
+	opts.Fleet = fleet
 	acc, err := openAccuracy(ctx, cfg, logger, reg)
 	if err != nil {
 		if recorder != nil {
 			_ = recorder.Close(context.Background())
 		}
+		closeFleet(cl)
 		closeAccess()
 		return nil, err
 	}
@@ -228,6 +238,7 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 	}
 	gw, err := gateway.New(cfg, opts, logger, reg)
 	if err != nil {
+		closeFleet(cl)
 		if recorder != nil {
 			_ = recorder.Close(context.Background())
 		}
@@ -239,6 +250,9 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 	}
 	ok := false
 	var closers []func()
+	if cl != nil {
+		closers = append(closers, cl.Close)
+	}
 	if acc != nil {
 		closers = append(closers, func() { _ = acc.close(context.Background()) })
 	}
@@ -341,6 +355,11 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 	// gctx; its access-log writer and shadow workers go on serving the
 	// requests the listeners drain, until gw.Close below waits for them.
 	g.Go(func() error { return gw.Run(gctx) })
+	if cl != nil {
+		// The fleet's watchers and publishers stop with gctx; the
+		// connection closes once the gateway is done (below).
+		g.Go(func() error { return cl.Run(gctx) })
+	}
 	if acc != nil {
 		// The joiner stores what requests log until acc.close below.
 		g.Go(func() error { return acc.joiner.Run(gctx) })
@@ -360,6 +379,9 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 	g.Go(func() error {
 		defer close(done)
 		defer closeAccess()
+		if cl != nil {
+			defer cl.Close()
+		}
 		<-gctx.Done()
 		// Drain: readiness fails so load balancers stop sending, requests
 		// keep being served for the drain period, then the listener closes

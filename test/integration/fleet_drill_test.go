@@ -1,0 +1,612 @@
+package integration_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-ml/sluice/internal/release/record/natstest"
+	"github.com/sluice-ml/sluice/internal/release/rollout"
+)
+
+// TestFleetDrill is issue 15's multi-replica drill with real processes:
+// three `sluice serve -c` replicas (each a gateway, a model server and a
+// feature server; the features in the shared Redis at 127.0.0.1:6379)
+// share their rollout and fallback baselines through a private
+// nats-server (natstest). The load is spread over the three gateways by
+// the test's own round-robin client (no HAProxy: a request refused at
+// connect, which never reached a process, goes to the next gateway, as a
+// load balancer's retry would); every request is counted.
+//
+//  1. A regressed candidate (version 2, whose confidence is below the
+//     gate's threshold on every answer) is rolled back fleet-wide: one
+//     decision in every replica's history, and no answer of version 2
+//     to a request sent more than a second after it.
+//  2. The gate trips on fleet-wide counts: the reason counts at least
+//     min_requests candidate requests while no replica routed that many.
+//  3. A replica killed with SIGKILL under load costs only the requests it
+//     had in flight.
+//  4. The killed replica, started again, has the fleet's fallback baseline
+//     before its first request and triggers the fallback within seconds
+//     of drifted traffic (buckets of 4s stand for the hours).
+//  5. NATS killed for 15 s: the replicas keep serving with their last
+//     state and say so on GET /cluster; once it is back they converge (a
+//     reset on one replica reaches the others within a second).
+func TestFleetDrill(t *testing.T) {
+	gwNeedRedis(t, gwSharedRedis)
+	project := fmt.Sprintf("fleetit_%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := gwScan(ctx, gwSharedRedis, "sluice:"+project+":*", true); err != nil {
+			t.Errorf("clean up: %v", err)
+		}
+	})
+	nats := natstest.Start(t)
+	repo := gwFeatureRepo(t, gwRedisStore(project, gwSharedRedis))
+
+	const minRequests = 150
+	base := gwExample(t)
+	ro := gwService(base, flRollout, nil, gwRoute("default", nil, "", 100, 0))
+	ro["rollout"] = map[string]any{
+		"stable":    map[string]any{"version": "1"},
+		"candidate": map[string]any{"version": "2"},
+		"stages":    []any{map[string]any{"name": "all", "traffic_percent": 50, "min_duration": "1h"}},
+		"gates": map[string]any{
+			"max_error_rate": 0.5, "max_p95_latency_ratio": 100, "max_low_confidence_share": 0.15, "confidence_below": 1,
+		},
+		"min_requests": minRequests,
+	}
+	steady := gwService(base, flSteady, map[string]any{
+		"output": "eta_prediction", "baseline_window": "4s", "history": 30, "window": "1s",
+		"trigger":    map[string]any{"band": 15, "duration": "1s", "clear_duration": "1s"},
+		"confidence": map[string]any{"output": "confidence_score", "below": 0.7},
+		"rule":       "base_eta + route_delay_factor * distance_km",
+	}, gwRoute("default", nil, "", 100, 0))
+	probe := gwService(base, "probe", nil, gwRoute("default", nil, "", 100, 0))
+	gateway := map[string]any{
+		"drain_period": "200ms",
+		"access_log":   "off",
+		"clients":      []any{map[string]any{"id": "it-main", "api_key": "${" + gwMainKeyEnv + "}"}},
+		"anonymous":    map[string]any{"allowed": false},
+		"services":     []any{ro, steady, probe},
+	}
+	fleet := fmt.Sprintf("drill%d", time.Now().UnixNano()%1e9)
+	var chains []*gwChain
+	for i := range 3 {
+		cluster := map[string]any{
+			"name": fleet, "replica": fmt.Sprintf("gw-%d", i), "nats": map[string]any{"url": nats.URL()},
+			"publish_interval": "250ms", "replica_ttl": "2s",
+		}
+		chains = append(chains, gwStartWith(t, "examples/models", "parcel_eta", repo, gateway, gwOptions{
+			env: gwKeyEnv, mutate: func(cfg map[string]any) { cfg["cluster"] = cluster },
+		}))
+	}
+	var cs flCluster
+	chains[0].adminJSON(t, "/cluster", &cs)
+	if cs.Mode != "fleet" || !cs.Connected || cs.Replica != "gw-0" {
+		t.Fatalf("GET /cluster: %+v, want a connected fleet replica gw-0", cs)
+	}
+
+	low, high := flDriftSets(t, chains[0])
+	l := newFlLoad(t, chains, low)
+
+	// 1 and 2: the regressed candidate.
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	defer cancel()
+	l.start(ctx, 90, 4000)
+	var decided time.Time
+	deadline := time.Now().Add(30 * time.Second)
+	for decided.IsZero() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no rollback within 30s; statuses %+v", flStatuses(t, chains))
+		}
+		for _, c := range chains {
+			if st := flStatus(t, c); st.State == rollout.StateRolledBack {
+				decided = flRollbackTime(t, st)
+				break
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Every replica follows within a second of the decision.
+	for i, c := range chains {
+		for flStatus(t, c).State != rollout.StateRolledBack {
+			if time.Since(decided) > time.Second {
+				t.Fatalf("replica %d still %s more than a second after the rollback", i, flStatus(t, c).State)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	time.Sleep(2 * time.Second) // load goes on under the rolled-back state
+	l.halt()
+	l.mustAllOK(t)
+
+	var reason *rollout.Reason
+	for i, c := range chains {
+		st := flStatus(t, c)
+		if got := flRollbackTime(t, st); !got.Equal(decided) {
+			t.Errorf("replica %d: rollback at %v, replica 0's at %v: not one decision", i, got, decided)
+		}
+		n := 0
+		for _, h := range st.History {
+			if h.Kind == rollout.KindRollback {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("replica %d: %d rollbacks in its history, want 1", i, n)
+		}
+		reason = st.Reason
+	}
+	rollbacks, own := 0.0, []float64{}
+	for _, c := range chains {
+		m := c.metricsText(t)
+		v, _ := gwMetric(m, `sluice_rollout_transitions_total{kind="rollback",service="`+flRollout+`"}`)
+		rollbacks += v
+		cand, _ := gwMetric(m, `sluice_rollout_requests_total{arm="candidate",group="all",service="`+flRollout+`"}`)
+		own = append(own, cand)
+	}
+	if rollbacks != 1 {
+		t.Errorf("%v rollback transitions across the fleet, want exactly 1", rollbacks)
+	}
+	if reason == nil || reason.Gate != rollout.GateLowConfidenceShare || reason.Requests < minRequests {
+		t.Fatalf("rollback reason %+v: want low_confidence_share over at least %d candidate requests", reason, minRequests)
+	}
+	for i, n := range own {
+		if n >= minRequests {
+			t.Errorf("replica %d routed %v candidate requests: the drill needs every replica below min_requests %d", i, n, minRequests)
+		}
+	}
+	t.Logf("rollback at %v on %d fleet-wide candidate requests; per replica routed %v (each < %d)",
+		decided.Format(time.RFC3339Nano), reason.Requests, own, minRequests)
+	lastV2, v2 := l.lastVersion2(decided)
+	t.Logf("%d answers of version 2; the last to a request sent %v after the decision", v2, lastV2)
+	if lastV2 > time.Second {
+		t.Errorf("version 2 answered a request sent %v after the rollback decision, want at most 1s", lastV2)
+	}
+
+	// 3: SIGKILL of replica 2 under load.
+	if n := flBaselineBuckets(t, chains[2]); n == 0 {
+		t.Fatalf("replica 2 has no completed baseline bucket after the first phase")
+	}
+	l.reset()
+	l.start(ctx, 90, 2000)
+	time.Sleep(1500 * time.Millisecond)
+	killed := time.Now()
+	if err := chains[2].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-chains[2].done
+	time.Sleep(1500 * time.Millisecond)
+	l.halt()
+	lost := l.checkKill(t, 2, killed)
+	t.Logf("SIGKILL of replica 2: %d requests, %d lost (all in flight on it at the kill), %d refused at connect and sent on",
+		len(l.reqs), lost, l.moved.Load())
+
+	// 4: replica 2 again: the fleet's baseline before its first request.
+	chains[2] = drRestart(t, chains[2])
+	l.chains[2] = chains[2]
+	if n := flBaselineBuckets(t, chains[2]); n == 0 {
+		t.Fatal("the restarted replica has no baseline before its first request: not loaded from the fleet")
+	} else {
+		t.Logf("restarted replica 2 starts with %d baseline buckets from the fleet", n)
+	}
+	drift := newFlLoad(t, chains[2:], high)
+	drifted := time.Now()
+	drift.start(ctx, 40, 400)
+	var triggered time.Duration
+	for triggered == 0 {
+		if flTriggered(t, chains[2]) {
+			triggered = time.Since(drifted)
+			break
+		}
+		if time.Since(drifted) > 10*time.Second {
+			t.Fatalf("the restarted replica did not trigger the fallback within 10s of drifted traffic; %s", flFallbackJSON(t, chains[2]))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	drift.halt()
+	drift.mustAllOK(t)
+	t.Logf("restarted replica triggered the fallback %v after drifted traffic began (its first own bucket could complete only after 4s)", triggered.Round(time.Millisecond))
+	if triggered > 4*time.Second {
+		t.Errorf("triggered after %v: no faster than a replica building its baseline from scratch", triggered)
+	}
+
+	// 5: NATS down for 15 s, under load.
+	l.reset()
+	l.start(ctx, 40, 2000)
+	nats.Kill()
+	down := time.Now()
+	stale := map[int]bool{}
+	for time.Since(down) < 15*time.Second {
+		for i, c := range chains {
+			var s flCluster
+			c.adminJSON(t, "/cluster", &s)
+			if s.Stale || !s.Connected {
+				stale[i] = true
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if len(stale) != 3 {
+		t.Errorf("replicas that said the shared state was unreachable: %v, want all three", stale)
+	}
+	nats.Restart()
+	for i, c := range chains {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			var s flCluster
+			c.adminJSON(t, "/cluster", &s)
+			if s.Connected && !s.Stale {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d not connected 15s after NATS came back: %+v", i, s)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	l.halt()
+	l.mustAllOK(t)
+	for _, r := range l.reqs {
+		if r.svc == flRollout && r.version != "1" {
+			t.Fatalf("request %s got version %s while the rolled-back state should hold", r.id, r.version)
+		}
+	}
+	t.Logf("NATS down 15s: %d requests, all answered 200 by version 1 (the last state)", len(l.reqs))
+	// Converged: a reset on replica 0 reaches the others within a second.
+	res, err := chains[0].send(t.Context(), http.MethodPost, chains[0].url(chains[0].admin, "/rollout/"+flRollout+"/reset?reason=drill"), nil, nil)
+	if err != nil || res.code != http.StatusOK {
+		t.Fatalf("POST reset: %v %d %s", err, res.code, res.body)
+	}
+	reset := time.Now()
+	for i, c := range chains {
+		for flStatus(t, c).State != rollout.StateProgressing {
+			if time.Since(reset) > time.Second {
+				t.Fatalf("replica %d did not follow the reset within a second after the outage", i)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+const (
+	flRollout = "parcel-eta"
+	flSteady  = "steady"
+)
+
+// flCluster is what GET /cluster answers.
+type flCluster struct {
+	Mode      string `json:"mode"`
+	Replica   string `json:"replica"`
+	Connected bool   `json:"connected"`
+	Stale     bool   `json:"stale"`
+}
+
+type flRolloutStatus struct {
+	Service string               `json:"service"`
+	State   rollout.State        `json:"state"`
+	Reason  *rollout.Reason      `json:"reason"`
+	History []rollout.Transition `json:"history"`
+	Fleet   *rollout.FleetStatus `json:"fleet"`
+}
+
+func flStatus(t *testing.T, c *gwChain) flRolloutStatus {
+	t.Helper()
+	var all []flRolloutStatus
+	c.adminJSON(t, "/rollout", &all)
+	for _, s := range all {
+		if s.Service == flRollout {
+			return s
+		}
+	}
+	t.Fatalf("GET /rollout: no rollout of %s in %+v", flRollout, all)
+	return flRolloutStatus{}
+}
+
+func flStatuses(t *testing.T, cs []*gwChain) []flRolloutStatus {
+	var out []flRolloutStatus
+	for _, c := range cs {
+		out = append(out, flStatus(t, c))
+	}
+	return out
+}
+
+func flRollbackTime(t *testing.T, st flRolloutStatus) time.Time {
+	t.Helper()
+	for _, h := range slices.Backward(st.History) {
+		if h.Kind == rollout.KindRollback {
+			return h.Time
+		}
+	}
+	t.Fatalf("rolled back without a rollback in the history: %+v", st.History)
+	return time.Time{}
+}
+
+func flFallbackJSON(t *testing.T, c *gwChain) string {
+	t.Helper()
+	res, err := c.get(t.Context(), c.url(c.admin, "/fallback"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(res.body)
+}
+
+type flFallback struct {
+	Service   string         `json:"service"`
+	Triggered bool           `json:"triggered"`
+	Baseline  map[string]any `json:"baseline"`
+}
+
+func flFallbackOf(t *testing.T, c *gwChain) flFallback {
+	t.Helper()
+	var all []flFallback
+	c.adminJSON(t, "/fallback", &all)
+	for _, f := range all {
+		if f.Service == flSteady {
+			return f
+		}
+	}
+	t.Fatalf("GET /fallback: no %s in %+v", flSteady, all)
+	return flFallback{}
+}
+
+func flBaselineBuckets(t *testing.T, c *gwChain) int {
+	n, _ := flFallbackOf(t, c).Baseline["buckets"].(float64)
+	return int(n)
+}
+
+func flTriggered(t *testing.T, c *gwChain) bool { return flFallbackOf(t, c).Triggered }
+
+func (c *gwChain) metricsText(t *testing.T) string {
+	t.Helper()
+	res, err := c.get(t.Context(), c.url(c.admin, "/metrics"))
+	if err != nil || res.code != http.StatusOK {
+		t.Fatalf("GET /metrics: %v %d", err, res.code)
+	}
+	return string(res.body)
+}
+
+// flDriftSets probes entity combinations on the probe service (no rollout,
+// no fallback) and returns a low set (the lowest third of ETAs) and a high
+// set whose ETAs are at least 1.4× the low set's largest.
+func flDriftSets(t *testing.T, c *gwChain) (low, high []map[string]any) {
+	t.Helper()
+	ids := c.presentIDs(t)
+	rng := rand.New(rand.NewPCG(15, 1))
+	type combo struct {
+		body map[string]any
+		eta  float64
+	}
+	var cs []combo
+	for range 90 {
+		b := gwBody(ids.users[rng.IntN(len(ids.users))], ids.packages[rng.IntN(len(ids.packages))], ids.routes[rng.IntN(len(ids.routes))], 30, 0.5)
+		res := c.mustPredict(t, "probe", b, gwAuth)
+		_, eta, _ := res.mustAnswer(t)
+		cs = append(cs, combo{b, eta})
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].eta < cs[j].eta })
+	lows := cs[:30]
+	top := lows[len(lows)-1].eta
+	for _, x := range lows {
+		low = append(low, x.body)
+	}
+	for _, x := range cs[30:] {
+		if x.eta >= 1.4*top {
+			high = append(high, x.body)
+		}
+	}
+	if len(high) < 3 {
+		t.Fatalf("no ETAs 1.4× above the low set's %.1f among the probes: %v", top, cs)
+	}
+	t.Logf("drift sets: low ETAs %.1f-%.1f, %d high ones from %.1f", lows[0].eta, top, len(high), 1.4*top)
+	return low, high
+}
+
+// flLoad is open-loop load over the chains, round-robin, alternating the
+// rollout service and the steady one, at most 64 requests in flight. A
+// request refused at connect goes to the next chain (it never reached the
+// refusing one); no connection is reused, so a killed process shows as
+// refused connects, and the requests it had in flight as transport errors.
+type flLoad struct {
+	t      *testing.T
+	chains []*gwChain
+	bodies []map[string]any
+	client *http.Client
+	prefix string
+	runs   int
+	moved  atomic.Int64
+	stop   chan struct{}
+	ticks  chan struct{}
+	wg     sync.WaitGroup
+
+	mu   sync.Mutex
+	reqs []flReq
+}
+
+type flReq struct {
+	id         string
+	svc        string
+	gw         int
+	start, end time.Time
+	code       int
+	version    string
+	err        error
+}
+
+func newFlLoad(t *testing.T, chains []*gwChain, bodies []map[string]any) *flLoad {
+	return &flLoad{t: t, chains: chains, bodies: bodies, prefix: fmt.Sprintf("fl%d", time.Now().UnixNano()%1e6),
+		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}}
+}
+
+func (l *flLoad) reset() {
+	l.mu.Lock()
+	l.reqs = nil
+	l.mu.Unlock()
+	l.moved.Store(0)
+}
+
+func (l *flLoad) start(ctx context.Context, rate, maxRequests int) {
+	l.runs++
+	l.stop, l.ticks = make(chan struct{}), make(chan struct{})
+	sem := make(chan struct{}, 64)
+	run := l.runs
+	go func() {
+		defer close(l.ticks)
+		begin := time.Now()
+		for i := range maxRequests {
+			tm := time.NewTimer(time.Until(begin.Add(time.Duration(i) * time.Second / time.Duration(rate))))
+			select {
+			case <-tm.C:
+			case <-l.stop:
+				tm.Stop()
+				return
+			case <-ctx.Done():
+				tm.Stop()
+				return
+			}
+			select {
+			case sem <- struct{}{}:
+			default:
+				continue // all busy: skipped, not sent
+			}
+			l.wg.Go(func() {
+				defer func() { <-sem }()
+				l.one(ctx, run, i)
+			})
+		}
+	}()
+}
+
+func (l *flLoad) halt() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	<-l.ticks
+	l.wg.Wait()
+}
+
+func (l *flLoad) one(ctx context.Context, run, i int) {
+	svc := flRollout
+	if i%2 == 1 {
+		svc = flSteady
+	}
+	id := fmt.Sprintf("%s-%d-%06d", l.prefix, run, i)
+	body, _ := json.Marshal(l.bodies[i%len(l.bodies)])
+	for k := range len(l.chains) {
+		gw := (i + k) % len(l.chains)
+		c := l.chains[gw]
+		r := flReq{id: id, svc: svc, gw: gw, start: time.Now()}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.url(c.listen, "/v1/services/"+svc+":predict"), bytes.NewReader(body))
+		req.Header.Set("Authorization", gwAuth["Authorization"])
+		req.Header.Set("x-request-id", id)
+		resp, err := l.client.Do(req)
+		r.end = time.Now()
+		if err != nil && errors.Is(err, syscall.ECONNREFUSED) {
+			l.moved.Add(1)
+			continue
+		}
+		if err == nil {
+			var b bytes.Buffer
+			_, err = b.ReadFrom(resp.Body)
+			_ = resp.Body.Close()
+			r.code = resp.StatusCode
+			if err == nil && r.code == http.StatusOK {
+				res := gwResult{code: r.code, body: b.Bytes()}
+				var a gwAnswer
+				a, _, _, err = res.answer()
+				r.version = a.Version
+			} else if err == nil {
+				err = fmt.Errorf("%d %s", r.code, strings.TrimSpace(b.String()))
+			}
+		}
+		r.err = err
+		l.mu.Lock()
+		l.reqs = append(l.reqs, r)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Lock()
+	l.reqs = append(l.reqs, flReq{id: id, svc: svc, gw: -1, err: errors.New("every gateway refused the connection")})
+	l.mu.Unlock()
+}
+
+// mustAllOK fails the test unless every request sent was answered 200.
+func (l *flLoad) mustAllOK(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.reqs) == 0 {
+		t.Fatal("the load sent nothing")
+	}
+	var bad []string
+	for _, r := range l.reqs {
+		if r.err != nil {
+			bad = append(bad, fmt.Sprintf("%s on gw-%d: %v", r.id, r.gw, r.err))
+		}
+	}
+	if len(bad) > 0 {
+		t.Fatalf("%d of %d requests failed, first: %v", len(bad), len(l.reqs), bad[:min(5, len(bad))])
+	}
+}
+
+// lastVersion2 returns how long after decided the last request answered
+// by version 2 was sent (negative when all were sent before), and how many
+// such answers there were.
+func (l *flLoad) lastVersion2(decided time.Time) (time.Duration, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	last, n := time.Duration(-1<<62), 0
+	for _, r := range l.reqs {
+		if r.version == "2" {
+			n++
+			last = max(last, r.start.Sub(decided))
+		}
+	}
+	return last, n
+}
+
+// checkKill checks that the only failed requests were on chain gw and
+// started before killed (in flight at the kill), and returns how many.
+func (l *flLoad) checkKill(t *testing.T, gw int, killed time.Time) int {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lost := 0
+	after := 0
+	for _, r := range l.reqs {
+		if r.start.After(killed) {
+			after++
+		}
+		if r.err == nil {
+			continue
+		}
+		if r.gw != gw || r.start.After(killed) {
+			t.Errorf("request %s on gw-%d sent %v after the kill failed: %v", r.id, r.gw, r.start.Sub(killed), r.err)
+			continue
+		}
+		lost++
+	}
+	if after == 0 {
+		t.Error("no request was sent after the kill")
+	}
+	if lost > 64 {
+		t.Errorf("%d requests lost, more than could be in flight", lost)
+	}
+	return lost
+}
