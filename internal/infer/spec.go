@@ -7,6 +7,9 @@ type TensorSpec struct {
 	Name     string
 	DataType DataType
 	Shape    Shape
+	// Optional inputs have a value in the model (an ONNX graph input
+	// backed by an initializer): requests may leave them out.
+	Optional bool
 }
 
 // Signature is a model's inputs and outputs, in the model's order.

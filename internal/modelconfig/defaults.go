@@ -107,8 +107,8 @@ func AutoComplete(cfg *inferencepb.ModelConfig, sig infer.Signature) error {
 	seqInputs, seqOutputs := SequenceTensors(cfg)
 	if len(cfg.Input) == 0 {
 		for _, spec := range sig.Inputs {
-			if seqInputs[spec.Name] {
-				continue // filled by the sequence batcher
+			if seqInputs[spec.Name] || spec.Optional {
+				continue // filled by the sequence batcher, or has a value in the model
 			}
 			d, r := dims("input", spec)
 			cfg.Input = append(cfg.Input, &inferencepb.ModelInput{Name: spec.Name, DataType: FromInfer(spec.DataType), Dims: d, Reshape: r})

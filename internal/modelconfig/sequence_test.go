@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
 
 // A sequence model's control inputs and implicit states are model tensors
@@ -94,4 +95,24 @@ func TestScalarsAsOne(t *testing.T) {
 	require.NoError(t, err)
 	ScalarsAsOne(cfg, infer.Signature{Inputs: []infer.TensorSpec{spec("x", infer.FP32, 1)}, Outputs: []infer.TensorSpec{spec("y", infer.FP32, 1)}})
 	require.Nil(t, cfg.Input[0].Reshape, "a model tensor of shape [1] needs no reshape")
+}
+
+// An ONNX input backed by an initializer need not be listed, and may be
+// listed as optional (Triton's qa/L0_optional_input configs).
+func TestOptionalModelInputs(t *testing.T) {
+	sig := infer.Signature{
+		Inputs:  []infer.TensorSpec{spec("X", infer.FP32, 2), {Name: "B", DataType: infer.FP32, Shape: infer.Shape{2}, Optional: true}},
+		Outputs: []infer.TensorSpec{spec("Y", infer.FP32, 2)},
+	}
+	for _, text := range []string{
+		`input { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } output { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] }`,
+		`input { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } input { name: "B" data_type: TYPE_FP32 dims: [ 2 ] optional: true } output { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] }`,
+	} {
+		cfg, src, err := Parse("config.pbtxt", []byte(text))
+		require.NoError(t, err)
+		require.Empty(t, ValidateSignature(cfg, sig, src), text)
+	}
+	auto := &inferencepb.ModelConfig{}
+	require.NoError(t, AutoComplete(auto, sig))
+	require.Len(t, auto.Input, 1, "auto-complete offers only the required input")
 }

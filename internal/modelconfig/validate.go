@@ -422,7 +422,7 @@ func ValidateSignature(cfg *inferencepb.ModelConfig, sig infer.Signature, src *S
 	seqInputs, _ := SequenceTensors(cfg)
 	v.sequenceSignature(sig)
 	for _, spec := range sig.Inputs {
-		if !listed[spec.Name] && !seqInputs[spec.Name] {
+		if !listed[spec.Name] && !seqInputs[spec.Name] && !spec.Optional {
 			v.add("input", "input '%s': the model has this input (%s %s) but the configuration does not list it", spec.Name, FromInfer(spec.DataType), spec.Shape)
 		}
 	}

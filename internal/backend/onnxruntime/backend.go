@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 
 	ort "github.com/yalue/onnxruntime_go"
@@ -147,7 +148,30 @@ func readSignature(path string) (infer.Signature, error) {
 		}
 		sig.Outputs = append(sig.Outputs, spec)
 	}
+	// Inputs backed by initializers, after the required ones. A file that
+	// cannot be scanned (ONNX Runtime read it) simply has none listed.
+	if opt, err := initializerInputs(path); err == nil {
+		for _, o := range opt {
+			if !slices.ContainsFunc(sig.Inputs, func(s infer.TensorSpec) bool { return s.Name == o.Name }) {
+				sig.Inputs = append(sig.Inputs, o)
+			}
+		}
+	}
 	return sig, nil
+}
+
+// splitOptional separates the inputs a session needs from the optional
+// (initializer-backed) ones readSignature lists after them.
+func splitOptional(sig infer.Signature) (required, full infer.Signature, optional bool) {
+	required = infer.Signature{Outputs: sig.Outputs}
+	for _, in := range sig.Inputs {
+		if in.Optional {
+			optional = true
+			continue
+		}
+		required.Inputs = append(required.Inputs, in)
+	}
+	return required, sig, optional
 }
 
 // Load creates one ONNX Runtime session for opts.Path. It reads the
@@ -175,14 +199,28 @@ func (b *Backend) Load(ctx context.Context, opts backend.LoadOptions) (backend.I
 	// The session keeps its own copy of the options; Destroy fails only on
 	// options that were never created.
 	defer func() { _ = so.Destroy() }()
+	sig, full, optional := splitOptional(sig)
 	session, err := ort.NewDynamicAdvancedSession(opts.Path, names(sig.Inputs), names(sig.Outputs), so)
 	if err != nil {
 		return nil, fmt.Errorf("create onnxruntime session for %s: %w", opts.Path, err)
 	}
+	var withOptional *Instance
+	if optional {
+		// Requests that override the initializer-backed inputs run on a
+		// second session that takes them.
+		fs, err := ort.NewDynamicAdvancedSession(opts.Path, names(full.Inputs), names(full.Outputs), so)
+		if err != nil {
+			_ = session.Destroy()
+			return nil, fmt.Errorf("create onnxruntime session with optional inputs for %s: %w", opts.Path, err)
+		}
+		withOptional = newInstance(opts.Model, opts.Version, full, fs)
+	}
 	b.logger.Debug("onnxruntime session created", "model", opts.Model, "version", opts.Version,
 		"intra_op_threads", cfg.intraThreads, "inter_op_threads", cfg.interThreads,
 		"intra_op_spinning", cfg.intraSpin)
-	return newInstance(opts.Model, opts.Version, sig, session), nil
+	in := newInstance(opts.Model, opts.Version, sig, session)
+	in.withOptional = withOptional
+	return in, nil
 }
 
 func sessionOptions(cfg sessionConfig) (*ort.SessionOptions, error) {

@@ -25,7 +25,11 @@ type Instance struct {
 	outputIdx map[string]int // output name -> position in sig.Outputs
 	all       []int          // every output position, in order; read only
 	session   *ort.DynamicAdvancedSession
-	pool      ioPool
+	// withOptional runs the requests that give the model's
+	// initializer-backed inputs (all of them): a second session whose
+	// signature lists them. nil when the model has none.
+	withOptional *Instance
+	pool         ioPool
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -60,6 +64,9 @@ func (in *Instance) Close() error {
 		if err := in.session.Destroy(); err != nil {
 			in.closeErr = fmt.Errorf("destroy onnxruntime session: %w", err)
 		}
+		if in.withOptional != nil {
+			in.closeErr = errors.Join(in.closeErr, in.withOptional.Close())
+		}
 	})
 	return in.closeErr
 }
@@ -77,6 +84,15 @@ func (in *Instance) Close() error {
 // run on tensors created for the call, which wrap aligned input memory
 // without copying.
 func (in *Instance) Execute(ctx context.Context, inputs []infer.Tensor, outputs []string) ([]infer.Tensor, error) {
+	if in.withOptional != nil {
+		if given := in.optionalGiven(inputs); given > 0 {
+			if want := len(in.withOptional.sig.Inputs) - len(in.sig.Inputs); given != want {
+				return nil, infer.Errorf(infer.KindUnsupported, "optional_inputs",
+					"model '%s': give all of its %d initializer-backed inputs or none; %d given", in.model, want, given)
+			}
+			return in.withOptional.Execute(ctx, inputs, outputs)
+		}
+	}
 	var orderBuf [8]*infer.Tensor
 	ordered, err := in.orderInputs(inputs, orderBuf[:0])
 	if err != nil {
@@ -447,4 +463,19 @@ func ctxError(err error) error {
 		return &infer.Error{Kind: infer.KindTimeout, Reason: "deadline_exceeded", Msg: "inference deadline exceeded", Err: err}
 	}
 	return &infer.Error{Kind: infer.KindUnavailable, Reason: "canceled", Msg: "inference canceled", Err: err}
+}
+
+// optionalGiven counts the inputs that are initializer-backed inputs of
+// the model (those withOptional has and the session does not).
+func (in *Instance) optionalGiven(inputs []infer.Tensor) int {
+	n := 0
+	for i := range inputs {
+		if _, required := in.inputIdx[inputs[i].Name]; required {
+			continue
+		}
+		if _, ok := in.withOptional.inputIdx[inputs[i].Name]; ok {
+			n++
+		}
+	}
+	return n
 }
