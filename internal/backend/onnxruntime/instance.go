@@ -30,8 +30,8 @@ type Instance struct {
 	// signature lists them. nil when the model has none.
 	withOptional *Instance
 	pool         ioPool
-	closeOnce sync.Once
-	closeErr  error
+	closeOnce    sync.Once
+	closeErr     error
 }
 
 var _ backend.Instance = (*Instance)(nil)
