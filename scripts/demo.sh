@@ -11,7 +11,8 @@
 # synthetic feature data there afresh, with the history ending now, so every
 # id of the example data (users and packages 1–2000, routes 1–500) is within
 # its view's ttl. Two demos on different ports share nothing.
-# SLUICE_DEMO_DIR names another folder; SLUICE_BIN another sluice binary.
+# SLUICE_DEMO_DIR names another folder; SLUICE_BIN another sluice binary;
+# SLUICE_GEN a built data generator (default: go run of it).
 #
 # Ports come from SLUICE_* variables (defaults in parentheses), read by
 # examples/parcel-eta/sluice.yaml: SLUICE_GATEWAY_PORT (8080),
@@ -35,7 +36,8 @@ mkdir -p "$dir/parcel-eta/features"
 cp examples/parcel-eta/sluice.yaml "$dir/parcel-eta/"
 cp examples/parcel-eta/features/*.yaml "$dir/parcel-eta/features/"
 ln -sfn "$PWD/examples/models" "$dir/models"
-go run ./examples/parcel-eta/features/gen -out "$dir/parcel-eta/features/data" -users 2000 -packages 2000 -routes 500 >/dev/null
+if [ -n "${SLUICE_GEN:-}" ]; then gen=("$SLUICE_GEN"); else gen=(go run ./examples/parcel-eta/features/gen); fi
+"${gen[@]}" -out "$dir/parcel-eta/features/data" -users 2000 -packages 2000 -routes 500 >/dev/null
 
 "$sluice" serve -c "$dir/parcel-eta/sluice.yaml" --log-format text &
 pid=$!

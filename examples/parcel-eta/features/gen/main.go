@@ -228,22 +228,32 @@ func recentTime(c config, rng *rand.Rand, recent time.Duration) time.Time {
 
 // emitRow emits one row with the usual created delay, sometimes a late
 // row (created hours after the event), and sometimes a duplicate: the same
-// key and event timestamp written again later with corrected values.
-func emitRow(rng *rand.Rand, key int64, ev time.Time, vals []feature.Value, jitter func([]feature.Value), emit func([]feature.Value) error) error {
+// key and event timestamp written again later with corrected values. No
+// row is created after end: a row that has not arrived yet by then would
+// not be materialized, and its entity would have no fresh value.
+func emitRow(rng *rand.Rand, end time.Time, key int64, ev time.Time, vals []feature.Value, jitter func([]feature.Value), emit func([]feature.Value) error) error {
 	created := ev.Add(time.Duration(1+rng.IntN(120)) * time.Second)
 	if rng.IntN(50) == 0 {
 		created = ev.Add(time.Duration(1+rng.IntN(12)) * time.Hour)
 	}
+	created = minTime(created, end)
 	row := append([]feature.Value{{I64: key}, {I64: ev.UnixNano()}, {I64: created.UnixNano()}}, vals...)
 	if err := emit(row); err != nil {
 		return err
 	}
 	if rng.IntN(100) == 0 {
 		jitter(row[3:])
-		row[2] = feature.Value{I64: created.Add(time.Duration(1+rng.IntN(30)) * time.Minute).UnixNano()}
+		row[2] = feature.Value{I64: minTime(created.Add(time.Duration(1+rng.IntN(30))*time.Minute), end).UnixNano()}
 		return emit(row)
 	}
 	return nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 func f32(x float64) feature.Value { return feature.Value{F64: float64(float32(x))} }
@@ -271,7 +281,7 @@ func genUserStats(_ context.Context, c config, rng *rand.Rand, emit func([]featu
 					vals[i] = feature.Value{Null: true} // an occasional missing statistic
 				}
 			}
-			return emitRow(rng, int64(u+1), ev, vals, func(v []feature.Value) { noise(rng, v, 0.02) }, emit)
+			return emitRow(rng, c.end, int64(u+1), ev, vals, func(v []feature.Value) { noise(rng, v, 0.02) }, emit)
 		})
 		if err != nil {
 			return err
@@ -303,7 +313,7 @@ func genUserEmbedding(_ context.Context, c config, rng *rand.Rand, emit func([]f
 		err := timeline(c, rng, 30*24*time.Hour, 3*24*time.Hour, func(ev time.Time) error {
 			e := make([]float32, 78)
 			embedding(rng, base, e, 0.1)
-			return emitRow(rng, int64(u+1), ev, []feature.Value{{F32s: e}}, func(v []feature.Value) {
+			return emitRow(rng, c.end, int64(u+1), ev, []feature.Value{{F32s: e}}, func(v []feature.Value) {
 				v[0] = feature.Value{F32s: append([]float32(nil), e...)}
 				v[0].F32s[0] += 0.01
 			}, emit)
@@ -347,7 +357,7 @@ func genPackages(_ context.Context, c config, rng *rand.Rand, emit func([]featur
 			vals := []feature.Value{
 				f32(weight * (1 + 0.01*rng.NormFloat64())), f32(l), f32(w), f32(h), f32(value), f32(fragile), {F32s: e},
 			}
-			if err := emitRow(rng, int64(p+1), t, vals, func(v []feature.Value) { noise(rng, v, 0.01) }, emit); err != nil {
+			if err := emitRow(rng, c.end, int64(p+1), t, vals, func(v []feature.Value) { noise(rng, v, 0.01) }, emit); err != nil {
 				return err
 			}
 			last = t
@@ -359,7 +369,7 @@ func genPackages(_ context.Context, c config, rng *rand.Rand, emit func([]featur
 			vals := []feature.Value{
 				f32(weight * (1 + 0.01*rng.NormFloat64())), f32(l), f32(w), f32(h), f32(value), f32(fragile), {F32s: e},
 			}
-			if err := emitRow(rng, int64(p+1), recentTime(c, rng, packageRecent), vals, func(v []feature.Value) { noise(rng, v, 0.01) }, emit); err != nil {
+			if err := emitRow(rng, c.end, int64(p+1), recentTime(c, rng, packageRecent), vals, func(v []feature.Value) { noise(rng, v, 0.01) }, emit); err != nil {
 				return err
 			}
 		}
@@ -390,7 +400,7 @@ func genRoutes(_ context.Context, c config, rng *rand.Rand, emit func([]feature.
 				f32(math.Sin(2 * math.Pi * wd / 7)), f32(math.Cos(2 * math.Pi * wd / 7)),
 				{F32s: e},
 			}
-			return emitRow(rng, int64(r+1), ev, vals, func(v []feature.Value) { noise(rng, v, 0.02) }, emit)
+			return emitRow(rng, c.end, int64(r+1), ev, vals, func(v []feature.Value) { noise(rng, v, 0.02) }, emit)
 		})
 		if err != nil {
 			return err

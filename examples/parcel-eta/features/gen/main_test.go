@@ -106,6 +106,10 @@ func TestEveryEntityFresh(t *testing.T) {
 		newest := map[int64]int64{}
 		err := offline.ScanView(t.Context(), repo, repo.Views[v.view], end.AddDate(0, 0, -91), end.Add(time.Second), func(r offline.Row) error {
 			newest[r.Keys[0].I64] = max(newest[r.Keys[0].I64], r.EventTS)
+			if r.CreatedTS > end.UnixNano() {
+				// Materialized up to -end, such a row would not be there yet.
+				t.Errorf("%s %d: a row created %s after -end", v.view, r.Keys[0].I64, time.Duration(r.CreatedTS-end.UnixNano()))
+			}
 			return nil
 		})
 		require.NoError(t, err)
