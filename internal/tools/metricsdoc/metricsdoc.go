@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/backend/python"
+	"github.com/sluice-ml/sluice/internal/cluster"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature/materialize"
 	"github.com/sluice-ml/sluice/internal/feature/online/connect"
@@ -203,6 +204,9 @@ func Collect(ctx context.Context, dir string) (fams []Family, err error) {
 	if ns, err := record.NewNATSSink(canceled, record.NATSOptions{URL: "nats://127.0.0.1:4222", Stream: "SLUICE_RECORDINGS"}, nil, rec); err == nil {
 		closers = append(closers, ns.Close)
 	}
+	// The fleet's shared state (cluster section, internal/cli/fleet.go):
+	// its metrics are registered before it connects.
+	cluster.New(cluster.Options{}, nil, rec)
 	svc := cfg.Gateway.Services[0]
 	if _, err := rollout.New(svc.Name, *svc.Rollout, rollout.Options{}, nil, rec); err != nil {
 		_ = recorder.Close(ctx)

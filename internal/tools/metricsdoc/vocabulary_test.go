@@ -17,8 +17,8 @@ import (
 // the model server, the feature server, the gateway and release safety
 // (recording, shadow, rollout, drift), and the parts every listener shares:
 // admission (body limits, memory budget), audit (state-changing calls) and
-// tls (certificates).
-var components = []string{"model", "feature", "gateway", "release", "accuracy", "admission", "audit", "tls"}
+// tls (certificates); and cluster, the fleet's shared state.
+var components = []string{"model", "feature", "gateway", "release", "accuracy", "admission", "audit", "tls", "cluster"}
 
 // knownViolations are the names that break the vocabulary today, with the
 // rule each breaks. The list only shrinks: a new violation fails the test,
