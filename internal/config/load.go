@@ -169,6 +169,9 @@ func (c *Config) ResolvePaths(dir string) {
 		}
 		g.Recording.Dir = abs(g.Recording.Dir)
 		g.Recording.Spool.Dir = abs(g.Recording.Spool.Dir)
+		if a := g.Accuracy; a != nil {
+			a.Path, a.Log.Dir = abs(a.Path), abs(a.Log.Dir)
+		}
 		for i := range g.Services {
 			if ro := g.Services[i].Rollout; ro != nil {
 				ro.StateFile = abs(ro.StateFile)
