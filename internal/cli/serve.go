@@ -16,6 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
@@ -30,6 +32,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/modelrepo"
 	"github.com/sluice-ml/sluice/internal/shm"
 	"github.com/sluice-ml/sluice/internal/telemetry"
+	"github.com/sluice-ml/sluice/internal/tritonsettings"
 )
 
 // serveFlags are the model server's flags. Names follow tritonserver's.
@@ -55,11 +58,14 @@ type serveFlags struct {
 	tritonMetrics   bool
 	serverName      string
 	serverVersion   string
-	configFile      string
-	traceEndpoint   string
-	traceRatio      float64
-	traceService    string
-	materialize     bool
+	// levelVar holds the model server's log level so that Triton's
+	// logging extension can change it; nil under serve -c.
+	levelVar      *slog.LevelVar
+	configFile    string
+	traceEndpoint string
+	traceRatio    float64
+	traceService  string
+	materialize   bool
 	// backendSettings come from sluice.yaml's model_server.backend_config;
 	// --backend-config values win.
 	backendSettings map[string]map[string]string
@@ -185,7 +191,8 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 		return runChain(ctx, cmd, f, hup)
 	}
 	start := time.Now()
-	logger, err := telemetry.NewLogger(cmd.ErrOrStderr(), telemetry.LogOptions{Format: f.logFormat, Level: f.logLevel})
+	f.levelVar = new(slog.LevelVar)
+	logger, err := telemetry.NewLogger(cmd.ErrOrStderr(), telemetry.LogOptions{Format: f.logFormat, Level: f.logLevel, LevelVar: f.levelVar})
 	if err != nil {
 		return err
 	}
@@ -365,10 +372,19 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	if serverVersion == "" {
 		serverVersion = Version
 	}
-	ms.shm = shm.New() // system shared-memory regions, shared by HTTP and gRPC
-	kh := httpapi.New(ms.models, httpapi.Options{MaxBodyBytes: limits.MaxBodyBytes, ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm}, logger, reg)
+	ms.shm = shm.New()                       // system shared-memory regions, shared by HTTP and gRPC
+	var extSettings *tritonsettings.Settings // Triton's logging and trace extensions
+	if f.levelVar != nil {
+		_, tracing := otel.GetTracerProvider().(*sdktrace.TracerProvider)
+		ratio := f.traceRatio
+		if ratio <= 0 {
+			ratio = 0.01
+		}
+		extSettings = tritonsettings.New(f.levelVar, f.logFormat, tracing, ratio)
+	}
+	kh := httpapi.New(ms.models, httpapi.Options{MaxBodyBytes: limits.MaxBodyBytes, ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings}, logger, reg)
 	ms.httpSrv = gd.httpServer("models_http", limits, httpPolicy.RequireKServe(gd.audit, "models_http", kh))
-	ms.grpcSvc = grpcapi.New(ms.models, grpcapi.Options{ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm}, logger, reg)
+	ms.grpcSvc = grpcapi.New(ms.models, grpcapi.Options{ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings}, logger, reg)
 	ms.grpcSrv = grpcapi.NewServer(ms.grpcSvc, grpcapi.ServerOptions{
 		MaxRecvMsgSize: int(limits.MaxBodyBytes),
 		Extra:          gd.grpcOptions("models_grpc", limits, tlsSrv, grpcPolicy, authz.KServeMethodGroup),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/modelrepo"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
 	"github.com/sluice-ml/sluice/internal/shm"
+	"github.com/sluice-ml/sluice/internal/tritonsettings"
 )
 
 // DefaultExtensions are the Triton protocol extensions Sluice serves; they
@@ -41,6 +43,9 @@ type Options struct {
 	// SharedMemory holds the system shared-memory regions clients
 	// register; nil: a private registry.
 	SharedMemory *shm.Registry
+	// Settings back Triton's logging and trace extensions (LogSettings,
+	// TraceSetting); nil: those RPCs answer Unimplemented.
+	Settings *tritonsettings.Settings
 }
 
 // Service implements inference.GRPCInferenceService on top of
@@ -68,6 +73,9 @@ func New(models modelrepo.Models, opts Options, logger *slog.Logger, reg prometh
 	}
 	if opts.Extensions == nil {
 		opts.Extensions = DefaultExtensions
+		if opts.Settings != nil {
+			opts.Extensions = append(slices.Clone(DefaultExtensions), "logging", "trace")
+		}
 	}
 	if opts.SharedMemory == nil {
 		opts.SharedMemory = shm.New()

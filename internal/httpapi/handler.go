@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/modelrepo"
 	"github.com/sluice-ml/sluice/internal/shm"
 	"github.com/sluice-ml/sluice/internal/telemetry"
+	"github.com/sluice-ml/sluice/internal/tritonsettings"
 	"github.com/sluice-ml/sluice/internal/wire"
 )
 
@@ -45,6 +46,9 @@ type Options struct {
 	// SharedMemory holds the system shared-memory regions clients
 	// register; nil: a private registry (one per Handler).
 	SharedMemory *shm.Registry
+	// Settings back Triton's logging and trace extensions (/v2/logging,
+	// /v2/trace/setting); nil: those endpoints are not served.
+	Settings *tritonsettings.Settings
 }
 
 // Handler serves the KServe v2 HTTP protocol and Triton's HTTP extensions
@@ -76,6 +80,9 @@ func New(models modelrepo.Models, opts Options, logger *slog.Logger, reg prometh
 	}
 	if opts.Extensions == nil {
 		opts.Extensions = implementedExtensions()
+		if opts.Settings != nil {
+			opts.Extensions = append(opts.Extensions, "logging", "trace")
+		}
 	}
 	if opts.SharedMemory == nil {
 		opts.SharedMemory = shm.New()
@@ -125,6 +132,7 @@ func (h *Handler) routes() {
 		h.mux.HandleFunc("POST "+base+"/infer", h.handleInfer)
 	}
 	h.sharedMemoryRoutes()
+	h.settingsRoutes()
 }
 
 // ServeHTTP routes the request, answers unknown routes and methods with

@@ -23,6 +23,9 @@ import (
 type LogOptions struct {
 	Format string // "json" (default) or "text"
 	Level  string // "debug", "info" (default), "warn", "error"
+	// LevelVar, when set, is set to Level and holds the logger's level,
+	// so that it can change at run time (Triton's logging extension).
+	LevelVar *slog.LevelVar
 }
 
 // NewLogger builds the process logger writing to w.
@@ -41,6 +44,10 @@ func NewLogger(w io.Writer, opts LogOptions) (*slog.Logger, error) {
 		return nil, fmt.Errorf("unknown log level %q (want debug, info, warn or error)", opts.Level)
 	}
 	ho := &slog.HandlerOptions{Level: level}
+	if opts.LevelVar != nil {
+		opts.LevelVar.Set(level)
+		ho.Level = opts.LevelVar
+	}
 	switch strings.ToLower(opts.Format) {
 	case "", "json":
 		return slog.New(traceHandler{slog.NewJSONHandler(w, ho)}), nil

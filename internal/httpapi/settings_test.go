@@ -1,0 +1,46 @@
+package httpapi
+
+import (
+	"log/slog"
+	"net/http"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/tritonsettings"
+)
+
+// /v2/logging and /v2/trace/setting as Triton's logging and trace
+// extensions define them (qa/L0_logging, qa/L0_trace).
+func TestSettingsHTTP(t *testing.T) {
+	var lv slog.LevelVar
+	h := New(newFakeModels(), Options{Settings: tritonsettings.New(&lv, "json", true, 0.1)}, nil, prometheus.NewRegistry())
+
+	rec := do(t, h, http.MethodGet, "/v2/logging", nil, nil)
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.JSONEq(t, `{"log_file":"","log_info":true,"log_warning":true,"log_error":true,"log_verbose_level":0,"log_format":"default"}`, rec.Body.String())
+	rec = do(t, h, http.MethodPost, "/v2/logging", []byte(`{"log_verbose_level":1}`), nil)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Contains(t, rec.Body.String(), `"log_verbose_level":1`)
+	require.Equal(t, slog.LevelDebug, lv.Level())
+	requireError(t, do(t, h, http.MethodPost, "/v2/logging", []byte(`{"log_info":"no"}`), nil), http.StatusBadRequest, tritonsettings.ReasonInvalid, "'log_info'")
+	requireError(t, do(t, h, http.MethodPost, "/v2/logging", []byte(`{"log_verbose_level":1.5}`), nil), http.StatusBadRequest, reasonInvalidParameter)
+	requireError(t, do(t, h, http.MethodPost, "/v2/logging", []byte(`[`), nil), http.StatusBadRequest, reasonInvalidJSON)
+
+	rec = do(t, h, http.MethodGet, "/v2/trace/setting", nil, nil)
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.JSONEq(t, `{"trace_level":["TIMESTAMPS"],"trace_rate":"10","trace_count":"-1","log_frequency":"0","trace_file":"","trace_mode":"opentelemetry"}`, rec.Body.String())
+	rec = do(t, h, http.MethodGet, "/v2/models/simple/trace/setting", nil, nil)
+	require.Equal(t, http.StatusOK, rec.Code)
+	requireError(t, do(t, h, http.MethodGet, "/v2/models/nope/trace/setting", nil, nil), http.StatusNotFound, "model_not_found")
+	rec = do(t, h, http.MethodPost, "/v2/trace/setting", []byte(`{"trace_rate":"10","trace_level":["TIMESTAMPS"]}`), nil)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	requireError(t, do(t, h, http.MethodPost, "/v2/trace/setting", []byte(`{"trace_rate":"1"}`), nil), http.StatusBadRequest, tritonsettings.ReasonUnsupported, "cannot change at run time")
+
+	rec = do(t, h, http.MethodGet, "/v2", nil, nil)
+	require.Contains(t, rec.Body.String(), `"logging","trace"`)
+
+	bare := New(newFakeModels(), Options{}, nil, prometheus.NewRegistry())
+	requireError(t, do(t, bare, http.MethodGet, "/v2/logging", nil, nil), http.StatusNotFound, reasonNotFound)
+}
