@@ -100,7 +100,7 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 			}
 		}
 		ff := &featureServerFlags{
-			repo: fc.Repo, address: fc.Address, port: fc.Port, pollSecs: 10,
+			repo: fc.Repo, address: fc.Address, port: fc.Port, grpcPort: fc.GRPCPort, pollSecs: 10,
 			maxBodyBytes: fc.Limits.MaxBodyBytes, tolerance: serving.DefaultEventTimeTolerance,
 			exitTimeoutSecs: f.exitTimeoutSecs, readAuth: fc.ReadAuth, maxEntityRows: fc.MaxEntityRows,
 			limits: &fc.Limits,

@@ -15,14 +15,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 
 	"github.com/sluice-ml/sluice/internal/admission"
+	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature/materialize"
 	"github.com/sluice-ml/sluice/internal/feature/online"
 	"github.com/sluice-ml/sluice/internal/feature/online/connect"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/pb/feastpb"
 	"github.com/sluice-ml/sluice/internal/telemetry"
 	"github.com/sluice-ml/sluice/internal/tlsconfig"
 )
@@ -32,6 +35,7 @@ type featureServerFlags struct {
 	repo            string
 	address         string
 	port            int
+	grpcPort        int
 	metricsPort     int
 	pollSecs        int
 	maxBodyBytes    int64
@@ -51,7 +55,7 @@ func newFeatureServerCmd() *cobra.Command {
 	f := &featureServerFlags{}
 	cmd := &cobra.Command{
 		Use:   "feature-server",
-		Short: "Serve online features over Feast's HTTP API (/get-online-features, /push, /materialize)",
+		Short: "Serve online features over Feast's HTTP API (/get-online-features, /push, /materialize) and, with --grpc-port, its gRPC API",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runFeatureServer(cmd.Context(), cmd, f)
@@ -61,6 +65,7 @@ func newFeatureServerCmd() *cobra.Command {
 	fl.StringVar(&f.repo, "repo", ".", "feature repository folder (feature_store.yaml and definitions)")
 	fl.StringVar(&f.address, "address", "0.0.0.0", "address the listeners bind to")
 	fl.IntVar(&f.port, "port", 6566, "HTTP port (Feast's default); /metrics is served here too")
+	fl.IntVar(&f.grpcPort, "grpc-port", 0, "port serving Feast's gRPC API (feast.serving.ServingService); 0 for none")
 	fl.IntVar(&f.metricsPort, "metrics-port", 0, "extra port serving only /metrics; 0 for none")
 	fl.IntVar(&f.pollSecs, "registry-poll-secs", 10, "seconds between checks of the definitions for changes; 0 disables reloading")
 	fl.Int64Var(&f.maxBodyBytes, "max-request-bytes", serving.DefaultMaxBodyBytes, "largest request body accepted")
@@ -142,7 +147,11 @@ func runFeatureServer(ctx context.Context, cmd *cobra.Command, f *featureServerF
 	gd.writeListeners(cmd.OutOrStdout())
 	fsrv.run(ctx, gctx, g, nil)
 	repo := fsrv.holder.Current()
-	logger.Info("feature server ready", "http", fsrv.ln.Addr().String(), "project", repo.Project,
+	grpcAddr := ""
+	if fsrv.grpcLn != nil {
+		grpcAddr = fsrv.grpcLn.Addr().String()
+	}
+	logger.Info("feature server ready", "http", fsrv.ln.Addr().String(), "grpc", grpcAddr, "project", repo.Project,
 		"views", len(repo.Views), "online_store", repo.Config.Online.Type, "listeners", gd.Listeners())
 	err = g.Wait()
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
@@ -160,6 +169,8 @@ type featureServer struct {
 	ln          net.Listener
 	tls         *tlsconfig.Server // nil without TLS
 	httpSrv     *http.Server
+	grpcLn      net.Listener // nil without --grpc-port
+	grpcSrv     *grpc.Server
 	pollEvery   time.Duration
 	exitTimeout time.Duration
 	logger      *slog.Logger
@@ -228,8 +239,31 @@ func startFeatureServer(ctx context.Context, f *featureServerFlags, tlsOpts *con
 		fs.close()
 		return nil, err
 	}
-	fs.httpSrv = gd.httpServer("features", limits, featureGuard(policy, gd.audit, h))
+	fs.httpSrv = gd.httpServer("features", limits, featureGuard(policy, gd.audit, telemetry.TraceHTTP("features.http", h)))
+	if f.grpcPort > 0 {
+		// gRPC does its own handshake through its credentials (grpcOptions).
+		fs.grpcLn, err = gd.listen(ctx, "features_grpc", net.JoinHostPort(f.address, strconv.Itoa(f.grpcPort)), nil, tlsOpts, authMode(openReads, openWrites))
+		if err != nil {
+			_ = fs.ln.Close()
+			fs.close()
+			return nil, err
+		}
+		fs.grpcSrv = grpc.NewServer(gd.grpcOptions("features_grpc", limits, tlsSrv, policy, featureMethodGroup)...)
+		feastpb.RegisterServingServiceServer(fs.grpcSrv, serving.NewGRPCService(fs.srv, serving.GRPCOptions{MaxEntityRows: f.maxEntityRows, Version: Version}))
+	}
 	return fs, nil
+}
+
+// featureMethodGroup classifies the feature server's gRPC methods: Feast's
+// reads need what /get-online-features needs (the read role unless reads
+// are open); anything else needs operate, so an unclassified method is
+// never open.
+func featureMethodGroup(fullMethod string) (string, authz.Role) {
+	switch fullMethod {
+	case feastpb.ServingService_GetOnlineFeatures_FullMethodName, feastpb.ServingService_GetFeastServingInfo_FullMethodName:
+		return "", authz.RoleRead
+	}
+	return "", authz.RoleOperate
 }
 
 // run serves until gctx ends, then shuts the listener down gracefully,
@@ -245,6 +279,14 @@ func (fs *featureServer) run(ctx, gctx context.Context, g *errgroup.Group, after
 		}
 		return nil
 	})
+	if fs.grpcSrv != nil {
+		g.Go(func() error {
+			if err := fs.grpcSrv.Serve(fs.grpcLn); err != nil {
+				return fmt.Errorf("serve grpc: %w", err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		if after != nil {
@@ -252,6 +294,22 @@ func (fs *featureServer) run(ctx, gctx context.Context, g *errgroup.Group, after
 		}
 		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fs.exitTimeout)
 		defer cancel()
-		return fs.httpSrv.Shutdown(shutCtx)
+		stopped := make(chan struct{})
+		go func() {
+			if fs.grpcSrv != nil {
+				fs.grpcSrv.GracefulStop()
+			}
+			close(stopped)
+		}()
+		err := fs.httpSrv.Shutdown(shutCtx)
+		select {
+		case <-stopped:
+		case <-shutCtx.Done():
+			if fs.grpcSrv != nil {
+				fs.grpcSrv.Stop()
+			}
+			<-stopped
+		}
+		return err
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -81,8 +83,10 @@ when it is newer (event timestamp, then created timestamp), so running a
 window twice changes nothing and an older window never overwrites newer
 values. --overwrite replaces stored rows regardless, to correct history.
 
-Times are RFC 3339 (2026-03-01T12:00:00Z), a date (2026-03-01, UTC), "now",
-or now-DURATION (now-24h).`,
+Times are RFC 3339 (2026-03-01T12:00:00Z), ISO 8601 without a zone
+(2026-03-01T12:00:00 or 2026-03-01 12:00, UTC), a date (2026-03-01, UTC),
+"now", or now-DURATION / now+DURATION with units w, d, h, m, s
+(now-10d, now-1w, now-1d12h).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			now := time.Now()
@@ -115,7 +119,8 @@ func newFeaturesMaterializeIncrementalCmd() *cobra.Command {
 		Long: `Materialize each feature view from where its last run ended (its watermark)
 up to END (clamped to now). A view never materialized starts at now − ttl, or
 52 weeks ago when it has no ttl. --late-overlap re-reads that much before the
-watermark to pick up rows that arrived late; rows already stored are skipped.`,
+watermark to pick up rows that arrived late; rows already stored are skipped.
+END takes the forms materialize takes (2026-03-01T12:00:00, now, now-1h).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			end, err := parseMaterializeTime(args[0], time.Now())
@@ -134,25 +139,98 @@ watermark to pick up rows that arrived late; rows already stored are skipped.`,
 	return cmd
 }
 
-// parseMaterializeTime parses a command-line time: RFC 3339, a date or a
-// date and time without zone (UTC), "now" or "now-DURATION".
+// materializeLayouts are the absolute times the materialize commands
+// accept: RFC 3339 and the ISO 8601 forms Feast's CLI takes (it parses
+// with dateutil), with "T" or a space, with or without seconds, fraction
+// and zone (no zone is UTC, as Feast makes naive times UTC), and a date.
+var materializeLayouts = []string{
+	time.RFC3339Nano,
+	"2006-01-02T15:04:05.999999999",
+	"2006-01-02 15:04:05.999999999Z07:00",
+	"2006-01-02 15:04:05.999999999",
+	"2006-01-02T15:04Z07:00",
+	"2006-01-02T15:04",
+	"2006-01-02 15:04",
+	time.DateOnly,
+}
+
+// parseMaterializeTime parses a command-line time: an absolute time
+// (materializeLayouts), "now", or now-DURATION / now+DURATION where the
+// duration may use days and weeks too (now-10d, now-1w2d, now-1d12h).
 func parseMaterializeTime(s string, now time.Time) (time.Time, error) {
 	if s == "now" {
 		return now.UTC(), nil
 	}
-	if rest, ok := strings.CutPrefix(s, "now-"); ok {
-		d, err := time.ParseDuration(rest)
-		if err != nil || d < 0 {
-			return time.Time{}, fmt.Errorf("invalid time '%s': want now-DURATION such as now-24h", s)
+	if rest, ok := strings.CutPrefix(s, "now"); ok && rest != "" && (rest[0] == '-' || rest[0] == '+') {
+		d, err := parseLongDuration(rest[1:])
+		if err != nil {
+			return time.Time{}, fmt.Errorf("invalid time '%s': want now-DURATION such as now-10d or now-24h: %w", s, err)
 		}
-		return now.UTC().Add(-d), nil
+		if rest[0] == '-' {
+			d = -d
+		}
+		return now.UTC().Add(d), nil
 	}
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02 15:04:05", time.DateOnly} {
+	for _, layout := range materializeLayouts {
 		if t, err := time.Parse(layout, s); err == nil {
 			return t.UTC(), nil
 		}
 	}
-	return time.Time{}, errors.New("invalid time '" + s + "': want RFC 3339 (2026-03-01T12:00:00Z), a date (2026-03-01), now or now-DURATION")
+	return time.Time{}, errors.New("invalid time '" + s + "': want RFC 3339 (2026-03-01T12:00:00Z), a date (2026-03-01), now or now-DURATION (now-10d)")
+}
+
+// maxLongDuration bounds a relative time: about 290 years, what a
+// time.Duration holds.
+const maxLongDuration = time.Duration(math.MaxInt64)
+
+// parseLongDuration parses a non-negative duration as Go does, plus the
+// units d (24h) and w (7d): "10d", "1w2d", "1d12h30m", "90m".
+func parseLongDuration(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, errors.New("empty duration")
+	}
+	var total time.Duration
+	for s != "" {
+		i := 0
+		for i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '.') {
+			i++
+		}
+		j := i
+		for j < len(s) && (s[j] < '0' || s[j] > '9') && s[j] != '.' {
+			j++
+		}
+		if i == 0 || j == i {
+			return 0, fmt.Errorf("%q is not a number followed by a unit", s)
+		}
+		num, unit := s[:i], s[i:j]
+		var d time.Duration
+		switch unit {
+		case "d", "w":
+			n, err := strconv.ParseFloat(num, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%q: %w", num+unit, err)
+			}
+			day := float64(24 * time.Hour)
+			if unit == "w" {
+				day *= 7
+			}
+			if n*day >= float64(maxLongDuration) {
+				return 0, fmt.Errorf("%s%s is too long", num, unit)
+			}
+			d = time.Duration(n * day)
+		default:
+			var err error
+			if d, err = time.ParseDuration(num + unit); err != nil {
+				return 0, err
+			}
+		}
+		if d < 0 || total > maxLongDuration-d {
+			return 0, errors.New("duration out of range")
+		}
+		total += d
+		s = s[j:]
+	}
+	return total, nil
 }
 
 // printMaterializeReport prints one line per view.

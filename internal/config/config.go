@@ -90,6 +90,10 @@ type FeatureServer struct {
 	Address string `yaml:"address"`
 	// Port is the HTTP port. Default 6566 (Feast's).
 	Port int `yaml:"port"`
+	// GRPCPort, when set, serves Feast's gRPC serving API
+	// (feast.serving.ServingService) on this port too, with the same
+	// address, TLS, auth and limits. Default 0: no gRPC listener.
+	GRPCPort int `yaml:"grpc_port"`
 	// TLS serves the listener over TLS (mTLS with client_ca_file).
 	TLS *TLS `yaml:"tls"`
 	// ReadAuth says whether reads (/get-online-features) are open or need

@@ -45,6 +45,12 @@ func (c *Config) Validate() error {
 	}
 	if f := c.FeatureServer; f != nil {
 		v.port("feature_server.port", f.Port)
+		if f.GRPCPort != 0 {
+			v.port("feature_server.grpc_port", f.GRPCPort)
+			if f.GRPCPort == f.Port {
+				v.add("feature_server.grpc_port", "must differ from feature_server.port")
+			}
+		}
 		if f.Repo == "" {
 			v.add("feature_server.repo", "is required")
 		}
