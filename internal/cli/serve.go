@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,6 +59,8 @@ type serveFlags struct {
 	tritonMetrics   bool
 	serverName      string
 	serverVersion   string
+	httpForward     string
+	grpcForward     string
 	// levelVar holds the model server's log level so that Triton's
 	// logging extension can change it; nil under serve -c.
 	levelVar      *slog.LevelVar
@@ -110,6 +113,8 @@ func newServeCmd(use, short string) *cobra.Command {
 	fl.BoolVar(&f.tritonMetrics, "triton-metrics", true, "also export the inference metrics under Triton's names (nv_inference_*), for Triton dashboards and alerts")
 	fl.StringVar(&f.serverName, "server-name", "sluice", "name in the server metadata (GET /v2, ServerMetadata); \"triton\" for clients that check it")
 	fl.StringVar(&f.serverVersion, "server-version", "", "version in the server metadata; default: this build's version")
+	fl.StringVar(&f.httpForward, "http-header-forward-pattern", "", "regular expression: HTTP inference request headers whose lower-case names match reach the model as string request parameters (as Triton's flag)")
+	fl.StringVar(&f.grpcForward, "grpc-header-forward-pattern", "", "regular expression: gRPC request metadata whose keys match reach the model as string request parameters (as Triton's flag)")
 	if use == "serve" { // model-server is the model server alone: no sluice.yaml
 		fl.StringVarP(&f.configFile, "config", "c", "", "sluice.yaml: run the whole chain it describes (model server, feature server, gateway); the model-server flags are then ignored except --backend-config, --strict-readiness, --log-format and --log-level")
 		fl.BoolVar(&f.materialize, "materialize", true, "with -c: apply the feature repository and materialize it incrementally into the online store at start")
@@ -372,7 +377,15 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	if serverVersion == "" {
 		serverVersion = Version
 	}
-	ms.shm = shm.New()                       // system shared-memory regions, shared by HTTP and gRPC
+	ms.shm = shm.New() // system shared-memory regions, shared by HTTP and gRPC
+	httpForward, err := forwardPattern("--http-header-forward-pattern", f.httpForward)
+	if err != nil {
+		return nil, err
+	}
+	grpcForward, err := forwardPattern("--grpc-header-forward-pattern", f.grpcForward)
+	if err != nil {
+		return nil, err
+	}
 	var extSettings *tritonsettings.Settings // Triton's logging and trace extensions
 	if f.levelVar != nil {
 		_, tracing := otel.GetTracerProvider().(*sdktrace.TracerProvider)
@@ -382,9 +395,9 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 		}
 		extSettings = tritonsettings.New(f.levelVar, f.logFormat, tracing, ratio)
 	}
-	kh := httpapi.New(ms.models, httpapi.Options{MaxBodyBytes: limits.MaxBodyBytes, ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings}, logger, reg)
+	kh := httpapi.New(ms.models, httpapi.Options{MaxBodyBytes: limits.MaxBodyBytes, ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings, HeaderForward: httpForward}, logger, reg)
 	ms.httpSrv = gd.httpServer("models_http", limits, httpPolicy.RequireKServe(gd.audit, "models_http", kh))
-	ms.grpcSvc = grpcapi.New(ms.models, grpcapi.Options{ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings}, logger, reg)
+	ms.grpcSvc = grpcapi.New(ms.models, grpcapi.Options{ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings, HeaderForward: grpcForward}, logger, reg)
 	ms.grpcSrv = grpcapi.NewServer(ms.grpcSvc, grpcapi.ServerOptions{
 		MaxRecvMsgSize: int(limits.MaxBodyBytes),
 		Extra:          gd.grpcOptions("models_grpc", limits, tlsSrv, grpcPolicy, authz.KServeMethodGroup),
@@ -397,6 +410,19 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	}
 	ok = true
 	return ms, nil
+}
+
+// forwardPattern compiles a header forward pattern; "" is none. Matching
+// is case-insensitive, as header names are.
+func forwardPattern(flag, expr string) (*regexp.Regexp, error) {
+	if expr == "" {
+		return nil, nil
+	}
+	re, err := regexp.Compile("(?i)" + expr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	return re, nil
 }
 
 // restrictsRepository reports whether one of the Triton restricted-API

@@ -232,6 +232,14 @@ func (a adminGateway) Gateway(ctx context.Context) (*Gateway, error) {
 			return nil, err
 		}
 	}
+	// Online accuracy is optional: an admin API without it (an older
+	// gateway) leaves the services without accuracy.
+	var accuracy []struct {
+		Service string           `json:"service"`
+		Window  string           `json:"window"`
+		Series  []AccuracySeries `json:"series"`
+	}
+	_ = a.getJSON(ctx, "/accuracy", &accuracy)
 	code, _, err := a.get(ctx, "/ready")
 	if err != nil {
 		return nil, fmt.Errorf("admin /ready: %w", err)
@@ -275,6 +283,11 @@ func (a adminGateway) Gateway(ctx context.Context) (*Gateway, error) {
 				v.Reason = ro.Reason.Message
 			}
 			s.Rollout = v
+		}
+		for _, acc := range accuracy {
+			if acc.Service == s.Name {
+				s.Accuracy, s.AccuracyWindow = acc.Series, acc.Window
+			}
 		}
 		for i := range shadow.Services {
 			if shadow.Services[i].Service == s.Name {

@@ -82,7 +82,7 @@ func New(src Sources, logger *slog.Logger) *Console {
 		pages:   map[string]*template.Template{},
 		version: assetVersion(),
 	}
-	for _, name := range []string{"overview", "models", "features", "services", "errors"} {
+	for _, name := range []string{"overview", "models", "features", "services", "errors", "accuracy"} {
 		c.pages[name] = template.Must(template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html"))
 	}
 	assets, err := fs.Sub(assetFS, "assets")
@@ -95,6 +95,7 @@ func New(src Sources, logger *slog.Logger) *Console {
 	mux.HandleFunc("GET "+Prefix+"features", c.pageFeatures)
 	mux.HandleFunc("GET "+Prefix+"services", c.pageServices)
 	mux.HandleFunc("GET "+Prefix+"errors", c.pageErrors)
+	mux.HandleFunc("GET "+Prefix+"accuracy", c.pageAccuracy)
 	mux.HandleFunc("GET "+Prefix+"api/summary", c.apiSummary)
 	mux.HandleFunc("GET "+Prefix+"api/models", c.apiModels)
 	mux.HandleFunc("GET "+Prefix+"api/features", c.apiFeatures)
@@ -254,6 +255,10 @@ func (c *Console) pageFeatures(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) pageServices(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, "services", "Services", c.read(r.Context(), false, false, true, false))
+}
+
+func (c *Console) pageAccuracy(w http.ResponseWriter, r *http.Request) {
+	c.render(w, r, "accuracy", "Online accuracy", c.read(r.Context(), false, false, true, false))
 }
 
 func (c *Console) pageErrors(w http.ResponseWriter, r *http.Request) {

@@ -175,6 +175,21 @@ type Service struct {
 	Fallback     *Fallback `json:"fallback,omitempty"`
 	Rollout      *Rollout  `json:"rollout,omitempty"`
 	Shadow       *Shadow   `json:"shadow,omitempty"`
+	// Accuracy is the service's online accuracy per version, output and
+	// slice over AccuracyWindow; nil without an accuracy block.
+	Accuracy       []AccuracySeries `json:"accuracy,omitempty"`
+	AccuracyWindow string           `json:"accuracy_window,omitempty"`
+}
+
+// AccuracySeries is one version, output and slice of a service's online
+// accuracy (the admin API's GET /accuracy).
+type AccuracySeries struct {
+	Version string             `json:"version"`
+	Output  string             `json:"output"`
+	Slice   string             `json:"slice"`
+	Pairs   uint64             `json:"pairs"`
+	Metrics map[string]float64 `json:"metrics"`
+	Offline map[string]float64 `json:"offline,omitempty"`
 }
 
 // Route is one routing rule of a service, in match order.
