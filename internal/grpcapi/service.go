@@ -5,12 +5,14 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
@@ -46,6 +48,10 @@ type Options struct {
 	// Settings back Triton's logging and trace extensions (LogSettings,
 	// TraceSetting); nil: those RPCs answer Unimplemented.
 	Settings *tritonsettings.Settings
+	// HeaderForward, when set, forwards the request metadata whose keys
+	// it matches as string request parameters named by the key (Triton's
+	// --grpc-header-forward-pattern). A parameter the request sets wins.
+	HeaderForward *regexp.Regexp
 }
 
 // Service implements inference.GRPCInferenceService on top of
@@ -187,6 +193,9 @@ func (s *Service) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.Mod
 	ir, err := DecodeInferRequest(req)
 	if err != nil {
 		return nil, err
+	}
+	if s.opts.HeaderForward != nil {
+		forwardMetadata(ctx, ir, s.opts.HeaderForward)
 	}
 	if err := s.opts.SharedMemory.ReadInputs(ir); err != nil {
 		return nil, err
@@ -455,5 +464,24 @@ func (s *Service) fail(ctx context.Context, method string, err error) error {
 func (s *Service) logInternal(ctx context.Context, method string, err error) {
 	if CodeOf(err) == codes.Internal {
 		s.logger.ErrorContext(ctx, "request failed", "method", method, "err", err)
+	}
+}
+
+// forwardMetadata adds the request metadata whose keys match re to the
+// request parameters, as strings (several values joined by ","), unless
+// the request set a parameter of that name.
+func forwardMetadata(ctx context.Context, req *infer.Request, re *regexp.Regexp) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for key, vals := range md {
+		if strings.HasSuffix(key, "-bin") || !re.MatchString(key) {
+			continue
+		}
+		if _, set := req.Parameters[key]; set {
+			continue
+		}
+		if req.Parameters == nil {
+			req.Parameters = infer.Parameters{}
+		}
+		req.Parameters[key] = strings.Join(vals, ",")
 	}
 }

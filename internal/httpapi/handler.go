@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -49,6 +50,11 @@ type Options struct {
 	// Settings back Triton's logging and trace extensions (/v2/logging,
 	// /v2/trace/setting); nil: those endpoints are not served.
 	Settings *tritonsettings.Settings
+	// HeaderForward, when set, forwards the inference request headers
+	// whose (lower-case) names it matches as string request parameters
+	// named by the header (Triton's --http-header-forward-pattern). A
+	// parameter the body sets wins.
+	HeaderForward *regexp.Regexp
 }
 
 // Handler serves the KServe v2 HTTP protocol and Triton's HTTP extensions

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -48,6 +49,9 @@ func (h *Handler) handleInfer(w http.ResponseWriter, r *http.Request) {
 		requestID = ib.req.ID
 	}
 	ib.req.Model, ib.req.Version = name, version
+	if h.opts.HeaderForward != nil {
+		forwardHeaders(&ib.req, r.Header, h.opts.HeaderForward)
+	}
 	shmOut, err := h.sharedMemoryIO(&ib.req)
 	if err != nil {
 		h.writeError(w, r, requestID, err)
@@ -503,4 +507,23 @@ func (h *Handler) writeCompressed(w http.ResponseWriter, enc string, js []byte, 
 	hdr.Set("Content-Length", itoa(buf.Len()))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(buf.Bytes())
+}
+
+// forwardHeaders adds the headers whose lower-case names match re to the
+// request parameters, as strings (several values joined by ","), unless
+// the body set a parameter of that name.
+func forwardHeaders(req *infer.Request, hdr http.Header, re *regexp.Regexp) {
+	for name, vals := range hdr {
+		key := strings.ToLower(name)
+		if !re.MatchString(key) {
+			continue
+		}
+		if _, set := req.Parameters[key]; set {
+			continue
+		}
+		if req.Parameters == nil {
+			req.Parameters = infer.Parameters{}
+		}
+		req.Parameters[key] = strings.Join(vals, ",")
+	}
 }

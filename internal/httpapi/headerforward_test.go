@@ -1,0 +1,37 @@
+package httpapi
+
+import (
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// --http-header-forward-pattern: the headers it matches reach the model as
+// request parameters (modelled on qa/L0_parameters, which sends headers
+// and reads them back as parameters).
+func TestHeaderForward(t *testing.T) {
+	f := newFakeModels()
+	h := New(f, Options{HeaderForward: regexp.MustCompile(`^triton-`)}, nil, prometheus.NewRegistry())
+	body := strings.Replace(simpleRequest(seq(0, 16), seq(0, 16)), `"inputs"`, `"parameters":{"triton-kept":"from body"},"inputs"`, 1)
+	rec := do(t, h, http.MethodPost, "/v2/models/simple/infer", []byte(body), map[string]string{
+		"Triton-Tenant": "acme", "Triton-Kept": "from header", "Authorization": "secret",
+	})
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	f.mu.Lock()
+	params := f.lastReq.Parameters
+	f.mu.Unlock()
+	require.Equal(t, infer.Parameters{"triton-tenant": "acme", "triton-kept": "from body"}, params, "matching headers only; the body wins")
+
+	plain := New(f, Options{}, nil, prometheus.NewRegistry())
+	rec = do(t, plain, http.MethodPost, "/v2/models/simple/infer", []byte(simpleRequest(seq(0, 16), seq(0, 16))), map[string]string{"Triton-Tenant": "acme"})
+	require.Equal(t, http.StatusOK, rec.Code)
+	f.mu.Lock()
+	require.Empty(t, f.lastReq.Parameters, "no pattern, no forwarding")
+	f.mu.Unlock()
+}
