@@ -35,7 +35,7 @@ const dir = "../../../deploy/grafana"
 
 // wantUIDs are the dashboards' uids. They are part of every link to a
 // dashboard: never change or reuse one.
-var wantUIDs = []string{"sluice-feature-store", "sluice-gateway", "sluice-model-server", "sluice-overview", "sluice-release-safety"}
+var wantUIDs = []string{"sluice-accuracy", "sluice-feature-store", "sluice-gateway", "sluice-model-server", "sluice-overview", "sluice-release-safety"}
 
 // inventory is what the code exports, built once.
 var inventory = sync.OnceValues(func() (map[string]metricsdoc.Family, error) {
