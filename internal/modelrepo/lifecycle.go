@@ -256,6 +256,16 @@ func (m *Manager) reconcile(ctx context.Context, mdl *model, src modelSource, fo
 
 	old := mdl.serving.Load()
 	p, perr := m.plan(mdl.name, src)
+	if perr != nil && perr.cause == causeDuplicate {
+		// As Triton: a model in more than one repository is an error for
+		// that model, also when it served from one of them before (a poll
+		// found the second copy): it stops serving until one is removed.
+		m.publish(mdl, &servingSet{}, map[int64]*versionStatus{}, perr.reason())
+		m.drain(ctx, old.all())
+		m.metrics.loadFailures.WithLabelValues(mdl.name, perr.cause).Inc()
+		m.logger.Warn("model load failed", "model", mdl.name, "reason", perr.cause, "err", perr.err)
+		return []*loadError{perr}
+	}
 	if perr != nil {
 		m.recordPlanFailure(mdl, old, src.dir, perr)
 		return []*loadError{perr}

@@ -3,6 +3,7 @@ package modelrepo
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -70,6 +71,9 @@ func TestVersionPolicies(t *testing.T) {
 	}
 }
 
+// version_policy specific naming a version without a folder loads the
+// versions that exist and reports the missing one (modelled on
+// qa/L0_lifecycle's version policy cases).
 func TestSpecificPolicyNamingAMissingVersion(t *testing.T) {
 	repo := t.TempDir()
 	writeFiles(t, repo, map[string]string{
@@ -167,6 +171,11 @@ func TestExitOnError(t *testing.T) {
 	})
 }
 
+// A model in two repositories is an error for that model, as in Triton
+// (modelled on qa/L0_lifecycle's test_multiple_model_repository_polling,
+// where a copy of a model appearing in a second repository makes it
+// unavailable): at start, and when a poll finds the second copy of a model
+// that was serving.
 func TestDuplicateModelAcrossRepositories(t *testing.T) {
 	a, b := t.TempDir(), t.TempDir()
 	writeFiles(t, a, map[string]string{"m/config.pbtxt": fakeConfig(""), "m/1/model.fake": fakeFile(1)})
@@ -452,4 +461,24 @@ func TestConfigShowsCompletion(t *testing.T) {
 		require.Equal(t, "fake", cfg.GetBackend())
 		require.Empty(t, cfg.GetDefaultModelFilename(), "nothing is auto-completed")
 	})
+}
+
+func TestDuplicateModelFoundByPoll(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	writeFiles(t, a, map[string]string{"m/config.pbtxt": fakeConfig(""), "m/1/model.fake": fakeFile(1)})
+	h := newHarness(t, Options{Repositories: []string{a, b}, ControlMode: ControlPoll})
+	h.start(t)
+	require.Equal(t, []string{"1 READY"}, entries(h, "m"))
+
+	writeFiles(t, b, map[string]string{"m/config.pbtxt": fakeConfig(""), "m/1/model.fake": fakeFile(2)})
+	h.m.pollOnce(t.Context())
+	h.m.pollOnce(t.Context()) // a change is applied once it is stable
+	require.Equal(t, []string{fmt.Sprintf(" UNAVAILABLE: duplicate_model: model 'm' is in more than one model repository (%s, %s); remove all but one", a, b)}, entries(h, "m"))
+	_, err := h.infer(t.Context(), "m", "")
+	requireInferError(t, err, infer.KindUnavailable, ReasonModelNotReady, "duplicate_model")
+
+	require.NoError(t, os.RemoveAll(filepath.Join(b, "m")))
+	h.m.pollOnce(t.Context())
+	h.m.pollOnce(t.Context())
+	require.Equal(t, []string{"1 READY"}, entries(h, "m"), "serves again once one copy is gone")
 }
