@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/accuracy"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
+	"github.com/sluice-ml/sluice/internal/gateway/auth"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
 	"github.com/sluice-ml/sluice/internal/release/rollout/rolloutspec"
@@ -119,7 +120,7 @@ func (g *Gateway) serveOutcomes(w http.ResponseWriter, r *http.Request, name str
 	}
 	if id.Anonymous {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-		writeError(w, "", http.StatusUnauthorized, "missing_credential", "posting outcomes needs a client API key")
+		writeError(w, "", http.StatusUnauthorized, auth.ReasonMissingAPIKey, "posting outcomes needs a client API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'")
 		return
 	}
 	if s.accuracy != nil && len(s.accuracy.clients) > 0 && !slices.Contains(s.accuracy.clients, id.ClientID) {
