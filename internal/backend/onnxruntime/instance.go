@@ -186,6 +186,11 @@ func (in *Instance) runError(ctx context.Context, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return ctxError(ctxErr)
 	}
+	if errors.Is(err, ort.ZeroShapeLengthError) {
+		// onnxruntime_go v1.27.0 cannot hand back rank-0 outputs.
+		return infer.Errorf(infer.KindUnsupported, "scalar_output",
+			"%s: an output is a scalar (rank 0) in the model, which this server's ONNX Runtime binding cannot return", in.where("run"))
+	}
 	return &infer.Error{Kind: infer.KindInternal, Reason: "backend_error", Msg: in.where("run"), Err: err}
 }
 
@@ -316,6 +321,11 @@ func (in *Instance) preallocate(inputs []*infer.Tensor, outs []ort.Value) error 
 // newValue wraps one input tensor for ONNX Runtime. Numeric data is shared,
 // not copied, when it is aligned.
 func newValue(t *infer.Tensor) (ort.Value, error) {
+	if len(t.Shape) == 0 {
+		// onnxruntime_go v1.27.0 refuses shapes without dimensions.
+		return nil, infer.Errorf(infer.KindUnsupported, "scalar_input",
+			"input '%s' is a scalar (rank 0) in the model: this server's ONNX Runtime binding cannot pass rank-0 tensors (a batching model whose input is [batch] with dims [1] works)", t.Name)
+	}
 	shape := ort.Shape(t.Shape)
 	var v ort.Value
 	var err error
