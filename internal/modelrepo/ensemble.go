@@ -332,7 +332,10 @@ func (e *ensemble) checkTypes(cfg *inferencepb.ModelConfig, src *modelconfig.Sou
 		cfgs[i] = sc
 		at := fmt.Sprintf("ensemble_scheduling.step[%d]", i)
 		label := stepLabel(i, st.model)
-		if mb := int64(sc.GetMaxBatchSize()); ensBatch > 0 && mb < ensBatch {
+		// As Triton: a batching ensemble may run steps that do not batch
+		// (their dims then spell the batch dimension out), but a batching
+		// step must take the ensemble's largest batch.
+		if mb := int64(sc.GetMaxBatchSize()); ensBatch > 0 && mb != 0 && mb < ensBatch {
 			add(at, "%s: max_batch_size %d is less than the ensemble's max_batch_size %d", label, mb, ensBatch)
 		}
 		for _, o := range st.out {
@@ -506,8 +509,12 @@ func (m *Manager) runEnsemble(ctx context.Context, lv *loaded, req *infer.Reques
 		close(ready[t]) // an optional input left out is ready and absent
 	}
 
+	needed := e.neededSteps(outputs)
 	g, gctx := errgroup.WithContext(ctx)
 	for i, st := range e.steps {
+		if !needed[i] {
+			continue // produces nothing the requested outputs depend on
+		}
 		g.Go(func() error {
 			for _, in := range st.in {
 				select {
@@ -561,6 +568,39 @@ func (m *Manager) runEnsemble(ctx context.Context, lv *loaded, req *infer.Reques
 		out = append(out, vals[t])
 	}
 	return out, nil
+}
+
+// neededSteps marks the steps the wanted ensemble outputs depend on, as
+// Triton runs only those: a step is needed when one of its outputs is
+// wanted or feeds a needed step.
+func (e *ensemble) neededSteps(outputs []string) []bool {
+	producer := map[int]int{}
+	for i, st := range e.steps {
+		for _, o := range st.out {
+			producer[o.tensor] = i
+		}
+	}
+	needed := make([]bool, len(e.steps))
+	var todo []int
+	want := func(t int) {
+		if i, ok := producer[t]; ok && !needed[i] {
+			needed[i] = true
+			todo = append(todo, i)
+		}
+	}
+	for _, name := range outputs {
+		if t := slices.Index(e.tensors, name); t >= 0 {
+			want(t)
+		}
+	}
+	for len(todo) > 0 {
+		i := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		for _, in := range e.steps[i].in {
+			want(in.tensor)
+		}
+	}
+	return needed
 }
 
 // stepError names the ensemble step a failure happened in, keeping the

@@ -1,0 +1,79 @@
+package modelrepo
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// Triton's ensemble rules on batching (server/src/core ensemble_utils:
+// "batchable ensemble can include non-batchable models as long as the
+// expanded shapes are consistent"), and its scheduler running only the
+// steps the requested outputs need.
+func TestEnsembleBatchingAndPruning(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{
+		"a/config.pbtxt": fakeConfig(""),
+		"a/1/model.fake": fakeFile(1),
+		"b/config.pbtxt": fakeConfig(""),
+		"b/1/model.fake": fakeFile(10),
+		// A step that does not batch: its dims spell the batch dimension.
+		"nb/config.pbtxt": `backend: "fake"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1, 4 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1, 4 ] } ]
+`,
+		"nb/1/model.fake": fakeFile(100),
+		// A batching ensemble over the non-batching step.
+		"batching_over_nb/config.pbtxt": strings.Replace(ensembleConfig("X", "Y", step("a", "IN:X", "OUT:T"), step("nb", "IN:T", "OUT:Y")), `"e"`, `"batching_over_nb"`, 1),
+		"batching_over_nb/1/.keep":      "",
+		// A non-batching ensemble over batching steps.
+		"nonbatching/config.pbtxt": `name: "nonbatching"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_INT32 dims: [ -1, 4 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ -1, 4 ] } ]
+ensemble_scheduling { step [
+` + step("a", "IN:X", "OUT:T") + ",\n" + step("b", "IN:T", "OUT:Y") + `
+] }
+`,
+		"nonbatching/1/.keep": "",
+		// Two outputs from two independent steps.
+		"fork/config.pbtxt": strings.Replace(ensembleConfig("X", "YA,YB", step("a", "IN:X", "OUT:YA"), step("b", "IN:X", "OUT:YB")), `"e"`, `"fork"`, 1),
+		"fork/1/.keep":      "",
+	})
+	h := newHarness(t, Options{Repositories: []string{repo}, StrictReadiness: true})
+	h.start(t)
+	require.True(t, h.m.Ready(), "every ensemble loads: %v", h.m.Index(t.Context(), false))
+
+	for model, want := range map[string][]int32{
+		"batching_over_nb": {102, 103, 104, 105, 106, 107, 108, 109},
+		"nonbatching":      {12, 13, 14, 15, 16, 17, 18, 19},
+	} {
+		resp, err := h.m.Infer(t.Context(), ensembleRequest(model))
+		require.NoError(t, err, model)
+		require.Equal(t, want, int32Values(resp.Outputs[0].Data), model)
+	}
+
+	before := stepSuccesses(t, h, "b")
+	resp, err := h.m.Infer(t.Context(), &infer.Request{Model: "fork", Inputs: ensembleRequest("fork").Inputs, Outputs: []infer.RequestedOutput{{Name: "YA"}}})
+	require.NoError(t, err)
+	require.Len(t, resp.Outputs, 1)
+	require.Equal(t, "YA", resp.Outputs[0].Name)
+	require.Equal(t, before, stepSuccesses(t, h, "b"), "b produces only YB, which nobody asked for: it must not run")
+	resp, err = h.m.Infer(t.Context(), ensembleRequest("fork"))
+	require.NoError(t, err)
+	require.Len(t, resp.Outputs, 2)
+	require.Equal(t, before+1, stepSuccesses(t, h, "b"))
+}
+
+func stepSuccesses(t *testing.T, h *harness, model string) uint64 {
+	t.Helper()
+	st, err := h.m.Statistics(t.Context(), model, "")
+	require.NoError(t, err)
+	require.Len(t, st, 1)
+	return st[0].Success.Count
+}
