@@ -99,7 +99,7 @@ type Manager struct {
 	batchMetrics *batch.Metrics
 	// seqMetrics are shared by the sequence batchers of every version.
 	seqMetrics *sequence.Metrics
-	loadIDs      atomic.Uint64 // source of loaded.id
+	loadIDs    atomic.Uint64 // source of loaded.id
 
 	// stopCtx is cancelled by Close, which aborts loads in progress.
 	stopCtx context.Context
