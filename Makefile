@@ -5,7 +5,7 @@ BIN := bin/sluice
 PKGS := ./...
 FUZZTIME ?= 3s
 
-.PHONY: help build test test-short check lint fmt bench proto demo deps models fuzz clean
+.PHONY: help build test test-short check lint fmt bench proto demo deps models fuzz clean image image-python
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -52,6 +52,12 @@ bench: deps build ## run the benchmark harness; results land in bench/results/
 
 demo: deps build ## run the whole chain (gateway, features, models) on the embedded default and show a few calls
 	@scripts/demo.sh
+
+image: ## build the container image (localhost/sluice:default) with mmdebstrap and buildah; a no-op when its inputs are unchanged
+	@scripts/image.sh --variant default
+
+image-python: ## build the Python variant (localhost/sluice:python: python3-numpy, python3-torch)
+	@scripts/image.sh --variant python
 
 clean:
 	rm -rf bin

@@ -5,7 +5,8 @@
 #   - promtool (Debian package "prometheus"), redis-server and redis-cli
 #     (private Redis servers and clusters for the online-store tests),
 #     chromium (headless, for the console and diff-report tests) and
-#     prometheus-alertmanager (alert delivery test), when root
+#     prometheus-alertmanager (alert delivery test), mmdebstrap, buildah,
+#     podman and uidmap (container images), when root
 #   - the system Python's numpy and torch (python3-numpy, python3-torch),
 #     which the python and pytorch backends' workers run with, when root
 set -euo pipefail
@@ -29,6 +30,12 @@ command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
 # the alert-delivery test.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v prometheus-alertmanager >/dev/null 2>&1 || [ -x /usr/bin/prometheus-alertmanager ] || need_apt+=(prometheus-alertmanager)
+# Container images (scripts/image.sh, make image, the image test): a Debian
+# base from mmdebstrap, assembled and run with buildah.
+command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
+command -v buildah >/dev/null 2>&1 || need_apt+=(buildah)
+command -v podman >/dev/null 2>&1 || need_apt+=(podman)
+command -v newuidmap >/dev/null 2>&1 || need_apt+=(uidmap)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     say "installing Debian packages: ${need_apt[*]}"
