@@ -50,6 +50,7 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 	if t := cfg.Tracing; t != nil {
 		f.traceEndpoint, f.traceRatio = t.OTLPEndpoint, t.SampleRatio
 		f.traceService = t.ServiceName
+		f.traceExporter, f.traceFile = t.Exporter, t.File
 	}
 	stopTracing, err := setupTracing(ctx, f, logger)
 	if err != nil {

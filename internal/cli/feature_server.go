@@ -239,7 +239,7 @@ func startFeatureServer(ctx context.Context, f *featureServerFlags, tlsOpts *con
 		fs.close()
 		return nil, err
 	}
-	fs.httpSrv = gd.httpServer("features", limits, featureGuard(policy, gd.audit, h))
+	fs.httpSrv = gd.httpServer("features", limits, featureGuard(policy, gd.audit, telemetry.TraceHTTP("features.http", h)))
 	if f.grpcPort > 0 {
 		// gRPC does its own handshake through its credentials (grpcOptions).
 		fs.grpcLn, err = gd.listen(ctx, "features_grpc", net.JoinHostPort(f.address, strconv.Itoa(f.grpcPort)), nil, tlsOpts, authMode(openReads, openWrites))

@@ -68,6 +68,8 @@ type serveFlags struct {
 	traceEndpoint string
 	traceRatio    float64
 	traceService  string
+	traceExporter string // otlp, console, none; empty: OTEL_TRACES_EXPORTER
+	traceFile     string // the console exporter's file; empty: stdout
 	materialize   bool
 	// backendSettings come from sluice.yaml's model_server.backend_config;
 	// --backend-config values win.
@@ -119,8 +121,8 @@ func newServeCmd(use, short string) *cobra.Command {
 		fl.StringVarP(&f.configFile, "config", "c", "", "sluice.yaml: run the whole chain it describes (model server, feature server, gateway); the model-server flags are then ignored except --backend-config, --strict-readiness, --log-format and --log-level")
 		fl.BoolVar(&f.materialize, "materialize", true, "with -c: apply the feature repository and materialize it incrementally into the online store at start")
 	}
-	fl.StringVar(&f.traceEndpoint, "trace-otlp-endpoint", "", "OTLP/gRPC collector (host:port) to export OpenTelemetry spans to; empty: tracing off")
-	fl.Float64Var(&f.traceRatio, "trace-sample-ratio", 0.01, "share of traces started here that are sampled (by trace id); a sampled parent is always followed")
+	fl.StringVar(&f.traceEndpoint, "trace-otlp-endpoint", "", "OTLP/gRPC collector (host:port) to export OpenTelemetry spans to; empty: the OTEL_* environment decides (OTEL_TRACES_EXPORTER=otlp|console|none, OTEL_EXPORTER_OTLP_ENDPOINT), else tracing off")
+	fl.Float64Var(&f.traceRatio, "trace-sample-ratio", 0, "share of traces started here that are sampled (by trace id); a sampled parent is always followed; 0: OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG when set, else 0.01")
 	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
@@ -396,7 +398,7 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 		extSettings = tritonsettings.New(f.levelVar, f.logFormat, tracing, ratio)
 	}
 	kh := httpapi.New(ms.models, httpapi.Options{MaxBodyBytes: limits.MaxBodyBytes, ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings, HeaderForward: httpForward}, logger, reg)
-	ms.httpSrv = gd.httpServer("models_http", limits, httpPolicy.RequireKServe(gd.audit, "models_http", kh))
+	ms.httpSrv = gd.httpServer("models_http", limits, httpPolicy.RequireKServe(gd.audit, "models_http", telemetry.TraceHTTP("models.http", kh)))
 	ms.grpcSvc = grpcapi.New(ms.models, grpcapi.Options{ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings, HeaderForward: grpcForward}, logger, reg)
 	ms.grpcSrv = grpcapi.NewServer(ms.grpcSvc, grpcapi.ServerOptions{
 		MaxRecvMsgSize: int(limits.MaxBodyBytes),
@@ -481,6 +483,7 @@ func (ms *modelServer) run(ctx, gctx context.Context, g *errgroup.Group, after <
 func setupTracing(ctx context.Context, f *serveFlags, logger *slog.Logger) (func(), error) {
 	stop, err := telemetry.SetupTracing(ctx, telemetry.TracingOptions{
 		Endpoint: f.traceEndpoint, SampleRatio: f.traceRatio, ServiceName: f.traceService,
+		Exporter: f.traceExporter, File: f.traceFile,
 	}, logger)
 	if err != nil {
 		return nil, err

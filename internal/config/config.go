@@ -36,8 +36,14 @@ type Tracing struct {
 	// SampleRatio is the share of traces started here that are kept, by
 	// trace id; a request with a sampled parent is always kept [0.01].
 	SampleRatio float64 `yaml:"sample_ratio"`
-	// ServiceName names the process in traces [sluice].
+	// ServiceName names the process in traces [OTEL_SERVICE_NAME, else sluice].
 	ServiceName string `yaml:"service_name"`
+	// Exporter is otlp, console or none [OTEL_TRACES_EXPORTER; otlp
+	// when an endpoint is set; else none].
+	Exporter string `yaml:"exporter"`
+	// File is where the console exporter appends its spans (JSON)
+	// [standard output].
+	File string `yaml:"file"`
 }
 
 // ModelServer mirrors the flags of "sluice model-server" (Triton's names).

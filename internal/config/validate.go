@@ -69,6 +69,14 @@ func (c *Config) Validate() error {
 		if !(t.SampleRatio >= 0 && t.SampleRatio <= 1) {
 			v.add("tracing.sample_ratio", "%v outside [0,1]", t.SampleRatio)
 		}
+		switch t.Exporter {
+		case "", "otlp", "console", "none":
+		default:
+			v.add("tracing.exporter", "%q: want otlp, console or none", t.Exporter)
+		}
+		if t.File != "" && t.Exporter != "console" {
+			v.add("tracing.file", "only the console exporter writes a file (exporter: console)")
+		}
 	}
 	return errors.Join(v.problems...)
 }

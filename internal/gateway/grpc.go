@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/pb/gatewaypb"
+	"github.com/sluice-ml/sluice/internal/telemetry"
 	"github.com/sluice-ml/sluice/internal/wire"
 )
 
@@ -62,6 +63,12 @@ func (s *grpcService) Predict(ctx context.Context, req *gatewaypb.PredictRequest
 	}
 	c.RequestID = requestID(c.Header)
 	_ = grpc.SetHeader(ctx, metadata.Pairs("x-request-id", c.RequestID))
+	c.Traced = func(tctx context.Context) {
+		md := metadata.MD{}
+		telemetry.Propagator.Inject(tctx, telemetry.MetadataCarrier(md))
+		md.Set("x-trace-id", telemetry.TraceID(tctx))
+		_ = grpc.SetHeader(ctx, md)
+	}
 	a, err := g.predict(ctx, st, svc, c)
 	if err != nil {
 		if rl, ok := asRateLimited(err); ok {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
+	"github.com/sluice-ml/sluice/internal/telemetry"
 	"github.com/sluice-ml/sluice/internal/wire"
 )
 
@@ -65,6 +67,7 @@ func (g *Gateway) serveService(w http.ResponseWriter, r *http.Request, st *state
 	body := &httpBody{w: w, r: r, limit: g.opts.MaxBodyBytes}
 	a, err := g.predict(r.Context(), st, s, &Call{
 		Service: s.name, RequestID: reqID, Header: r.Header, Peer: r.RemoteAddr, TLS: r.TLS, Body: body,
+		Traced: func(ctx context.Context) { telemetry.TraceHeaders(ctx, h) },
 	})
 	if err != nil {
 		writeHTTPError(w, reqID, err)

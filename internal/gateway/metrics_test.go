@@ -49,3 +49,21 @@ func TestRequestsReasonLabel(t *testing.T) {
 	require.Equal(t, 2.0, count(map[string]string{"service": "eta", "code": "503", "reason": "other"}))
 	require.Zero(t, count(map[string]string{"reason": "made_up_by_a_backend_1"}))
 }
+
+// The HTTP edge returns the call's trace id, answers and errors alike,
+// so that an engineer can find the trace of a failed request.
+func TestResponsesCarryTheTraceID(t *testing.T) {
+	e := newEtaEnv(t)
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	res := e.post(t, okBody, "traceparent", parent)
+	requireOK(t, res)
+	require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", res.Header.Get("X-Trace-Id"))
+	require.Contains(t, res.Header.Get("Traceparent"), "4bf92f3577b34da6a3ce929d0e0e4736")
+	res = e.post(t, `{"user_id": 8, "route_id": 3, "base_eta": 30}`, "traceparent", parent)
+	requireError(t, res, http.StatusNotFound, gateway.ReasonMissingFeature)
+	require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", res.Header.Get("X-Trace-Id"))
+	// No trace (tracing off, none from the caller): no header.
+	res = e.post(t, okBody)
+	requireOK(t, res)
+	require.Empty(t, res.Header.Get("X-Trace-Id"))
+}

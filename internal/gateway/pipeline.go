@@ -58,6 +58,11 @@ type Call struct {
 	TLS *tls.ConnectionState
 	// Body holds the request values: JSONBody, or an edge's own form.
 	Body Body
+	// Traced, when set, is called once with the context of the call's
+	// span, before the pipeline runs, so that the edge can return the
+	// trace id in its response headers. Not called when the call has no
+	// trace (tracing off and no traceparent from the caller).
+	Traced func(ctx context.Context)
 }
 
 // Body is the request values of a call in the form an edge received
@@ -190,6 +195,9 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, c *Call) (
 		span.SetAttributes(attribute.String("request_id", x.reqID))
 	}
 	x.log.TraceID = telemetry.TraceID(ctx)
+	if c.Traced != nil && x.log.TraceID != "" {
+		c.Traced(ctx)
+	}
 	err := g.run(ctx, x)
 	if err == nil {
 		x.log.Source = x.answer.Source

@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"os"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -25,57 +30,184 @@ var Propagator propagation.TextMapPropagator = propagation.TraceContext{}
 // while tracing is off.
 func Tracer(name string) trace.Tracer { return otel.Tracer(name) }
 
-// TracingOptions configure SetupTracing.
+// TracingOptions configure SetupTracing. What they leave empty, the
+// standard OpenTelemetry environment variables may set (see SetupTracing).
 type TracingOptions struct {
-	// Endpoint is the OTLP/gRPC collector address (host:port); empty
-	// leaves tracing off.
+	// Endpoint is the OTLP/gRPC collector address (host:port); it turns
+	// the otlp exporter on.
 	Endpoint string
+	// Exporter is otlp, console or none; empty: OTEL_TRACES_EXPORTER,
+	// else otlp when Endpoint or OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is
+	// set, else none.
+	Exporter string
+	// File is where the console exporter writes its spans (JSON, one
+	// object per span, appended); empty: standard output.
+	File string
 	// SampleRatio is the share of traces sampled at the root, by trace id
 	// (so every service keeps the same traces); a request that arrives
-	// with a sampled parent is always kept. Default 0.01.
+	// with a sampled parent is always kept. 0: OTEL_TRACES_SAMPLER and
+	// OTEL_TRACES_SAMPLER_ARG when set, else 0.01.
 	SampleRatio float64
-	// ServiceName names this process in the traces. Default "sluice".
+	// ServiceName names this process in the traces. Empty:
+	// OTEL_SERVICE_NAME, else "sluice".
 	ServiceName string
 	// Insecure sends OTLP without TLS (collectors on loopback or in the
 	// cluster). Default true.
 	Secure bool
 }
 
-// SetupTracing installs an OTLP-exporting tracer provider with
-// parent-based, trace-id-ratio sampling. It returns the function that
-// flushes and stops it; with no endpoint it installs nothing and returns a
-// no-op.
+// Exporters SetupTracing knows (OTEL_TRACES_EXPORTER's values).
+const (
+	ExporterOTLP    = "otlp"
+	ExporterConsole = "console"
+	ExporterNone    = "none"
+)
+
+// SetupTracing installs an exporting tracer provider with parent-based,
+// trace-id-ratio sampling. It returns the function that flushes and stops
+// it; with no exporter it installs nothing and returns a no-op.
+//
+// Settings in opts win; what they leave empty comes from the standard
+// OpenTelemetry environment: OTEL_TRACES_EXPORTER (otlp, console, none),
+// OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (and
+// the exporter's other OTEL_EXPORTER_OTLP_* settings), OTEL_SERVICE_NAME,
+// OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER and
+// OTEL_TRACES_SAMPLER_ARG. Unlike the SDK's default, no variable set means
+// no tracing: a process without a collector sends nothing.
 func SetupTracing(ctx context.Context, opts TracingOptions, logger *slog.Logger) (func(context.Context) error, error) {
-	if opts.Endpoint == "" {
-		return func(context.Context) error { return nil }, nil
+	off := func(context.Context) error { return nil }
+	kind := opts.Exporter
+	switch {
+	case kind != "":
+	case opts.Endpoint != "":
+		kind = ExporterOTLP
+	case os.Getenv("OTEL_TRACES_EXPORTER") != "":
+		kind = strings.TrimSpace(strings.ToLower(os.Getenv("OTEL_TRACES_EXPORTER")))
+	case os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "":
+		kind = ExporterOTLP
+	default:
+		kind = ExporterNone
 	}
-	if opts.SampleRatio <= 0 {
-		opts.SampleRatio = 0.01
+	var (
+		exp   sdktrace.SpanExporter
+		close func() error
+		err   error
+	)
+	switch kind {
+	case ExporterNone:
+		return off, nil
+	case ExporterOTLP:
+		copts := []otlptracegrpc.Option{otlptracegrpc.WithTimeout(5 * time.Second)}
+		if opts.Endpoint != "" {
+			// A host:port of ours; an OTEL_* endpoint is a URL whose
+			// scheme says whether to use TLS, which the exporter reads.
+			copts = append(copts, otlptracegrpc.WithEndpoint(opts.Endpoint))
+			if !opts.Secure {
+				copts = append(copts, otlptracegrpc.WithInsecure())
+			}
+		}
+		exp, err = otlptracegrpc.New(ctx, copts...)
+	case ExporterConsole:
+		var w io.Writer = os.Stdout
+		if opts.File != "" {
+			f, ferr := os.OpenFile(opts.File, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+			if ferr != nil {
+				return nil, fmt.Errorf("tracing: %w", ferr)
+			}
+			w, close = f, f.Close
+		}
+		exp, err = stdouttrace.New(stdouttrace.WithWriter(w))
+	default:
+		return nil, fmt.Errorf("tracing: unknown exporter %q (want otlp, console or none)", kind)
 	}
-	if opts.ServiceName == "" {
-		opts.ServiceName = "sluice"
-	}
-	copts := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(opts.Endpoint), otlptracegrpc.WithTimeout(5 * time.Second)}
-	if !opts.Secure {
-		copts = append(copts, otlptracegrpc.WithInsecure())
-	}
-	exp, err := otlptracegrpc.New(ctx, copts...)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewWithAttributes(semconv.SchemaURL, semconv.ServiceName(opts.ServiceName)))
-	if err != nil && !errors.Is(err, resource.ErrSchemaURLConflict) {
-		return nil, fmt.Errorf("tracing: %w", err)
+	// resource.Default reads OTEL_RESOURCE_ATTRIBUTES and
+	// OTEL_SERVICE_NAME; a configured name wins over both.
+	name := opts.ServiceName
+	if name == "" && os.Getenv("OTEL_SERVICE_NAME") == "" && !strings.Contains(os.Getenv("OTEL_RESOURCE_ATTRIBUTES"), "service.name=") {
+		name = "sluice"
 	}
-	tp := sdktrace.NewTracerProvider(
-		sdktrace.WithBatcher(exp),
-		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(opts.SampleRatio))),
-	)
+	res := resource.Default()
+	if name != "" {
+		res, err = resource.Merge(res, resource.NewWithAttributes(semconv.SchemaURL, semconv.ServiceName(name)))
+		if err != nil && !errors.Is(err, resource.ErrSchemaURLConflict) {
+			return nil, fmt.Errorf("tracing: %w", err)
+		}
+	}
+	popts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(res)}
+	sampler := "OTEL_TRACES_SAMPLER"
+	switch {
+	case opts.SampleRatio > 0:
+		popts = append(popts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(opts.SampleRatio))))
+		sampler = fmt.Sprintf("parentbased_traceidratio %g", opts.SampleRatio)
+	case os.Getenv("OTEL_TRACES_SAMPLER") != "":
+		// The SDK reads OTEL_TRACES_SAMPLER and its _ARG itself.
+		sampler = os.Getenv("OTEL_TRACES_SAMPLER") + " " + os.Getenv("OTEL_TRACES_SAMPLER_ARG")
+	default:
+		popts = append(popts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01))))
+		sampler = "parentbased_traceidratio 0.01"
+	}
+	tp := sdktrace.NewTracerProvider(popts...)
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(Propagator)
-	logger.Info("tracing on", "otlp_endpoint", opts.Endpoint, "sample_ratio", opts.SampleRatio)
-	return tp.Shutdown, nil
+	logger.Info("tracing on", "exporter", kind, "otlp_endpoint", opts.Endpoint, "file", opts.File, "sampler", strings.TrimSpace(sampler))
+	return func(ctx context.Context) error {
+		err := tp.Shutdown(ctx)
+		if close != nil {
+			err = errors.Join(err, close())
+		}
+		return err
+	}, nil
+}
+
+// TraceHeaders writes the trace of ctx's span into a response's headers:
+// X-Trace-Id (the id to search for in a tracing backend or the logs) and
+// traceparent (W3C trace context). Without a valid span it writes
+// nothing.
+func TraceHeaders(ctx context.Context, h http.Header) {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return
+	}
+	h["X-Trace-Id"] = []string{sc.TraceID().String()}
+	Propagator.Inject(ctx, propagation.HeaderCarrier(h))
+}
+
+// TraceHTTP wraps an HTTP handler in a server span named name that
+// continues the caller's traceparent, and returns the trace in the
+// response's headers (TraceHeaders) so a caller can find it. While
+// tracing is off and no traceparent arrives it adds nothing but a header
+// lookup.
+func TraceHTTP(name string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The provider's tracer now, not at wrap time: SetupTracing may
+		// replace the provider after the handler is built.
+		tracer := Tracer("github.com/sluice-ml/sluice/internal/telemetry")
+		ctx := r.Context()
+		if r.Header.Get("Traceparent") != "" {
+			ctx = Propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
+		}
+		ctx, span := tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
+		defer span.End()
+		if !span.SpanContext().IsValid() && !trace.SpanContextFromContext(ctx).IsValid() {
+			next.ServeHTTP(w, r)
+			return
+		}
+		TraceHeaders(ctx, w.Header())
+		if span.IsRecording() {
+			span.SetAttributes(semconv.HTTPRequestMethodKey.String(r.Method), semconv.URLPath(r.URL.Path))
+		}
+		// The handler may continue a traceparent itself: it finds this
+		// span's, not the caller's.
+		r = r.WithContext(ctx)
+		if r.Header.Get("Traceparent") != "" {
+			r.Header = r.Header.Clone()
+			Propagator.Inject(ctx, propagation.HeaderCarrier(r.Header))
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // traceHandler adds trace_id and span_id to records logged with a context
