@@ -6,11 +6,12 @@
 # features, and prints ready-to-paste commands. It then shows a few calls
 # and keeps serving until Ctrl-C.
 #
-# Each start works in its own folder, bin/demo-<gateway port>/ (a copy of
-# examples/parcel-eta with a link to examples/models), and generates the
-# synthetic feature data there afresh, with the history ending now, so every
-# id of the example data (users and packages 1–2000, routes 1–500) is within
-# its view's ttl. Two demos on different ports share nothing.
+# Each start generates the synthetic feature data afresh, with the history
+# ending now, so every id of the example data (users and packages 1–2000,
+# routes 1–500) is within its view's ttl. On the default gateway port it
+# works in examples/parcel-eta; on another, in its own folder,
+# bin/demo-<gateway port>/ (a copy of examples/parcel-eta with a link to
+# examples/models), so two demos on different ports share nothing.
 # SLUICE_DEMO_DIR names another folder; SLUICE_BIN another sluice binary;
 # SLUICE_GEN a built data generator (default: go run of it).
 #
@@ -30,12 +31,18 @@ gw="http://127.0.0.1:$SLUICE_GATEWAY_PORT"
 admin="http://127.0.0.1:$SLUICE_ADMIN_PORT"
 sluice="${SLUICE_BIN:-bin/sluice}"
 
-dir="${SLUICE_DEMO_DIR:-bin/demo-$SLUICE_GATEWAY_PORT}"
+# On the default ports the demo runs in examples/ itself (the docs' paths:
+# examples/parcel-eta/features/data, examples/parcel-eta/recordings).
+dir="${SLUICE_DEMO_DIR:-}"
+if [ -z "$dir" ] && [ "$SLUICE_GATEWAY_PORT" = 8080 ]; then dir=examples; fi
+dir="${dir:-bin/demo-$SLUICE_GATEWAY_PORT}"
 rm -rf "$dir/parcel-eta/features/data"
-mkdir -p "$dir/parcel-eta/features"
-cp examples/parcel-eta/sluice.yaml "$dir/parcel-eta/"
-cp examples/parcel-eta/features/*.yaml "$dir/parcel-eta/features/"
-ln -sfn "$PWD/examples/models" "$dir/models"
+if [ "$dir" != examples ]; then
+  mkdir -p "$dir/parcel-eta/features"
+  cp examples/parcel-eta/sluice.yaml "$dir/parcel-eta/"
+  cp examples/parcel-eta/features/*.yaml "$dir/parcel-eta/features/"
+  ln -sfn "$PWD/examples/models" "$dir/models"
+fi
 if [ -n "${SLUICE_GEN:-}" ]; then gen=("$SLUICE_GEN"); else gen=(go run ./examples/parcel-eta/features/gen); fi
 "${gen[@]}" -out "$dir/parcel-eta/features/data" -users 2000 -packages 2000 -routes 500 >/dev/null
 
