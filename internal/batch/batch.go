@@ -91,10 +91,14 @@ type Options struct {
 	DefaultPriority     int
 	DefaultQueuePolicy  QueuePolicy
 	PriorityQueuePolicy map[int]QueuePolicy // keyed by 1-based level
-	// RaggedInputs are the inputs with allow_ragged_batch. They are
-	// accepted but do not relax the equal-shape rule (see the package
-	// documentation).
+	// RaggedInputs are the inputs with allow_ragged_batch: requests whose
+	// shapes of them differ share a batch, and the executor gets each
+	// flattened into one dimension (see the package documentation).
 	RaggedInputs map[string]bool
+	// BatchInputs are computed from each batch and added to its inputs;
+	// BatchOutputs are split by the shape of a request input.
+	BatchInputs  []BatchInput
+	BatchOutputs []BatchOutput
 }
 
 // Request is one validated request: Inputs are in the model's input order
@@ -145,7 +149,11 @@ type Batcher struct {
 	maxBatch       int
 	delay          time.Duration
 	preferred      []bool // preferred[n]: n is a preferred batch size
-	maxPreferred   int    // the largest preferred batch size; maxBatch when none
+	ragged         bool   // Options.raggedMode
+	raggedInputs   map[string]bool
+	batchInputs    []BatchInput
+	batchOutputs   []BatchOutput
+	maxPreferred   int // the largest preferred batch size; maxBatch when none
 	preserve       bool
 	levelsOn       bool // the model has priority levels
 	defLevel       int  // 0-based
@@ -228,6 +236,8 @@ func New(opts Options, executors []Executor, obs Observer, m *Metrics, logger *s
 		b.delay = 0
 	}
 	b.preferred = make([]bool, opts.MaxBatchSize+1)
+	b.ragged = opts.raggedMode()
+	b.raggedInputs, b.batchInputs, b.batchOutputs = opts.RaggedInputs, opts.BatchInputs, opts.BatchOutputs
 	b.maxPreferred = opts.MaxBatchSize
 	if len(opts.PreferredBatchSizes) > 0 {
 		b.maxPreferred = slices.Max(opts.PreferredBatchSizes)
@@ -272,6 +282,9 @@ func (o *Options) validate(executors int) error {
 		if n < 1 || n > o.MaxBatchSize {
 			errs = append(errs, fmt.Errorf("preferred batch size %d outside [1, %d]", n, o.MaxBatchSize))
 		}
+	}
+	if err := o.validateRagged(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.SpinBelow < 0 {
 		errs = append(errs, fmt.Errorf("spin threshold %s is negative", o.SpinBelow))

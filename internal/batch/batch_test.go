@@ -796,3 +796,82 @@ func TestPastLargestPreferredSizeGoesAtOnce(t *testing.T) {
 		})
 	})
 }
+
+// Ragged batching with batch inputs and a scattered batch output, after
+// Triton's ragged-batching documentation (user_guide/ragged_batching.md)
+// and qa/L0_batch_input: requests of shapes [1,3], [1,4] and [1,5] share
+// one execution; the model gets INPUT as [12] and the batch inputs;
+// OUT (BATCH_SCATTER_WITH_INPUT_SHAPE of INPUT) is split back by each
+// request's INPUT shape.
+func TestRaggedBatchWithBatchInputsAndOutput(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var seen map[string]infer.Tensor
+		exec := ExecutorFunc(func(_ context.Context, inputs []infer.Tensor, outputs []string) ([]infer.Tensor, error) {
+			seen = map[string]infer.Tensor{}
+			for _, in := range inputs {
+				seen[in.Name] = in
+			}
+			// OUT = INPUT + 1, element-wise over the flattened batch.
+			in := seen["INPUT"]
+			out := make([]byte, len(in.Data))
+			for i := 0; i < len(out); i += 4 {
+				binary.LittleEndian.PutUint32(out[i:], binary.LittleEndian.Uint32(in.Data[i:])+1)
+			}
+			return []infer.Tensor{{Name: "OUT", DataType: infer.Int32, Shape: in.Shape.Clone(), Data: out}}, nil
+		})
+		h := newHarness(t, Options{
+			Dynamic: true, MaxBatchSize: 4, MaxQueueDelay: 10 * ms,
+			RaggedInputs: map[string]bool{"INPUT": true},
+			BatchInputs: []BatchInput{
+				{Kind: ElementCount, Targets: []string{"COUNT"}, DataType: infer.Int32, Source: "INPUT"},
+				{Kind: AccumulatedElementCount, Targets: []string{"ACC"}, DataType: infer.Int32, Source: "INPUT"},
+				{Kind: AccumulatedElementCountWithZero, Targets: []string{"ACC0"}, DataType: infer.FP32, Source: "INPUT"},
+				{Kind: MaxElementCountAsShape, Targets: []string{"MAX"}, DataType: infer.Int32, Source: "INPUT"},
+				{Kind: ItemShape, Targets: []string{"SHAPE"}, DataType: infer.Int32, Source: "INPUT"},
+				{Kind: ItemShapeFlatten, Targets: []string{"SHAPE_FLAT"}, DataType: infer.Int32, Source: "INPUT"},
+			},
+			BatchOutputs: []BatchOutput{{Targets: []string{"OUT"}, Source: "INPUT"}},
+		}, exec)
+		ragged := func(n int, base int32) *Request {
+			data := make([]byte, 4*n)
+			for i := range n {
+				binary.LittleEndian.PutUint32(data[4*i:], uint32(base+int32(i)))
+			}
+			return &Request{
+				Inputs:    []infer.Tensor{{Name: "INPUT", DataType: infer.Int32, Shape: infer.Shape{1, int64(n)}, Data: data}},
+				Outputs:   []string{"OUT"},
+				BatchSize: 1,
+			}
+		}
+		chs := []<-chan outcome{h.submit(t.Context(), ragged(3, 0)), h.submit(t.Context(), ragged(4, 100)), h.submit(t.Context(), ragged(5, 200))}
+		h.sleepUntil(10 * ms)
+		for i, ch := range chs {
+			o := <-ch
+			require.NoError(t, o.err)
+			n := 3 + i
+			require.Equal(t, infer.Shape{1, int64(n)}, o.res.Outputs[0].Shape, "request %d gets the shape of its INPUT", i)
+			require.Len(t, o.res.Outputs[0].Data, 4*n)
+			require.Equal(t, uint32(100*i+1), binary.LittleEndian.Uint32(o.res.Outputs[0].Data), "request %d's first element", i)
+			require.Equal(t, 3, o.res.ExecBatch)
+		}
+		i32 := func(name string) []int32 {
+			var out []int32
+			d := seen[name].Data
+			for i := 0; i < len(d); i += 4 {
+				out = append(out, int32(binary.LittleEndian.Uint32(d[i:])))
+			}
+			return out
+		}
+		require.Equal(t, infer.Shape{12}, seen["INPUT"].Shape, "the ragged input is flattened")
+		require.Equal(t, []int32{3, 4, 5}, i32("COUNT"))
+		require.Equal(t, infer.Shape{3}, seen["COUNT"].Shape)
+		require.Equal(t, []int32{3, 7, 12}, i32("ACC"))
+		require.Equal(t, infer.Shape{4}, seen["ACC0"].Shape)
+		require.Equal(t, infer.FP32, seen["ACC0"].DataType)
+		require.Equal(t, infer.Shape{5}, seen["MAX"].Shape, "the largest count as the shape")
+		require.Equal(t, []int32{3, 4, 5}, i32("SHAPE"))
+		require.Equal(t, infer.Shape{3, 1}, seen["SHAPE"].Shape)
+		require.Equal(t, infer.Shape{3}, seen["SHAPE_FLAT"].Shape)
+		h.close()
+	})
+}

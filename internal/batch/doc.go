@@ -35,10 +35,18 @@
 // Data is a capacity-limited sub-slice of the executor's output buffer.
 // BYTES outputs are split by walking the length prefixes.
 //
-// Ragged inputs: ONNX Runtime needs rectangular tensors, so inputs marked
-// allow_ragged_batch (Options.RaggedInputs) are still never concatenated
-// when their shapes differ. A request whose non-batch shape differs from
-// the head's simply heads a different batch.
+// Ragged batching (Triton's allow_ragged_batch, batch_input and
+// batch_output; ragged.go): requests whose shapes differ only in ragged
+// inputs (Options.RaggedInputs) share a batch, and the executor gets each
+// ragged input flattened into one dimension, [total elements], the
+// requests' data concatenated. Options.BatchInputs are computed from the
+// batch formed and added to the inputs: each request's element count of a
+// source input, their running sums (with or without a leading 0), a tensor
+// whose shape is the largest count, and each row's shape (as [rows, rank]
+// or flattened). Options.BatchOutputs are split by the shape of a request
+// input: each request gets as many elements as its source input has,
+// shaped like it. Such a model's batches always take this path, even a
+// batch of one.
 //
 // Requests whose output lists differ share a batch: the executor is asked
 // for the union of their outputs and each request gets the ones it named.

@@ -62,7 +62,18 @@ func (b *Batcher) execute(s *slot) {
 	ctx := b.execCtx
 	var inputs []infer.Tensor
 	var names []string
-	if len(batch) == 1 {
+	_, keepsRequests := s.exec.(RequestExecutor)
+	ragged := b.ragged && !keepsRequests
+	var packErr error
+	if ragged {
+		// Ragged inputs flattened, batch inputs added (ragged.go); even
+		// a batch of one needs them.
+		if len(batch) == 1 {
+			ctx = batch[0].ctx
+		}
+		inputs, packErr = b.packRagged(batch, total)
+		names = unionOutputs(batch)
+	} else if len(batch) == 1 {
 		// Pass the tensors through; the request's own context lets a
 		// cancelled client stop the run.
 		p := batch[0]
@@ -75,13 +86,22 @@ func (b *Batcher) execute(s *slot) {
 		inputs, names = s.pack(batch, total)
 	}
 	packed := time.Now()
-	outs, err := s.exec.Execute(ctx, inputs, names)
+	var outs []infer.Tensor
+	var err error
+	if packErr != nil {
+		err = b.outputError("pack the batch: %v", packErr)
+	} else {
+		outs, err = s.exec.Execute(ctx, inputs, names)
+	}
 	computed := time.Now()
 	switch {
+	case packErr != nil:
 	case err != nil:
 		err = b.backendError(ctx, err)
 	case len(outs) != len(names):
 		err = b.outputError("executor returned %d outputs, want %d", len(outs), len(names))
+	case ragged:
+		err = b.splitRagged(batch, outs, names, total)
 	case len(batch) == 1:
 		batch[0].out.Outputs = outs
 	default:

@@ -313,7 +313,7 @@ scan:
 				}
 				if head == nil {
 					head = p
-				} else if total+p.bs > b.maxBatch || !compatible(head.req, p.req) {
+				} else if total+p.bs > b.maxBatch || !compatible(head.req, p.req, b.raggedInputs) {
 					// FIFO: the batch cannot grow past this request.
 					blocked = true
 					break scan
@@ -358,8 +358,9 @@ scan:
 }
 
 // compatible reports whether two requests can share a batch: the same
-// inputs with the same data types and the same non-batch dimensions.
-func compatible(a, b *Request) bool {
+// inputs with the same data types and the same non-batch dimensions,
+// except for ragged inputs, whose shapes may differ.
+func compatible(a, b *Request, ragged map[string]bool) bool {
 	if len(a.Inputs) != len(b.Inputs) {
 		return false
 	}
@@ -368,7 +369,7 @@ func compatible(a, b *Request) bool {
 		if x.Name != y.Name || x.DataType != y.DataType || len(x.Shape) != len(y.Shape) || len(x.Shape) == 0 {
 			return false
 		}
-		if !sameDims(x.Shape[1:], y.Shape[1:]) {
+		if !ragged[x.Name] && !sameDims(x.Shape[1:], y.Shape[1:]) {
 			return false
 		}
 	}
