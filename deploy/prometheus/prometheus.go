@@ -1,8 +1,8 @@
 // Package prometheus holds Sluice's Prometheus alerting and recording rules
 // (sluice-rules.yml), their promtool unit tests (tests/), and the
 // prometheus-operator PrometheusRule manifest generated from the same file
-// (sluice-prometheusrule.yaml). ALERTS.md says what each alert means and
-// what to do about it.
+// (sluice-prometheusrule.yaml). docs/operations.md (its Alerts section) says
+// what each alert means and what to do about it.
 //
 // Regenerate the manifest after editing the rules with
 //
