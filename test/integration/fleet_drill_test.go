@@ -185,11 +185,13 @@ func TestFleetDrill(t *testing.T) {
 	l.reset()
 	l.start(ctx, 90, 2000)
 	time.Sleep(1500 * time.Millisecond)
-	killed := time.Now()
 	if err := chains[2].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	<-chains[2].done
+	// The process is gone: a request sent before this may have been
+	// accepted by it (in flight), none sent after can be.
+	killed := time.Now()
 	time.Sleep(1500 * time.Millisecond)
 	l.halt()
 	lost := l.checkKill(t, 2, killed)
@@ -582,7 +584,8 @@ func (l *flLoad) lastVersion2(decided time.Time) (time.Duration, int) {
 }
 
 // checkKill checks that the only failed requests were on chain gw and
-// started before killed (in flight at the kill), and returns how many.
+// started before killed, when its process had exited (in flight at the
+// kill), and returns how many.
 func (l *flLoad) checkKill(t *testing.T, gw int, killed time.Time) int {
 	t.Helper()
 	l.mu.Lock()
