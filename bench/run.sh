@@ -5,7 +5,7 @@
 # Starts, on free 127.0.0.1 ports: bin/sluice serving a temporary repository
 # that holds parcel_eta twice (as `parcel_eta`, dynamic batching off, and as
 # `parcel_eta_batched`, dynamic batching on), and the Flask + gunicorn +
-# PyTorch peer from ../shared/peers. The harness (bench/cmd/modelbench)
+# PyTorch peer from bench/peers. The harness (bench/cmd/modelbench)
 # measures raw ONNX Runtime in-process, then drives every server row with
 # `bin/sluice perf`, and writes the report. Every process this script starts
 # is stopped by pid, whatever happens. `make bench` builds bin/sluice first.
@@ -23,7 +23,7 @@
 #   BENCH_RANKER_CONCURRENCY [1,8,32] concurrency levels of the route_ranker rows
 #   BENCH_STARTUP_RUNS [5]            Sluice start-up measurements
 #   BENCH_OUT [bench/results/serving.md]
-#   BENCH_PEERS_DIR [<repo>/../shared/peers]
+#   BENCH_PEERS_DIR [<repo>/bench/peers]
 #   BENCH_NO_PEER [unset]             set to 1 to leave the Flask peer out
 #   SLUICE_BIN [bin/sluice]
 #   BENCH_FEATURES [1]                 0 leaves the feature store benchmark out
@@ -52,7 +52,7 @@ RANKER="${BENCH_RANKER:-1}"
 RANKER_LEVELS="${BENCH_RANKER_CONCURRENCY:-1,8,32}"
 STARTUP_RUNS="${BENCH_STARTUP_RUNS:-5}"
 OUT="${BENCH_OUT:-bench/results/serving.md}"
-PEERS="${BENCH_PEERS_DIR:-$ROOT/../shared/peers}"
+PEERS="${BENCH_PEERS_DIR:-$ROOT/bench/peers}"
 BIN="${SLUICE_BIN:-bin/sluice}"
 PY=/usr/bin/python3 # Debian's python3-torch and python3-flask live here
 CORES="$(nproc)"

@@ -12,7 +12,7 @@
 #   parcel_eta                                      the ONNX model as shipped
 # (N = BENCH_TORCH_INSTANCES, default: the number of cores; one worker
 # process per instance, one torch thread each, as the example configs say),
-# and the Flask peer from ../shared/peers under gunicorn (one sync worker per
+# and the Flask peer from bench/peers under gunicorn (one sync worker per
 # core, one torch thread each, as its README says). The harness
 # (bench/cmd/torchbench) drives every row with `bin/sluice perf` over HTTP
 # JSON (the peer speaks KServe v2 JSON only) at each concurrency and at fixed
@@ -28,7 +28,7 @@
 #   BENCH_TORCH_INSTANCES [nproc]      instance_group count of every PyTorch model
 #   BENCH_TORCH_BATCH_DELAY_US [0]     max_queue_delay_microseconds of the *_batched models
 #   BENCH_TORCH_OUT [bench/results/pytorch.md]
-#   BENCH_PEERS_DIR [<repo>/../shared/peers]
+#   BENCH_PEERS_DIR [<repo>/bench/peers]
 #   SLUICE_BIN [bin/sluice]
 # With the defaults the run takes 3 to 4 minutes; the harness is killed
 # after 8 minutes whatever happens.
@@ -45,7 +45,7 @@ CORES="$(nproc)"
 INSTANCES="${BENCH_TORCH_INSTANCES:-$CORES}"
 DELAY_US="${BENCH_TORCH_BATCH_DELAY_US:-0}"
 OUT="${BENCH_TORCH_OUT:-bench/results/pytorch.md}"
-PEERS="${BENCH_PEERS_DIR:-$ROOT/../shared/peers}"
+PEERS="${BENCH_PEERS_DIR:-$ROOT/bench/peers}"
 BIN="${SLUICE_BIN:-bin/sluice}"
 PY=/usr/bin/python3 # Debian's python3-torch and python3-flask live here
 

@@ -268,7 +268,7 @@ func startHAProxy(ctx context.Context, c config, h *hopResult, ps *procs, upstre
 	if out, err := exec.CommandContext(ctx, bin, "-v").Output(); err == nil {
 		h.HAProxyVersion = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
 	}
-	h.HAProxyCmd = fmt.Sprintf("UPSTREAM=%s LISTEN=%s haproxy -db -f ../shared/peers/haproxy.cfg", upstream, listen)
+	h.HAProxyCmd = fmt.Sprintf("UPSTREAM=%s LISTEN=%s haproxy -db -f bench/peers/haproxy.cfg", upstream, listen)
 	say("starting HAProxy on %s", listen)
 	p, err := ps.start("haproxy", bin, []string{"-db", "-f", cfg}, []string{"UPSTREAM=" + upstream, "LISTEN=" + listen})
 	if err != nil {

@@ -3,7 +3,7 @@
 //
 //   - the proxy hop: the same KServe v2 infer request (examples/requests,
 //     parcel_eta) at a fixed rate, open loop, sent directly to a
-//     `sluice model-server`, through HAProxy with ../shared/peers/haproxy.cfg,
+//     `sluice model-server`, through HAProxy with bench/peers/haproxy.cfg,
 //     and through the Sluice gateway's KServe v2 passthrough (API-key auth,
 //     rate limit, route); the latency each proxy adds over direct calls, and
 //     each process's CPU time per request;
@@ -68,7 +68,7 @@ func main() {
 	fs := flag.NewFlagSet("gatewaybench", flag.ExitOnError)
 	fs.StringVar(&c.SluiceBin, "sluice-bin", "", "sluice binary (default: go build ./cmd/sluice into a temporary folder)")
 	fs.StringVar(&c.HAProxy, "haproxy", "haproxy", "HAProxy binary ('' leaves the HAProxy rows out)")
-	fs.StringVar(&c.PeersDir, "peers", "../shared/peers", "folder holding haproxy.cfg")
+	fs.StringVar(&c.PeersDir, "peers", "bench/peers", "folder holding haproxy.cfg")
 	fs.StringVar(&c.RedisAddr, "redis", envOr("SLUICE_REDIS_ADDR", "127.0.0.1:6379"), "Redis for the full chain's online store ('' leaves the full chain out)")
 	fs.StringVar(&c.Model, "model", "parcel_eta", "model of the hop comparison (a folder of examples/models)")
 	fs.StringVar(&c.Request, "request", "examples/requests/parcel_eta.json", "KServe v2 JSON body of every hop request")
