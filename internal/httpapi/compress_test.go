@@ -58,3 +58,18 @@ func TestInferResponseCompression(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, plainBin.Body.Bytes(), got)
 }
+
+// Accept-Encoding is client input: any value picks gzip, deflate or
+// nothing, without panicking.
+func FuzzAcceptedEncoding(f *testing.F) {
+	for _, s := range []string{"gzip", "deflate", "gzip;q=0", "br;q=1.0, deflate;q=0.5", ";;,,q=", "GZIP ; q = 0.0", "*"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, header string) {
+		switch enc := acceptedEncoding(header); enc {
+		case "", "gzip", "deflate":
+		default:
+			t.Fatalf("acceptedEncoding(%q) = %q", header, enc)
+		}
+	})
+}
