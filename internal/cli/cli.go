@@ -59,7 +59,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
                                         (KServe v2 HTTP :8000, gRPC :8001, metrics :8002)
   sluice feature-server --repo DIR      serve online features (Feast HTTP API, :6566)
   sluice repo check DIR                 validate a model repository offline
-  sluice status | rollout | shadow      operate a running deployment`,
+  sluice status | rollout | shadow      operate a running deployment
+  sluice accuracy import|status|report  online accuracy from outcomes`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -75,6 +76,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		newConfigCmd(),
 		newRolloutCmd(),
 		newShadowCmd(),
+		newAccuracyCmd(),
 		newStatusCmd(),
 		newVersionCmd(),
 	)
