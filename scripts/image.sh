@@ -137,6 +137,13 @@ else
   ctr=""
 fi
 buildah tag "$tag" "$name:$variant"
+# Earlier builds of this variant are superseded: drop their tags (and the
+# images, unless something else holds them), so storage does not grow with
+# every source change.
+re_name="$(printf '%s' "$name" | sed 's/[.[\*^$]/\\&/g')"
+buildah images --format '{{.Name}}:{{.Tag}}' 2>/dev/null |
+  grep -E "^$re_name:$variant-[0-9a-f]{16}\$" | grep -vxF "$tag" |
+  while read -r old; do buildah rmi "$old" >/dev/null 2>&1 || true; done
 say "image $tag ($(buildah inspect --type image --format '{{.FromImageID}}' "$tag" | cut -c1-12))"
 
 if [ -n "$oci_archive" ]; then
