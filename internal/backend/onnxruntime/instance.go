@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 
 	ort "github.com/yalue/onnxruntime_go"
@@ -146,11 +147,26 @@ func (in *Instance) executeWrapped(ctx context.Context, ordered []*infer.Tensor,
 			return nil, err
 		}
 	}
-	if err := in.preallocate(ordered, outs); err != nil {
+	guessed, err := in.preallocate(ordered, outs, true)
+	if err != nil {
 		return nil, err
 	}
 	if err := in.run(ctx, values, outs); err != nil {
-		return nil, err
+		if !guessed || ctx.Err() != nil {
+			return nil, err
+		}
+		// A shape taken from a like input was wrong: run again with only
+		// the shapes the signature fixes.
+		for j := range outs {
+			destroy(outs[j])
+			outs[j] = nil
+		}
+		if _, err := in.preallocate(ordered, outs, false); err != nil {
+			return nil, err
+		}
+		if err := in.run(ctx, values, outs); err != nil {
+			return nil, err
+		}
 	}
 
 	result := make([]infer.Tensor, len(want))
@@ -288,7 +304,13 @@ func (in *Instance) wantedOutputs(outputs []string, buf []int) ([]int, error) {
 // them itself (it copies half the bytes and fails with "not enough space"),
 // so a model whose FP16 or BF16 outputs have variable inner dimensions
 // fails at run time with that error.
-func (in *Instance) preallocate(inputs []*infer.Tensor, outs []ort.Value) error {
+//
+// With likeInputs, an output whose signature shape has more variable
+// dimensions than the batch takes the concrete shape of an input whose
+// signature shape is the same pattern (an identity or element-wise
+// model, as Triton's QA FP16 identity models); guessed reports whether it
+// did, so that a failed run can be repeated without those guesses.
+func (in *Instance) preallocate(inputs []*infer.Tensor, outs []ort.Value, likeInputs bool) (guessed bool, err error) {
 	batch := int64(-2) // not yet computed
 	for j, spec := range in.sig.Outputs {
 		if spec.DataType != infer.FP16 && spec.DataType != infer.BF16 {
@@ -298,6 +320,11 @@ func (in *Instance) preallocate(inputs []*infer.Tensor, outs []ort.Value) error 
 			batch = batchSize(in.sig.Inputs, inputs)
 		}
 		shape, ok := guessOutputShape(spec.Shape, batch)
+		if !ok && likeInputs {
+			if shape, ok = in.likeInputShape(spec, inputs); ok {
+				guessed = true
+			}
+		}
 		if !ok {
 			continue
 		}
@@ -308,14 +335,27 @@ func (in *Instance) preallocate(inputs []*infer.Tensor, outs []ort.Value) error 
 		buf := make([]byte, max(n*spec.DataType.Size(), 8))
 		v, err := ort.NewCustomDataTensor(ort.Shape(shape), buf, ortCustomType(spec.DataType))
 		if err != nil {
-			return &infer.Error{
+			return guessed, &infer.Error{
 				Kind: infer.KindInternal, Reason: "backend_error",
 				Msg: in.where(fmt.Sprintf("allocate output '%s'", spec.Name)), Err: err,
 			}
 		}
 		outs[j] = v
 	}
-	return nil
+	return guessed, nil
+}
+
+// likeInputShape returns the concrete shape of the first input of the same
+// data type whose signature shape equals the output's (same rank, same
+// fixed dimensions, variable ones in the same places).
+func (in *Instance) likeInputShape(out infer.TensorSpec, inputs []*infer.Tensor) (infer.Shape, bool) {
+	for i, spec := range in.sig.Inputs {
+		if i >= len(inputs) || inputs[i] == nil || spec.DataType != out.DataType || !slices.Equal(spec.Shape, out.Shape) {
+			continue
+		}
+		return inputs[i].Shape.Clone(), true
+	}
+	return nil, false
 }
 
 // newValue wraps one input tensor for ONNX Runtime. Numeric data is shared,
