@@ -104,7 +104,7 @@ func AutoComplete(cfg *inferencepb.ModelConfig, sig infer.Signature) error {
 		return slices.Clone(shape), nil
 	}
 
-	seqInputs, seqOutputs := SequenceTensors(cfg)
+	seqInputs, seqOutputs := ServerTensors(cfg)
 	if len(cfg.Input) == 0 {
 		for _, spec := range sig.Inputs {
 			if seqInputs[spec.Name] || spec.Optional {

@@ -32,11 +32,12 @@ func SequenceControlType(c *inferencepb.ModelSequenceBatching_Control) inference
 	return dt
 }
 
-// SequenceTensors names the model inputs and outputs that the sequence
-// batcher feeds and reads itself (control inputs, implicit states): they
-// are model tensors that clients never send and the configuration does
-// not list. Both maps are empty without sequence_batching.
-func SequenceTensors(cfg *inferencepb.ModelConfig) (inputs, outputs map[string]bool) {
+// ServerTensors names the model inputs and outputs the server feeds and
+// reads itself: the sequence batcher's control inputs and implicit states,
+// and the dynamic batcher's batch inputs. They are model tensors that
+// clients never send and the configuration does not list. Both maps are
+// empty when the config has none.
+func ServerTensors(cfg *inferencepb.ModelConfig) (inputs, outputs map[string]bool) {
 	inputs, outputs = map[string]bool{}, map[string]bool{}
 	sb := cfg.GetSequenceBatching()
 	for _, ci := range sb.GetControlInput() {
@@ -45,6 +46,11 @@ func SequenceTensors(cfg *inferencepb.ModelConfig) (inputs, outputs map[string]b
 	for _, st := range sb.GetState() {
 		inputs[st.GetInputName()] = true
 		outputs[st.GetOutputName()] = true
+	}
+	for _, bi := range cfg.GetBatchInput() {
+		for _, t := range bi.GetTargetName() {
+			inputs[t] = true
+		}
 	}
 	return inputs, outputs
 }
@@ -205,13 +211,13 @@ func (v *validator) sequenceSignature(sig infer.Signature) {
 	for i, ci := range sb.GetControlInput() {
 		for _, c := range ci.GetControl() {
 			want := SequenceControlType(c)
-			v.sequenceTensor(fmt.Sprintf("sequence_batching.control_input[%d]", i), "control input", ci.GetName(), want, sig.Inputs)
+			v.sequenceTensor(fmt.Sprintf("sequence_batching.control_input[%d]", i), "sequence_batching: control input", ci.GetName(), want, sig.Inputs)
 		}
 	}
 	for i, st := range sb.GetState() {
 		path := fmt.Sprintf("sequence_batching.state[%d]", i)
-		v.sequenceTensor(path, "state input", st.GetInputName(), st.GetDataType(), sig.Inputs)
-		v.sequenceTensor(path, "state output", st.GetOutputName(), st.GetDataType(), sig.Outputs)
+		v.sequenceTensor(path, "sequence_batching: state input", st.GetInputName(), st.GetDataType(), sig.Inputs)
+		v.sequenceTensor(path, "sequence_batching: state output", st.GetOutputName(), st.GetDataType(), sig.Outputs)
 	}
 }
 
@@ -221,10 +227,10 @@ func (v *validator) sequenceTensor(path, what, name string, want inferencepb.Dat
 	}
 	spec, ok := findSpec(specs, name)
 	if !ok {
-		v.add(path, "sequence_batching: %s '%s': the model has no such tensor", what, name)
+		v.add(path, "%s '%s': the model has no such tensor", what, name)
 		return
 	}
 	if got := ToInfer(want); got != spec.DataType {
-		v.add(path, "sequence_batching: %s '%s' is %s in the configuration but %s in the model", what, name, want, FromInfer(spec.DataType))
+		v.add(path, "%s '%s' is %s in the configuration but %s in the model", what, name, want, FromInfer(spec.DataType))
 	}
 }

@@ -53,6 +53,7 @@ func Validate(cfg *inferencepb.ModelConfig, src *Source) Errors {
 	v.instanceGroups()
 	v.dynamicBatching()
 	v.sequenceBatching()
+	v.batchInputsOutputs()
 	v.ensemble()
 	v.warmup()
 	return v.sorted()
@@ -411,16 +412,23 @@ func ValidateSignature(cfg *inferencepb.ModelConfig, sig infer.Signature, src *S
 			continue
 		}
 		listed[in.Name] = true
+		if v.raggedInput(i, in, sig.Inputs) {
+			continue
+		}
 		v.checkTensor("input", i, in.Name, in.DataType, in.Dims, in.Reshape, sig.Inputs)
 	}
 	for i, out := range cfg.Output {
 		if out == nil {
 			continue
 		}
+		if v.scatteredOutput(i, out, sig.Outputs) {
+			continue
+		}
 		v.checkTensor("output", i, out.Name, out.DataType, out.Dims, out.Reshape, sig.Outputs)
 	}
-	seqInputs, _ := SequenceTensors(cfg)
+	seqInputs, _ := ServerTensors(cfg)
 	v.sequenceSignature(sig)
+	v.batchInputSignature(sig)
 	for _, spec := range sig.Inputs {
 		if !listed[spec.Name] && !seqInputs[spec.Name] && !spec.Optional {
 			v.add("input", "input '%s': the model has this input (%s %s) but the configuration does not list it", spec.Name, FromInfer(spec.DataType), spec.Shape)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/batch"
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/modelconfig"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
 
@@ -33,6 +34,17 @@ func schedulerOptions(model, version string, cfg *inferencepb.ModelConfig) batch
 			o.RaggedInputs[in.GetName()] = true
 		}
 	}
+	for _, bi := range cfg.GetBatchInput() {
+		o.BatchInputs = append(o.BatchInputs, batch.BatchInput{
+			Kind:     batch.BatchInputKind(bi.GetKind()), // the same order as Triton's enum
+			Targets:  bi.GetTargetName(),
+			DataType: modelconfig.ToInfer(bi.GetDataType()),
+			Source:   firstOf(bi.GetSourceInput()),
+		})
+	}
+	for _, bo := range cfg.GetBatchOutput() {
+		o.BatchOutputs = append(o.BatchOutputs, batch.BatchOutput{Targets: bo.GetTargetName(), Source: firstOf(bo.GetSourceInput())})
+	}
 	db := cfg.GetDynamicBatching()
 	if db == nil {
 		return o
@@ -57,6 +69,15 @@ func schedulerOptions(model, version string, cfg *inferencepb.ModelConfig) batch
 		o.PriorityQueuePolicy[int(level)] = queuePolicy(qp)
 	}
 	return o
+}
+
+// firstOf returns the first element of names, or "" (modelconfig.Validate
+// requires exactly one source input).
+func firstOf(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	return names[0]
 }
 
 // queuePolicy converts Triton's ModelQueuePolicy.

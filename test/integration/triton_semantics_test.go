@@ -5,7 +5,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sluice-ml/sluice/internal/testutil/onnxgen"
@@ -166,5 +169,66 @@ output { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] }
 	code, _, raw := inferJSON(t, base, "bias", `{"inputs":[{"name":"B","datatype":"FP32","shape":[2],"data":[1,1]}]}`)
 	if code != http.StatusBadRequest || !strings.Contains(raw, "missing_input") {
 		t.Errorf("a required input left out: %d %s, want 400 missing_input", code, raw)
+	}
+}
+
+// Ragged batching on ONNX Runtime, after Triton's ragged-batching guide
+// and qa/L0_batch_input: INPUT has allow_ragged_batch, so requests of
+// [1,3] and [1,4] share one execution; the model gets INPUT flattened and
+// INDEX (BATCH_ELEMENT_COUNT of INPUT), and adds the sum of INDEX to
+// every element, so each answer shows which batch it ran in;
+// OUTPUT is split back by each request's INPUT shape
+// (BATCH_SCATTER_WITH_INPUT_SHAPE).
+func TestRaggedBatchInputOutput(t *testing.T) {
+	repo := t.TempDir()
+	writeModel(t, repo, "ragged", onnxgen.Model{
+		Inputs: []onnxgen.Value{
+			{Name: "INPUT", Type: onnxgen.Float, Dims: []int64{-1}},
+			{Name: "INDEX", Type: onnxgen.Int32, Dims: []int64{-1}},
+		},
+		Outputs: []onnxgen.Value{{Name: "OUTPUT", Type: onnxgen.Float, Dims: []int64{-1}}},
+		Nodes: []onnxgen.Node{
+			{Op: "Cast", Inputs: []string{"INDEX"}, Outputs: []string{"index_f"}, Ints: map[string]int64{"to": int64(onnxgen.Float)}},
+			{Op: "ReduceSum", Inputs: []string{"index_f"}, Outputs: []string{"index_sum"}, Ints: map[string]int64{"keepdims": 1}},
+			{Op: "Add", Inputs: []string{"INPUT", "index_sum"}, Outputs: []string{"OUTPUT"}},
+		},
+	}, `name: "ragged"
+backend: "onnxruntime"
+max_batch_size: 4
+input { name: "INPUT" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true }
+output { name: "OUTPUT" data_type: TYPE_FP32 dims: [ -1 ] }
+batch_input { kind: BATCH_ELEMENT_COUNT target_name: "INDEX" data_type: TYPE_INT32 source_input: "INPUT" }
+batch_output { kind: BATCH_SCATTER_WITH_INPUT_SHAPE target_name: "OUTPUT" source_input: "INPUT" }
+dynamic_batching { preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 3000000 }
+`)
+	s := startServer(t, "--model-repository", repo)
+	base := "http://" + s.http
+	type answer struct {
+		code int
+		out  v2Out
+		raw  string
+	}
+	send := func(data string, n int) answer {
+		code, out, raw := inferJSON(t, base, "ragged", `{"inputs":[{"name":"INPUT","datatype":"FP32","shape":[1,`+strconv.Itoa(n)+`],"data":[`+data+`]}]}`)
+		return answer{code, out, raw}
+	}
+	var a, b answer
+	var wg sync.WaitGroup
+	wg.Go(func() { a = send("1,2,3", 3) })
+	wg.Go(func() { b = send("10,20,30,40", 4) })
+	wg.Wait()
+	check := func(name string, got answer, shape []int64, want []float64) {
+		t.Helper()
+		if got.code != http.StatusOK || len(got.out.Outputs) != 1 || !slices.Equal(got.out.Outputs[0].Shape, shape) || !slices.Equal(got.out.Outputs[0].Data, want) {
+			t.Errorf("%s: %d %s, want shape %v data %v", name, got.code, got.raw, shape, want)
+		}
+	}
+	// One batch: INDEX is [3, 4] in either order, its sum 7.
+	check("request of 3", a, []int64{1, 3}, []float64{8, 9, 10})
+	check("request of 4", b, []int64{1, 4}, []float64{17, 27, 37, 47})
+	st := modelStats(t, base, "ragged")
+	if st.ModelStats[0].ExecutionCount != 1 || st.ModelStats[0].InferenceCount != 2 {
+		t.Errorf("two requests of different shapes ran in %d executions (inference_count %d), want 1",
+			st.ModelStats[0].ExecutionCount, st.ModelStats[0].InferenceCount)
 	}
 }
