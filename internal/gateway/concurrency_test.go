@@ -46,7 +46,8 @@ func TestAccessLog(t *testing.T) {
 	e.remote.set(epB, behaveUnavailable)
 	ok := e.post(t, `{"user_id": 7, "base_eta": 30}`, "Authorization", "Bearer alice-key", "X-Request-Id", "log-ok")
 	requireOK(t, ok)
-	requireError(t, e.post(t, plainBody, "X-Request-Id", "log-401"), http.StatusUnauthorized, "missing_api_key")
+	unauth := e.post(t, plainBody, "X-Request-Id", "log-401")
+	requireError(t, unauth, http.StatusUnauthorized, "missing_api_key")
 	require.NoError(t, e.g.Close(context.Background()), "Close flushes the log")
 
 	entries := map[string]map[string]any{}
@@ -67,10 +68,13 @@ func TestAccessLog(t *testing.T) {
 	require.Equal(t, "model", good["source"])
 	require.Equal(t, float64(len(e.remote.callsOf("log-ok"))-1), good["retries"])
 	require.Equal(t, float64(len(`{"user_id": 7, "base_eta": 30}`)), good["request_bytes"])
+	require.Equal(t, float64(len(ok.Body)), good["response_bytes"], "the bytes of the answer sent")
 
 	bad := entries["log-401"]
 	require.Equal(t, 401.0, bad["status"])
 	require.Equal(t, "missing_api_key", bad["reason"])
+	require.Equal(t, float64(len(unauth.Body)), bad["response_bytes"], "the bytes of the error body sent")
+	require.Positive(t, len(unauth.Body))
 	require.NotContains(t, buf.String(), "alice-key", "keys are never logged")
 }
 

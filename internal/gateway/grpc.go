@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -69,6 +70,16 @@ func (s *grpcService) Predict(ctx context.Context, req *gatewaypb.PredictRequest
 		md.Set("x-trace-id", telemetry.TraceID(tctx))
 		_ = grpc.SetHeader(ctx, md)
 	}
+	// The response is built before the call is logged, so the log has
+	// its size.
+	var resp *gatewaypb.PredictResponse
+	c.Respond = func(a *Answer, err error) int64 {
+		if err != nil {
+			return int64(proto.Size(status.Convert(wire.GRPCStatus(err)).Proto()))
+		}
+		resp = predictResponse(a)
+		return int64(proto.Size(resp))
+	}
 	a, err := g.predict(ctx, st, svc, c)
 	if err != nil {
 		if rl, ok := asRateLimited(err); ok {
@@ -76,6 +87,12 @@ func (s *grpcService) Predict(ctx context.Context, req *gatewaypb.PredictRequest
 		}
 		return nil, wire.GRPCStatus(err)
 	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs("x-sluice-route", a.Route, "x-sluice-version", a.Version))
+	return resp, nil
+}
+
+// predictResponse is the gRPC form of an answer.
+func predictResponse(a *Answer) *gatewaypb.PredictResponse {
 	outs := &structpb.Struct{Fields: make(map[string]*structpb.Value, len(a.Outputs))}
 	for i := range a.Outputs {
 		o := &a.Outputs[i]
@@ -89,11 +106,10 @@ func (s *grpcService) Predict(ctx context.Context, req *gatewaypb.PredictRequest
 		}
 		outs.Fields[o.Name] = structpb.NewListValue(l)
 	}
-	_ = grpc.SetHeader(ctx, metadata.Pairs("x-sluice-route", a.Route, "x-sluice-version", a.Version))
 	return &gatewaypb.PredictResponse{
 		RequestId: a.RequestID, Service: a.Service, Route: a.Route, Model: a.Model,
 		Version: a.Version, Source: a.Source, Outputs: outs,
-	}, nil
+	}
 }
 
 // fieldsBody is the request values of a gRPC call: a protobuf Struct of

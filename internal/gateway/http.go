@@ -65,19 +65,37 @@ func (g *Gateway) serveService(w http.ResponseWriter, r *http.Request, st *state
 	h := w.Header()
 	h["X-Request-Id"] = []string{reqID}
 	body := &httpBody{w: w, r: r, limit: g.opts.MaxBodyBytes}
-	a, err := g.predict(r.Context(), st, s, &Call{
+	_, _ = g.predict(r.Context(), st, s, &Call{
 		Service: s.name, RequestID: reqID, Header: r.Header, Peer: r.RemoteAddr, TLS: r.TLS, Body: body,
 		Traced: func(ctx context.Context) { telemetry.TraceHeaders(ctx, h) },
+		// The answer is written before the call is logged, so the log
+		// has the bytes sent.
+		Respond: func(a *Answer, err error) int64 {
+			if err != nil {
+				cw := &countingWriter{ResponseWriter: w}
+				writeHTTPError(cw, reqID, err)
+				return cw.n
+			}
+			out := appendAnswer(make([]byte, 0, 256), a)
+			h["Content-Type"] = []string{"application/json"}
+			h["X-Sluice-Route"] = []string{a.Route}
+			h["X-Sluice-Version"] = []string{a.Version}
+			n, _ := w.Write(out)
+			return int64(n)
+		},
 	})
-	if err != nil {
-		writeHTTPError(w, reqID, err)
-		return
-	}
-	out := appendAnswer(make([]byte, 0, 256), &a)
-	h["Content-Type"] = []string{"application/json"}
-	h["X-Sluice-Route"] = []string{a.Route}
-	h["X-Sluice-Version"] = []string{a.Version}
-	_, _ = w.Write(out)
+}
+
+// countingWriter counts the body bytes written through it.
+type countingWriter struct {
+	http.ResponseWriter
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // httpBody is a service request's JSON body, read from the connection

@@ -63,6 +63,11 @@ type Call struct {
 	// trace id in its response headers. Not called when the call has no
 	// trace (tracing off and no traceparent from the caller).
 	Traced func(ctx context.Context)
+	// Respond, when set, is called once the answer (a nil a) or the error
+	// is known and before the call is logged: the edge writes its
+	// response there and returns the bytes it wrote, the access log's
+	// response_bytes.
+	Respond func(a *Answer, err error) int64
 }
 
 // Body is the request values of a call in the form an edge received
@@ -213,6 +218,13 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, c *Call) (
 		}
 	}
 	span.End()
+	if c.Respond != nil {
+		var a *Answer
+		if err == nil {
+			a = &x.answer
+		}
+		x.log.ResponseBytes = c.Respond(a, err)
+	}
 	g.record(ctx, x, err)
 	if err != nil {
 		return Answer{}, err

@@ -286,7 +286,7 @@ func (m *Materializer) runEach(ctx context.Context, sel []*feature.View, fn func
 		} else if vr.Note == "" {
 			m.log.Info("materialized view", "view", v.Name,
 				"start", vr.Start, "end", vr.End, "rows_read", vr.RowsRead,
-				"written", vr.Written, "skipped", vr.Skipped, "duration", vr.Duration)
+				"written", vr.Written, "skipped", vr.Skipped, "duration_seconds", vr.Duration.Seconds())
 		}
 		rep.Views = append(rep.Views, vr)
 	}
