@@ -98,6 +98,7 @@ func newServeCmd(use, short string) *cobra.Command {
 	fl.StringArrayVar(&f.loadModels, "load-model", nil, "model to load at start-up in explicit mode; '*' loads all; may repeat")
 	fl.IntVar(&f.pollSecs, "repository-poll-secs", 15, "seconds between repository polls in poll mode")
 	fl.BoolVar(&f.strictConfig, "strict-model-config", false, "require a complete config.pbtxt; no auto-complete from the model")
+	fl.BoolVar(&f.strictConfig, "disable-auto-complete-config", false, "Triton's newer name for --strict-model-config")
 	fl.BoolVar(&f.exitOnError, "exit-on-error", false, "exit at start-up if any model fails to load (Triton's default is true; Sluice keeps serving the others)")
 	fl.BoolVar(&f.strictReadiness, "strict-readiness", true, "server readiness (/v2/health/ready) requires every model to be ready, as Triton's default; with -c the default is false (model_server.strict_readiness), so one broken model does not take the whole process out of rotation")
 	fl.StringArrayVar(&f.backendConfig, "backend-config", nil, "backend setting as <backend>,<setting>=<value>, e.g. onnxruntime,library=/path/libonnxruntime.so.1")
