@@ -77,3 +77,27 @@ func stepSuccesses(t *testing.T, h *harness, model string) uint64 {
 	require.Len(t, st, 1)
 	return st[0].Success.Count
 }
+
+// An ensemble's response carries the request's sequence parameters, as
+// Triton's ensemble scheduler answers them ("parameters": {"sequence_id":
+// 0, "sequence_start": false, "sequence_end": false} when the request had
+// none).
+func TestEnsembleResponseSequenceParameters(t *testing.T) {
+	h := newHarness(t, Options{Repositories: []string{ensembleRepo(t)}})
+	h.start(t)
+	resp, err := h.m.Infer(t.Context(), ensembleRequest("chain"))
+	require.NoError(t, err)
+	require.Equal(t, infer.Parameters{"sequence_id": uint64(0), "sequence_start": false, "sequence_end": false}, resp.Parameters)
+
+	req := ensembleRequest("chain")
+	req.Parameters = infer.Parameters{"sequence_id": "abc", "sequence_start": true}
+	resp, err = h.m.Infer(t.Context(), req)
+	require.NoError(t, err)
+	require.Equal(t, infer.Parameters{"sequence_id": "abc", "sequence_start": true, "sequence_end": false}, resp.Parameters)
+
+	in := ensembleRequest("a").Inputs[0]
+	in.Name = "IN"
+	resp, err = h.m.Infer(t.Context(), &infer.Request{Model: "a", Inputs: []infer.Tensor{in}})
+	require.NoError(t, err)
+	require.Nil(t, resp.Parameters, "a plain model's response has none")
+}

@@ -137,7 +137,11 @@ func (lv *loaded) response(req *infer.Request, outs []infer.Tensor, classes map[
 	if ierr != nil {
 		return nil, ierr
 	}
-	return &infer.Response{ID: req.ID, Model: lv.model, Version: lv.vstr, Outputs: outs}, nil
+	resp := &infer.Response{ID: req.ID, Model: lv.model, Version: lv.vstr, Outputs: outs}
+	if lv.ens != nil {
+		resp.Parameters = sequenceResponseParams(req.Parameters)
+	}
+	return resp, nil
 }
 
 // schedParams are the request parameters the scheduler honours.

@@ -194,3 +194,22 @@ func (lv *loaded) executeSequence(ctx context.Context, inputs []infer.Tensor, ou
 	}
 	return res.Outputs, execTimes{queue: res.QueueTime, input: res.InputTime, infer: res.ComputeTime, output: res.OutputTime}, nil
 }
+
+// sequenceResponseParams are the sequence parameters an ensemble's
+// response carries, as Triton's ensemble scheduler answers them (over
+// HTTP, gRPC and the gRPC stream): the request's correlation id (0 when it
+// had none; a string id stays a string) and its start and end flags.
+func sequenceResponseParams(p infer.Parameters) infer.Parameters {
+	out := infer.Parameters{paramSequenceID: uint64(0), paramSequenceStart: false, paramSequenceEnd: false}
+	id, start, end, ierr := sequenceParams(p)
+	if ierr != nil {
+		return out
+	}
+	if id.Str != "" {
+		out[paramSequenceID] = id.Str
+	} else {
+		out[paramSequenceID] = id.Num
+	}
+	out[paramSequenceStart], out[paramSequenceEnd] = start, end
+	return out
+}
