@@ -16,6 +16,25 @@ import (
 // BenchmarkGetOnlineFeatures reads 1 entity × 50 Float32 features from
 // the embedded (bbolt) store through the Go API.
 func BenchmarkGetOnlineFeatures(b *testing.B) {
+	srv, refs := wideServer(b)
+	ctx := b.Context()
+	req := &Request{Features: refs, Entities: map[string][]feature.Value{"user_id": {{I64: 42}}}}
+	resp, err := srv.GetOnlineFeatures(ctx, req)
+	require.NoError(b, err)
+	require.Equal(b, StatusPresent, resp.Results[50].Statuses[0])
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := srv.GetOnlineFeatures(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// wideServer is a Server over an embedded store holding 1,000 users' rows
+// of the view "wide" (50 Float32 features); it returns the features'
+// references too.
+func wideServer(b *testing.B) (*Server, []string) {
+	b.Helper()
 	store, err := embedded.Open(filepath.Join(b.TempDir(), "online.db"), embedded.Options{NoSync: true})
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = store.Close() })
@@ -47,17 +66,7 @@ func BenchmarkGetOnlineFeatures(b *testing.B) {
 	require.NoError(b, err)
 	require.NoError(b, store.PutMeta(ctx, feature.ViewStateName("wide"), []byte(`{"last_success":"2026-01-02T11:59:00Z"}`)))
 
-	srv := New(h, store, Options{Now: func() time.Time { return now }}, nil, nil)
-	req := &Request{Features: refs, Entities: map[string][]feature.Value{"user_id": {{I64: 42}}}}
-	resp, err := srv.GetOnlineFeatures(ctx, req)
-	require.NoError(b, err)
-	require.Equal(b, StatusPresent, resp.Results[50].Statuses[0])
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := srv.GetOnlineFeatures(ctx, req); err != nil {
-			b.Fatal(err)
-		}
-	}
+	return New(h, store, Options{Now: func() time.Time { return now }}, nil, nil), refs
 }
 
 // BenchmarkGetOnlineFeaturesOlderSchema is BenchmarkGetOnlineFeatures

@@ -247,20 +247,73 @@ func toProtoResponse(r *Response) *feastpb.GetOnlineFeaturesResponse {
 		c := &r.Results[i]
 		t := r.Types[i]
 		fv := &feastpb.GetOnlineFeaturesResponse_FeatureVector{
-			Values:          make([]*feastpb.Value, len(c.Values)),
+			Values:          toProtoValues(t, c.Values),
 			Statuses:        make([]feastpb.FieldStatus, len(c.Statuses)),
 			EventTimestamps: make([]*timestamppb.Timestamp, len(c.EventTimestamps)),
-		}
-		for j := range c.Values {
-			fv.Values[j] = toProtoValue(t, &c.Values[j])
 		}
 		for j, st := range c.Statuses {
 			fv.Statuses[j] = feastpb.FieldStatus(st)
 		}
+		// One allocation for the column's timestamps, not one each.
+		tss := make([]timestamppb.Timestamp, len(c.EventTimestamps))
 		for j, ts := range c.EventTimestamps {
-			fv.EventTimestamps[j] = timestamppb.New(ts)
+			tss[j].Seconds, tss[j].Nanos = ts.Unix(), int32(ts.Nanosecond()) //nolint:gosec // G115: nanoseconds fit in int32
+			fv.EventTimestamps[j] = &tss[j]
 		}
 		out.Results[i] = fv
+	}
+	return out
+}
+
+// toProtoValues converts a column of type t. Scalars take two
+// allocations for the whole column (the Values and their oneof
+// wrappers), not two per value: a 100-row answer of 50 features has
+// 5,000 values.
+func toProtoValues(t feature.Type, vals []feature.Value) []*feastpb.Value {
+	out := make([]*feastpb.Value, len(vals))
+	slab := make([]feastpb.Value, len(vals))
+	for j := range vals {
+		out[j] = &slab[j]
+	}
+	if t.List {
+		for j := range vals {
+			if !vals[j].Null {
+				slab[j].Val = toProtoValue(t, &vals[j]).Val
+			}
+		}
+		return out
+	}
+	switch t.Kind {
+	case feature.KindInt64:
+		w := make([]feastpb.Value_Int64Val, len(vals))
+		for j := range vals {
+			if !vals[j].Null {
+				w[j].Int64Val = vals[j].I64
+				slab[j].Val = &w[j]
+			}
+		}
+	case feature.KindFloat32:
+		w := make([]feastpb.Value_FloatVal, len(vals))
+		for j := range vals {
+			if !vals[j].Null {
+				w[j].FloatVal = float32(vals[j].F64)
+				slab[j].Val = &w[j]
+			}
+		}
+	case feature.KindFloat64:
+		w := make([]feastpb.Value_DoubleVal, len(vals))
+		for j := range vals {
+			if !vals[j].Null {
+				w[j].DoubleVal = vals[j].F64
+				slab[j].Val = &w[j]
+			}
+		}
+	default:
+		for j := range vals {
+			if !vals[j].Null {
+				slab[j].Val = toProtoValue(t, &vals[j]).Val
+			}
+		}
 	}
 	return out
 }

@@ -22,7 +22,7 @@ import (
 
 // serveGRPC serves s's gRPC edge on a loopback port and returns a client
 // connection to it.
-func serveGRPC(t *testing.T, s *Server, opts GRPCOptions) *grpc.ClientConn {
+func serveGRPC(t testing.TB, s *Server, opts GRPCOptions) *grpc.ClientConn {
 	t.Helper()
 	var lc net.ListenConfig
 	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
