@@ -85,6 +85,12 @@ func (g *Gateway) driftFor(sc config.Service, s *service) (*serviceDrift, error)
 				return nil, fmt.Errorf("service %q drift.reference: %w", sc.Name, err)
 			}
 		}
+	} else if refs := g.fleetDriftReference(sc.Name); refs != nil {
+		// Another replica recorded the fleet's reference: use it.
+		for _, r := range refs {
+			_ = mon.SetReference(r.Name, r) // names this configuration does not watch are skipped
+		}
+		g.logger.Info("drift reference loaded from the fleet", "service", sc.Name, "variables", len(refs))
 	} else {
 		d.recordUntil = g.opts.Now().Add(dc.RecordFor.Std())
 	}
@@ -141,6 +147,12 @@ func (d *serviceDrift) check(now time.Time, g *Gateway) {
 			d.recordUntil = time.Time{}
 			d.mu.Unlock()
 			g.logger.Info("drift reference recorded from live traffic", "service", d.service, "variables", n)
+			if g.opts.Fleet != nil {
+				// One reference per fleet: the first replica's.
+				for _, r := range g.shareDriftReference(d.service, d.mon.References()) {
+					_ = d.mon.SetReference(r.Name, r)
+				}
+			}
 		}
 	}
 	res := d.mon.Check()

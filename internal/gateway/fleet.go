@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/cluster"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/gateway/fallback"
+	"github.com/sluice-ml/sluice/internal/release/drift"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
 )
 
@@ -27,10 +28,13 @@ import (
 //     replica's entries also leave the server);
 //   - baselines: one key per service, the fleet's completed fallback
 //     baseline buckets, merged by compare-and-set as each replica
-//     completes one and read by a replica at start.
+//     completes one and read by a replica at start;
+//   - drift: one key per service, the drift reference recorded from live
+//     traffic (drift.record_for) by the first replica to finish
+//     recording; the others, and replicas started later, use it.
 type Fleet struct {
-	c                           *cluster.Cluster
-	rollouts, windows, baseline *cluster.Bucket
+	c                                  *cluster.Cluster
+	rollouts, windows, baseline, drift *cluster.Bucket
 }
 
 // OpenFleet creates or opens the gateway's buckets on a connected
@@ -42,12 +46,17 @@ func OpenFleet(ctx context.Context, c *cluster.Cluster) (*Fleet, error) {
 		return nil, err
 	}
 	if f.windows, err = c.Bucket(ctx, "windows", cluster.BucketOptions{
-		Description: "Sluice rollout gate windows, one key per service and replica", TTL: c.ReplicaTTL(), Memory: true,
+		Description: "Sluice rollout gate windows, one key per service and replica", TTL: c.ReplicaTTL(),
 	}); err != nil {
 		return nil, err
 	}
 	if f.baseline, err = c.Bucket(ctx, "baselines", cluster.BucketOptions{
 		Description: "Sluice fallback baselines (completed buckets), one key per service",
+	}); err != nil {
+		return nil, err
+	}
+	if f.drift, err = c.Bucket(ctx, "drift", cluster.BucketOptions{
+		Description: "Sluice drift references recorded from live traffic, one key per service",
 	}); err != nil {
 		return nil, err
 	}
@@ -333,4 +342,50 @@ func (g *Gateway) ClusterStatus() ClusterStatus {
 	}
 	st := g.opts.Fleet.Status()
 	return ClusterStatus{Mode: "fleet", Status: &st}
+}
+
+// fleetDriftReference returns the fleet's recorded drift reference of
+// service, or nil when there is none (or no fleet).
+func (g *Gateway) fleetDriftReference(service string) []*drift.Reference {
+	if g.opts.Fleet == nil {
+		return nil
+	}
+	e, err := g.opts.Fleet.drift.Get(context.Background(), cluster.Key(service))
+	if err != nil {
+		if !errors.Is(err, cluster.ErrNotFound) {
+			g.logger.Warn("fleet drift reference not read", "service", service, "err", err)
+		}
+		return nil
+	}
+	refs, err := drift.ParseReferences(e.Value)
+	if err != nil {
+		g.logger.Warn("fleet drift reference ignored", "service", service, "err", err)
+		return nil
+	}
+	return refs
+}
+
+// shareDriftReference stores refs, recorded here, as the fleet's drift
+// reference of service unless another replica stored one first; it
+// returns the fleet's reference (refs, or the other replica's).
+func (g *Gateway) shareDriftReference(service string, refs []*drift.Reference) []*drift.Reference {
+	if g.opts.Fleet == nil {
+		return refs
+	}
+	data, err := drift.MarshalReferences(refs)
+	if err == nil {
+		_, err = g.opts.Fleet.drift.Update(context.Background(), cluster.Key(service), data, 0)
+	}
+	switch {
+	case err == nil:
+		return refs
+	case errors.Is(err, cluster.ErrConflict):
+		if theirs := g.fleetDriftReference(service); theirs != nil {
+			return theirs
+		}
+		return refs
+	default:
+		g.logger.Warn("drift reference not shared with the fleet; this replica uses its own", "service", service, "err", err)
+		return refs
+	}
 }

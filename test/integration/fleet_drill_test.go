@@ -75,6 +75,9 @@ func TestFleetDrill(t *testing.T) {
 		"confidence": map[string]any{"output": "confidence_score", "below": 0.7},
 		"rule":       "base_eta + route_delay_factor * distance_km",
 	}, gwRoute("default", nil, "", 100, 0))
+	// The drift reference is recorded from the first 5 s of live traffic,
+	// by the first replica to finish, for the whole fleet.
+	steady["drift"] = map[string]any{"record_for": "5s", "interval": "1s"}
 	probe := gwService(base, "probe", nil, gwRoute("default", nil, "", 100, 0))
 	gateway := map[string]any{
 		"drain_period": "200ms",
@@ -205,6 +208,15 @@ func TestFleetDrill(t *testing.T) {
 		t.Fatal("the restarted replica has no baseline before its first request: not loaded from the fleet")
 	} else {
 		t.Logf("restarted replica 2 starts with %d baseline buckets from the fleet", n)
+	}
+	var dv []struct {
+		Service        string    `json:"service"`
+		ReferenceFrom  string    `json:"reference_from"`
+		RecordingUntil time.Time `json:"recording_until"`
+	}
+	chains[2].adminJSON(t, "/drift", &dv)
+	if len(dv) != 1 || dv[0].ReferenceFrom != "recorded" {
+		t.Fatalf("GET /drift on the restarted replica: %+v; want the reference the fleet recorded, not a new recording", dv)
 	}
 	drift := newFlLoad(t, chains[2:], high)
 	drifted := time.Now()
