@@ -95,7 +95,8 @@ func TestImageServesPrediction(t *testing.T) {
 	base := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		resp, err := http.Get(base + "/v2/health/ready")
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v2/health/ready", nil)
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -121,7 +122,9 @@ func TestImageServesPrediction(t *testing.T) {
 		{"name": "INPUT0", "datatype": "INT32", "shape": []int{1, 16}, "data": in0},
 		{"name": "INPUT1", "datatype": "INT32", "shape": []int{1, 16}, "data": in1},
 	}})
-	resp, err := http.Post(base+"/v2/models/simple/infer", "application/json", bytes.NewReader(body))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v2/models/simple/infer", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
