@@ -52,6 +52,17 @@
 // (default 0.7) is answered by the rule with source "fallback_rule";
 // otherwise the model's answer stands (source "model").
 //
+// # Persistence
+//
+// Completed returns the completed buckets as a Snapshot (origin, bucket
+// width and each bucket's Welford statistics; ParseSnapshot reads one back
+// with bounds: at most 720 buckets, 30 days of hours), and Seed loads one
+// into a monitor before its first observation, so a restarted or new
+// replica has a baseline at once. Snapshot.Merge adds the buckets of
+// replicas that started at different times by their start time. The
+// gateway writes the snapshot to fallback.baseline_file, or merges each
+// completed bucket into the fleet's JetStream key (docs/scale-out.md).
+//
 // # Metrics
 //
 // sluice_gateway_fallback_triggered{service}, sluice_gateway_fallback_answers_total{service},

@@ -90,6 +90,21 @@
 // after a restart a stage needs MinRequests again, while its MinDuration
 // still counts from when it began.
 //
+// # Fleet
+//
+// With Options.Fleet (the cluster section: a JetStream KV bucket) the
+// state lives in the fleet's store instead of StateFile. Every transition
+// is a compare-and-set on the state's revision: of the replicas deciding
+// the same transition exactly one succeeds and the others take its state
+// (an operator's command that loses answers a conflict). ApplyFleet applies
+// the changes other replicas make, as the caller's watcher delivers them.
+// Each replica publishes its windows (WindowsSnapshot, tagged with the
+// stage and its start) and the gates judge its own windows plus the other
+// replicas' fresh ones. While the store cannot be reached, a failing gate
+// still rolls back here (serving the stable version is always safe) and
+// the rollback is saved at the first Tick that reaches the store; other
+// transitions are refused.
+//
 // # Metrics
 //
 // sluice_rollout_stage{service} (the stage index, from 0),
