@@ -133,13 +133,7 @@ func (g *GRPCService) record(method string, start time.Time, err error) {
 func fromProtoEntities(p *plan, cols map[string]*feastpb.RepeatedValue, maxRows int) (map[string][]feature.Value, error) {
 	out := make(map[string][]feature.Value, len(cols))
 	for name, col := range cols {
-		ki := -1
-		for i, k := range p.keys {
-			if k.name == name {
-				ki = i
-				break
-			}
-		}
+		ki := p.keyIndex(name)
 		if ki < 0 {
 			out[name] = nil
 			continue

@@ -329,13 +329,7 @@ func (h *Handler) getOnline(w http.ResponseWriter, r *http.Request) (*Response, 
 func decodeEntities(p *plan, raw map[string]json.RawMessage, maxRows int) (map[string][]feature.Value, error) {
 	out := make(map[string][]feature.Value, len(raw))
 	for name, msg := range raw {
-		ki := -1
-		for i, k := range p.keys {
-			if k.name == name {
-				ki = i
-				break
-			}
-		}
+		ki := p.keyIndex(name)
 		if ki < 0 {
 			out[name] = nil
 			continue

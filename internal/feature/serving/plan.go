@@ -29,6 +29,16 @@ type keyCol struct {
 	kind feature.Kind
 }
 
+// keyIndex returns the index in p.keys of the join key name, or -1.
+func (p *plan) keyIndex(name string) int {
+	for i, k := range p.keys {
+		if k.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
 type viewPlan struct {
 	view *feature.View
 	// schema is the id of view's schema: rows written with it decode
