@@ -12,7 +12,9 @@
 //     the reverse). The model configuration (modelconfig, inferencepb's
 //     ModelConfig) is theirs to read.
 //   - Scheduling (batch) and the repository (modelrepo) know no protocol.
-//   - The feature store knows nothing of models or the gateway.
+//   - The feature store knows nothing of models or the gateway; of the
+//     generated packages it imports only its own wire format,
+//     internal/pb/feastpb.
 //   - The gateway never reaches into the model server (modelrepo, batch,
 //     backends, modelconfig) and never imports another component's edge
 //     (httpapi, grpcapi). It may use feature/serving's Go API
