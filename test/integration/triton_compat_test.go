@@ -76,6 +76,15 @@ output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ 16 ] }, { name: "OUTPU
 	for _, m := range []string{"classifier", "prio"} {
 		write(m+"/1/model.onnx", classifier.Marshal())
 	}
+	// An FP16 identity, as the QA identity models (qa/common/gen_qa_identity_models.py)
+	// are: ONNX element type 10.
+	const fp16 = 10
+	identity := onnxgen.Model{
+		Inputs:  []onnxgen.Value{{Name: "INPUT0", Type: fp16, Dims: []int64{-1, -1}}},
+		Outputs: []onnxgen.Value{{Name: "OUTPUT0", Type: fp16, Dims: []int64{-1, -1}}},
+		Nodes:   []onnxgen.Node{{Op: "Identity", Inputs: []string{"INPUT0"}, Outputs: []string{"OUTPUT0"}}},
+	}
+	write("identity_fp16/1/model.onnx", identity.Marshal())
 	write("classifier/labels.txt", []byte("cat\ndog\nbird\nfish\n"))
 	write("classifier/config.pbtxt", []byte(`platform: "onnxruntime_onnx"
 max_batch_size: 4
@@ -132,7 +141,7 @@ func TestTritonCompat(t *testing.T) {
 		for _, e := range idx {
 			states[e.Name] = e.State + " " + e.Reason
 		}
-		for _, m := range []string{"simple_string", "classifier"} {
+		for _, m := range []string{"simple_string", "classifier", "identity_fp16"} {
 			if !strings.HasPrefix(states[m], "READY") {
 				t.Errorf("%s: %s, want READY; logs:\n%s", m, states[m], s.logs)
 			}
@@ -305,6 +314,51 @@ func TestTritonCompat(t *testing.T) {
 		}
 		if code, _, body := do(t, http.MethodPost, base+"/v2/systemsharedmemory/unregister", nil, nil); code != http.StatusOK {
 			t.Fatalf("unregister = %d %s", code, body)
+		}
+	})
+
+	// An FP16 model with no config and no model_warmup (auto-complete,
+	// automatic warm-up) loads and answers.
+	t.Run("fp16 identity", func(t *testing.T) {
+		code, _, body := do(t, http.MethodPost, base+"/v2/models/identity_fp16/infer",
+			[]byte(`{"inputs":[{"name":"INPUT0","datatype":"FP16","shape":[1,3],"data":[1.5,-2,0.25]}]}`), nil)
+		if code != http.StatusOK || !strings.Contains(string(body), `"data":[1.5,-2,0.25]`) {
+			t.Errorf("infer = %d %s", code, body)
+		}
+		code, _, body = do(t, http.MethodGet, base+"/v2/models/identity_fp16/config", nil, nil)
+		for _, want := range []string{`"platform":"onnxruntime_onnx"`, `"backend":"onnxruntime"`, `"default_model_filename":"model.onnx"`, `"max_batch_size":4`, `"dynamic_batching"`} {
+			if code != http.StatusOK || !strings.Contains(string(body), want) {
+				t.Errorf("auto-completed config = %d %s, want %s", code, body, want)
+			}
+		}
+	})
+
+	// Triton's error text for the errors its clients match on; Sluice's
+	// reason code stays (qa/L0_infer, qa/L0_lifecycle).
+	t.Run("error text", func(t *testing.T) {
+		code, _, body := do(t, http.MethodPost, base+"/v2/models/nope/infer", []byte(`{"inputs":[]}`), nil)
+		if code != http.StatusNotFound || !strings.Contains(string(body), `"error":"Request for unknown model: 'nope' is not found"`) ||
+			!strings.Contains(string(body), `"reason":"model_not_found"`) {
+			t.Errorf("unknown model = %d %s", code, body)
+		}
+		_, err := client.ModelMetadata(t.Context(), &inferencepb.ModelMetadataRequest{Name: "classifier", Version: "9"})
+		if err == nil || !strings.Contains(err.Error(), "Request for unknown model: 'classifier' version 9 is not found") {
+			t.Errorf("unknown version over gRPC: %v", err)
+		}
+	})
+
+	// /v2/logging and the gRPC LogSettings see the same level.
+	t.Run("logging", func(t *testing.T) {
+		code, _, body := do(t, http.MethodPost, base+"/v2/logging", []byte(`{"log_verbose_level":1}`), nil)
+		if code != http.StatusOK || !strings.Contains(string(body), `"log_verbose_level":1`) {
+			t.Fatalf("POST /v2/logging = %d %s", code, body)
+		}
+		got, err := client.LogSettings(t.Context(), &inferencepb.LogSettingsRequest{})
+		if err != nil || got.GetSettings()["log_verbose_level"].GetUint32Param() != 1 {
+			t.Errorf("LogSettings = %v %v", got, err)
+		}
+		if code, _, body := do(t, http.MethodPost, base+"/v2/logging", []byte(`{"log_verbose_level":0}`), nil); code != http.StatusOK {
+			t.Errorf("POST /v2/logging = %d %s", code, body)
 		}
 	})
 
