@@ -159,6 +159,7 @@ type baselineSync struct {
 	keep   int    // buckets kept: fallback.history
 	gen    uint64 // the monitor's completions already persisted
 	pushed int64  // fleet mode: the last bucket index merged into the fleet's
+	failed bool   // the last save failed (said once in the log)
 }
 
 // seedBaseline loads the persisted baseline of sc into m (the fleet's, or
@@ -219,9 +220,14 @@ func (g *Gateway) persistBaselines(ctx context.Context) {
 	}
 	g.mapsMu.Unlock()
 	for name, bs := range syncs {
-		if err := g.persistBaseline(ctx, name, bs); err != nil {
-			g.logger.Warn("fallback baseline not saved; retried at the next tick", "service", name, "err", err)
+		err := g.persistBaseline(ctx, name, bs)
+		switch {
+		case err != nil && !bs.failed:
+			g.logger.Warn("fallback baseline not saved; retried every tick", "service", name, "err", err)
+		case err == nil && bs.failed:
+			g.logger.Info("fallback baseline saved again", "service", name)
 		}
+		bs.failed = err != nil
 	}
 }
 
