@@ -29,7 +29,7 @@ type materializeFlags struct {
 
 func (f *materializeFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.repo, "repo", ".", "feature repository directory (holds feature_store.yaml)")
-	cmd.Flags().StringSliceVar(&f.views, "views", nil, "feature views to materialize, comma separated (default: all online views)")
+	cmd.Flags().StringSliceVarP(&f.views, "views", "v", nil, "feature views to materialize, comma separated or repeated as Feast's -v (default: all online views)")
 	cmd.Flags().StringVar(&f.pushgateway, "pushgateway", "", "Prometheus Pushgateway URL to push each view's freshness gauges to")
 	cmd.Flags().StringVar(&f.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
 	cmd.Flags().BoolVar(&f.noProgress, "no-progress", false, "do not show the per-view progress line")

@@ -134,6 +134,11 @@ func TestFeaturesMaterializeCommand(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, `user_stats\s+2026-03-02T00:00:00Z\s+2026-03-03T00:00:00Z\s+0\s+0\s+0`, out)
 
+	// Feast's -v names a view, repeated for several.
+	code, out, errOut = run("features", "materialize", "-v", "user_stats", "-v", "user_stats", "2026-03-01T00:00:00", "2026-03-02 00:00", "--no-progress")
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `user_stats\s+2026-03-01T00:00:00Z\s+2026-03-02T00:00:00Z\s+3\s+0\s+3`, out)
+
 	code, _, errOut = run("features", "materialize", "2026-03-01", "2026-03-02", "--views", "nope")
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "unknown feature view 'nope'")
