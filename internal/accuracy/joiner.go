@@ -393,12 +393,20 @@ func (j *Joiner) storePredictions(ctx context.Context, ps []*Prediction) {
 		return
 	}
 	now := j.opts.Now()
+	var pairs []joinedPair
 	for i, o := range joined {
 		if o != nil {
-			j.pair(ps[i], o, now)
+			pairs = append(pairs, joinedPair{ps[i], o})
 		}
 	}
+	j.count(pairs, now)
 	j.m.pending.Set(float64(j.store.Len()))
+}
+
+// joinedPair is a prediction and its outcome.
+type joinedPair struct {
+	p *Prediction
+	o *Outcome
 }
 
 // Ingest joins outcomes to their predictions: one result per outcome, in
@@ -448,11 +456,13 @@ func (j *Joiner) Ingest(ctx context.Context, outs []Outcome) ([]string, error) {
 		j.m.storeFails.Inc()
 		return nil, err
 	}
+	var pairs []joinedPair
 	for k, p := range preds {
 		if p != nil {
-			j.pair(p, &outs[idx[k]], now)
+			pairs = append(pairs, joinedPair{p, &outs[idx[k]]})
 		}
 	}
+	j.count(pairs, now)
 	for i := range outs {
 		svc := outs[i].Service
 		if _, ok := j.service(svc); !ok {
@@ -488,15 +498,34 @@ func (j *Joiner) check(o *Outcome, now time.Time) string {
 	return ""
 }
 
-// pair counts one joined pair: the metrics of every slice it falls in,
-// the gate's sums, the label delay, and the log's record.
-func (j *Joiner) pair(p *Prediction, o *Outcome, now time.Time) {
-	if j.opts.Log != nil {
-		j.opts.Log.Offer(predictionRecord(p, nil, o))
+// count counts joined pairs: the windows of every slice each falls in,
+// the gate's sums, the label delay and the log's record; then it
+// publishes the gauges of the series they touched, once each.
+func (j *Joiner) count(pairs []joinedPair, now time.Time) {
+	if len(pairs) == 0 {
+		return
 	}
-	j.m.delay.WithLabelValues(p.Service).Observe(max(o.Received.Sub(p.Time), 0).Seconds())
+	for _, jp := range pairs {
+		if j.opts.Log != nil {
+			j.opts.Log.Offer(predictionRecord(jp.p, nil, jp.o))
+		}
+		j.m.delay.WithLabelValues(jp.p.Service).Observe(max(jp.o.Received.Sub(jp.p.Time), 0).Seconds())
+	}
+	t := now.UnixNano()
+	dirty := map[*series]*svc{}
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	for _, jp := range pairs {
+		j.pair(jp.p, jp.o, t, dirty)
+	}
+	for se, s := range dirty {
+		j.publish(s, se, t)
+	}
+}
+
+// pair adds one joined pair to the windows and sums, and marks the
+// series it touched. Callers hold mu.
+func (j *Joiner) pair(p *Prediction, o *Outcome, t int64, dirty map[*series]*svc) {
 	s, ok := j.service(p.Service)
 	if !ok {
 		return
@@ -506,7 +535,6 @@ func (j *Joiner) pair(p *Prediction, o *Outcome, now time.Time) {
 		j.m.coverage.WithLabelValues(s.name, p.Version).Set(min(s.joined[p.Version]/n, 1))
 	}
 	slices := j.slicesOf(s, p)
-	t := now.UnixNano()
 	for oi := range s.spec.Outputs {
 		out := &s.spec.Outputs[oi]
 		pred, ok1 := p.Outputs[out.Name]
@@ -531,7 +559,7 @@ func (j *Joiner) pair(p *Prediction, o *Outcome, now time.Time) {
 			}
 			add(se.w.slot(t))
 			j.m.joined.WithLabelValues(s.name, p.Version, out.Name, sl).Inc()
-			j.publish(s, se, t)
+			dirty[se] = s
 			if p.Group != "" {
 				for _, g := range []string{p.Group, "*"} {
 					k := gateKey(g, sl, p.Version, out.Name)
