@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -28,6 +30,9 @@ type perfFlags struct {
 	percentile, maxInFlight          int
 	timeout                          time.Duration
 	csvFile                          string
+	verboseCSV                       bool
+	service, serviceBody             string
+	headers                          []string
 	seed                             uint64
 	serverPIDs                       []int
 }
@@ -74,15 +79,19 @@ the summary table to stdout, and -f writes CSV.`,
 	fl.IntVar(&f.percentile, "percentile", 0, "latency percentile the stability rule watches (default: average latency)")
 	fl.DurationVar(&f.timeout, "request-timeout", 30*time.Second, "timeout of each request")
 	fl.IntVar(&f.maxInFlight, "max-in-flight", 256, "open loop: most requests outstanding at once")
-	fl.StringVarP(&f.csvFile, "filename", "f", "", "write the results as CSV to this file")
+	fl.StringVarP(&f.csvFile, "filename", "f", "", "write the results as CSV to this file, in perf_analyzer's columns")
+	fl.BoolVar(&f.verboseCSV, "verbose-csv", false, "with -f: add Sluice's columns after perf_analyzer's (avg latency, batch, server overhead and avg batch, requests, errors, stable, CPU per inference)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed for random inputs and Poisson arrivals")
+	fl.StringVar(&f.service, "service", "", "measure a gateway service instead of a model: POST /v1/services/NAME:predict on -u (the gateway's address)")
+	fl.StringVar(&f.serviceBody, "service-body", "", "with --service: a JSON request body; each {{rand LO HI}} in it is a random integer drawn per request")
+	fl.StringArrayVarP(&f.headers, "header", "H", nil, "with --service: an HTTP header 'Name: value' on every request (e.g. 'Authorization: Bearer KEY'); may repeat")
 	fl.IntSliceVar(&f.serverPIDs, "server-pid", nil, "a local server process (with its child processes) whose CPU time per inference to report, from /proc; may repeat")
 	return cmd
 }
 
 func runPerf(ctx context.Context, cmd *cobra.Command, f *perfFlags) error {
-	if f.model == "" {
-		return &exitError{code: 2, err: errors.New("perf: -m MODEL is required")}
+	if f.model == "" && f.service == "" {
+		return &exitError{code: 2, err: errors.New("perf: -m MODEL (or --service NAME for a gateway service) is required")}
 	}
 	opts := perf.Options{
 		Model: f.model, Version: f.version, URL: f.url, Protocol: f.protocol,
@@ -91,12 +100,32 @@ func runPerf(ctx context.Context, cmd *cobra.Command, f *perfFlags) error {
 		MeasurementInterval:     time.Duration(f.intervalMs) * time.Millisecond,
 		MeasurementRequestCount: f.requestCount, StabilityPercentage: f.stability, MaxTrials: f.trials,
 		Percentile: f.percentile, RequestTimeout: f.timeout, MaxInFlight: f.maxInFlight, Seed: f.seed,
-		ServerPIDs: f.serverPIDs,
-		Progress:   cmd.ErrOrStderr(),
-		Logger:     slog.New(slog.DiscardHandler),
+		ServerPIDs: f.serverPIDs, Service: f.service,
+		Progress: cmd.ErrOrStderr(),
+		Logger:   slog.New(slog.DiscardHandler),
 	}
 	if f.intervalMs <= 0 || f.batch <= 0 || f.requestCount <= 0 || f.trials <= 0 || f.maxInFlight <= 0 || f.stability <= 0 {
 		return &exitError{code: 2, err: errors.New("perf: measurement interval, batch size, request count, max trials, max in-flight and stability percentage must be positive")}
+	}
+	if f.service != "" {
+		body, err := os.ReadFile(f.serviceBody)
+		if f.serviceBody == "" {
+			err = errors.New("--service needs --service-body FILE: the JSON request, with {{rand LO HI}} for random ids")
+		}
+		if err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("perf: %w", err)}
+		}
+		opts.ServiceBody = body
+	}
+	for _, h := range f.headers {
+		name, value, ok := strings.Cut(h, ":")
+		if !ok || strings.TrimSpace(name) == "" {
+			return &exitError{code: 2, err: fmt.Errorf("perf: -H %q: want 'Name: value'", h)}
+		}
+		if opts.Header == nil {
+			opts.Header = http.Header{}
+		}
+		opts.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
 	}
 	if f.concurrency != "" {
 		levels, err := perf.ParseRange(f.concurrency, true)
@@ -131,7 +160,7 @@ func runPerf(ctx context.Context, cmd *cobra.Command, f *perfFlags) error {
 		}
 	}
 	if f.csvFile != "" && (len(results) > 0 || runErr == nil) {
-		if err := writePerfCSV(f.csvFile, results); err != nil {
+		if err := writePerfCSV(f.csvFile, results, f.verboseCSV); err != nil {
 			return err
 		}
 	}
@@ -144,12 +173,12 @@ func runPerf(ctx context.Context, cmd *cobra.Command, f *perfFlags) error {
 	return nil
 }
 
-func writePerfCSV(path string, results []perf.Result) error {
+func writePerfCSV(path string, results []perf.Result, verbose bool) error {
 	out, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("create CSV file: %w", err)
 	}
-	if err := perf.WriteCSV(out, results); err != nil {
+	if err := perf.WriteCSV(out, results, verbose); err != nil {
 		_ = out.Close()
 		return err
 	}

@@ -89,7 +89,7 @@ func TestRunMeasuresServerCPU(t *testing.T) {
 		"the server here is this whole process, the load generator included")
 
 	var buf bytes.Buffer
-	require.NoError(t, WriteCSV(&buf, res))
+	require.NoError(t, WriteCSV(&buf, res, true))
 	rows, err := csv.NewReader(&buf).ReadAll()
 	require.NoError(t, err)
 	col := map[string]int{}

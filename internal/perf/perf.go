@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"sync"
 	"time"
 
@@ -68,6 +69,17 @@ type Options struct {
 	// workers) over the reported windows gives Result.ServerCPU. Empty:
 	// not measured.
 	ServerPIDs []int
+
+	// Service, when set, measures a gateway service instead of a model:
+	// POST /v1/services/<Service>:predict on URL (HTTP only), with bodies
+	// from ServiceBody, a JSON template in which each {{rand LO HI}} is a
+	// random integer drawn per request. The gateway has no statistics
+	// extension, so the server columns are empty.
+	Service     string
+	ServiceBody []byte
+	// Header is added to every request to a gateway service (an API key,
+	// for instance).
+	Header http.Header
 
 	// Progress receives one line per measurement window; nil discards.
 	Progress io.Writer
@@ -162,6 +174,9 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		c = gc
 	}
 	defer func() { _ = c.close() }()
+	if o.Service != "" {
+		return runService(ctx, o, c.(*httpClient))
+	}
 
 	var file []infer.Tensor
 	if o.InputData != InputRandom && o.InputData != InputZero {
@@ -192,13 +207,8 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	// One request before measuring: a model or input problem fails here,
-	// with the server's message, instead of as a window full of errors.
-	pctx, cancel := context.WithTimeout(ctx, o.RequestTimeout)
-	err = send(pctx)
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("first inference request: %w", err)
+	if err := firstRequest(ctx, o, send); err != nil {
+		return nil, err
 	}
 	r := &runner{o: o, c: c, send: send, statsOK: true}
 	if len(o.ServerPIDs) > 0 {
@@ -214,6 +224,47 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		}
 	}
 
+	return r.levels(ctx)
+}
+
+// firstRequest sends one request before measuring: a model or input
+// problem fails here, with the server's message, instead of as a window
+// full of errors.
+func firstRequest(ctx context.Context, o Options, send sender) error {
+	pctx, cancel := context.WithTimeout(ctx, o.RequestTimeout)
+	defer cancel()
+	if err := send(pctx); err != nil {
+		return fmt.Errorf("first inference request: %w", err)
+	}
+	return nil
+}
+
+// runService is Run for a gateway service: no model metadata and no
+// server statistics.
+func runService(ctx context.Context, o Options, c *httpClient) ([]Result, error) {
+	t, err := parseBodyTemplate(o.ServiceBody)
+	if err != nil {
+		return nil, err
+	}
+	send := c.serviceSender(o.Service, t, o.Header, o.Seed)
+	if err := firstRequest(ctx, o, send); err != nil {
+		return nil, err
+	}
+	if len(o.ServerPIDs) > 0 {
+		if _, err := procCPU("/proc", o.ServerPIDs); err != nil {
+			return nil, fmt.Errorf("server CPU: %w", err)
+		}
+	}
+	if o.Progress != nil {
+		fmt.Fprintln(o.Progress, "perf: note: a gateway service has no statistics extension; server columns are n/a")
+	}
+	r := &runner{o: o, c: c, send: send}
+	return r.levels(ctx)
+}
+
+// levels measures every load level in turn.
+func (r *runner) levels(ctx context.Context) ([]Result, error) {
+	o := r.o
 	var results []Result
 	if len(o.RequestRate) > 0 {
 		for _, rate := range o.RequestRate {
@@ -245,8 +296,21 @@ func maxLevel(v []int) int {
 
 // withDefaults validates opts and fills in defaults.
 func withDefaults(o Options) (Options, error) {
-	if o.Model == "" {
-		return o, errors.New("a model name is required (-m)")
+	if o.Service != "" {
+		switch {
+		case o.Model != "":
+			return o, errors.New("give a model (-m) or a gateway service (--service), not both")
+		case o.Protocol == ProtocolGRPC:
+			return o, errors.New("a gateway service is measured over HTTP (-i http)")
+		case o.Binary:
+			return o, errors.New("--binary applies to models; a gateway service takes a JSON body")
+		case o.Batch > 1:
+			return o, errors.New("a gateway service call is one prediction: batch size 1")
+		case len(o.ServiceBody) == 0:
+			return o, errors.New("a gateway service needs a request body template (--service-body)")
+		}
+	} else if o.Model == "" {
+		return o, errors.New("a model name is required (-m), or a gateway service (--service)")
 	}
 	if o.Protocol == "" {
 		o.Protocol = ProtocolHTTP

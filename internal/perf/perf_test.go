@@ -184,10 +184,10 @@ func TestRunAgainstPeerWithoutMetadataOrStats(t *testing.T) {
 	require.Contains(t, string(body), `"data":[1,2,3,4,1,2]`)
 
 	var csvOut bytes.Buffer
-	require.NoError(t, WriteCSV(&csvOut, res))
+	require.NoError(t, WriteCSV(&csvOut, res, false))
 	lines := strings.Split(strings.TrimSpace(csvOut.String()), "\n")
 	require.Len(t, lines, 2)
-	require.Contains(t, lines[1], ",,,,,,,", "server columns are empty")
+	require.Contains(t, lines[1], ",0,,,,,,0,", "server columns are empty")
 
 	_, err = Run(t.Context(), quick(Options{Model: "m", URL: srv.URL}))
 	require.ErrorIs(t, err, ErrInput, "random data needs metadata")
@@ -209,7 +209,7 @@ func TestRunOpenLoopPoisson(t *testing.T) {
 	require.InDelta(t, 400, res[0].RequestRate, 0)
 	require.InDelta(t, 400, res[0].Throughput, 160, "achieved rate follows the offered rate")
 	var csvOut bytes.Buffer
-	require.NoError(t, WriteCSV(&csvOut, res))
+	require.NoError(t, WriteCSV(&csvOut, res, false))
 	require.True(t, strings.HasPrefix(csvOut.String(), "Request Rate,Inferences/Second,"))
 }
 

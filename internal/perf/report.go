@@ -9,30 +9,38 @@ import (
 	"time"
 )
 
-// CSVHeader returns the CSV columns. The first is "Concurrency" or
-// "Request Rate"; latencies and the server split are in microseconds, as
-// perf_analyzer writes them.
-func CSVHeader(openLoop bool) []string {
+// CSVHeader returns the CSV columns: perf_analyzer's, in its order and
+// with its names, so its parsers read Sluice's files. The first is
+// "Concurrency" or "Request Rate"; times are in microseconds. verbose
+// appends Sluice's own columns after them (as perf_analyzer's
+// --verbose-csv appends its extras).
+func CSVHeader(openLoop, verbose bool) []string {
 	first := "Concurrency"
 	if openLoop {
 		first = "Request Rate"
 	}
-	return []string{
-		first, "Inferences/Second", "Batch",
-		"Network+Server Send/Recv", "Server Queue", "Server Compute Input",
-		"Server Compute Infer", "Server Compute Output", "Server Overhead", "Server Avg Batch",
-		"p50 latency", "p90 latency", "p95 latency", "p99 latency", "Avg latency",
-		"Requests", "Errors", "Stable",
-		"Server CPU per Inference", "Client CPU per Inference",
+	h := []string{
+		first, "Inferences/Second", "Client Send", "Network+Server Send/Recv", "Server Queue",
+		"Server Compute Input", "Server Compute Infer", "Server Compute Output", "Client Recv",
+		"p50 latency", "p90 latency", "p95 latency", "p99 latency",
 	}
+	if verbose {
+		h = append(h, "Avg latency", "Batch", "Server Overhead", "Server Avg Batch",
+			"Requests", "Errors", "Stable", "Server CPU per Inference", "Client CPU per Inference")
+	}
+	return h
 }
 
-// WriteCSV writes results as CSV with a header row. Server columns are
-// empty when the server has no statistics extension.
-func WriteCSV(w io.Writer, results []Result) error {
+// WriteCSV writes results as CSV with a header row (CSVHeader). Server
+// columns are empty when the server has no statistics extension. Client
+// Send and Client Recv are 0: requests are encoded before the clock starts
+// and the answer's decoding is inside the measured latency, so that time
+// is part of Network+Server Send/Recv (avg latency minus the server's
+// queue and compute).
+func WriteCSV(w io.Writer, results []Result, verbose bool) error {
 	cw := csv.NewWriter(w)
 	open := len(results) > 0 && results[0].Concurrency == 0
-	if err := cw.Write(CSVHeader(open)); err != nil {
+	if err := cw.Write(CSVHeader(open, verbose)); err != nil {
 		return fmt.Errorf("write CSV: %w", err)
 	}
 	micros := func(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }
@@ -41,21 +49,29 @@ func WriteCSV(w io.Writer, results []Result) error {
 		if open {
 			level = strconv.FormatFloat(r.RequestRate, 'f', -1, 64)
 		}
-		row := []string{level, strconv.FormatFloat(r.Throughput, 'f', 1, 64), strconv.Itoa(r.Batch)}
-		if s := r.Server; s != nil {
+		row := []string{level, strconv.FormatFloat(r.Throughput, 'f', 1, 64), "0"}
+		s := r.Server
+		if s != nil {
 			network := max(0, r.Avg-s.Queue-s.ComputeInput-s.ComputeInfer-s.ComputeOutput)
-			row = append(row, micros(network), micros(s.Queue), micros(s.ComputeInput), micros(s.ComputeInfer),
-				micros(s.ComputeOutput), micros(s.Overhead()), strconv.FormatFloat(s.AvgBatch(), 'f', 2, 64))
+			row = append(row, micros(network), micros(s.Queue), micros(s.ComputeInput), micros(s.ComputeInfer), micros(s.ComputeOutput))
 		} else {
-			row = append(row, "", "", "", "", "", "", "")
+			row = append(row, "", "", "", "", "")
 		}
-		row = append(row, micros(r.P50), micros(r.P90), micros(r.P95), micros(r.P99), micros(r.Avg),
-			strconv.Itoa(r.Requests), strconv.Itoa(r.Errors), strconv.FormatBool(r.Stable))
-		serverCPU := ""
-		if r.CPUMeasured {
-			serverCPU = fracMicros(r.CPUPerInference(r.ServerCPU))
+		row = append(row, "0", micros(r.P50), micros(r.P90), micros(r.P95), micros(r.P99))
+		if verbose {
+			row = append(row, micros(r.Avg), strconv.Itoa(r.Batch))
+			if s != nil {
+				row = append(row, micros(s.Overhead()), strconv.FormatFloat(s.AvgBatch(), 'f', 2, 64))
+			} else {
+				row = append(row, "", "")
+			}
+			serverCPU := ""
+			if r.CPUMeasured {
+				serverCPU = fracMicros(r.CPUPerInference(r.ServerCPU))
+			}
+			row = append(row, strconv.Itoa(r.Requests), strconv.Itoa(r.Errors), strconv.FormatBool(r.Stable),
+				serverCPU, fracMicros(r.CPUPerInference(r.ClientCPU)))
 		}
-		row = append(row, serverCPU, fracMicros(r.CPUPerInference(r.ClientCPU)))
 		if err := cw.Write(row); err != nil {
 			return fmt.Errorf("write CSV: %w", err)
 		}

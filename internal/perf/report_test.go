@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/csv"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,11 +30,11 @@ func TestWriteCSV(t *testing.T) {
 		},
 	}
 	var buf bytes.Buffer
-	require.NoError(t, WriteCSV(&buf, res))
+	require.NoError(t, WriteCSV(&buf, res, true))
 	rows, err := csv.NewReader(&buf).ReadAll()
 	require.NoError(t, err)
 	require.Len(t, rows, 3)
-	require.Equal(t, CSVHeader(false), rows[0])
+	require.Equal(t, CSVHeader(false, true), rows[0])
 	col := map[string]int{}
 	for i, h := range rows[0] {
 		col[h] = i
@@ -58,9 +59,27 @@ func TestWriteCSV(t *testing.T) {
 	require.Equal(t, "false", r[col["Stable"]])
 
 	buf.Reset()
-	require.NoError(t, WriteCSV(&buf, []Result{{RequestRate: 250.5, Batch: 1}}))
+	require.NoError(t, WriteCSV(&buf, []Result{{RequestRate: 250.5, Batch: 1}}, false))
 	rows, err = csv.NewReader(&buf).ReadAll()
 	require.NoError(t, err)
 	require.Equal(t, "Request Rate", rows[0][0])
 	require.Equal(t, "250.5", rows[1][0])
+}
+
+// TestCSVHeaderIsPerfAnalyzers: without --verbose-csv the columns are
+// perf_analyzer's, names and order, so its parsers read the file; the
+// verbose columns come only after them.
+func TestCSVHeaderIsPerfAnalyzers(t *testing.T) {
+	want := "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue," +
+		"Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv," +
+		"p50 latency,p90 latency,p95 latency,p99 latency"
+	require.Equal(t, want, strings.Join(CSVHeader(false, false), ","))
+	require.Equal(t, "Request Rate"+strings.TrimPrefix(want, "Concurrency"), strings.Join(CSVHeader(true, false), ","))
+	require.Equal(t, CSVHeader(false, false), CSVHeader(false, true)[:13])
+	var buf bytes.Buffer
+	require.NoError(t, WriteCSV(&buf, []Result{{Concurrency: 2, Batch: 1, Throughput: 10, P50: time.Millisecond}}, false))
+	rows, err := csv.NewReader(&buf).ReadAll()
+	require.NoError(t, err)
+	require.Len(t, rows[1], 13)
+	require.Equal(t, "1000", rows[1][9], "p50 in microseconds")
 }

@@ -43,7 +43,7 @@ func TestPerfAgainstRealServer(t *testing.T) {
 			args := append([]string{
 				"perf", "-m", "parcel_eta", "--concurrency-range", "1:2",
 				"--input-data", filepath.Join(repoDir, "examples", "requests", "parcel_eta.json"),
-				"--measurement-interval", "150", "--max-trials", "3", "-f", out,
+				"--measurement-interval", "150", "--max-trials", "3", "-f", out, "--verbose-csv",
 			}, tc.args...)
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()

@@ -259,8 +259,8 @@ func runPerf(ctx context.Context, cfg config, spec rowSpec) perfRow {
 	}
 	defer os.RemoveAll(dir)
 	csvPath := filepath.Join(dir, "perf.csv")
-	args := append(spec.perfArgs(cfg), "-f", csvPath)
-	row.Command = cfg.SluiceBin + " " + strings.Join(spec.perfArgs(cfg), " ") + " -f out.csv"
+	args := append(spec.perfArgs(cfg), "-f", csvPath, "--verbose-csv")
+	row.Command = cfg.SluiceBin + " " + strings.Join(spec.perfArgs(cfg), " ") + " -f out.csv --verbose-csv"
 	pctx, cancel := context.WithTimeout(ctx, cfg.PerfTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(pctx, cfg.SluiceBin, args...) //nolint:gosec // the operator's -sluice-bin, by design

@@ -25,7 +25,7 @@ func TestParsePerfCSVReadsWhatSluicePerfWrites(t *testing.T) {
 			},
 		},
 		{Concurrency: 32, Batch: 1, Throughput: 500, P50: 9000 * us, P99: 20000 * us, Avg: 9500 * us, Errors: 3},
-	}))
+	}, true))
 	levels, err := parsePerfCSV(b.String())
 	require.NoError(t, err)
 	require.Len(t, levels, 2)

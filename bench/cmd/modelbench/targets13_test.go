@@ -45,7 +45,7 @@ func TestParsePerfCSVOpenLoopAndCPU(t *testing.T) {
 	require.NoError(t, perf.WriteCSV(&b, []perf.Result{{
 		RequestRate: 1000, Batch: 1, Throughput: 999, P50: 300 * time.Microsecond, Requests: 6000,
 		CPUMeasured: true, ServerCPU: 600 * time.Millisecond, ClientCPU: 300 * time.Millisecond, Stable: true,
-	}}))
+	}}, true))
 	levels, err := parsePerfCSV(b.String())
 	require.NoError(t, err)
 	require.Len(t, levels, 1)
