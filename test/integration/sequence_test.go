@@ -71,6 +71,22 @@ func sequenceRepo(t *testing.T) string {
 	write("acc_oldest", sequenceConfig("acc_oldest", "oldest { max_candidate_sequences: 4 max_queue_delay_microseconds: 2000 }", "TYPE_UINT64", 60_000_000), onnxgen.Uint64)
 	write("acc_string", sequenceConfig("acc_string", "oldest { max_candidate_sequences: 4 }", "TYPE_STRING", 60_000_000), onnxgen.String)
 	write("acc_idle", sequenceConfig("acc_idle", "direct { }", "TYPE_UINT64", 300_000), onnxgen.Uint64)
+	write("acc_stream", sequenceConfig("acc_stream", "direct { }", "TYPE_STRING", 60_000_000), onnxgen.String)
+	// An ensemble over a sequence model: the sequence parameters pass to
+	// the step, and the ensemble's responses carry them back.
+	if err := os.MkdirAll(filepath.Join(repo, "acc_pipe", "1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "acc_pipe", "config.pbtxt"), []byte(`name: "acc_pipe"
+platform: "ensemble"
+max_batch_size: 4
+input { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }
+output { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] }
+ensemble_scheduling { step [ { model_name: "acc_stream" model_version: -1
+  input_map { key: "INPUT" value: "IN" } output_map { key: "OUTPUT" value: "SUM" } } ] }
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	return repo
 }
 
@@ -249,6 +265,54 @@ func TestSequenceBatching(t *testing.T) {
 			if err != nil || g.sum != st.want || g.corrID != "g-"+st.id.(string) {
 				t.Fatalf("grpc step %d: got %+v, %v, want sum %d", i, g, err, st.want)
 			}
+		}
+	})
+
+	t.Run("grpc stream through an ensemble", func(t *testing.T) {
+		// Triton's simple_grpc_sequence_stream_infer_client pattern: two
+		// sequences interleaved on one ModelStreamInfer stream.
+		stream, err := client.ModelStreamInfer(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, st := range interleaved(uint64(5001), "s-5002") {
+			params := map[string]*inferencepb.InferParameter{
+				"sequence_start": {ParameterChoice: &inferencepb.InferParameter_BoolParam{BoolParam: st.start}},
+				"sequence_end":   {ParameterChoice: &inferencepb.InferParameter_BoolParam{BoolParam: st.end}},
+			}
+			switch id := st.id.(type) {
+			case uint64:
+				params["sequence_id"] = &inferencepb.InferParameter{ParameterChoice: &inferencepb.InferParameter_Uint64Param{Uint64Param: id}}
+			case string:
+				params["sequence_id"] = &inferencepb.InferParameter{ParameterChoice: &inferencepb.InferParameter_StringParam{StringParam: id}}
+			}
+			err := stream.Send(&inferencepb.ModelInferRequest{
+				ModelName: "acc_pipe", Id: fmt.Sprint(i), Parameters: params,
+				Inputs:           []*inferencepb.ModelInferRequest_InferInputTensor{{Name: "IN", Datatype: "INT32", Shape: []int64{1, 1}}},
+				RawInputContents: [][]byte{binary.LittleEndian.AppendUint32(nil, uint32(st.value))},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := stream.Recv()
+			if err != nil || r.GetErrorMessage() != "" {
+				t.Fatalf("step %d: %v %q", i, err, r.GetErrorMessage())
+			}
+			resp := r.GetInferResponse()
+			if got := int32(binary.LittleEndian.Uint32(resp.GetRawOutputContents()[0])); got != st.want || resp.GetId() != fmt.Sprint(i) {
+				t.Fatalf("step %d: sum %d id %q, want %d", i, got, resp.GetId(), st.want)
+			}
+			p := resp.GetParameters()
+			var gotID any = p["sequence_id"].GetStringParam()
+			if _, isNum := st.id.(uint64); isNum {
+				gotID = p["sequence_id"].GetUint64Param() + uint64(p["sequence_id"].GetInt64Param())
+			}
+			if gotID != st.id || p["sequence_start"].GetBoolParam() != st.start || p["sequence_end"].GetBoolParam() != st.end {
+				t.Errorf("step %d: response parameters %v, want the request's sequence flags", i, p)
+			}
+		}
+		if err := stream.CloseSend(); err != nil {
+			t.Fatal(err)
 		}
 	})
 
