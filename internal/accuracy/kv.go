@@ -2,6 +2,7 @@ package accuracy
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -24,6 +25,10 @@ type KVOptions struct {
 	// MaxEntries sizes the bucket (about 2 KiB an entry); a full bucket
 	// refuses writes, counted as store errors.
 	MaxEntries int
+	// TLS and Credentials (a NATS credentials file) secure the
+	// connection, as the cluster's.
+	TLS         *tls.Config
+	Credentials string
 	// Conn, when set, is used instead of dialing URL (and not closed).
 	Conn *nats.Conn
 }
@@ -48,13 +53,22 @@ func OpenKV(ctx context.Context, o KVOptions, logger *slog.Logger) (*KV, error) 
 	}
 	s := &KV{nc: o.Conn}
 	if s.nc == nil {
-		nc, err := nats.Connect(o.URL, nats.Name("sluice-accuracy"), nats.Timeout(5*time.Second), nats.MaxReconnects(-1),
-			nats.ReconnectWait(250*time.Millisecond),
+		opts := []nats.Option{
+			nats.Name("sluice-accuracy"), nats.Timeout(5 * time.Second), nats.MaxReconnects(-1),
+			nats.ReconnectWait(250 * time.Millisecond),
 			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 				if err != nil {
 					logger.Warn("accuracy store nats disconnected", "err", err)
 				}
-			}))
+			}),
+		}
+		if o.TLS != nil {
+			opts = append(opts, nats.Secure(o.TLS))
+		}
+		if o.Credentials != "" {
+			opts = append(opts, nats.UserCredentials(o.Credentials))
+		}
+		nc, err := nats.Connect(o.URL, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("accuracy store: connect %s: %w", o.URL, err)
 		}

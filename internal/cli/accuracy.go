@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-ml/sluice/internal/accuracy"
+	"github.com/sluice-ml/sluice/internal/accuracy/accuracyspec"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/release/record"
 	"github.com/sluice-ml/sluice/internal/tlsconfig"
@@ -70,16 +71,26 @@ func openAccuracy(ctx context.Context, cfg *config.Config, logger *slog.Logger, 
 	var store accuracy.Store
 	switch ac.Store {
 	case "nats":
-		url := gc.Recording.NATS.URL
-		if cfg.Cluster != nil {
-			url = cfg.Cluster.NATS.URL
+		// The cluster's NATS (and credentials) when the file has a
+		// cluster section, else the recording's; accuracy.nats.url wins.
+		kvo := accuracy.KVOptions{URL: gc.Recording.NATS.URL, Bucket: ac.NATS.Bucket, TTL: ac.Lookback.Std(), MaxEntries: ac.MaxPending}
+		if cl := cfg.Cluster; cl != nil {
+			kvo.URL, kvo.Credentials = cl.NATS.URL, cl.NATS.Credentials
+			if t := cl.NATS.TLS; t != nil {
+				var err error
+				if kvo.TLS, err = tlsconfig.ClientConfig(*t); err != nil {
+					return nil, fmt.Errorf("cluster.nats.tls: %w", err)
+				}
+			}
+			if ac.NATS.Bucket == accuracyspec.DefaultBucket {
+				// One bucket per fleet, named like the cluster's own.
+				kvo.Bucket = cl.BucketPrefix + "_" + cl.Name + "_accuracy"
+			}
 		}
 		if ac.NATS.URL != "" {
-			url = ac.NATS.URL
+			kvo.URL = ac.NATS.URL
 		}
-		kv, err := accuracy.OpenKV(ctx, accuracy.KVOptions{
-			URL: url, Bucket: ac.NATS.Bucket, TTL: ac.Lookback.Std(), MaxEntries: ac.MaxPending,
-		}, logger)
+		kv, err := accuracy.OpenKV(ctx, kvo, logger)
 		if err != nil {
 			return nil, fmt.Errorf("gateway.accuracy: %w", err)
 		}

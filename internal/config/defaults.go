@@ -67,6 +67,11 @@ func (c *Config) applyDefaults() {
 		}
 	}
 	if g.Accuracy != nil {
+		if c.Cluster != nil && g.Accuracy.Store == "" {
+			// A fleet joins across replicas: pending predictions live in
+			// the cluster's NATS.
+			g.Accuracy.Store = "nats"
+		}
 		g.Accuracy.ApplyDefaults()
 	}
 	if p := g.Proxy; p != nil {
