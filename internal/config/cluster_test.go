@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,4 +71,29 @@ func TestClusterBad(t *testing.T) {
 	} {
 		require.ErrorContains(t, err, want)
 	}
+}
+
+func TestFallbackBaselineFileAndHistoryBound(t *testing.T) {
+	example, err := os.ReadFile("../../examples/parcel-eta/sluice.yaml")
+	require.NoError(t, err)
+	load := func(old, repl string) (*Config, string, error) {
+		require.Contains(t, string(example), old)
+		dir := t.TempDir()
+		path := filepath.Join(dir, "sluice.yaml")
+		require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(example), old, repl, 1)), 0o600))
+		cfg, err := Load(path)
+		return cfg, dir, err
+	}
+	cfg, dir, err := load("history: 24", "history: 720\n        baseline_file: state/eta-baseline.json")
+	require.NoError(t, err)
+	var fb *Fallback
+	for _, s := range cfg.Gateway.Services {
+		if s.Fallback != nil {
+			fb = s.Fallback
+		}
+	}
+	require.NotNil(t, fb)
+	require.Equal(t, filepath.Join(dir, "state/eta-baseline.json"), fb.BaselineFile, "relative to the config file")
+	_, _, err = load("history: 24", "history: 721")
+	require.ErrorContains(t, err, "history: 721 outside [1,720]")
 }

@@ -74,3 +74,11 @@ func TestBaselineFileSurvivesRestart(t *testing.T) {
 	require.Positive(t, rule, "the restarted gateway's fallback triggered on its baseline from the file")
 	require.Zero(t, freshRule, "a gateway without the file has no baseline in its first seconds")
 }
+
+// TestClusterStatusSingleProcess: without a cluster section GET /cluster
+// says so.
+func TestClusterStatusSingleProcess(t *testing.T) {
+	e := newEnv(t, parseConfig(t, gatewayYAML(yamlOpts{gateway: []string{anonAllowed}})))
+	st := adminJSON[map[string]any](t, e.g.AdminHandler(nil), "/cluster")
+	require.Equal(t, map[string]any{"mode": "single_process"}, st)
+}
