@@ -107,7 +107,7 @@ func TestFleetDrill(t *testing.T) {
 	l := newFlLoad(t, chains, low)
 
 	// 1 and 2: the regressed candidate.
-	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second) // bounds every load of the drill
 	defer cancel()
 	l.start(ctx, 90, 4000)
 	var decided time.Time
