@@ -287,6 +287,10 @@ func (s *service) requestMap(vals []value) map[string]any {
 			out[s.fields[i].name] = v.b
 		case kindString:
 			out[s.fields[i].name] = v.s
+		case kindFloat32:
+			// The float64 nearest the float32's shortest decimal: 0.4
+			// is recorded as 0.4, not 0.4000000059604645.
+			out[s.fields[i].name] = shortest(v.f, infer.FP32)
 		default:
 			out[s.fields[i].name] = v.f
 		}
@@ -315,12 +319,14 @@ func (s *service) featureMap(feats *serving.Response) map[string]any {
 			out[name] = fv.Bool
 		case !t.List && t.Kind == feature.KindString:
 			out[name] = fv.S
+		case !t.List && t.Kind == feature.KindFloat32:
+			out[name] = shortest(fv.F64, infer.FP32)
 		case !t.List:
 			out[name] = fv.F64
 		case len(fv.F32s) > 0:
 			l := make([]float64, len(fv.F32s))
 			for i, x := range fv.F32s {
-				l[i] = float64(x)
+				l[i] = shortest(float64(x), infer.FP32)
 			}
 			out[name] = l
 		case len(fv.F64s) > 0:
@@ -367,6 +373,9 @@ func outputMap(ts []infer.Tensor) map[string][]float64 {
 	out := make(map[string][]float64, len(ts))
 	for i := range ts {
 		if ov, ok := tensorValues(ts[i].Name, &ts[i]); ok {
+			for j, x := range ov.Values {
+				ov.Values[j] = shortest(x, ts[i].DataType)
+			}
 			out[ts[i].Name] = ov.Values
 		}
 	}

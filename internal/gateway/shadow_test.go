@@ -336,6 +336,11 @@ func TestShadowRecordContents(t *testing.T) {
 	require.Equal(t, http.StatusOK, shadow.Status)
 	require.InDelta(t, 0.9, primary.Outputs["confidence_score"][0], 1e-6)
 	require.InDelta(t, 0.25, shadow.Outputs["confidence_score"][0], 1e-6)
+	// FP32 values are written with 32-bit precision: 0.9, not
+	// 0.8999999761581421 (the float32 widened to float64).
+	require.Contains(t, string(wire), `"confidence_score":[0.9]`)
+	require.NotContains(t, string(wire), "0.8999999")
+	require.Equal(t, -0.2, emb[1], "a float32 feature element is recorded as its shortest decimal") //nolint:testifylint // exact on purpose
 	require.InDelta(t, res.Outputs["eta_minutes"], primary.Outputs["eta_prediction"][0], 1e-4, "the primary arm is the answer the client got")
 	require.InDelta(t, primary.Outputs["eta_prediction"][0], shadow.Outputs["eta_prediction"][0], 1e-6, "same inputs, same sum")
 	require.GreaterOrEqual(t, primary.LatencyMS, 0.0)
