@@ -345,3 +345,42 @@ func TestCancelledQueuedRequestIsDropped(t *testing.T) {
 		require.Equal(t, int32(3), sum(t, s, req(num(1), 2, false, true)), "the dropped 100 never entered the sum")
 	})
 }
+
+// Direct with max_queue_delay and minimum_slot_utilization: an execution
+// waits until that share of the instance's active slots has a request, or
+// until its oldest request waited the delay (Triton's StrategyDirect).
+func TestDirectWaitsForSlotUtilization(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := &accExec{}
+		o := accOptions(Direct, 2, infer.Invalid)
+		o.MaxQueueDelay, o.MinSlotUtilization = 10*ms, 1
+		s, _ := newSched(t, o, e)
+		start := time.Now()
+		done := func(r *Request) <-chan time.Duration {
+			ch := make(chan time.Duration, 1)
+			go func() {
+				_, err := s.Submit(t.Context(), r)
+				if err != nil {
+					t.Error(err)
+				}
+				ch <- time.Since(start)
+			}()
+			synctest.Wait()
+			return ch
+		}
+		// One active slot of one: utilization 1 at once.
+		require.Zero(t, <-done(req(num(1), 1, true, false)))
+		// Two active slots, one with a request: it waits for the other...
+		b := done(req(num(2), 1, true, false))
+		require.Equal(t, 10*ms, <-b, "sequence 2's START waited the delay: slot 1 had nothing")
+		time.Sleep(5 * ms)
+		a := done(req(num(1), 1, false, false))
+		require.Empty(t, a)
+		time.Sleep(2 * ms)
+		c := done(req(num(2), 1, false, false))
+		require.Equal(t, 17*ms, <-a, "...until the other active slot has a request")
+		require.Equal(t, 17*ms, <-c)
+		calls := e.callList()
+		require.Equal(t, []int32{1, 1}, calls[len(calls)-1].ready, "both rows ran together")
+	})
+}
