@@ -380,7 +380,9 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	if serverVersion == "" {
 		serverVersion = Version
 	}
-	ms.shm = shm.New() // system shared-memory regions, shared by HTTP and gRPC
+	// System shared-memory regions, shared by HTTP and gRPC; a request reads
+	// at most what its body could carry.
+	ms.shm = shm.New(shm.Options{MaxRequestBytes: limits.MaxBodyBytes})
 	httpForward, err := forwardPattern("--http-header-forward-pattern", f.httpForward)
 	if err != nil {
 		return nil, err

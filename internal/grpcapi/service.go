@@ -84,7 +84,7 @@ func New(models modelrepo.Models, opts Options, logger *slog.Logger, reg prometh
 		}
 	}
 	if opts.SharedMemory == nil {
-		opts.SharedMemory = shm.New()
+		opts.SharedMemory = shm.New(shm.Options{})
 	}
 	return &Service{
 		models:  models,

@@ -91,7 +91,7 @@ func New(models modelrepo.Models, opts Options, logger *slog.Logger, reg prometh
 		}
 	}
 	if opts.SharedMemory == nil {
-		opts.SharedMemory = shm.New()
+		opts.SharedMemory = shm.New(shm.Options{MaxRequestBytes: opts.MaxBodyBytes})
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)

@@ -33,7 +33,7 @@ func shmObject(t *testing.T, size int) (key, path string) {
 // regions, infer with the input read from and the output written to
 // them, status, unregister; CUDA shared memory is refused clearly.
 func TestSharedMemoryHTTP(t *testing.T) {
-	reg := shm.New()
+	reg := shm.New(shm.Options{})
 	t.Cleanup(func() { _ = reg.Close() })
 	h := New(newFakeModels(), Options{SharedMemory: reg}, nil, prometheus.NewRegistry())
 	key, path := shmObject(t, 64)

@@ -14,7 +14,7 @@ func FuzzKeyPath(f *testing.F) {
 	for _, s := range []string{"/input", "input", "/../etc/passwd", "..", ".", "/a/b", "", "/", "a\x00b"} {
 		f.Add(s)
 	}
-	r := newIn("/dev/shm")
+	r := newIn("/dev/shm", Options{})
 	f.Fuzz(func(t *testing.T, key string) {
 		p, err := r.path(key)
 		if err != nil {
@@ -34,7 +34,7 @@ func FuzzRequestParams(f *testing.F) {
 	f.Add("", int64(0), int64(0), []byte{})
 	f.Add("r", int64(64), int64(1), []byte{0})
 	dir := f.TempDir()
-	r := newIn(dir)
+	r := newIn(dir, Options{})
 	if err := os.WriteFile(filepath.Join(dir, "obj"), make([]byte, 64), 0o600); err != nil {
 		f.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // Tensor and requested-output parameters of the extension.
@@ -85,6 +86,7 @@ func invalid(err error) *infer.Error {
 // region. The byte size must be exactly what the input's shape needs (for
 // BYTES: a whole number of length-prefixed elements).
 func (r *Registry) ReadInputs(req *infer.Request) error {
+	var total uint64
 	for i := range req.Inputs {
 		t := &req.Inputs[i]
 		what := "input '" + t.Name + "'"
@@ -100,6 +102,10 @@ func (r *Registry) ReadInputs(req *infer.Request) error {
 		}
 		if r == nil {
 			return invalid(errors.New("shared memory is not enabled on this server"))
+		}
+		if total += ref.Size; total > r.maxRead || total < ref.Size {
+			return &infer.Error{Kind: infer.KindResourceExhausted, Reason: wire.ReasonBodyTooLarge,
+				Msg: fmt.Sprintf("%s: the request's inputs read more than %d bytes from shared memory, the most one request may carry", what, r.maxRead)}
 		}
 		data, err := r.Read(ref.Region, ref.Offset, ref.Size)
 		if err != nil {

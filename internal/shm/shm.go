@@ -67,20 +67,36 @@ type region struct {
 	data []byte       // mem[offset : offset+byte_size]; nil once unmapped
 }
 
+// DefaultMaxRequestBytes bounds the bytes one request reads from regions
+// when Options leave it 0 (the default request body limit).
+const DefaultMaxRequestBytes = 64 << 20
+
+// Options configure a Registry.
+type Options struct {
+	// MaxRequestBytes bounds the bytes one request's inputs read from
+	// regions, as --max-request-bytes bounds a body: the data is copied
+	// out of the region. 0 means DefaultMaxRequestBytes.
+	MaxRequestBytes int64
+}
+
 // Registry holds the registered regions. The zero value is not usable;
 // use New. Its methods are safe for concurrent use.
 type Registry struct {
 	dir     string
+	maxRead uint64
 	mu      sync.Mutex // protects regions
 	regions map[string]*region
 }
 
 // New returns an empty registry over Dir.
-func New() *Registry { return newIn(Dir) }
+func New(opts Options) *Registry { return newIn(Dir, opts) }
 
 // newIn returns a registry whose keys name files in dir (tests).
-func newIn(dir string) *Registry {
-	return &Registry{dir: dir, regions: map[string]*region{}}
+func newIn(dir string, opts Options) *Registry {
+	if opts.MaxRequestBytes <= 0 {
+		opts.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	return &Registry{dir: dir, maxRead: uint64(opts.MaxRequestBytes), regions: map[string]*region{}}
 }
 
 // path turns a shared-memory key ("/name" or "name", as shm_open takes

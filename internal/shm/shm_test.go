@@ -32,7 +32,7 @@ func makeObject(t *testing.T, size int) (key string, path string) {
 // unregister one and all; invalid regions refused at registration.
 func TestRegisterStatusUnregister(t *testing.T) {
 	key, _ := makeObject(t, 64)
-	r := New()
+	r := New(Options{})
 	t.Cleanup(func() { _ = r.Close() })
 	require.NoError(t, r.Register("in", key, 0, 32))
 	require.NoError(t, r.Register("out", key, 32, 32))
@@ -77,7 +77,7 @@ func TestRegisterStatusUnregister(t *testing.T) {
 
 func TestReadWriteBounds(t *testing.T) {
 	key, path := makeObject(t, 4096+16)
-	r := New()
+	r := New(Options{})
 	t.Cleanup(func() { _ = r.Close() })
 	// An offset that is not page aligned works (the mapping starts at 0).
 	require.NoError(t, r.Register("x", key, 4096+3, 8))
@@ -102,7 +102,7 @@ func TestReadWriteBounds(t *testing.T) {
 // either completes or reports the region gone (run with -race).
 func TestUnregisterWhileInUse(t *testing.T) {
 	key, _ := makeObject(t, 1<<20)
-	r := New()
+	r := New(Options{})
 	t.Cleanup(func() { _ = r.Close() })
 	for round := range 20 {
 		require.NoError(t, r.Register("busy", key, 0, 1<<20))
@@ -131,7 +131,7 @@ func TestUnregisterWhileInUse(t *testing.T) {
 
 func TestRequestInputsAndOutputs(t *testing.T) {
 	key, _ := makeObject(t, 64)
-	r := New()
+	r := New(Options{})
 	t.Cleanup(func() { _ = r.Close() })
 	require.NoError(t, r.Register("in", key, 0, 32))
 	require.NoError(t, r.Register("out", key, 32, 32))
@@ -198,4 +198,24 @@ func TestRequestInputsAndOutputs(t *testing.T) {
 	require.ErrorContains(t, err, "output 'Y': unable to find shared memory region: 'nope'")
 	err = r.WriteOutputs(&infer.Response{Outputs: []infer.Tensor{{Name: "Y", DataType: infer.Int32, Shape: infer.Shape{8}, Data: make([]byte, 32)}}}, map[string]Ref{"Y": {Region: "out", Size: 16}})
 	require.ErrorContains(t, err, "output 'Y': the output needs 32 bytes but shared memory region 'out' was given 16")
+}
+
+// The data is copied out of the region, so one request reads at most
+// what a body may carry (--max-request-bytes); past it the request is
+// refused as a too large body would be.
+func TestReadLimit(t *testing.T) {
+	key, _ := makeObject(t, 64)
+	r := New(Options{MaxRequestBytes: 24})
+	t.Cleanup(func() { _ = r.Close() })
+	require.NoError(t, r.Register("in", key, 0, 64))
+	in := func(name string) infer.Tensor {
+		return infer.Tensor{Name: name, DataType: infer.Uint8, Shape: infer.Shape{16}, Parameters: infer.Parameters{ParamRegion: "in", ParamByteSize: int64(16)}}
+	}
+	require.NoError(t, r.ReadInputs(&infer.Request{Inputs: []infer.Tensor{in("a")}}))
+	err := r.ReadInputs(&infer.Request{Inputs: []infer.Tensor{in("a"), in("b")}})
+	ie, ok := err.(*infer.Error)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, infer.KindResourceExhausted, ie.Kind)
+	require.Equal(t, "body_too_large", ie.Reason)
+	require.Contains(t, ie.Msg, "input 'b': the request's inputs read more than 24 bytes from shared memory")
 }
