@@ -438,8 +438,9 @@ func appendResponse(b []byte, resp *Response) []byte {
 }
 
 // appendValue appends v as JSON: numbers, strings, booleans, base64
-// bytes, RFC 3339 strings for UnixTimestamp, arrays for lists, null for
-// null and for floats JSON cannot carry (NaN, ±Inf).
+// bytes, whole seconds since the epoch for UnixTimestamp (as Feast
+// writes it), arrays for lists, null for null and for floats JSON cannot
+// carry (NaN, ±Inf).
 func appendValue(b []byte, t feature.Type, v *feature.Value) []byte {
 	if v.Null {
 		return append(b, "null"...)
@@ -461,9 +462,9 @@ func appendValue(b []byte, t feature.Type, v *feature.Value) []byte {
 		case feature.KindBool:
 			return strconv.AppendBool(b, v.Bool)
 		case feature.KindUnixTimestamp:
-			b = append(b, '"')
-			b = AppendTimestamp(b, time.Unix(0, v.I64))
-			return append(b, '"')
+			// Whole seconds, as Feast's server writes its
+			// unix_timestamp_val (an int64 of seconds) in JSON.
+			return strconv.AppendInt(b, time.Unix(0, v.I64).Unix(), 10)
 		default:
 			return append(b, "null"...)
 		}
