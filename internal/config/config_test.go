@@ -26,6 +26,15 @@ func TestLoadTestdata(t *testing.T) {
 		{file: "unknown_field.bad.yaml", want: []string{
 			`unknown_field.bad.yaml:6:7: gateway.services[0].routs: unknown field (did you mean "routes"?)`,
 		}},
+		{file: "accuracy.bad.yaml", want: []string{
+			`accuracy.bad.yaml:14:9: gateway.services[0].accuracy.percent: 120 outside (0,100]`,
+			`accuracy.bad.yaml:15:18: gateway.services[0].accuracy.slices[0]: "x region" is not a header name`,
+			`accuracy.bad.yaml:17:14: gateway.services[0].accuracy.outputs[0].name: "eta_minute" is not an output of the service`,
+			`accuracy.bad.yaml:18:33: gateway.services[0].accuracy.outputs[1].kind: "poisson": want regression or binary`,
+			`accuracy.bad.yaml:13:9: gateway.services[0].accuracy.key: "parcel_id" is not an entity join_key or request field of the service`,
+			`accuracy.bad.yaml:22:5: gateway.accuracy.store: "redis": want embedded or nats`,
+			`accuracy.bad.yaml:23:5: gateway.accuracy.lookback: must be positive`,
+		}},
 		{file: "weights.bad.yaml", want: []string{
 			`weights.bad.yaml:11:18: gateway.services[0].routes[0].route.weighted[1].backend: unknown backend "remote"`,
 			`weights.bad.yaml:9:13: gateway.services[0].routes[0].route.weighted: weights sum to 80, want 100`,
