@@ -446,3 +446,69 @@ func TestAccuracyGateRollsBackRegion(t *testing.T) {
 	}
 	t.Logf("rolled back: %s", r.Message)
 }
+
+// TestAccuracyFleetJoin runs two gateways (two `sluice serve -c`
+// processes) with one cluster section: the pending store is the fleet's
+// NATS JetStream key-value bucket, so a prediction served by A joins the
+// outcome posted to B, and the same outcome posted to A afterwards is a
+// duplicate.
+func TestAccuracyFleetJoin(t *testing.T) {
+	relNATS(t)
+	fleet := fmt.Sprintf("accit%d", time.Now().UnixNano()%1_000_000_000)
+	start := func() *gwChain {
+		dir := t.TempDir()
+		gw := relGateway(t, map[string]any{"accuracy": accService(nil)}, nil)
+		gw["accuracy"] = map[string]any{"lookback": "1h", "log": map[string]any{"dir": filepath.Join(dir, "log")}}
+		return gwStartWith(t, relModelRepo, relModel, relFeatureRepo(t), gw, gwOptions{
+			env: gwKeyEnv,
+			mutate: func(cfg map[string]any) {
+				cfg["cluster"] = map[string]any{"name": fleet, "nats": map[string]any{"url": relNATSURL}}
+			},
+		})
+	}
+	a, b := start(), start()
+	js := relNATS(t)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = js.DeleteKeyValue(ctx, "SLUICE_"+fleet+"_accuracy")
+	})
+	tr := newRelTraffic(t, a)
+	answers := accPredict(t, a, tr, 0, 40)
+	// A's worker stores the predictions in the bucket off the request
+	// path: wait until they are there.
+	deadline := time.Now().Add(10 * time.Second)
+	for accMetrics(t, a)["sluice_accuracy_pending_entries{}"] < 40 {
+		if time.Now().After(deadline) {
+			t.Fatalf("A's pending store holds %v entries after 10s, want 40; logs:\n%s", accMetrics(t, a)["sluice_accuracy_pending_entries{}"], a.tail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var outs []accOutcome
+	var sumAbs float64
+	for i, k := range slices.Sorted(maps.Keys(answers)) {
+		e := accNoise(i)
+		outs = append(outs, accOutcome{Key: k, Values: map[string]float64{"actual_minutes": answers[k].eta - e}})
+		sumAbs += math.Abs(e)
+	}
+	for i, r := range accPost(t, b, outs, gwAuth) {
+		if r != "joined" {
+			t.Fatalf("outcome %d at B for a prediction served by A: %s, want joined", i, r)
+		}
+	}
+	for i, r := range accPost(t, a, outs[:5], gwAuth) {
+		if r != "duplicate" {
+			t.Errorf("outcome %d posted again, at A: %s, want duplicate", i, r)
+		}
+	}
+	got := accMetrics(t, b)
+	var n, mae float64
+	for _, v := range []string{"1", "2"} {
+		k := accKey("sluice_accuracy_joined_total", v, "all", "")
+		n += got[k]
+		mae += got[accKey("sluice_accuracy_online", v, "all", "mae")] * got[k]
+	}
+	if n != 40 || math.Abs(mae/n-sumAbs/40) > 1e-9 {
+		t.Errorf("B joined %v pairs with MAE %v; want 40 with MAE %v", n, mae/n, sumAbs/40)
+	}
+}

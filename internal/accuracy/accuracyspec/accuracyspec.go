@@ -313,7 +313,7 @@ func (s *Service) Validate(outputs map[string]bool) error {
 			if kind == KindBinary {
 				allowed = BinaryMetrics
 			}
-			if !contains(allowed, name) {
+			if ok && (kind == KindRegression || kind == KindBinary) && !contains(allowed, name) {
 				add(p+".metrics."+name, "unknown metric for a %s output (want one of %v)", kind, allowed)
 			}
 			if math.IsNaN(v) || math.IsInf(v, 0) {
