@@ -109,6 +109,10 @@ const (
 	DefaultMaxQueuedPerSequence = 256
 )
 
+// MaxStringIDBytes bounds a string correlation id, as Triton bounds the
+// ids it passes to a CORRID control of TYPE_STRING.
+const MaxStringIDBytes = 128
+
 func (o *Options) validate(executors int) error {
 	var errs []error
 	if executors == 0 {

@@ -625,9 +625,13 @@ func (s *Scheduler) check(req *Request) *infer.Error {
 		for i := range req.Inputs {
 			if t := &req.Inputs[i]; len(t.Shape) == 0 || t.Shape[0] != 1 {
 				return infer.Errorf(infer.KindInvalid, ReasonSequenceBatchSize,
-					"input '%s': model '%s' uses sequence batching, which takes requests of batch size 1, got shape %s", t.Name, s.opts.Model, t.Shape)
+					"inference request to model '%s' must specify batch-size 1 due to requirements of sequence batcher (input '%s' has shape %s)", s.opts.Model, t.Name, t.Shape)
 			}
 		}
+	}
+	if len(req.ID.Str) > MaxStringIDBytes {
+		return infer.Errorf(infer.KindInvalid, ReasonInvalidCorrelationID,
+			"a string correlation ID may hold at most %d bytes, got %d", MaxStringIDBytes, len(req.ID.Str))
 	}
 	if req.ID.Str != "" {
 		for _, c := range s.opts.Controls {

@@ -246,6 +246,9 @@ func TestRequestsThatCannotRun(t *testing.T) {
 	r.Inputs[0].Data = make([]byte, 8)
 	_, err = s.Submit(t.Context(), r)
 	require.Equal(t, ReasonSequenceBatchSize, reason(t, err))
+	require.ErrorContains(t, err, "must specify batch-size 1 due to requirements of sequence batcher")
+	_, err = s.Submit(t.Context(), req(CorrID{Str: string(make([]byte, MaxStringIDBytes+1))}, 1, true, false))
+	require.Equal(t, ReasonInvalidCorrelationID, reason(t, err), "string ids are bounded")
 	require.Empty(t, e.callList())
 }
 
