@@ -518,6 +518,8 @@ are printed), 1 on errors, 2 on invalid flags.`,
 	fl.Float64Var(&f.opts.Threshold, "threshold", diff.DefaultThreshold, "|Δ| above which a request deviates significantly")
 	fl.BoolVar(&f.opts.Relative, "relative", false, "use the relative difference (B − A)/|A|")
 	fl.Float64Var(&f.opts.KSAlpha, "ks-alpha", diff.DefaultKSAlpha, "KS p-value below which the ks gate fails (negative: off)")
+	fl.Float64Var(&f.opts.KSMinEffect, "ks-min-effect", 0, "the ks gate's minimum effect: it fails only when the distributions' percentiles are on average further apart than this (0: --threshold; negative: any difference)")
+	fl.IntVar(&f.opts.MinLatencySliceCount, "min-latency-slice-count", diff.DefaultMinLatencySliceCount, "requests each side of a slice needs for its p95 latency to be gated")
 	fl.Float64Var(&f.opts.MaxSignificantShare, "max-significant-share", diff.DefaultMaxSignificantShare, "share of significant deviations above which the gate fails (negative: off)")
 	fl.Float64Var(&f.opts.MaxP95Regression, "max-p95-regression", diff.DefaultMaxP95Regression, "relative p95 latency increase above which the gate fails (negative: off)")
 	fl.Float64Var(&f.opts.MinP95IncreaseMS, "min-p95-increase-ms", 0, "p95 increase in ms the latency gate ignores")

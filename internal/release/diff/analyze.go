@@ -138,6 +138,8 @@ func newAnalysis(in Input, opts Options) *analysis {
 				Relative:             opts.Relative,
 				MaxSignificantShare:  opts.MaxSignificantShare,
 				KSAlpha:              opts.KSAlpha,
+				KSMinEffect:          opts.KSMinEffect,
+				MinLatencySliceCount: opts.MinLatencySliceCount,
 				MaxP95Regression:     opts.MaxP95Regression,
 				MinP95IncreaseMS:     opts.MinP95IncreaseMS,
 				MaxErrorRateIncrease: opts.MaxErrorRateIncrease,
@@ -649,6 +651,7 @@ func (a *analysis) outputStats(rows []*row, name string, full bool) OutputStats 
 	slices.Sort(av)
 	slices.Sort(bv)
 	st.KS = ks.TwoSample(av, bv)
+	st.KSEffect = finite(percentileDistance(av, bv, a.opts.Relative, a.opts.RelativeFloor))
 	st.A, st.B = summarize(av), summarize(bv)
 	if full {
 		st.Histogram = newHistogram(av, bv, a.opts.Bins)
@@ -702,8 +705,9 @@ func (a *analysis) gates(fig figures, slice string, withLatency bool) bool {
 		if o.KSAlpha >= 0 && st.KS.NA > 0 && st.KS.NB > 0 {
 			add(Gate{
 				Name: GateKS, Output: st.Name, Value: st.KS.PValue, Limit: o.KSAlpha,
-				Passed:  st.KS.PValue >= o.KSAlpha,
-				Message: fmt.Sprintf("KS D = %.4f, p = %.3g (%s, n = %d/%d)", st.KS.Statistic, st.KS.PValue, st.KS.Method, st.KS.NA, st.KS.NB),
+				Passed: st.KS.PValue >= o.KSAlpha || st.KSEffect <= o.KSMinEffect,
+				Message: fmt.Sprintf("KS D = %.4f, p = %.3g (%s, n = %d/%d), percentiles %g apart (min effect %g)",
+					st.KS.Statistic, st.KS.PValue, st.KS.Method, st.KS.NA, st.KS.NB, st.KSEffect, o.KSMinEffect),
 			})
 		}
 	}
@@ -824,11 +828,12 @@ func (a *analysis) slice(i int, k SliceKey, outputs []string) SliceReport {
 			Value: g.label, Pairs: len(g.rows), Passed: true,
 			Outputs: fig.outputs, Latency: fig.latency, Errors: fig.errors,
 		}
-		// Latency is reported per slice but not gated: a p95 from a few
-		// dozen requests is noise, and latency rarely depends on a header.
+		// Latency is gated per slice only with MinLatencySliceCount
+		// requests on each side: a p95 from a few dozen is noise.
 		if fig.bothOK >= a.opts.MinSliceCount {
 			sg.Gated = true
-			sg.Passed = a.gates(fig, name+"="+g.label, false)
+			latency := fig.latency.A.N >= a.opts.MinLatencySliceCount && fig.latency.B.N >= a.opts.MinLatencySliceCount
+			sg.Passed = a.gates(fig, name+"="+g.label, latency)
 		}
 		rep.Groups = append(rep.Groups, sg)
 	}

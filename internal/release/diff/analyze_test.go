@@ -631,3 +631,56 @@ func TestAnalyzeJSONLRecordings(t *testing.T) {
 		t.Fatalf("B models %v", res.B.Models)
 	}
 }
+
+// TestKSMinimumEffect: with thousands of requests KS calls a shift of
+// 0.001 significant; the gate passes it (the percentiles are 0.001 apart,
+// under the minimum effect, --threshold by default) and still fails a
+// shift that matters, and fails the small one when told to.
+func TestKSMinimumEffect(t *testing.T) {
+	build := func(shift float64) []*record.Record {
+		var recs []*record.Record
+		for i := range 3000 {
+			a := 30 + float64(i%1000)*1e-6 // a near-constant output: 30.000000 … 30.000999
+			recs = append(recs, rec(i, "", a, a+shift, 5, 5))
+		}
+		return recs
+	}
+	res := analyze(t, Input{A: FromRecords(build(0.001)...)}, Options{})
+	g := gateByID(res, "ks[eta_prediction]")
+	if g == nil || !g.Passed || g.Value >= DefaultKSAlpha {
+		t.Fatalf("0.001 shift: gate %+v, want passed with p < %g", g, DefaultKSAlpha)
+	}
+	if st := output(t, res, "eta_prediction"); math.Abs(st.KSEffect-0.001) > 1e-6 {
+		t.Fatalf("effect %g, want 0.001", st.KSEffect)
+	}
+	if g := gateByID(analyze(t, Input{A: FromRecords(build(0.5)...)}, Options{}), "ks[eta_prediction]"); g == nil || g.Passed {
+		t.Fatalf("0.5 shift: gate %+v, want failed", g)
+	}
+	if g := gateByID(analyze(t, Input{A: FromRecords(build(0.001)...)}, Options{KSMinEffect: -1}), "ks[eta_prediction]"); g == nil || g.Passed {
+		t.Fatalf("0.001 shift without a minimum effect: gate %+v, want failed", g)
+	}
+}
+
+// TestSliceLatencyGate: a slice with enough requests on each side gates
+// its p95 latency; a smaller one only reports it.
+func TestSliceLatencyGate(t *testing.T) {
+	var recs []*record.Record
+	for i := range 600 {
+		region := []string{"eu", "us"}[i%2]
+		lat := 10 + float64(i%50)/10
+		latB := lat
+		if region == "eu" {
+			latB = lat * 1.5 // only eu got slower
+		}
+		recs = append(recs, rec(i, region, 30, 30, lat, latB))
+	}
+	key := []SliceKey{{Source: SourceHeader, Name: "x-region"}}
+	res := analyze(t, Input{A: FromRecords(recs...)}, Options{Slices: key})
+	if !slices.Contains(res.Failed, "latency_p95@x-region=eu") || slices.Contains(res.Failed, "latency_p95@x-region=us") {
+		t.Fatalf("failed %v, want latency_p95@x-region=eu and not us", res.Failed)
+	}
+	res = analyze(t, Input{A: FromRecords(recs...)}, Options{Slices: key, MinLatencySliceCount: 1000})
+	if slices.Contains(res.Failed, "latency_p95@x-region=eu") {
+		t.Fatalf("a slice under the latency count was gated: %v", res.Failed)
+	}
+}

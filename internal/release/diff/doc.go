@@ -22,7 +22,10 @@
 //   - significant_share[output]: the share of requests deviating
 //     significantly (or whose output went missing or changed shape)
 //     exceeds Options.MaxSignificantShare (1 %);
-//   - ks[output]: the KS p-value is below Options.KSAlpha (0.01);
+//   - ks[output]: the KS p-value is below Options.KSAlpha (0.01) and
+//     the distributions' percentiles are on average further apart than
+//     Options.KSMinEffect (default: the threshold), so a significant but
+//     negligible shift passes;
 //   - latency_p95: B's p95 latency exceeds A's by more than
 //     Options.MaxP95Regression (10 %);
 //   - error_rate: B's error rate exceeds A's by more than
@@ -31,7 +34,9 @@
 //
 // Slice gates (significant_share, ks and error_rate, suffixed with
 // "@key=value") count for slices with at least Options.MinSliceCount
-// compared requests. Latency is reported per slice but gated only overall.
+// compared requests; latency_p95 for slices with at least
+// Options.MinLatencySliceCount requests on each side (100), since a p95
+// from a few dozen requests is noise.
 //
 // # report.json
 //

@@ -20,6 +20,10 @@ const (
 	DefaultMaxSignificantShare = 0.01
 	// DefaultKSAlpha is the KS p-value below which the ks gate fails.
 	DefaultKSAlpha = 0.01
+	// DefaultMinLatencySliceCount is how many requests each side of a
+	// slice needs before its p95 latency is gated: 100 leaves five
+	// requests above the p95, so one slow request does not decide it.
+	DefaultMinLatencySliceCount = 100
 	// DefaultMaxP95Regression is the relative p95 latency increase of B
 	// over A above which the latency_p95 gate fails.
 	DefaultMaxP95Regression = 0.10
@@ -64,6 +68,18 @@ type Options struct {
 	// KSAlpha is the ks gate: a KS p-value below it fails (default 0.01).
 	// Negative disables the gate.
 	KSAlpha float64
+	// KSMinEffect is the ks gate's minimum effect size: the gate fails
+	// only when, besides p < KSAlpha, the two distributions are further
+	// apart than this: the mean absolute difference of their percentiles
+	// (1st to 99th, an estimate of the Wasserstein distance), in output
+	// units (relative to |A|'s percentile with Relative). With many
+	// requests KS finds differences too small to matter; a shift of 0.001
+	// is not a regression. Default: Threshold; negative: any difference.
+	KSMinEffect float64
+	// MinLatencySliceCount is how many requests each side of a slice
+	// needs for its latency_p95 gate to count (default 100); smaller
+	// slices report their latency only.
+	MinLatencySliceCount int
 	// MaxP95Regression is the latency_p95 gate: (p95_B − p95_A)/p95_A
 	// above it fails (default 0.10). Negative disables the gate.
 	MaxP95Regression float64
@@ -101,6 +117,10 @@ func (o Options) withDefaults() Options {
 	def(&o.RelativeFloor, DefaultRelativeFloor)
 	def(&o.MaxSignificantShare, DefaultMaxSignificantShare)
 	def(&o.KSAlpha, DefaultKSAlpha)
+	def(&o.KSMinEffect, o.Threshold)
+	if o.MinLatencySliceCount == 0 {
+		o.MinLatencySliceCount = DefaultMinLatencySliceCount
+	}
 	def(&o.MaxP95Regression, DefaultMaxP95Regression)
 	def(&o.MaxErrorRateIncrease, DefaultMaxErrorRateIncrease)
 	def(&o.MissingSliceWarn, DefaultMissingSliceWarn)
@@ -128,6 +148,7 @@ func (o Options) Validate() error {
 	finite("relative floor", o.RelativeFloor)
 	finite("max significant share", o.MaxSignificantShare)
 	finite("ks alpha", o.KSAlpha)
+	finite("ks min effect", o.KSMinEffect)
 	finite("max p95 regression", o.MaxP95Regression)
 	finite("min p95 increase", o.MinP95IncreaseMS)
 	finite("max error rate increase", o.MaxErrorRateIncrease)
@@ -140,6 +161,9 @@ func (o Options) Validate() error {
 	}
 	if o.KSAlpha > 1 {
 		errs = append(errs, errors.New("ks alpha must not exceed 1"))
+	}
+	if o.MinLatencySliceCount < 0 {
+		errs = append(errs, errors.New("min latency slice count must not be negative"))
 	}
 	if o.MinSliceCount < 0 {
 		errs = append(errs, errors.New("min slice count must not be negative"))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"image/color"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -24,16 +25,45 @@ var (
 )
 
 const (
-	plotW = 5 * vg.Inch
-	plotH = 3 * vg.Inch
+	plotW   = 5 * vg.Inch
+	plotH   = 3 * vg.Inch
+	plotPad = vg.Inch / 4 // inset on the left and right, half of it at the top and bottom
 )
+
+// fitTitle breaks a title too wide for the plot before its parenthesis
+// (the figures), and shrinks the font of a line that still does not fit.
+func fitTitle(p *plot.Plot) {
+	room := plotW - 2*plotPad
+	if titleWidth(p) <= room {
+		return
+	}
+	if i := strings.Index(p.Title.Text, " ("); i > 0 && !strings.Contains(p.Title.Text, "\n") {
+		p.Title.Text = p.Title.Text[:i] + "\n" + p.Title.Text[i+1:]
+	}
+	for p.Title.TextStyle.Font.Size > 6 && titleWidth(p) > room {
+		p.Title.TextStyle.Font.Size--
+	}
+}
+
+// titleWidth is the width of the title's widest line.
+func titleWidth(p *plot.Plot) vg.Length {
+	var w vg.Length
+	for _, line := range strings.Split(p.Title.Text, "\n") {
+		w = max(w, p.Title.TextStyle.Width(line))
+	}
+	return w
+}
 
 // svgURL renders p as SVG and returns it as a data: URL, so the report
 // needs no other file and no network. The SVG goes into an <img>, which
 // also keeps the plots' element ids from colliding in one page.
 func svgURL(p *plot.Plot) (template.URL, error) {
 	c := vgsvg.New(plotW, plotH)
-	p.Draw(draw.New(c))
+	fitTitle(p)
+	// gonum centres each tick label on its tick, so the last x label
+	// sticks out past the axis end: an inset keeps it (and the title)
+	// inside the image.
+	p.Draw(draw.Crop(draw.New(c), plotPad, -plotPad, plotPad/2, -plotPad/2))
 	var buf bytes.Buffer
 	if _, err := c.WriteTo(&buf); err != nil {
 		return "", fmt.Errorf("render svg: %w", err)

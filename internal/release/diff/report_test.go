@@ -13,6 +13,9 @@ import (
 
 	"golang.org/x/net/html"
 	"golang.org/x/net/html/atom"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/sluice-ml/sluice/internal/release/ks"
 )
 
 func TestWriteReport(t *testing.T) {
@@ -215,5 +218,38 @@ func TestWriteReportEmpty(t *testing.T) {
 func TestReadJSONRejectsOtherSchema(t *testing.T) {
 	if _, err := ReadJSON(strings.NewReader(`{"schema": 2}`)); err == nil || !strings.Contains(err.Error(), "schema 2") {
 		t.Fatalf("ReadJSON: %v", err)
+	}
+}
+
+// TestPlotsFitTheirImage: a long title is broken and shrunk to the
+// plot's width, and the inset leaves room for half of the widest x tick
+// label past the axis end (gonum centres labels on their ticks).
+func TestPlotsFitTheirImage(t *testing.T) {
+	st := &OutputStats{Name: "a_rather_long_output_name_for_a_model", KS: ks.Result{Statistic: 0.35331, PValue: 5.86e-18}}
+	var av, bv []float64
+	for i := range 400 {
+		av = append(av, 1000+float64(i)*2.5)
+		bv = append(bv, 1010+float64(i)*2.5)
+	}
+	st.CDF = newCDF(av, bv)
+	p, err := cdfPlot(st, "primary", "shadow")
+	if err != nil || p == nil {
+		t.Fatalf("cdfPlot: %v", err)
+	}
+	if _, err := svgURL(p); err != nil {
+		t.Fatal(err)
+	}
+	if w := titleWidth(p); w > plotW-2*plotPad {
+		t.Errorf("title %q is %v wide, the plot has %v", p.Title.Text, w, plotW-2*plotPad)
+	}
+	if !strings.Contains(p.Title.Text, "\n(KS D = ") {
+		t.Errorf("the long title was not broken before its figures: %q", p.Title.Text)
+	}
+	var widest vg.Length
+	for _, tk := range p.X.Tick.Marker.Ticks(p.X.Min, p.X.Max) {
+		widest = max(widest, p.X.Tick.Label.Width(tk.Label))
+	}
+	if widest/2 > plotPad {
+		t.Errorf("the widest x label is %v: half of it overflows a %v inset", widest, plotPad)
 	}
 }

@@ -68,6 +68,8 @@ type OptionsReport struct {
 	Relative             bool       `json:"relative"`
 	MaxSignificantShare  float64    `json:"max_significant_share"`
 	KSAlpha              float64    `json:"ks_alpha"`
+	KSMinEffect          float64    `json:"ks_min_effect"`
+	MinLatencySliceCount int        `json:"min_latency_slice_count"`
 	MaxP95Regression     float64    `json:"max_p95_regression"`
 	MinP95IncreaseMS     float64    `json:"min_p95_increase_ms"`
 	MaxErrorRateIncrease float64    `json:"max_error_rate_increase"`
@@ -124,6 +126,10 @@ type OutputStats struct {
 	SignificantShare float64 `json:"significant_share"`
 	// KS tests whether both sides' values share one distribution.
 	KS ks.Result `json:"ks"`
+	// KSEffect is how far apart the distributions are: the mean absolute
+	// difference of their 1st to 99th percentiles (relative to |A|'s with
+	// Options.Relative). The ks gate needs it above Options.KSMinEffect.
+	KSEffect float64 `json:"ks_effect"`
 	// A and B summarise each side's values.
 	A Summary `json:"a"`
 	B Summary `json:"b"`

@@ -159,3 +159,27 @@ func finite(v float64) float64 {
 	}
 	return v
 }
+
+// percentileDistance is the mean absolute difference of the 1st to 99th
+// percentiles of two sorted samples (nearest rank): an estimate of the
+// Wasserstein distance between their distributions, in their units. With
+// relative, each difference is divided by max(|A's percentile|, floor).
+func percentileDistance(a, b []float64, relative bool, floor float64) float64 {
+	if len(a) == 0 || len(b) == 0 {
+		return 0
+	}
+	at := func(s []float64, q int) float64 {
+		i := (q*len(s)+99)/100 - 1
+		return s[min(max(i, 0), len(s)-1)]
+	}
+	sum := 0.0
+	for q := 1; q <= 99; q++ {
+		x, y := at(a, q), at(b, q)
+		d := math.Abs(y - x)
+		if relative {
+			d /= max(math.Abs(x), floor)
+		}
+		sum += d
+	}
+	return sum / 99
+}
