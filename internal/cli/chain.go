@@ -57,7 +57,8 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 		return err
 	}
 	defer stopTracing()
-	reg := telemetry.NewRegistry()
+	regs := newChainRegistries(cfg)
+	reg := regs.process
 	gd, err := newGuard(cfg.Security, cmd.ErrOrStderr(), logger, reg)
 	if err != nil {
 		return &exitError{code: 2, err: err}
@@ -82,7 +83,7 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 		mf.backendSettings = m.BackendConfig
 		mf.httpRestricted, mf.grpcRestricted = m.HTTPRestrictedAPI, m.GRPCRestrictedProtocol
 		mf.limits = &m.Limits
-		if ms, err = startModelServer(ctx, &mf, m.TLS, gd, logger, reg); err != nil {
+		if ms, err = startModelServer(ctx, &mf, m.TLS, gd, logger, regs.models); err != nil {
 			return err
 		}
 		defer ms.closeBackends()
@@ -106,7 +107,7 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 			exitTimeoutSecs: f.exitTimeoutSecs, readAuth: fc.ReadAuth, maxEntityRows: fc.MaxEntityRows,
 			limits: &fc.Limits,
 		}
-		if fs, err = startFeatureServer(ctx, ff, fc.TLS, gd, logger, reg); err != nil {
+		if fs, err = startFeatureServer(ctx, ff, fc.TLS, gd, logger, regs.features); err != nil {
 			return err
 		}
 		defer fs.close()
@@ -117,6 +118,7 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 			}
 		}
 		banner.features = fs.ln.Addr().String()
+		banner.featuresMetrics = true
 		fs.run(ctx, gctx, g, gatewayDone)
 	}
 
@@ -332,7 +334,7 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 	srv := gd.httpServer("gateway", gc.Limits, gw)
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true, Registry: reg})
 	admin := gw.AdminHandler(metrics)
-	src := console.Sources{Gateway: console.GatewayFromAdmin(admin), Errors: errLog, Metrics: reg}
+	src := console.Sources{Gateway: console.GatewayFromAdmin(admin), Errors: errLog, Metrics: chainGatherers(reg, ms, fs)}
 	if ms != nil {
 		src.Models = console.ModelsFromManager(ms.mgr)
 	}
@@ -363,7 +365,7 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 	}
 	if acc != nil {
 		// The joiner stores what requests log until acc.close below.
-		g.Go(func() error { return acc.joiner.Run(gctx) })
+		g.Go(func() error { return acc.run(gctx) })
 	}
 	ok = true
 	for _, s := range []struct {
@@ -530,6 +532,46 @@ func materializeAtStart(ctx context.Context, fs *featureServer, logger *slog.Log
 	return nil
 }
 
+// chainRegistries are the registries of a chain's components. Each port
+// serves its own component's metrics, as the separate commands do, so a
+// Prometheus that scrapes all three ports counts nothing twice and the
+// same scrape configuration (jobs sluice-models, sluice-features,
+// sluice-gateway) serves a chain and a split deployment alike. The
+// process's own collectors (go_*, process_*, the listeners' admission
+// and security metrics) go with the gateway's admin port, else with the
+// model server's metrics port, else with the feature server's port.
+type chainRegistries struct {
+	process, models, features *prometheus.Registry // the gateway's is process
+}
+
+func newChainRegistries(cfg *config.Config) chainRegistries {
+	r := chainRegistries{process: telemetry.NewRegistry()}
+	r.models, r.features = prometheus.NewRegistry(), prometheus.NewRegistry()
+	switch {
+	case cfg.Gateway != nil:
+	case cfg.ModelServer != nil:
+		r.models = r.process
+	default:
+		r.features = r.process
+	}
+	return r
+}
+
+// chainGatherers reads every registry of the chain once: the console
+// charts the whole process.
+func chainGatherers(reg *prometheus.Registry, ms *modelServer, fs *featureServer) prometheus.Gatherers {
+	gs := prometheus.Gatherers{reg}
+	if ms != nil && ms.reg != nil && ms.reg != reg {
+		gs = append(gs, ms.reg)
+	}
+	if fs != nil {
+		if fr, ok := fs.reg.(*prometheus.Registry); ok && fr != reg {
+			gs = append(gs, fr)
+		}
+	}
+	return gs
+}
+
 // chainStrictReadiness is the chain's readiness mode: --strict-readiness
 // when given, else model_server.strict_readiness, else false. Triton's
 // default is strict; a chain serves several models behind one pod, and
@@ -551,6 +593,7 @@ func chainStrictReadiness(cmd *cobra.Command, m *config.ModelServer) bool {
 type banner struct {
 	config                                                       string
 	gateway, gatewayGRPC, admin, models, grpc, metrics, features string
+	featuresMetrics                                              bool // the feature server's port serves its /metrics
 	console                                                      string
 	tls, adminTLS                                                bool
 	guard                                                        *guard
@@ -580,7 +623,11 @@ func (b *banner) write(w io.Writer, cfg *config.Config) {
 			displayAddr(b.models), displayAddr(b.grpc), displayAddr(b.metrics))
 	}
 	if b.features != "" {
-		fmt.Fprintf(w, "  feature server http://%s   (Feast HTTP API)\n", displayAddr(b.features))
+		if b.featuresMetrics {
+			fmt.Fprintf(w, "  feature server http://%s   (Feast HTTP API, metrics http://%s/metrics)\n", displayAddr(b.features), displayAddr(b.features))
+		} else {
+			fmt.Fprintf(w, "  feature server http://%s   (Feast HTTP API)\n", displayAddr(b.features))
+		}
 	}
 	if b.guard != nil {
 		b.guard.writeListeners(w)

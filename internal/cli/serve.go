@@ -248,6 +248,7 @@ type modelServer struct {
 	httpLn      net.Listener
 	grpcLn      net.Listener
 	metrics     *telemetry.MetricsServer
+	reg         *prometheus.Registry // what metrics serves
 	httpSrv     *http.Server
 	grpcSvc     *grpcapi.Service
 	grpcSrv     *grpc.Server
@@ -297,7 +298,7 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	if err != nil {
 		return nil, err
 	}
-	ms := &modelServer{closeBack: closeBackends, logger: logger, exitTimeout: time.Duration(f.exitTimeoutSecs) * time.Second}
+	ms := &modelServer{closeBack: closeBackends, logger: logger, reg: reg, exitTimeout: time.Duration(f.exitTimeoutSecs) * time.Second}
 	ok := false
 	defer func() {
 		if !ok {

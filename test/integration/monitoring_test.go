@@ -571,8 +571,9 @@ func TestMonitoringPrometheusAlerts(t *testing.T) {
 	}
 	ids := c.presentIDs(t)
 
-	// Prometheus: the chain's gateway admin port (it serves the whole
-	// process's registry), the rules' test copy, the Alertmanager.
+	// Prometheus: the chain's three metrics ports (each serves its own
+	// component's metrics, as deploy/prometheus/prometheus.yml scrapes
+	// them), the rules' test copy, the Alertmanager.
 	promDir := t.TempDir()
 	mustWrite(t, filepath.Join(promDir, "rules.yml"), monTestRules(t))
 	promCfg, err := yaml.Marshal(map[string]any{
@@ -581,10 +582,11 @@ func TestMonitoringPrometheusAlerts(t *testing.T) {
 		"alerting": map[string]any{"alertmanagers": []any{
 			map[string]any{"static_configs": []any{map[string]any{"targets": []string{amAddr}}}},
 		}},
-		"scrape_configs": []any{map[string]any{
-			"job_name":       "sluice-gateway",
-			"static_configs": []any{map[string]any{"targets": []string{c.admin}}},
-		}},
+		"scrape_configs": []any{
+			map[string]any{"job_name": "sluice-gateway", "static_configs": []any{map[string]any{"targets": []string{c.admin}}}},
+			map[string]any{"job_name": "sluice-models", "static_configs": []any{map[string]any{"targets": []string{fmt.Sprintf("127.0.0.1:%d", chainCfg.ModelServer.MetricsPort)}}}},
+			map[string]any{"job_name": "sluice-features", "static_configs": []any{map[string]any{"targets": []string{c.features}}}},
+		},
 	})
 	if err != nil {
 		t.Fatal(err)

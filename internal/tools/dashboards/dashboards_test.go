@@ -48,7 +48,11 @@ var inventory = sync.OnceValues(func() (map[string]metricsdoc.Family, error) {
 	if err != nil {
 		return nil, err
 	}
-	return metricsdoc.SeriesNames(fams), nil
+	inv := metricsdoc.SeriesNames(fams)
+	// up is the series Prometheus writes for every scrape target: the
+	// $job and $instance variables list the targets from it.
+	inv["up"] = metricsdoc.Family{Name: "up", Type: "gauge"}
+	return inv, nil
 })
 
 func exported(t *testing.T) map[string]metricsdoc.Family {

@@ -20,9 +20,12 @@ const intro = `# Metrics reference
      Do not edit by hand: the test fails when this file and the code differ. -->
 
 Every metric a Sluice process exports on ` + "`/metrics`" + `, by the component that
-registers it. Each process serves one registry: ` + "`sluice serve -c`" + ` runs the
-model server, the feature server and the gateway in one process, so each of its
-metrics endpoints serves all of their families.
+registers it. Each component serves its own families on its own port, also
+under ` + "`sluice serve -c`" + `, which runs the model server (its metrics port), the
+feature server (its HTTP port) and the gateway (its admin port) in one process:
+scrape all three (` + "`deploy/prometheus/prometheus.yml`" + `) and nothing counts
+twice. The process's own series (` + "`go_*`" + `, ` + "`process_*`" + `, listener admission and
+security) come with the gateway's admin port in a chain.
 
 - **Names** follow ` + "`sluice_<component>_<name>_<unit>`" + ` with base units
   (seconds, bytes) and ` + "`_total`" + ` on counters.
