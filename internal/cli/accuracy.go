@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/sluice-ml/sluice/internal/accuracy"
 	"github.com/sluice-ml/sluice/internal/accuracy/accuracyspec"
@@ -21,7 +23,20 @@ import (
 type accuracyParts struct {
 	joiner *accuracy.Joiner
 	writer *record.Writer
+	sub    *accuracy.Subscriber // nil without gateway.accuracy.outcome_subject
 	closer []func(context.Context) error
+}
+
+// run runs the joiner and the outcome subscriber until ctx ends (the
+// joiner's worker goes on until close).
+func (a *accuracyParts) run(ctx context.Context) error {
+	if a.sub == nil {
+		return a.joiner.Run(ctx)
+	}
+	var g errgroup.Group
+	g.Go(func() error { return a.joiner.Run(ctx) })
+	g.Go(func() error { return a.sub.Run(ctx) })
+	return g.Wait()
 }
 
 func (a *accuracyParts) close(ctx context.Context) error {
@@ -108,6 +123,32 @@ func openAccuracy(ctx context.Context, cfg *config.Config, logger *slog.Logger, 
 	}
 	joiner = accuracy.New(store, opts, logger, reg)
 	parts.joiner = joiner
+	if ac.OutcomeSubject != "" {
+		url := gc.Recording.NATS.URL
+		var nopts []nats.Option
+		if cl := cfg.Cluster; cl != nil {
+			url = cl.NATS.URL
+			if cl.NATS.Credentials != "" {
+				nopts = append(nopts, nats.UserCredentials(cl.NATS.Credentials))
+			}
+			if t := cl.NATS.TLS; t != nil {
+				tc, err := tlsconfig.ClientConfig(*t)
+				if err != nil {
+					return nil, fmt.Errorf("cluster.nats.tls: %w", err)
+				}
+				nopts = append(nopts, nats.Secure(tc))
+			}
+		}
+		if ac.NATS.URL != "" {
+			url = ac.NATS.URL
+		}
+		nc, err := nats.Connect(url, append(nopts, nats.Name("sluice-outcomes"), nats.MaxReconnects(-1))...)
+		if err != nil {
+			return nil, fmt.Errorf("gateway.accuracy.outcome_subject: connect %s: %w", url, err)
+		}
+		parts.closer = append(parts.closer, func(context.Context) error { nc.Close(); return nil })
+		parts.sub = accuracy.NewSubscriber(nc, ac.OutcomeSubject, joiner, logger)
+	}
 	ok = true
 	logger.Info("online accuracy on", "store", ac.Store, "path", ac.Path, "lookback", ac.Lookback.Std().String(),
 		"max_pending", ac.MaxPending, "log", ac.Log.Sink)

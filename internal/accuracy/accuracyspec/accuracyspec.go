@@ -152,8 +152,10 @@ type Gateway struct {
 	QueueSize int `yaml:"queue_size"`
 	// Log is the durable prediction log.
 	Log Log `yaml:"log"`
-	// OutcomeSubject, when set, is a NATS subject whose messages are
-	// outcomes (a JSON object or array, as POST takes).
+	// OutcomeSubject, when set, is a NATS subject prefix: a message on
+	// <prefix>.<service> holds that service's outcomes (a JSON object or
+	// array, as POST takes); a message with a reply subject gets the
+	// results. On the cluster's NATS, else the recording's.
 	OutcomeSubject string `yaml:"outcome_subject"`
 }
 
