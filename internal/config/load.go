@@ -293,26 +293,35 @@ func syntaxError(file string, data []byte, err error) error {
 		}
 	}
 	lines := strings.SplitAfter(string(data), "\n")
-	if len(lines) > maxSyntaxScanLines {
+	if len(data) > maxSyntaxScanBytes {
 		return fmt.Errorf("%s: %s", file, strings.TrimPrefix(err.Error(), "yaml: "))
 	}
-	line := 1
-	for k := len(lines) - 1; k > 0; k-- {
+	// Binary search for the longest prefix that parses: ~log2(lines)
+	// parses. A prefix that ends inside a multi-line flow collection
+	// fails although the file is fine there, so the answer can be early
+	// by a few lines in such a file; it is never later than the error.
+	okPrefix := func(k int) bool {
 		var n yaml.Node
-		if yaml.Unmarshal([]byte(strings.Join(lines[:k], "")), &n) == nil {
-			line = k + 1
-			break
+		return yaml.Unmarshal([]byte(strings.Join(lines[:k], "")), &n) == nil
+	}
+	lo, hi := 0, len(lines) // okPrefix(lo) holds (the empty prefix); the whole file fails
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if okPrefix(mid) {
+			lo = mid
+		} else {
+			hi = mid
 		}
 	}
-	line = min(line, len(lines))
+	line := min(lo+1, len(lines))
 	text := strings.TrimRight(lines[line-1], "\r\n")
 	col := len(text) - len(strings.TrimLeft(text, " \t")) + 1
 	return &FieldError{File: file, Line: line, Col: col, Msg: "YAML syntax: " + msg}
 }
 
-// maxSyntaxScanLines bounds syntaxError's search (each step parses a
-// prefix): a longer file gets yaml's own line number.
-const maxSyntaxScanLines = 1000
+// maxSyntaxScanBytes bounds syntaxError's search (each step parses a
+// prefix): a larger file gets yaml's own line number.
+const maxSyntaxScanBytes = 1 << 20
 
 // decodeError rewrites yaml's "line N: msg" errors as "file:N: msg", one per line.
 func decodeError(file string, err error) error {
