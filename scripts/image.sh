@@ -143,7 +143,7 @@ buildah tag "$tag" "$name:$variant"
 re_name="$(printf '%s' "$name" | sed 's/[.[\*^$]/\\&/g')"
 buildah images --format '{{.Name}}:{{.Tag}}' 2>/dev/null |
   grep -E "^$re_name:$variant-[0-9a-f]{16}\$" | grep -vxF "$tag" |
-  while read -r old; do buildah rmi "$old" >/dev/null 2>&1 || true; done
+  while read -r old; do buildah rmi "$old" >/dev/null 2>&1 || true; done || true # grep finds none: nothing to drop
 say "image $tag ($(buildah inspect --type image --format '{{.FromImageID}}' "$tag" | cut -c1-12))"
 
 if [ -n "$oci_archive" ]; then
