@@ -157,7 +157,8 @@ offline_store:
 }
 
 // gwExample is the example sluice.yaml's first service with its routes,
-// fallback and example removed: the block every test service copies.
+// fallback, example and accuracy block removed: the block every test
+// service copies (the accuracy tests add their own).
 func gwExample(t *testing.T) map[string]any {
 	t.Helper()
 	var doc struct {
@@ -172,7 +173,7 @@ func gwExample(t *testing.T) map[string]any {
 		t.Fatal("examples/parcel-eta/sluice.yaml has no service")
 	}
 	s := doc.Gateway.Services[0]
-	for _, k := range []string{"routes", "fallback", "example"} {
+	for _, k := range []string{"routes", "fallback", "example", "accuracy"} {
 		delete(s, k)
 	}
 	return s
