@@ -66,6 +66,9 @@ func (v *validator) sequenceBatching() {
 		return
 	}
 	const base = "sequence_batching"
+	if sb.GetIterativeSequence() {
+		v.add(base+".iterative_sequence", "sequence_batching: iterative_sequence is not supported by this server")
+	}
 	listed := map[string]bool{}
 	for _, in := range v.cfg.GetInput() {
 		listed[in.GetName()] = true
