@@ -163,6 +163,9 @@ func canBatch(sig infer.Signature) bool {
 	}
 	for _, specs := range [][]infer.TensorSpec{sig.Inputs, sig.Outputs} {
 		for _, s := range specs {
+			if s.Optional {
+				continue // an initializer-backed input need not batch
+			}
 			if len(s.Shape) == 0 || s.Shape[0] != -1 {
 				return false
 			}

@@ -115,4 +115,12 @@ func TestOptionalModelInputs(t *testing.T) {
 	auto := &inferencepb.ModelConfig{}
 	require.NoError(t, AutoComplete(auto, sig))
 	require.Len(t, auto.Input, 1, "auto-complete offers only the required input")
+
+	batching := infer.Signature{
+		Inputs:  []infer.TensorSpec{spec("X", infer.FP32, -1, 2), {Name: "B", DataType: infer.FP32, Shape: infer.Shape{2}, Optional: true}},
+		Outputs: []infer.TensorSpec{spec("Y", infer.FP32, -1, 2)},
+	}
+	auto = &inferencepb.ModelConfig{}
+	require.NoError(t, AutoComplete(auto, batching))
+	require.Equal(t, int32(DefaultMaxBatchSize), auto.MaxBatchSize, "an initializer-backed input does not stop auto-complete from batching")
 }
