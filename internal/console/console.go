@@ -213,9 +213,11 @@ type pageData struct {
 	Ready         *bool // the gateway's readiness, nil without one
 	Snapshot      Inputs
 	Summary       Summary
-	// Errors is the errors page's list, filtered; Service the filter.
+	// Errors is the errors page's list, filtered; Service the filter;
+	// Groups the same failures grouped by service, status and reason.
 	Errors  []accesslog.Entry
 	Service string
+	Groups  []ErrorGroup
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, name, title string, s snapshot) {
@@ -230,6 +232,9 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, name, title str
 	if svc := r.URL.Query().Get("service"); svc != "" && name == "errors" {
 		d.Service = svc
 		d.Errors = slices.DeleteFunc(slices.Clone(d.Errors), func(e accesslog.Entry) bool { return e.Service != svc })
+	}
+	if name == "errors" {
+		d.Groups = GroupErrors(d.Errors)
 	}
 	var buf bytes.Buffer
 	if err := c.pages[name].ExecuteTemplate(&buf, "layout", d); err != nil {

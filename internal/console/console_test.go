@@ -29,7 +29,7 @@ func TestPagesShowTheComponents(t *testing.T) {
 			"Overview", "Model versions ready", "2 / 3", "Online views fresh",
 			// Problems: the model that failed to load, the stale view.
 			"broken v1", "weights file truncated at byte 1024", "old_view", "stale, reads are refused",
-			"Latest failed request", "Traffic by service",
+			"Latest failed request", "Traffic by service", "Failed requests since start",
 		}},
 		{path: "/console/models", want: []string{
 			"eta_model", "broken", "READY", "UNAVAILABLE", "weights file truncated at byte 1024",
@@ -48,6 +48,7 @@ func TestPagesShowTheComponents(t *testing.T) {
 		}},
 		{path: "/console/errors", want: []string{
 			"failed requests seen since start", "401", "400", "eta",
+			"By reason", `<td class="n">`, "Last seen",
 		}},
 	}
 	for _, tt := range tests {

@@ -3,6 +3,7 @@ package console
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"sync"
 
 	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
@@ -121,4 +122,46 @@ func (l *ErrorLog) ErrorsSeen() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.seen
+}
+
+// ErrorGroup is the failures of one service with one status and reason:
+// how many, when the latest happened, and that latest one as the example.
+type ErrorGroup struct {
+	Service string          `json:"service"`
+	Status  int             `json:"status"`
+	Reason  string          `json:"reason"`
+	Count   int             `json:"count"`
+	Last    accesslog.Entry `json:"last"`
+}
+
+// GroupErrors groups failures (newest first, as RecentErrors returns
+// them) by service, status and reason, the largest group first (the most
+// recent on a tie).
+func GroupErrors(errs []accesslog.Entry) []ErrorGroup {
+	type key struct {
+		service, reason string
+		status          int
+	}
+	idx := map[key]int{}
+	var out []ErrorGroup
+	for _, e := range errs {
+		k := key{e.Service, e.Reason, e.Status}
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, ErrorGroup{Service: e.Service, Status: e.Status, Reason: e.Reason, Last: e})
+		}
+		out[i].Count++
+		if e.Time.After(out[i].Last.Time) {
+			out[i].Last = e
+		}
+	}
+	slices.SortStableFunc(out, func(a, b ErrorGroup) int {
+		if a.Count != b.Count {
+			return b.Count - a.Count
+		}
+		return b.Last.Time.Compare(a.Last.Time)
+	})
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -82,4 +83,31 @@ func FuzzErrorLogWrite(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestGroupErrors(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	e := func(sec int, svc string, status int, reason, id string) accesslog.Entry {
+		return accesslog.Entry{Time: t0.Add(time.Duration(sec) * time.Second), Service: svc, Status: status, Reason: reason, RequestID: id, Error: reason + " " + id}
+	}
+	// Newest first, as RecentErrors returns them.
+	groups := console.GroupErrors([]accesslog.Entry{
+		e(9, "eta", 404, "missing_feature", "r9"),
+		e(8, "eta", 401, "missing_api_key", "r8"),
+		e(7, "eta", 404, "missing_feature", "r7"),
+		e(6, "rank", 404, "missing_feature", "r6"),
+		e(5, "eta", 404, "missing_feature", "r5"),
+		e(4, "eta", 503, "upstream_timeout", "r4"),
+	})
+	require.Len(t, groups, 4)
+	require.Equal(t, "eta", groups[0].Service)
+	require.Equal(t, "missing_feature", groups[0].Reason)
+	require.Equal(t, 3, groups[0].Count)
+	require.Equal(t, "r9", groups[0].Last.RequestID, "the example is the latest")
+	require.Equal(t, t0.Add(9*time.Second), groups[0].Last.Time)
+	// Single failures: the most recent first.
+	require.Equal(t, []string{"missing_api_key", "missing_feature", "upstream_timeout"},
+		[]string{groups[1].Reason, groups[2].Reason, groups[3].Reason})
+	require.Equal(t, "rank", groups[2].Service)
+	require.Empty(t, console.GroupErrors(nil))
 }

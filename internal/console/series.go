@@ -36,7 +36,8 @@ const (
 
 // raw is one series' cumulative values in one gather.
 type raw struct {
-	total, errs float64 // requests and failed requests
+	total, errs float64 // requests and failed requests (5xx for a service)
+	errs4       float64 // a service's 4xx answers
 	lat, queue  buckets // latency and queue time histograms
 	hits, miss  float64 // hot subset reads
 }
@@ -62,6 +63,7 @@ func (b *buckets) add(h *dto.Histogram) {
 // means unknown (no requests, or a counter reset).
 type point struct {
 	rps, eps   float64 // requests and failures per second
+	e4ps       float64 // a service's 4xx answers per second
 	p50, p99   float64 // latency quantiles, seconds
 	queue99    float64 // queue time p99, seconds
 	hits, miss float64 // hot reads per second
@@ -161,8 +163,11 @@ func collect(mfs []*dto.MetricFamily) map[string]*raw {
 			case metricGWRequests:
 				r := get(kindService, label(m, "service"))
 				r.total += m.GetCounter().GetValue()
-				if code, _ := strconv.Atoi(label(m, "code")); code >= 500 {
+				switch code, _ := strconv.Atoi(label(m, "code")); {
+				case code >= 500:
 					r.errs += m.GetCounter().GetValue()
+				case code >= 400:
+					r.errs4 += m.GetCounter().GetValue()
 				}
 			case metricGWDuration:
 				get(kindService, label(m, "service")).lat.add(m.GetHistogram())
@@ -205,7 +210,7 @@ func derive(prev, cur *raw, dt float64) point {
 		return (b - a) / dt
 	}
 	return point{
-		rps: rate(prev.total, cur.total), eps: rate(prev.errs, cur.errs),
+		rps: rate(prev.total, cur.total), eps: rate(prev.errs, cur.errs), e4ps: rate(prev.errs4, cur.errs4),
 		p50: quantile(0.5, prev.lat, cur.lat), p99: quantile(0.99, prev.lat, cur.lat),
 		queue99: quantile(0.99, prev.queue, cur.queue),
 		hits:    rate(prev.hits, cur.hits), miss: rate(prev.miss, cur.miss),
@@ -282,6 +287,10 @@ var columns = map[string][]struct {
 	},
 	kindService: {
 		{"rps", func(p point) float64 { return p.rps }},
+		// 2xx is what is neither 4xx nor 5xx (the gateway answers no 1xx
+		// or 3xx).
+		{"ok_per_second", func(p point) float64 { return p.rps - p.eps - p.e4ps }},
+		{"client_errors_per_second", func(p point) float64 { return p.e4ps }},
 		{"errors_per_second", func(p point) float64 { return p.eps }},
 		{"p50_ms", func(p point) float64 { return p.p50 * 1e3 }},
 		{"p99_ms", func(p point) float64 { return p.p99 * 1e3 }},

@@ -73,6 +73,8 @@ func TestSamplerRates(t *testing.T) {
 	}
 	gw.WithLabelValues("svc", "default", "200", "model").Add(8)
 	gw.WithLabelValues("svc", "default", "503", "none").Add(2)
+	gw.WithLabelValues("svc", "default", "404", "").Add(6)
+	gw.WithLabelValues("svc", "default", "401", "").Add(2)
 	s.sample(t0.Add(2 * time.Second))
 
 	out := s.series("")
@@ -83,8 +85,10 @@ func TestSamplerRates(t *testing.T) {
 	require.InDelta(t, 55, *m["p50_ms"][0], 1e-6, "half way through (10ms, 100ms]")
 	require.Nil(t, m["queue_p99_ms"][0], "no queue histogram")
 	svc := out.Series["service/svc"]
-	require.InDelta(t, 5, *svc["rps"][0], 1e-9)
+	require.InDelta(t, 9, *svc["rps"][0], 1e-9)
 	require.InDelta(t, 1, *svc["errors_per_second"][0], 1e-9, "5xx only")
+	require.InDelta(t, 4, *svc["client_errors_per_second"][0], 1e-9, "4xx: 404s and 401s")
+	require.InDelta(t, 4, *svc["ok_per_second"][0], 1e-9, "2xx")
 
 	for i := range 5 {
 		s.sample(t0.Add(time.Duration(3+i) * time.Second))

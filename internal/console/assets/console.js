@@ -15,7 +15,7 @@
       { title: "Latency", unit: "ms", cols: [["p50_ms", "p50", "#2e8b57"], ["p99_ms", "p99", "#d97706"], ["queue_p99_ms", "queue p99", "#7c3aed"]] }
     ],
     service: [
-      { title: "Throughput", unit: "/s", cols: [["rps", "requests/s", "#1f6fb2"], ["errors_per_second", "5xx/s", "#c0392b"]] },
+      { title: "Throughput by status", unit: "/s", cols: [["ok_per_second", "2xx/s", "#1f6fb2"], ["client_errors_per_second", "4xx/s", "#d68910"], ["errors_per_second", "5xx/s", "#c0392b"]] },
       { title: "Latency", unit: "ms", cols: [["p50_ms", "p50", "#2e8b57"], ["p99_ms", "p99", "#d97706"]] }
     ],
     features: [
@@ -42,6 +42,17 @@
     var kind = id.slice(0, i), name = id.slice(i + 1);
     if (kind === "features") return "Online feature reads";
     return (kind === "view" ? "view " : kind === "service" ? "service " : "model ") + name;
+  }
+
+  // timeLabels writes the x axis's ticks (unix seconds) in local time:
+  // HH:MM when the ticks are a minute or more apart, else HH:MM:SS.
+  function timeLabels(u, vals, axisIdx, foundSpace, foundIncr) {
+    var pad = function (n) { return (n < 10 ? "0" : "") + n; };
+    return vals.map(function (v) {
+      var d = new Date(v * 1000);
+      var s = pad(d.getHours()) + ":" + pad(d.getMinutes());
+      return foundIncr >= 60 ? s : s + ":" + pad(d.getSeconds());
+    });
   }
 
   function fmt(unit) {
@@ -97,7 +108,9 @@
           legend: { live: true },
           cursor: { drag: { x: false, y: false } },
           scales: { x: { time: true }, y: { range: function (u, min, max) { return [0, Math.max(max || 0, 1) * 1.1]; } } },
-          axes: [{}, { values: function (u, vals) { return vals.map(function (v) { return fmt(layout.unit)(u, v); }); }, size: 70 }],
+          // Time labels at least 90 px apart and as short as the span
+          // allows (HH:MM, HH:MM:SS within a minute), so they never overlap.
+          axes: [{ space: 90, values: timeLabels }, { values: function (u, vals) { return vals.map(function (v) { return fmt(layout.unit)(u, v); }); }, size: 70 }],
           series: [{}].concat(layout.cols.map(function (c) {
             return { label: c[1], stroke: c[2], width: 1.6, spanGaps: false, value: fmt(layout.unit) };
           }))
