@@ -44,6 +44,14 @@ func TestImageServesPrediction(t *testing.T) {
 	tag := strings.TrimSpace(stdout.String())
 	t.Logf("scripts/image.sh took %s: %s", time.Since(start).Round(100*time.Millisecond), strings.TrimSpace(stderr.String()))
 
+	// Reproducible: the image's time is SOURCE_DATE_EPOCH (2026-01-01 by
+	// default), it has no history (no build times, no commands), and its
+	// configured user is not root.
+	meta := buildah(ctx, t, "inspect", "--type", "image", "--format", "{{.OCIv1.Created}}|{{len .OCIv1.History}}|{{.OCIv1.Config.User}}", tag)
+	if want := "2026-01-01 00:00:00 +0000 UTC|0|65532:65532"; meta != want {
+		t.Errorf("image created|history entries|user = %q, want %q", meta, want)
+	}
+
 	ctr := buildah(ctx, t, "from", "--quiet", "--pull-never", tag)
 	t.Cleanup(func() { _, _ = command(context.Background(), "", nil, "buildah", "rm", ctr) })
 
