@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"regexp"
 	"slices"
@@ -17,8 +18,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
-	"go.opentelemetry.io/otel"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
@@ -61,9 +60,11 @@ type serveFlags struct {
 	serverVersion   string
 	httpForward     string
 	grpcForward     string
-	// levelVar holds the model server's log level so that Triton's
-	// logging extension can change it; nil under serve -c.
+	// levelVar holds the model server's log level and sampling its root
+	// trace sampling, so that Triton's logging and trace extensions can
+	// change them; nil under serve -c.
 	levelVar      *slog.LevelVar
+	sampling      *telemetry.Sampling
 	configFile    string
 	traceEndpoint string
 	traceRatio    float64
@@ -200,6 +201,9 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	}
 	start := time.Now()
 	f.levelVar = new(slog.LevelVar)
+	if f.traceRatio > 0 || os.Getenv("OTEL_TRACES_SAMPLER") == "" {
+		f.sampling = telemetry.NewSampling(f.traceRatio) // else the environment's sampler rules
+	}
 	logger, err := telemetry.NewLogger(cmd.ErrOrStderr(), telemetry.LogOptions{Format: f.logFormat, Level: f.logLevel, LevelVar: f.levelVar})
 	if err != nil {
 		return err
@@ -394,12 +398,7 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	}
 	var extSettings *tritonsettings.Settings // Triton's logging and trace extensions
 	if f.levelVar != nil {
-		_, tracing := otel.GetTracerProvider().(*sdktrace.TracerProvider)
-		ratio := f.traceRatio
-		if ratio <= 0 {
-			ratio = 0.01
-		}
-		extSettings = tritonsettings.New(f.levelVar, f.logFormat, tracing, ratio)
+		extSettings = tritonsettings.New(f.levelVar, f.logFormat, f.sampling)
 	}
 	kh := httpapi.New(ms.models, httpapi.Options{MaxBodyBytes: limits.MaxBodyBytes, ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings, HeaderForward: httpForward}, logger, reg)
 	ms.httpSrv = gd.httpServer("models_http", limits, httpPolicy.RequireKServe(gd.audit, "models_http", telemetry.TraceHTTP("models.http", kh)))
@@ -487,7 +486,7 @@ func (ms *modelServer) run(ctx, gctx context.Context, g *errgroup.Group, after <
 func setupTracing(ctx context.Context, f *serveFlags, logger *slog.Logger) (func(), error) {
 	stop, err := telemetry.SetupTracing(ctx, telemetry.TracingOptions{
 		Endpoint: f.traceEndpoint, SampleRatio: f.traceRatio, ServiceName: f.traceService,
-		Exporter: f.traceExporter, File: f.traceFile,
+		Exporter: f.traceExporter, File: f.traceFile, Sampling: f.sampling,
 	}, logger)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
+	"github.com/sluice-ml/sluice/internal/telemetry"
 	"github.com/sluice-ml/sluice/internal/tritonsettings"
 )
 
@@ -17,7 +18,7 @@ import (
 // define them (qa/L0_logging, qa/L0_trace).
 func TestSettingsGRPC(t *testing.T) {
 	var lv slog.LevelVar
-	svc := New(newFakeModels(), Options{Settings: tritonsettings.New(&lv, "json", false, 0)}, nil, prometheus.NewRegistry())
+	svc := New(newFakeModels(), Options{Settings: tritonsettings.New(&lv, "json", telemetry.NewSampling(0.01))}, nil, prometheus.NewRegistry())
 	ctx := ctxTimeout(t)
 
 	got, err := svc.LogSettings(ctx, &pb.LogSettingsRequest{})
@@ -41,7 +42,7 @@ func TestSettingsGRPC(t *testing.T) {
 	_, err = svc.TraceSetting(ctx, &pb.TraceSettingRequest{ModelName: "nope"})
 	requireStatus(t, err, codes.NotFound, "model_not_found", "nope")
 	_, err = svc.TraceSetting(ctx, &pb.TraceSettingRequest{Settings: map[string]*pb.TraceSettingRequest_SettingValue{"trace_level": {Value: []string{"TIMESTAMPS"}}}})
-	requireStatus(t, err, codes.Unimplemented, tritonsettings.ReasonUnsupported, "trace setting 'trace_level' cannot change")
+	requireStatus(t, err, codes.Unimplemented, tritonsettings.ReasonUnsupported, "cannot turn tracing on: no exporter is configured")
 
 	bare := New(newFakeModels(), Options{}, nil, nil)
 	_, err = bare.LogSettings(ctx, &pb.LogSettingsRequest{})

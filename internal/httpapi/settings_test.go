@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/telemetry"
 	"github.com/sluice-ml/sluice/internal/tritonsettings"
 )
 
@@ -15,7 +16,9 @@ import (
 // extensions define them (qa/L0_logging, qa/L0_trace).
 func TestSettingsHTTP(t *testing.T) {
 	var lv slog.LevelVar
-	h := New(newFakeModels(), Options{Settings: tritonsettings.New(&lv, "json", true, 0.1)}, nil, prometheus.NewRegistry())
+	sampling := telemetry.NewSampling(0.1)
+	sampling.SetExporting(true)
+	h := New(newFakeModels(), Options{Settings: tritonsettings.New(&lv, "json", sampling)}, nil, prometheus.NewRegistry())
 
 	rec := do(t, h, http.MethodGet, "/v2/logging", nil, nil)
 	require.Equal(t, http.StatusOK, rec.Code)
@@ -34,9 +37,11 @@ func TestSettingsHTTP(t *testing.T) {
 	rec = do(t, h, http.MethodGet, "/v2/models/simple/trace/setting", nil, nil)
 	require.Equal(t, http.StatusOK, rec.Code)
 	requireError(t, do(t, h, http.MethodGet, "/v2/models/nope/trace/setting", nil, nil), http.StatusNotFound, "model_not_found")
-	rec = do(t, h, http.MethodPost, "/v2/trace/setting", []byte(`{"trace_rate":"10","trace_level":["TIMESTAMPS"]}`), nil)
+	rec = do(t, h, http.MethodPost, "/v2/trace/setting", []byte(`{"trace_rate":"2","trace_level":["TIMESTAMPS"]}`), nil)
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	requireError(t, do(t, h, http.MethodPost, "/v2/trace/setting", []byte(`{"trace_rate":"1"}`), nil), http.StatusBadRequest, tritonsettings.ReasonUnsupported, "cannot change at run time")
+	require.Contains(t, rec.Body.String(), `"trace_rate":"2"`)
+	require.InDelta(t, 0.5, sampling.Ratio(), 1e-12)
+	requireError(t, do(t, h, http.MethodPost, "/v2/trace/setting", []byte(`{"trace_file":"/tmp/x"}`), nil), http.StatusBadRequest, tritonsettings.ReasonUnsupported, "cannot change")
 
 	rec = do(t, h, http.MethodGet, "/v2", nil, nil)
 	require.Contains(t, rec.Body.String(), `"logging","trace"`)

@@ -48,6 +48,10 @@ type TracingOptions struct {
 	// with a sampled parent is always kept. 0: OTEL_TRACES_SAMPLER and
 	// OTEL_TRACES_SAMPLER_ARG when set, else 0.01.
 	SampleRatio float64
+	// Sampling, when set, is the root sampler (parent-based) instead of a
+	// fixed ratio, so that the ratio can change at run time; it starts at
+	// SampleRatio (0: 0.01). OTEL_TRACES_SAMPLER is then ignored.
+	Sampling *Sampling
 	// ServiceName names this process in the traces. Empty:
 	// OTEL_SERVICE_NAME, else "sluice".
 	ServiceName string
@@ -139,6 +143,15 @@ func SetupTracing(ctx context.Context, opts TracingOptions, logger *slog.Logger)
 	popts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(res)}
 	sampler := "OTEL_TRACES_SAMPLER"
 	switch {
+	case opts.Sampling != nil:
+		ratio := opts.SampleRatio
+		if ratio <= 0 {
+			ratio = 0.01
+		}
+		opts.Sampling.SetRatio(ratio)
+		opts.Sampling.SetExporting(true)
+		popts = append(popts, sdktrace.WithSampler(sdktrace.ParentBased(opts.Sampling)))
+		sampler = fmt.Sprintf("parentbased_traceidratio %g (changeable at run time)", ratio)
 	case opts.SampleRatio > 0:
 		popts = append(popts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(opts.SampleRatio))))
 		sampler = fmt.Sprintf("parentbased_traceidratio %g", opts.SampleRatio)

@@ -9,12 +9,13 @@
 // log_file are reported; changing them is refused (the log goes to
 // standard error in the format chosen at start).
 //
-// Trace: Sluice traces with OpenTelemetry, configured at start
-// (--trace-otlp-endpoint, --trace-sample-ratio). The settings report it
-// in Triton's terms: trace_level ["TIMESTAMPS"] when exporting, else
-// ["OFF"]; trace_rate the inverse of the sample ratio (one request in N);
-// trace_mode "opentelemetry". Updates that change nothing are accepted;
-// others are refused as not supported at run time.
+// Trace: Sluice traces with OpenTelemetry (--trace-otlp-endpoint or the
+// OTEL_* environment, --trace-sample-ratio). The settings show it in
+// Triton's terms and change its root sampling at run time: trace_level
+// ["TIMESTAMPS"] samples one trace in trace_rate, ["OFF"] none (a request
+// that arrives with a sampled parent is still followed); trace_mode is
+// "opentelemetry". Without an exporter trace_level stays OFF. trace_count,
+// log_frequency, trace_file and trace_mode cannot change.
 package tritonsettings
 
 import (
@@ -25,6 +26,7 @@ import (
 	"sync"
 
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/telemetry"
 )
 
 // Reasons of refused updates.
@@ -36,22 +38,28 @@ const (
 // Settings are the process's log and trace settings. Its methods are
 // safe for concurrent use.
 type Settings struct {
-	mu      sync.Mutex // serializes updates
-	level   *slog.LevelVar
-	format  string
-	tracing bool
-	rate    uint64 // one trace in rate requests; 0 = none
+	mu       sync.Mutex // serializes updates; protects rate
+	level    *slog.LevelVar
+	format   string
+	sampling *telemetry.Sampling // nil: tracing is not under our control
+	rate     uint64              // one trace in rate requests while on
 }
 
-// New returns settings over the logger's level. tracing says whether spans
-// are exported; ratio is the sample ratio. format is the log format
-// ("json" or "text").
-func New(level *slog.LevelVar, format string, tracing bool, ratio float64) *Settings {
-	s := &Settings{level: level, format: format, tracing: tracing}
-	if tracing && ratio > 0 {
-		s.rate = uint64(math.Round(1 / ratio))
+// New returns settings over the logger's level and the tracer's root
+// sampling (nil when tracing is configured otherwise, e.g. by
+// OTEL_TRACES_SAMPLER: the trace settings are then read-only). format is
+// the log format ("json" or "text").
+func New(level *slog.LevelVar, format string, sampling *telemetry.Sampling) *Settings {
+	s := &Settings{level: level, format: format, sampling: sampling, rate: 100}
+	if sampling != nil && sampling.Ratio() > 0 {
+		s.rate = max(uint64(math.Round(1/sampling.Ratio())), 1)
 	}
 	return s
+}
+
+// tracing reports whether spans are exported and sampled at the root.
+func (s *Settings) tracing() bool {
+	return s.sampling != nil && s.sampling.Exporting() && s.sampling.Ratio() > 0
 }
 
 // Log returns the logging settings as Triton names them. Values are bool,
@@ -138,19 +146,21 @@ func asUint(v any) (uint32, bool) {
 }
 
 // Trace returns the trace settings as Triton names them, each a list of
-// strings. model is accepted for the per-model endpoint; Sluice's
-// settings are the same for every model.
+// strings. They are the same for every model.
 func (s *Settings) Trace() map[string][]string {
-	level, rate := "OFF", "0"
-	if s.tracing {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.traceLocked()
+}
+
+func (s *Settings) traceLocked() map[string][]string {
+	level := "OFF"
+	if s.tracing() {
 		level = "TIMESTAMPS"
-	}
-	if s.rate > 0 {
-		rate = strconv.FormatUint(s.rate, 10)
 	}
 	return map[string][]string{
 		"trace_level":   {level},
-		"trace_rate":    {rate},
+		"trace_rate":    {strconv.FormatUint(s.rate, 10)},
 		"trace_count":   {"-1"},
 		"log_frequency": {"0"},
 		"trace_file":    {""},
@@ -158,24 +168,62 @@ func (s *Settings) Trace() map[string][]string {
 	}
 }
 
-// UpdateTrace accepts updates that leave the settings as they are and
-// refuses the others: tracing is configured at start.
+// UpdateTrace applies trace_level and trace_rate; the other settings may
+// only be given with their current values. An empty value leaves a
+// setting as it is. Errors are *infer.Error.
 func (s *Settings) UpdateTrace(update map[string][]string) (map[string][]string, error) {
-	cur := s.Trace()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.traceLocked()
 	keys := make([]string, 0, len(update))
 	for k := range update {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
+	rate, on := s.rate, s.tracing()
 	for _, k := range keys {
+		v := update[k]
 		have, ok := cur[k]
-		if !ok {
+		switch {
+		case !ok:
 			return nil, infer.Errorf(infer.KindInvalid, ReasonInvalid, "unknown trace setting '%s'", k)
-		}
-		if v := update[k]; v != nil && !slices.Equal(v, have) {
+		case len(v) == 0 || slices.Equal(v, have):
+			continue
+		case s.sampling == nil:
 			return nil, infer.Errorf(infer.KindUnsupported, ReasonUnsupported,
-				"trace setting '%s' cannot change at run time: Sluice traces with OpenTelemetry as configured at start (--trace-otlp-endpoint, --trace-sample-ratio); it is %v", k, have)
+				"trace setting '%s' cannot change: tracing is configured by OTEL_TRACES_SAMPLER; it is %v", k, have)
+		case k == "trace_rate":
+			n, err := strconv.ParseUint(v[0], 10, 64)
+			if len(v) != 1 || err != nil || n < 1 {
+				return nil, infer.Errorf(infer.KindInvalid, ReasonInvalid, "trace setting 'trace_rate' must be one integer >= 1, got %v", v)
+			}
+			rate = n
+		case k == "trace_level":
+			switch {
+			case slices.Equal(v, []string{"OFF"}):
+				on = false
+			case slices.Equal(v, []string{"TIMESTAMPS"}):
+				if !s.sampling.Exporting() {
+					return nil, infer.Errorf(infer.KindUnsupported, ReasonUnsupported,
+						"trace setting 'trace_level' cannot turn tracing on: no exporter is configured (start with --trace-otlp-endpoint or OTEL_TRACES_EXPORTER)")
+				}
+				on = true
+			default:
+				return nil, infer.Errorf(infer.KindUnsupported, ReasonUnsupported,
+					"trace setting 'trace_level' %v is not supported: Sluice traces OFF or TIMESTAMPS (spans with their times), not TENSORS", v)
+			}
+		default:
+			return nil, infer.Errorf(infer.KindUnsupported, ReasonUnsupported,
+				"trace setting '%s' cannot change: Sluice traces with OpenTelemetry; it is %v", k, have)
 		}
 	}
-	return cur, nil
+	s.rate = rate
+	if s.sampling != nil {
+		if on {
+			s.sampling.SetRatio(1 / float64(rate))
+		} else {
+			s.sampling.SetRatio(0)
+		}
+	}
+	return s.traceLocked(), nil
 }

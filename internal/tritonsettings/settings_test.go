@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/telemetry"
 )
 
 // Triton's logging extension (docs/protocol/extension_logging.md;
@@ -15,7 +16,7 @@ import (
 func TestLogSettings(t *testing.T) {
 	var lv slog.LevelVar
 	lv.Set(slog.LevelInfo)
-	s := New(&lv, "json", false, 0)
+	s := New(&lv, "json", nil)
 	require.Equal(t, map[string]any{"log_file": "", "log_info": true, "log_warning": true, "log_error": true, "log_verbose_level": uint32(0), "log_format": "default"}, s.Log())
 
 	got, err := s.UpdateLog(map[string]any{"log_verbose_level": int64(1)})
@@ -53,20 +54,52 @@ func TestLogSettings(t *testing.T) {
 	require.Equal(t, slog.LevelInfo, lv.Level())
 }
 
+// Triton's trace extension (docs/protocol/extension_trace.md; qa/L0_trace)
+// mapped onto the OpenTelemetry root sampling.
 func TestTraceSettings(t *testing.T) {
 	var lv slog.LevelVar
-	off := New(&lv, "json", false, 0.5)
-	require.Equal(t, []string{"OFF"}, off.Trace()["trace_level"])
-	require.Equal(t, []string{"0"}, off.Trace()["trace_rate"])
+	fixed := New(&lv, "json", nil)
+	require.Equal(t, []string{"OFF"}, fixed.Trace()["trace_level"])
+	_, err := fixed.UpdateTrace(map[string][]string{"trace_rate": {"5"}})
+	require.ErrorContains(t, err, "trace setting 'trace_rate' cannot change: tracing is configured by OTEL_TRACES_SAMPLER")
 
-	on := New(&lv, "json", true, 0.01)
+	idle := telemetry.NewSampling(0.5) // no exporter
+	off := New(&lv, "json", idle)
+	require.Equal(t, []string{"OFF"}, off.Trace()["trace_level"])
+	require.Equal(t, []string{"2"}, off.Trace()["trace_rate"])
+	_, err = off.UpdateTrace(map[string][]string{"trace_level": {"TIMESTAMPS"}})
+	require.ErrorContains(t, err, "cannot turn tracing on: no exporter is configured")
+
+	sampling := telemetry.NewSampling(0.01)
+	sampling.SetExporting(true)
+	on := New(&lv, "json", sampling)
 	got := on.Trace()
 	require.Equal(t, []string{"TIMESTAMPS"}, got["trace_level"])
 	require.Equal(t, []string{"100"}, got["trace_rate"], "one request in 100 at ratio 0.01")
-	_, err := on.UpdateTrace(map[string][]string{"trace_rate": {"100"}, "trace_level": {"TIMESTAMPS"}})
-	require.NoError(t, err, "updates that change nothing are accepted")
-	_, err = on.UpdateTrace(map[string][]string{"trace_rate": {"5"}})
-	require.ErrorContains(t, err, "trace setting 'trace_rate' cannot change at run time")
-	_, err = on.UpdateTrace(map[string][]string{"nope": {"1"}})
-	require.ErrorContains(t, err, "unknown trace setting 'nope'")
+
+	got, err = on.UpdateTrace(map[string][]string{"trace_rate": {"4"}, "trace_mode": {"opentelemetry"}})
+	require.NoError(t, err)
+	require.Equal(t, []string{"4"}, got["trace_rate"])
+	require.InDelta(t, 0.25, sampling.Ratio(), 1e-12)
+
+	got, err = on.UpdateTrace(map[string][]string{"trace_level": {"OFF"}})
+	require.NoError(t, err)
+	require.Equal(t, []string{"OFF"}, got["trace_level"])
+	require.Zero(t, sampling.Ratio())
+	got, err = on.UpdateTrace(map[string][]string{"trace_level": {"TIMESTAMPS"}})
+	require.NoError(t, err)
+	require.Equal(t, []string{"4"}, got["trace_rate"], "the rate is kept while off")
+	require.InDelta(t, 0.25, sampling.Ratio(), 1e-12)
+
+	for update, want := range map[string]map[string][]string{
+		"trace setting 'trace_rate' must be one integer >= 1":   {"trace_rate": {"0"}},
+		"'trace_level' [TENSORS] is not supported":              {"trace_level": {"TENSORS"}},
+		"trace setting 'trace_file' cannot change":              {"trace_file": {"/tmp/t.json"}},
+		"unknown trace setting 'nope'":                          {"nope": {"1"}},
+		"trace setting 'trace_rate' must be one integer >= 1, ": {"trace_rate": {"x"}},
+	} {
+		_, err := on.UpdateTrace(want)
+		require.ErrorContains(t, err, update)
+	}
+	require.InDelta(t, 0.25, sampling.Ratio(), 1e-12, "refused updates change nothing")
 }
