@@ -102,7 +102,8 @@ func TestAPI(t *testing.T) {
 	}
 	require.False(t, byName["user_stats"].Stale)
 	require.InDelta(t, 600, byName["user_stats"].AgeSeconds, 30)
-	require.Equal(t, int64(2000), byName["user_stats"].Rows)
+	require.Equal(t, int64(2000), byName["user_stats"].Rows, "what the last run wrote")
+	require.Zero(t, byName["user_stats"].StoredRows, "what the store holds: no row was written here, only the state")
 	require.True(t, byName["old_view"].Stale)
 	require.Contains(t, byName["old_view"].StaleReason, "more than its ttl 1h0m0s")
 	require.False(t, byName["archive_view"].Online)

@@ -24,6 +24,12 @@ type MetaReader interface {
 	GetMeta(ctx context.Context, name string) ([]byte, error)
 }
 
+// RowCounter is a MetaReader that can also count a view's stored rows
+// (the embedded store); a negative count means it cannot.
+type RowCounter interface {
+	CountRows(ctx context.Context, view string) (int64, error)
+}
+
 // FeaturesFromStore adapts the feature server: the views come from repos'
 // current snapshot, their state from the online store's metadata, as
 // serving reads it to enforce freshness. A nil now means time.Now.
@@ -83,6 +89,12 @@ func (a storeFeatures) freshness(ctx context.Context, view string, ttl time.Dura
 	if err != nil {
 		f.Error = "read state of feature view '" + view + "': " + err.Error()
 		return f
+	}
+	f.StoredRows = -1
+	if rc, ok := a.meta.(RowCounter); ok {
+		if n, err := rc.CountRows(ctx, view); err == nil {
+			f.StoredRows = n
+		}
 	}
 	if f.Materialized {
 		f.AgeSeconds = max(0, now.Sub(f.LastSuccess).Seconds())

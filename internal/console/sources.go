@@ -125,7 +125,11 @@ type Freshness struct {
 	LastSuccess  time.Time `json:"last_success,omitzero"`
 	NewestEvent  time.Time `json:"newest_event,omitzero"`
 	Watermark    time.Time `json:"watermark,omitzero"`
-	Rows         int64     `json:"rows"`
+	// Rows is how many rows the last materialization or push wrote (an
+	// incremental run writes only what changed); StoredRows how many the
+	// online store holds for the view, -1 when the store cannot count.
+	Rows       int64 `json:"rows"`
+	StoredRows int64 `json:"stored_rows"`
 	// AgeSeconds is the time since LastSuccess (0 when never materialized).
 	AgeSeconds float64 `json:"age_seconds"`
 	// Stale is true when reads are refused: the ttl has passed since

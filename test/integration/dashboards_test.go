@@ -98,6 +98,30 @@ func TestChainMetricsPorts(t *testing.T) {
 			seen[f] = port
 		}
 	}
+	// The console's Feature views show what the online store holds (the
+	// example's views hold hundreds to thousands of rows), not what the
+	// last incremental run wrote (often 0).
+	var views struct {
+		Views []struct {
+			Name         string `json:"name"`
+			Online       bool   `json:"online"`
+			Materialized bool   `json:"materialized"`
+			StoredRows   int64  `json:"stored_rows"`
+		} `json:"views"`
+	}
+	if err := json.Unmarshal(monGet(t, "http://"+c.admin+"/console/api/features"), &views); err != nil {
+		t.Fatal(err)
+	}
+	most := int64(0)
+	for _, v := range views.Views {
+		if v.Online && v.Materialized && v.StoredRows <= 0 {
+			t.Errorf("console: view %s is materialized but shows %d stored rows", v.Name, v.StoredRows)
+		}
+		most = max(most, v.StoredRows)
+	}
+	if most < 1000 {
+		t.Errorf("console: the largest view shows %d stored rows; the example's hold about 2,000", most)
+	}
 	banner := c.logs.String()
 	for _, addr := range []string{c.admin, modelsMetrics, c.features} {
 		if !strings.Contains(banner, addr+"/metrics") {

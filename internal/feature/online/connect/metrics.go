@@ -75,6 +75,17 @@ func Instrument(s online.Store, kind string, reg prometheus.Registerer) online.S
 // Unwrap returns the wrapped store.
 func (i *instrumented) Unwrap() online.Store { return i.Store }
 
+// CountRows passes the wrapped store's row count on (the embedded store
+// counts; a store that cannot answers -1).
+func (i *instrumented) CountRows(ctx context.Context, view string) (int64, error) {
+	if c, ok := i.Store.(interface {
+		CountRows(ctx context.Context, view string) (int64, error)
+	}); ok {
+		return c.CountRows(ctx, view)
+	}
+	return -1, nil
+}
+
 func (i *instrumented) observe(op string, start time.Time, err error) {
 	i.m.duration.WithLabelValues(i.store, op).Observe(time.Since(start).Seconds())
 	outcome := "ok"

@@ -85,6 +85,26 @@ func (s *Store) Path() string { return s.path }
 
 func viewBucket(view string) []byte { return []byte(viewPrefix + view) }
 
+// CountRows returns how many entity rows the store holds for view (0 for
+// a view never written). It walks the view's pages: meant for status
+// pages, not the serving path.
+func (s *Store) CountRows(ctx context.Context, view string) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("count rows of view '%s': %w", view, err)
+	}
+	var n int64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(viewBucket(view)); b != nil {
+			n = int64(b.Stats().KeyN)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("count rows of view '%s': %w", view, err)
+	}
+	return n, nil
+}
+
 // Read implements online.Store; all keys are read in one transaction, so
 // they are a consistent snapshot.
 func (s *Store) Read(ctx context.Context, keys []online.Key) ([]online.Result, error) {

@@ -80,3 +80,27 @@ func TestLegacyRows(t *testing.T) {
 		}))
 	})
 }
+
+// CountRows counts a view's entities, each once however often written.
+func TestCountRows(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "online.db"), Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	n, err := s.CountRows(t.Context(), "v")
+	require.NoError(t, err)
+	require.Zero(t, n, "a view never written")
+	var es []online.Entry
+	for i := range 30 {
+		es = append(es, online.Entry{Key: online.Key{View: "v", Entity: onlinetest.Ent(int64(i % 20))}, Record: feature.Record{EventTS: int64(i), Payload: []byte("p")}})
+	}
+	es = append(es, online.Entry{Key: online.Key{View: "w", Entity: onlinetest.Ent(1)}, Record: feature.Record{EventTS: 1, Payload: []byte("p")}})
+	_, err = s.Write(t.Context(), es, online.WriteOptions{})
+	require.NoError(t, err)
+	n, err = s.CountRows(t.Context(), "v")
+	require.NoError(t, err)
+	require.Equal(t, int64(20), n)
+	require.NoError(t, s.DeleteView(t.Context(), "v"))
+	n, err = s.CountRows(t.Context(), "v")
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
