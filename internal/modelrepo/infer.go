@@ -416,17 +416,57 @@ func (lv *loaded) modelTensor(spec inputSpec, t infer.Tensor) infer.Tensor {
 	if spec.reshape == nil {
 		return t
 	}
-	shape := spec.reshape.Clone()
-	if lv.maxBatch > 0 && len(shape) > 0 && len(t.Shape) > 0 {
-		shape[0] = t.Shape[0]
+	if s, ok := reshapeInput(spec.shape, spec.reshape, t.Shape, lv.maxBatch > 0); ok {
+		t.Shape = s
 	}
-	want, err1 := shape.Elements()
-	have, err2 := t.Shape.Elements()
-	if err1 != nil || err2 != nil || want != have {
-		return t // a variable reshape: leave it to the backend
+	return t // no fit: the backend answers the shape error
+}
+
+// reshapeInput gives the shape the model gets for an input whose config
+// has a reshape, as Triton's request normalization does: the batch
+// dimension (when batched) is kept, and the variable dimensions of the
+// reshape take, in order, the values the request gave the variable
+// dimensions of dims (dims [2,4,-1,6] with reshape [8,-1,1,6] turns a
+// [b,2,4,5,6] request into [b,8,5,1,6]). When that does not fit the
+// element count, one variable dimension solved from the element count is
+// tried (fitShape).
+func reshapeInput(dims, reshape, have infer.Shape, batched bool) (infer.Shape, bool) {
+	start := 0
+	if batched {
+		start = 1
 	}
-	t.Shape = shape
-	return t
+	if len(have) == len(dims) && len(reshape) >= start && len(have) >= start {
+		var vals []int64
+		for i := start; i < len(dims); i++ {
+			if dims[i] < 0 {
+				vals = append(vals, have[i])
+			}
+		}
+		s := append(make(infer.Shape, 0, len(reshape)), reshape...) // [] stays [], not nil
+		if batched {
+			s[0] = have[0]
+		}
+		k, ok := 0, true
+		for i := start; i < len(s); i++ {
+			if s[i] >= 0 {
+				continue
+			}
+			if k == len(vals) {
+				ok = false // more variable dimensions in reshape than in dims
+				break
+			}
+			s[i] = vals[k]
+			k++
+		}
+		if ok && k == len(vals) {
+			want, err1 := s.Elements()
+			got, err2 := have.Elements()
+			if err1 == nil && err2 == nil && want == got {
+				return s, true
+			}
+		}
+	}
+	return fitShape(reshape, have, batched)
 }
 
 // clientShapes gives the outputs whose config has a reshape the shape of

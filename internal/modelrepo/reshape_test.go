@@ -61,3 +61,38 @@ func TestFitShape(t *testing.T) {
 		}
 	}
 }
+
+// Triton's model configuration doc ("Reshape") allows variable dimensions
+// in an input's reshape; Triton's request normalization fills them, in
+// order, with the values the request gave the variable dimensions of dims.
+// These are the variable-shape models of Triton's QA reshape generator
+// (L0_infer_reshape test_ii1..ii3).
+func TestReshapeInput(t *testing.T) {
+	tests := []struct {
+		dims, reshape, have infer.Shape
+		batched             bool
+		out                 infer.Shape // nil: no fit
+	}{
+		{infer.Shape{-1, 2, 4, -1, 6}, infer.Shape{-1, 8, -1, 1, 6}, infer.Shape{3, 2, 4, 5, 6}, true, infer.Shape{3, 8, 5, 1, 6}},
+		{infer.Shape{2, 4, -1, 6}, infer.Shape{8, -1, 1, 6}, infer.Shape{2, 4, 5, 6}, false, infer.Shape{8, 5, 1, 6}},
+		{infer.Shape{-1, 1, -1, 1}, infer.Shape{-1, -1}, infer.Shape{8, 1, 4, 1}, true, infer.Shape{8, 4}},
+		{infer.Shape{-1, -1}, infer.Shape{-1, 1, -1, 1}, infer.Shape{1, 8}, true, infer.Shape{1, 1, 8, 1}},
+		{infer.Shape{-1, 1}, infer.Shape{1, -1}, infer.Shape{4, 1}, false, infer.Shape{1, 4}},
+		{infer.Shape{-1, 1}, infer.Shape{1, -1}, infer.Shape{0, 1}, false, infer.Shape{1, 0}},
+		// fixed reshapes, the batch dimension kept
+		{infer.Shape{-1, 4, 4}, infer.Shape{-1, 16}, infer.Shape{2, 4, 4}, true, infer.Shape{2, 16}},
+		{infer.Shape{-1, 1}, infer.Shape{-1}, infer.Shape{5, 1}, true, infer.Shape{5}},
+		{infer.Shape{1}, infer.Shape{}, infer.Shape{1}, false, infer.Shape{}},
+		// a request of the wrong size does not fit: the backend answers it
+		{infer.Shape{-1, 4, 4}, infer.Shape{-1, 16}, infer.Shape{2, 4, 5}, true, nil},
+		// more variable dimensions in reshape than dims: one solved from the element count
+		{infer.Shape{-1, 6}, infer.Shape{-1, 2, -1}, infer.Shape{2, 6}, true, infer.Shape{2, 2, 3}},
+	}
+	for _, tt := range tests {
+		got, ok := reshapeInput(tt.dims, tt.reshape, tt.have, tt.batched)
+		require.Equal(t, tt.out != nil, ok, "%v -> %v <- %v", tt.dims, tt.reshape, tt.have)
+		if ok {
+			require.Equal(t, tt.out, got, "%v -> %v <- %v", tt.dims, tt.reshape, tt.have)
+		}
+	}
+}
