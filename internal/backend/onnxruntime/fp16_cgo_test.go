@@ -58,3 +58,37 @@ func TestFP16GuessedShapeWrong(t *testing.T) {
 	}
 	require.ErrorContains(t, err, "onnxruntime run")
 }
+
+// Triton's QA zero models with three FP16 inputs (L0_infer_zero test_hh3_*)
+// give every input and output the pattern [-1,-1]: output j must take the
+// shape of input j, not of the first input, or ONNX Runtime refuses the
+// run whenever the inputs' shapes differ.
+func TestFP16SeveralOutputsOfOnePattern(t *testing.T) {
+	const fp16 = 10
+	path := filepath.Join(t.TempDir(), "model.onnx")
+	m := onnxgen.Model{}
+	for _, i := range []string{"0", "1", "2"} {
+		m.Inputs = append(m.Inputs, onnxgen.Value{Name: "INPUT" + i, Type: fp16, Dims: []int64{-1, -1}})
+		m.Outputs = append(m.Outputs, onnxgen.Value{Name: "OUTPUT" + i, Type: fp16, Dims: []int64{-1, -1}})
+		m.Nodes = append(m.Nodes, onnxgen.Node{Op: "Identity", Inputs: []string{"INPUT" + i}, Outputs: []string{"OUTPUT" + i}})
+	}
+	require.NoError(t, os.WriteFile(path, m.Marshal(), 0o600))
+	inst := loadModel(t, path, nil)
+	shapes := []infer.Shape{{1, 1}, {3, 2}, {2, 2}}
+	var ins []infer.Tensor
+	for i, s := range shapes {
+		n, err := s.Elements()
+		require.NoError(t, err)
+		data := make([]byte, 2*n)
+		for k := range data {
+			data[k] = byte(i + k)
+		}
+		ins = append(ins, infer.Tensor{Name: "INPUT" + string(rune('0'+i)), DataType: infer.FP16, Shape: s, Data: data})
+	}
+	out, err := inst.Execute(t.Context(), ins, []string{"OUTPUT0", "OUTPUT1", "OUTPUT2"})
+	require.NoError(t, err)
+	for i := range shapes {
+		require.Equal(t, shapes[i], out[i].Shape, "OUTPUT%d", i)
+		require.Equal(t, ins[i].Data, out[i].Data, "OUTPUT%d", i)
+	}
+}

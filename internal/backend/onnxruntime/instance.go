@@ -321,7 +321,7 @@ func (in *Instance) preallocate(inputs []*infer.Tensor, outs []ort.Value, likeIn
 		}
 		shape, ok := guessOutputShape(spec.Shape, batch)
 		if !ok && likeInputs {
-			if shape, ok = in.likeInputShape(spec, inputs); ok {
+			if shape, ok = in.likeInputShape(j, spec, inputs); ok {
 				guessed = true
 			}
 		}
@@ -345,15 +345,24 @@ func (in *Instance) preallocate(inputs []*infer.Tensor, outs []ort.Value, likeIn
 	return guessed, nil
 }
 
-// likeInputShape returns the concrete shape of the first input of the same
-// data type whose signature shape equals the output's (same rank, same
-// fixed dimensions, variable ones in the same places).
-func (in *Instance) likeInputShape(out infer.TensorSpec, inputs []*infer.Tensor) (infer.Shape, bool) {
-	for i, spec := range in.sig.Inputs {
-		if i >= len(inputs) || inputs[i] == nil || spec.DataType != out.DataType || !slices.Equal(spec.Shape, out.Shape) {
-			continue
+// likeInputShape returns the concrete shape of an input of the same data
+// type whose signature shape equals the output's (same rank, same fixed
+// dimensions, variable ones in the same places): the input at the
+// output's own position when it matches (output j of an identity model
+// with several inputs of one pattern, as Triton's QA zero models, is input
+// j), else the first that does.
+func (in *Instance) likeInputShape(j int, out infer.TensorSpec, inputs []*infer.Tensor) (infer.Shape, bool) {
+	like := func(i int) bool {
+		return i < len(in.sig.Inputs) && i < len(inputs) && inputs[i] != nil &&
+			in.sig.Inputs[i].DataType == out.DataType && slices.Equal(in.sig.Inputs[i].Shape, out.Shape)
+	}
+	if like(j) {
+		return inputs[j].Shape.Clone(), true
+	}
+	for i := range in.sig.Inputs {
+		if like(i) {
+			return inputs[i].Shape.Clone(), true
 		}
-		return inputs[i].Shape.Clone(), true
 	}
 	return nil, false
 }
