@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -54,9 +55,9 @@ func TestConsole(t *testing.T) {
 		{"services", "/console/services", []string{
 			"parcel-eta", "POST /v1/services/parcel-eta:predict", "canary", `x-canary = "true"`,
 			"local v1 90 %", "local v2 10 %", "1 % mirrored to version 2", "Feature breaker", "Fallback",
-			"service parcel-eta · Latency",
+			"service parcel-eta · Latency", "service parcel-eta · Throughput by status", "2xx/s", "4xx/s", "5xx/s",
 		}, true},
-		{"errors", "/console/errors", []string{"invalid_api_key", "missing_field", "parcel-eta"}, false},
+		{"errors", "/console/errors", []string{"invalid_api_key", "missing_field", "parcel-eta", "By reason", "missing_feature", "Last seen", "failed requests seen since start"}, false},
 	}
 	for _, p := range pages {
 		t.Run(p.name, func(t *testing.T) {
@@ -65,6 +66,20 @@ func TestConsole(t *testing.T) {
 			if p.charts {
 				if got.Charts != "ready" || got.Canvases == 0 {
 					t.Errorf("%s: charts %q with %d canvases, want drawn charts", p.path, got.Charts, got.Canvases)
+				}
+				// Readable axes: neighbouring time labels (at most
+				// HH:MM:SS, about 7 px a character) never touch.
+				if got.MinTickGap >= 0 && got.MinTickGap < float64(got.MaxTickLabel)*7+8 {
+					t.Errorf("%s: time-axis labels of %d characters only %.0f px apart: they overlap", p.path, got.MaxTickLabel, got.MinTickGap)
+				}
+			}
+			if p.name == "features" && !conThousands.MatchString(got.Text) {
+				t.Errorf("features: no view shows thousands of stored rows (the example's hold about 2,000):\n%s", got.Text)
+			}
+			if p.name == "errors" {
+				// The group line: service, 404, missing_feature, its count.
+				if !regexp.MustCompile(`parcel-eta\s+404\s+missing_feature\s+[1-9][0-9]*\s`).MatchString(got.Text) {
+					t.Errorf("errors: no group of missing_feature 404s:\n%s", got.Text)
 				}
 			}
 			conScreenshot(t, "console-"+p.name+".png", got.Screenshot)
@@ -86,6 +101,10 @@ func TestConsole(t *testing.T) {
 		}
 	})
 }
+
+// conThousands matches a row count of a thousand or more as the console
+// writes it (2,000).
+var conThousands = regexp.MustCompile(`\b[1-9][0-9]?[ ,\x{00a0}\x{202f}][0-9]{3}\b`)
 
 // conStart runs examples/parcel-eta/sluice.yaml on free loopback ports,
 // with the example feature repository copied (with generated data) and
@@ -193,6 +212,13 @@ func conDrive(t *testing.T, c *gwChain, n int) {
 	}
 	if res := c.mustPredict(t, "parcel-eta", map[string]any{"user_id": 7, "package_id": 62, "route_id": 29}, auth); res.code != http.StatusBadRequest {
 		t.Fatalf("missing base_eta: %d %s", res.code, res.body)
+	}
+	// An entity without features: a 404 missing_feature, which the
+	// throughput chart's 4xx line and the grouped errors must show.
+	for range 3 {
+		if res := c.mustPredict(t, "parcel-eta", map[string]any{"user_id": 7, "package_id": 987654321, "route_id": 29, "base_eta": 35}, auth); res.code != http.StatusNotFound {
+			t.Fatalf("unknown package: %d %s", res.code, res.body)
+		}
 	}
 }
 

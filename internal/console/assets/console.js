@@ -48,11 +48,16 @@
   // HH:MM when the ticks are a minute or more apart, else HH:MM:SS.
   function timeLabels(u, vals, axisIdx, foundSpace, foundIncr) {
     var pad = function (n) { return (n < 10 ? "0" : "") + n; };
-    return vals.map(function (v) {
+    var labels = vals.map(function (v) {
       var d = new Date(v * 1000);
       var s = pad(d.getHours()) + ":" + pad(d.getMinutes());
       return foundIncr >= 60 ? s : s + ":" + pad(d.getSeconds());
     });
+    // Where the ticks went, for the browser tests' overlap check.
+    u.root.dataset.xticks = JSON.stringify(vals.map(function (v, i) {
+      return [Math.round(u.valToPos(v, "x")), labels[i]];
+    }));
+    return labels;
   }
 
   function fmt(unit) {

@@ -79,6 +79,11 @@ type Page struct {
 	Charts string
 	// Canvases counts the drawn charts.
 	Canvases int
+	// MinTickGap is the smallest distance in CSS pixels between two
+	// neighbouring time-axis labels of any chart (-1 without a chart with
+	// two); MaxTickLabel the longest such label, in characters.
+	MinTickGap   float64
+	MaxTickLabel int
 	// Screenshot is a full-page PNG.
 	Screenshot []byte
 }
@@ -128,6 +133,11 @@ func (b *Browser) Visit(tb testing.TB, url string) Page {
 		p.Text, err = chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
 	}
 	if err == nil {
+		var ticks [2]float64
+		ticks, err = chromedp.Run(ctx, chromedp.Evaluate[[2]float64](tickJS))
+		p.MinTickGap, p.MaxTickLabel = ticks[0], int(ticks[1])
+	}
+	if err == nil {
 		p.Screenshot, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	}
 	if err != nil {
@@ -140,6 +150,23 @@ func (b *Browser) Visit(tb testing.TB, url string) Page {
 	mu.Unlock()
 	return p
 }
+
+// tickJS measures the time axes the console script drew: the smallest gap
+// between neighbouring tick labels and the longest label.
+const tickJS = `(function () {
+  var gap = -1, longest = 0;
+  document.querySelectorAll("[data-xticks]").forEach(function (el) {
+    var t = JSON.parse(el.dataset.xticks);
+    for (var i = 0; i < t.length; i++) {
+      longest = Math.max(longest, t[i][1].length);
+      if (i > 0) {
+        var d = t[i][0] - t[i-1][0];
+        gap = gap < 0 ? d : Math.min(gap, d);
+      }
+    }
+  });
+  return [gap, longest];
+})()`
 
 // Check fails the test when the page raised console errors or lacks any
 // of want.
