@@ -105,11 +105,34 @@ func (lv *loaded) classify(outs []infer.Tensor, counts map[string]int) ([]infer.
 			res[i] = t
 			continue
 		}
-		c, err := classify.TopK(t, k, lv.maxBatch > 0, lv.labels[t.Name])
+		c, err := classify.TopK(t, k, lv.maxBatch > 0, lv.labelsFor(t.Name, 0))
 		if err != nil {
 			return nil, infer.Errorf(infer.KindInvalid, ReasonInvalidParameter, "model '%s': classification: %v", lv.model, err)
 		}
 		res[i] = c
 	}
 	return res, nil
+}
+
+// labelsFor returns the labels of an output: those of its own
+// label_filename, else, for an ensemble, those of the step output that
+// produces it, through nested ensembles, as Triton looks labels up in the
+// model that made the tensor (QA L0_infer test_ensemble_label_lookup).
+// The steps are the versions the ensemble last checked before serving.
+func (lv *loaded) labelsFor(name string, depth int) []string {
+	if l := lv.labels[name]; l != nil || lv.ens == nil || depth >= maxEnsembleDepth {
+		return l
+	}
+	c := lv.ens.checked.Load()
+	if c == nil {
+		return nil
+	}
+	for i, st := range lv.ens.steps {
+		for _, o := range st.out {
+			if lv.ens.tensors[o.tensor] == name && i < len(c.steps) && c.steps[i] != nil {
+				return c.steps[i].labelsFor(o.name, depth+1)
+			}
+		}
+	}
+	return nil
 }

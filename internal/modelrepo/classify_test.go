@@ -75,3 +75,57 @@ func TestClassificationLabelFileMissing(t *testing.T) {
 	require.Contains(t, got[0], "1 UNAVAILABLE: ")
 	require.Contains(t, got[0], "output 'X': label_filename: open ")
 }
+
+// Triton's QA L0_infer test_ensemble_label_lookup: classification of an
+// ensemble output takes the labels of the step model that produced it
+// (also through a nested ensemble) unless the ensemble's own output names
+// a label_filename, which then wins (label_override).
+func TestEnsembleClassificationLabels(t *testing.T) {
+	repo := t.TempDir()
+	ens := func(name, step, label string) string {
+		return `name: "` + name + `"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 4 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 4 ]` + label + ` } ]
+ensemble_scheduling { step [ { model_name: "` + step + `" model_version: -1 input_map { key: "` + map[bool]string{true: "IN", false: "X"}[step == "m"] + `" value: "X" } output_map { key: "` + map[bool]string{true: "OUT", false: "Y"}[step == "m"] + `" value: "Y" } } ] }
+`
+	}
+	writeFiles(t, repo, map[string]string{
+		"m/config.pbtxt": `backend: "fake"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 4 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 4 ] label_filename: "labels.txt" } ]
+`,
+		"m/labels.txt":          "cat\ndog\nbird\nfish\n",
+		"m/1/model.fake":        fakeFile(0),
+		"e/config.pbtxt":        ens("e", "m", ""),
+		"e/1/.keep":             "",
+		"nested/config.pbtxt":   ens("nested", "e", ""),
+		"nested/1/.keep":        "",
+		"override/config.pbtxt": ens("override", "m", ` label_filename: "mine.txt"`),
+		"override/mine.txt":     "zero\none\ntwo\nthree\n",
+		"override/1/.keep":      "",
+	})
+	h := newHarness(t, Options{Repositories: []string{repo}})
+	h.start(t)
+	for model, want := range map[string][]string{
+		"e":        {"9:1:dog", "7:3:fish"},
+		"nested":   {"9:1:dog", "7:3:fish"},
+		"override": {"9:1:one", "7:3:three"},
+	} {
+		resp, err := h.m.Infer(t.Context(), &infer.Request{
+			Model:   model,
+			Inputs:  []infer.Tensor{int32Tensor("X", []int64{1, 4}, 1, 9, 4, 7)},
+			Outputs: []infer.RequestedOutput{{Name: "Y", Parameters: infer.Parameters{"classification": int64(2)}}},
+		})
+		require.NoError(t, err, model)
+		els, err := infer.SplitBytes(resp.Outputs[0].Data)
+		require.NoError(t, err)
+		var got []string
+		for _, e := range els {
+			got = append(got, string(e))
+		}
+		require.Equal(t, want, got, model)
+	}
+}

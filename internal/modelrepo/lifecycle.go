@@ -631,6 +631,9 @@ func (m *Manager) loadEnsembleVersion(p *plan, v int64) (*loaded, *loadError) {
 	}
 	lv := m.newLoaded(p, v, cfg, provenance{})
 	lv.ens = e
+	if err := lv.readLabels(); err != nil {
+		return nil, newLoadError(p.name, v, causeConfig, err)
+	}
 	m.logger.Info("loaded ensemble", "model", p.name, "version", lv.vstr, "steps", len(e.steps))
 	return lv, nil
 }
