@@ -341,6 +341,7 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 	if fs != nil {
 		src.Features = console.FeaturesFromStore(fs.holder, fs.store, time.Now)
 	}
+	src.GrafanaURL, src.TraceURL = gc.Console.GrafanaURL, gc.Console.TraceURL
 	con := console.New(src, logger)
 	adminMux := http.NewServeMux()
 	adminMux.Handle(console.Prefix, con)

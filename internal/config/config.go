@@ -29,6 +29,16 @@ type Config struct {
 	src *source // where each field was written; nil for a Config built in code
 }
 
+// ConsoleLinks are the console's links out.
+type ConsoleLinks struct {
+	// GrafanaURL is the base URL of the Grafana that holds Sluice's
+	// dashboards (deploy/grafana); the console links to them by uid.
+	GrafanaURL string `yaml:"grafana_url"`
+	// TraceURL is a tracing UI's URL for one trace, with {trace_id} where
+	// the id goes (Jaeger: "http://jaeger:16686/trace/{trace_id}").
+	TraceURL string `yaml:"trace_url"`
+}
+
 // Tracing configures OpenTelemetry tracing.
 type Tracing struct {
 	// OTLPEndpoint is the OTLP/gRPC collector (host:port).
@@ -119,6 +129,9 @@ type Gateway struct {
 	// Admin is the address of the admin API (Envoy's convention). Default
 	// "127.0.0.1:9901": operators only.
 	Admin string `yaml:"admin"`
+	// Console links the admin port's console to the operators' other
+	// tools.
+	Console ConsoleLinks `yaml:"console"`
 	// TLS serves the public HTTP and gRPC listeners over TLS; with
 	// client_ca_file, client certificates are verified and a client's
 	// tls_identity becomes its client_id.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -154,6 +155,7 @@ func (v *validator) unique(seen map[string]bool, path, what, name string) {
 // sampling.
 func (v *validator) gateway(g *Gateway) {
 	v.gatewayListeners(g)
+	v.consoleLinks(g.Console)
 	v.clients(g.Clients)
 	v.rateLimit("gateway.anonymous.rate_limit_per_ip", g.Anonymous.RateLimitPerIP)
 	v.rateLimitBackend(g.RateLimitBackend)
@@ -190,6 +192,24 @@ func (v *validator) gateway(g *Gateway) {
 }
 
 // gatewayListeners checks the gateway's addresses, which must differ.
+// consoleLinks checks the console's links out: absolute http(s) URLs, the
+// trace URL with its {trace_id}.
+func (v *validator) consoleLinks(c ConsoleLinks) {
+	for _, l := range []struct{ field, url string }{
+		{"gateway.console.grafana_url", c.GrafanaURL}, {"gateway.console.trace_url", c.TraceURL},
+	} {
+		if l.url == "" {
+			continue
+		}
+		if u, err := url.Parse(l.url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.add(l.field, "%q: want an absolute http or https URL", l.url)
+		}
+	}
+	if c.TraceURL != "" && !strings.Contains(c.TraceURL, "{trace_id}") {
+		v.add("gateway.console.trace_url", "%q has no {trace_id}", c.TraceURL)
+	}
+}
+
 func (v *validator) gatewayListeners(g *Gateway) {
 	v.hostPort("gateway.listen", g.Listen, false)
 	v.hostPort("gateway.admin", g.Admin, false)

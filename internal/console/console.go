@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +34,12 @@ const (
 
 // sourceTimeout bounds one call to a source while answering a request.
 const sourceTimeout = 5 * time.Second
+
+// grafanaUID is the dashboard (deploy/grafana) each page links to.
+var grafanaUID = map[string]string{
+	"overview": "sluice-overview", "models": "sluice-model-server", "features": "sluice-feature-store",
+	"services": "sluice-gateway", "errors": "sluice-gateway", "accuracy": "sluice-overview",
+}
 
 // maxErrors is the most errors one page or API answer lists.
 const maxErrors = 200
@@ -218,12 +225,19 @@ type pageData struct {
 	Errors  []accesslog.Entry
 	Service string
 	Groups  []ErrorGroup
+	// Grafana is the dashboard this page links to ("" without
+	// Sources.GrafanaURL); TraceURL is Sources.TraceURL.
+	Grafana, TraceURL string
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, name, title string, s snapshot) {
 	d := pageData{
 		Title: title, Active: name, Prefix: Prefix, Version: c.version, Now: s.now,
 		Snapshot: s.in, Summary: Summarize(s.in, s.now), Errors: s.in.Errors,
+		TraceURL: c.src.TraceURL,
+	}
+	if base := strings.TrimRight(c.src.GrafanaURL, "/"); base != "" {
+		d.Grafana = base + "/d/" + grafanaUID[name]
 	}
 	if s.in.Gateway != nil {
 		ready := s.in.Gateway.Ready
@@ -419,6 +433,14 @@ var funcs = template.FuncMap{
 			return group(strconv.FormatFloat(x, 'f', 0, 64))
 		}
 		return ""
+	},
+	// traceLink is a tracing UI's URL of trace id, from a URL with
+	// {trace_id}; "" without either.
+	"traceLink": func(tmpl, id string) string {
+		if tmpl == "" || id == "" {
+			return ""
+		}
+		return strings.ReplaceAll(tmpl, "{trace_id}", url.PathEscape(id))
 	},
 	"short": func(s string) string {
 		if len(s) > 12 {

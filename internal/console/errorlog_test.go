@@ -2,6 +2,8 @@ package console_test
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -110,4 +112,30 @@ func TestGroupErrors(t *testing.T) {
 		[]string{groups[1].Reason, groups[2].Reason, groups[3].Reason})
 	require.Equal(t, "rank", groups[2].Service)
 	require.Empty(t, console.GroupErrors(nil))
+}
+
+// With a Grafana and a trace URL configured, every page links to its
+// dashboard and each failed request to its trace.
+func TestLinksOut(t *testing.T) {
+	errs := console.NewErrorLog(10)
+	errs.Record(accesslog.Entry{Time: time.Now(), Service: "eta", Status: 404, Reason: "missing_feature", RequestID: "r1", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736"})
+	errs.Record(accesslog.Entry{Time: time.Now(), Service: "eta", Status: 401, Reason: "missing_api_key", RequestID: "r2"})
+	c := console.New(console.Sources{Errors: errs, GrafanaURL: "https://grafana.example.test/", TraceURL: "http://jaeger.example.test:16686/trace/{trace_id}"}, nil)
+	get := func(path string) string {
+		w := httptest.NewRecorder()
+		c.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+		return w.Body.String()
+	}
+	page := get("/console/errors")
+	require.Contains(t, page, `href="https://grafana.example.test/d/sluice-gateway"`)
+	require.Contains(t, page, `href="http://jaeger.example.test:16686/trace/4bf92f3577b34da6a3ce929d0e0e4736"`)
+	require.Equal(t, 2, strings.Count(page, ">trace</a>"), "the request with a trace, in its group and in the list; none for the one without")
+	require.Contains(t, get("/console/models"), `href="https://grafana.example.test/d/sluice-model-server"`)
+	// Without the URLs, no links.
+	plain := console.New(console.Sources{Errors: errs}, nil)
+	w := httptest.NewRecorder()
+	plain.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/console/errors", nil))
+	require.NotContains(t, w.Body.String(), "Grafana ↗")
+	require.NotContains(t, w.Body.String(), ">trace</a>")
 }

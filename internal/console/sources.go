@@ -55,6 +55,11 @@ type Sources struct {
 	History     int
 	// Now is the clock [time.Now].
 	Now func() time.Time
+	// GrafanaURL, when set, is the base URL of the Grafana holding
+	// Sluice's dashboards: the pages link to them by uid. TraceURL, when
+	// set, is a tracing UI's URL of one trace with {trace_id} where the id
+	// goes: failed requests link to their traces.
+	GrafanaURL, TraceURL string
 }
 
 // Model is one model of the repositories.

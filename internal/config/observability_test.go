@@ -1,0 +1,28 @@
+package config
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The console's links out and the tracing exporter are checked, each
+// problem named by its key.
+func TestConsoleLinksAndTracingExporter(t *testing.T) {
+	ok := "gateway:\n  console:\n    grafana_url: https://grafana.example.test\n    trace_url: http://jaeger.example.test:16686/trace/{trace_id}\n" +
+		"tracing:\n  exporter: console\n  file: spans.jsonl\n"
+	cfg, err := Parse("s.yaml", []byte(ok), nil)
+	require.NoError(t, err)
+	require.Equal(t, "https://grafana.example.test", cfg.Gateway.Console.GrafanaURL)
+	require.Equal(t, "console", cfg.Tracing.Exporter)
+
+	for _, tt := range []struct{ doc, want string }{
+		{"gateway:\n  console: {grafana_url: grafana.local}\n", "gateway.console.grafana_url: \"grafana.local\": want an absolute http or https URL"},
+		{"gateway:\n  console: {trace_url: \"http://jaeger/trace/\"}\n", "gateway.console.trace_url: \"http://jaeger/trace/\" has no {trace_id}"},
+		{"tracing: {exporter: zipkin}\n", "tracing.exporter: \"zipkin\": want otlp, console or none"},
+		{"tracing: {exporter: otlp, file: x.jsonl}\n", "tracing.file: only the console exporter writes a file"},
+	} {
+		_, err := Parse("s.yaml", []byte(tt.doc), nil)
+		require.ErrorContains(t, err, tt.want)
+	}
+}
