@@ -284,23 +284,60 @@ func sortedKeys(m map[string]string) []string {
 type tensorType struct {
 	dtype infer.DataType
 	shape infer.Shape // -1 for the batch dimension and variable ones
+	dims  infer.Shape // the config's dims, without the batch dimension
 	who   string      // "step 0 (model 'a') output 'x'", for messages
 }
 
 func (t tensorType) String() string { return t.dtype.String() + " " + t.shape.String() }
 
 // fits reports whether a producer's type can feed a consumer's: the same
-// data type and rank, and dimensions that agree wherever both are fixed.
+// data type, and either their dims or their full shapes (batch dimension
+// included) of one rank with dimensions that agree wherever both are
+// fixed, as Triton's ensemble validation: a non-batching side with dims
+// [-1,16] meets a batching [16] by the full shape, a non-batching [16]
+// meets a batching [-1] by the dims (the runtime then adds or strips a
+// batch dimension of 1, see stepShape).
 func (t tensorType) fits(c tensorType) bool {
-	if t.dtype != c.dtype || len(t.shape) != len(c.shape) {
+	return t.dtype == c.dtype && (dimsMatch(t.shape, c.shape) || dimsMatch(t.dims, c.dims))
+}
+
+// dimsMatch reports whether two shapes have one rank and agree wherever
+// both are fixed (Triton's CompareDimsWithWildcard).
+func dimsMatch(a, b infer.Shape) bool {
+	if a == nil || b == nil || len(a) != len(b) {
 		return false
 	}
-	for i := range t.shape {
-		if t.shape[i] >= 0 && c.shape[i] >= 0 && t.shape[i] != c.shape[i] {
+	for i := range a {
+		if a[i] >= 0 && b[i] >= 0 && a[i] != b[i] {
 			return false
 		}
 	}
 	return true
+}
+
+// stepShape is the shape an ensemble tensor takes when it meets a model
+// tensor (a step input, or an ensemble output), as Triton's ensemble
+// scheduler converts between batching and non-batching sides: dims are
+// the model tensor's config dims, batching whether that side batches,
+// batch the batch size the tensor was made with (0: made by a
+// non-batching side). A batching side given an unbatched tensor that
+// matches its dims gets a batch of 1 prepended; a non-batching side given
+// a batch of 1 that does not match its dims gets the batch dimension
+// stripped; every other tensor passes as it is.
+func stepShape(dims infer.Shape, batching bool, batch int64, shape infer.Shape) infer.Shape {
+	if batching == (batch != 0) {
+		return shape
+	}
+	if batching {
+		if dimsMatch(dims, shape) {
+			return append(infer.Shape{1}, shape...)
+		}
+		return shape
+	}
+	if batch == 1 && len(shape) > 0 && !dimsMatch(dims, shape) {
+		return append(infer.Shape{}, shape[1:]...)
+	}
+	return shape
 }
 
 // checkTypes checks the graph against its step models' configurations:
@@ -320,6 +357,7 @@ func (e *ensemble) checkTypes(cfg *inferencepb.ModelConfig, src *modelconfig.Sou
 		types[e.inputs[i]] = tensorType{
 			dtype: modelconfig.ToInfer(in.GetDataType()),
 			shape: batchShape(ensBatch, in.GetDims()),
+			dims:  batchShape(0, in.GetDims()),
 			who:   fmt.Sprintf("ensemble input '%s'", in.GetName()),
 		}
 	}
@@ -348,6 +386,7 @@ func (e *ensemble) checkTypes(cfg *inferencepb.ModelConfig, src *modelconfig.Sou
 			types[o.tensor] = tensorType{
 				dtype: modelconfig.ToInfer(spec.GetDataType()),
 				shape: batchShape(int64(sc.GetMaxBatchSize()), spec.GetDims()),
+				dims:  batchShape(0, spec.GetDims()),
 				who:   fmt.Sprintf("%s output '%s'", label, o.name),
 			}
 		}
@@ -370,6 +409,7 @@ func (e *ensemble) checkTypes(cfg *inferencepb.ModelConfig, src *modelconfig.Sou
 			want := tensorType{
 				dtype: modelconfig.ToInfer(spec.GetDataType()),
 				shape: batchShape(int64(sc.GetMaxBatchSize()), spec.GetDims()),
+				dims:  batchShape(0, spec.GetDims()),
 			}
 			if have, ok := types[in.tensor]; ok && !have.fits(want) {
 				add(path, "tensor '%s': %s is %s but %s input '%s' wants %s",
@@ -384,7 +424,7 @@ func (e *ensemble) checkTypes(cfg *inferencepb.ModelConfig, src *modelconfig.Sou
 		}
 	}
 	for i, out := range cfg.GetOutput() {
-		declared := tensorType{dtype: modelconfig.ToInfer(out.GetDataType()), shape: batchShape(ensBatch, out.GetDims())}
+		declared := tensorType{dtype: modelconfig.ToInfer(out.GetDataType()), shape: batchShape(ensBatch, out.GetDims()), dims: batchShape(0, out.GetDims())}
 		// Every ensemble output has an id: parseEnsemble named it.
 		t := slices.Index(e.tensors, out.GetName())
 		if have, ok := types[t]; t >= 0 && ok && !have.fits(declared) {
@@ -497,6 +537,7 @@ func (m *Manager) runEnsemble(ctx context.Context, lv *loaded, req *infer.Reques
 	n := len(e.tensors)
 	vals := make([]infer.Tensor, n)
 	have := make([]bool, n)
+	batch := make([]int64, n) // batch size each tensor was made with; 0: by a non-batching side
 	ready := make([]chan struct{}, n)
 	for i := range ready {
 		ready[i] = make(chan struct{})
@@ -505,6 +546,9 @@ func (m *Manager) runEnsemble(ctx context.Context, lv *loaded, req *infer.Reques
 		name := e.tensors[t]
 		if i := slices.IndexFunc(inputs, func(x infer.Tensor) bool { return x.Name == name }); i >= 0 {
 			vals[t], have[t] = inputs[i], true
+			if lv.maxBatch > 0 && len(inputs[i].Shape) > 0 {
+				batch[t] = inputs[i].Shape[0]
+			}
 		}
 		close(ready[t]) // an optional input left out is ready and absent
 	}
@@ -524,10 +568,21 @@ func (m *Manager) runEnsemble(ctx context.Context, lv *loaded, req *infer.Reques
 				}
 			}
 			sreq := &infer.Request{ID: req.ID, Model: st.model, Version: st.version, Parameters: req.Parameters}
+			scfg, stepBatches := m.stepConfig(st)
+			stepBatch := int64(0)
 			for _, in := range st.in {
 				if have[in.tensor] {
 					t := vals[in.tensor]
-					sreq.Inputs = append(sreq.Inputs, infer.Tensor{Name: in.name, DataType: t.DataType, Shape: t.Shape, Data: t.Data})
+					shape := t.Shape
+					if scfg != nil {
+						if spec := findInput(scfg, in.name); spec != nil {
+							shape = stepShape(batchShape(0, spec.GetDims()), stepBatches, batch[in.tensor], shape)
+						}
+					}
+					if stepBatches && stepBatch == 0 && len(shape) > 0 {
+						stepBatch = shape[0]
+					}
+					sreq.Inputs = append(sreq.Inputs, infer.Tensor{Name: in.name, DataType: t.DataType, Shape: shape, Data: t.Data})
 				}
 			}
 			for _, o := range st.out {
@@ -545,6 +600,7 @@ func (m *Manager) runEnsemble(ctx context.Context, lv *loaded, req *infer.Reques
 				t := resp.Outputs[k]
 				vals[o.tensor] = infer.Tensor{Name: e.tensors[o.tensor], DataType: t.DataType, Shape: t.Shape, Data: t.Data}
 				have[o.tensor] = true
+				batch[o.tensor] = stepBatch
 				close(ready[o.tensor])
 			}
 			return nil
@@ -565,9 +621,28 @@ func (m *Manager) runEnsemble(ctx context.Context, lv *loaded, req *infer.Reques
 		if t < 0 || !have[t] {
 			return nil, infer.Errorf(infer.KindInternal, ReasonEnsembleError, "ensemble '%s': no step produced output '%s'", e.name, name)
 		}
-		out = append(out, vals[t])
+		v := vals[t]
+		if spec := findOutput(lv.cfg, name); spec != nil {
+			v.Shape = stepShape(batchShape(0, spec.GetDims()), lv.maxBatch > 0, batch[t], v.Shape)
+		}
+		out = append(out, v)
 	}
 	return out, nil
+}
+
+// stepConfig returns the configuration of the version a step runs and
+// whether it batches; nil when that version is not ready (its Infer then
+// answers why).
+func (m *Manager) stepConfig(st ensembleStep) (*inferencepb.ModelConfig, bool) {
+	mdl := m.lookup(st.model)
+	if mdl == nil {
+		return nil, false
+	}
+	slv, err := mdl.find(st.version)
+	if err != nil {
+		return nil, false
+	}
+	return slv.cfg, slv.maxBatch > 0
 }
 
 // neededSteps marks the steps the wanted ensemble outputs depend on, as

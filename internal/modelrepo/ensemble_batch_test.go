@@ -101,3 +101,57 @@ func TestEnsembleResponseSequenceParameters(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, resp.Parameters, "a plain model's response has none")
 }
+
+// Triton's QA ensembles (gen_ensemble_model_utils: simple/sequence/fan
+// over "nop" steps; L0_infer, L0_infer_zero) put a non-batching ensemble
+// with dims [4] in front of batching steps with dims [4]: Triton's
+// validation accepts tensors whose dims agree even when their full shapes
+// do not (core ensemble_utils ValidateTensorConsistency), and its
+// scheduler gives the batching step a batch of 1 and strips it again for a
+// non-batching consumer or the ensemble's output (ReshapeTensorDims).
+func TestNonBatchingEnsembleOverBatchingSteps(t *testing.T) {
+	repo := t.TempDir()
+	nonBatching := func(name string, steps ...string) string {
+		return `name: "` + name + `"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 4 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 4 ] } ]
+ensemble_scheduling { step [
+` + strings.Join(steps, ",\n") + `
+] }
+`
+	}
+	writeFiles(t, repo, map[string]string{
+		"a/config.pbtxt": fakeConfig(""),
+		"a/1/model.fake": fakeFile(1),
+		"b/config.pbtxt": fakeConfig(""),
+		"b/1/model.fake": fakeFile(10),
+		// A step that does not batch, with the ensemble's dims.
+		"flat/config.pbtxt": `backend: "fake"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 4 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 4 ] } ]
+`,
+		"flat/1/model.fake": fakeFile(100, func(fm *fakeModel) {
+			fm.Inputs[0].Shape = []int64{4}
+			fm.Outputs[0].Shape = []int64{4}
+		}),
+		"batching_steps/config.pbtxt": nonBatching("batching_steps", step("a", "IN:X", "OUT:T"), step("b", "IN:T", "OUT:Y")),
+		"batching_steps/1/.keep":      "",
+		"mixed/config.pbtxt":          nonBatching("mixed", step("a", "IN:X", "OUT:T"), step("flat", "IN:T", "OUT:U"), step("b", "IN:U", "OUT:Y")),
+		"mixed/1/.keep":               "",
+	})
+	h := newHarness(t, Options{Repositories: []string{repo}, StrictReadiness: true})
+	h.start(t)
+	require.True(t, h.m.Ready(), "every ensemble loads: %v", h.m.Index(t.Context(), false))
+	for model, want := range map[string][]int32{
+		"batching_steps": {12, 13, 14, 15},
+		"mixed":          {112, 113, 114, 115},
+	} {
+		resp, err := h.m.Infer(t.Context(), &infer.Request{Model: model, Inputs: []infer.Tensor{int32Tensor("X", []int64{4}, 1, 2, 3, 4)}})
+		require.NoError(t, err, model)
+		require.Equal(t, infer.Shape{4}, resp.Outputs[0].Shape, model)
+		require.Equal(t, want, int32Values(resp.Outputs[0].Data), model)
+	}
+}
