@@ -342,6 +342,7 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 		src.Features = console.FeaturesFromStore(fs.holder, fs.store, time.Now)
 	}
 	src.GrafanaURL, src.TraceURL = gc.Console.GrafanaURL, gc.Console.TraceURL
+	src.HistoryFile = gc.Console.HistoryFile
 	con := console.New(src, logger)
 	adminMux := http.NewServeMux()
 	adminMux.Handle(console.Prefix, con)

@@ -37,6 +37,9 @@ type ConsoleLinks struct {
 	// TraceURL is a tracing UI's URL for one trace, with {trace_id} where
 	// the id goes (Jaeger: "http://jaeger:16686/trace/{trace_id}").
 	TraceURL string `yaml:"trace_url"`
+	// HistoryFile keeps the console charts' history across restarts
+	// (relative to the config file; absent: in memory only).
+	HistoryFile string `yaml:"history_file"`
 }
 
 // Tracing configures OpenTelemetry tracing.

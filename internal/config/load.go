@@ -168,6 +168,7 @@ func (c *Config) ResolvePaths(dir string) {
 			clientTLS(g.Backends[i].TLS)
 		}
 		g.Recording.Dir = abs(g.Recording.Dir)
+		g.Console.HistoryFile = abs(g.Console.HistoryFile)
 		g.Recording.Spool.Dir = abs(g.Recording.Spool.Dir)
 		if a := g.Accuracy; a != nil {
 			a.Path, a.Log.Dir = abs(a.Path), abs(a.Log.Dir)

@@ -1,6 +1,9 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,6 +18,10 @@ func TestConsoleLinksAndTracingExporter(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "https://grafana.example.test", cfg.Gateway.Console.GrafanaURL)
 	require.Equal(t, "console", cfg.Tracing.Exporter)
+	cfg, err = Load(writeTemp(t, "gateway:\n  console: {history_file: state/console.json}\n"))
+	require.NoError(t, err)
+	require.True(t, filepath.IsAbs(cfg.Gateway.Console.HistoryFile) && strings.HasSuffix(cfg.Gateway.Console.HistoryFile, "/state/console.json"),
+		"relative to the config file: %s", cfg.Gateway.Console.HistoryFile)
 
 	for _, tt := range []struct{ doc, want string }{
 		{"gateway:\n  console: {grafana_url: grafana.local}\n", "gateway.console.grafana_url: \"grafana.local\": want an absolute http or https URL"},
@@ -25,4 +32,11 @@ func TestConsoleLinksAndTracingExporter(t *testing.T) {
 		_, err := Parse("s.yaml", []byte(tt.doc), nil)
 		require.ErrorContains(t, err, tt.want)
 	}
+}
+
+func writeTemp(t *testing.T, doc string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "sluice.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(doc), 0o600))
+	return p
 }

@@ -155,10 +155,29 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Run samples the metrics every SampleEvery until ctx is done; it returns
 // nil then.
 func (c *Console) Run(ctx context.Context) error {
+	path := c.src.HistoryFile
+	if path != "" {
+		if err := c.sampler.load(path, c.src.Now()); err != nil {
+			c.logger.Warn("console history not restored", "err", err)
+		}
+		defer func() {
+			if err := c.sampler.save(path); err != nil {
+				c.logger.Warn("console history not saved", "err", err)
+			}
+		}()
+	}
 	t := time.NewTicker(c.src.SampleEvery)
 	defer t.Stop()
+	lastSave := c.src.Now()
 	for {
-		c.sampler.sampleIfDue(c.src.Now())
+		now := c.src.Now()
+		c.sampler.sampleIfDue(now)
+		if path != "" && now.Sub(lastSave) >= saveEvery {
+			lastSave = now
+			if err := c.sampler.save(path); err != nil {
+				c.logger.Warn("console history not saved", "err", err)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil

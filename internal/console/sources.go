@@ -60,6 +60,10 @@ type Sources struct {
 	// set, is a tracing UI's URL of one trace with {trace_id} where the id
 	// goes: failed requests link to their traces.
 	GrafanaURL, TraceURL string
+	// HistoryFile, when set, keeps the charts' history across restarts:
+	// Run reads it at start and writes it every minute and when it stops
+	// (at most History samples, a few hundred KiB).
+	HistoryFile string
 }
 
 // Model is one model of the repositories.
