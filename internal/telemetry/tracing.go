@@ -127,13 +127,20 @@ func SetupTracing(ctx context.Context, opts TracingOptions, logger *slog.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	// resource.Default reads OTEL_RESOURCE_ATTRIBUTES and
-	// OTEL_SERVICE_NAME; a configured name wins over both.
+	// WithFromEnv reads OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME
+	// now (resource.Default would keep what it read first); a configured
+	// name wins over both.
 	name := opts.ServiceName
 	if name == "" && os.Getenv("OTEL_SERVICE_NAME") == "" && !strings.Contains(os.Getenv("OTEL_RESOURCE_ATTRIBUTES"), "service.name=") {
 		name = "sluice"
 	}
-	res := resource.Default()
+	res, err := resource.New(ctx, resource.WithTelemetrySDK(), resource.WithHost(), resource.WithFromEnv())
+	if err != nil && !errors.Is(err, resource.ErrPartialResource) && !errors.Is(err, resource.ErrSchemaURLConflict) {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	if res == nil {
+		res = resource.Empty()
+	}
 	if name != "" {
 		res, err = resource.Merge(res, resource.NewWithAttributes(semconv.SchemaURL, semconv.ServiceName(name)))
 		if err != nil && !errors.Is(err, resource.ErrSchemaURLConflict) {
