@@ -113,6 +113,11 @@ func (r *Registry) ReadInputs(req *infer.Request) error {
 		}
 		t.Data = data
 		if err := t.CheckSize(); err != nil {
+			if n, nerr := t.Shape.Elements(); nerr == nil && t.DataType != infer.Bytes {
+				// Triton's wording, which clients match on, then ours.
+				return invalid(fmt.Errorf("%s: shared memory byte_size %d does not fit shape %s of %s: unexpected total byte size %d for input '%s', expecting %d",
+					what, ref.Size, t.Shape, t.DataType, ref.Size, t.Name, n*t.DataType.Size()))
+			}
 			return invalid(fmt.Errorf("%s: shared memory byte_size %d does not fit shape %s of %s: %v", what, ref.Size, t.Shape, t.DataType, err))
 		}
 		if len(t.Parameters) == 0 {

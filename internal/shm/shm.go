@@ -120,11 +120,11 @@ func (r *Registry) Register(name, key string, offset, byteSize uint64) error {
 		return err
 	}
 	if byteSize == 0 {
-		return errf(ErrInvalid, "region '%s': byte_size must be > 0", name)
+		return errf(ErrInvalid, "failed to register shared memory region '%s': invalid args: byte_size must be > 0", name)
 	}
 	end := offset + byteSize
 	if end < offset || end > 1<<40 {
-		return errf(ErrInvalid, "region '%s': offset %d + byte_size %d is too large", name, offset, byteSize)
+		return errf(ErrInvalid, "failed to register shared memory region '%s': invalid args: offset %d + byte_size %d is too large", name, offset, byteSize)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -147,7 +147,7 @@ func (r *Registry) Register(name, key string, offset, byteSize uint64) error {
 		return errf(ErrInvalid, "shared memory key '%s' is not a shared memory object", key)
 	}
 	if uint64(st.Size()) < end {
-		return errf(ErrInvalid, "region '%s': offset %d + byte_size %d exceeds the %d bytes of shared memory key '%s'", name, offset, byteSize, st.Size(), key)
+		return errf(ErrInvalid, "failed to register shared memory region '%s': invalid args: offset %d + byte_size %d exceeds the %d bytes of shared memory key '%s'", name, offset, byteSize, st.Size(), key)
 	}
 	mem, err := syscall.Mmap(int(f.Fd()), 0, int(end), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
@@ -225,6 +225,10 @@ func (r *Registry) lookup(name string, offset, size uint64) (*region, error) {
 	if rg.data == nil {
 		rg.mu.RUnlock()
 		return nil, errf(ErrNotFound, "unable to find shared memory region: '%s'", name)
+	}
+	if offset >= uint64(len(rg.data)) {
+		rg.mu.RUnlock()
+		return nil, errf(ErrInvalid, "Invalid offset for shared memory region: '%s' (offset %d, its %d bytes)", name, offset, len(rg.data))
 	}
 	if end := offset + size; end < offset || end > uint64(len(rg.data)) {
 		rg.mu.RUnlock()

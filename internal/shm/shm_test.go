@@ -63,6 +63,11 @@ func TestRegisterStatusUnregister(t *testing.T) {
 		want         string
 	}{
 		{"a", key, 0, 65, "exceeds the 64 bytes"},
+		// Triton's wording (QA L0_shared_memory test_register_out_of_bound
+		// matches "failed to register shared memory region.*invalid args").
+		{"a", key, 0, 65, "failed to register shared memory region 'a': invalid args"},
+		{"a", key, 64, 1, "failed to register shared memory region 'a': invalid args"},
+		{"a", key, 65, 0, "failed to register shared memory region 'a': invalid args"},
 		{"a", key, 60, 8, "exceeds the 64 bytes"},
 		{"a", key, 0, 0, "byte_size must be > 0"},
 		{"a", "/no-such-object-here", 0, 8, "unable to open shared memory key"},
@@ -181,6 +186,10 @@ func TestRequestInputsAndOutputs(t *testing.T) {
 	}{
 		{infer.Parameters{ParamRegion: "in", ParamByteSize: int64(12)}, infer.Shape{4}, "input 'A': shared memory byte_size 12 does not fit shape [4] of INT32"},
 		{infer.Parameters{ParamRegion: "in", ParamByteSize: int64(16), ParamOffset: int64(20)}, infer.Shape{4}, "input 'A': invalid offset + byte size for shared memory region: 'in'"},
+		// Triton's wording, which its QA (L0_shared_memory test_too_big_shm,
+		// test_infer_offset_out_of_bound) and clients match on.
+		{infer.Parameters{ParamRegion: "in", ParamByteSize: int64(12)}, infer.Shape{4}, "unexpected total byte size 12 for input 'A', expecting 16"},
+		{infer.Parameters{ParamRegion: "in", ParamByteSize: int64(16), ParamOffset: int64(32)}, infer.Shape{4}, "input 'A': Invalid offset for shared memory region: 'in'"},
 		{infer.Parameters{ParamRegion: "gone", ParamByteSize: int64(16)}, infer.Shape{4}, "input 'A': unable to find shared memory region: 'gone'"},
 		{infer.Parameters{ParamRegion: "in"}, infer.Shape{4}, "input 'A': parameter 'shared_memory_byte_size' is required"},
 		{infer.Parameters{ParamRegion: int64(3), ParamByteSize: int64(16)}, infer.Shape{4}, "must be a non-empty string"},
