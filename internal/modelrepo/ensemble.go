@@ -354,10 +354,11 @@ func (e *ensemble) checkTypes(cfg *inferencepb.ModelConfig, src *modelconfig.Sou
 	ensBatch := int64(cfg.GetMaxBatchSize())
 	types := map[int]tensorType{}
 	for i, in := range cfg.GetInput() {
+		// As Triton, the graph sees an ensemble tensor's reshape, not its dims.
 		types[e.inputs[i]] = tensorType{
 			dtype: modelconfig.ToInfer(in.GetDataType()),
-			shape: batchShape(ensBatch, in.GetDims()),
-			dims:  batchShape(0, in.GetDims()),
+			shape: batchShape(ensBatch, modelDims(in.GetDims(), in.GetReshape())),
+			dims:  batchShape(0, modelDims(in.GetDims(), in.GetReshape())),
 			who:   fmt.Sprintf("ensemble input '%s'", in.GetName()),
 		}
 	}
@@ -424,7 +425,8 @@ func (e *ensemble) checkTypes(cfg *inferencepb.ModelConfig, src *modelconfig.Sou
 		}
 	}
 	for i, out := range cfg.GetOutput() {
-		declared := tensorType{dtype: modelconfig.ToInfer(out.GetDataType()), shape: batchShape(ensBatch, out.GetDims()), dims: batchShape(0, out.GetDims())}
+		md := modelDims(out.GetDims(), out.GetReshape())
+		declared := tensorType{dtype: modelconfig.ToInfer(out.GetDataType()), shape: batchShape(ensBatch, md), dims: batchShape(0, md)}
 		// Every ensemble output has an id: parseEnsemble named it.
 		t := slices.Index(e.tensors, out.GetName())
 		if have, ok := types[t]; t >= 0 && ok && !have.fits(declared) {
@@ -623,11 +625,20 @@ func (m *Manager) runEnsemble(ctx context.Context, lv *loaded, req *infer.Reques
 		}
 		v := vals[t]
 		if spec := findOutput(lv.cfg, name); spec != nil {
-			v.Shape = stepShape(batchShape(0, spec.GetDims()), lv.maxBatch > 0, batch[t], v.Shape)
+			v.Shape = stepShape(batchShape(0, modelDims(spec.GetDims(), spec.GetReshape())), lv.maxBatch > 0, batch[t], v.Shape)
 		}
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// modelDims is the shape a tensor has inside the model: its reshape when
+// the config has one, else its dims.
+func modelDims(dims []int64, reshape *inferencepb.ModelTensorReshape) []int64 {
+	if reshape != nil {
+		return reshape.GetShape()
+	}
+	return dims
 }
 
 // stepConfig returns the configuration of the version a step runs and

@@ -155,3 +155,46 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 4 ] } ]
 		require.Equal(t, want, int32Values(resp.Outputs[0].Data), model)
 	}
 }
+
+// Triton's ensemble validation and scheduler see an ensemble input's or
+// output's reshape, not its dims (core ensemble_utils: "input.has_reshape()
+// ? input.reshape().shape() : input.dims()"), as Triton's QA reshape
+// ensembles use them (L0_infer_reshape, simple_reshape_*): clients send
+// and get [4,4]; the graph and its steps work on [16].
+func TestEnsembleInputOutputReshape(t *testing.T) {
+	repo := t.TempDir()
+	flat := func(fm *fakeModel) {
+		fm.Inputs[0].Shape = []int64{-1, 16}
+		fm.Outputs[0].Shape = []int64{-1, 16}
+	}
+	writeFiles(t, repo, map[string]string{
+		"s/config.pbtxt": `backend: "fake"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 16 ] } ]
+`,
+		"s/1/model.fake": fakeFile(1, flat),
+		"e/config.pbtxt": `name: "e"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 4, 4 ] reshape: { shape: [ 16 ] } } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 4, 4 ] reshape: { shape: [ 16 ] } } ]
+ensemble_scheduling { step [
+` + step("s", "IN:X", "OUT:Y") + `
+] }
+`,
+		"e/1/.keep": "",
+	})
+	h := newHarness(t, Options{Repositories: []string{repo}, StrictReadiness: true})
+	h.start(t)
+	require.True(t, h.m.Ready(), "the ensemble loads: %v", h.m.Index(t.Context(), false))
+	vals := make([]int32, 16)
+	for i := range vals {
+		vals[i] = int32(i)
+	}
+	resp, err := h.m.Infer(t.Context(), &infer.Request{Model: "e", Inputs: []infer.Tensor{int32Tensor("X", []int64{1, 4, 4}, vals...)}})
+	require.NoError(t, err)
+	require.Equal(t, infer.Shape{1, 4, 4}, resp.Outputs[0].Shape, "clients get the output's dims")
+	require.Equal(t, int32(1), int32Values(resp.Outputs[0].Data)[0])
+	require.Equal(t, int32(16), int32Values(resp.Outputs[0].Data)[15])
+}
