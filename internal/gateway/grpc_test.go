@@ -157,3 +157,23 @@ func TestGRPCErrors(t *testing.T) {
 	}
 	require.Zero(t, e.model.calls.Load())
 }
+
+// The gRPC edge returns the call's trace in its header metadata, errors
+// included.
+func TestGRPCReturnsTheTrace(t *testing.T) {
+	e := newEtaEnv(t)
+	c := grpcClient(t, e)
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", parent)
+	var hdr metadata.MD
+	_, err := c.Predict(ctx, predictRequest(t, map[string]any{"user_id": 7, "route_id": 3, "base_eta": 30}), grpc.Header(&hdr))
+	require.NoError(t, err)
+	require.Equal(t, []string{"4bf92f3577b34da6a3ce929d0e0e4736"}, hdr.Get("x-trace-id"))
+	require.Contains(t, firstOf(hdr.Get("traceparent")), "4bf92f3577b34da6a3ce929d0e0e4736")
+	hdr = nil
+	_, err = c.Predict(ctx, predictRequest(t, map[string]any{"user_id": 8, "route_id": 3, "base_eta": 30}), grpc.Header(&hdr))
+	code, reason := grpcReason(t, err)
+	require.Equal(t, codes.NotFound, code)
+	require.Equal(t, gateway.ReasonMissingFeature, reason)
+	require.Equal(t, []string{"4bf92f3577b34da6a3ce929d0e0e4736"}, hdr.Get("x-trace-id"))
+}
