@@ -186,15 +186,15 @@ type Client struct {
 	// APIKey is the plain API key. It is accepted only from ${ENV} expansion;
 	// Load hashes it into APIKeySHA256 and clears it, so a Config never keeps it.
 	APIKey string `yaml:"api_key,omitempty"`
-	// RateLimit is the client's token bucket; zero requests_per_second means unlimited.
-	RateLimit RateLimit `yaml:"rate_limit"`
-	// Priority is the model priority the client's requests get (1 is highest; 0 = default).
-	Priority int `yaml:"priority"`
 	// APIKeyRef is the api_key as written, before ${ENV} expansion (say
 	// "${SLUICE_DEMO_API_KEY:-demo-key}"): what the startup banner shows in
 	// its curl, so a shell expands it to the same key. Empty when the key
 	// is given as api_key_sha256.
 	APIKeyRef string `yaml:"-"`
+	// RateLimit is the client's token bucket; zero requests_per_second means unlimited.
+	RateLimit RateLimit `yaml:"rate_limit"`
+	// Priority is the model priority the client's requests get (1 is highest; 0 = default).
+	Priority int `yaml:"priority"`
 	// TLSIdentity is the identity of the client's certificate (first URI
 	// SAN, else DNS SAN, else email SAN, else subject CN): a request over
 	// mTLS presenting it is this client, with or without an API key.

@@ -1,6 +1,6 @@
 // Package accesslog writes the gateway's sampled access log as JSON lines.
 //
-// Sampling policy (issue 5): a request that failed (status >= 400 or an
+// Sampling policy: a request that failed (status >= 400 or an
 // error set) is logged with probability ErrorsPercent (default 100 %), a
 // successful one with probability SuccessPercent (default 1 %). The choice
 // is not random: Sampled hashes the request id with the gateway's stable
