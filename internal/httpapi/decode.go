@@ -803,7 +803,7 @@ func (d *decoder) readOutputs() error {
 			out.Parameters = nil
 		}
 		if !d.outputNames.add(out.Name) {
-			return invalidf(reasonDuplicateOutput, "%s is requested more than once", label())
+			return invalidf(reasonDuplicateOutput, "%s is requested more than once (Duplicate output name '%s' is not allowed in a request)", label(), out.Name)
 		}
 		d.body.req.Outputs = append(d.body.req.Outputs, out)
 		d.body.outputBinary = append(d.body.outputBinary, bin)

@@ -277,6 +277,9 @@ func TestDecodeRawBody(t *testing.T) {
 		{"wrong size", md(infer.FP32, -1, 2), true, f32s(1), nil, "input 'X'"},
 		{"not whole elements", md(infer.FP32, -1, -1), true, []byte{1, 2, 3}, nil, "whole number"},
 		{"two variable dims", md(infer.FP32, -1, -1), false, f32s(1), nil, "more than one variable dimension"},
+		// Triton's wording, which its QA (L0_http test_multi_variable_dimensions) matches on.
+		{"two variable dims, Triton's words", md(infer.FP32, -1, -1), false, f32s(1), nil,
+			"The shape of the raw input 'X' can not be deduced because there are more than one variable-sized dimension"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := decodeRawBody(tc.md, tc.batching, tc.body)
@@ -348,4 +351,5 @@ func TestDecodeManyTensors(t *testing.T) {
 	dupOut := `{"inputs":[],"outputs":[` + strings.Join(append(outs, outs[15]), ",") + `]}`
 	_, err = decodeInferJSON([]byte(dupOut))
 	require.ErrorContains(t, err, "output 'O15' is requested more than once")
+	require.ErrorContains(t, err, "Duplicate output name 'O15' is not allowed in a request", "Triton's wording (QA L0_http test_duplicate_output_names)")
 }

@@ -455,7 +455,8 @@ func TestInferRawBody(t *testing.T) {
 	require.Equal(t, in, bin)
 
 	requireError(t, do(t, h, "POST", "/v2/models/simple/infer", int32Bytes(seq(0, 16)), map[string]string{headerLength: "0"}),
-		400, "raw_input_unsupported", "exactly one input", "'simple'")
+		400, "raw_input_unsupported", "exactly one input", "'simple'",
+		"Raw request must only have 1 input (found 1) to be deduced but got 2 inputs in 'simple' model") // Triton's wording (QA L0_http test_multi_inputs)
 	requireError(t, do(t, h, "POST", "/v2/models/identity/infer", in[:15], map[string]string{headerLength: "0"}),
 		400, "invalid_binary_size", "'IN'")
 	requireError(t, do(t, h, "POST", "/v2/models/nope/infer", in, map[string]string{headerLength: "0"}),

@@ -316,8 +316,9 @@ func attachBinary(ib *inferBody, bin []byte, hasHeader bool) error {
 // the body.
 func decodeRawBody(md *modelrepo.Metadata, batching bool, body []byte) (*inferBody, error) {
 	if len(md.Inputs) != 1 {
-		return nil, invalidf(reasonRawInput, "a raw binary body (%s: 0) needs a model with exactly one input; model '%s' has %d",
-			headerLength, md.Name, len(md.Inputs))
+		// Triton's wording first: clients match on it.
+		return nil, invalidf(reasonRawInput, "Raw request must only have 1 input (found 1) to be deduced but got %d inputs in '%s' model: a raw binary body (%s: 0) needs a model with exactly one input",
+			len(md.Inputs), md.Name, headerLength)
 	}
 	spec := md.Inputs[0]
 	if !spec.DataType.Valid() {
@@ -334,8 +335,8 @@ func decodeRawBody(md *modelrepo.Metadata, batching bool, body []byte) (*inferBo
 	for i, d := range shape {
 		switch {
 		case d < 0 && variable >= 0:
-			return nil, invalidf(reasonRawInput, "input '%s' has shape %s with more than one variable dimension; send a JSON header to give its shape",
-				spec.Name, spec.Shape)
+			return nil, invalidf(reasonRawInput, "The shape of the raw input '%s' can not be deduced because there are more than one variable-sized dimension: input '%s' has shape %s with more than one variable dimension; send a JSON header to give its shape",
+				spec.Name, spec.Name, spec.Shape)
 		case d < 0:
 			variable = i
 		default:
