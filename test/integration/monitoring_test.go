@@ -482,6 +482,7 @@ var monConditional = map[string]string{
 	"sluice_tls_certificate_expiry_timestamp_seconds": "only for listeners served over TLS",
 	"sluice_tls_reloads_total":                        "only for listeners served over TLS",
 	"sluice_audit_events_total":                       "only after a state-changing call (reload, rollout, load, push)",
+	"sluice_cluster_connected":                        "only with a cluster section (TestFleetDrill runs one)",
 }
 
 // monExampleFallback is the example service's fallback block.
@@ -553,7 +554,16 @@ func TestMonitoringPrometheusAlerts(t *testing.T) {
 		// Never judged here: the outage must not roll it back mid-test.
 		"min_requests": 1000000,
 	}
+	// Online accuracy, so that its series exist: the traffic's order ids
+	// are logged, and Series posts outcomes for the first ones.
+	// The rollout sends a share to version 2: both declare an offline MAE.
+	svc["accuracy"] = accService(map[string]any{"offline": []any{
+		map[string]any{"version": "1", "metrics": map[string]any{"mae": 4.2}, "dataset": "test holdout"},
+		map[string]any{"version": "2", "metrics": map[string]any{"mae": 4.0}, "dataset": "test holdout"},
+	}})
+	accDir := t.TempDir()
 	gateway := map[string]any{
+		"accuracy":     map[string]any{"path": filepath.Join(accDir, "pending.db"), "log": map[string]any{"dir": filepath.Join(accDir, "log")}},
 		"drain_period": "100ms",
 		"clients":      []any{map[string]any{"id": "it-main", "api_key": "${" + gwMainKeyEnv + "}"}},
 		"anonymous":    map[string]any{"allowed": false},
@@ -653,6 +663,21 @@ func TestMonitoringPrometheusAlerts(t *testing.T) {
 
 	t.Run("Series", func(t *testing.T) {
 		prom.waitQuery(t, `sluice_gateway_requests_total{job="sluice-gateway",service="parcel-eta",code="200"} > 0`, 20*time.Second)
+		// Outcomes for the first predictions (order ids 0..19, answered by
+		// now): the accuracy series appear once a pair is joined.
+		var outs []map[string]any
+		for i := range 20 {
+			outs = append(outs, map[string]any{"key": strconv.Itoa(i), "values": map[string]float64{"actual_minutes": 40}})
+		}
+		b, _ := json.Marshal(outs)
+		res, err := c.send(t.Context(), http.MethodPost, c.url(c.listen, "/v1/services/parcel-eta/outcomes"), b, gwAuth)
+		if err != nil || res.code != http.StatusOK {
+			t.Fatalf("POST outcomes: %v %d %s", err, res.code, res.body)
+		}
+		prom.waitQuery(t, `sluice_accuracy_joined_total{job="sluice-gateway",service="parcel-eta"} > 0`, 20*time.Second)
+		// The gap gauge is set as the joined pairs are published: wait for
+		// it too rather than race the scrape.
+		prom.waitQuery(t, `sluice_accuracy_online_offline_ratio{job="sluice-gateway",service="parcel-eta",metric="mae"}`, 10*time.Second)
 		var names []string
 		prom.api(t, "label/__name__/values", &names)
 		for _, m := range monRuleMetrics(t) {
