@@ -21,8 +21,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-ml/sluice/internal/config/duration"
-	"github.com/sluice-ml/sluice/internal/match"
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/match"
 )
 
 var t0 = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
