@@ -265,14 +265,20 @@ func conSeriesHas(t *testing.T, c *gwChain, kind, id string) bool {
 	return false
 }
 
-// conScreenshot saves a page's screenshot to $SLUICE_ARTIFACTS, and to
-// docs/console/ when it has none of that name or SLUICE_UPDATE_SCREENSHOTS=1.
+// conScreenshot saves a console page's screenshot (docScreenshot).
 func conScreenshot(t *testing.T, name string, png []byte) {
 	t.Helper()
+	docScreenshot(t, "console", name, png)
+}
+
+// docScreenshot saves a screenshot to $SLUICE_ARTIFACTS/sub, and to
+// docs/sub/ when it has none of that name or SLUICE_UPDATE_SCREENSHOTS=1.
+func docScreenshot(t *testing.T, sub, name string, png []byte) {
+	t.Helper()
 	if dir := os.Getenv("SLUICE_ARTIFACTS"); dir != "" {
-		mustWrite(t, filepath.Join(dir, "console", name), png)
+		mustWrite(t, filepath.Join(dir, sub, name), png)
 	}
-	doc := filepath.Join(repoDir, "docs", "console", name)
+	doc := filepath.Join(repoDir, "docs", sub, name)
 	if _, err := os.Stat(doc); err == nil && os.Getenv("SLUICE_UPDATE_SCREENSHOTS") != "1" {
 		return
 	}

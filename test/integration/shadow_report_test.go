@@ -95,6 +95,33 @@ const pageCheckJS = `(() => {
 	};
 })()`
 
+// clippedTextJS lays every plot's SVG out inline (off screen) and returns
+// each text (title, tick label, legend) whose box reaches past the SVG's
+// edges: in the <img> the browser cuts it off. The fonts are the
+// browser's, which is what a reader sees.
+const clippedTextJS = `(() => {
+	const out = [];
+	const box = document.createElement('div');
+	box.style.cssText = 'position:absolute;left:-20000px;top:0';
+	document.body.appendChild(box);
+	for (const img of document.querySelectorAll('img.plot')) {
+		const b64 = img.src.split(',')[1];
+		const xml = new TextDecoder().decode(Uint8Array.from(atob(b64), c => c.charCodeAt(0)));
+		const svg = document.importNode(new DOMParser().parseFromString(xml, 'image/svg+xml').documentElement, true);
+		box.replaceChildren(svg);
+		const r = svg.getBoundingClientRect();
+		for (const t of svg.querySelectorAll('text')) {
+			const q = t.getBoundingClientRect();
+			if (q.width === 0) continue;
+			if (q.left < r.left - 0.5 || q.right > r.right + 0.5 || q.top < r.top - 0.5 || q.bottom > r.bottom + 0.5) {
+				out.push((img.alt || img.title || 'plot') + ': ' + t.textContent);
+			}
+		}
+	}
+	box.remove();
+	return out;
+})()`
+
 // consoleLog collects a tab's console messages (console API calls,
 // uncaught exceptions and browser log entries such as failed images).
 type consoleLog struct {
@@ -163,7 +190,7 @@ func fileURL(path string) string {
 // TestShadowReportInChromium builds a diff report with a failing region
 // slice, opens report.html in headless Chromium and checks that it loads
 // without console errors and shows the verdict, the gates, the slices and
-// its plots. The screenshot is kept under $SLUICE_ARTIFACTS when set.
+// its plots. The screenshot goes where docScreenshot puts it (docs/release/).
 func TestShadowReportInChromium(t *testing.T) {
 	chromium := findChromium(t)
 
@@ -224,18 +251,19 @@ func TestShadowReportInChromium(t *testing.T) {
 	require.Equal(t, page.Plots, page.Loaded, "plots that did not render")
 	require.Contains(t, page.FailedRows, "eu", "the failing region is not marked in the slice table")
 	require.NotContains(t, page.FailedRows, "us")
+	clipped, err := chromedp.Run(tab, chromedp.Evaluate[[]string](clippedTextJS))
+	require.NoError(t, err)
+	require.Empty(t, clipped, "plot texts cut off at the plot's edge (titles, tick labels, legends)")
 
 	png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
 	require.NoError(t, err)
 	require.Greater(t, len(png), 10_000, "the screenshot is suspiciously small")
 	require.Equal(t, "\x89PNG", string(png[:4]))
-	shot := filepath.Join(t.TempDir(), "shadow-report.png")
-	require.NoError(t, os.WriteFile(shot, png, 0o600))
-	if art := os.Getenv("SLUICE_ARTIFACTS"); art != "" {
-		require.NoError(t, os.MkdirAll(art, 0o750))
-		require.NoError(t, os.WriteFile(filepath.Join(art, "shadow-report.png"), png, 0o600))
-		t.Logf("screenshot: %s", filepath.Join(art, "shadow-report.png"))
-	}
+	// The docs show the top of the page (verdict, gates, the first plots),
+	// the window's 1280x2000 pixels.
+	top, err := chromedp.Run(tab, chromedp.CaptureScreenshot())
+	require.NoError(t, err)
+	docScreenshot(t, "release", "shadow-report.png", top)
 	cancelTab()
 	<-console.done
 }

@@ -28,12 +28,18 @@ const (
 	plotW   = 5 * vg.Inch
 	plotH   = 3 * vg.Inch
 	plotPad = vg.Inch / 4 // inset on the left and right, half of it at the top and bottom
+	// titleRoom is the width a title line may measure: the plot's width
+	// inside the inset, less a margin for a wider browser font.
+	titleRoom = (plotW - 2*plotPad) * 3 / 4
 )
 
 // fitTitle breaks a title too wide for the plot before its parenthesis
 // (the figures), and shrinks the font of a line that still does not fit.
+// The width is measured with gonum's font, but the browser draws the SVG
+// with its own sans-serif (DejaVu Sans on Debian: about a fifth wider),
+// so a line must fit in titleRoom, not the whole plot width.
 func fitTitle(p *plot.Plot) {
-	room := plotW - 2*plotPad
+	room := titleRoom
 	if titleWidth(p) <= room {
 		return
 	}
