@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/console"
 	"github.com/sluice-ml/sluice/internal/console/consoletest"
 )
 
@@ -57,6 +59,56 @@ func TestPagesInChromium(t *testing.T) {
 				require.NoError(t, os.MkdirAll(dir, 0o755))
 				require.NoError(t, os.WriteFile(filepath.Join(dir, name), got.Screenshot, 0o644))
 			}
+		})
+	}
+}
+
+// TestChartAxesReadable loads twenty minutes of history (the history file
+// a restarted console reads) and checks in Chromium that the charts' time
+// axes carry several labels that never touch: with a few seconds of live
+// samples an axis has one label, and overlap cannot show.
+func TestChartAxesReadable(t *testing.T) {
+	browser := consoletest.NewBrowser(t)
+	history := filepath.Join(t.TempDir(), "history.json")
+	now := time.Now()
+	type frame struct {
+		T int64                  `json:"t"`
+		P map[string][8]*float64 `json:"p"`
+	}
+	var frames []frame
+	for at := now.Add(-20 * time.Minute); at.Before(now); at = at.Add(2 * time.Second) {
+		rps, p50, p99 := 40.0, 0.004, 0.012
+		frames = append(frames, frame{T: at.Unix(), P: map[string][8]*float64{
+			"service/eta":     {&rps, nil, nil, &p50, &p99},
+			"model/eta_model": {&rps, nil, nil, &p50, &p99},
+		}})
+	}
+	b, err := json.Marshal(map[string]any{"version": 1, "frames": frames})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(history, b, 0o600))
+
+	c := newChain(t, func(s *console.Sources) {
+		s.HistoryFile = history
+		s.SampleEvery = 2 * time.Second // 900 frames: a 30-minute span keeps the file's 20
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- c.console.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-ran)
+	})
+	c.traffic(t, 5)
+
+	for _, path := range []string{"/console/", "/console/services", "/console/models"} {
+		t.Run(path, func(t *testing.T) {
+			got := browser.Visit(t, c.http.URL+path)
+			got.Check(t, path)
+			require.Equal(t, "ready", got.Charts)
+			require.GreaterOrEqual(t, got.MinTickGap, 0.0, "a chart over twenty minutes has at least two time labels")
+			// At most HH:MM:SS, about 7 px a character, and a gap.
+			require.GreaterOrEqual(t, got.MinTickGap, float64(got.MaxTickLabel)*7+8,
+				"time-axis labels of %d characters only %.0f px apart: they overlap", got.MaxTickLabel, got.MinTickGap)
 		})
 	}
 }

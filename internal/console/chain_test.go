@@ -203,7 +203,9 @@ func putState(t *testing.T, c *chain, view string, lastSuccess time.Time, rows i
 	require.NoError(t, c.store.PutMeta(t.Context(), feature.ViewStateName(view), b))
 }
 
-func newChain(t *testing.T) *chain {
+// newChain builds the in-process chain; opts adjust the console's sources
+// before it is made.
+func newChain(t *testing.T, opts ...func(*console.Sources)) *chain {
 	t.Helper()
 	ctx := context.Background()
 	c := &chain{reg: prometheus.NewRegistry(), errs: console.NewErrorLog(50)}
@@ -265,14 +267,18 @@ func newChain(t *testing.T) *chain {
 		require.NoError(t, c.gw.Close(cctx))
 	})
 
-	c.console = console.New(console.Sources{
+	src := console.Sources{
 		Models:      console.ModelsFromManager(mgr),
 		Features:    console.FeaturesFromStore(c.holder, c.store, nil),
 		Gateway:     console.GatewayFromAdmin(c.gw.AdminHandler(nil)),
 		Errors:      c.errs,
 		Metrics:     c.reg,
 		SampleEvery: 20 * time.Millisecond,
-	}, nil)
+	}
+	for _, o := range opts {
+		o(&src)
+	}
+	c.console = console.New(src, nil)
 	admin := http.NewServeMux()
 	admin.Handle(console.Prefix, c.console)
 	admin.Handle("/", c.gw.AdminHandler(nil))
