@@ -8,17 +8,12 @@
 package docs_test
 
 import (
-	"bytes"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
-	"sync"
 	"testing"
 
-	"github.com/sluice-ml/sluice/internal/backend/onnxruntime"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 var (
@@ -33,57 +28,24 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	_, file, _, _ := runtime.Caller(0)
-	repoDir = filepath.Join(filepath.Dir(file), "..", "..")
-	lib, err := onnxruntime.FindLibrary("")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "docs:", err)
-		return 1
-	}
-	ortLib = lib
-	dir, err := os.MkdirTemp("", "sluice-docs-")
+	env, cleanup, err := harness.Setup("docs")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
-	binPath = filepath.Join(dir, "bin", "sluice")
-	genPath = filepath.Join(dir, "bin", "gen")
+	defer cleanup()
+	repoDir, ortLib = env.RepoDir, env.ORTLib
+	binPath = filepath.Join(env.Dir, "bin", "sluice")
+	genPath = filepath.Join(env.Dir, "bin", "gen")
 	for _, b := range []struct{ out, pkg string }{{binPath, "./cmd/sluice"}, {genPath, "./examples/parcel-eta/features/gen"}} {
-		build := exec.Command("go", "build", "-o", b.out, b.pkg)
-		build.Dir = repoDir
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "docs: build", b.pkg+":", err)
+		if err := env.Build(b.out, b.pkg); err != nil {
+			fmt.Fprintln(os.Stderr, "docs:", err)
 			return 1
 		}
 	}
 	return m.Run()
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+func freePort(t *testing.T) int { return harness.FreePort(t) }
 
-type syncBuffer struct {
-	mu sync.Mutex // protects b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = harness.SyncBuffer

@@ -8,20 +8,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/sluice-ml/sluice/internal/backend/onnxruntime"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 var (
@@ -35,27 +32,16 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	_, file, _, _ := runtime.Caller(0)
-	repoDir = filepath.Join(filepath.Dir(file), "..", "..")
-	lib, err := onnxruntime.FindLibrary("")
+	env, cleanup, err := harness.Setup("it")
 	if err != nil {
-		// The integration suite needs the real runtime; `make test` installs it.
 		fmt.Fprintln(os.Stderr, "integration:", err)
 		return 1
 	}
-	ortLib = lib
-	dir, err := os.MkdirTemp("", "sluice-it-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	binPath = filepath.Join(dir, "sluice")
-	build := exec.Command("go", "build", "-race", "-o", binPath, "./cmd/sluice")
-	build.Dir = repoDir
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "integration: build sluice:", err)
+	defer cleanup()
+	repoDir, ortLib = env.RepoDir, env.ORTLib
+	binPath = filepath.Join(env.Dir, "sluice")
+	if err := env.Build(binPath, "./cmd/sluice", "-race"); err != nil {
+		fmt.Fprintln(os.Stderr, "integration:", err)
 		return 1
 	}
 	return m.Run()
@@ -71,32 +57,9 @@ type server struct {
 	waitErr             error
 }
 
-type syncBuffer struct {
-	mu sync.Mutex // protects b
-	b  bytes.Buffer
-}
+type syncBuffer = harness.SyncBuffer
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+func freePort(t *testing.T) int { return harness.FreePort(t) }
 
 // startServer runs `sluice serve` with args on free loopback ports and waits
 // until the HTTP endpoint answers live. The process is stopped with SIGTERM
