@@ -192,6 +192,7 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, c *Call) (
 	if len(c.Header["Traceparent"]) > 0 {
 		ctx = telemetry.Propagator.Extract(ctx, propagation.HeaderCarrier(c.Header))
 	}
+	fromCaller := trace.SpanContextFromContext(ctx).IsValid()
 	// The span's options are the service's, built once; attributes that
 	// change per call are only set on a span that records.
 	ctx, span := tracer.Start(ctx, "gateway.predict", s.spanOpts...)
@@ -200,7 +201,10 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, c *Call) (
 		span.SetAttributes(attribute.String("request_id", x.reqID))
 	}
 	x.log.TraceID = telemetry.TraceID(ctx)
-	if c.Traced != nil && x.log.TraceID != "" {
+	// The answer names the trace when there is one to find: a sampled
+	// span, or the caller's own trace. An unsampled span's id leads
+	// nowhere in the tracing backend.
+	if c.Traced != nil && x.log.TraceID != "" && (fromCaller || span.SpanContext().IsSampled()) {
 		c.Traced(ctx)
 	}
 	err := g.run(ctx, x)

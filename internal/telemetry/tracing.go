@@ -215,7 +215,10 @@ func TraceHTTP(name string, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		TraceHeaders(ctx, w.Header())
+		// Only a trace there is to find: a sampled span, or the caller's.
+		if span.SpanContext().IsSampled() || r.Header.Get("Traceparent") != "" {
+			TraceHeaders(ctx, w.Header())
+		}
 		if span.IsRecording() {
 			span.SetAttributes(semconv.HTTPRequestMethodKey.String(r.Method), semconv.URLPath(r.URL.Path))
 		}
