@@ -1090,12 +1090,17 @@ func secExampleCopy(t *testing.T, ports map[int]int, featureRepo string) []byte 
 	}
 	replace("model_repository: [../models]", fmt.Sprintf("model_repository: [%q]", filepath.Join(repoDir, "examples/models")))
 	replace("  repo: features\n", fmt.Sprintf("  repo: %q\n", featureRepo))
-	for key, from := range map[string]int{"http_port": 8000, "grpc_port": 8001, "metrics_port": 8002, "  port": 6566} {
-		replace(fmt.Sprintf("%s: %d\n", key, from), fmt.Sprintf("%s: %d\n", key, ports[from]))
+	// The example's ports are ${SLUICE_*:-default}: the copy writes the
+	// free ports in their place (the bind addresses stay the example's).
+	for _, p := range []struct {
+		key, env string
+		from     int
+	}{{"http_port", "SLUICE_HTTP_PORT", 8000}, {"grpc_port", "SLUICE_GRPC_PORT", 8001}, {"metrics_port", "SLUICE_METRICS_PORT", 8002}, {"  port", "SLUICE_FEATURE_PORT", 6566}} {
+		replace(fmt.Sprintf("%s: ${%s:-%d}\n", p.key, p.env, p.from), fmt.Sprintf("%s: %d\n", p.key, ports[p.from]))
 	}
-	replace(`listen: ":8080"`, fmt.Sprintf(`listen: ":%d"`, ports[8080]))
-	replace(`admin: "127.0.0.1:9901"`, fmt.Sprintf(`admin: "127.0.0.1:%d"`, ports[9901]))
-	replace(`grpc: ":8081"`, fmt.Sprintf(`grpc: ":%d"`, ports[8081]))
+	replace(`listen: ":${SLUICE_GATEWAY_PORT:-8080}"`, fmt.Sprintf(`listen: ":%d"`, ports[8080]))
+	replace(`admin: "127.0.0.1:${SLUICE_ADMIN_PORT:-9901}"`, fmt.Sprintf(`admin: "127.0.0.1:%d"`, ports[9901]))
+	replace(`grpc: ":${SLUICE_GATEWAY_GRPC_PORT:-8081}"`, fmt.Sprintf(`grpc: ":%d"`, ports[8081]))
 	return []byte(text)
 }
 
