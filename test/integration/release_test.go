@@ -490,7 +490,10 @@ const relDiffGatesFailed = 3
 func relDiff(t *testing.T, rec string) (int, *diff.Result) {
 	t.Helper()
 	out := t.TempDir()
-	cmd := exec.Command(binPath, "shadow", "diff", "--recording", rec, "--slice", "header:x-region", "--out", out)
+	// No latency gate: the shadow calls run after the answers, on the
+	// shadow workers of a -race binary on shared cores, so their p95 is
+	// not the model's; the test is about what the arms answer.
+	cmd := exec.Command(binPath, "shadow", "diff", "--recording", rec, "--slice", "header:x-region", "--max-p95-regression", "-1", "--out", out)
 	b, err := cmd.CombinedOutput()
 	code := 0
 	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
