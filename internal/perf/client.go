@@ -233,24 +233,7 @@ func (c *httpClient) sender(model, version string, inputs []infer.Tensor, bin bo
 		return nil, err
 	}
 	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
-		if err != nil {
-			return fmt.Errorf("build request: %w", err)
-		}
-		maps.Copy(req.Header, hdr)
-		resp, err := c.hc.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-			return fmt.Errorf("%w %d: %s", errStatus, resp.StatusCode, bytes.TrimSpace(msg))
-		}
-		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-			return fmt.Errorf("read answer: %w", err)
-		}
-		return nil
+		return c.post(ctx, u, hdr, body)
 	}, nil
 }
 
@@ -436,4 +419,27 @@ func (s *StatsSnapshot) add(o StatsSnapshot) {
 		p.a.Count += p.b.Count
 		p.a.Ns += p.b.Ns
 	}
+}
+
+// post sends one request of the load and reads the answer to its end; a
+// status other than 200 is an error (errStatus) with the body's start.
+func (c *httpClient) post(ctx context.Context, u string, h http.Header, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("build request: %w", err)
+	}
+	maps.Copy(req.Header, h)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%w %d: %s", errStatus, resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return fmt.Errorf("read answer: %w", err)
+	}
+	return nil
 }

@@ -1,13 +1,10 @@
 package perf
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -99,23 +96,6 @@ func (c *httpClient) serviceSender(service string, t *bodyTemplate, hdr http.Hea
 	return func(ctx context.Context) error {
 		rng := rand.New(rand.NewPCG(seed, seq.Add(1))) //nolint:gosec // load-test ids, repeatable by seed
 		body := t.fill(make([]byte, 0, 256), rng)
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
-		if err != nil {
-			return fmt.Errorf("build request: %w", err)
-		}
-		maps.Copy(req.Header, h)
-		resp, err := c.hc.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-			return fmt.Errorf("%w %d: %s", errStatus, resp.StatusCode, bytes.TrimSpace(msg))
-		}
-		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-			return fmt.Errorf("read answer: %w", err)
-		}
-		return nil
+		return c.post(ctx, u, h, body)
 	}
 }
