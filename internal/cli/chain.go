@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -153,7 +154,10 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 	logger.Info("sluice ready", "config", f.configFile, "gateway", banner.gateway, "admin", banner.admin,
 		"models_http", banner.models, "models_grpc", banner.grpc, "features", banner.features,
 		"startup_seconds", time.Since(start).Seconds(), "listeners", gd.Listeners())
-	banner.write(cmd.OutOrStdout(), cfg)
+	// One write: a reader of stdout sees the whole banner or none of it.
+	var out bytes.Buffer
+	banner.write(&out, cfg)
+	_, _ = cmd.OutOrStdout().Write(out.Bytes())
 	err = g.Wait()
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		err = nil

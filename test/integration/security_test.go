@@ -1144,18 +1144,25 @@ func TestSecurityExampleConfig(t *testing.T) {
 				t.Errorf("listener %s bound %s: loopback %v, want %v", name, l.Address, got, loop)
 			}
 		}
-		// The banner prints the same table.
+		// The banner prints the same table. It goes to stdout and the ready
+		// line to stderr: two pipes with no order between them, so wait for it.
 		var banner []string
-		sc := bufio.NewScanner(strings.NewReader(c.logs.String()))
-		for sc.Scan() {
-			f := strings.Fields(sc.Text())
-			if len(f) >= 3 && (f[2] == "loopback" || f[2] == "network") {
-				if l, ok := ls[f[0]]; ok && l.Address == f[1] {
-					if (f[2] == "loopback") != want[f[0]] {
-						t.Errorf("banner line %q disagrees with the bound address", sc.Text())
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			banner = banner[:0]
+			sc := bufio.NewScanner(strings.NewReader(c.logs.String()))
+			for sc.Scan() {
+				f := strings.Fields(sc.Text())
+				if len(f) >= 3 && (f[2] == "loopback" || f[2] == "network") {
+					if l, ok := ls[f[0]]; ok && l.Address == f[1] {
+						if (f[2] == "loopback") != want[f[0]] {
+							t.Errorf("banner line %q disagrees with the bound address", sc.Text())
+						}
+						banner = append(banner, f[0])
 					}
-					banner = append(banner, f[0])
 				}
+			}
+			if len(banner) >= len(want) || time.Now().After(deadline) {
+				break
 			}
 		}
 		if len(banner) != len(want) {
