@@ -772,6 +772,7 @@ func relNATS(t *testing.T) jetstream.JetStream {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
+	relSweepLeftovers(t, js)
 	names := js.StreamNames(ctx, jetstream.WithStreamListSubject(relSubjects))
 	var taken []string
 	for n := range names.Name() {
@@ -784,6 +785,40 @@ func relNATS(t *testing.T) jetstream.JetStream {
 		t.Fatalf("stream(s) %v on %s already take %s: the gateway's recording stream would overlap them (its config has no subject prefix)", taken, relNATSURL, relSubjects)
 	}
 	return js
+}
+
+// relLeftoverAge is how old a stream or bucket of this suite's own naming
+// must be before relSweepLeftovers takes it for the leftover of a run
+// that was killed before its cleanup ran: a live test's lasts seconds.
+const relLeftoverAge = 15 * time.Minute
+
+// relSweepLeftovers deletes the recording streams (SLUICE_IT_*) and the
+// accuracy buckets (SLUICE_accit*) that tests of this package made on the
+// shared NATS server and that outlived their run, so that one killed run
+// does not fail the next on "stream already takes the subjects". Only
+// names this package makes are touched, and only old ones.
+func relSweepLeftovers(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	infos := js.ListStreams(ctx)
+	var old []string
+	for info := range infos.Info() {
+		name := info.Config.Name
+		ours := strings.HasPrefix(name, "SLUICE_IT_") || strings.HasPrefix(name, "KV_SLUICE_accit")
+		if ours && time.Since(info.Created) > relLeftoverAge {
+			old = append(old, name)
+		}
+	}
+	if err := infos.Err(); err != nil {
+		t.Fatalf("list streams: %v", err)
+	}
+	for _, name := range old {
+		if err := js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			t.Fatalf("delete leftover stream %s: %v", name, err)
+		}
+		t.Logf("deleted %s, left on %s by an earlier run that did not clean up", name, relNATSURL)
+	}
 }
 
 func TestReleaseShadowNATS(t *testing.T) {
