@@ -326,7 +326,7 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 			return nil, err
 		}
 		b.gatewayGRPC = gln.Addr().String()
-		grpcSrv = grpc.NewServer(gd.grpcOptions("gateway_grpc", gc.Limits, pubTLS, nil, nil)...)
+		grpcSrv = grpc.NewServer(append(gd.grpcOptions("gateway_grpc", gc.Limits, pubTLS, nil, nil), gw.GRPCServerOptions()...)...)
 		gw.RegisterGRPC(grpcSrv)
 		g.Go(func() error {
 			if err := grpcSrv.Serve(gln); err != nil {

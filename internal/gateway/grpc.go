@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -37,12 +38,25 @@ func (g *Gateway) RegisterGRPC(s *grpc.Server) {
 	gatewaypb.RegisterGatewayServer(s, &grpcService{g: g})
 }
 
+// GRPCServerOptions are the options the gateway's gRPC server needs
+// besides its listener's: calls of a method the gateway does not serve
+// are answered UNIMPLEMENTED with a reason and counted under service
+// "unknown", as the HTTP edge counts a path it does not serve.
+func (g *Gateway) GRPCServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
+		method, _ := grpc.MethodFromServerStream(stream)
+		g.countUnknown(http.StatusNotImplemented, ReasonNotFound)
+		return wire.StatusError(codes.Unimplemented, ReasonNotFound, "the gateway serves no method "+strconv.Quote(method))
+	})}
+}
+
 // Predict calls one service through the same pipeline as the HTTP edge.
 func (s *grpcService) Predict(ctx context.Context, req *gatewaypb.PredictRequest) (*gatewaypb.PredictResponse, error) {
 	g := s.g
 	st := g.state.Load()
 	svc, ok := st.byName[req.GetService()]
 	if !ok {
+		g.countUnknown(http.StatusNotFound, ReasonNotFound)
 		return nil, wire.GRPCStatus(infer.Errorf(infer.KindNotFound, ReasonNotFound, "no service named %q", req.GetService()))
 	}
 	c := &Call{Service: svc.name, Header: http.Header{}, Peer: "unknown:0", Body: fieldsBody{req.GetFields()}}

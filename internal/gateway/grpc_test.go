@@ -25,8 +25,15 @@ import (
 // grpcClient serves e's gateway over an in-memory gRPC connection.
 func grpcClient(tb testing.TB, e *testEnv) gatewaypb.GatewayClient {
 	tb.Helper()
+	return gatewaypb.NewGatewayClient(grpcConn(tb, e))
+}
+
+// grpcConn serves e's gateway's gRPC server, with the options the
+// product gives it, over an in-memory connection.
+func grpcConn(tb testing.TB, e *testEnv) *grpc.ClientConn {
+	tb.Helper()
 	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(e.g.GRPCServerOptions()...)
 	e.g.RegisterGRPC(srv)
 	done := make(chan struct{})
 	go func() {
@@ -42,7 +49,7 @@ func grpcClient(tb testing.TB, e *testEnv) gatewaypb.GatewayClient {
 		srv.Stop()
 		<-done
 	})
-	return gatewaypb.NewGatewayClient(conn)
+	return conn
 }
 
 // grpcReason returns the code and ErrorInfo reason of a gRPC error.
@@ -176,4 +183,32 @@ func TestGRPCReturnsTheTrace(t *testing.T) {
 	require.Equal(t, codes.NotFound, code)
 	require.Equal(t, gateway.ReasonMissingFeature, reason)
 	require.Equal(t, []string{"4bf92f3577b34da6a3ce929d0e0e4736"}, hdr.Get("x-trace-id"))
+}
+
+// A gRPC call for no service the gateway has, or of a method it does not
+// serve, is refused with a reason and counted under service "unknown",
+// as the HTTP edge counts a path it does not serve.
+func TestGRPCUnknownCallsCounted(t *testing.T) {
+	e := newEtaEnv(t)
+	conn := grpcConn(t, e)
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "x-api-key", "alice-key")
+
+	_, err := gatewaypb.NewGatewayClient(conn).Predict(ctx, &gatewaypb.PredictRequest{Service: "nope"})
+	code, reason := grpcReason(t, err)
+	require.Equal(t, codes.NotFound, code)
+	require.Equal(t, gateway.ReasonNotFound, reason)
+
+	for _, method := range []string{"/sluice.gateway.v1.Gateway/Nope", "/inference.GRPCInferenceService/ModelInfer"} {
+		err := conn.Invoke(ctx, method, &gatewaypb.PredictRequest{}, &gatewaypb.PredictResponse{})
+		code, reason := grpcReason(t, err)
+		require.Equal(t, codes.Unimplemented, code, "%s: %v", method, err)
+		require.Equal(t, gateway.ReasonNotFound, reason, "%s: %v", method, err)
+		require.Contains(t, status.Convert(err).Message(), method)
+	}
+	count := func(labels map[string]string) float64 {
+		return metricValue(t, e.reg, "sluice_gateway_requests_total", labels)
+	}
+	require.Equal(t, 1.0, count(map[string]string{"service": "unknown", "route": "unknown", "code": "404", "reason": "not_found"}))
+	require.Equal(t, 2.0, count(map[string]string{"service": "unknown", "route": "unknown", "code": "501", "reason": "not_found"}))
+	require.Zero(t, e.model.calls.Load())
 }
