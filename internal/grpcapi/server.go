@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
@@ -117,11 +116,8 @@ func streamWorkers() uint32 {
 
 func (s *Service) metricsUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
-	// Looking for the one key copies nothing; extracting copies every
-	// key of the call's metadata, so it is left to calls that carry one.
-	if len(metadata.ValueFromIncomingContext(ctx, "traceparent")) > 0 {
-		ctx = telemetry.ExtractGRPC(ctx)
-	}
+	ctx, end := telemetry.TraceGRPC(ctx, info.FullMethod)
+	defer end()
 	resp, err := handler(ctx, req)
 	s.observe(info.FullMethod, start, err)
 	return resp, err

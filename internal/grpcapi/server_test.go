@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-ml/sluice/internal/infer"
@@ -642,4 +643,29 @@ func TestErrorMapping(t *testing.T) {
 	// A wrapped domain error keeps its kind and reason.
 	wrapped := errors.Join(errors.New("ctx"), infer.Errorf(infer.KindConflict, "model_busy", "model 'm' is unloading"))
 	requireStatus(t, toStatus(wrapped), codes.FailedPrecondition, "model_busy", "model 'm' is unloading")
+}
+
+// A call that carries the caller's traceparent answers with that trace in
+// its header metadata (x-trace-id, and a traceparent to continue it), as
+// the HTTP edge answers with X-Trace-Id; a call without one, while
+// tracing is off, gets no trace to look for.
+func TestModelInferReturnsTheCallersTrace(t *testing.T) {
+	ts := startServer(t, ServerOptions{})
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	req := echoRequest(&pb.ModelInferRequest_InferInputTensor{
+		Name: "INPUT0", Datatype: "INT32", Shape: []int64{1},
+		Contents: &pb.InferTensorContents{IntContents: []int32{7}},
+	})
+	var hdr metadata.MD
+	ctx := metadata.AppendToOutgoingContext(ctxTimeout(t), "traceparent", parent)
+	_, err := ts.client.ModelInfer(ctx, req, grpc.Header(&hdr))
+	require.NoError(t, err)
+	require.Equal(t, []string{"4bf92f3577b34da6a3ce929d0e0e4736"}, hdr.Get("x-trace-id"))
+	require.Len(t, hdr.Get("traceparent"), 1)
+	require.Contains(t, hdr.Get("traceparent")[0], "4bf92f3577b34da6a3ce929d0e0e4736")
+
+	hdr = nil
+	_, err = ts.client.ModelInfer(ctxTimeout(t), req, grpc.Header(&hdr))
+	require.NoError(t, err)
+	require.Empty(t, hdr.Get("x-trace-id"))
 }

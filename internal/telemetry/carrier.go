@@ -3,6 +3,8 @@ package telemetry
 import (
 	"context"
 
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -54,4 +56,25 @@ func InjectGRPC(ctx context.Context) context.Context {
 		}
 	}
 	return metadata.AppendToOutgoingContext(ctx, kv...)
+}
+
+// TraceGRPC starts the server span of a unary gRPC call, continuing the
+// caller's traceparent, and returns the trace in the call's header
+// metadata (x-trace-id and traceparent) when there is one to find: the
+// span is sampled, or the caller sent its own. It is TraceHTTP for gRPC;
+// end the span with the returned function.
+func TraceGRPC(ctx context.Context, method string) (context.Context, func()) {
+	tracer := Tracer("github.com/sluice-ml/sluice/internal/telemetry")
+	caller := len(metadata.ValueFromIncomingContext(ctx, "traceparent")) > 0
+	if caller {
+		ctx = ExtractGRPC(ctx)
+	}
+	ctx, span := tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer))
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && (span.SpanContext().IsSampled() || caller) {
+		md := metadata.MD{}
+		Propagator.Inject(ctx, MetadataCarrier(md))
+		md.Set("x-trace-id", sc.TraceID().String())
+		_ = grpc.SetHeader(ctx, md) // fails only outside a gRPC call
+	}
+	return ctx, func() { span.End() }
 }
