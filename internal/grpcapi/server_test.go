@@ -110,6 +110,13 @@ func TestHealthAndMetadataRPCs(t *testing.T) {
 	require.Equal(t, "sluice", md.GetName())
 	require.Equal(t, "0.1.0", md.GetVersion())
 	require.Equal(t, DefaultExtensions, md.GetExtensions())
+	// Triton lists the same extensions on both protocols; its QA checks
+	// these on gRPC too (qa/L0_server_status/server_status_test.py
+	// test_basic), less cuda_shared_memory, which Sluice does not serve.
+	for _, ext := range []string{"classification", "sequence", "model_repository", "schedule_policy", "model_configuration", "system_shared_memory", "binary_tensor_data", "statistics"} {
+		require.Contains(t, md.GetExtensions(), ext)
+	}
+	require.NotContains(t, md.GetExtensions(), "cuda_shared_memory")
 
 	t.Run("ModelReady", func(t *testing.T) {
 		for _, tc := range []struct {

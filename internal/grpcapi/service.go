@@ -23,13 +23,18 @@ import (
 )
 
 // DefaultExtensions are the Triton protocol extensions Sluice serves; they
-// are listed in ServerMetadata.
+// are listed in ServerMetadata. As in Triton, the list is the server's, the
+// same on both protocols: binary_tensor_data is served on HTTP. "sequence"
+// is served by the sequence batcher. cuda_shared_memory is not listed:
+// every call of it is refused (no GPU).
 var DefaultExtensions = []string{
 	"classification",
+	"sequence",
 	"system_shared_memory",
 	"model_repository",
 	"model_configuration",
 	"statistics",
+	"binary_tensor_data",
 	"schedule_policy",
 	"parameters",
 }

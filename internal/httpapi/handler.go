@@ -25,9 +25,12 @@ import (
 const DefaultMaxBodyBytes = 64 << 20
 
 // implementedExtensions are the protocol extensions this package
-// implements, as listed in the server metadata by default.
+// implements, as listed in the server metadata by default. "sequence" is
+// listed as Triton lists it: the sequence_id, sequence_start and
+// sequence_end parameters reach the sequence batcher. cuda_shared_memory is
+// not listed: every call of it is refused (no GPU).
 func implementedExtensions() []string {
-	return []string{"classification", "system_shared_memory", "model_repository", "model_configuration", "statistics", "binary_tensor_data", "schedule_policy", "parameters"}
+	return []string{"classification", "sequence", "system_shared_memory", "model_repository", "model_configuration", "statistics", "binary_tensor_data", "schedule_policy", "parameters"}
 }
 
 // Options configure a Handler. The zero value is usable.

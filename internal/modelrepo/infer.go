@@ -614,6 +614,9 @@ func (m *Manager) Statistics(_ context.Context, name, version string) ([]ModelSt
 		if version != "" {
 			lv, err := mdl.find(version)
 			if err != nil {
+				// Triton answers the statistics of a version that does
+				// not serve with these words; its QA matches on them.
+				err.Msg = fmt.Sprintf("requested model version is not available for model '%s': %s", mdl.name, err.Msg)
 				return nil, err
 			}
 			versions = []*loaded{lv}

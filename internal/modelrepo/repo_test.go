@@ -321,6 +321,12 @@ func TestStatisticsAndMetadata(t *testing.T) {
 	_, err = h.m.Statistics(t.Context(), "zzz", "")
 	requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'zzz' is not found")
 
+	// The statistics of a version that does not serve answer with Triton's
+	// words (qa/L0_server_status/server_status_test.py
+	// test_model_versions_added), then Sluice's reason.
+	_, err = h.m.Statistics(t.Context(), "m", "2")
+	requireInferError(t, err, infer.KindNotFound, ReasonVersionNotFound, "requested model version is not available for model 'm': Request for unknown model: 'm' version 2 is not found")
+
 	require.NoError(t, h.m.ModelReady(t.Context(), "m", "1"))
 	requireInferError(t, h.m.ModelReady(t.Context(), "m", "2"), infer.KindNotFound, ReasonVersionNotFound, "model 'm' has no version 2")
 	requireInferError(t, h.m.ModelReady(t.Context(), "x", ""), infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'x' is not found")
