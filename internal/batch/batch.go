@@ -99,6 +99,11 @@ type Options struct {
 	// BatchOutputs are split by the shape of a request input.
 	BatchInputs  []BatchInput
 	BatchOutputs []BatchOutput
+	// HoldUntilQueued is Triton's TRITONSERVER_DELAY_SCHEDULER test hook:
+	// the batcher sends nothing until this many requests are queued, then
+	// batches as usual from then on. The requests' queue delays still run
+	// from their arrival. 0 turns it off.
+	HoldUntilQueued int
 }
 
 // Request is one validated request: Inputs are in the model's input order
@@ -155,6 +160,7 @@ type Batcher struct {
 	batchOutputs   []BatchOutput
 	maxPreferred   int // the largest preferred batch size; maxBatch when none
 	preserve       bool
+	hold           int  // Options.HoldUntilQueued until it is reached; then 0 (under mu)
 	levelsOn       bool // the model has priority levels
 	defLevel       int  // 0-based
 	obs            Observer
@@ -220,6 +226,7 @@ func New(opts Options, executors []Executor, obs Observer, m *Metrics, logger *s
 		delay:     opts.MaxQueueDelay,
 		spinBelow: opts.SpinBelow,
 		preserve:  opts.PreserveOrdering,
+		hold:      opts.HoldUntilQueued,
 		levelsOn:  opts.PriorityLevels > 0,
 		defLevel:  (nlevels+1)/2 - 1,
 		obs:       obs,
@@ -291,6 +298,9 @@ func (o *Options) validate(executors int) error {
 	}
 	if o.MaxQueueDelay < 0 {
 		errs = append(errs, fmt.Errorf("max queue delay %s is negative", o.MaxQueueDelay))
+	}
+	if o.HoldUntilQueued < 0 {
+		errs = append(errs, fmt.Errorf("hold until %d queued is negative", o.HoldUntilQueued))
 	}
 	if o.PriorityLevels < 0 {
 		errs = append(errs, fmt.Errorf("priority levels %d is negative", o.PriorityLevels))
@@ -402,7 +412,7 @@ func (b *Batcher) Submit(ctx context.Context, req *Request) (*Result, error) {
 // hand-offs (tens of microseconds on a busy machine). PreserveOrdering
 // keeps the queue path, which owns the ordering bookkeeping.
 func (b *Batcher) inlineSlotLocked() *slot {
-	if b.queued > 0 || len(b.idle) == 0 || b.stopped || b.preserve || (b.batching && b.delay > 0) {
+	if b.queued > 0 || len(b.idle) == 0 || b.stopped || b.preserve || b.hold > 0 || (b.batching && b.delay > 0) {
 		return nil
 	}
 	s := b.idle[len(b.idle)-1]

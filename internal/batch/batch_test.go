@@ -797,6 +797,85 @@ func TestPastLargestPreferredSizeGoesAtOnce(t *testing.T) {
 	})
 }
 
+// Modelled on Triton's qa/L0_batcher (batcher_test.py
+// test_multi_batch_delayed_use_max_batch, test_multi_batch_use_best_preferred
+// and test_preferred_batch_only_unaligned, run by its test.sh with
+// TRITONSERVER_DELAY_SCHEDULER): with HoldUntilQueued the batcher sends
+// nothing until that many requests are queued, however long they wait,
+// then batches them as usual, each request's delay counted from its
+// arrival; after that the hold is gone.
+func TestHoldUntilQueued(t *testing.T) {
+	opts := Options{Dynamic: true, MaxBatchSize: 8, PreferredBatchSizes: []int{2, 6}, MaxQueueDelay: 10 * ms}
+	t.Run("delayed_use_max_batch", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			e := newFakeExec()
+			o := opts
+			o.HoldUntilQueued = 3
+			h := newHarness(t, o, e)
+			a := h.submit(t.Context(), request(1, 3))
+			b := h.submit(t.Context(), request(2, 4))
+			h.sleepUntil(11 * ms)
+			require.True(t, waiting(a) && waiting(b), "held although past their delay: only 2 of 3 requests queued")
+			c := h.submit(t.Context(), request(3, 1))
+			oa, ob, oc := ok(t, a, 1, 3), ok(t, b, 2, 4), ok(t, c, 3, 1)
+			require.Equal(t, 11*ms, oa.at)
+			require.Equal(t, 11*ms, ob.at)
+			require.Equal(t, 11*ms, oc.at)
+			require.Equal(t, 8, oc.res.ExecBatch, "past the delay, the whole batch goes: 3+4+1 = max_batch_size")
+			require.Equal(t, [][]int64{{1, 2, 3}}, e.batches())
+			h.close()
+		})
+	})
+	t.Run("use_best_preferred", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			e := newFakeExec()
+			o := opts
+			o.HoldUntilQueued = 3
+			h := newHarness(t, o, e)
+			a := h.submit(t.Context(), request(1, 1))
+			b := h.submit(t.Context(), request(2, 1))
+			h.sleepUntil(1 * ms)
+			require.True(t, waiting(a) && waiting(b), "2 is preferred, but the hold wants 3 queued")
+			c := h.submit(t.Context(), request(3, 1))
+			require.Equal(t, 1*ms, ok(t, a, 1, 1).at)
+			require.Equal(t, 1*ms, ok(t, b, 2, 1).at)
+			h.sleepUntil(11*ms - time.Nanosecond)
+			require.True(t, waiting(c), "the third waits its own delay from its arrival")
+			require.Equal(t, 11*ms, ok(t, c, 3, 1).at)
+			d := h.submit(t.Context(), request(4, 2))
+			require.Equal(t, 11*ms, ok(t, d, 4, 2).at, "the hold is over: a preferred batch goes at once")
+			require.Equal(t, [][]int64{{1, 2}, {3}, {4}}, e.batches())
+			h.close()
+		})
+	})
+	t.Run("preferred_batch_only_unaligned", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			e := newFakeExec()
+			h := newHarness(t, Options{Dynamic: true, MaxBatchSize: 8, PreferredBatchSizes: []int{4, 6}, HoldUntilQueued: 5}, e)
+			var chs []<-chan outcome
+			for id := range int64(5) {
+				chs = append(chs, h.submit(t.Context(), request(id, 1)))
+			}
+			for id, ch := range chs {
+				ok(t, ch, int64(id), 1)
+			}
+			require.Equal(t, [][]int64{{0, 1, 2, 3}, {4}}, e.batches(), "preferred 4, then the rest (max_queue_delay 0)")
+			h.close()
+		})
+	})
+	t.Run("close while held", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			e := newFakeExec()
+			o := opts
+			o.HoldUntilQueued = 4
+			h := newHarness(t, o, e)
+			a := h.submit(t.Context(), request(1, 1))
+			require.NoError(t, h.b.Close(t.Context()))
+			ok(t, a, 1, 1)
+		})
+	})
+}
+
 // Ragged batching with batch inputs and a scattered batch output, after
 // Triton's ragged-batching documentation (user_guide/ragged_batching.md)
 // and qa/L0_batch_input: requests of shapes [1,3], [1,4] and [1,5] share

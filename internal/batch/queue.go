@@ -261,6 +261,13 @@ func (b *Batcher) dispatchLocked() {
 	}
 	now := time.Now()
 	b.expireLocked(now)
+	if b.hold > 0 && !b.closed {
+		if b.queued < b.hold {
+			b.armLocked(now, time.Time{}) // queue timeouts still apply
+			return
+		}
+		b.hold = 0
+	}
 	var due time.Time
 	for len(b.idle) > 0 {
 		take, at := b.formLocked(now)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -28,6 +29,34 @@ func TestParseCommits(t *testing.T) {
 	}
 	if _, err := parseCommits([]string{"parcel_eta"}); err == nil {
 		t.Error("a value without = was accepted")
+	}
+}
+
+// TRITONSERVER_DELAY_SCHEDULER as qa/L0_batcher/test.sh sets it (e.g. 3 for
+// batcher_test.py test_multi_batch_use_best_preferred).
+func TestDelaySchedulerHook(t *testing.T) {
+	env := func(v string, set bool) func(string) (string, bool) {
+		return func(k string) (string, bool) {
+			if k != delaySchedulerEnv {
+				return "", false
+			}
+			return v, set
+		}
+	}
+	logger := slog.New(slog.DiscardHandler)
+	for _, tt := range []struct {
+		v    string
+		set  bool
+		want int
+	}{{"", false, 0}, {"", true, 0}, {"0", true, 0}, {"3", true, 3}} {
+		if got, err := delaySchedulerHook(env(tt.v, tt.set), logger); err != nil || got != tt.want {
+			t.Errorf("delaySchedulerHook(%q, set %v) = %d, %v; want %d", tt.v, tt.set, got, err, tt.want)
+		}
+	}
+	for _, bad := range []string{"-1", "two", "3.5"} {
+		if _, err := delaySchedulerHook(env(bad, true), logger); err == nil || !strings.Contains(err.Error(), delaySchedulerEnv) {
+			t.Errorf("delaySchedulerHook(%q) error = %v, want one naming the variable", bad, err)
+		}
 	}
 }
 

@@ -130,6 +130,28 @@ func newServeCmd(use, short string) *cobra.Command {
 	return cmd
 }
 
+// delaySchedulerEnv is Triton's test hook that holds each dynamic
+// batcher until that many requests are queued, so that a test can queue
+// several before any is scheduled (qa/L0_batcher test.sh sets it).
+const delaySchedulerEnv = "TRITONSERVER_DELAY_SCHEDULER"
+
+// delaySchedulerHook reads delaySchedulerEnv: the number of queued
+// requests each batcher waits for before it starts; 0 when unset.
+func delaySchedulerHook(lookup func(string) (string, bool), logger *slog.Logger) (int, error) {
+	v, ok := lookup(delaySchedulerEnv)
+	if !ok || v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%s=%q: want a number of requests, 0 or more", delaySchedulerEnv, v)
+	}
+	if n > 0 {
+		logger.Warn("test hook: every batcher holds its requests until enough are queued", "env", delaySchedulerEnv, "requests", n)
+	}
+	return n, nil
+}
+
 // backendSettings parses --backend-config values into backend → key → value.
 func backendSettings(values []string) (map[string]map[string]string, error) {
 	out := map[string]map[string]string{}
@@ -298,6 +320,10 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	if err != nil {
 		return nil, err
 	}
+	hold, err := delaySchedulerHook(os.LookupEnv, logger)
+	if err != nil {
+		return nil, err
+	}
 	backends, closeBackends, err := newBackends(settings, logger, reg)
 	if err != nil {
 		return nil, err
@@ -321,6 +347,7 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 		CacheSizeBytes:  f.cacheSize,
 
 		DisableTritonMetrics: !f.tritonMetrics,
+		HoldSchedulerUntil:   hold,
 	}, backends, logger, reg)
 	if err != nil {
 		return nil, err

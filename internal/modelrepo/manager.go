@@ -83,6 +83,10 @@ type Options struct {
 	// Sluice exports under Triton's names next to its own
 	// (--triton-metrics=false).
 	DisableTritonMetrics bool
+	// HoldSchedulerUntil is Triton's TRITONSERVER_DELAY_SCHEDULER test
+	// hook: each version's batcher sends nothing until this many
+	// requests are queued (batch.Options.HoldUntilQueued). 0 turns it off.
+	HoldSchedulerUntil int
 }
 
 // Manager owns the models of the repositories: it loads, swaps, drains and

@@ -124,7 +124,9 @@ func (m *Manager) startScheduler(lv *loaded) error {
 	if lv.cfg.GetSequenceBatching() != nil {
 		return m.startSequenceScheduler(lv, execs)
 	}
-	b, err := batch.New(schedulerOptions(lv.model, lv.vstr, lv.cfg), execs, statsObserver{lv}, m.batchMetrics, m.logger)
+	opts := schedulerOptions(lv.model, lv.vstr, lv.cfg)
+	opts.HoldUntilQueued = m.opts.HoldSchedulerUntil
+	b, err := batch.New(opts, execs, statsObserver{lv}, m.batchMetrics, m.logger)
 	if err != nil {
 		return err
 	}
