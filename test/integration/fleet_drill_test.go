@@ -44,6 +44,10 @@ import (
 //  5. NATS killed for 15 s: the replicas keep serving with their last
 //     state and say so on GET /cluster; once it is back they converge (a
 //     reset on one replica reaches the others within a second).
+//  6. NATS hung (SIGSTOP) for 10 s: its connections stay open and nothing
+//     answers, the failure a dead broker's timeouts never see. No request
+//     waits on it (every answer 200 within a second), the replicas notice
+//     by their pings and say so, and once it runs again they converge.
 func TestFleetDrill(t *testing.T) {
 	gwNeedRedis(t, gwSharedRedis)
 	project := fmt.Sprintf("fleetit_%d", time.Now().UnixNano())
@@ -291,6 +295,70 @@ func TestFleetDrill(t *testing.T) {
 		for flStatus(t, c).State != rollout.StateProgressing {
 			if time.Since(reset) > time.Second {
 				t.Fatalf("replica %d did not follow the reset within a second after the outage", i)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	// 6: NATS hung (SIGSTOP) for 10 s, under load.
+	l.reset()
+	l.start(ctx, 40, 2000)
+	nats.Pause()
+	paused := time.Now()
+	stale = map[int]bool{}
+	for time.Since(paused) < 10*time.Second {
+		for i, c := range chains {
+			var s flCluster
+			c.adminJSON(t, "/cluster", &s)
+			if s.Stale || !s.Connected {
+				stale[i] = true
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	nats.Resume()
+	if len(stale) != 3 {
+		t.Errorf("replicas that said the shared state was unreachable while NATS hung: %v, want all three", stale)
+	}
+	for i, c := range chains {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			var s flCluster
+			c.adminJSON(t, "/cluster", &s)
+			if s.Connected && !s.Stale {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d not in sync 15s after NATS ran again: %+v", i, s)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	l.halt()
+	l.mustAllOK(t)
+	var slowest time.Duration
+	for _, r := range l.reqs {
+		slowest = max(slowest, r.end.Sub(r.start))
+	}
+	if slowest > time.Second {
+		t.Errorf("a request took %v while NATS hung: something on the request path waits on the shared state", slowest)
+	}
+	t.Logf("NATS hung 10s: %d requests, all answered 200, slowest %v", len(l.reqs), slowest.Round(time.Millisecond))
+	// Converged again: a reset on replica 1 reaches the others (whatever
+	// the gate decided meanwhile, the reset is the last transition).
+	res, err = chains[1].send(t.Context(), http.MethodPost, chains[1].url(chains[1].admin, "/rollout/"+flRollout+"/reset?reason=after-hang"), nil, nil)
+	if err != nil || res.code != http.StatusOK {
+		t.Fatalf("POST reset: %v %d %s", err, res.code, res.body)
+	}
+	reset = time.Now()
+	for i, c := range chains {
+		for {
+			h := flStatus(t, c).History
+			if len(h) > 0 && h[len(h)-1].Reason == "after-hang" {
+				break
+			}
+			if time.Since(reset) > time.Second {
+				t.Fatalf("replica %d did not follow the reset within a second after NATS hung", i)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
