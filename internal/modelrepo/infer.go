@@ -37,7 +37,7 @@ func (m *Manager) Infer(ctx context.Context, req *infer.Request) (*infer.Respons
 	}
 	mdl := m.lookup(req.Model)
 	if mdl == nil {
-		return nil, modelNotFound(req.Model)
+		return nil, m.unknownModel(req.Model)
 	}
 	lv, err := m.acquire(mdl, req.Version)
 	if err != nil {
@@ -209,6 +209,20 @@ func modelNotFound(name string) *infer.Error {
 	return infer.Errorf(infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: '%s' is not found", name)
 }
 
+// unknownModel explains a request for a model the manager does not hold.
+// One whose folder a poll saw leave the repository answers as Triton does
+// for it, which keeps the model unloaded rather than forgetting it
+// (qa/L0_lifecycle/lifecycle_test.py test_dynamic_model_load_unload).
+func (m *Manager) unknownModel(name string) *infer.Error {
+	m.mu.Lock()
+	removed := m.removed[name]
+	m.mu.Unlock()
+	if removed {
+		return infer.Errorf(infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: '%s' has no available versions: model '%s' is %s: unloaded (its folder left the model repository)", name, name, StateUnavailable)
+	}
+	return modelNotFound(name)
+}
+
 // acquire takes a reference on the version a request asks for. An
 // ensemble version serves only while every step model can run.
 func (m *Manager) acquire(mdl *model, version string) (*loaded, *infer.Error) {
@@ -283,6 +297,8 @@ func (mdl *model) notReady(v int64) *infer.Error {
 			return unavailable("model '%s' version %d is %s", mdl.name, v, StateLoading)
 		case st != nil && st.reason != "":
 			return unavailable("model '%s' version %d is %s: %s", mdl.name, v, StateUnavailable, st.reason)
+		case mdl.unloaded[v]:
+			return unavailable("model '%s' version %d is %s: unloaded", mdl.name, v, StateUnavailable)
 		}
 		return infer.Errorf(infer.KindNotFound, ReasonVersionNotFound, "Request for unknown model: '%s' version %d is not found (model '%s' has no version %d)", mdl.name, v, mdl.name, v)
 	}
@@ -388,7 +404,7 @@ func (lv *loaded) prepare(req *infer.Request) ([]infer.Tensor, []string, int64, 
 			if spec.optional {
 				continue
 			}
-			return invalid(ReasonMissingInput, "input '%s' is missing", spec.name)
+			return invalid(ReasonMissingInput, "input '%s' is missing%s", spec.name, lv.inputCountDetail(req))
 		}
 		inputs = append(inputs, lv.modelTensor(spec, req.Inputs[byInput[ci]-1]))
 	}
@@ -409,6 +425,41 @@ func (lv *loaded) prepare(req *infer.Request) ([]infer.Tensor, []string, int64, 
 		batch = 1
 	}
 	return inputs, outputs, batch, nil
+}
+
+// inputCountDetail adds Triton's words for a request with fewer inputs
+// than the model requires, as its clients and QA match on them: ": expected
+// 3 inputs but got 1 inputs for model 'm'. Got input(s) ['A'], but missing
+// required input(s) ['B','C']. Please provide all required input(s)." With
+// optional inputs the count is a range ("expected number of inputs between
+// 3 and 4 ..."). Empty when the count is in range.
+func (lv *loaded) inputCountDetail(req *infer.Request) string {
+	var missing []string
+	for _, spec := range lv.inputs {
+		if spec.optional || slices.ContainsFunc(req.Inputs, func(t infer.Tensor) bool { return t.Name == spec.name }) {
+			continue
+		}
+		missing = append(missing, "'"+spec.name+"'")
+	}
+	required := 0
+	for _, spec := range lv.inputs {
+		if !spec.optional {
+			required++
+		}
+	}
+	if len(req.Inputs) >= required || len(missing) == 0 {
+		return ""
+	}
+	given := make([]string, len(req.Inputs))
+	for i, t := range req.Inputs {
+		given[i] = "'" + t.Name + "'"
+	}
+	expected := fmt.Sprintf("expected %d inputs", len(lv.inputs))
+	if required < len(lv.inputs) {
+		expected = fmt.Sprintf("expected number of inputs between %d and %d", required, len(lv.inputs))
+	}
+	return fmt.Sprintf(": %s but got %d inputs for model '%s'. Got input(s) [%s], but missing required input(s) [%s]. Please provide all required input(s).",
+		expected, len(req.Inputs), lv.model, strings.Join(given, ","), strings.Join(missing, ","))
 }
 
 // modelTensor gives a request tensor the shape the model wants when the
@@ -580,7 +631,7 @@ func (m *Manager) ModelReady(_ context.Context, name, version string) error {
 func (m *Manager) resolve(name, version string) (*model, *loaded, error) {
 	mdl := m.lookup(name)
 	if mdl == nil {
-		return nil, nil, modelNotFound(name)
+		return nil, nil, m.unknownModel(name)
 	}
 	lv, ierr := mdl.find(version)
 	if ierr != nil {
@@ -604,7 +655,7 @@ func (m *Manager) Statistics(_ context.Context, name, version string) ([]ModelSt
 	} else {
 		mdl := m.lookup(name)
 		if mdl == nil {
-			return nil, modelNotFound(name)
+			return nil, m.unknownModel(name)
 		}
 		models = []*model{mdl}
 	}

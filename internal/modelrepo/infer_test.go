@@ -66,6 +66,23 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 2, 2 ] } ]
 		{"unknown model", &infer.Request{Model: "foo"}, infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'foo' is not found"},
 		{"bad version", &infer.Request{Model: "simple", Version: "x"}, infer.KindNotFound, ReasonVersionNotFound, "model 'simple' has no version 'x'"},
 		{"missing input", req(in0), infer.KindInvalid, ReasonMissingInput, "input 'INPUT1' is missing"},
+		// Too few inputs also answer with Triton's words, with the count
+		// a range when inputs are optional
+		// (qa/L0_input_validation/input_validation_test.py
+		// test_input_validation_optional, _optional_empty, _required_empty,
+		// _required_missing).
+		{
+			"missing input, Triton's words", req(in0), infer.KindInvalid, ReasonMissingInput,
+			"input 'INPUT1' is missing: expected number of inputs between 2 and 3 but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all required input(s).",
+		},
+		{
+			"no inputs", req(), infer.KindInvalid, ReasonMissingInput,
+			"input 'INPUT0' is missing: expected number of inputs between 2 and 3 but got 0 inputs for model 'simple'. Got input(s) [], but missing required input(s) ['INPUT0','INPUT1']. Please provide all required input(s).",
+		},
+		{
+			"no inputs, none optional", &infer.Request{Model: "nobatch"}, infer.KindInvalid, ReasonMissingInput,
+			"input 'IN' is missing: expected 1 inputs but got 0 inputs for model 'nobatch'. Got input(s) [], but missing required input(s) ['IN']. Please provide all required input(s).",
+		},
 		{"unknown input", req(in0, in1, int32Tensor("EXTRA", []int64{1}, 1)), infer.KindInvalid, ReasonUnknownInput, "input 'EXTRA' is not an input of model 'simple'"},
 		{"duplicate input", req(in0, in0, in1), infer.KindInvalid, ReasonDuplicateInput, "input 'INPUT0' is given more than once"},
 		{
@@ -112,11 +129,11 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 2, 2 ] } ]
 	})
 
 	t.Run("failures are counted by reason", func(t *testing.T) {
-		require.InDelta(t, 1, testutil.ToFloat64(h.m.metrics.failures.WithLabelValues("simple", "1", ReasonMissingInput)), 0)
+		require.InDelta(t, 3, testutil.ToFloat64(h.m.metrics.failures.WithLabelValues("simple", "1", ReasonMissingInput)), 0)
 		require.InDelta(t, 1, testutil.ToFloat64(h.m.metrics.failures.WithLabelValues("simple", "1", ReasonBatchTooLarge)), 0)
 		stats, err := h.m.Statistics(t.Context(), "simple", "1")
 		require.NoError(t, err)
-		require.Equal(t, uint64(13), stats[0].Fail.Count, "every failure after the version was found")
+		require.Equal(t, uint64(15), stats[0].Fail.Count, "every failure after the version was found")
 	})
 }
 
