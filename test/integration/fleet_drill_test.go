@@ -247,36 +247,11 @@ func TestFleetDrill(t *testing.T) {
 	l.reset()
 	l.start(ctx, 40, 2000)
 	nats.Kill()
-	down := time.Now()
-	stale := map[int]bool{}
-	for time.Since(down) < 15*time.Second {
-		for i, c := range chains {
-			var s flCluster
-			c.adminJSON(t, "/cluster", &s)
-			if s.Stale || !s.Connected {
-				stale[i] = true
-			}
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	if len(stale) != 3 {
+	if stale := flWatchStale(t, chains, 15*time.Second); len(stale) != 3 {
 		t.Errorf("replicas that said the shared state was unreachable: %v, want all three", stale)
 	}
 	nats.Restart()
-	for i, c := range chains {
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			var s flCluster
-			c.adminJSON(t, "/cluster", &s)
-			if s.Connected && !s.Stale {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("replica %d not connected 15s after NATS came back: %+v", i, s)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	flWaitInSync(t, chains, "NATS came back")
 	l.halt()
 	l.mustAllOK(t)
 	for _, r := range l.reqs {
@@ -304,36 +279,12 @@ func TestFleetDrill(t *testing.T) {
 	l.reset()
 	l.start(ctx, 40, 2000)
 	nats.Pause()
-	paused := time.Now()
-	stale = map[int]bool{}
-	for time.Since(paused) < 10*time.Second {
-		for i, c := range chains {
-			var s flCluster
-			c.adminJSON(t, "/cluster", &s)
-			if s.Stale || !s.Connected {
-				stale[i] = true
-			}
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	stale := flWatchStale(t, chains, 10*time.Second)
 	nats.Resume()
 	if len(stale) != 3 {
 		t.Errorf("replicas that said the shared state was unreachable while NATS hung: %v, want all three", stale)
 	}
-	for i, c := range chains {
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			var s flCluster
-			c.adminJSON(t, "/cluster", &s)
-			if s.Connected && !s.Stale {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("replica %d not in sync 15s after NATS ran again: %+v", i, s)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	flWaitInSync(t, chains, "NATS ran again")
 	l.halt()
 	l.mustAllOK(t)
 	var slowest time.Duration
@@ -361,6 +312,44 @@ func TestFleetDrill(t *testing.T) {
 				t.Fatalf("replica %d did not follow the reset within a second after NATS hung", i)
 			}
 			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// flWatchStale polls every replica's GET /cluster for d and returns the
+// replicas that said, at least once, that the shared state was out of
+// reach.
+func flWatchStale(t *testing.T, chains []*gwChain, d time.Duration) map[int]bool {
+	t.Helper()
+	stale := map[int]bool{}
+	for start := time.Now(); time.Since(start) < d; time.Sleep(500 * time.Millisecond) {
+		for i, c := range chains {
+			var s flCluster
+			c.adminJSON(t, "/cluster", &s)
+			if s.Stale || !s.Connected {
+				stale[i] = true
+			}
+		}
+	}
+	return stale
+}
+
+// flWaitInSync waits up to 15 s for every replica to say it is connected
+// and in sync again after what happened.
+func flWaitInSync(t *testing.T, chains []*gwChain, after string) {
+	t.Helper()
+	for i, c := range chains {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			var s flCluster
+			c.adminJSON(t, "/cluster", &s)
+			if s.Connected && !s.Stale {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d not in sync 15s after %s: %+v", i, after, s)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 }
