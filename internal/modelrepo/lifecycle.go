@@ -44,6 +44,12 @@ func (s modelSource) key() string {
 	return k
 }
 
+// duplicateReason is the index reason of a model in more than one
+// repository: Triton's words, which its clients compare whole
+// (qa/L0_lifecycle/lifecycle_test.py test_model_repository_index); the
+// repositories are in the log and the load error.
+const duplicateReason = "model appears in two or more repositories"
+
 // plan is what one load of a model decided before loading versions.
 type plan struct {
 	name         string
@@ -110,6 +116,9 @@ func (m *Manager) plan(name string, src modelSource) (*plan, *loadError) {
 	avail, err := versionDirs(src.dir)
 	if err != nil {
 		return fail(causeUnreadable, err)
+	}
+	for _, note := range ignoredVersionDirs(src.dir) {
+		m.logger.Warn("folder is not a version", "model", name, "detail", note)
 	}
 	if isEnsemble(p.base) {
 		p.ensemble = true
@@ -260,7 +269,7 @@ func (m *Manager) reconcile(ctx context.Context, mdl *model, src modelSource, fo
 		// As Triton: a model in more than one repository is an error for
 		// that model, also when it served from one of them before (a poll
 		// found the second copy): it stops serving until one is removed.
-		m.publish(mdl, &servingSet{}, map[int64]*versionStatus{}, perr.reason())
+		m.publish(mdl, &servingSet{}, map[int64]*versionStatus{}, duplicateReason)
 		m.drain(ctx, old.all())
 		m.metrics.loadFailures.WithLabelValues(mdl.name, perr.cause).Inc()
 		m.logger.Warn("model load failed", "model", mdl.name, "reason", perr.cause, "err", perr.err)
@@ -290,10 +299,19 @@ func (m *Manager) reconcile(ctx context.Context, mdl *model, src modelSource, fo
 	}
 	wg.Wait()
 
-	var fails []*loadError
+	var fails, absent []*loadError
 	for _, v := range p.missing {
-		fails = append(fails, newLoadError(mdl.name, v, causeNoVersions,
-			fmt.Errorf("version %d is named by version_policy but has no folder in %s", v, p.src.dir)))
+		e := newLoadError(mdl.name, v, causeNoVersions,
+			fmt.Errorf("version %d is named by version_policy but has no folder in %s", v, p.src.dir))
+		if len(p.versions) == 0 {
+			fails = append(fails, e)
+			continue
+		}
+		// As Triton ("version 3 is specified for model 'm', but the
+		// version directory is not present"): the versions that exist
+		// load and the load succeeds; the index still shows the absent
+		// one with its reason.
+		absent = append(absent, e)
 	}
 	var fresh []*loaded
 	for i := range toLoad {
@@ -321,7 +339,7 @@ func (m *Manager) reconcile(ctx context.Context, mdl *model, src modelSource, fo
 	}
 
 	status := map[int64]*versionStatus{}
-	for _, f := range fails {
+	for _, f := range slices.Concat(absent, fails) {
 		status[f.version] = &versionStatus{reason: f.reason()}
 	}
 	if !m.publish(mdl, &servingSet{versions: next}, status, "") {
@@ -337,6 +355,9 @@ func (m *Manager) reconcile(ctx context.Context, mdl *model, src modelSource, fo
 	for _, f := range fails {
 		m.metrics.loadFailures.WithLabelValues(mdl.name, f.cause).Inc()
 		m.logger.Warn("model load failed", "model", mdl.name, "version", f.version, "reason", f.cause, "err", f.err)
+	}
+	for _, a := range absent {
+		m.logger.Error("version is specified for model, but the version directory is not present", "model", mdl.name, "version", a.version, "dir", p.src.dir)
 	}
 	m.drain(ctx, retired)
 	mdl.cleanTmpDirs()
@@ -417,8 +438,12 @@ func (m *Manager) publish(mdl *model, set *servingSet, status map[int64]*version
 	mdl.status = status
 	mdl.reason = reason
 	after := knownVersions(cur, status)
+	for v := range after {
+		delete(mdl.unloaded, v)
+	}
 	for v := range before {
 		if !after[v] {
+			mdl.unloaded[v] = true
 			m.metrics.forgetVersion(mdl.name, strconv.FormatInt(v, 10))
 			m.batchMetrics.Forget(mdl.name, strconv.FormatInt(v, 10))
 			m.seqMetrics.Forget(mdl.name, strconv.FormatInt(v, 10))
@@ -495,6 +520,9 @@ func (m *Manager) unloadModel(ctx context.Context, mdl *model) {
 func (m *Manager) removeModel(ctx context.Context, mdl *model) {
 	m.unloadModel(ctx, mdl)
 	m.dropModel(mdl)
+	m.mu.Lock()
+	m.removed[mdl.name] = true
+	m.mu.Unlock()
 	m.metrics.forgetModel(mdl.name)
 	m.logger.Info("model removed from repository", "model", mdl.name)
 }

@@ -342,9 +342,40 @@ func TestPollWaitsForHalfWrittenVersion(t *testing.T) {
 	require.NoError(t, os.RemoveAll(filepath.Join(repo, "n")))
 	h.m.pollOnce(t.Context())
 	require.Empty(t, entries(h, "n"))
+	// As in Triton, the removed model is unloaded, not unknown
+	// (qa/L0_lifecycle/lifecycle_test.py test_dynamic_model_load_unload).
 	_, err := h.infer(t.Context(), "n", "")
-	requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'n' is not found")
+	requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'n' has no available versions: model 'n' is UNAVAILABLE: unloaded")
+	_, err = h.infer(t.Context(), "never", "")
+	requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'never' is not found")
 	require.Equal(t, []string{"1 READY"}, entries(h, "keep"))
+
+	// Back in the repository, it loads and serves again.
+	writeFiles(t, repo, map[string]string{"n/1/model.fake": fakeFile(5)})
+	h.m.pollOnce(t.Context())
+	h.m.pollOnce(t.Context())
+	require.Equal(t, []string{"1 READY"}, entries(h, "n"))
+	_, err = h.infer(t.Context(), "n", "")
+	require.NoError(t, err)
+
+	// A version whose folder left is unloaded too, not unknown
+	// (test_dynamic_version_load_unload: "version 1 is not at ready state").
+	writeFiles(t, repo, map[string]string{
+		"all/config.pbtxt": fakeConfig("version_policy: { all { } }"),
+		"all/1/model.fake": fakeFile(1000),
+		"all/2/model.fake": fakeFile(2000),
+	})
+	h.m.pollOnce(t.Context())
+	h.m.pollOnce(t.Context())
+	require.Equal(t, []string{"1 READY", "2 READY"}, entries(h, "all"))
+	require.NoError(t, os.RemoveAll(filepath.Join(repo, "all", "1")))
+	h.m.pollOnce(t.Context())
+	h.m.pollOnce(t.Context())
+	require.Equal(t, []string{"2 READY"}, entries(h, "all"))
+	_, err = h.infer(t.Context(), "all", "1")
+	requireInferError(t, err, infer.KindUnavailable, ReasonModelNotReady, "Request for unknown model: 'all' version 1 is not at ready state: model 'all' version 1 is UNAVAILABLE: unloaded")
+	_, err = h.infer(t.Context(), "all", "7")
+	requireInferError(t, err, infer.KindNotFound, ReasonVersionNotFound, "'all' version 7 is not found")
 }
 
 func TestUnreadableRepositoryKeepsServing(t *testing.T) {

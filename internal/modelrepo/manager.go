@@ -109,9 +109,13 @@ type Manager struct {
 	stopCtx context.Context
 	stop    context.CancelFunc
 
-	mu      sync.Mutex                        // protects writes to models, and repoErr
+	mu      sync.Mutex                        // protects writes to models, repoErr and removed
 	models  atomic.Pointer[map[string]*model] // copied on write
 	repoErr map[string]string                 // repository -> why it is unreadable
+	// removed names the models a poll unloaded because their folder left
+	// the repository, until a folder of that name returns: requests for
+	// them answer as Triton's do for an unloaded model.
+	removed map[string]bool
 
 	pollMu    sync.Mutex            // serializes Start and polls; protects pollState
 	pollState map[string]pollRecord // model name -> what polls have seen
@@ -152,7 +156,15 @@ func New(opts Options, backends *backend.Registry, logger *slog.Logger, reg prom
 	if opts.CacheSizeBytes < 0 {
 		return nil, fmt.Errorf("cache size %d bytes is negative", opts.CacheSizeBytes)
 	}
-	opts.Repositories = slices.Clone(opts.Repositories)
+	// As in Triton, a repository named twice is one repository, not two
+	// holding the same models.
+	var repos []string
+	for _, r := range opts.Repositories {
+		if r = filepath.Clean(r); !slices.Contains(repos, r) {
+			repos = append(repos, r)
+		}
+	}
+	opts.Repositories = repos
 	opts.StartupModels = slices.Clone(opts.StartupModels)
 	commits := make(map[string]string, len(opts.ExpectedCommits))
 	maps.Copy(commits, opts.ExpectedCommits)
@@ -172,6 +184,7 @@ func New(opts Options, backends *backend.Registry, logger *slog.Logger, reg prom
 		stopCtx:      stopCtx,
 		stop:         stop,
 		repoErr:      map[string]string{},
+		removed:      map[string]bool{},
 		pollState:    map[string]pollRecord{},
 	}
 	m.models.Store(&map[string]*model{})
@@ -445,6 +458,7 @@ func (m *Manager) ensureModel(name string) *model {
 	mdl := newModel(name)
 	next[name] = mdl
 	m.models.Store(&next)
+	delete(m.removed, name)
 	return mdl
 }
 

@@ -44,6 +44,10 @@ type model struct {
 	reason  string                   // a failure not tied to a version
 	stats   map[int64]*versionStats  // per serving version
 	tmpDirs []string                 // folders holding file overrides
+	// unloaded are the versions that served and were unloaded since,
+	// without a load failure to show: requests for them answer "not at
+	// ready state" as Triton's do, not "not found".
+	unloaded map[int64]bool
 }
 
 // versionStatus is the index state of a version beyond "serving".
@@ -54,9 +58,10 @@ type versionStatus struct {
 
 func newModel(name string) *model {
 	return &model{
-		name:   name,
-		status: map[int64]*versionStatus{},
-		stats:  map[int64]*versionStats{},
+		name:     name,
+		status:   map[int64]*versionStatus{},
+		stats:    map[int64]*versionStats{},
+		unloaded: map[int64]bool{},
 	}
 }
 

@@ -72,20 +72,43 @@ func TestVersionPolicies(t *testing.T) {
 }
 
 // version_policy specific naming a version without a folder loads the
-// versions that exist and reports the missing one (modelled on
-// qa/L0_lifecycle's version policy cases).
+// versions that exist and shows the missing one in the index. As in
+// Triton, that is not a failed load: --exit-on-error starts and an
+// explicit load succeeds (qa/L0_lifecycle/lifecycle_test.py
+// test_multiple_model_repository_polling and
+// test_multiple_model_repository_control: savedmodel_float32_float32_float32
+// with policy specific [1, 3] and only version 1 on disk). Only when no
+// named version exists does the load fail.
 func TestSpecificPolicyNamingAMissingVersion(t *testing.T) {
 	repo := t.TempDir()
 	writeFiles(t, repo, map[string]string{
 		"m/config.pbtxt": fakeConfig("version_policy: { specific: { versions: [ 1, 5 ] } }"),
 		"m/1/model.fake": fakeFile(1000),
 	})
-	h := newHarness(t, Options{Repositories: []string{repo}})
-	h.start(t)
-	require.Equal(t, []string{
-		"1 READY",
-		"5 UNAVAILABLE: no_versions: version 5 is named by version_policy but has no folder in " + filepath.Join(repo, "m"),
-	}, entries(h, "m"))
+	for _, mode := range []ControlMode{ControlNone, ControlExplicit} {
+		t.Run(string(mode), func(t *testing.T) {
+			h := newHarness(t, Options{Repositories: []string{repo}, ControlMode: mode, ExitOnError: true})
+			h.start(t)
+			if mode == ControlExplicit {
+				require.NoError(t, h.m.Load(t.Context(), "m", LoadOptions{}))
+			}
+			require.Equal(t, []string{
+				"1 READY",
+				"5 UNAVAILABLE: no_versions: version 5 is named by version_policy but has no folder in " + filepath.Join(repo, "m"),
+			}, entries(h, "m"))
+			require.Contains(t, h.logs.String(), "the version directory is not present")
+		})
+	}
+	t.Run("no named version exists", func(t *testing.T) {
+		none := t.TempDir()
+		writeFiles(t, none, map[string]string{
+			"m/config.pbtxt": fakeConfig("version_policy: { specific: { versions: [ 5 ] } }"),
+			"m/1/model.fake": fakeFile(1000),
+		})
+		h := newHarness(t, Options{Repositories: []string{none}, ControlMode: ControlExplicit})
+		h.start(t)
+		require.Error(t, h.m.Load(t.Context(), "m", LoadOptions{}))
+	})
 }
 
 func TestAutoCompleteAndStrictConfig(t *testing.T) {
@@ -180,9 +203,14 @@ func TestDuplicateModelAcrossRepositories(t *testing.T) {
 	a, b := t.TempDir(), t.TempDir()
 	writeFiles(t, a, map[string]string{"m/config.pbtxt": fakeConfig(""), "m/1/model.fake": fakeFile(1)})
 	writeFiles(t, b, map[string]string{"m/config.pbtxt": fakeConfig(""), "m/1/model.fake": fakeFile(2), "n/1/model.fake": fakeFile(3)})
-	h := newHarness(t, Options{Repositories: []string{a, b}})
+	// The index reason is Triton's sentence, which its clients compare
+	// whole (qa/L0_lifecycle/lifecycle_test.py test_model_repository_index);
+	// the log names the repositories. A repository named twice is one
+	// repository (test_config_override passes the same one twice).
+	h := newHarness(t, Options{Repositories: []string{a, b, a + string(filepath.Separator)}})
 	h.start(t)
-	require.Equal(t, []string{fmt.Sprintf(" UNAVAILABLE: duplicate_model: model 'm' is in more than one model repository (%s, %s); remove all but one", a, b)}, entries(h, "m"))
+	require.Equal(t, []string{" UNAVAILABLE: model appears in two or more repositories"}, entries(h, "m"))
+	require.Contains(t, h.logs.String(), fmt.Sprintf("model 'm' is in more than one model repository (%s, %s); remove all but one", a, b))
 	require.Equal(t, []string{"1 READY"}, entries(h, "n"))
 }
 
@@ -479,12 +507,46 @@ func TestDuplicateModelFoundByPoll(t *testing.T) {
 	writeFiles(t, b, map[string]string{"m/config.pbtxt": fakeConfig(""), "m/1/model.fake": fakeFile(2)})
 	h.m.pollOnce(t.Context())
 	h.m.pollOnce(t.Context()) // a change is applied once it is stable
-	require.Equal(t, []string{fmt.Sprintf(" UNAVAILABLE: duplicate_model: model 'm' is in more than one model repository (%s, %s); remove all but one", a, b)}, entries(h, "m"))
+	require.Equal(t, []string{" UNAVAILABLE: model appears in two or more repositories"}, entries(h, "m"))
 	_, err := h.infer(t.Context(), "m", "")
-	requireInferError(t, err, infer.KindUnavailable, ReasonModelNotReady, "duplicate_model")
+	requireInferError(t, err, infer.KindUnavailable, ReasonModelNotReady, "model appears in two or more repositories")
 
 	require.NoError(t, os.RemoveAll(filepath.Join(b, "m")))
 	h.m.pollOnce(t.Context())
 	h.m.pollOnce(t.Context())
 	require.Equal(t, []string{"1 READY"}, entries(h, "m"), "serves again once one copy is gone")
+}
+
+// Folders that are not versions are skipped and the log says why in
+// Triton's words (qa/L0_lifecycle/test.sh greps them after
+// test_parse_ignore_zero_prefixed_version and
+// test_parse_ignore_non_intergral_version).
+func TestIgnoredVersionFoldersAreLogged(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{
+		"m/config.pbtxt":     fakeConfig("version_policy: { all { } }"),
+		"m/1/model.fake":     fakeFile(1000),
+		"m/003/model.fake":   fakeFile(3000),
+		"m/abc/model.fake":   fakeFile(4000),
+		"m/.git/HEAD":        "x",
+		"m/notes.txt":        "a file, not a folder",
+		"m/2.5/model.fake":   fakeFile(5000),
+		"m/-1/model.fake":    fakeFile(6000),
+		"m/0001x/model.fake": fakeFile(7000),
+	})
+	h := newHarness(t, Options{Repositories: []string{repo}})
+	h.start(t)
+	require.Equal(t, []string{"1 READY"}, entries(h, "m"))
+	logs := h.logs.String()
+	for _, want := range []string{
+		"ignore version directory '003' which contains leading zeros in its directory name",
+		"ignore version directory 'abc' which fails to convert to integral number",
+		"ignore version directory '2.5' which fails to convert to integral number",
+		"ignore version directory '-1' which fails to convert to integral number",
+		"ignore version directory '0001x' which fails to convert to integral number",
+	} {
+		require.Contains(t, logs, want)
+	}
+	require.NotContains(t, logs, "'.git'")
+	require.NotContains(t, logs, "notes.txt")
 }

@@ -68,6 +68,34 @@ func isDir(path string, e fs.DirEntry) bool {
 	return false
 }
 
+// ignoredVersionDirs describes, in Triton's words, each folder of a model
+// folder that is not a version ("ignore version directory '003' which
+// contains leading zeros in its directory name"), so that the log tells
+// why a folder that looks like a version does not load. Hidden folders
+// are skipped silently.
+func ignoredVersionDirs(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || !isDir(filepath.Join(dir, name), e) {
+			continue
+		}
+		if _, ok := versionNumber(name); ok {
+			continue
+		}
+		why := "fails to convert to integral number"
+		if _, err := strconv.ParseUint(name, 10, 63); err == nil && name[0] == '0' {
+			why = "contains leading zeros in its directory name"
+		}
+		out = append(out, fmt.Sprintf("ignore version directory '%s' which %s", name, why))
+	}
+	return out
+}
+
 // listRepository returns the model folder names of a repository, sorted.
 // Hidden entries and plain files are skipped.
 func listRepository(repo string) ([]string, error) {
