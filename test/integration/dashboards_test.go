@@ -7,7 +7,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -201,8 +200,7 @@ var dashElsewhere = map[string]string{
 // event has not happened. Selecting one job and instance must still
 // return the gateway's series.
 func TestDashboardsReturnData(t *testing.T) {
-	promBin := monNeed(t, "prometheus", "prometheus")
-	promtool := monNeed(t, "prometheus", "promtool")
+	monNeed(t, "prometheus", "promtool") // before the chain starts: a missing package fails at once
 	c, modelsMetrics := dashChain(t)
 
 	// The example scrape configuration, its targets pointed at the chain.
@@ -230,17 +228,7 @@ func TestDashboardsReturnData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustWrite(t, filepath.Join(promDir, "prometheus.yml"), out)
-	if out, err := exec.CommandContext(t.Context(), promtool, "check", "config", filepath.Join(promDir, "prometheus.yml")).CombinedOutput(); err != nil {
-		t.Fatalf("promtool check config: %v\n%s", err, out)
-	}
-	promAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	prom := &monProm{base: "http://" + promAddr, monProc: monStart(t, "prometheus", promBin,
-		"--config.file="+filepath.Join(promDir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(promDir, "data"),
-		"--web.listen-address="+promAddr,
-	)}
-	prom.waitReady(t, prom.base+"/-/ready")
+	prom := monStartPrometheus(t, promDir, out)
 
 	// The demo's traffic, a few times over: answers, a canary header, a
 	// wrong key, an entity without features, a path no service serves,

@@ -511,7 +511,7 @@ func monExampleFallback(t *testing.T) map[string]any {
 // and the alert resolves, in Prometheus and at the webhook.
 func TestMonitoringPrometheusAlerts(t *testing.T) {
 	promtool := monNeed(t, "prometheus", "promtool")
-	promBin := monNeed(t, "prometheus", "prometheus")
+	monNeed(t, "prometheus", "prometheus") // before the chain starts: a missing package fails at once
 	amBin := monNeed(t, "prometheus-alertmanager", "prometheus-alertmanager", "alertmanager")
 	begin := time.Now()
 
@@ -601,18 +601,7 @@ func TestMonitoringPrometheusAlerts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustWrite(t, filepath.Join(promDir, "prometheus.yml"), promCfg)
-	if out, err := exec.CommandContext(t.Context(), promtool, "check", "config", filepath.Join(promDir, "prometheus.yml")).CombinedOutput(); err != nil {
-		t.Fatalf("promtool check config: %v\n%s", err, out)
-	}
-	promAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	prom := &monProm{base: "http://" + promAddr, monProc: monStart(t, "prometheus", promBin,
-		"--config.file="+filepath.Join(promDir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(promDir, "data"),
-		"--web.listen-address="+promAddr,
-		"--rules.alert.resend-delay=1s",
-	)}
-	prom.waitReady(t, prom.base+"/-/ready")
+	prom := monStartPrometheus(t, promDir, promCfg, "--rules.alert.resend-delay=1s")
 	logs := func() string { return prom.tail() + "\n" + am.tail() + "\n" + c.tail() }
 
 	// Traffic for the whole test: one prediction every 50 ms, bounded.
@@ -797,4 +786,25 @@ func TestMonitoringPrometheusAlerts(t *testing.T) {
 		t.Errorf("resolved notification at %s, want /sluice-page", n.path)
 	}
 	t.Logf("monitoring loop done in %v", time.Since(begin).Round(time.Millisecond))
+}
+
+// monStartPrometheus writes cfg as dir/prometheus.yml, checks it with
+// promtool, starts Prometheus on a free loopback port with its store in
+// dir and waits until it is ready.
+func monStartPrometheus(t *testing.T, dir string, cfg []byte, args ...string) *monProm {
+	t.Helper()
+	promBin, promtool := monNeed(t, "prometheus", "prometheus"), monNeed(t, "prometheus", "promtool")
+	path := filepath.Join(dir, "prometheus.yml")
+	mustWrite(t, path, cfg)
+	if out, err := exec.CommandContext(t.Context(), promtool, "check", "config", path).CombinedOutput(); err != nil {
+		t.Fatalf("promtool check config: %v\n%s", err, out)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	prom := &monProm{base: "http://" + addr, monProc: monStart(t, "prometheus", promBin, append([]string{
+		"--config.file=" + path,
+		"--storage.tsdb.path=" + filepath.Join(dir, "data"),
+		"--web.listen-address=" + addr,
+	}, args...)...)}
+	prom.waitReady(t, prom.base+"/-/ready")
+	return prom
 }
