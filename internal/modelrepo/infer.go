@@ -37,7 +37,7 @@ func (m *Manager) Infer(ctx context.Context, req *infer.Request) (*infer.Respons
 	}
 	mdl := m.lookup(req.Model)
 	if mdl == nil {
-		return nil, modelNotFound(req.Model)
+		return nil, m.unknownModel(req.Model)
 	}
 	lv, err := m.acquire(mdl, req.Version)
 	if err != nil {
@@ -209,6 +209,20 @@ func modelNotFound(name string) *infer.Error {
 	return infer.Errorf(infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: '%s' is not found", name)
 }
 
+// unknownModel explains a request for a model the manager does not hold.
+// One whose folder a poll saw leave the repository answers as Triton does
+// for it, which keeps the model unloaded rather than forgetting it
+// (qa/L0_lifecycle/lifecycle_test.py test_dynamic_model_load_unload).
+func (m *Manager) unknownModel(name string) *infer.Error {
+	m.mu.Lock()
+	removed := m.removed[name]
+	m.mu.Unlock()
+	if removed {
+		return infer.Errorf(infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: '%s' has no available versions: model '%s' is %s: unloaded (its folder left the model repository)", name, name, StateUnavailable)
+	}
+	return modelNotFound(name)
+}
+
 // acquire takes a reference on the version a request asks for. An
 // ensemble version serves only while every step model can run.
 func (m *Manager) acquire(mdl *model, version string) (*loaded, *infer.Error) {
@@ -283,6 +297,8 @@ func (mdl *model) notReady(v int64) *infer.Error {
 			return unavailable("model '%s' version %d is %s", mdl.name, v, StateLoading)
 		case st != nil && st.reason != "":
 			return unavailable("model '%s' version %d is %s: %s", mdl.name, v, StateUnavailable, st.reason)
+		case mdl.unloaded[v]:
+			return unavailable("model '%s' version %d is %s: unloaded", mdl.name, v, StateUnavailable)
 		}
 		return infer.Errorf(infer.KindNotFound, ReasonVersionNotFound, "Request for unknown model: '%s' version %d is not found (model '%s' has no version %d)", mdl.name, v, mdl.name, v)
 	}
@@ -615,7 +631,7 @@ func (m *Manager) ModelReady(_ context.Context, name, version string) error {
 func (m *Manager) resolve(name, version string) (*model, *loaded, error) {
 	mdl := m.lookup(name)
 	if mdl == nil {
-		return nil, nil, modelNotFound(name)
+		return nil, nil, m.unknownModel(name)
 	}
 	lv, ierr := mdl.find(version)
 	if ierr != nil {
@@ -639,7 +655,7 @@ func (m *Manager) Statistics(_ context.Context, name, version string) ([]ModelSt
 	} else {
 		mdl := m.lookup(name)
 		if mdl == nil {
-			return nil, modelNotFound(name)
+			return nil, m.unknownModel(name)
 		}
 		models = []*model{mdl}
 	}
