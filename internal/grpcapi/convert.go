@@ -1,6 +1,9 @@
 package grpcapi
 
 import (
+	"errors"
+	"fmt"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluice-ml/sluice/internal/infer"
@@ -42,6 +45,47 @@ func wireReason(p kservewire.Problem) string {
 	default:
 		return reasonInternal
 	}
+}
+
+// withTritonSizeWords appends Triton's words to the error of a raw input
+// whose size disagrees with its shape, as its clients and QA match on them
+// (qa/L0_input_validation/input_validation_test.py): "input byte size
+// mismatch for input 'X' for model 'M'. Expected 32, got 40"; for BYTES,
+// "expected 16 string elements for inference input 'X' for model 'M', got
+// 14" or, with too many, "unexpected number of string elements 17 for
+// inference input 'X' for model 'M', expecting 16" (Triton stops counting
+// one past the expected number). Other errors are returned unchanged.
+func withTritonSizeWords(err error, model string, in *pb.ModelInferRequest_InferInputTensor, data []byte) error {
+	var ie *infer.Error
+	if !errors.As(err, &ie) || ie.Reason != reasonSizeMismatch {
+		return err
+	}
+	dt, ok := infer.ParseDataType(in.GetDatatype())
+	if !ok {
+		return err
+	}
+	n, serr := infer.Shape(in.GetShape()).Elements()
+	if serr != nil {
+		return err
+	}
+	var words string
+	if dt == infer.Bytes {
+		count, cerr := infer.CountBytesElements(data)
+		switch {
+		case cerr != nil:
+			return err
+		case count < n:
+			words = fmt.Sprintf("expected %d string elements for inference input '%s' for model '%s', got %d", n, in.GetName(), model, count)
+		case count > n:
+			words = fmt.Sprintf("unexpected number of string elements %d for inference input '%s' for model '%s', expecting %d", n+1, in.GetName(), model, n)
+		default:
+			return err
+		}
+	} else {
+		words = fmt.Sprintf("input byte size mismatch for input '%s' for model '%s'. Expected %d, got %d", in.GetName(), model, int64(n)*int64(dt.Size()), len(data))
+	}
+	ie.Msg += " (" + words + ")"
+	return ie
 }
 
 // DecodeInferRequest converts a ModelInferRequest into an infer.Request.
@@ -113,6 +157,9 @@ func DecodeInferRequest(req *pb.ModelInferRequest) (*infer.Request, error) {
 			t, err = sharedMemoryInput(in)
 		} else {
 			t, err = requests.Decode(in, raw, rawIdx)
+			if err != nil && rawIdx < len(raw) {
+				err = withTritonSizeWords(err, req.GetModelName(), in, raw[rawIdx])
+			}
 			rawIdx++
 		}
 		if err != nil {

@@ -187,6 +187,27 @@ func TestDecodeErrors(t *testing.T) {
 			}}, reasonSizeMismatch,
 			"input 'INPUT0': int_contents has 3 elements but shape [1,4] needs 4",
 		},
+		// Raw sizes that disagree with the shape carry Triton's words too
+		// (qa/L0_input_validation/input_validation_test.py
+		// test_input_shape_validation, test_input_string_shape_validation).
+		{
+			"raw size", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
+				input("INPUT0", "FP32", []int64{1, 8}, nil),
+			}, RawInputContents: [][]byte{make([]byte, 40)}}, reasonSizeMismatch,
+			"input 'INPUT0': raw content is 40 bytes but shape [1,8] of FP32 needs 32 (input byte size mismatch for input 'INPUT0' for model 'm'. Expected 32, got 40)",
+		},
+		{
+			"raw strings, too few", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
+				input("INPUT0", "BYTES", []int64{1, 3}, nil),
+			}, RawInputContents: [][]byte{{1, 0, 0, 0, 'a', 1, 0, 0, 0, 'b'}}}, reasonSizeMismatch,
+			"(expected 3 string elements for inference input 'INPUT0' for model 'm', got 2)",
+		},
+		{
+			"raw strings, too many", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
+				input("INPUT0", "BYTES", []int64{1}, nil),
+			}, RawInputContents: [][]byte{{1, 0, 0, 0, 'a', 1, 0, 0, 0, 'b', 0, 0, 0, 0}}}, reasonSizeMismatch,
+			"(unexpected number of string elements 2 for inference input 'INPUT0' for model 'm', expecting 1)",
+		},
 		{"no data", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
 			input("INPUT0", "FP32", []int64{2}, nil),
 		}}, reasonSizeMismatch, "input 'INPUT0': fp32_contents has 0 elements"},
