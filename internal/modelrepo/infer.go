@@ -361,6 +361,14 @@ func (lv *loaded) prepare(req *infer.Request) ([]infer.Tensor, []string, int64, 
 	invalid := func(reason, format string, args ...any) ([]infer.Tensor, []string, int64, *infer.Error) {
 		return nil, nil, 0, infer.Errorf(infer.KindInvalid, reason, format, args...)
 	}
+	for k := range req.Parameters {
+		// Triton reserves the prefix and refuses such keys; its stream
+		// handler consumes triton_enable_empty_final_response, which only
+		// decoupled models use, so Sluice lets that one through.
+		if strings.HasPrefix(k, "triton_") && k != "triton_enable_empty_final_response" {
+			return invalid(ReasonInvalidParameter, "parameter '%s': parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.", k)
+		}
+	}
 	var byInputBuf [8]int
 	byInput := byInputBuf[:0]
 	byInput = append(byInput, make([]int, len(lv.inputs))...) // config index -> request index + 1

@@ -84,6 +84,12 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 2, 2 ] } ]
 			"input 'IN' is missing: expected 1 inputs but got 0 inputs for model 'nobatch'. Got input(s) [], but missing required input(s) ['IN']. Please provide all required input(s).",
 		},
 		{"unknown input", req(in0, in1, int32Tensor("EXTRA", []int64{1}, 1)), infer.KindInvalid, ReasonUnknownInput, "input 'EXTRA' is not an input of model 'simple'"},
+		// The triton_ prefix is Triton's (qa/L0_parameters/parameters_test.py,
+		// the {"triton_": True} parameters every protocol must refuse).
+		{
+			"reserved parameter", &infer.Request{Model: "simple", Inputs: []infer.Tensor{in0, in1}, Parameters: infer.Parameters{"triton_": true}},
+			infer.KindInvalid, ReasonInvalidParameter, "parameter 'triton_': parameter keys starting with 'triton_' are reserved for Triton usage",
+		},
 		{"duplicate input", req(in0, in0, in1), infer.KindInvalid, ReasonDuplicateInput, "input 'INPUT0' is given more than once"},
 		{
 			"datatype", req(in0, infer.Tensor{Name: "INPUT1", DataType: infer.FP32, Shape: infer.Shape{1, 4}, Data: make([]byte, 16)}),
@@ -133,7 +139,7 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 2, 2 ] } ]
 		require.InDelta(t, 1, testutil.ToFloat64(h.m.metrics.failures.WithLabelValues("simple", "1", ReasonBatchTooLarge)), 0)
 		stats, err := h.m.Statistics(t.Context(), "simple", "1")
 		require.NoError(t, err)
-		require.Equal(t, uint64(15), stats[0].Fail.Count, "every failure after the version was found")
+		require.Equal(t, uint64(16), stats[0].Fail.Count, "every failure after the version was found")
 	})
 }
 
