@@ -797,6 +797,33 @@ func TestPastLargestPreferredSizeGoesAtOnce(t *testing.T) {
 	})
 }
 
+// After Triton's dynamic batcher (src/dynamic_batch_scheduler.cc
+// GetDynamicBatch: a preferred size is used only "if ... the queue delay
+// hasn't been exceeded"), the rule qa/L0_batcher batcher_test.py
+// test_multi_batch_delayed_use_max_batch relies on: once the oldest
+// request of the candidate batch has waited max_queue_delay, the whole
+// candidate batch goes, not just its preferred prefix.
+func TestDelayExceededSendsAllPending(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newFakeExec()
+		e.hold = make(chan struct{})
+		h := newHarness(t, Options{Dynamic: true, MaxBatchSize: 8, PreferredBatchSizes: []int{2, 6}, MaxQueueDelay: 10 * ms}, e)
+		plug := h.submit(t.Context(), request(100, 6)) // preferred: runs at once and blocks the one executor
+		var chs []<-chan outcome
+		for id := range int64(3) {
+			chs = append(chs, h.submit(t.Context(), request(id, 1)))
+		}
+		h.sleepUntil(20 * ms) // the three have waited past their delay behind the plug
+		close(e.hold)
+		ok(t, plug, 100, 6)
+		for id, ch := range chs {
+			require.Equal(t, 3, ok(t, ch, int64(id), 1).res.ExecBatch)
+		}
+		require.Equal(t, [][]int64{{100}, {0, 1, 2}}, e.batches(), "1+1+1 together, not the preferred 1+1 and then 1")
+		h.close()
+	})
+}
+
 // Modelled on Triton's qa/L0_batcher (batcher_test.py
 // test_multi_batch_delayed_use_max_batch, test_multi_batch_use_best_preferred
 // and test_preferred_batch_only_unaligned, run by its test.sh with

@@ -17,6 +17,9 @@
 //   - else, when the next request would take the batch past the largest
 //     preferred size, the requests before it, at once (the newcomer heads
 //     the next batch and waits its own delay), as Triton does;
+//   - but neither of these two once the oldest request of the candidate
+//     batch has waited MaxQueueDelay (say, behind busy executors): then
+//     the whole candidate batch goes, as Triton sends all it has pending;
 //   - else the whole candidate batch, at once, when its total already
 //     reaches the largest preferred size (waiting cannot make it preferred);
 //   - else the whole candidate batch, at once, when it is full, when it

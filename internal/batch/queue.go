@@ -343,15 +343,14 @@ scan:
 		}
 	}
 	b.cand = cand
-	switch {
-	case len(cand) == 0:
+	if len(cand) == 0 {
 		return 0, time.Time{}
-	case best > 0:
-		return best, time.Time{}
 	}
 	due := oldest.Add(b.delay)
 	exceeded := b.delay > 0 && !now.Before(due)
 	switch {
+	case best > 0 && !exceeded:
+		return best, time.Time{}
 	case cut > 0 && !exceeded:
 		return cut, time.Time{}
 	case blocked || !b.batching || total >= b.maxBatch || b.delay == 0 || b.closed || exceeded:
