@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -149,13 +150,28 @@ func (g *guard) listen(ctx context.Context, name, addr string, t *tlsconfig.Serv
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("listen %s on %s: %w", name, addr, err)
+		return nil, listenError(tritonServices[name], addr, fmt.Errorf("listen %s on %s: %w", name, addr, err))
 	}
 	g.record(name, ln.Addr().String(), tlsOpts, auth)
 	if t != nil {
 		ln = t.Listener(ln)
 	}
 	return ln, nil
+}
+
+// tritonServices names the model server's listeners as Triton's log does.
+var tritonServices = map[string]string{"models_http": "HTTP", "models_grpc": "GRPC", "metrics": "Metrics"}
+
+// listenError puts Triton's words before a listener's error when its port
+// is taken ("failed to start GRPC service: Unavailable - Socket
+// '0.0.0.0:8001' already in use"), so that scripts written against
+// tritonserver's log find the cause; service is the Triton name of the
+// listener, "" for listeners Triton does not have.
+func listenError(service, addr string, err error) error {
+	if service == "" || !errors.Is(err, syscall.EADDRINUSE) {
+		return err
+	}
+	return fmt.Errorf("failed to start %s service: Unavailable - Socket '%s' already in use: %w", service, addr, err)
 }
 
 // record adds a listener to the banner's table.

@@ -81,6 +81,13 @@ type serveFlags struct {
 	// limits come from sluice.yaml's model_server.limits; without -c,
 	// from --max-request-bytes and the defaults.
 	limits *config.Limits
+
+	// stayUpOnInitError is --exit-on-error=false given explicitly: a
+	// model server that cannot start its repository stays up, not live
+	// and not ready, as Triton's does.
+	stayUpOnInitError bool
+	// modelStore is --model-store, Triton's old --model-repository.
+	modelStore []string
 }
 
 func newServeCmd(use, short string) *cobra.Command {
@@ -95,12 +102,14 @@ func newServeCmd(use, short string) *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringArrayVar(&f.repos, "model-repository", nil, "model repository folder (Triton layout); may repeat")
+	fl.StringArrayVar(&f.modelStore, "model-store", nil, "Triton's old name for --model-repository")
+	_ = fl.MarkDeprecated("model-store", "use --model-repository")
 	fl.StringVar(&f.controlMode, "model-control-mode", "none", "model control mode: none, poll or explicit")
 	fl.StringArrayVar(&f.loadModels, "load-model", nil, "model to load at start-up in explicit mode; '*' loads all; may repeat")
 	fl.IntVar(&f.pollSecs, "repository-poll-secs", 15, "seconds between repository polls in poll mode")
 	fl.BoolVar(&f.strictConfig, "strict-model-config", false, "require a complete config.pbtxt; no auto-complete from the model")
 	fl.BoolVar(&f.strictConfig, "disable-auto-complete-config", false, "Triton's newer name for --strict-model-config")
-	fl.BoolVar(&f.exitOnError, "exit-on-error", false, "exit at start-up if any model fails to load (Triton's default is true; Sluice keeps serving the others)")
+	fl.BoolVar(&f.exitOnError, "exit-on-error", false, "exit at start-up if any model fails to load (Triton's default is true; Sluice keeps serving the others); given as false, a model repository that cannot be read at start leaves the server up, not live and not ready, as Triton does, instead of exiting")
 	fl.BoolVar(&f.strictReadiness, "strict-readiness", true, "server readiness (/v2/health/ready) requires every model to be ready, as Triton's default; with -c the default is false (model_server.strict_readiness), so one broken model does not take the whole process out of rotation")
 	fl.StringArrayVar(&f.backendConfig, "backend-config", nil, "backend setting as <backend>,<setting>=<value>, e.g. onnxruntime,library=/path/libonnxruntime.so.1")
 	fl.StringArrayVar(&f.gitCommits, "model-git-commit", nil, "expected git commit of a model as <model>=<sha>; a mismatch refuses the load; may repeat")
@@ -211,9 +220,16 @@ func newBackends(settings map[string]map[string]string, logger *slog.Logger, mre
 type drainingModels struct {
 	*modelrepo.Manager
 	draining atomic.Bool
+	// failed is set when the repository could not start and
+	// --exit-on-error=false keeps the server up: neither live nor ready.
+	failed atomic.Bool
 }
 
-func (d *drainingModels) Ready() bool { return !d.draining.Load() && d.Manager.Ready() }
+func (d *drainingModels) Ready() bool {
+	return !d.draining.Load() && !d.failed.Load() && d.Manager.Ready()
+}
+
+func (d *drainingModels) Live() bool { return !d.failed.Load() && d.Manager.Live() }
 
 func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	hup := notifyHangup()
@@ -221,6 +237,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	if f.configFile != "" {
 		return runChain(ctx, cmd, f, hup)
 	}
+	f.stayUpOnInitError = cmd.Flags().Changed("exit-on-error") && !f.exitOnError
 	start := time.Now()
 	f.levelVar = new(slog.LevelVar)
 	if f.traceRatio > 0 || os.Getenv("OTEL_TRACES_SAMPLER") == "" {
@@ -293,6 +310,7 @@ func (ms *modelServer) closeBackends() {
 // startModelServer loads the models and opens the listeners. The caller
 // runs it with run and closes the backends after.
 func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, gd *guard, logger *slog.Logger, reg *prometheus.Registry) (*modelServer, error) {
+	f.repos = append(f.repos, f.modelStore...)
 	if len(f.repos) == 0 {
 		return nil, errors.New("--model-repository is required")
 	}
@@ -397,11 +415,12 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 		_ = ms.httpLn.Close()
 		return nil, err
 	}
-	ms.metrics, err = telemetry.NewMetricsServer(ctx, net.JoinHostPort(f.address, strconv.Itoa(f.metricsPort)), reg, logger)
+	metricsAddr := net.JoinHostPort(f.address, strconv.Itoa(f.metricsPort))
+	ms.metrics, err = telemetry.NewMetricsServer(ctx, metricsAddr, reg, logger)
 	if err != nil {
 		_ = ms.httpLn.Close()
 		_ = ms.grpcLn.Close()
-		return nil, err
+		return nil, listenError(tritonServices["metrics"], metricsAddr, err)
 	}
 	if tlsSrv != nil {
 		ms.metrics.UseTLS(tlsSrv.Config())
@@ -435,7 +454,13 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 		Extra:          gd.grpcOptions("models_grpc", limits, tlsSrv, grpcPolicy, authz.KServeMethodGroup),
 	})
 
-	if err := mgr.Start(ctx); err != nil {
+	if err := mgr.Start(ctx); err != nil && f.stayUpOnInitError && !errors.Is(err, context.Canceled) {
+		// Triton with --exit-on-error=false: the endpoints stay up so that
+		// health checks and the server metadata tell what happened
+		// (qa/L0_lifecycle test_parse_error_noexit).
+		logger.Error("model server failed to initialize; serving neither live nor ready (--exit-on-error=false)", "err", err)
+		ms.models.failed.Store(true)
+	} else if err != nil {
 		_ = ms.httpLn.Close()
 		_ = ms.grpcLn.Close()
 		return nil, &exitError{code: 1, err: err}

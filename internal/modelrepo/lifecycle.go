@@ -93,7 +93,8 @@ func (m *Manager) plan(name string, src modelSource) (*plan, *loadError) {
 		p.base = proto.CloneOf(src.override)
 	case errors.Is(err, fs.ErrNotExist):
 		if m.opts.StrictConfig {
-			return fail(causeConfig, fmt.Errorf("%s is missing (required with --strict-model-config)", cfgPath))
+			// Triton's words first: its QA greps the log for them.
+			return fail(causeConfig, fmt.Errorf("failed to open text file for read %s: No such file or directory (config.pbtxt is required with --strict-model-config)", cfgPath))
 		}
 		p.base = &inferencepb.ModelConfig{}
 	case err != nil:
@@ -270,6 +271,12 @@ func (m *Manager) reconcile(ctx context.Context, mdl *model, src modelSource, fo
 		// that model, also when it served from one of them before (a poll
 		// found the second copy): it stops serving until one is removed.
 		m.publish(mdl, &servingSet{}, map[int64]*versionStatus{}, duplicateReason)
+		// Triton unloads such a model, so it does not hold strict
+		// readiness back (test_multiple_model_repository_polling expects a
+		// ready server); a later load or poll makes it active again.
+		mdl.mu.Lock()
+		mdl.phase = phaseUnloaded
+		mdl.mu.Unlock()
 		m.drain(ctx, old.all())
 		m.metrics.loadFailures.WithLabelValues(mdl.name, perr.cause).Inc()
 		m.logger.Warn("model load failed", "model", mdl.name, "reason", perr.cause, "err", perr.err)

@@ -153,7 +153,9 @@ func TestAutoCompleteAndStrictConfig(t *testing.T) {
 	t.Run("strict", func(t *testing.T) {
 		h := newHarness(t, Options{Repositories: []string{repo}, StrictConfig: true})
 		h.start(t)
-		require.Equal(t, []string{" UNAVAILABLE: config_invalid: " + filepath.Join(repo, "bare", "config.pbtxt") + " is missing (required with --strict-model-config)"}, entries(h, "bare"))
+		// Triton's words first (qa/L0_lifecycle/test.sh greps the log for
+		// them after test_parse_error_no_model_config).
+		require.Equal(t, []string{" UNAVAILABLE: config_invalid: failed to open text file for read " + filepath.Join(repo, "bare", "config.pbtxt") + ": No such file or directory (config.pbtxt is required with --strict-model-config)"}, entries(h, "bare"))
 		got := entries(h, "partial")
 		require.Len(t, got, 1)
 		require.Contains(t, got[0], "UNAVAILABLE: backend_unknown: config.pbtxt sets neither backend nor platform")
@@ -500,7 +502,7 @@ func TestConfigShowsCompletion(t *testing.T) {
 func TestDuplicateModelFoundByPoll(t *testing.T) {
 	a, b := t.TempDir(), t.TempDir()
 	writeFiles(t, a, map[string]string{"m/config.pbtxt": fakeConfig(""), "m/1/model.fake": fakeFile(1)})
-	h := newHarness(t, Options{Repositories: []string{a, b}, ControlMode: ControlPoll})
+	h := newHarness(t, Options{Repositories: []string{a, b}, ControlMode: ControlPoll, StrictReadiness: true})
 	h.start(t)
 	require.Equal(t, []string{"1 READY"}, entries(h, "m"))
 
@@ -510,6 +512,7 @@ func TestDuplicateModelFoundByPoll(t *testing.T) {
 	require.Equal(t, []string{" UNAVAILABLE: model appears in two or more repositories"}, entries(h, "m"))
 	_, err := h.infer(t.Context(), "m", "")
 	requireInferError(t, err, infer.KindUnavailable, ReasonModelNotReady, "model appears in two or more repositories")
+	require.True(t, h.m.Ready(), "as in Triton, which unloads the model, it does not hold strict readiness back")
 
 	require.NoError(t, os.RemoveAll(filepath.Join(b, "m")))
 	h.m.pollOnce(t.Context())
