@@ -342,6 +342,10 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	if err != nil {
 		return nil, err
 	}
+	backlogHold, err := backlogDelaySchedulerHook(os.LookupEnv, logger)
+	if err != nil {
+		return nil, err
+	}
 	backends, closeBackends, err := newBackends(settings, logger, reg)
 	if err != nil {
 		return nil, err
@@ -366,6 +370,7 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 
 		DisableTritonMetrics: !f.tritonMetrics,
 		HoldSchedulerUntil:   hold,
+		HoldBacklogUntil:     backlogHold,
 	}, backends, logger, reg)
 	if err != nil {
 		return nil, err

@@ -13,9 +13,12 @@ import (
 
 // fakeModels is a hand-written modelrepo.Models. Model "echo" answers each input
 // named INPUTn with an output OUTPUTn holding the same tensor; model
-// "panic" panics; any other name is not found.
+// "panic" panics; model "gate" queues the request (recording its id and
+// calling infer.Queued, as a scheduler does) and answers like "echo" once
+// gate is closed; any other name is not found.
 type fakeModels struct {
 	ready atomic.Bool
+	gate  chan struct{}
 
 	mu         sync.Mutex // protects the fields below
 	lastInfer  *infer.Request
@@ -23,10 +26,11 @@ type fakeModels struct {
 	lastLoadTo string
 	lastUnload modelrepo.UnloadOptions
 	statsName  string
+	gateQueue  []string // ids of the "gate" requests queued, in order
 }
 
 func newFakeModels() *fakeModels {
-	f := &fakeModels{}
+	f := &fakeModels{gate: make(chan struct{})}
 	f.ready.Store(true)
 	return f
 }
@@ -35,8 +39,18 @@ func notFound(name string) error {
 	return infer.Errorf(infer.KindNotFound, "model_not_found", "model '%s' is not in the repository", name)
 }
 
-func (f *fakeModels) Infer(_ context.Context, req *infer.Request) (*infer.Response, error) {
+func (f *fakeModels) Infer(ctx context.Context, req *infer.Request) (*infer.Response, error) {
 	switch req.Model {
+	case "gate":
+		f.mu.Lock()
+		f.gateQueue = append(f.gateQueue, req.ID)
+		f.mu.Unlock()
+		infer.Queued(ctx)
+		select {
+		case <-f.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	case "echo":
 	case "panic":
 		panic("fake model exploded")

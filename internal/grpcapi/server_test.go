@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -535,6 +536,51 @@ func TestModelStreamInfer(t *testing.T) {
 	require.Empty(t, got[2].GetErrorMessage())
 	require.Equal(t, le[int32](3), got[2].GetInferResponse().GetRawOutputContents()[0])
 	require.Contains(t, got[3].GetErrorMessage(), "model 'nope'")
+}
+
+// Requests of a stream run concurrently and are answered in order; the
+// requests of a sequence reach the queue in stream order, all of them
+// before the first is answered. Modelled on
+// qa/L0_sequence_batcher/sequence_batcher_test.py test_full_batch, whose
+// streams each queue a sequence's three requests before any executes
+// (TRITONSERVER_DELAY_SCHEDULER=12 over four streams).
+func TestModelStreamInferPipelinesSequences(t *testing.T) {
+	ts := startServer(t, ServerOptions{})
+	stream, err := ts.client.ModelStreamInfer(ctxTimeout(t))
+	require.NoError(t, err)
+	ids := []string{"start", "middle", "end"}
+	for i, id := range ids {
+		require.NoError(t, stream.Send(&pb.ModelInferRequest{
+			ModelName: "gate", Id: id,
+			Inputs: []*pb.ModelInferRequest_InferInputTensor{
+				{Name: "INPUT0", Datatype: "INT32", Shape: []int64{1}, Contents: &pb.InferTensorContents{IntContents: []int32{int32(i)}}},
+			},
+			Parameters: map[string]*pb.InferParameter{
+				"sequence_id":    {ParameterChoice: &pb.InferParameter_Uint64Param{Uint64Param: 7}},
+				"sequence_start": {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: i == 0}},
+				"sequence_end":   {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: i == len(ids)-1}},
+			},
+		}))
+	}
+	queued := func() []string {
+		ts.models.mu.Lock()
+		defer ts.models.mu.Unlock()
+		return slices.Clone(ts.models.gateQueue)
+	}
+	require.Eventually(t, func() bool { return len(queued()) == len(ids) }, 5*time.Second, 5*time.Millisecond,
+		"all three are queued before any is answered")
+	require.Equal(t, ids, queued(), "in stream order")
+	close(ts.models.gate)
+	require.NoError(t, stream.CloseSend())
+	for i, id := range ids {
+		r, err := stream.Recv()
+		require.NoError(t, err)
+		require.Empty(t, r.GetErrorMessage())
+		require.Equal(t, id, r.GetInferResponse().GetId())
+		require.Equal(t, le[int32](int32(i)), r.GetInferResponse().GetRawOutputContents()[0])
+	}
+	_, err = stream.Recv()
+	require.ErrorIs(t, err, io.EOF)
 }
 
 func TestHealthService(t *testing.T) {

@@ -227,41 +227,102 @@ func (s *Service) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.Mod
 	return EncodeInferResponse(resp), nil
 }
 
+// streamWindow bounds the requests of one stream in flight at once; past
+// it the stream reads no more until the oldest is answered (HTTP/2 flow
+// control then holds the client back).
+const streamWindow = 64
+
 // ModelStreamInfer implements Triton's bidirectional streaming inference.
-// Requests are answered one at a time, in order; a failed request yields a
-// response with error_message set and the stream stays open.
+// Requests run concurrently, as in Triton, so that a client can queue
+// several requests of a sequence (or of several sequences) on one stream
+// and the sequence batcher can batch them; they are answered in the order
+// they arrived. A request carrying a sequence_id is passed on only after
+// the one before it from this stream reached its scheduler's queue (or was
+// answered), so a sequence's requests are queued in stream order
+// (qa/L0_sequence_batcher test_full_batch queues twelve requests from four
+// streams before any runs). A failed request yields a response with
+// error_message set and the stream stays open.
 func (s *Service) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInferServer) error {
 	ctx := stream.Context()
+	pending := make(chan chan *pb.ModelStreamInferResponse, streamWindow)
+	sent := make(chan error, 1)
+	go func() { // answers in arrival order
+		var err error
+		for ch := range pending {
+			msg := <-ch
+			if err == nil {
+				err = stream.Send(msg)
+			}
+		}
+		sent <- err
+	}()
 	for {
 		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
 		if err != nil {
+			close(pending)
+			sendErr := <-sent
+			if errors.Is(err, io.EOF) {
+				return sendErr
+			}
 			return err
 		}
-		resp, err := s.infer(ctx, req)
-		var msg *pb.ModelStreamInferResponse
-		if err != nil {
-			if ctx.Err() != nil {
-				return toStatus(ctx.Err())
-			}
-			s.logInternal(ctx, "ModelStreamInfer", err)
-			msg = &pb.ModelStreamInferResponse{
-				ErrorMessage: err.Error(),
-				InferResponse: &pb.ModelInferResponse{
-					ModelName:    req.GetModelName(),
-					ModelVersion: req.GetModelVersion(),
-					Id:           req.GetId(),
-				},
-			}
+		ch := make(chan *pb.ModelStreamInferResponse, 1)
+		pending <- ch
+		rctx := ctx
+		queued := make(chan struct{})
+		if hasSequenceID(req) {
+			var once sync.Once
+			rctx = infer.WithQueued(ctx, func() { once.Do(func() { close(queued) }) })
 		} else {
-			msg = &pb.ModelStreamInferResponse{InferResponse: resp}
+			close(queued)
 		}
-		if err := stream.Send(msg); err != nil {
-			return err
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			ch <- s.streamAnswer(rctx, req)
+		}()
+		select {
+		case <-queued:
+		case <-done:
 		}
 	}
+}
+
+// streamAnswer runs one request of a stream and makes its answer.
+func (s *Service) streamAnswer(ctx context.Context, req *pb.ModelInferRequest) *pb.ModelStreamInferResponse {
+	resp, err := s.infer(ctx, req)
+	if err == nil {
+		return &pb.ModelStreamInferResponse{InferResponse: resp}
+	}
+	if ctx.Err() == nil {
+		s.logInternal(ctx, "ModelStreamInfer", err)
+	}
+	return &pb.ModelStreamInferResponse{
+		ErrorMessage: err.Error(),
+		InferResponse: &pb.ModelInferResponse{
+			ModelName:    req.GetModelName(),
+			ModelVersion: req.GetModelVersion(),
+			Id:           req.GetId(),
+		},
+	}
+}
+
+// hasSequenceID reports whether a request names a sequence (a non-zero or
+// non-empty sequence_id parameter).
+func hasSequenceID(req *pb.ModelInferRequest) bool {
+	p, ok := req.GetParameters()["sequence_id"]
+	if !ok {
+		return false
+	}
+	switch v := p.GetParameterChoice().(type) {
+	case *pb.InferParameter_Int64Param:
+		return v.Int64Param != 0
+	case *pb.InferParameter_Uint64Param:
+		return v.Uint64Param != 0
+	case *pb.InferParameter_StringParam:
+		return v.StringParam != ""
+	}
+	return false
 }
 
 // ModelConfig implements Triton's model_configuration extension.

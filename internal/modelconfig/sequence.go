@@ -164,8 +164,8 @@ func (v *validator) sequenceState(path string, st *inferencepb.ModelSequenceBatc
 	}
 	controls[in] = true
 	dt := st.GetDataType()
-	if dt == inferencepb.DataType_TYPE_INVALID || dt == inferencepb.DataType_TYPE_STRING {
-		v.add(path+".data_type", "sequence_batching: state '%s': data_type must be a numeric type, got %s", in, dt)
+	if dt == inferencepb.DataType_TYPE_INVALID {
+		v.add(path+".data_type", "sequence_batching: state '%s': data_type must be set", in)
 	} else {
 		v.dataType(path+".data_type", fmt.Sprintf("state '%s'", in), dt)
 	}

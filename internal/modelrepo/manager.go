@@ -85,8 +85,14 @@ type Options struct {
 	DisableTritonMetrics bool
 	// HoldSchedulerUntil is Triton's TRITONSERVER_DELAY_SCHEDULER test
 	// hook: each version's batcher sends nothing until this many
-	// requests are queued (batch.Options.HoldUntilQueued). 0 turns it off.
+	// requests are queued (batch.Options.HoldUntilQueued; the sequence
+	// batcher's sequence.Options.HoldUntilQueued). 0 turns it off.
 	HoldSchedulerUntil int
+	// HoldBacklogUntil is TRITONSERVER_BACKLOG_DELAY_SCHEDULER: with
+	// HoldSchedulerUntil, each sequence batcher also waits until this
+	// many requests of backlogged sequences are queued
+	// (sequence.Options.HoldUntilBacklogged).
+	HoldBacklogUntil int
 }
 
 // Manager owns the models of the repositories: it loads, swaps, drains and

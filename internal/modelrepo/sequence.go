@@ -37,6 +37,7 @@ func (m *Manager) startSequenceScheduler(lv *loaded, execs []batch.Executor) err
 	if err != nil {
 		return err
 	}
+	opts.HoldUntilQueued, opts.HoldUntilBacklogged = m.opts.HoldSchedulerUntil, m.opts.HoldBacklogUntil
 	s, err := sequence.New(opts, execs, statsObserver{lv}, m.seqMetrics, m.logger)
 	if err != nil {
 		return err

@@ -66,8 +66,9 @@ type State struct {
 	// Dims are one sequence's state, without the batch dimension; all
 	// concrete.
 	Dims infer.Shape
-	// Initial is the state a sequence starts from (wire layout); nil
-	// means zeros.
+	// Initial is the state a sequence starts from (wire layout: BYTES
+	// elements length-prefixed); nil means zeros (empty strings for
+	// BYTES).
 	Initial []byte
 }
 
@@ -101,6 +102,13 @@ type Options struct {
 	// MaxQueuedPerSequence bounds the requests of one sequence waiting to
 	// run; 0 means DefaultMaxQueuedPerSequence.
 	MaxQueuedPerSequence int
+	// HoldUntilQueued and HoldUntilBacklogged are Triton's
+	// TRITONSERVER_DELAY_SCHEDULER and TRITONSERVER_BACKLOG_DELAY_SCHEDULER
+	// test hooks: nothing executes until the sequences holding slots have
+	// HoldUntilQueued requests queued between them and the backlogged
+	// sequences HoldUntilBacklogged; from then on the scheduler runs as
+	// usual. 0 and 0 turn the hold off; Close ends it.
+	HoldUntilQueued, HoldUntilBacklogged int
 }
 
 // Defaults of the bounds.
@@ -121,7 +129,7 @@ func (o *Options) validate(executors int) error {
 	if o.MaxBatchSize < 0 {
 		errs = append(errs, fmt.Errorf("max batch size %d is negative", o.MaxBatchSize))
 	}
-	if o.MaxCandidates < 0 || o.MaxBacklog < 0 || o.MaxQueuedPerSequence < 0 {
+	if o.MaxCandidates < 0 || o.MaxBacklog < 0 || o.MaxQueuedPerSequence < 0 || o.HoldUntilQueued < 0 || o.HoldUntilBacklogged < 0 {
 		errs = append(errs, errors.New("negative bound"))
 	}
 	if o.IdleTimeout <= 0 {
@@ -153,9 +161,13 @@ func (o *Options) validate(executors int) error {
 		switch {
 		case err != nil || slicesHasNeg(s.Dims):
 			errs = append(errs, fmt.Errorf("state '%s': dims %s must be concrete", s.Input, s.Dims))
-		case s.DataType == infer.Bytes || !s.DataType.Valid():
+		case !s.DataType.Valid():
 			errs = append(errs, fmt.Errorf("state '%s': data type %s is not supported", s.Input, s.DataType))
-		case s.Initial != nil && len(s.Initial) != n*s.DataType.Size():
+		case s.DataType == infer.Bytes && s.Initial != nil:
+			if els, err := infer.SplitBytes(s.Initial); err != nil || len(els) != n {
+				errs = append(errs, fmt.Errorf("state '%s': initial value does not hold %d serialized strings (dims %s)", s.Input, n, s.Dims))
+			}
+		case s.DataType != infer.Bytes && s.Initial != nil && len(s.Initial) != n*s.DataType.Size():
 			errs = append(errs, fmt.Errorf("state '%s': initial value has %d bytes, dims %s of %s need %d", s.Input, len(s.Initial), s.Dims, s.DataType, n*s.DataType.Size()))
 		}
 	}

@@ -110,6 +110,9 @@ func (s *Scheduler) stateOf(p *pending, k int) []byte {
 		return st.Initial
 	}
 	n, _ := st.Dims.Elements() // validated
+	if st.DataType == infer.Bytes {
+		return make([]byte, 4*n) // n empty strings
+	}
 	return make([]byte, n*st.DataType.Size())
 }
 
@@ -196,13 +199,22 @@ func (s *Scheduler) split(rows []row, outs []infer.Tensor, names []string, resul
 			j := slices.Index(names, st.Output)
 			want, _ := st.Dims.Elements()
 			b := perRow[j][i]
-			if outs[j].DataType != st.DataType || len(b) != want*st.DataType.Size() {
+			if outs[j].DataType != st.DataType || !holds(b, st.DataType, want) {
 				return nil, fmt.Errorf("state output '%s': %d bytes of %s per sequence, state '%s' needs %s %s", st.Output, len(b), outs[j].DataType, st.Input, st.DataType, st.Dims)
 			}
 			states[i][k] = slices.Clone(b)
 		}
 	}
 	return states, nil
+}
+
+// holds reports whether b (wire layout) is n elements of dt.
+func holds(b []byte, dt infer.DataType, n int) bool {
+	if dt != infer.Bytes {
+		return len(b) == n*dt.Size()
+	}
+	els, err := infer.SplitBytes(b)
+	return err == nil && len(els) == n
 }
 
 // splitRows cuts a tensor with n rows into n capacity-limited slices.

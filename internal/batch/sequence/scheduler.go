@@ -75,6 +75,7 @@ type Scheduler struct {
 	timer   *time.Timer
 	timerAt time.Time
 	closed  bool
+	holding bool // Options.HoldUntilQueued/HoldUntilBacklogged not reached yet
 }
 
 // New builds a scheduler over executors. obs may be nil; a nil m records
@@ -106,6 +107,7 @@ func New(opts Options, executors []batch.Executor, obs batch.Observer, m *Metric
 		drained: make(chan struct{}),
 		seqs:    map[CorrID]*seq{},
 		busy:    make([]bool, len(executors)),
+		holding: opts.HoldUntilQueued > 0 || opts.HoldUntilBacklogged > 0,
 	}
 	s.maxPref = s.maxRows
 	if len(opts.PreferredBatchSizes) > 0 {
@@ -183,6 +185,7 @@ func (s *Scheduler) Submit(ctx context.Context, req *Request) (*batch.Result, er
 	}
 	s.dispatchLocked()
 	s.mu.Unlock()
+	infer.Queued(ctx) // its place is taken: a stream may read the next request
 
 	select {
 	case <-p.done:
@@ -209,7 +212,7 @@ func (s *Scheduler) Submit(ctx context.Context, req *Request) (*batch.Result, er
 // when none is free.
 func (s *Scheduler) newSeqLocked(id CorrID, now time.Time) (*seq, *infer.Error) {
 	sq := &seq{id: id, slot: -1, last: now}
-	if i := slices.Index(s.slots, nil); i >= 0 {
+	if i := s.freeSlotLocked(); i >= 0 {
 		s.slots[i] = sq
 		sq.slot = i
 		s.m.active.Inc()
@@ -296,10 +299,30 @@ func (s *Scheduler) expireLocked(now time.Time) time.Time {
 	return next
 }
 
+// freeSlotLocked returns the free slot a new sequence takes, or -1. As
+// Triton's sequence batcher does, Direct spreads sequences over the
+// instances: the lowest row that is free on any instance, the lowest
+// instance first, so two sequences on a model with two instances run on
+// both (qa/L0_sequence_batcher test_half_batch expects batches of 1 on
+// each of two instances, not batches of 2 on one).
+func (s *Scheduler) freeSlotLocked() int {
+	if s.opts.Strategy != Direct {
+		return slices.Index(s.slots, nil)
+	}
+	for r := range s.perInst {
+		for e := range s.execs {
+			if i := e*s.perInst + r; s.slots[i] == nil {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
 // fillSlotsLocked moves backlogged sequences into free slots.
 func (s *Scheduler) fillSlotsLocked() {
 	for len(s.backlog) > 0 {
-		i := slices.Index(s.slots, nil)
+		i := s.freeSlotLocked()
 		if i < 0 {
 			return
 		}
@@ -325,6 +348,11 @@ func (s *Scheduler) dispatchLocked() {
 	now := time.Now()
 	due := s.expireLocked(now)
 	s.fillSlotsLocked()
+	if s.holding && !s.closed && !s.holdReachedLocked() {
+		s.armLocked(now, due)
+		return
+	}
+	s.holding = false
 	for e := range s.execs {
 		if s.busy[e] {
 			continue
@@ -354,6 +382,22 @@ func (s *Scheduler) dispatchLocked() {
 		s.stopOnce.Do(func() { close(s.drained) })
 	}
 	s.armLocked(now, due)
+}
+
+// holdReachedLocked reports whether the test hold is over: the sequences
+// in slots have HoldUntilQueued requests queued and the backlogged ones
+// HoldUntilBacklogged, counted over all instances as Triton counts them.
+func (s *Scheduler) holdReachedLocked() bool {
+	inSlots, backlogged := 0, 0
+	for _, sq := range s.slots {
+		if sq != nil {
+			inSlots += len(sq.queue)
+		}
+	}
+	for _, sq := range s.backlog {
+		backlogged += len(sq.queue)
+	}
+	return inSlots >= s.opts.HoldUntilQueued && backlogged >= s.opts.HoldUntilBacklogged
 }
 
 // ready reports whether sq's next request can run now.
@@ -506,7 +550,11 @@ func (s *Scheduler) run(e int, rows []row) {
 	if err != nil {
 		err = s.backendError(err)
 	} else if s.obs != nil {
-		s.obs.Executed(real, packed.Sub(start), computed.Sub(packed), time.Since(computed))
+		// The batch size of the statistics counts every row the model
+		// ran, padding included, as Triton's sequence batcher does
+		// (qa/L0_sequence_batcher test_backlog_fill_no_end expects
+		// batches of 3 where one row has a request).
+		s.obs.Executed(len(rows), packed.Sub(start), computed.Sub(packed), time.Since(computed))
 	}
 	done := time.Now()
 	s.mu.Lock()

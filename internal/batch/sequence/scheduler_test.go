@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -386,4 +387,154 @@ func TestDirectWaitsForSlotUtilization(t *testing.T) {
 		calls := e.callList()
 		require.Equal(t, []int32{1, 1}, calls[len(calls)-1].ready, "both rows ran together")
 	})
+}
+
+// Triton's TRITONSERVER_DELAY_SCHEDULER / _BACKLOG_DELAY_SCHEDULER test
+// hooks (qa/L0_sequence_batcher test.sh sets them for test_full_batch:
+// 12 queued; test_backlog_fill: 10 queued and 2 backlogged): nothing runs
+// until the sequences in slots have HoldUntilQueued requests queued and
+// the backlogged ones HoldUntilBacklogged; then full batches run as in
+// qa/L0_sequence_batcher/sequence_batcher_test.py test_full_batch, which
+// expects three executions of batch size 4 for four sequences of three.
+func TestHoldUntilQueued(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := &accExec{}
+		o := accOptions(Direct, 4, infer.Invalid)
+		o.HoldUntilQueued, o.HoldUntilBacklogged = 12, 1
+		s, _ := newSched(t, o, e)
+		var wg sync.WaitGroup
+		// Every request from its own goroutine, a millisecond apart within
+		// a sequence, so that all of them queue at once (as the test's
+		// gRPC streams do).
+		for q := range 4 {
+			for k := range 3 {
+				wg.Go(func() {
+					time.Sleep(time.Duration(k) * ms) // in order within a sequence
+					if _, err := s.Submit(t.Context(), req(num(uint64(q+1)), 1, k == 0, k == 2)); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+		}
+		time.Sleep(10 * ms)
+		synctest.Wait()
+		require.Empty(t, e.callList(), "12 queued, but the backlog is still short of 1")
+		wg.Go(func() {
+			if _, err := s.Submit(t.Context(), req(num(5), 1, true, true)); err != nil {
+				t.Error(err)
+			}
+		})
+		time.Sleep(10 * ms)
+		synctest.Wait()
+		wg.Wait()
+		calls := e.callList()
+		require.Len(t, calls, 4)
+		for _, c := range calls[:3] {
+			require.Equal(t, []int32{1, 1, 1, 1}, c.ready, "full batches of the four sequences")
+		}
+		require.Equal(t, []int32{1}, calls[3].ready, "the backlogged sequence took slot 0")
+	})
+}
+
+// Direct gives a new sequence the lowest free row across the instances,
+// the first instance first, as Triton's sequence batcher does: two
+// sequences on two instances of max_batch_size 2 run one on each
+// (qa/L0_sequence_batcher/sequence_batcher_test.py test_half_batch with
+// MODEL_INSTANCES=2 expects 8 executions of batch size 1).
+func TestDirectSpreadsSequencesOverInstances(t *testing.T) {
+	e0, e1 := &accExec{}, &accExec{}
+	s, _ := newSched(t, accOptions(Direct, 2, infer.Invalid), e0, e1)
+	require.Equal(t, int32(1), sum(t, s, req(num(1), 1, true, false)))
+	require.Equal(t, int32(2), sum(t, s, req(num(2), 2, true, false)))
+	require.Equal(t, int32(3), sum(t, s, req(num(3), 3, true, false)))
+	require.Len(t, e0.callList(), 2, "sequences 1 and 3 share instance 0")
+	require.Len(t, e1.callList(), 1, "sequence 2 went to instance 1")
+	require.Equal(t, []int32{1}, e1.callList()[0].ready)
+	require.Equal(t, []int32{0, 1}, e0.callList()[1].ready, "sequence 3 has row 1 of instance 0")
+}
+
+// batchSizes records the batch sizes the scheduler reports.
+type batchSizes struct {
+	mu    sync.Mutex // protects sizes
+	sizes []int
+}
+
+func (b *batchSizes) Executed(n int, _, _, _ time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sizes = append(b.sizes, n)
+}
+
+// The statistics' batch size of a Direct execution counts its padding
+// rows, as Triton's do (qa/L0_sequence_batcher/sequence_batcher_test.py
+// test_backlog_fill_no_end: a sequence alone in slot 2 runs in batches of
+// 3), while each request counts one inference.
+func TestDirectBatchSizeCountsPadding(t *testing.T) {
+	obs := &batchSizes{}
+	s, err := New(accOptions(Direct, 4, infer.Invalid), []batch.Executor{&accExec{}}, obs, NewMetrics(prometheus.NewRegistry()), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })
+	require.Equal(t, int32(1), sum(t, s, req(num(1), 1, true, false)))
+	require.Equal(t, int32(5), sum(t, s, req(num(2), 5, true, false)))
+	require.Equal(t, int32(6), sum(t, s, req(num(2), 1, false, true)))
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	require.Equal(t, []int{1, 2, 2}, obs.sizes, "sequence 2 in slot 1 runs with slot 0's row")
+}
+
+// concatExec appends each row's BYTES INPUT element to its INPUT_STATE
+// element and returns the result as OUTPUT and OUTPUT_STATE.
+type concatExec struct{}
+
+func (concatExec) Execute(_ context.Context, inputs []infer.Tensor, outputs []string) ([]infer.Tensor, error) {
+	by := map[string]infer.Tensor{}
+	for _, t := range inputs {
+		by[t.Name] = t
+	}
+	in, err := infer.SplitBytes(by["INPUT"].Data)
+	if err != nil {
+		return nil, err
+	}
+	st, err := infer.SplitBytes(by["INPUT_STATE"].Data)
+	if err != nil {
+		return nil, err
+	}
+	var data []byte
+	for r := range in {
+		data = infer.AppendBytesElement(data, append(slices.Clone(st[r]), in[r]...))
+	}
+	outs := make([]infer.Tensor, len(outputs))
+	for i, name := range outputs {
+		outs[i] = infer.Tensor{Name: name, DataType: infer.Bytes, Shape: infer.Shape{int64(len(in)), 1}, Data: data}
+	}
+	return outs, nil
+}
+
+// A STRING implicit state is fed back like a numeric one and starts as
+// empty strings (Triton's qa/L0_sequence_batcher with IMPLICIT_STATE=1
+// runs onnx_sequence_object, whose state is TYPE_STRING).
+func TestBytesState(t *testing.T) {
+	o := accOptions(Direct, 2, infer.Invalid)
+	o.States = []State{{Input: "INPUT_STATE", Output: "OUTPUT_STATE", DataType: infer.Bytes, Dims: infer.Shape{1}}}
+	s, _ := newSched(t, o, concatExec{})
+	str := func(id uint64, v string, start bool) string {
+		r := req(num(id), 0, start, false)
+		r.Inputs[0].DataType = infer.Bytes
+		r.Inputs[0].Data = infer.AppendBytesElement(nil, []byte(v))
+		res, err := s.Submit(t.Context(), r)
+		require.NoError(t, err)
+		els, err := infer.SplitBytes(res.Outputs[0].Data)
+		require.NoError(t, err)
+		require.Len(t, els, 1)
+		return string(els[0])
+	}
+	require.Equal(t, "a", str(1, "a", true))
+	require.Equal(t, "x", str(2, "x", true))
+	require.Equal(t, "ab", str(1, "b", false))
+	require.Equal(t, "abc", str(1, "c", false))
+	require.Equal(t, "z", str(1, "z", true), "START gives it empty strings again")
+
+	o.States[0].Initial = []byte{1, 2}
+	_, err := New(o, []batch.Executor{concatExec{}}, nil, nil, nil)
+	require.ErrorContains(t, err, "initial value does not hold 1 serialized strings")
 }
