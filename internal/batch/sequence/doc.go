@@ -13,9 +13,9 @@
 //
 // Strategies. Direct pins a sequence to one row of one instance (slots =
 // max(max_batch_size, 1) per instance): an execution has one row per slot
-// up to the highest slot with a request, and rows of slots with nothing
+// up to the highest slot holding a sequence, and rows of slots with nothing
 // to run are zero-filled with READY false. With MaxQueueDelay, an
-// execution waits until MinSlotUtilization of the instance's active slots
+// execution waits until MinSlotUtilization of the instance's slots
 // have a request or its oldest request waited that long. Oldest keeps up
 // to MaxCandidates sequences active and fills each execution with the
 // oldest waiting requests, at most one per sequence, sending at once when

@@ -87,7 +87,8 @@ type Options struct {
 	PreferredBatchSizes []int
 	// MaxQueueDelay is how long a batch may wait for more rows: Oldest,
 	// until it is full or preferred; Direct, until MinSlotUtilization of
-	// the instance's active slots have a request.
+	// the instance's slots (max(MaxBatchSize, 1), active or not) have a
+	// request, as in Triton.
 	MaxQueueDelay      time.Duration
 	MinSlotUtilization float64
 	// IdleTimeout frees the slot of a sequence that received no request

@@ -153,11 +153,15 @@ func (s *Scheduler) Submit(ctx context.Context, req *Request) (*batch.Result, er
 	}
 	sq := s.seqs[req.ID]
 	if sq != nil && req.Start {
-		// A new sequence under an id still active: the old one ends once
-		// what it queued has run (Triton warns and does the same).
+		// A new sequence under an id still active (its END was never
+		// sent): as in Triton, the earlier one ends early and the new one
+		// takes its place, in the same slot (or backlog place), behind
+		// what the earlier one queued; its START request runs from fresh
+		// state (qa/L0_sequence_batcher
+		// test_backlog_same_correlation_id_no_end expects four full
+		// batches, the new sequence's requests in the earlier one's slot).
 		s.log.Warn("sequence started again before it ended; the earlier one ends early", "correlation_id", req.ID.String())
-		s.endLocked(sq)
-		sq = nil
+		s.m.started.Inc()
 	}
 	if sq == nil {
 		if !req.Start {
@@ -413,35 +417,39 @@ func (s *Scheduler) formLocked(e int, now time.Time) ([]row, time.Time) {
 }
 
 // formDirectLocked: the heads of executor e's slots, one row per slot up
-// to the highest slot with a request; slots without one are padding.
+// to the highest active slot (one holding a sequence); slots without a
+// request, or with one whose shapes differ from the first request's in
+// slot order, are padding. As in Triton's direct strategy, so that its
+// batch sizes (qa/L0_sequence_batcher test_ragged_batch: four sequences
+// of three shapes run in nine batches of 4) and the rows a model sees
+// agree with Triton's.
 func (s *Scheduler) formDirectLocked(e int, now time.Time) ([]row, time.Time) {
 	first := e * s.perInst
 	mine := s.slots[first : first+s.perInst]
 	var head *pending
-	active, withReq, top := 0, 0, -1
+	withReq, top := 0, -1
 	var oldest time.Time
 	for i, sq := range mine {
 		if sq == nil {
 			continue
 		}
-		active++
+		top = i
 		if !ready(sq) {
 			continue
 		}
 		p := sq.queue[0]
-		if head == nil || p.enq.Before(head.enq) {
+		if head == nil {
 			head = p
 		}
 		if oldest.IsZero() || p.enq.Before(oldest) {
 			oldest = p.enq
 		}
 		withReq++
-		top = i
 	}
 	if head == nil {
 		return nil, time.Time{}
 	}
-	if s.opts.MaxQueueDelay > 0 && !s.closed && float64(withReq) < s.opts.MinSlotUtilization*float64(active) {
+	if s.opts.MaxQueueDelay > 0 && !s.closed && float64(withReq) < s.opts.MinSlotUtilization*float64(s.perInst) {
 		if at := oldest.Add(s.opts.MaxQueueDelay); now.Before(at) {
 			return nil, at
 		}

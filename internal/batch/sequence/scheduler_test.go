@@ -329,6 +329,41 @@ func TestStartAgainResetsState(t *testing.T) {
 	require.Equal(t, int32(3), sum(t, s, req(num(1), 2, false, false)))
 }
 
+// A START under an id whose sequence never ended queues in that
+// sequence's slot, behind its requests, as in Triton
+// (qa/L0_sequence_batcher test_backlog_same_correlation_id_no_end, run
+// with TRITONSERVER_DELAY_SCHEDULER=16: the new sequence's requests count
+// among the slots' queued requests, none goes to the backlog).
+func TestStartAgainKeepsTheSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := &accExec{}
+		o := accOptions(Direct, 2, infer.Invalid)
+		o.HoldUntilQueued = 4
+		s, _ := newSched(t, o, e)
+		got := make([]int32, 4)
+		var wg sync.WaitGroup
+		for i, r := range []*Request{
+			req(num(1), 10, true, false), req(num(1), 20, false, false),
+			req(num(2), 5, true, false), req(num(1), 1, true, false),
+		} {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * ms) // in this order
+				res, err := s.Submit(t.Context(), r)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got[i] = int32(binary.LittleEndian.Uint32(res.Outputs[0].Data))
+			})
+		}
+		wg.Wait()
+		require.Equal(t, []int32{10, 30, 5, 1}, got, "the second START runs after the first sequence's requests, from fresh state")
+		inSlots, backlog := s.Active()
+		require.Equal(t, 2, inSlots)
+		require.Zero(t, backlog)
+	})
+}
+
 // A queued request whose caller gives up is dropped and never runs.
 func TestCancelledQueuedRequestIsDropped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -351,8 +386,11 @@ func TestCancelledQueuedRequestIsDropped(t *testing.T) {
 }
 
 // Direct with max_queue_delay and minimum_slot_utilization: an execution
-// waits until that share of the instance's active slots has a request, or
-// until its oldest request waited the delay (Triton's StrategyDirect).
+// waits until that share of the instance's slots (all of them, active or
+// not) has a request, or until its oldest request waited the delay
+// (Triton's StrategyDirect; qa/L0_sequence_batcher
+// test_queue_delay_half_min_util: with 4 slots and utilization 0.5, a
+// request of one of two active sequences waits the delay).
 func TestDirectWaitsForSlotUtilization(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := &accExec{}
@@ -372,20 +410,34 @@ func TestDirectWaitsForSlotUtilization(t *testing.T) {
 			synctest.Wait()
 			return ch
 		}
-		// One active slot of one: utilization 1 at once.
-		require.Zero(t, <-done(req(num(1), 1, true, false)))
-		// Two active slots, one with a request: it waits for the other...
+		// One request in two slots: it waits the delay.
+		require.Equal(t, 10*ms, <-done(req(num(1), 1, true, false)))
 		b := done(req(num(2), 1, true, false))
-		require.Equal(t, 10*ms, <-b, "sequence 2's START waited the delay: slot 1 had nothing")
+		require.Equal(t, 20*ms, <-b, "sequence 2's START waited the delay: slot 0 had nothing")
 		time.Sleep(5 * ms)
 		a := done(req(num(1), 1, false, false))
 		require.Empty(t, a)
 		time.Sleep(2 * ms)
 		c := done(req(num(2), 1, false, false))
-		require.Equal(t, 17*ms, <-a, "...until the other active slot has a request")
-		require.Equal(t, 17*ms, <-c)
+		require.Equal(t, 27*ms, <-a, "...until both slots have a request")
+		require.Equal(t, 27*ms, <-c)
 		calls := e.callList()
 		require.Equal(t, []int32{1, 1}, calls[len(calls)-1].ready, "both rows ran together")
+
+		// Utilization 0.5 of two slots: one request is enough.
+		o.MinSlotUtilization = 0.5
+		s2, _ := newSched(t, o, &accExec{})
+		start = time.Now()
+		ch := make(chan time.Duration, 1)
+		go func() {
+			_, err := s2.Submit(t.Context(), req(num(1), 1, true, false))
+			if err != nil {
+				t.Error(err)
+			}
+			ch <- time.Since(start)
+		}()
+		synctest.Wait()
+		require.Zero(t, <-ch)
 	})
 }
 
@@ -465,10 +517,12 @@ func (b *batchSizes) Executed(n int, _, _, _ time.Duration) {
 	b.sizes = append(b.sizes, n)
 }
 
-// The statistics' batch size of a Direct execution counts its padding
-// rows, as Triton's do (qa/L0_sequence_batcher/sequence_batcher_test.py
-// test_backlog_fill_no_end: a sequence alone in slot 2 runs in batches of
-// 3), while each request counts one inference.
+// A Direct execution has a row for every slot up to the highest one
+// holding a sequence, whether or not it has a request, and the
+// statistics' batch size counts those padding rows, as Triton's do
+// (qa/L0_sequence_batcher/sequence_batcher_test.py test_backlog_fill_no_end:
+// a sequence alone in slot 2 runs in batches of 3; test_ragged_batch:
+// nine batches of 4), while each request counts one inference.
 func TestDirectBatchSizeCountsPadding(t *testing.T) {
 	obs := &batchSizes{}
 	s, err := New(accOptions(Direct, 4, infer.Invalid), []batch.Executor{&accExec{}}, obs, NewMetrics(prometheus.NewRegistry()), nil)
@@ -476,10 +530,13 @@ func TestDirectBatchSizeCountsPadding(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })
 	require.Equal(t, int32(1), sum(t, s, req(num(1), 1, true, false)))
 	require.Equal(t, int32(5), sum(t, s, req(num(2), 5, true, false)))
+	require.Equal(t, int32(2), sum(t, s, req(num(1), 1, false, false)))
 	require.Equal(t, int32(6), sum(t, s, req(num(2), 1, false, true)))
+	require.Equal(t, int32(3), sum(t, s, req(num(1), 1, false, true)))
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
-	require.Equal(t, []int{1, 2, 2}, obs.sizes, "sequence 2 in slot 1 runs with slot 0's row")
+	require.Equal(t, []int{1, 2, 2, 2, 1}, obs.sizes,
+		"slot 1 holds sequence 2 from its START to its END: sequence 1 runs with its row")
 }
 
 // concatExec appends each row's BYTES INPUT element to its INPUT_STATE
