@@ -92,6 +92,13 @@ func appendTensorData(dst []byte, t *infer.Tensor) ([]byte, error) {
 	if nf, ok := errors.AsType[*kservewire.NonFiniteError](err); ok {
 		return nil, unrepresentable(t.Name, nf.Index, nf.Value)
 	}
+	if nu, ok := errors.AsType[*kservewire.NotUTF8Error](err); ok {
+		// Triton writes such bytes into the JSON unchanged and its client
+		// then fails to decode the response; Sluice keeps the body valid
+		// JSON and says why instead.
+		return nil, infer.Errorf(infer.KindUnsupported, reasonUnrepresentable,
+			"output '%s': element %d is not valid UTF-8, which JSON cannot represent; request binary output (parameter binary_data_output or binary_data)", t.Name, nu.Index)
+	}
 	return nil, infer.Errorf(infer.KindInternal, reasonInternal, "output '%s' has invalid datatype %s", t.Name, t.DataType)
 }
 

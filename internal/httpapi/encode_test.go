@@ -113,7 +113,7 @@ func TestAppendInferResponse(t *testing.T) {
 		Parameters: infer.Parameters{"b": true, "a": int64(-1), "s": "x"},
 		Outputs: []infer.Tensor{
 			{Name: "P", DataType: infer.FP32, Shape: infer.Shape{3}, Data: f32s(0.1, 1e-7, -2)},
-			{Name: "Q", DataType: infer.Bytes, Shape: infer.Shape{2}, Data: append(append(le32(2), 0xff, 'a'), append(le32(1), '\n')...)},
+			{Name: "Q", DataType: infer.Bytes, Shape: infer.Shape{2}, Data: append(append(le32(3), "\u00e9a"...), append(le32(1), '\n')...)},
 			{Name: "R", DataType: infer.Int64, Shape: infer.Shape{1}, Data: le64(1 << 40), Parameters: infer.Parameters{"k": uint64(3)}},
 		},
 	}
@@ -121,13 +121,25 @@ func TestAppendInferResponse(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, `{"model_name":"m","model_version":"2","id":"r\"1","parameters":{"a":-1,"b":true,"s":"x"},"outputs":[`+
 		`{"name":"P","datatype":"FP32","shape":[3],"data":[0.1,1e-07,-2]},`+
-		`{"name":"Q","datatype":"BYTES","shape":[2],"data":["\ufffda","\n"]},`+
+		`{"name":"Q","datatype":"BYTES","shape":[2],"data":["éa","\n"]},`+
 		`{"name":"R","datatype":"INT64","shape":[1],"parameters":{"binary_data_size":8,"k":3}}]}`, string(js))
 
 	t.Run("inconsistent output is an internal error", func(t *testing.T) {
 		bad := &infer.Response{Outputs: []infer.Tensor{{Name: "Z", DataType: infer.FP32, Shape: infer.Shape{2}, Data: f32s(1)}}}
 		_, err := appendInferResponse(nil, bad, []bool{false})
 		require.ErrorContains(t, err, "output 'Z'")
+	})
+	// Modelled on qa/L0_string_io/string_client_test.py
+	// test_tf_unicode_bytes: a BYTES output that is not UTF-8, asked for as
+	// JSON, must reach the client as an error, never as altered strings.
+	t.Run("not UTF-8", func(t *testing.T) {
+		bad := &infer.Response{Outputs: []infer.Tensor{{Name: "S", DataType: infer.Bytes, Shape: infer.Shape{2},
+			Data: append(append(le32(2), "ok"...), append(le32(3), 'a', 0xbf, 0xcb)...)}}}
+		_, err := appendInferResponse(nil, bad, []bool{false})
+		require.ErrorContains(t, err, "output 'S': element 1 is not valid UTF-8")
+		require.ErrorContains(t, err, "binary")
+		_, err = appendInferResponse(nil, bad, []bool{true})
+		require.NoError(t, err, "binary output carries any bytes")
 	})
 	t.Run("infinity", func(t *testing.T) {
 		for _, dt := range []infer.DataType{infer.FP16, infer.BF16, infer.FP64} {

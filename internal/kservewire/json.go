@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
@@ -32,6 +33,17 @@ func (e *NonFiniteError) Error() string {
 	return fmt.Sprintf("element %d is %v, which JSON cannot represent", e.Index, e.Value)
 }
 
+// NotUTF8Error reports a BYTES element that is not valid UTF-8: a JSON
+// string cannot carry it unchanged, and replacing its bytes would hand the
+// client other data than the model produced.
+type NotUTF8Error struct {
+	Index int // the element's position in the tensor
+}
+
+func (e *NotUTF8Error) Error() string {
+	return fmt.Sprintf("element %d is not valid UTF-8, which a JSON string cannot carry", e.Index)
+}
+
 // NonFiniteParamError reports a NaN or infinite parameter value.
 type NonFiniteParamError struct {
 	Key   string
@@ -48,7 +60,8 @@ var ErrNoJSONForm = errors.New("datatype has no JSON form")
 
 // AppendJSONData appends t's elements to dst as a flat JSON array. Floats
 // are written as AppendJSONFloat writes them, FP16 and BF16 widened to
-// float32 first; a NaN or infinity fails with a *NonFiniteError. t's size
+// float32 first; a NaN or infinity fails with a *NonFiniteError, a BYTES
+// element that is not valid UTF-8 with a *NotUTF8Error. t's size
 // must have been checked (infer.Tensor.CheckSize): BYTES data is walked
 // without bounds checks of its own.
 func AppendJSONData(dst []byte, t *infer.Tensor) ([]byte, error) {
@@ -145,6 +158,9 @@ func AppendJSONData(dst []byte, t *infer.Tensor) ([]byte, error) {
 		for i := 0; len(b) > 0; i++ {
 			// The size check has walked these prefixes already.
 			n := le.Uint32(b)
+			if !utf8.Valid(b[4 : 4+n]) {
+				return nil, &NotUTF8Error{Index: i}
+			}
 			sep(i)
 			dst = jsonenc.AppendString(dst, b[4:4+n])
 			b = b[4+n:]

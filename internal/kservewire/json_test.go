@@ -178,6 +178,14 @@ func TestAppendJSONDataErrors(t *testing.T) {
 	require.Equal(t, 1, nf.Index)
 	require.True(t, math.IsInf(nf.Value, -1))
 
+	// qa/L0_string_io/string_client_test.py test_tf_unicode_bytes: bytes
+	// that are not UTF-8 are refused, not replaced by U+FFFD.
+	str := infer.Tensor{DataType: infer.Bytes, Shape: infer.Shape{2}, Data: append(append(le.AppendUint32(nil, 1), 'x'), append(le.AppendUint32(nil, 2), 0xc3, 0x28)...)}
+	_, err = AppendJSONData(nil, &str)
+	nu, ok := errors.AsType[*NotUTF8Error](err)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, 1, nu.Index)
+
 	_, err = AppendJSONData(nil, &infer.Tensor{DataType: infer.Invalid})
 	require.ErrorIs(t, err, ErrNoJSONForm)
 
