@@ -305,6 +305,14 @@ func TestEnsembleServes(t *testing.T) {
 	require.Equal(t, uint64(2), stats["a"].Success.Count, "each ensemble ran a once")
 	require.Equal(t, uint64(4), stats["a"].InferenceCount)
 	require.Equal(t, uint64(1), stats["c"].Success.Count)
+	// Modelled on qa/L0_optional_input/optional_input_test.py
+	// test_ensemble_all_inputs: an ensemble reports one execution of the
+	// request's batch size per request, in batch_stats too.
+	require.Equal(t, uint64(1), stats["chain"].ExecutionCount)
+	require.Len(t, stats["chain"].BatchStats, 1)
+	require.Equal(t, uint64(2), stats["chain"].BatchStats[0].BatchSize)
+	require.Equal(t, uint64(1), stats["chain"].BatchStats[0].ComputeInfer.Count)
+	require.Equal(t, uint64(1), stats["chain"].ComputeInfer.Count)
 
 	// A step failing fails the ensemble, naming the step.
 	_, err = h.m.Infer(t.Context(), &infer.Request{Model: "chain", Inputs: []infer.Tensor{int32Tensor("X", []int64{1, 3}, 1, 2, 3)}})
