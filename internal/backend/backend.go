@@ -63,6 +63,17 @@ type ConfigSigner interface {
 	ConfigSignature(ctx context.Context, versionDir string, cfg *inferencepb.ModelConfig) (infer.Signature, error)
 }
 
+// ConfigCompleter is implemented by backends whose model code can complete
+// its own configuration, as a Triton Python model's auto_complete_config
+// does. With auto-complete on, the repository calls CompleteConfig for
+// each version before ConfigSignature, with the version folder and the
+// configuration so far (defaults applied; not modified), and uses the
+// configuration it returns, which it still validates. A version whose
+// code completes nothing gets cfg back. Errors name what was wrong.
+type ConfigCompleter interface {
+	CompleteConfig(ctx context.Context, versionDir string, cfg *inferencepb.ModelConfig) (*inferencepb.ModelConfig, error)
+}
+
 // HealthReporter is implemented by instances that can stop serving after
 // they loaded, such as an out-of-process worker that keeps crashing. The
 // repository index shows the reason.

@@ -119,6 +119,10 @@ type Request struct {
 	Priority int
 	// Timeout is the request's "timeout" parameter; 0 = none.
 	Timeout time.Duration
+	// Params are the request parameters the model sees, or nil. Only a
+	// RequestExecutor gets them, so a request with parameters goes to
+	// its ExecuteRequests even alone.
+	Params infer.Parameters
 }
 
 // Result is one request's share of an executed batch.

@@ -73,15 +73,19 @@ func (b *Batcher) execute(s *slot) {
 		}
 		inputs, packErr = b.packRagged(batch, total)
 		names = unionOutputs(batch)
+	} else if re, ok := s.exec.(RequestExecutor); ok && (len(batch) > 1 || batch[0].req.Params != nil) {
+		// The executor keeps request boundaries and parameters
+		// (requests.go); a request alone runs under its own context.
+		if len(batch) == 1 {
+			ctx = batch[0].ctx
+		}
+		b.executeRequests(ctx, re, s, start, total)
+		return
 	} else if len(batch) == 1 {
 		// Pass the tensors through; the request's own context lets a
 		// cancelled client stop the run.
 		p := batch[0]
 		ctx, inputs, names = p.ctx, p.req.Inputs, p.req.Outputs
-	} else if re, ok := s.exec.(RequestExecutor); ok {
-		// The executor keeps request boundaries (requests.go).
-		b.executeRequests(ctx, re, s, start, total)
-		return
 	} else {
 		inputs, names = s.pack(batch, total)
 	}

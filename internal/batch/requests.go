@@ -13,14 +13,14 @@ import (
 // batcher hands it such batches without concatenating their inputs or
 // splitting its outputs; a batch of one request still goes to Execute.
 //
-// ExecuteRequests gets each request's inputs and wanted outputs and
-// returns, per request, one tensor per wanted name (in order) or that
+// ExecuteRequests gets each request's inputs, wanted outputs and
+// parameters (nil when it has none) and returns, per request, one tensor per wanted name (in order) or that
 // request's error, so one request can fail without failing the others.
 // The inputs are borrowed as with Execute; the outputs become the
 // requests'.
 type RequestExecutor interface {
 	Executor
-	ExecuteRequests(ctx context.Context, inputs [][]infer.Tensor, outputs [][]string) ([][]infer.Tensor, []error)
+	ExecuteRequests(ctx context.Context, inputs [][]infer.Tensor, outputs [][]string, params []infer.Parameters) ([][]infer.Tensor, []error)
 }
 
 // executeRequests runs s.batch on a RequestExecutor and answers its
@@ -29,11 +29,12 @@ func (b *Batcher) executeRequests(ctx context.Context, re RequestExecutor, s *sl
 	batch := s.batch
 	inputs := make([][]infer.Tensor, len(batch))
 	names := make([][]string, len(batch))
+	params := make([]infer.Parameters, len(batch))
 	for i, p := range batch {
-		inputs[i], names[i] = p.req.Inputs, p.req.Outputs
+		inputs[i], names[i], params[i] = p.req.Inputs, p.req.Outputs, p.req.Params
 	}
 	prepared := time.Now()
-	outs, errs := re.ExecuteRequests(ctx, inputs, names)
+	outs, errs := re.ExecuteRequests(ctx, inputs, names, params)
 	computed := time.Now()
 	in, inf := prepared.Sub(start), computed.Sub(prepared)
 	b.m.compute.Observe(inf.Seconds())

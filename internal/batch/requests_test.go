@@ -16,13 +16,15 @@ import (
 // ExecuteRequests call got, and fails the requests whose id is 13.
 type requestExec struct {
 	*fakeExec
-	mu    sync.Mutex // protects sizes
-	sizes []int      // requests per ExecuteRequests call
+	mu     sync.Mutex         // protects sizes and params
+	sizes  []int              // requests per ExecuteRequests call
+	params []infer.Parameters // every request's parameters, in call order
 }
 
-func (e *requestExec) ExecuteRequests(ctx context.Context, inputs [][]infer.Tensor, outputs [][]string) ([][]infer.Tensor, []error) {
+func (e *requestExec) ExecuteRequests(ctx context.Context, inputs [][]infer.Tensor, outputs [][]string, params []infer.Parameters) ([][]infer.Tensor, []error) {
 	e.mu.Lock()
 	e.sizes = append(e.sizes, len(inputs))
+	e.params = append(e.params, params...)
 	e.mu.Unlock()
 	outs := make([][]infer.Tensor, len(inputs))
 	errs := make([]error, len(inputs))
@@ -61,6 +63,35 @@ func TestRequestExecutorKeepsBoundaries(t *testing.T) {
 		h.sleepUntil(3 * time.Millisecond)
 		ok(t, e, 5, 1)
 		require.Equal(t, []int{3}, exec.sizes)
+		h.close()
+	})
+}
+
+// Each request of a batch keeps its own parameters, and a request with
+// parameters reaches ExecuteRequests even alone, as a Triton Python
+// model's request.parameters() shows them
+// (qa/L0_parameters/parameters_test.py test_http_parameter).
+func TestRequestExecutorGetsParameters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		exec := &requestExec{fakeExec: newFakeExec()}
+		b, err := New(Options{Model: "m", Version: "1", Dynamic: true, MaxBatchSize: 8, MaxQueueDelay: time.Millisecond}, []Executor{exec}, nil, nil, nil)
+		require.NoError(t, err)
+		h := &harness{t: t, start: time.Now(), b: b}
+		withParams := func(id int64, p infer.Parameters) *Request {
+			r := request(id, 1)
+			r.Params = p
+			return r
+		}
+		a := h.submit(t.Context(), withParams(1, infer.Parameters{"k": "a"}))
+		c := h.submit(t.Context(), request(2, 1))
+		h.sleepUntil(time.Millisecond)
+		ok(t, a, 1, 1)
+		ok(t, c, 2, 1)
+		d := h.submit(t.Context(), withParams(3, infer.Parameters{"k": int64(3)}))
+		h.sleepUntil(3 * time.Millisecond)
+		ok(t, d, 3, 1)
+		require.Equal(t, []int{2, 1}, exec.sizes)
+		require.Equal(t, []infer.Parameters{{"k": "a"}, nil, {"k": int64(3)}}, exec.params)
 		h.close()
 	})
 }

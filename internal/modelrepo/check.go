@@ -216,7 +216,19 @@ func checkModelFolder(ctx context.Context, dir, name string, backends *backend.R
 			file = be.DefaultFilename()
 		}
 		path := filepath.Join(vdir, file)
-		sig, cause, err := versionSignature(ctx, be, cfg, vdir, path)
+		base := cfg
+		if cc, ok := be.(backend.ConfigCompleter); ok && autoComplete {
+			// As at load: the model's auto_complete_config (which runs
+			// model.py's top-level code) completes the configuration.
+			completed, err := cc.CompleteConfig(ctx, vdir, proto.CloneOf(cfg))
+			if err != nil {
+				at(cfgPath, "auto-complete config: %v", err)
+				continue
+			}
+			modelconfig.ApplyDefaults(completed, cfg.GetName())
+			base = completed
+		}
+		sig, cause, err := versionSignature(ctx, be, base, vdir, path)
 		if err != nil {
 			switch {
 			case cause == causeConfig:
@@ -230,7 +242,7 @@ func checkModelFolder(ctx context.Context, dir, name string, backends *backend.R
 			}
 			continue
 		}
-		vcfg := proto.CloneOf(cfg)
+		vcfg := proto.CloneOf(base)
 		if autoComplete {
 			if err := modelconfig.AutoComplete(vcfg, sig); err != nil {
 				at(cfgPath, "auto-complete config from %s: %v", path, err)

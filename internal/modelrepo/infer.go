@@ -149,6 +149,9 @@ func (lv *loaded) response(req *infer.Request, outs []infer.Tensor, classes map[
 type schedParams struct {
 	priority int           // 0 = the model's default level
 	timeout  time.Duration // 0 = the queue policy's default
+	// model are the parameters the model sees (a Python model's
+	// request.parameters()); nil when there are none.
+	model infer.Parameters
 }
 
 // Request parameters the scheduler reads, as Triton names them.
@@ -157,9 +160,42 @@ const (
 	paramTimeout  = "timeout" // microseconds
 )
 
-// scheduleParams reads the priority and timeout request parameters.
+// serverParams are the request parameters Triton's frontends consume
+// rather than hand to the model: the scheduling and sequence ones.
+var serverParams = map[string]bool{
+	paramPriority: true, paramTimeout: true,
+	paramSequenceID: true, paramSequenceStart: true, paramSequenceEnd: true,
+}
+
+// modelParams returns the request parameters a model sees, as Triton's
+// frontends pass them on (qa/L0_parameters/parameters_test.py): all but
+// serverParams. It returns nil, allocating nothing, when none is left.
+func modelParams(p infer.Parameters) infer.Parameters {
+	n := 0
+	for k := range p {
+		if !serverParams[k] {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	if n == len(p) {
+		return p
+	}
+	out := make(infer.Parameters, n)
+	for k, v := range p {
+		if !serverParams[k] {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// scheduleParams reads the priority and timeout request parameters and
+// picks the ones the model sees.
 func scheduleParams(p infer.Parameters) (schedParams, *infer.Error) {
-	var s schedParams
+	s := schedParams{model: modelParams(p)}
 	if v, ok := p[paramPriority]; ok {
 		n, ok := paramUint(v)
 		if !ok || n > math.MaxInt32 {

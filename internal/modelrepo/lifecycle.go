@@ -577,14 +577,26 @@ func (m *Manager) loadVersion(ctx context.Context, p *plan, v int64) (*loaded, *
 		file = p.be.DefaultFilename()
 	}
 	path := filepath.Join(vdir, file)
-	sig, cause, err := versionSignature(ctx, p.be, p.base, vdir, path)
+	base := p.base
+	if cc, ok := p.be.(backend.ConfigCompleter); ok && p.autoComplete {
+		// The model's own code completes the configuration first (a
+		// Python model's auto_complete_config), as Triton's backends do
+		// before the server's checks.
+		completed, err := cc.CompleteConfig(ctx, vdir, proto.CloneOf(p.base))
+		if err != nil {
+			return fail(causeConfig, fmt.Errorf("auto-complete config: %w", err))
+		}
+		modelconfig.ApplyDefaults(completed, p.name)
+		base = completed
+	}
+	sig, cause, err := versionSignature(ctx, p.be, base, vdir, path)
 	if cause == causeUnreadable {
 		err = fmt.Errorf("read model %s: %w", path, err)
 	}
 	if err != nil {
 		return fail(cause, err)
 	}
-	cfg := proto.CloneOf(p.base)
+	cfg := proto.CloneOf(base)
 	if p.autoComplete {
 		batchless := cfg.GetMaxBatchSize() == 0
 		if err := modelconfig.AutoComplete(cfg, sig); err != nil {

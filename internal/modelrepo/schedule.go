@@ -143,6 +143,7 @@ func (lv *loaded) execute(ctx context.Context, inputs []infer.Tensor, outputs []
 		BatchSize: int(batchSize),
 		Priority:  sched.priority,
 		Timeout:   sched.timeout,
+		Params:    sched.model,
 	})
 	if err != nil {
 		if ctx.Err() != nil {

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/metadata"
+
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
 
@@ -523,4 +525,91 @@ func TestPythonReloadUnderLoad(t *testing.T) {
 	if doubled.Load() == 0 || tripled.Load() == 0 {
 		t.Errorf("both model.py files should have answered")
 	}
+}
+
+// A Python model sees each request's parameters, and the headers the
+// forward patterns pick, as the JSON string request.parameters()
+// returns, over HTTP and gRPC; the server's own parameters (priority,
+// timeout, sequence_*) stay out. Its configuration comes from
+// auto_complete_config: the model folder has no config.pbtxt. Modelled on
+// qa/L0_parameters/parameters_test.py (test_http_parameter,
+// test_grpc_parameter with test.sh's TEST_HEADER=test_headers flags).
+func TestPythonRequestParameters(t *testing.T) {
+	s := startServerCmd(t, "model-server", "--model-repository", "test/integration/testdata/python_params",
+		"--http-header-forward-pattern", "my_header.*", "--grpc-header-forward-pattern", "my_header.*")
+	base := "http://" + s.http
+	paramsOf := func(t *testing.T, raw string) map[string]any {
+		t.Helper()
+		var got map[string]any
+		if err := json.Unmarshal([]byte(raw), &got); err != nil {
+			t.Fatalf("parameters() = %q: %v", raw, err)
+		}
+		return got
+	}
+
+	t.Run("config from auto_complete_config", func(t *testing.T) {
+		code, _, body := do(t, http.MethodGet, base+"/v2/models/params/config", nil, nil)
+		if code != http.StatusOK || !strings.Contains(string(body), `"name":"INPUT0"`) || !strings.Contains(string(body), `"name":"PARAMS"`) ||
+			!strings.Contains(string(body), `"max_batch_size":0`) {
+			t.Errorf("config = %d %s", code, body)
+		}
+	})
+
+	t.Run("HTTP", func(t *testing.T) {
+		req := []byte(`{"parameters":{"key1":"value1","key2":2,"key3":123.123,"key4":true,"priority":0},
+			"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1],"data":[1]}]}`)
+		code, _, body := do(t, http.MethodPost, base+"/v2/models/params/infer", req,
+			map[string]string{"Content-Type": "application/json", "my_header_1": "my_value_1", "other_header": "x"})
+		if code != http.StatusOK {
+			t.Fatalf("infer = %d %s", code, body)
+		}
+		outs := pyOutputs(t, body)
+		got := paramsOf(t, fmt.Sprint(outs["PARAMS"][0]))
+		want := map[string]any{"key1": "value1", "key2": 2.0, "key3": 123.123, "key4": true, "my_header_1": "my_value_1"}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("parameters() = %v, want %v", got, want)
+		}
+	})
+
+	t.Run("HTTP without parameters", func(t *testing.T) {
+		code, body, err := pyInfer(t.Context(), http.DefaultClient, base, "params", []map[string]any{
+			{"name": "INPUT0", "datatype": "FP32", "shape": []int{1}, "data": []float32{1}},
+		})
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("infer = %d %s %v", code, body, err)
+		}
+		if got := fmt.Sprint(pyOutputs(t, body)["PARAMS"][0]); got != "{}" {
+			t.Errorf("parameters() = %s, want {}", got)
+		}
+	})
+
+	t.Run("gRPC", func(t *testing.T) {
+		client := inferencepb.NewGRPCInferenceServiceClient(dialGRPC(t, s.grpc))
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "my_header_2", "my_value_2", "other_header", "x")
+		resp, err := client.ModelInfer(ctx, &inferencepb.ModelInferRequest{
+			ModelName: "params",
+			Parameters: map[string]*inferencepb.InferParameter{
+				"key1":    {ParameterChoice: &inferencepb.InferParameter_StringParam{StringParam: "value1"}},
+				"key2":    {ParameterChoice: &inferencepb.InferParameter_Int64Param{Int64Param: -2}},
+				"key3":    {ParameterChoice: &inferencepb.InferParameter_DoubleParam{DoubleParam: 321.321}},
+				"key4":    {ParameterChoice: &inferencepb.InferParameter_BoolParam{BoolParam: false}},
+				"timeout": {ParameterChoice: &inferencepb.InferParameter_Int64Param{Int64Param: 10_000_000}},
+			},
+			Inputs: []*inferencepb.ModelInferRequest_InferInputTensor{
+				{Name: "INPUT0", Datatype: "FP32", Shape: []int64{1}, Contents: &inferencepb.InferTensorContents{Fp32Contents: []float32{1}}},
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw := resp.GetRawOutputContents()[0]
+		if len(raw) < 4 {
+			t.Fatalf("PARAMS = %q", raw)
+		}
+		got := paramsOf(t, string(raw[4:]))
+		want := map[string]any{"key1": "value1", "key2": -2.0, "key3": 321.321, "key4": false, "my_header_2": "my_value_2"}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("parameters() = %v, want %v", got, want)
+		}
+	})
 }

@@ -232,7 +232,7 @@ func needFile(path string) error {
 
 func errNeedsConfig(backendName string) error {
 	if backendName == Name {
-		return errors.New("python models need input and output in config.pbtxt (model.py declares none, and auto_complete_config is not supported)")
+		return errors.New("python models need input and output: in config.pbtxt, or added by model.py's TritonPythonModel.auto_complete_config (none added them)")
 	}
 	return fmt.Errorf("%s models need input and output in config.pbtxt (their files do not declare them)", backendName)
 }

@@ -2,10 +2,13 @@ package python
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -147,7 +150,7 @@ func TestRequestBoundaries(t *testing.T) {
 		{f32Tensor("INPUT0", infer.Shape{1, 2}, 7, 8)},
 	}
 	outputs := [][]string{{"OUTPUT0", "BATCH"}, {"BATCH"}, {"OUTPUT0"}, {"OUTPUT0"}}
-	outs, errs := in.ExecuteRequests(t.Context(), inputs, outputs)
+	outs, errs := in.ExecuteRequests(t.Context(), inputs, outputs, nil)
 	for i, err := range errs {
 		if i == 2 {
 			continue
@@ -186,7 +189,7 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]`)
 		in := loadInstances(t, b, "raises", modelPath(t, "raises"), cfg, 1, 1)[0]
 		_, errs := in.ExecuteRequests(t.Context(),
 			[][]infer.Tensor{{f32Tensor("INPUT0", infer.Shape{1}, 1)}, {f32Tensor("INPUT0", infer.Shape{1}, 2)}},
-			[][]string{{"OUTPUT0"}, {"OUTPUT0"}})
+			[][]string{{"OUTPUT0"}, {"OUTPUT0"}}, nil)
 		for i, err := range errs {
 			var ie *infer.Error
 			if !errors.As(err, &ie) || ie.Kind != infer.KindInternal || ie.Reason != ReasonModelException ||
@@ -282,7 +285,7 @@ output [ { name: "Y" data_type: TYPE_STRING dims: [ 2, -1 ] } ]`,
 				Outputs: []infer.TensorSpec{{Name: "Y", DataType: infer.Bytes, Shape: infer.Shape{-1, 2, -1}}},
 			},
 		},
-		{name: "no outputs", cfg: `input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]`, wantErr: "python models need input and output in config.pbtxt"},
+		{name: "no outputs", cfg: `input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]`, wantErr: "python models need input and output: in config.pbtxt"},
 		{name: "decoupled", cfg: `input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]
 model_transaction_policy { decoupled: true }`, wantErr: "decoupled mode"},
@@ -566,3 +569,53 @@ output [
 
 // The scheduler hands Python instances batches of separate requests.
 var _ batch.RequestExecutor = (*Instance)(nil)
+
+// Each request of one execute() call sees its own parameters as the JSON
+// string request.parameters() returns, and "{}" when it has none, as
+// Triton's Python backend passes them (qa/L0_parameters/parameters_test.py
+// test_http_parameter: string, integer, double and bool values).
+func TestRequestParameters(t *testing.T) {
+	b, _ := testBackend(t, Options{})
+	cfg := testConfig(t, "params", `
+backend: "python"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "PARAMS" data_type: TYPE_STRING dims: [ 1 ] } ]`)
+	in := loadInstances(t, b, "params", modelPath(t, "params"), cfg, 1, 1)[0]
+	one := func() []infer.Tensor { return []infer.Tensor{f32Tensor("INPUT0", infer.Shape{1}, 1)} }
+	params := []infer.Parameters{
+		{"key1": "value1", "key2": int64(2), "key3": 123.123, "key4": true, "my_header": `a "quoted" \ value`},
+		nil,
+		{"u": uint64(math.MaxUint64)},
+	}
+	outs, errs := in.ExecuteRequests(t.Context(), [][]infer.Tensor{one(), one(), one()},
+		[][]string{{"PARAMS"}, {"PARAMS"}, {"PARAMS"}}, params)
+	want := []map[string]any{
+		{"key1": "value1", "key2": 2.0, "key3": 123.123, "key4": true, "my_header": `a "quoted" \ value`},
+		{},
+		{"u": float64(math.MaxUint64)},
+	}
+	for i := range want {
+		if errs[i] != nil {
+			t.Fatalf("request %d: %v", i, errs[i])
+		}
+		elems, err := infer.SplitBytes(outs[i][0].Data)
+		if err != nil || len(elems) != 1 {
+			t.Fatalf("request %d: PARAMS %q: %v", i, outs[i][0].Data, err)
+		}
+		var got map[string]any
+		if err := json.Unmarshal(elems[0], &got); err != nil {
+			t.Fatalf("request %d: parameters() = %q is not JSON: %v", i, elems[0], err)
+		}
+		if !reflect.DeepEqual(got, want[i]) {
+			t.Errorf("request %d: parameters() = %s, want %v", i, elems[0], want[i])
+		}
+	}
+	// Execute (no parameters) still answers "{}".
+	o, err := in.Execute(t.Context(), one(), []string{"PARAMS"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if elems, _ := infer.SplitBytes(o[0].Data); len(elems) != 1 || string(elems[0]) != "{}" {
+		t.Errorf("Execute: parameters() = %q, want {}", o[0].Data)
+	}
+}

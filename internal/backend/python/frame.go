@@ -30,7 +30,7 @@ const (
 
 // protocolVersion is the framing the embedded worker speaks; the worker
 // echoes it in opReady.
-const protocolVersion = 1
+const protocolVersion = 2
 
 // headerSize is the fixed frame header: u32 frame size (header included),
 // u8 op, three zero bytes, u64 id, all little-endian. Payloads start at
@@ -235,12 +235,15 @@ func (w *frameWriter) finish(limit int) (net.Buffers, error) {
 type execRequest struct {
 	inputs  []infer.Tensor
 	outputs []string
+	params  []byte // the request parameters as a JSON object; nil = none
 }
 
 // requests writes an opExecute payload:
 //
 //	u32 request count
 //	per request: u32 input count, u32 output count,
+//	             u32 parameters length (0 = none), the parameters as a
+//	             JSON object (what request.parameters() returns),
 //	             per output: u16 length, name
 //	             per input: tensor
 //
@@ -254,6 +257,8 @@ func (w *frameWriter) requests(reqs []execRequest) error {
 		r := &reqs[i]
 		w.u32(uint32(len(r.inputs)))
 		w.u32(uint32(len(r.outputs)))
+		w.u32(uint32(len(r.params)))
+		w.bytes(r.params)
 		for _, o := range r.outputs {
 			if err := w.str16(o); err != nil {
 				return err

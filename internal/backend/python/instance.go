@@ -2,6 +2,7 @@ package python
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -283,7 +284,7 @@ func (in *Instance) pick(ctx context.Context) (*worker, error) {
 // Execute runs one request (the inputs of a whole batch, when the
 // scheduler concatenated several) in one execute() call.
 func (in *Instance) Execute(ctx context.Context, inputs []infer.Tensor, outputs []string) ([]infer.Tensor, error) {
-	outs, errs := in.ExecuteRequests(ctx, [][]infer.Tensor{inputs}, [][]string{outputs})
+	outs, errs := in.ExecuteRequests(ctx, [][]infer.Tensor{inputs}, [][]string{outputs}, nil)
 	if errs[0] != nil {
 		return nil, errs[0]
 	}
@@ -291,10 +292,12 @@ func (in *Instance) Execute(ctx context.Context, inputs []infer.Tensor, outputs 
 }
 
 // ExecuteRequests runs several requests in one execute() call, so that the
-// model sees them as separate InferenceRequest objects. It returns each
-// request's outputs (one tensor per name it asked for, in order) or its
-// error; a failure of the whole call is every request's error.
-func (in *Instance) ExecuteRequests(ctx context.Context, inputs [][]infer.Tensor, outputs [][]string) ([][]infer.Tensor, []error) {
+// model sees them as separate InferenceRequest objects, each with its own
+// parameters (params[i], or all none when params is nil) as
+// request.parameters(). It returns each request's outputs (one tensor per
+// name it asked for, in order) or its error; a failure of the whole call
+// is every request's error.
+func (in *Instance) ExecuteRequests(ctx context.Context, inputs [][]infer.Tensor, outputs [][]string, params []infer.Parameters) ([][]infer.Tensor, []error) {
 	outs := make([][]infer.Tensor, len(inputs))
 	errs := make([]error, len(inputs))
 	fail := func(err error) ([][]infer.Tensor, []error) {
@@ -306,9 +309,21 @@ func (in *Instance) ExecuteRequests(ctx context.Context, inputs [][]infer.Tensor
 	if len(inputs) != len(outputs) {
 		return fail(fmt.Errorf("execute: %d input lists for %d output lists", len(inputs), len(outputs)))
 	}
+	if params != nil && len(params) != len(inputs) {
+		return fail(fmt.Errorf("execute: %d parameter sets for %d requests", len(params), len(inputs)))
+	}
 	reqs := make([]execRequest, len(outputs))
 	for i, out := range outputs {
 		reqs[i] = execRequest{inputs: inputs[i], outputs: out}
+		if params != nil && len(params[i]) > 0 {
+			// Encoded only for requests that have parameters: the
+			// common request pays nothing.
+			p, err := json.Marshal(params[i])
+			if err != nil {
+				return fail(fmt.Errorf("execute: encode request parameters: %w", err))
+			}
+			reqs[i].params = p
+		}
 	}
 	var w *worker
 	var f frame

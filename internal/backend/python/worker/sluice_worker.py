@@ -34,12 +34,12 @@ OP_FINALIZE = 8
 OP_FINALIZED = 9
 OP_LOG = 10
 
-PROTOCOL = 1
+PROTOCOL = 2
 
 HEADER = struct.Struct("<IBxxxQ")
 U16 = struct.Struct("<H")
 U32 = struct.Struct("<I")
-U32x2 = struct.Struct("<II")
+U32x3 = struct.Struct("<III")
 U64 = struct.Struct("<Q")
 TENSOR_HEAD = struct.Struct("<BB")
 
@@ -220,8 +220,12 @@ class Worker:
         off += 4
         reqs = []
         for _ in range(n):
-            nin, nout = U32x2.unpack_from(buf, off)
-            off += 8
+            nin, nout, nparams = U32x3.unpack_from(buf, off)
+            off += 12
+            params = "{}"
+            if nparams:
+                params = str(buf[off : off + nparams], "utf-8")
+                off += nparams
             outs = []
             for _ in range(nout):
                 (ln,) = U16.unpack_from(buf, off)
@@ -250,7 +254,7 @@ class Worker:
                     arr = np.frombuffer(buf, dtype=dt, count=nbytes // self.itemsizes[code], offset=off).reshape(dims)
                 off += nbytes
                 ins.append(wrap(name, arr, code))
-            reqs.append(received(ins, outs))
+            reqs.append(received(ins, outs, params))
         return reqs
 
     def execute(self, rid, buf):

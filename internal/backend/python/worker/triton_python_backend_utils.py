@@ -10,8 +10,6 @@ that says so:
   stream_exec), the model loading API (load_model, unload_model,
   is_model_ready) and custom metrics (MetricFamily);
 - decoupled mode (InferenceRequest.get_response_sender);
-- auto_complete_config: the model's configuration must list its inputs
-  and outputs;
 - GPU tensors: every tensor is a CPU numpy array.
 """
 
@@ -307,7 +305,7 @@ class InferenceRequest:
         self._model_version = model_version
 
     @classmethod
-    def _received(cls, inputs, requested_output_names):
+    def _received(cls, inputs, requested_output_names, parameters="{}"):
         r = cls.__new__(cls)
         r._model_name = None
         r._inputs = inputs
@@ -316,7 +314,7 @@ class InferenceRequest:
         r._correlation_id = 0
         r._flags = 0
         r._timeout = 0
-        r._parameters = "{}"
+        r._parameters = parameters
         r._model_version = -1
         return r
 
@@ -345,7 +343,10 @@ class InferenceRequest:
         return self._timeout
 
     def parameters(self):
-        """The request parameters as a JSON string; Sluice passes none ("{}")."""
+        """The request parameters as a JSON string: the client's (but the
+        ones the server consumes: sequence_id, sequence_start, sequence_end,
+        priority, timeout) and the headers --http-header-forward-pattern /
+        --grpc-header-forward-pattern forward; "{}" when there are none."""
         return self._parameters
 
     def is_cancelled(self):
@@ -487,11 +488,104 @@ class MetricFamily:
 
 
 class ModelConfig:
-    """auto_complete_config is not supported: the configuration must list
-    the model's inputs and outputs."""
+    """The configuration a model's auto_complete_config completes at load.
 
-    def __init__(self, *_, **__):
-        _unsupported("auto_complete_config")
+    Sluice builds it from the configuration so far (config.pbtxt with
+    defaults applied, in Triton's JSON names); the model adds what is
+    missing and returns it. Values the configuration already sets must
+    agree with what the model adds."""
+
+    _TENSOR_KEYS = ("name", "data_type", "dims")
+
+    def __init__(self, model_config):
+        cfg = json.loads(model_config) if isinstance(model_config, (str, bytes)) else dict(model_config or {})
+        for key in ("input", "output", "model_warmup"):
+            cfg.setdefault(key, [])
+        cfg.setdefault("max_batch_size", 0)
+        self._model_config = cfg
+
+    def _name(self):
+        return self._model_config.get("name", "")
+
+    def as_dict(self):
+        """The configuration as a dict (the object itself: edits stick)."""
+        return self._model_config
+
+    def set_max_batch_size(self, max_batch_size):
+        """Sets max_batch_size; a different non-zero value in the
+        configuration is an error."""
+        if not isinstance(max_batch_size, int) or isinstance(max_batch_size, bool) or max_batch_size < 0:
+            raise ValueError("set_max_batch_size for model '%s' needs a non-negative integer, got %r" % (self._name(), max_batch_size))
+        have = self._model_config.get("max_batch_size", 0)
+        if have not in (0, max_batch_size):
+            raise ValueError("the configuration of model '%s' sets max_batch_size %d, but auto_complete_config sets %d"
+                             % (self._name(), have, max_batch_size))
+        self._model_config["max_batch_size"] = max_batch_size
+
+    def set_dynamic_batching(self):
+        """Turns on the dynamic batcher unless the configuration picked the
+        sequence batcher (an error)."""
+        if "sequence_batching" in self._model_config:
+            raise ValueError("the configuration of model '%s' uses sequence_batching; auto_complete_config cannot set dynamic_batching"
+                             % self._name())
+        self._model_config.setdefault("dynamic_batching", {})
+
+    def _add_tensor(self, kind, tensor):
+        if not isinstance(tensor, dict):
+            raise ValueError("add_%s for model '%s' needs a dict, got %s" % (kind, self._name(), type(tensor).__name__))
+        for key in self._TENSOR_KEYS:
+            if key not in tensor:
+                raise ValueError("%s %r added by auto_complete_config of model '%s' has no '%s'"
+                                 % (kind, tensor.get("name", ""), self._name(), key))
+        for have in self._model_config[kind]:
+            if have.get("name") != tensor["name"]:
+                continue
+            # The configuration names it already: fill in, never contradict.
+            for key, value in tensor.items():
+                cur = have.get(key)
+                unset = cur in (None, "", [], "TYPE_INVALID")
+                if unset:
+                    have[key] = value
+                elif key == "dims" and list(cur) != list(value):
+                    raise ValueError("%s '%s' of model '%s': the configuration has dims %s, auto_complete_config %s"
+                                     % (kind, tensor["name"], self._name(), list(cur), list(value)))
+                elif key != "dims" and cur != value:
+                    raise ValueError("%s '%s' of model '%s': the configuration has %s %s, auto_complete_config %s"
+                                     % (kind, tensor["name"], self._name(), key, cur, value))
+            return
+        self._model_config[kind].append(dict(tensor))
+
+    def add_input(self, input):  # noqa: A002 - Triton's parameter name
+        """Adds an input (a dict with name, data_type, dims and optionally
+        other ModelInput fields), or completes the one of that name."""
+        self._add_tensor("input", input)
+
+    def add_output(self, output):
+        """Adds an output (a dict with name, data_type, dims), or completes
+        the one of that name."""
+        self._add_tensor("output", output)
+
+    def add_model_warmup(self, model_warmup):
+        """Adds a model_warmup entry (a dict in ModelWarmup's JSON names)."""
+        if not isinstance(model_warmup, dict) or "name" not in model_warmup:
+            raise ValueError("add_model_warmup for model '%s' needs a dict with a 'name'" % self._name())
+        if any(w.get("name") == model_warmup["name"] for w in self._model_config["model_warmup"]):
+            raise ValueError("model_warmup '%s' of model '%s' exists already" % (model_warmup["name"], self._name()))
+        self._model_config["model_warmup"].append(dict(model_warmup))
+
+    def set_model_transaction_policy(self, transaction_policy_dict):
+        """Sets model_transaction_policy (Sluice refuses decoupled: true at
+        load)."""
+        if not isinstance(transaction_policy_dict, dict):
+            raise ValueError("set_model_transaction_policy for model '%s' needs a dict" % self._name())
+        policy = self._model_config.setdefault("model_transaction_policy", {})
+        for key, value in transaction_policy_dict.items():
+            if key != "decoupled":
+                raise ValueError("model_transaction_policy of model '%s' has no field '%s'" % (self._name(), key))
+            if key in policy and policy[key] != value:
+                raise ValueError("the configuration of model '%s' sets model_transaction_policy %s %s, auto_complete_config %s"
+                                 % (self._name(), key, policy[key], value))
+            policy[key] = value
 
 
 def load_model(*_, **__):
