@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestBackendSettings(t *testing.T) {
@@ -56,6 +57,26 @@ func TestDelaySchedulerHook(t *testing.T) {
 	for _, bad := range []string{"-1", "two", "3.5"} {
 		if _, err := delaySchedulerHook(env(bad, true), logger); err == nil || !strings.Contains(err.Error(), delaySchedulerEnv) {
 			t.Errorf("delaySchedulerHook(%q) error = %v, want one naming the variable", bad, err)
+		}
+	}
+}
+
+// TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC=2 as qa/L0_client_timeout/test.sh
+// sets it for client_non_infer_timeout_test.py.
+func TestDelayGRPCResponseHook(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+	env := func(v string) func(string) (string, bool) {
+		return func(k string) (string, bool) { return v, k == delayGRPCResponseEnv && v != "" }
+	}
+	if d, err := delayGRPCResponseHook(env(""), logger); err != nil || d != 0 {
+		t.Errorf("unset: %v, %v", d, err)
+	}
+	if d, err := delayGRPCResponseHook(env("2"), logger); err != nil || d != 2*time.Second {
+		t.Errorf("2: %v, %v", d, err)
+	}
+	for _, bad := range []string{"-1", "0.5s"} {
+		if _, err := delayGRPCResponseHook(env(bad), logger); err == nil || !strings.Contains(err.Error(), delayGRPCResponseEnv) {
+			t.Errorf("%q: error %v, want one naming the variable", bad, err)
 		}
 	}
 }

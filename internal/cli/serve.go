@@ -161,6 +161,27 @@ func delaySchedulerHook(lookup func(string) (string, bool), logger *slog.Logger)
 	return n, nil
 }
 
+// delayGRPCResponseEnv is Triton's test hook that delays every gRPC
+// response but inference by that many seconds, so that a test can see
+// client deadlines expire (qa/L0_client_timeout test.sh sets it).
+const delayGRPCResponseEnv = "TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC"
+
+// delayGRPCResponseHook reads delayGRPCResponseEnv; 0 when unset.
+func delayGRPCResponseHook(lookup func(string) (string, bool), logger *slog.Logger) (time.Duration, error) {
+	v, ok := lookup(delayGRPCResponseEnv)
+	if !ok || v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%s=%q: want a number of seconds, 0 or more", delayGRPCResponseEnv, v)
+	}
+	if n > 0 {
+		logger.Warn("test hook: every gRPC call but inference waits before it is answered", "env", delayGRPCResponseEnv, "seconds", n)
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
 // backendSettings parses --backend-config values into backend → key → value.
 func backendSettings(values []string) (map[string]map[string]string, error) {
 	out := map[string]map[string]string{}
@@ -342,6 +363,10 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	if err != nil {
 		return nil, err
 	}
+	grpcDelay, err := delayGRPCResponseHook(os.LookupEnv, logger)
+	if err != nil {
+		return nil, err
+	}
 	backlogHold, err := backlogDelaySchedulerHook(os.LookupEnv, logger)
 	if err != nil {
 		return nil, err
@@ -456,6 +481,7 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	ms.grpcSvc = grpcapi.New(ms.models, grpcapi.Options{ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings, HeaderForward: grpcForward}, logger, reg)
 	ms.grpcSrv = grpcapi.NewServer(ms.grpcSvc, grpcapi.ServerOptions{
 		MaxRecvMsgSize: int(limits.MaxBodyBytes),
+		DelayNonInfer:  grpcDelay,
 		Extra:          gd.grpcOptions("models_grpc", limits, tlsSrv, grpcPolicy, authz.KServeMethodGroup),
 	})
 

@@ -2,9 +2,11 @@ package grpcapi
 
 import (
 	"context"
+	"errors"
 	"math"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -44,6 +46,11 @@ type ServerOptions struct {
 	// HealthPollInterval is how often a health Watch stream re-reads
 	// readiness. Default 1s.
 	HealthPollInterval time.Duration
+	// DelayNonInfer is Triton's TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC
+	// test hook: every GRPCInferenceService call other than the inference
+	// ones waits this long before it is handled, so that a test can see a
+	// client deadline expire (qa/L0_client_timeout). 0: off.
+	DelayNonInfer time.Duration
 	// Extra are more server options: TLS credentials, the authorization
 	// and admission interceptors (they run after the metrics and recovery
 	// interceptors, so a refusal is counted).
@@ -81,6 +88,10 @@ func (o *ServerOptions) setDefaults() {
 // ModelStreamInfer streams last as long as their clients keep them.
 func NewServer(svc *Service, opts ServerOptions) *grpc.Server {
 	opts.setDefaults()
+	unary := []grpc.UnaryServerInterceptor{svc.metricsUnary, svc.recoverUnary}
+	if opts.DelayNonInfer > 0 {
+		unary = append(unary, delayNonInfer(opts.DelayNonInfer))
+	}
 	srv := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(opts.MaxRecvMsgSize),
 		grpc.MaxSendMsgSize(opts.MaxSendMsgSize),
@@ -99,13 +110,38 @@ func NewServer(svc *Service, opts ServerOptions) *grpc.Server {
 		// goroutine for the call as it would without the pool.
 		grpc.NumStreamWorkers(streamWorkers()),
 		// Metrics first so that a recovered panic is counted as Internal.
-		grpc.ChainUnaryInterceptor(svc.metricsUnary, svc.recoverUnary),
+		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(svc.metricsStream, svc.recoverStream),
 	}, opts.Extra...)...)
 	pb.RegisterGRPCInferenceServiceServer(srv, svc)
 	healthpb.RegisterHealthServer(srv, &health{svc: svc, poll: opts.HealthPollInterval})
 	reflection.Register(srv)
 	return srv
+}
+
+// delayNonInfer holds each unary GRPCInferenceService call but ModelInfer
+// for d before handling it (ServerOptions.DelayNonInfer). A call whose
+// deadline passes meanwhile ends there, unhandled.
+func delayNonInfer(d time.Duration) grpc.UnaryServerInterceptor {
+	prefix := "/" + pb.GRPCInferenceService_ServiceDesc.ServiceName + "/"
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if !strings.HasPrefix(info.FullMethod, prefix) || info.FullMethod == pb.GRPCInferenceService_ModelInfer_FullMethodName {
+			return handler(ctx, req)
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return handler(ctx, req)
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// The words gRPC clients use for their own deadline: the
+				// answer may reach the client before its timer fires.
+				return nil, status.Error(codes.DeadlineExceeded, "Deadline Exceeded")
+			}
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
 }
 
 // streamWorkers is the size of the call goroutine pool: enough for the

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/metadata"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-ml/sluice/internal/infer"
@@ -629,6 +629,39 @@ func TestHealthService(t *testing.T) {
 	require.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, next.GetStatus())
 	_, err = watch.Recv()
 	require.ErrorIs(t, err, io.EOF)
+}
+
+// Modelled on qa/L0_client_timeout/client_non_infer_timeout_test.py: with
+// Triton's TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC hook a non-inference
+// call outlives a 0.1 s client deadline ("Deadline Exceeded") and answers
+// within a longer one; inference is not delayed.
+func TestDelayNonInfer(t *testing.T) {
+	ts := startServer(t, ServerOptions{DelayNonInfer: 300 * time.Millisecond})
+	short, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	_, err := ts.client.ServerLive(short, &pb.ServerLiveRequest{})
+	require.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
+
+	// The hook's own answer to an expired deadline uses gRPC's words, which
+	// the QA test matches, should it reach the client before its timer.
+	expired, cancel0 := context.WithDeadline(t.Context(), time.Now())
+	defer cancel0()
+	_, err = delayNonInfer(time.Minute)(expired, nil, &grpc.UnaryServerInfo{FullMethod: pb.GRPCInferenceService_ServerLive_FullMethodName},
+		func(context.Context, any) (any, error) { return nil, errors.New("handled") })
+	require.Equal(t, codes.DeadlineExceeded, status.Code(err))
+	require.Equal(t, "Deadline Exceeded", status.Convert(err).Message())
+
+	start := time.Now()
+	live, err := ts.client.ServerLive(ctxTimeout(t), &pb.ServerLiveRequest{})
+	require.NoError(t, err)
+	require.True(t, live.GetLive())
+	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+
+	infer, cancel2 := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel2()
+	start = time.Now()
+	_, _ = ts.client.ModelInfer(infer, &pb.ModelInferRequest{ModelName: "absent"})
+	require.Less(t, time.Since(start), 300*time.Millisecond, "inference is not delayed")
 }
 
 func TestReflectionListsService(t *testing.T) {
