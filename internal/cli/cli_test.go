@@ -81,6 +81,38 @@ func TestDelayGRPCResponseHook(t *testing.T) {
 	}
 }
 
+// --cache-config as qa/L0_response_cache/test.sh passes it
+// ("--cache-config local,size=10840", and the refused combinations).
+func TestCacheSizeFlags(t *testing.T) {
+	for _, tt := range []struct {
+		size    int64
+		configs []string
+		want    int64
+		err     string
+	}{
+		{size: 5, want: 5},
+		{configs: []string{"local,size=10840"}, want: 10840},
+		{configs: []string{"local,size=1", "local,size=8192"}, want: 8192},
+		{configs: []string{"local,size=8192", "redis,key=value"}, err: "multiple cache configurations"},
+		{size: 12345, configs: []string{"local,size=67890"}, err: "incompatible flags"},
+		{configs: []string{"redis,host=localhost"}, err: "redis cache is not supported"},
+		{configs: []string{"local,size=-1"}, err: "number of bytes"},
+		{configs: []string{"local"}, err: "want <cache>,<setting>=<value>"},
+		{configs: []string{"local,ttl=3"}, err: "one setting, size"},
+	} {
+		got, err := cacheSizeFlags(tt.size, tt.configs)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%d %v: error %v, want %q", tt.size, tt.configs, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("%d %v = %d, %v; want %d", tt.size, tt.configs, got, err, tt.want)
+		}
+	}
+}
+
 func TestRunExitCodes(t *testing.T) {
 	tests := []struct {
 		name     string

@@ -55,6 +55,7 @@ type serveFlags struct {
 	logFormat       string
 	logLevel        string
 	cacheSize       int64
+	cacheConfig     []string
 	tritonMetrics   bool
 	serverName      string
 	serverVersion   string
@@ -123,6 +124,7 @@ func newServeCmd(use, short string) *cobra.Command {
 	fl.Int64Var(&f.maxBodyBytes, "max-request-bytes", 64<<20, "largest HTTP body or gRPC message accepted")
 	fl.IntVar(&f.exitTimeoutSecs, "exit-timeout-secs", 30, "seconds to wait for in-flight requests at shutdown")
 	fl.Int64Var(&f.cacheSize, "cache-size", 0, "bytes of the response cache shared by models with response_cache { enable: true }; 0 disables it")
+	fl.StringArrayVar(&f.cacheConfig, "cache-config", nil, "Triton's spelling of --cache-size: local,size=<bytes> (the local cache is the one supported)")
 	fl.BoolVar(&f.tritonMetrics, "triton-metrics", true, "also export the inference metrics under Triton's names (nv_inference_*), for Triton dashboards and alerts")
 	fl.StringVar(&f.serverName, "server-name", "sluice", "name in the server metadata (GET /v2, ServerMetadata); \"triton\" for clients that check it")
 	fl.StringVar(&f.serverVersion, "server-version", "", "version in the server metadata; default: this build's version")
@@ -159,6 +161,49 @@ func delaySchedulerHook(lookup func(string) (string, bool), logger *slog.Logger)
 		logger.Warn("test hook: every batcher holds its requests until enough are queued", "env", delaySchedulerEnv, "requests", n)
 	}
 	return n, nil
+}
+
+// cacheSizeFlags reconciles --cache-size with Triton's --cache-config
+// <cache>,<key>=<value> (repeatable): local,size=N sets the cache size.
+// As in Triton, two cache kinds are refused ("multiple cache
+// configurations"), and so is mixing the two spellings ("incompatible
+// flags", Triton's words for --response-cache-byte-size with
+// --cache-config). Sluice has the local cache only.
+func cacheSizeFlags(size int64, configs []string) (int64, error) {
+	if len(configs) == 0 {
+		return size, nil
+	}
+	if size != 0 {
+		return 0, errors.New("incompatible flags: --cache-size and --cache-config both set the response cache; use one")
+	}
+	kind := ""
+	set := false
+	for _, c := range configs {
+		name, kv, ok := strings.Cut(c, ",")
+		key, val, ok2 := strings.Cut(kv, "=")
+		if !ok || !ok2 || name == "" || key == "" {
+			return 0, fmt.Errorf("--cache-config %q: want <cache>,<setting>=<value>, e.g. local,size=1048576", c)
+		}
+		if kind != "" && name != kind {
+			return 0, fmt.Errorf("--cache-config: multiple cache configurations (%s, %s); only one cache may be configured", kind, name)
+		}
+		kind = name
+		if name != "local" {
+			return 0, fmt.Errorf("--cache-config %q: the %s cache is not supported; Sluice has the local cache (local,size=<bytes>)", c, name)
+		}
+		if key != "size" {
+			return 0, fmt.Errorf("--cache-config %q: the local cache has one setting, size", c)
+		}
+		n, err := strconv.ParseInt(val, 10, 64)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("--cache-config %q: size must be a number of bytes, 0 or more", c)
+		}
+		size, set = n, true
+	}
+	if !set {
+		return 0, errors.New("--cache-config local: size=<bytes> is required")
+	}
+	return size, nil
 }
 
 // delayGRPCResponseEnv is Triton's test hook that delays every gRPC
@@ -343,6 +388,9 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	}
 	settings, err := backendSettings(f.backendConfig)
 	if err != nil {
+		return nil, err
+	}
+	if f.cacheSize, err = cacheSizeFlags(f.cacheSize, f.cacheConfig); err != nil {
 		return nil, err
 	}
 	for name, kv := range f.backendSettings {
