@@ -110,13 +110,13 @@ func (c *responseCache) get(k cacheKey) ([]infer.Tensor, bool) {
 // put stores a copy of outputs under k for the loaded version owner,
 // evicting the least recently used entries to make room. A response
 // larger than the whole cache is not stored.
-func (c *responseCache) put(k cacheKey, owner uint64, outputs []infer.Tensor) {
-	size := int64(cacheEntryOverhead)
+func (c *responseCache) put(k cacheKey, owner uint64, outputs []infer.Tensor) (size int64, fits bool) {
+	size = int64(cacheEntryOverhead)
 	for _, t := range outputs {
 		size += cacheTensorOverhead + int64(len(t.Name)) + 8*int64(len(t.Shape)) + int64(len(t.Data))
 	}
 	if size > c.limit {
-		return
+		return size, false
 	}
 	e := &cacheEntry{key: k, owner: owner, outputs: cloneTensors(outputs), size: size}
 	c.mu.Lock()
@@ -124,7 +124,7 @@ func (c *responseCache) put(k cacheKey, owner uint64, outputs []infer.Tensor) {
 	if el, ok := c.items[k]; ok {
 		// A concurrent miss computed the same response first.
 		c.lru.MoveToFront(el)
-		return
+		return size, true
 	}
 	for c.used+size > c.limit {
 		c.removeLocked(c.lru.Back())
@@ -133,6 +133,7 @@ func (c *responseCache) put(k cacheKey, owner uint64, outputs []infer.Tensor) {
 	c.items[k] = c.lru.PushFront(e)
 	c.used += size
 	c.bytes.Set(float64(c.used))
+	return size, true
 }
 
 // drop removes every entry computed by the loaded version owner and

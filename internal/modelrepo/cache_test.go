@@ -65,7 +65,8 @@ func TestCacheEvictsLeastRecentlyUsedByBytes(t *testing.T) {
 
 	// A response larger than the whole cache is not stored and evicts
 	// nothing.
-	c.put(key(5), 1, bytesTensor(int(3*one), 5))
+	_, fits := c.put(key(5), 1, bytesTensor(int(3*one), 5))
+	require.False(t, fits)
 	_, ok = c.get(key(5))
 	require.False(t, ok)
 	_, n = c.size()
@@ -241,4 +242,29 @@ func TestCacheEnabledWithoutServerCache(t *testing.T) {
 	require.Len(t, h.logs.logLines(t, "response_cache is enabled but the server has no cache (--cache-size 0); responses are not cached"), 1)
 	_, err = New(Options{Repositories: []string{repo}, CacheSizeBytes: -1}, checkRegistry(), nil, nil)
 	require.EqualError(t, err, fmt.Sprintf("cache size %d bytes is negative", -1))
+}
+
+// Modelled on qa/L0_response_cache test.sh's
+// test_ensemble_cache_insertion_failure (a 200-byte cache): a response
+// larger than the whole cache is a miss every time, and the server says
+// so in its log ("Failed to insert key"), once per loaded version.
+func TestResponseCacheTooSmallWarnsOnce(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{
+		"m/config.pbtxt": fakeConfig("response_cache { enable: true }"),
+		"m/1/model.fake": fakeFile(1),
+	})
+	h := newHarness(t, Options{Repositories: []string{repo}, ControlMode: ControlExplicit, StartupModels: []string{"*"}, CacheSizeBytes: 10})
+	h.start(t)
+	for range 3 {
+		_, err := h.infer(t.Context(), "m", "")
+		require.NoError(t, err)
+	}
+	s, err := h.m.Statistics(t.Context(), "m", "1")
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), s[0].CacheMiss.Count)
+	require.Zero(t, s[0].CacheHit.Count)
+	warns := h.logs.logLines(t, "failed to insert key into the response cache: the response is larger than the whole cache, so this version's responses of that size are served uncached")
+	require.Len(t, warns, 1)
+	require.Equal(t, "m", warns[0]["model"])
 }

@@ -107,7 +107,12 @@ func (m *Manager) serve(ctx context.Context, lv *loaded, req *infer.Request, sta
 	if lv.cached {
 		t0 := time.Now()
 		if ierr == nil {
-			m.cache.put(key, lv.id, outs)
+			if size, fits := m.cache.put(key, lv.id, outs); !fits && lv.cacheTooBig.CompareAndSwap(false, true) {
+				// Once per loaded version: Triton logs each failed insertion
+				// ("Failed to insert key", qa/L0_response_cache test.sh).
+				m.logger.Warn("failed to insert key into the response cache: the response is larger than the whole cache, so this version's responses of that size are served uncached",
+					"model", lv.model, "version", lv.vstr, "entry_bytes", size, "cache_bytes", m.cache.limit)
+			}
 		}
 		lv.stats.cacheMiss(lookup + time.Since(t0))
 		lv.obs.cacheMisses.Inc()

@@ -162,6 +162,9 @@ type loaded struct {
 	stats     *versionStats // set when the version is published
 	ens       *ensemble     // nil unless the model is an ensemble
 	cached    bool          // response_cache is on and the server has a cache
+	// cacheTooBig is set once a response did not fit the whole cache (the
+	// warning is logged once per loaded version).
+	cacheTooBig atomic.Bool
 
 	mu      sync.Mutex // protects refs and retired
 	refs    int
