@@ -268,3 +268,19 @@ func TestResponseCacheTooSmallWarnsOnce(t *testing.T) {
 	require.Len(t, warns, 1)
 	require.Equal(t, "m", warns[0]["model"])
 }
+
+// Modelled on qa/L0_response_cache test.sh check_server_failure_decoupled_model
+// (decoupled_cache, and the ensemble with response_cache and
+// model_transaction_policy { decoupled: True }): the load fails with
+// Triton's words.
+func TestResponseCacheRefusesDecoupled(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{
+		"d/config.pbtxt": fakeConfig("response_cache { enable: true }\nmodel_transaction_policy { decoupled: true }"),
+		"d/1/model.fake": fakeFile(1),
+	})
+	h := newHarness(t, Options{Repositories: []string{repo}, ControlMode: ControlExplicit, CacheSizeBytes: 1 << 20})
+	h.start(t)
+	err := h.m.Load(t.Context(), "d", LoadOptions{})
+	require.ErrorContains(t, err, "response cache does not currently support model 'd' with 'decoupled' transaction policy")
+}

@@ -113,6 +113,10 @@ func (m *Manager) plan(name string, src modelSource) (*plan, *loadError) {
 		})
 	}
 	modelconfig.ApplyDefaults(p.base, name)
+	if p.base.GetResponseCache().GetEnable() && p.base.GetModelTransactionPolicy().GetDecoupled() {
+		// Triton's words: qa/L0_response_cache test.sh greps for them.
+		return fail(causeConfig, fmt.Errorf("response cache does not currently support model '%s' with 'decoupled' transaction policy", name))
+	}
 
 	avail, err := versionDirs(src.dir)
 	if err != nil {
