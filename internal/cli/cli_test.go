@@ -81,16 +81,20 @@ func TestDelayGRPCResponseHook(t *testing.T) {
 	}
 }
 
-// --cache-config as qa/L0_response_cache/test.sh passes it
-// ("--cache-config local,size=10840", and the refused combinations).
+// --cache-config and --response-cache-byte-size as qa/L0_response_cache/test.sh
+// passes them ("--cache-config local,size=10840", "--response-cache-byte-size=8192",
+// and the refused combinations).
 func TestCacheSizeFlags(t *testing.T) {
 	for _, tt := range []struct {
-		size    int64
-		configs []string
-		want    int64
-		err     string
+		size, byteSize int64
+		configs        []string
+		want           int64
+		err            string
 	}{
 		{size: 5, want: 5},
+		{byteSize: 8192, want: 8192},
+		{byteSize: 12345, configs: []string{"local,size=67890"}, err: "incompatible flags"},
+		{size: 1, byteSize: 2, err: "incompatible flags"},
 		{configs: []string{"local,size=10840"}, want: 10840},
 		{configs: []string{"local,size=1", "local,size=8192"}, want: 8192},
 		{configs: []string{"local,size=8192", "redis,key=value"}, err: "multiple cache configurations"},
@@ -100,7 +104,7 @@ func TestCacheSizeFlags(t *testing.T) {
 		{configs: []string{"local"}, err: "want <cache>,<setting>=<value>"},
 		{configs: []string{"local,ttl=3"}, err: "one setting, size"},
 	} {
-		got, err := cacheSizeFlags(tt.size, tt.configs)
+		got, err := cacheSizeFlags(tt.size, tt.byteSize, tt.configs)
 		if tt.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.err) {
 				t.Errorf("%d %v: error %v, want %q", tt.size, tt.configs, err, tt.err)

@@ -56,6 +56,7 @@ type serveFlags struct {
 	logLevel        string
 	cacheSize       int64
 	cacheConfig     []string
+	cacheByteSize   int64
 	tritonMetrics   bool
 	serverName      string
 	serverVersion   string
@@ -125,6 +126,7 @@ func newServeCmd(use, short string) *cobra.Command {
 	fl.IntVar(&f.exitTimeoutSecs, "exit-timeout-secs", 30, "seconds to wait for in-flight requests at shutdown")
 	fl.Int64Var(&f.cacheSize, "cache-size", 0, "bytes of the response cache shared by models with response_cache { enable: true }; 0 disables it")
 	fl.StringArrayVar(&f.cacheConfig, "cache-config", nil, "Triton's spelling of --cache-size: local,size=<bytes> (the local cache is the one supported)")
+	fl.Int64Var(&f.cacheByteSize, "response-cache-byte-size", 0, "Triton's older spelling of --cache-size")
 	fl.BoolVar(&f.tritonMetrics, "triton-metrics", true, "also export the inference metrics under Triton's names (nv_inference_*), for Triton dashboards and alerts")
 	fl.StringVar(&f.serverName, "server-name", "sluice", "name in the server metadata (GET /v2, ServerMetadata); \"triton\" for clients that check it")
 	fl.StringVar(&f.serverVersion, "server-version", "", "version in the server metadata; default: this build's version")
@@ -163,13 +165,23 @@ func delaySchedulerHook(lookup func(string) (string, bool), logger *slog.Logger)
 	return n, nil
 }
 
-// cacheSizeFlags reconciles --cache-size with Triton's --cache-config
-// <cache>,<key>=<value> (repeatable): local,size=N sets the cache size.
-// As in Triton, two cache kinds are refused ("multiple cache
-// configurations"), and so is mixing the two spellings ("incompatible
-// flags", Triton's words for --response-cache-byte-size with
-// --cache-config). Sluice has the local cache only.
-func cacheSizeFlags(size int64, configs []string) (int64, error) {
+// cacheSizeFlags reconciles --cache-size with Triton's two spellings,
+// --response-cache-byte-size N (older) and --cache-config
+// <cache>,<key>=<value> (repeatable; local,size=N sets the size). As in
+// Triton, two cache kinds are refused ("multiple cache configurations"),
+// and so is giving more than one spelling ("incompatible flags", Triton's
+// words for --response-cache-byte-size with --cache-config). Sluice has
+// the local cache only.
+func cacheSizeFlags(size, byteSize int64, configs []string) (int64, error) {
+	if byteSize != 0 {
+		if size != 0 || len(configs) > 0 {
+			return 0, errors.New("incompatible flags: --response-cache-byte-size with --cache-size or --cache-config; use one")
+		}
+		if byteSize < 0 {
+			return 0, errors.New("--response-cache-byte-size must be a number of bytes, 0 or more")
+		}
+		return byteSize, nil
+	}
 	if len(configs) == 0 {
 		return size, nil
 	}
@@ -390,7 +402,7 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	if err != nil {
 		return nil, err
 	}
-	if f.cacheSize, err = cacheSizeFlags(f.cacheSize, f.cacheConfig); err != nil {
+	if f.cacheSize, err = cacheSizeFlags(f.cacheSize, f.cacheByteSize, f.cacheConfig); err != nil {
 		return nil, err
 	}
 	for name, kv := range f.backendSettings {
