@@ -793,6 +793,13 @@ func (m *Manager) warmup(ctx context.Context, lv *loaded, vdir string) error {
 			m.logger.Debug("automatic warm-up skipped: the model has BYTES inputs", "model", lv.model, "version", lv.vstr)
 			return nil
 		}
+		if len(lv.cfg.GetBatchInput()) > 0 || slices.ContainsFunc(lv.cfg.GetInput(), (*inferencepb.ModelInput).GetAllowRaggedBatch) {
+			// The batcher flattens ragged inputs and adds the batch_input
+			// tensors; a zero sample handed to the instance has neither
+			// (qa/L0_batch_input's models warned at every load).
+			m.logger.Debug("automatic warm-up skipped: the model has ragged or batch_input inputs", "model", lv.model, "version", lv.vstr)
+			return nil
+		}
 		auto = true
 		var ins []infer.Tensor
 		for _, spec := range lv.inputs {

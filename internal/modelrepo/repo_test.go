@@ -553,3 +553,26 @@ func TestIgnoredVersionFoldersAreLogged(t *testing.T) {
 	require.NotContains(t, logs, "'.git'")
 	require.NotContains(t, logs, "notes.txt")
 }
+
+// The models of qa/L0_batch_input (allow_ragged_batch inputs, batch_input
+// tensors) get no automatic warm-up: only the batcher can form their
+// inputs, and the zero sample failed with a warning at every load.
+func TestAutoWarmupSkipsRaggedModels(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{
+		"ragged/config.pbtxt": `backend: "fake"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] allow_ragged_batch: true } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
+`,
+		"ragged/1/model.fake": fakeFile(0, func(fm *fakeModel) {
+			fm.Inputs[0] = fakeTensor{Name: "IN", DataType: "INT32", Shape: []int64{-1}}
+			fm.Outputs[0] = fakeTensor{Name: "OUT", DataType: "INT32", Shape: []int64{-1, -1}}
+		}),
+	})
+	h := newHarness(t, Options{Repositories: []string{repo}})
+	h.start(t)
+	require.Equal(t, []string{"1 READY"}, entries(h, "ragged"))
+	require.Zero(t, h.fake.executions.Load(), "no automatic warm-up run")
+	require.Empty(t, h.logs.logLines(t, "automatic warm-up failed; the version serves anyway (add model_warmup to the config to make warm-up a load condition)"))
+}
