@@ -284,3 +284,19 @@ func TestResponseCacheRefusesDecoupled(t *testing.T) {
 	err := h.m.Load(t.Context(), "d", LoadOptions{})
 	require.ErrorContains(t, err, "response cache does not currently support model 'd' with 'decoupled' transaction policy")
 }
+
+// A decoupled model is refused at load with a reason that names the
+// setting, whatever its backend: it was ignored before, so a client that
+// waits for a decoupled model's responses got one and no final flag.
+func TestDecoupledRefused(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{
+		"d/config.pbtxt": fakeConfig("model_transaction_policy { decoupled: true }"),
+		"d/1/model.fake": fakeFile(1),
+	})
+	h := newHarness(t, Options{Repositories: []string{repo}, ControlMode: ControlExplicit})
+	h.start(t)
+	err := h.m.Load(t.Context(), "d", LoadOptions{})
+	require.ErrorContains(t, err, "decoupled: true } is not supported")
+	require.ErrorContains(t, err, "config.pbtxt:")
+}

@@ -117,6 +117,14 @@ func (m *Manager) plan(name string, src modelSource) (*plan, *loadError) {
 		// Triton's words: qa/L0_response_cache test.sh greps for them.
 		return fail(causeConfig, fmt.Errorf("response cache does not currently support model '%s' with 'decoupled' transaction policy", name))
 	}
+	if p.base.GetModelTransactionPolicy().GetDecoupled() {
+		// Refused, not ignored: a client of a decoupled model waits for
+		// any number of responses, and every backend here sends one.
+		return fail(causeConfig, modelconfig.Error{
+			Pos: p.cfgSrc.Pos("model_transaction_policy.decoupled"),
+			Msg: "model_transaction_policy { decoupled: true } is not supported: every Sluice backend answers a request with exactly one response",
+		})
+	}
 
 	avail, err := versionDirs(src.dir)
 	if err != nil {
