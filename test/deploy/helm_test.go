@@ -119,9 +119,10 @@ func render(t *testing.T, values ...string) []manifest {
 	for _, v := range values {
 		args = append(args, "-f", filepath.Join(repoRoot, v))
 	}
+	helm := helmBinary(t) // built once, on a fresh machine for minutes: before the deadline starts
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := command(ctx, "", nil, helmBinary(t), args...)
+	out, err := command(ctx, "", nil, helm, args...)
 	if err != nil {
 		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
