@@ -78,11 +78,12 @@ type Joiner struct {
 	log   *slog.Logger
 	m     *metrics
 
-	sendMu sync.Mutex // orders offers against the close of queue; protects closed
-	closed bool
-	queue  chan queued
-	done   chan struct{} // closed when Run's worker returned
-	runs   atomic.Bool
+	sendMu  sync.Mutex // orders offers against the close of queue; protects closed
+	closed  bool
+	closing chan struct{} // closed by Close: a failing store is retried no more
+	queue   chan queued
+	done    chan struct{} // closed when Run's worker returned
+	runs    atomic.Bool
 
 	services atomic.Pointer[map[string]*svc]
 
@@ -143,7 +144,7 @@ func New(store Store, opts Options, logger *slog.Logger, reg prometheus.Register
 	}
 	j := &Joiner{
 		store: store, opts: opts, log: logger.With("component", "accuracy"), m: newMetrics(reg),
-		queue: make(chan queued, opts.QueueSize), done: make(chan struct{}),
+		queue: make(chan queued, opts.QueueSize), done: make(chan struct{}), closing: make(chan struct{}),
 	}
 	empty := map[string]*svc{}
 	j.services.Store(&empty)
@@ -353,14 +354,55 @@ func (j *Joiner) work() {
 				break fill
 			}
 		}
-		j.storePredictions(context.Background(), batch)
+		j.storeBatch(batch)
 		j.stored.Add(uint64(len(batch)))
+	}
+}
+
+// Backoff between retries of a batch the pending store refused.
+const (
+	minStoreRetry = 100 * time.Millisecond
+	maxStoreRetry = 5 * time.Second
+)
+
+// storeBatch stores a batch, retrying while the store fails (a broker
+// outage or hang): the batch waits in memory, the queue behind it fills,
+// and what the queue cannot take is dropped and counted at Offer. A retry
+// is safe: writing a prediction that is already stored changes nothing.
+// Once Close was called a batch that fails again is dropped and counted,
+// so Close does not wait on a dead store.
+func (j *Joiner) storeBatch(batch []*Prediction) {
+	backoff := minStoreRetry
+	var failingSince time.Time
+	for {
+		err := j.storePredictions(context.Background(), batch)
+		if err == nil {
+			if !failingSince.IsZero() {
+				j.log.Info("pending store writes again", "failing_for", time.Since(failingSince).Round(time.Millisecond).String())
+			}
+			return
+		}
+		j.m.storeFails.Inc()
+		if failingSince.IsZero() {
+			failingSince = time.Now()
+			j.log.Warn("pending store update failed; retrying, new predictions are dropped once the queue is full", "predictions", len(batch), "err", err)
+		}
+		select {
+		case <-j.closing:
+			for _, p := range batch {
+				j.m.dropped.WithLabelValues(p.Service).Inc()
+			}
+			j.log.Warn("pending store still failing at close; predictions dropped", "predictions", len(batch), "err", err)
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxStoreRetry)
 	}
 }
 
 // storePredictions writes a batch of predictions to the store, joining
 // those whose outcome waits there.
-func (j *Joiner) storePredictions(ctx context.Context, ps []*Prediction) {
+func (j *Joiner) storePredictions(ctx context.Context, ps []*Prediction) error {
 	keys := make([]string, len(ps))
 	for i, p := range ps {
 		keys[i] = storeKey(p.Service, p.Key)
@@ -388,9 +430,7 @@ func (j *Joiner) storePredictions(ctx context.Context, ps []*Prediction) {
 		}
 	})
 	if err != nil {
-		j.m.storeFails.Inc()
-		j.log.Warn("pending store update failed", "predictions", len(ps), "err", err)
-		return
+		return err
 	}
 	now := j.opts.Now()
 	var pairs []joinedPair
@@ -401,6 +441,7 @@ func (j *Joiner) storePredictions(ctx context.Context, ps []*Prediction) {
 	}
 	j.count(pairs, now)
 	j.m.pending.Set(float64(j.store.Len()))
+	return nil
 }
 
 // joinedPair is a prediction and its outcome.
@@ -687,6 +728,7 @@ func (j *Joiner) Close(ctx context.Context) error {
 	if !j.closed {
 		j.closed = true
 		close(j.queue)
+		close(j.closing)
 	}
 	j.sendMu.Unlock()
 	var err error

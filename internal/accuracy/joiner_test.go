@@ -2,10 +2,12 @@ package accuracy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -297,5 +299,70 @@ func TestAUCMatchesPairCount(t *testing.T) {
 	got, ok := s.Metric("auc")
 	if !ok || math.Abs(got-num/den) > 1e-9 {
 		t.Fatalf("auc %v (%v), want %v", got, ok, num/den)
+	}
+}
+
+// failingStore fails its first fails updates (a broker that is down or
+// hung), or every update while down is set, then writes through to the
+// bolt store underneath.
+type failingStore struct {
+	Store
+	fails atomic.Int32
+	down  atomic.Bool
+}
+
+func (s *failingStore) Update(ctx context.Context, keys []string, fn func(int, *Entry) *Entry) error {
+	if s.down.Load() || s.fails.Add(-1) >= 0 {
+		return errors.New("nats: timeout")
+	}
+	return s.Store.Update(ctx, keys, fn)
+}
+
+// A store that fails for a while loses no prediction: the batch in hand
+// is retried until it is stored. One that still fails at Close drops what
+// it holds and counts it.
+func TestStoreFailuresRetried(t *testing.T) {
+	c := &clock{t: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	bolt, err := OpenBolt(filepath.Join(t.TempDir(), "p.db"), 1000, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &failingStore{Store: bolt}
+	st.fails.Store(3)
+	reg := prometheus.NewRegistry()
+	j := New(st, Options{Lookback: 24 * time.Hour, Now: c.now}, nil, reg)
+	j.SetServices([]Service{{Name: "eta", Spec: etaSpec()}})
+	done := make(chan struct{})
+	go func() { _ = j.Run(context.Background()); close(done) }()
+	for i := range 10 {
+		if !j.Offer(pred(fmt.Sprintf("k%d", i), "1", "eu", 30, c.t), nil) {
+			t.Fatalf("offer %d refused", i)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := bolt.Len(); n != 10 {
+		t.Fatalf("%d predictions stored after the store came back, want all 10", n)
+	}
+	if f, d := testutil.ToFloat64(j.m.storeFails), testutil.ToFloat64(j.m.dropped.WithLabelValues("eta")); f != 3 || d != 0 {
+		t.Fatalf("store errors %v, dropped %v; want 3 and 0", f, d)
+	}
+
+	st.down.Store(true)
+	if !j.Offer(pred("late", "1", "eu", 30, c.t), nil) {
+		t.Fatal("offer refused")
+	}
+	for testutil.ToFloat64(j.m.storeFails) < 4 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := j.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if d := testutil.ToFloat64(j.m.dropped.WithLabelValues("eta")); d != 1 {
+		t.Fatalf("dropped %v, want the 1 prediction the dead store held at Close", d)
 	}
 }

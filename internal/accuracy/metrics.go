@@ -34,7 +34,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"service", "version"})),
 		dropped: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "sluice", Subsystem: "accuracy", Name: "predictions_dropped_total",
-			Help: "Predictions of the accuracy share not logged because the queue to the pending store was full or closed.",
+			Help: "Predictions of the accuracy share not joinable: the queue to the pending store was full or closed, or the store still failed at shutdown.",
 		}, []string{"service"})),
 		outcomes: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "sluice", Subsystem: "accuracy", Name: "outcomes_total",
@@ -83,7 +83,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"service", "kind"})),
 		storeFails: telemetry.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "sluice", Subsystem: "accuracy", Name: "store_errors_total",
-			Help: "Pending store updates that failed; their predictions are in the prediction log but not joinable.",
+			Help: "Pending store updates that failed (each retry counts); the batch is retried until it is stored, and dropped only if the store still fails at shutdown.",
 		})),
 	}
 }

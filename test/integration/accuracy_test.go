@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/sluice-ml/sluice/internal/release/record"
+	"github.com/sluice-ml/sluice/internal/release/record/natstest"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
 )
 
@@ -511,4 +512,74 @@ func TestAccuracyFleetJoin(t *testing.T) {
 	if n != 40 || math.Abs(mae/n-sumAbs/40) > 1e-9 {
 		t.Errorf("B joined %v pairs with MAE %v; want 40 with MAE %v", n, mae/n, sumAbs/40)
 	}
+}
+
+// TestAccuracyHungNATS hangs the fleet's NATS server (SIGSTOP: its
+// connections stay open and nothing answers) under prediction traffic.
+// The pending store lives there, but it is written off the request path:
+// every prediction is answered at once. Each prediction made meanwhile is
+// stored once NATS runs again or counted as dropped, none silently lost,
+// and outcomes then join every stored one.
+func TestAccuracyHungNATS(t *testing.T) {
+	nats := natstest.Start(t)
+	dir := t.TempDir()
+	gw := relGateway(t, map[string]any{"accuracy": accService(nil)}, nil)
+	gw["accuracy"] = map[string]any{"lookback": "1h", "log": map[string]any{"dir": filepath.Join(dir, "log")}}
+	c := gwStartWith(t, relModelRepo, relModel, relFeatureRepo(t), gw, gwOptions{
+		env: gwKeyEnv,
+		mutate: func(cfg map[string]any) {
+			cfg["cluster"] = map[string]any{"name": "acchung", "nats": map[string]any{"url": nats.URL()}}
+		},
+	})
+	tr := newRelTraffic(t, c)
+	pending := func() float64 { return accMetrics(t, c)["sluice_accuracy_pending_entries{}"] }
+	dropped := func() float64 {
+		return accMetrics(t, c)["sluice_accuracy_predictions_dropped_total{service="+relService+"}"]
+	}
+	answers := accPredict(t, c, tr, 0, 20)
+	for deadline := time.Now().Add(10 * time.Second); pending() < 20; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pending store holds %v entries after 10s, want 20", pending())
+		}
+	}
+
+	nats.Pause()
+	var slowest time.Duration
+	for i := 20; i < 60; i++ {
+		start := time.Now()
+		maps.Copy(answers, accPredict(t, c, tr, i, i+1))
+		slowest = max(slowest, time.Since(start))
+	}
+	if slowest > time.Second {
+		t.Errorf("a prediction took %v while NATS hung: the request path waits on the pending store", slowest)
+	}
+	time.Sleep(8 * time.Second) // past the store's 5 s request timeout
+	nats.Resume()
+
+	// Every prediction is in the store or counted as dropped.
+	var p, d float64
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		p, d = pending(), dropped()
+		if p+d >= 60 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if p+d != 60 {
+		t.Fatalf("after NATS ran again: %v pending + %v dropped, want 60 predictions accounted for", p, d)
+	}
+	var outs []accOutcome
+	for _, k := range slices.Sorted(maps.Keys(answers)) {
+		outs = append(outs, accOutcome{Key: k, Values: map[string]float64{"actual_minutes": answers[k].eta}})
+	}
+	joined := 0
+	for _, r := range accPost(t, c, outs, gwAuth) {
+		if r == "joined" {
+			joined++
+		}
+	}
+	if float64(joined) != p {
+		t.Errorf("%d outcomes joined, want one per stored prediction (%v)", joined, p)
+	}
+	t.Logf("NATS hung 8s+: 40 predictions answered, slowest %v; afterwards %v stored, %v dropped; %d outcomes joined",
+		slowest.Round(time.Millisecond), p, d, joined)
 }
