@@ -15,16 +15,23 @@ const backlogDelaySchedulerEnv = "TRITONSERVER_BACKLOG_DELAY_SCHEDULER"
 // backlogDelaySchedulerHook reads backlogDelaySchedulerEnv: the number of
 // backlogged requests each sequence batcher waits for; 0 when unset.
 func backlogDelaySchedulerHook(lookup func(string) (string, bool), logger *slog.Logger) (int, error) {
-	v, ok := lookup(backlogDelaySchedulerEnv)
+	return testHook(lookup, logger, backlogDelaySchedulerEnv, "requests", "every sequence batcher holds its requests until enough wait in its backlog")
+}
+
+// testHook reads one of Triton's test-hook environment variables: a count
+// (of requests, of seconds: unit) of 0 or more, 0 when unset. A hook that
+// is set is logged as a warning saying what it does: it exists for tests.
+func testHook(lookup func(string) (string, bool), logger *slog.Logger, env, unit, does string) (int, error) {
+	v, ok := lookup(env)
 	if !ok || v == "" {
 		return 0, nil
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%s=%q: want a number of requests, 0 or more", backlogDelaySchedulerEnv, v)
+		return 0, fmt.Errorf("%s=%q: want a number of %s, 0 or more", env, v, unit)
 	}
 	if n > 0 {
-		logger.Warn("test hook: every sequence batcher holds its requests until enough wait in its backlog", "env", backlogDelaySchedulerEnv, "requests", n)
+		logger.Warn("test hook: "+does, "env", env, unit, n)
 	}
 	return n, nil
 }

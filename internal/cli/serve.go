@@ -151,18 +151,7 @@ const delaySchedulerEnv = "TRITONSERVER_DELAY_SCHEDULER"
 // delaySchedulerHook reads delaySchedulerEnv: the number of queued
 // requests each batcher waits for before it starts; 0 when unset.
 func delaySchedulerHook(lookup func(string) (string, bool), logger *slog.Logger) (int, error) {
-	v, ok := lookup(delaySchedulerEnv)
-	if !ok || v == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%s=%q: want a number of requests, 0 or more", delaySchedulerEnv, v)
-	}
-	if n > 0 {
-		logger.Warn("test hook: every batcher holds its requests until enough are queued", "env", delaySchedulerEnv, "requests", n)
-	}
-	return n, nil
+	return testHook(lookup, logger, delaySchedulerEnv, "requests", "every batcher holds its requests until enough are queued")
 }
 
 // cacheSizeFlags reconciles --cache-size with Triton's two spellings,
@@ -225,18 +214,8 @@ const delayGRPCResponseEnv = "TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC"
 
 // delayGRPCResponseHook reads delayGRPCResponseEnv; 0 when unset.
 func delayGRPCResponseHook(lookup func(string) (string, bool), logger *slog.Logger) (time.Duration, error) {
-	v, ok := lookup(delayGRPCResponseEnv)
-	if !ok || v == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%s=%q: want a number of seconds, 0 or more", delayGRPCResponseEnv, v)
-	}
-	if n > 0 {
-		logger.Warn("test hook: every gRPC call but inference waits before it is answered", "env", delayGRPCResponseEnv, "seconds", n)
-	}
-	return time.Duration(n) * time.Second, nil
+	n, err := testHook(lookup, logger, delayGRPCResponseEnv, "seconds", "every gRPC call but inference waits before it is answered")
+	return time.Duration(n) * time.Second, err
 }
 
 // backendSettings parses --backend-config values into backend → key → value.

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -65,37 +64,13 @@ func (b *Backend) CompleteConfig(ctx context.Context, versionDir string, cfg *in
 		// Most models define none: spare their load a Python process.
 		return cfg, nil
 	}
-	dir, err := b.workerDir()
-	if err != nil {
-		return nil, err
-	}
 	cfgJSON, err := modelconfig.MarshalJSON(cfg)
 	if err != nil {
 		return nil, err
 	}
-	req, err := json.Marshal(completeRequest{ModelFile: path, ModelConfig: cfgJSON})
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, completeTimeout)
-	defer cancel()
-	//nolint:gosec // G204: the interpreter is the operator's backend setting
-	cmd := exec.CommandContext(ctx, b.opts.Interpreter, "-B", filepath.Join(dir, completeScript))
-	cmd.Stdin = bytes.NewReader(req)
-	cmd.Env = checkEnv(os.Environ())
-	var stdout, stderr limitedBuffer
-	stdout.limit, stderr.limit = maxCheckOutput, maxCheckOutput
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.WaitDelay = 5 * time.Second // a grandchild holding the pipes must not hang the load
-	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("model '%s': auto_complete_config stopped after %s: %w", cfg.GetName(), completeTimeout, context.Cause(ctx))
-		}
-		return nil, fmt.Errorf("model '%s': run auto_complete_config: %s exited: %w%s", cfg.GetName(), completeScript, err, lastLine(stderr.String()))
-	}
 	var ans completeAnswer
-	if err := json.Unmarshal(stdout.Bytes(), &ans); err != nil {
-		return nil, fmt.Errorf("model '%s': unreadable answer from %s: %w%s", cfg.GetName(), completeScript, err, lastLine(stderr.String()))
+	if err := b.runScript(ctx, completeScript, completeTimeout, completeRequest{ModelFile: path, ModelConfig: cfgJSON}, &ans); err != nil {
+		return nil, fmt.Errorf("model '%s': auto_complete_config: %w", cfg.GetName(), err)
 	}
 	switch {
 	case ans.Error != "":

@@ -83,43 +83,53 @@ func (b *Backend) check(ctx context.Context, kind, versionDir string, cfg *infer
 	if _, err := os.Stat(b.opts.Interpreter); err != nil {
 		return fail("cannot check the model: python interpreter %s: %v (install python3, python3-numpy and, for PyTorch models, python3-torch)", b.opts.Interpreter, err)
 	}
-	dir, err := b.workerDir()
-	if err != nil {
-		return fail("cannot check the model: %v", err)
-	}
 	cfgJSON, err := modelconfig.MarshalJSON(cfg)
 	if err != nil {
 		return fail("cannot check the model: %v", err)
 	}
-	req, err := json.Marshal(checkRequest{Kind: kind, VersionDir: versionDir, ModelConfig: cfgJSON})
-	if err != nil {
-		return fail("cannot check the model: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
-	defer cancel()
-	//nolint:gosec // G204: the interpreter is the operator's backend setting
-	cmd := exec.CommandContext(ctx, b.opts.Interpreter, "-B", filepath.Join(dir, checkScript))
-	cmd.Stdin = bytes.NewReader(req)
-	cmd.Env = checkEnv(os.Environ())
-	var stdout, stderr limitedBuffer
-	stdout.limit, stderr.limit = maxCheckOutput, maxCheckOutput
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.WaitDelay = 5 * time.Second // a grandchild holding the pipes must not hang the check
-	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			return fail("check model: stopped after %s: %v", checkTimeout, context.Cause(ctx))
-		}
-		return fail("check model: %s exited: %v%s", checkScript, err, lastLine(stderr.String()))
-	}
 	var ans checkAnswer
-	if err := json.Unmarshal(stdout.Bytes(), &ans); err != nil {
-		return fail("check model: unreadable answer from %s: %v%s", checkScript, err, lastLine(stderr.String()))
+	if err := b.runScript(ctx, checkScript, checkTimeout, checkRequest{Kind: kind, VersionDir: versionDir, ModelConfig: cfgJSON}, &ans); err != nil {
+		return fail("check model: %v", err)
 	}
 	out := make([]backend.Problem, 0, len(ans.Problems))
 	for _, p := range ans.Problems {
 		out = append(out, backend.Problem{File: p.File, Line: p.Line, Col: p.Col, Msg: p.Msg})
 	}
 	return out
+}
+
+// runScript runs one of the worker folder's short-lived scripts (the
+// checker, auto_complete_config) with req as JSON on its stdin, decodes
+// its JSON answer into ans, and stops it after timeout.
+func (b *Backend) runScript(ctx context.Context, script string, timeout time.Duration, req, ans any) error {
+	dir, err := b.workerDir()
+	if err != nil {
+		return err
+	}
+	in, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	//nolint:gosec // G204: the interpreter is the operator's backend setting
+	cmd := exec.CommandContext(ctx, b.opts.Interpreter, "-B", filepath.Join(dir, script))
+	cmd.Stdin = bytes.NewReader(in)
+	cmd.Env = checkEnv(os.Environ())
+	var stdout, stderr limitedBuffer
+	stdout.limit, stderr.limit = maxCheckOutput, maxCheckOutput
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = 5 * time.Second // a grandchild holding the pipes must not hang the caller
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("stopped after %s: %w", timeout, context.Cause(ctx))
+		}
+		return fmt.Errorf("%s exited: %w%s", script, err, lastLine(stderr.String()))
+	}
+	if err := json.Unmarshal(stdout.Bytes(), ans); err != nil {
+		return fmt.Errorf("unreadable answer from %s: %w%s", script, err, lastLine(stderr.String()))
+	}
+	return nil
 }
 
 // checkEnv is the checker's environment: the server's, one torch thread
