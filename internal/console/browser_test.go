@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -22,13 +21,7 @@ import (
 func TestPagesInChromium(t *testing.T) {
 	browser := consoletest.NewBrowser(t)
 	c := newChain(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- c.console.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-ran)
-	})
+	c.run(t)
 	c.traffic(t, 30)
 	time.Sleep(100 * time.Millisecond) // a few samples after the traffic
 
@@ -91,13 +84,7 @@ func TestChartAxesReadable(t *testing.T) {
 		s.HistoryFile = history
 		s.SampleEvery = 2 * time.Second // 900 frames: a 30-minute span keeps the file's 20
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- c.console.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-ran)
-	})
+	c.run(t)
 	c.traffic(t, 5)
 
 	for _, path := range []string{"/console/", "/console/services", "/console/models"} {

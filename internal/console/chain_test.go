@@ -289,6 +289,18 @@ func newChain(t *testing.T, opts ...func(*console.Sources)) *chain {
 
 // predict posts body to the eta service and returns the status code and
 // the answer.
+// run runs the console's sampler until the test ends.
+func (c *chain) run(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- c.console.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-ran)
+	})
+}
+
 func (c *chain) predict(t *testing.T, body string, hdr ...string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, c.gwHTTP.URL+"/v1/services/eta:predict", strings.NewReader(body))

@@ -535,7 +535,10 @@ func TestPythonReloadUnderLoad(t *testing.T) {
 // qa/L0_parameters/parameters_test.py (test_http_parameter,
 // test_grpc_parameter with test.sh's TEST_HEADER=test_headers flags).
 func TestPythonRequestParameters(t *testing.T) {
-	s := startServerCmd(t, "model-server", "--model-repository", "test/integration/testdata/python_params",
+	// The backend's own test model (its folder holds broken models too:
+	// only this one is loaded).
+	s := startServerCmd(t, "model-server", "--model-repository", "internal/backend/python/testdata/models",
+		"--model-control-mode", "explicit", "--load-model", "params",
 		"--http-header-forward-pattern", "my_header.*", "--grpc-header-forward-pattern", "my_header.*")
 	base := "http://" + s.http
 	paramsOf := func(t *testing.T, raw string) map[string]any {
