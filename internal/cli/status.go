@@ -175,6 +175,22 @@ func consoleAPI(ctx context.Context, client *http.Client, url string, v any) (ok
 	return false, true, fmt.Errorf("%s: status %d", url, code)
 }
 
+// versionText is one version in the MODELS list: "v2 READY since 10:42
+// (3h ago)" (the time in the local zone, with the date when it is not
+// today's).
+func versionText(v console.ModelVersion, now time.Time) string {
+	out := "v" + clean(v.Version) + " " + clean(v.State)
+	if v.LoadedAt.IsZero() {
+		return out
+	}
+	at := v.LoadedAt.Local()
+	layout := "15:04"
+	if y, m, d := at.Date(); y != now.Local().Year() || m != now.Local().Month() || d != now.Local().Day() {
+		layout = "2006-01-02 15:04"
+	}
+	return out + " since " + at.Format(layout) + " (" + ago(now, v.LoadedAt) + " ago)"
+}
+
 // writeStatus prints the report on one screen.
 func writeStatus(w io.Writer, rep *statusReport) {
 	s := &rep.Summary
@@ -228,7 +244,7 @@ func writeStatus(w io.Writer, rep *statusReport) {
 			var vs []string
 			var n uint64
 			for _, v := range m.Versions {
-				vs = append(vs, "v"+clean(v.Version)+" "+clean(v.State))
+				vs = append(vs, versionText(v, s.Time))
 				n += v.InferenceCount
 			}
 			if len(vs) == 0 {

@@ -41,6 +41,9 @@ func (a managerModels) Models(ctx context.Context) ([]Model, error) {
 			continue
 		}
 		v := ModelVersion{Version: e.Version, State: string(e.State), Reason: e.Reason}
+		if !e.LoadedAt.IsZero() {
+			v.LoadedAt = e.LoadedAt.UTC()
+		}
 		if e.State == modelrepo.StateReady {
 			if md, err := a.m.Metadata(ctx, e.Name, e.Version); err == nil {
 				mdl.Platform = md.Platform

@@ -88,6 +88,9 @@ type ModelVersion struct {
 	// Label and GitCommit are the version's provenance, when it has one.
 	Label     string `json:"label,omitempty"`
 	GitCommit string `json:"git_commit,omitempty"`
+	// LoadedAt is when this load of the version began to serve; zero
+	// when no load of it serves.
+	LoadedAt time.Time `json:"loaded_at,omitzero"`
 	// The statistics since the version loaded (zero unless READY).
 	InferenceCount uint64    `json:"inference_count"`
 	ExecutionCount uint64    `json:"execution_count"`

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
@@ -47,7 +48,8 @@ type tensorMetadata struct {
 
 // modelMetadata is the model metadata response. Provenance from a
 // version's model_config.json travels in parameters (version_label,
-// git_commit), which the protocol leaves open for extensions.
+// git_commit), which the protocol leaves open for extensions, and so does
+// loaded_at (RFC 3339), when the version began to serve.
 type modelMetadata struct {
 	Name       string            `json:"name"`
 	Versions   []string          `json:"versions"`
@@ -76,8 +78,11 @@ func (h *Handler) handleModelMetadata(w http.ResponseWriter, r *http.Request) {
 	if out.Versions == nil {
 		out.Versions = []string{}
 	}
-	if md.Label != "" || md.GitCommit != "" {
+	if md.Label != "" || md.GitCommit != "" || !md.LoadedAt.IsZero() {
 		out.Parameters = map[string]string{}
+		if !md.LoadedAt.IsZero() {
+			out.Parameters["loaded_at"] = rfc3339(md.LoadedAt)
+		}
 		if md.Label != "" {
 			out.Parameters["version_label"] = md.Label
 		}
@@ -119,7 +124,30 @@ func (h *Handler) handleModelConfig(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, r.Header.Get("X-Request-Id"), err)
 		return
 	}
+	// loaded_at is a Sluice extension beside Triton's fields (clients that
+	// read the config as a dict ignore it).
+	if md, err := h.models.Metadata(r.Context(), r.PathValue("model"), r.PathValue("version")); err == nil && md != nil && !md.LoadedAt.IsZero() {
+		b = withLoadedAt(b, md.LoadedAt)
+	}
 	writeJSON(w, b)
+}
+
+// rfc3339 formats a load time for the repository API: UTC, milliseconds.
+func rfc3339(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+
+// withLoadedAt adds "loaded_at" as the last member of a JSON object.
+func withLoadedAt(obj []byte, t time.Time) []byte {
+	obj = bytes.TrimRight(obj, " \t\r\n")
+	if len(obj) < 2 || obj[len(obj)-1] != '}' {
+		return obj
+	}
+	sep := ","
+	if len(bytes.TrimSpace(obj[1:len(obj)-1])) == 0 {
+		sep = ""
+	}
+	out := append([]byte{}, obj[:len(obj)-1]...)
+	out = append(out, sep+`"loaded_at":"`+rfc3339(t)+`"}`...)
+	return out
 }
 
 // duration is Triton's {count, ns} pair.
@@ -206,6 +234,9 @@ type indexEntry struct {
 	Version string `json:"version,omitempty"`
 	State   string `json:"state"`
 	Reason  string `json:"reason,omitempty"`
+	// LoadedAt (RFC 3339) is a Sluice extension: when the serving load of
+	// the version began to serve.
+	LoadedAt string `json:"loaded_at,omitempty"`
 }
 
 func (h *Handler) handleIndex(w http.ResponseWriter, r *http.Request) {
@@ -220,6 +251,9 @@ func (h *Handler) handleIndex(w http.ResponseWriter, r *http.Request) {
 	out := make([]indexEntry, len(entries))
 	for i, e := range entries {
 		out[i] = indexEntry{Name: e.Name, Version: e.Version, State: string(e.State), Reason: e.Reason}
+		if !e.LoadedAt.IsZero() {
+			out[i].LoadedAt = rfc3339(e.LoadedAt)
+		}
 	}
 	h.writeJSONValue(w, r, out)
 }

@@ -1,6 +1,8 @@
 package modelrepo
 
 import (
+	"time"
+
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -32,6 +34,8 @@ type Metadata struct {
 	// "2.1.0-a1b2c3d"); GitCommit likewise. Both may be empty.
 	Label     string
 	GitCommit string
+	// LoadedAt is when the version began to serve (this load of it).
+	LoadedAt time.Time
 }
 
 // IndexEntry is one row of the repository index.
@@ -43,6 +47,9 @@ type IndexEntry struct {
 	// empty, or a warning: a reload that failed (the previous load keeps
 	// serving) or a repository that cannot be read.
 	Reason string
+	// LoadedAt is when the version began to serve; zero unless a load of
+	// it serves (READY, or UNAVAILABLE with every instance down).
+	LoadedAt time.Time
 }
 
 // Duration is a count of events and their total time in nanoseconds, as in

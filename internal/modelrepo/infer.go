@@ -644,6 +644,7 @@ func (m *Manager) Metadata(_ context.Context, name, version string) (*Metadata, 
 		Outputs:   cloneSpecs(lv.client.Outputs),
 		Label:     lv.label,
 		GitCommit: lv.commit,
+		LoadedAt:  lv.loadedAt,
 	}
 	for _, s := range mdl.serving.Load().all() {
 		md.Versions = append(md.Versions, s.vstr)
@@ -833,6 +834,7 @@ func (mdl *model) index(repoErr map[string]string) []IndexEntry {
 		switch {
 		case set.get(v) != nil:
 			e.State = StateReady
+			e.LoadedAt = set.get(v).loadedAt
 			var reasons []string
 			if r, allDown := set.get(v).instanceHealth(); r != "" {
 				if allDown {

@@ -361,6 +361,10 @@ func (m *Manager) reconcile(ctx context.Context, mdl *model, src modelSource, fo
 	for _, f := range slices.Concat(absent, fails) {
 		status[f.version] = &versionStatus{reason: f.reason()}
 	}
+	now := time.Now()
+	for _, lv := range fresh {
+		lv.loadedAt = now
+	}
 	if !m.publish(mdl, &servingSet{versions: next}, status, "") {
 		for _, lv := range fresh {
 			_ = lv.shutdown()
@@ -368,7 +372,7 @@ func (m *Manager) reconcile(ctx context.Context, mdl *model, src modelSource, fo
 		return []*loadError{newLoadError(mdl.name, 0, causeCanceled, errors.New("server is shutting down"))}
 	}
 	for _, lv := range fresh {
-		m.metrics.setInfo(lv.model, lv.vstr, lv.label, lv.commit)
+		m.metrics.setInfo(lv.model, lv.vstr, lv.label, lv.commit, lv.loadedAt)
 		m.logger.Info("model version serving", "model", lv.model, "version", lv.vstr, "version_label", lv.label)
 	}
 	for _, f := range fails {

@@ -461,3 +461,64 @@ func TestPollFollowsSymlinkedVersionFolders(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int32(2000), servedAdd(t, resp), "a change behind a symbolic link is a change")
 }
+
+// TestLoadedAt: each serving version carries when it began to serve, in
+// the index, the metadata and sluice_model_loaded_timestamp_seconds; a
+// poll that finds no change leaves it, a reload sets it anew.
+func TestLoadedAt(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{"m/config.pbtxt": fakeConfig(""), "m/1/model.fake": fakeFile(1000)})
+	h := newHarness(t, Options{Repositories: []string{repo}, ControlMode: ControlPoll})
+	started := time.Now()
+	h.start(t)
+
+	loadedAt := func() time.Time {
+		t.Helper()
+		md, err := h.m.Metadata(t.Context(), "m", "1")
+		require.NoError(t, err)
+		require.False(t, md.LoadedAt.IsZero(), "metadata carries loaded_at")
+		var idx []IndexEntry
+		for _, e := range h.m.Index(t.Context(), false) {
+			if e.Name == "m" {
+				idx = append(idx, e)
+			}
+		}
+		require.Len(t, idx, 1)
+		require.True(t, idx[0].LoadedAt.Equal(md.LoadedAt), "index %v, metadata %v", idx[0].LoadedAt, md.LoadedAt)
+		got := testutil.ToFloat64(h.m.metrics.loadedAt.WithLabelValues("m", "1"))
+		require.InDelta(t, float64(md.LoadedAt.UnixNano())/1e9, got, 1e-3, "the gauge says the same time")
+		return md.LoadedAt
+	}
+	first := loadedAt()
+	require.False(t, first.Before(started), "loaded at %v, before the manager started at %v", first, started)
+
+	h.m.pollOnce(t.Context())
+	h.m.pollOnce(t.Context())
+	require.True(t, loadedAt().Equal(first), "a poll that finds no change keeps loaded_at")
+
+	writeFiles(t, repo, map[string]string{"m/1/model.fake": fakeFile(1001)})
+	reloaded := func() bool {
+		h.m.pollOnce(t.Context())
+		resp, err := h.infer(t.Context(), "m", "")
+		return err == nil && servedAdd(t, resp) == 1001
+	}
+	for range 5 {
+		if reloaded() {
+			break
+		}
+	}
+	resp, err := h.infer(t.Context(), "m", "")
+	require.NoError(t, err)
+	require.Equal(t, int32(1001), servedAdd(t, resp), "the change is loaded")
+	second := loadedAt()
+	require.True(t, second.After(first), "a reload sets loaded_at anew: %v, then %v", first, second)
+
+	// Unloading the version forgets its series.
+	writeFiles(t, repo, map[string]string{"m/2/model.fake": fakeFile(2)})
+	require.NoError(t, os.RemoveAll(filepath.Join(repo, "m", "1")))
+	for range 5 {
+		h.m.pollOnce(t.Context())
+	}
+	require.Equal(t, 1, testutil.CollectAndCount(h.m.metrics.loadedAt), "only version 2 has a series")
+	require.Greater(t, testutil.ToFloat64(h.m.metrics.loadedAt.WithLabelValues("m", "2")), 0.0)
+}

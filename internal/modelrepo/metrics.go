@@ -24,6 +24,7 @@ type metrics struct {
 	state        *prometheus.GaugeVec
 	loadFailures *prometheus.CounterVec
 	info         *prometheus.GaugeVec
+	loadedAt     *prometheus.GaugeVec
 	repoUp       *prometheus.GaugeVec
 	repoErrors   *prometheus.CounterVec
 
@@ -81,6 +82,10 @@ func newMetrics(reg prometheus.Registerer, triton bool) *metrics {
 			Namespace: "sluice", Subsystem: "model", Name: "info",
 			Help: "Provenance of each loaded model version (always 1).",
 		}, []string{"model", "version", "version_label", "git_commit"}),
+		loadedAt: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "sluice", Subsystem: "model", Name: "loaded_timestamp_seconds",
+			Help: "When each serving model version began to serve (Unix seconds); a reload sets it anew, a poll that finds no change leaves it.",
+		}, mv),
 		repoUp: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "sluice", Subsystem: "model", Name: "repository_up",
 			Help: "Whether the last scan could read the model repository (1) or not (0).",
@@ -153,9 +158,10 @@ func (m *metrics) setState(model, version string, s State) {
 
 // setInfo records a loaded version's provenance, replacing what an earlier
 // load of the same version said.
-func (m *metrics) setInfo(model, version, label, commit string) {
+func (m *metrics) setInfo(model, version, label, commit string, loadedAt time.Time) {
 	m.info.DeletePartialMatch(prometheus.Labels{"model": model, "version": version})
 	m.info.WithLabelValues(model, version, label, commit).Set(1)
+	m.loadedAt.WithLabelValues(model, version).Set(float64(loadedAt.UnixNano()) / 1e9)
 }
 
 // forgetVersion deletes every series of one version.
@@ -169,6 +175,7 @@ func (m *metrics) forgetVersion(model, version string) {
 	m.loadDuration.DeletePartialMatch(l)
 	m.state.DeletePartialMatch(l)
 	m.info.DeletePartialMatch(l)
+	m.loadedAt.DeletePartialMatch(l)
 	m.cacheHits.DeletePartialMatch(l)
 	m.cacheMisses.DeletePartialMatch(l)
 	m.triton.forget(l)
@@ -185,6 +192,7 @@ func (m *metrics) forgetModel(model string) {
 	m.loadDuration.DeletePartialMatch(l)
 	m.state.DeletePartialMatch(l)
 	m.info.DeletePartialMatch(l)
+	m.loadedAt.DeletePartialMatch(l)
 	m.loadFailures.DeletePartialMatch(l)
 	m.cacheHits.DeletePartialMatch(l)
 	m.cacheMisses.DeletePartialMatch(l)

@@ -144,6 +144,10 @@ type loaded struct {
 	platform string
 	label    string
 	commit   string
+	// loadedAt is when the version began to serve: set once, before the
+	// serving set that holds it is published, and never changed (a
+	// reload makes a new loaded).
+	loadedAt time.Time
 	client   infer.Signature // as model metadata shows it
 	inputs   []inputSpec
 	outputs  []string // config order
