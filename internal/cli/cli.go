@@ -14,7 +14,7 @@ import (
 
 // Version is the Sluice version, set at build time with
 // -ldflags "-X github.com/sluice-ml/sluice/internal/cli.Version=...".
-var Version = "0.1.0-dev"
+var Version = defaultVersion
 
 // exitError carries a process exit code through cobra.
 type exitError struct {

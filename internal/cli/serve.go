@@ -90,6 +90,11 @@ type serveFlags struct {
 	stayUpOnInitError bool
 	// modelStore is --model-store, Triton's old --model-repository.
 	modelStore []string
+	// tritonCompat are tritonserver flags accepted so that Triton start
+	// commands run unchanged (--allow-metrics, --log-verbose, ...).
+	tritonCompat tritonCompatFlags
+	// noMetrics is --allow-metrics=false: no metrics listener.
+	noMetrics bool
 }
 
 func newServeCmd(use, short string) *cobra.Command {
@@ -140,6 +145,7 @@ func newServeCmd(use, short string) *cobra.Command {
 	fl.Float64Var(&f.traceRatio, "trace-sample-ratio", 0, "share of traces started here that are sampled (by trace id); a sampled parent is always followed; 0: OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG when set, else 0.01")
 	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.tritonCompat.register(fl)
 	return cmd
 }
 
@@ -295,6 +301,9 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 		return runChain(ctx, cmd, f, hup)
 	}
 	f.stayUpOnInitError = cmd.Flags().Changed("exit-on-error") && !f.exitOnError
+	if err := f.tritonCompat.apply(cmd.Flags(), f); err != nil {
+		return err
+	}
 	start := time.Now()
 	f.levelVar = new(slog.LevelVar)
 	if f.traceRatio > 0 || os.Getenv("OTEL_TRACES_SAMPLER") == "" {
@@ -304,6 +313,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	if err != nil {
 		return err
 	}
+	f.tritonCompat.explain(cmd.Flags(), logger)
 	stopTracing, err := setupTracing(ctx, f, logger)
 	if err != nil {
 		return err
@@ -321,11 +331,13 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	}
 	defer ms.closeBackends()
 	logger.Info("sluice ready",
-		"http", ms.httpLn.Addr().String(), "grpc", ms.grpcLn.Addr().String(), "metrics", ms.metrics.Addr().String(),
+		"http", ms.httpLn.Addr().String(), "grpc", ms.grpcLn.Addr().String(), "metrics", ms.metricsAddr(),
 		"startup_seconds", time.Since(start).Seconds(), "listeners", gd.Listeners())
 	gd.writeListeners(cmd.OutOrStdout())
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return ms.metrics.Run(gctx) })
+	if ms.metrics != nil {
+		g.Go(func() error { return ms.metrics.Run(gctx) })
+	}
 	gd.run(gctx, g)
 	ms.run(ctx, gctx, g, nil)
 	g.Go(func() error {
@@ -347,7 +359,7 @@ type modelServer struct {
 	models      *drainingModels
 	httpLn      net.Listener
 	grpcLn      net.Listener
-	metrics     *telemetry.MetricsServer
+	metrics     *telemetry.MetricsServer // nil with --allow-metrics=false
 	reg         *prometheus.Registry // what metrics serves
 	httpSrv     *http.Server
 	grpcSvc     *grpcapi.Service
@@ -484,18 +496,20 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 		_ = ms.httpLn.Close()
 		return nil, err
 	}
-	metricsAddr := net.JoinHostPort(f.address, strconv.Itoa(f.metricsPort))
-	ms.metrics, err = telemetry.NewMetricsServer(ctx, metricsAddr, reg, logger)
-	if err != nil {
-		_ = ms.httpLn.Close()
-		_ = ms.grpcLn.Close()
-		return nil, listenError(tritonServices["metrics"], metricsAddr, err)
+	if !f.noMetrics {
+		metricsAddr := net.JoinHostPort(f.address, strconv.Itoa(f.metricsPort))
+		ms.metrics, err = telemetry.NewMetricsServer(ctx, metricsAddr, reg, logger)
+		if err != nil {
+			_ = ms.httpLn.Close()
+			_ = ms.grpcLn.Close()
+			return nil, listenError(tritonServices["metrics"], metricsAddr, err)
+		}
+		if tlsSrv != nil {
+			ms.metrics.UseTLS(tlsSrv.Config())
+		}
+		gd.guardMetrics("models_metrics", limits, ms.metrics)
+		gd.record("models_metrics", ms.metrics.Addr().String(), tlsOpts, "open (reads only)")
 	}
-	if tlsSrv != nil {
-		ms.metrics.UseTLS(tlsSrv.Config())
-	}
-	gd.guardMetrics("models_metrics", limits, ms.metrics)
-	gd.record("models_metrics", ms.metrics.Addr().String(), tlsOpts, "open (reads only)")
 	serverVersion := f.serverVersion
 	if serverVersion == "" {
 		serverVersion = Version

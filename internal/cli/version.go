@@ -5,6 +5,7 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -21,29 +22,13 @@ type buildInfo struct {
 	Version, Commit, Go, ONNXRuntime string
 }
 
-// readBuildInfo fills the version and commit from -ldflags, else the
-// commit from the VCS stamp Go writes into the binary (vcs.revision,
-// "-dirty" for a modified tree), and the ONNX Runtime version from the library itself: it loads
-// the library FindLibrary finds and asks it. Without one, it says why.
+// readBuildInfo fills the version and commit (stampedVersion) and the ONNX
+// Runtime version from the library itself: it loads the library
+// FindLibrary finds and asks it. Without one, it says why.
 func readBuildInfo(ortLibrary string) buildInfo {
-	bi := buildInfo{Version: Version, Commit: "unknown", Go: runtime.Version()}
-	if info, ok := debug.ReadBuildInfo(); ok && Commit == "" {
-		modified := false
-		for _, s := range info.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				bi.Commit = s.Value
-			case "vcs.modified":
-				modified = s.Value == "true"
-			}
-		}
-		if modified && bi.Commit != "unknown" {
-			bi.Commit += "-dirty"
-		}
-	}
-	if Commit != "" {
-		bi.Commit = Commit
-	}
+	info, _ := debug.ReadBuildInfo()
+	v, commit := stampedVersion(info, Version, Commit)
+	bi := buildInfo{Version: v, Commit: commit, Go: runtime.Version()}
 	lib, err := onnxruntime.FindLibrary(ortLibrary)
 	if err != nil {
 		bi.ONNXRuntime = "not loaded (" + err.Error() + ")"
@@ -57,6 +42,40 @@ func readBuildInfo(ortLibrary string) buildInfo {
 	bi.ONNXRuntime = b.LoadedVersion() + " (" + lib + ")"
 	_ = b.Close() // best effort: the process ends next
 	return bi
+}
+
+// defaultVersion is Version when -ldflags does not set it.
+const defaultVersion = "0.1.0-dev"
+
+// stampedVersion is the version and commit a binary reports. -ldflags
+// (make build) wins; without it, the stamp Go writes into every binary
+// built in a module from a VCS checkout: vcs.revision, "-dirty" when
+// vcs.modified, and the module version when Go knows one (go install
+// of a tagged release).
+func stampedVersion(info *debug.BuildInfo, version, commit string) (string, string) {
+	if commit != "" {
+		return version, commit
+	}
+	commit = "unknown"
+	if info == nil {
+		return version, commit
+	}
+	if version == defaultVersion && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		version = strings.TrimPrefix(info.Main.Version, "v")
+	}
+	modified := false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			commit = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if modified && commit != "unknown" {
+		commit += "-dirty"
+	}
+	return version, commit
 }
 
 func (bi buildInfo) write(w io.Writer) {

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -76,5 +77,37 @@ func TestModelServerHasNoChainFlags(t *testing.T) {
 	_, out, _ = runCLI(t, "serve", "--help")
 	if !strings.Contains(out, "-c, --config") || !strings.Contains(out, "--materialize") {
 		t.Errorf("serve --help lacks -c or --materialize")
+	}
+}
+
+// TestStampedVersion: without -ldflags, the version and commit come from
+// the build info Go stamps into the binary.
+func TestStampedVersion(t *testing.T) {
+	const rev = "0123456789abcdef0123456789abcdef01234567"
+	info := func(main string, settings ...string) *debug.BuildInfo {
+		bi := &debug.BuildInfo{Main: debug.Module{Path: "github.com/sluice-ml/sluice", Version: main}}
+		for i := 0; i+1 < len(settings); i += 2 {
+			bi.Settings = append(bi.Settings, debug.BuildSetting{Key: settings[i], Value: settings[i+1]})
+		}
+		return bi
+	}
+	for _, c := range []struct {
+		name            string
+		info            *debug.BuildInfo
+		version, commit string // -ldflags
+		wantV, wantC    string
+	}{
+		{"plain go build", info("(devel)", "vcs.revision", rev, "vcs.modified", "false"), defaultVersion, "", defaultVersion, rev},
+		{"modified tree", info("(devel)", "vcs.revision", rev, "vcs.modified", "true"), defaultVersion, "", defaultVersion, rev + "-dirty"},
+		{"go install of a tag", info("v1.4.2", "vcs.revision", rev), defaultVersion, "", "1.4.2", rev},
+		{"no VCS stamp", info("(devel)"), defaultVersion, "", defaultVersion, "unknown"},
+		{"no build info", nil, defaultVersion, "", defaultVersion, "unknown"},
+		{"ldflags win", info("v1.4.2", "vcs.revision", rev), "2.0.0", "cafe", "2.0.0", "cafe"},
+		{"ldflags version only", info("v1.4.2", "vcs.revision", rev), "2.0.0", "", "2.0.0", rev},
+	} {
+		v, commit := stampedVersion(c.info, c.version, c.commit)
+		if v != c.wantV || commit != c.wantC {
+			t.Errorf("%s: got %s %s, want %s %s", c.name, v, commit, c.wantV, c.wantC)
+		}
 	}
 }

@@ -18,9 +18,9 @@ import (
 )
 
 // retryOnValues are the retry_on conditions the gateway knows (Envoy's HTTP
-// names plus gRPC status names).
+// names plus gRPC status names; refused-stream is Envoy's and Istio's).
 var retryOnValues = []string{
-	"5xx", "gateway-error", "reset", "connect-failure", "retriable-4xx",
+	"5xx", "gateway-error", "reset", "connect-failure", "retriable-4xx", "refused-stream",
 	"unavailable", "resource-exhausted", "cancelled", "deadline-exceeded",
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -28,6 +29,7 @@ type tryFailure struct {
 	code    codes.Code // gRPC code; OK when the try was not gRPC
 	connect bool       // no connection was established
 	reset   bool       // the connection failed after the request left
+	refused bool       // an HTTP/2 upstream refused the stream (RST_STREAM REFUSED_STREAM)
 	timeout bool       // the per-try timeout fired
 }
 
@@ -44,6 +46,10 @@ func (f tryFailure) matches(on string) bool {
 		return f.connect
 	case "retriable-4xx":
 		return f.status == http.StatusConflict
+	case "refused-stream":
+		// gRPC reports a refused stream as UNAVAILABLE; over HTTP/2 the
+		// transport's error names it.
+		return f.refused || f.code == codes.Unavailable
 	case "unavailable":
 		return f.code == codes.Unavailable || (f.code == codes.OK && f.status == 503)
 	case "resource-exhausted":
@@ -99,6 +105,7 @@ func classify(err error, latency time.Duration, perTryExpired bool) (upstream.Ou
 	}
 	f.status, _ = wire.HTTPStatus(err)
 	o.Status = f.status
+	f.refused = err != nil && strings.Contains(err.Error(), "REFUSED_STREAM")
 	return o, f
 }
 

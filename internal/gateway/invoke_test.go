@@ -259,3 +259,19 @@ func TestInProcessModelErrors(t *testing.T) {
 		require.Contains(t, res.Error, "confidence_score")
 	})
 }
+
+// TestRetryOnRefusedStream: Istio's refused-stream, as in the seeds'
+// VirtualService, retries a gRPC UNAVAILABLE (how gRPC reports a stream
+// the server refused) on another endpoint, and is counted under its name.
+func TestRetryOnRefusedStream(t *testing.T) {
+	e := newPoolEnv(t, poolRoutes("1s", `{retry_on: [refused-stream], num_retries: 2, per_try_timeout: 200ms}`), poolBackend(""))
+	e.remote.set(epA, behaveUnavailable)
+	e.remote.set(epB, behaveUnavailable)
+	for i := 0; e.remote.callsTo(epA)+e.remote.callsTo(epB) == 0; i++ {
+		require.Less(t, i, 40, "no request picked A or B first")
+		res := e.post(t, plainBody)
+		requireOK(t, res)
+		require.Equal(t, epC, e.remote.callsOf(res.RequestID)[len(e.remote.callsOf(res.RequestID))-1], "only C answers")
+	}
+	require.Positive(t, metricValue(t, e.reg, "sluice_gateway_retries_total", map[string]string{"service": "eta", "reason": "refused-stream"}))
+}
