@@ -360,7 +360,7 @@ type modelServer struct {
 	httpLn      net.Listener
 	grpcLn      net.Listener
 	metrics     *telemetry.MetricsServer // nil with --allow-metrics=false
-	reg         *prometheus.Registry // what metrics serves
+	reg         *prometheus.Registry     // what metrics serves
 	httpSrv     *http.Server
 	grpcSvc     *grpcapi.Service
 	grpcSrv     *grpc.Server

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -483,6 +484,8 @@ type shadowDiffFlags struct {
 	recording, against, out string
 	arms, labels            string
 	slices, outputs         []string
+	minEffects              []string
+	json                    bool
 	opts                    diff.Options
 }
 
@@ -518,7 +521,11 @@ are printed), 1 on errors, 2 on invalid flags.`,
 	fl.Float64Var(&f.opts.Threshold, "threshold", diff.DefaultThreshold, "|Δ| above which a request deviates significantly")
 	fl.BoolVar(&f.opts.Relative, "relative", false, "use the relative difference (B − A)/|A|")
 	fl.Float64Var(&f.opts.KSAlpha, "ks-alpha", diff.DefaultKSAlpha, "KS p-value below which the ks gate fails (negative: off)")
-	fl.Float64Var(&f.opts.KSMinEffect, "ks-min-effect", 0, "the ks gate's minimum effect: it fails only when the distributions' percentiles are on average further apart than this (0: --threshold; negative: any difference)")
+	fl.Float64Var(&f.opts.KSMinEffect, "ks-min-effect", 0, "the ks gate's minimum effect for every output, in output units: it fails only when the distributions' percentiles are on average further apart than this (0: --ks-min-effect-sigma; negative: any difference)")
+	fl.Float64Var(&f.opts.KSMinEffectSigma, "ks-min-effect-sigma", diff.DefaultKSMinEffectSigma, "the ks gate's default minimum effect, in standard deviations of side A (the stable arm) of each output")
+	fl.StringArrayVar(&f.minEffects, "min-effect", nil, "one output's minimum effect: OUTPUT=VALUE (output units) or OUTPUT=VALUEsigma (standard deviations of side A); repeatable")
+	fl.BoolVar(&f.opts.KSReportOnly, "ks-report-only", false, "a significant shift above the minimum effect is reported (warning) but does not fail the ks gate")
+	fl.BoolVar(&f.json, "json", false, "print report.json on stdout instead of the short verdict")
 	fl.IntVar(&f.opts.MinLatencySliceCount, "min-latency-slice-count", diff.DefaultMinLatencySliceCount, "requests each side of a slice needs for its p95 latency to be gated")
 	fl.Float64Var(&f.opts.MaxSignificantShare, "max-significant-share", diff.DefaultMaxSignificantShare, "share of significant deviations above which the gate fails (negative: off)")
 	fl.Float64Var(&f.opts.MaxP95Regression, "max-p95-regression", diff.DefaultMaxP95Regression, "relative p95 latency increase above which the gate fails (negative: off)")
@@ -545,6 +552,16 @@ func (f *shadowDiffFlags) run(cmd *cobra.Command) error {
 	}
 	opts := f.opts
 	opts.Outputs = f.outputs
+	for _, s := range f.minEffects {
+		name, m, err := diff.ParseMinEffect(s)
+		if err != nil {
+			return usage(err)
+		}
+		if opts.MinEffects == nil {
+			opts.MinEffects = map[string]diff.MinEffect{}
+		}
+		opts.MinEffects[name] = m
+	}
 	for _, s := range f.slices {
 		k, err := diff.ParseSliceKey(s)
 		if err != nil {
@@ -576,7 +593,15 @@ func (f *shadowDiffFlags) run(cmd *cobra.Command) error {
 	if err := diff.Write(f.out, res); err != nil {
 		return &exitError{code: 1, err: err}
 	}
-	printVerdict(cmd.OutOrStdout(), res, filepath.Join(f.out, diff.HTMLFile))
+	if f.json {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return &exitError{code: 1, err: err}
+		}
+	} else {
+		printVerdict(cmd.OutOrStdout(), res, filepath.Join(f.out, diff.HTMLFile))
+	}
 	if !res.Passed {
 		return &exitError{code: exitGatesFailed, err: fmt.Errorf("%d diff gate(s) failed", len(res.Failed))}
 	}

@@ -74,10 +74,14 @@ type analysis struct {
 	mode string
 	res  *Result
 
-	rows  []*row
-	seenA map[string]int // output name → pairs where A returned it
-	seenB map[string]int // output name → pairs where B returned it
-	worst map[string]*worstList
+	rows []*row
+	// minEffect is the ks gate's minimum effect per output, set from side
+	// A's values overall (the first figures computed) and applied to
+	// every slice.
+	minEffect map[string]float64
+	seenA     map[string]int // output name → pairs where A returned it
+	seenB     map[string]int // output name → pairs where B returned it
+	worst     map[string]*worstList
 }
 
 // row is one pair of the analysis.
@@ -139,6 +143,9 @@ func newAnalysis(in Input, opts Options) *analysis {
 				MaxSignificantShare:  opts.MaxSignificantShare,
 				KSAlpha:              opts.KSAlpha,
 				KSMinEffect:          opts.KSMinEffect,
+				KSMinEffectSigma:     opts.KSMinEffectSigma,
+				MinEffects:           opts.MinEffects,
+				KSReportOnly:         opts.KSReportOnly,
 				MinLatencySliceCount: opts.MinLatencySliceCount,
 				MaxP95Regression:     opts.MaxP95Regression,
 				MinP95IncreaseMS:     opts.MinP95IncreaseMS,
@@ -155,9 +162,10 @@ func newAnalysis(in Input, opts Options) *analysis {
 			Worst:    []WorstExamples{},
 			Gates:    []Gate{},
 		},
-		seenA: map[string]int{},
-		seenB: map[string]int{},
-		worst: map[string]*worstList{},
+		seenA:     map[string]int{},
+		seenB:     map[string]int{},
+		worst:     map[string]*worstList{},
+		minEffect: map[string]float64{},
 	}
 }
 
@@ -654,6 +662,11 @@ func (a *analysis) outputStats(rows []*row, name string, full bool) OutputStats 
 	st.KSEffect = finite(percentileDistance(av, bv, a.opts.Relative, a.opts.RelativeFloor))
 	st.A, st.B = summarize(av), summarize(bv)
 	if full {
+		a.minEffect[name] = a.opts.minEffect(name, st.A)
+	}
+	st.KSMinEffect = a.minEffect[name]
+	st.KSVerdict = a.ksVerdict(st)
+	if full {
 		st.Histogram = newHistogram(av, bv, a.opts.Bins)
 		st.CDF = newCDF(av, bv)
 		st.DeltaHistogram = newHistogram(deltas, nil, a.opts.Bins)
@@ -702,13 +715,8 @@ func (a *analysis) gates(fig figures, slice string, withLatency bool) bool {
 				Passed: share <= o.MaxSignificantShare, Message: msg,
 			})
 		}
-		if o.KSAlpha >= 0 && st.KS.NA > 0 && st.KS.NB > 0 {
-			add(Gate{
-				Name: GateKS, Output: st.Name, Value: st.KS.PValue, Limit: o.KSAlpha,
-				Passed: st.KS.PValue >= o.KSAlpha || st.KSEffect <= o.KSMinEffect,
-				Message: fmt.Sprintf("KS D = %.4f, p = %.3g (%s, n = %d/%d), percentiles %g apart (min effect %g)",
-					st.KS.Statistic, st.KS.PValue, st.KS.Method, st.KS.NA, st.KS.NB, st.KSEffect, o.KSMinEffect),
-			})
+		if st.KSVerdict != KSNotTested {
+			add(a.ksGate(st, slice))
 		}
 	}
 	if withLatency && o.MaxP95Regression >= 0 && fig.latency.A.N > 0 && fig.latency.B.N > 0 {
@@ -729,6 +737,52 @@ func (a *analysis) gates(fig figures, slice string, withLatency bool) bool {
 		})
 	}
 	return passed
+}
+
+// ksVerdict reads st's KS test against the alpha and st's minimum effect.
+func (a *analysis) ksVerdict(st OutputStats) string {
+	switch {
+	case a.opts.KSAlpha < 0 || st.KS.NA == 0 || st.KS.NB == 0:
+		return KSNotTested
+	case st.KS.PValue >= a.opts.KSAlpha:
+		return KSNotSignificant
+	case st.KSMinEffect < 0 || st.KSEffect > st.KSMinEffect:
+		return KSSignificant
+	}
+	return KSBelowMinEffect
+}
+
+// ksGate is the ks gate of one output. A significant result is never
+// silent: below the minimum effect it passes with a warning that says so;
+// above it, it fails (or, report-only, passes with a warning).
+func (a *analysis) ksGate(st OutputStats, slice string) Gate {
+	minText := "any difference"
+	if st.KSMinEffect >= 0 {
+		minText = fmt.Sprintf("min effect %.4g", st.KSMinEffect)
+	}
+	g := Gate{
+		Name: GateKS, Output: st.Name, Value: st.KS.PValue, Limit: a.opts.KSAlpha, Passed: true,
+		Message: fmt.Sprintf("KS D = %.4f, p = %.3g (%s, n = %d/%d), effect %.4g (%s)",
+			st.KS.Statistic, st.KS.PValue, st.KS.Method, st.KS.NA, st.KS.NB, st.KSEffect, minText),
+	}
+	where := st.Name
+	if slice != "" {
+		where += " @" + slice
+	}
+	switch st.KSVerdict {
+	case KSSignificant:
+		g.Message = "significant shift: " + g.Message
+		if a.opts.KSReportOnly {
+			g.Message += "; the ks gate is report-only"
+			a.warnf("%s: significant shift (KS D = %.4f, p = %.3g, effect %.4g above the %s); the ks gate is report-only", where, st.KS.Statistic, st.KS.PValue, st.KSEffect, minText)
+		} else {
+			g.Passed = false
+		}
+	case KSBelowMinEffect:
+		g.Message = "significant but below the minimum effect: " + g.Message
+		a.warnf("%s: significant but below the minimum effect (KS D = %.4f, p = %.3g, effect %.4g ≤ %s)", where, st.KS.Statistic, st.KS.PValue, st.KSEffect, minText)
+	}
+	return g
 }
 
 func (a *analysis) addGate(g Gate) bool {

@@ -633,14 +633,16 @@ func TestAnalyzeJSONLRecordings(t *testing.T) {
 }
 
 // TestKSMinimumEffect: with thousands of requests KS calls a shift of
-// 0.001 significant; the gate passes it (the percentiles are 0.001 apart,
-// under the minimum effect, --threshold by default) and still fails a
-// shift that matters, and fails the small one when told to.
+// 0.001 significant; on a large-valued output (an ETA of 20–40 minutes)
+// the gate passes it, below the default minimum effect of 0.1 σ of the
+// stable side, and says so ("significant but below the minimum effect");
+// it still fails a shift that matters, and fails the small one when told
+// to (any difference, or an absolute minimum for the output).
 func TestKSMinimumEffect(t *testing.T) {
 	build := func(shift float64) []*record.Record {
 		var recs []*record.Record
 		for i := range 3000 {
-			a := 30 + float64(i%1000)*1e-6 // a near-constant output: 30.000000 … 30.000999
+			a := 20 + float64(i%1000)*0.02 // an ETA spread over 20 … 40 minutes, σ ≈ 5.8
 			recs = append(recs, rec(i, "", a, a+shift, 5, 5))
 		}
 		return recs
@@ -650,14 +652,110 @@ func TestKSMinimumEffect(t *testing.T) {
 	if g == nil || !g.Passed || g.Value >= DefaultKSAlpha {
 		t.Fatalf("0.001 shift: gate %+v, want passed with p < %g", g, DefaultKSAlpha)
 	}
-	if st := output(t, res, "eta_prediction"); math.Abs(st.KSEffect-0.001) > 1e-6 {
+	st := output(t, res, "eta_prediction")
+	if math.Abs(st.KSEffect-0.001) > 1e-6 {
 		t.Fatalf("effect %g, want 0.001", st.KSEffect)
 	}
-	if g := gateByID(analyze(t, Input{A: FromRecords(build(0.5)...)}, Options{}), "ks[eta_prediction]"); g == nil || g.Passed {
-		t.Fatalf("0.5 shift: gate %+v, want failed", g)
+	if want := 0.1 * st.A.Std; math.Abs(st.KSMinEffect-want) > 1e-9 || st.KSVerdict != KSBelowMinEffect {
+		t.Fatalf("min effect %g (want %g), verdict %q", st.KSMinEffect, want, st.KSVerdict)
+	}
+	if !strings.HasPrefix(g.Message, "significant but below the minimum effect") {
+		t.Fatalf("message %q does not say it", g.Message)
+	}
+	if !slices.ContainsFunc(res.Warnings, func(w string) bool {
+		return strings.HasPrefix(w, "eta_prediction: significant but below the minimum effect")
+	}) {
+		t.Fatalf("no warning: %q", res.Warnings)
+	}
+	if g := gateByID(analyze(t, Input{A: FromRecords(build(5)...)}, Options{}), "ks[eta_prediction]"); g == nil || g.Passed {
+		t.Fatalf("5 minute shift: gate %+v, want failed", g)
 	}
 	if g := gateByID(analyze(t, Input{A: FromRecords(build(0.001)...)}, Options{KSMinEffect: -1}), "ks[eta_prediction]"); g == nil || g.Passed {
 		t.Fatalf("0.001 shift without a minimum effect: gate %+v, want failed", g)
+	}
+	abs := Options{MinEffects: map[string]MinEffect{"eta_prediction": {Absolute: 0.0005}}}
+	if g := gateByID(analyze(t, Input{A: FromRecords(build(0.001)...)}, abs), "ks[eta_prediction]"); g == nil || g.Passed {
+		t.Fatalf("0.001 shift with an absolute minimum of 0.0005: gate %+v, want failed", g)
+	}
+}
+
+// TestKSGateOnBoundedOutput is the shift the seeds' gate passed in
+// silence: a 0–1 score moved by 0.1 (KS D = 0.5), every request's |Δ|
+// under the 0.15 threshold, the percentiles 0.1 apart, under the old
+// minimum effect (the threshold) yet far above 0.1 σ of the score. The
+// default gate fails, names the output in Failed and in the HTML report,
+// and per slice; report-only passes but still warns.
+func TestKSGateOnBoundedOutput(t *testing.T) {
+	var recs []*record.Record
+	for i := range 2000 {
+		a := 0.7 + 0.2*float64(i%1000)/1000 // confidence 0.7 … 0.9, σ ≈ 0.058
+		r := rec(i, []string{"eu", "us"}[i%2], 0, 0, 5, 5)
+		r.Arms = map[string]record.Arm{
+			record.ArmPrimary: {Model: "parcel_eta", Version: "1", Status: 200, LatencyMS: 5, Outputs: map[string][]float64{"confidence_score": {a}}},
+			record.ArmShadow:  {Model: "parcel_eta", Version: "2", Status: 200, LatencyMS: 5, Outputs: map[string][]float64{"confidence_score": {a + 0.1}}},
+		}
+		recs = append(recs, r)
+	}
+	opts := Options{Slices: []SliceKey{{Name: "x-region"}}}
+	res := analyze(t, Input{A: FromRecords(recs...)}, opts)
+	st := output(t, res, "confidence_score")
+	if math.Abs(st.KS.Statistic-0.5) > 0.01 || st.KSVerdict != KSSignificant {
+		t.Fatalf("D = %g, verdict %q; want D ≈ 0.5, significant", st.KS.Statistic, st.KSVerdict)
+	}
+	if st.Significant != 0 {
+		t.Fatalf("%d requests above the threshold; the scenario needs none", st.Significant)
+	}
+	if res.Passed || !slices.Contains(res.Failed, "ks[confidence_score]") || !slices.Contains(res.Failed, "ks[confidence_score]@x-region=eu") {
+		t.Fatalf("passed %v, failed %v", res.Passed, res.Failed)
+	}
+	if slices.Contains(res.Failed, "significant_share[confidence_score]") {
+		t.Fatalf("the significant_share gate failed too: %v", res.Failed)
+	}
+	dir := t.TempDir()
+	if err := Write(dir, res); err != nil {
+		t.Fatal(err)
+	}
+	html, err := os.ReadFile(filepath.Join(dir, HTMLFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"ks[confidence_score]", "SIGNIFICANT SHIFT", "0.5000"} {
+		if !strings.Contains(string(html), want) {
+			t.Errorf("report.html lacks %q", want)
+		}
+	}
+	// The old default (the minimum effect = the threshold, 0.15) passed it.
+	old := analyze(t, Input{A: FromRecords(recs...)}, Options{KSMinEffect: DefaultThreshold})
+	if g := gateByID(old, "ks[confidence_score]"); g == nil || !g.Passed || !strings.HasPrefix(g.Message, "significant but below the minimum effect") {
+		t.Fatalf("with the old minimum: gate %+v", g)
+	}
+	ro := analyze(t, Input{A: FromRecords(recs...)}, Options{KSReportOnly: true})
+	if !ro.Passed || !slices.ContainsFunc(ro.Warnings, func(w string) bool { return strings.Contains(w, "confidence_score: significant shift") }) {
+		t.Fatalf("report-only: passed %v, warnings %q", ro.Passed, ro.Warnings)
+	}
+}
+
+func TestParseMinEffect(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		name string
+		want MinEffect
+		err  bool
+	}{
+		{"eta=0.5", "eta", MinEffect{Absolute: 0.5}, false},
+		{"conf=0.2sigma", "conf", MinEffect{Sigma: 0.2}, false},
+		{"conf = 0.3σ", "conf", MinEffect{Sigma: 0.3}, false},
+		{"conf=1sd", "conf", MinEffect{Sigma: 1}, false},
+		{"conf=0", "conf", MinEffect{Absolute: -1}, false},
+		{"conf=-1sigma", "", MinEffect{}, true},
+		{"conf=NaN", "", MinEffect{}, true},
+		{"=1", "", MinEffect{}, true},
+		{"conf", "", MinEffect{}, true},
+	} {
+		name, m, err := ParseMinEffect(c.in)
+		if (err != nil) != c.err || name != c.name || m != c.want {
+			t.Errorf("ParseMinEffect(%q) = %q %+v %v", c.in, name, m, err)
+		}
 	}
 }
 

@@ -24,8 +24,13 @@
 //     exceeds Options.MaxSignificantShare (1 %);
 //   - ks[output]: the KS p-value is below Options.KSAlpha (0.01) and
 //     the distributions' percentiles are on average further apart than
-//     Options.KSMinEffect (default: the threshold), so a significant but
-//     negligible shift passes;
+//     the output's minimum effect: Options.MinEffects[output], else
+//     Options.KSMinEffect (output units), else Options.KSMinEffectSigma
+//     (0.1) standard deviations of side A's values. A significant shift
+//     below the minimum passes but is never silent: the gate's message
+//     and a warning say "significant but below the minimum effect", and
+//     OutputStats.KSVerdict records it. Options.KSReportOnly reports a
+//     shift above the minimum without failing;
 //   - latency_p95: B's p95 latency exceeds A's by more than
 //     Options.MaxP95Regression (10 %);
 //   - error_rate: B's error rate exceeds A's by more than
@@ -46,7 +51,8 @@
 // (label, arm, models), options, passed, failed (gate ids), warnings,
 // counts, from, to, outputs (per output: compared, mismatched, elements,
 // mean_delta, mean_abs_delta, max_abs_delta, significant,
-// significant_share, ks {statistic, p_value, n_a, n_b, method}, a and b
+// significant_share, ks {statistic, p_value, n_a, n_b, method},
+// ks_effect, ks_min_effect, ks_verdict, a and b
 // summaries, histogram, cdf, delta_histogram), latency (a and b
 // {n, p50_ms, p95_ms, p99_ms}, p95_change), errors, slices (per key:
 // key, missing, missing_share, groups with the same figures), worst (per

@@ -3,7 +3,9 @@ package diff
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -20,6 +22,11 @@ const (
 	DefaultMaxSignificantShare = 0.01
 	// DefaultKSAlpha is the KS p-value below which the ks gate fails.
 	DefaultKSAlpha = 0.01
+	// DefaultKSMinEffectSigma is the ks gate's default minimum effect, in
+	// standard deviations of the stable side (A) of each output: 0.1 σ is
+	// large for a 0–1 score (σ 0.2: 0.02) and tiny against an ETA in
+	// minutes (σ 8: 0.8), so one default fits outputs of any scale.
+	DefaultKSMinEffectSigma = 0.1
 	// DefaultMinLatencySliceCount is how many requests each side of a
 	// slice needs before its p95 latency is gated: 100 leaves five
 	// requests above the p95, so one slow request does not decide it.
@@ -68,14 +75,26 @@ type Options struct {
 	// KSAlpha is the ks gate: a KS p-value below it fails (default 0.01).
 	// Negative disables the gate.
 	KSAlpha float64
-	// KSMinEffect is the ks gate's minimum effect size: the gate fails
-	// only when, besides p < KSAlpha, the two distributions are further
-	// apart than this: the mean absolute difference of their percentiles
-	// (1st to 99th, an estimate of the Wasserstein distance), in output
-	// units (relative to |A|'s percentile with Relative). With many
-	// requests KS finds differences too small to matter; a shift of 0.001
-	// is not a regression. Default: Threshold; negative: any difference.
+	// KSMinEffect is the ks gate's minimum effect size for every output,
+	// in output units: the gate fails only when, besides p < KSAlpha, the
+	// two distributions are further apart than this: the mean absolute
+	// difference of their percentiles (1st to 99th, an estimate of the
+	// Wasserstein distance; relative to |A|'s percentile with Relative).
+	// With many requests KS finds differences too small to matter.
+	// 0: KSMinEffectSigma standard deviations of side A's values of the
+	// output; negative: any difference.
 	KSMinEffect float64
+	// KSMinEffectSigma is the default minimum effect in standard
+	// deviations of side A (the stable arm) of each output (default 0.1),
+	// used where neither KSMinEffect nor MinEffects sets one.
+	KSMinEffectSigma float64
+	// MinEffects set the minimum effect of single outputs, overriding
+	// KSMinEffect and KSMinEffectSigma.
+	MinEffects map[string]MinEffect
+	// KSReportOnly keeps the ks gate from failing: a significant shift
+	// above the minimum effect is still reported, as a warning and in the
+	// gate's message, but the analysis passes.
+	KSReportOnly bool
 	// MinLatencySliceCount is how many requests each side of a slice
 	// needs for its latency_p95 gate to count (default 100); smaller
 	// slices report their latency only.
@@ -117,7 +136,7 @@ func (o Options) withDefaults() Options {
 	def(&o.RelativeFloor, DefaultRelativeFloor)
 	def(&o.MaxSignificantShare, DefaultMaxSignificantShare)
 	def(&o.KSAlpha, DefaultKSAlpha)
-	def(&o.KSMinEffect, o.Threshold)
+	def(&o.KSMinEffectSigma, DefaultKSMinEffectSigma)
 	if o.MinLatencySliceCount == 0 {
 		o.MinLatencySliceCount = DefaultMinLatencySliceCount
 	}
@@ -149,6 +168,21 @@ func (o Options) Validate() error {
 	finite("max significant share", o.MaxSignificantShare)
 	finite("ks alpha", o.KSAlpha)
 	finite("ks min effect", o.KSMinEffect)
+	finite("ks min effect sigma", o.KSMinEffectSigma)
+	if o.KSMinEffectSigma < 0 {
+		errs = append(errs, errors.New("ks min effect sigma must not be negative"))
+	}
+	for _, name := range slices.Sorted(maps.Keys(o.MinEffects)) {
+		m := o.MinEffects[name]
+		switch {
+		case name == "":
+			errs = append(errs, errors.New("min effect: empty output name"))
+		case math.IsNaN(m.Absolute) || math.IsInf(m.Absolute, 0) || math.IsNaN(m.Sigma) || math.IsInf(m.Sigma, 0):
+			errs = append(errs, fmt.Errorf("min effect of %s must be finite", name))
+		case m.Sigma < 0 || (m.Absolute != 0 && m.Sigma != 0):
+			errs = append(errs, fmt.Errorf("min effect of %s: give an absolute value or a non-negative number of σ, not both", name))
+		}
+	}
 	finite("max p95 regression", o.MaxP95Regression)
 	finite("min p95 increase", o.MinP95IncreaseMS)
 	finite("max error rate increase", o.MaxErrorRateIncrease)
@@ -188,6 +222,77 @@ func (o Options) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// MinEffect is one output's minimum effect for the ks gate: Absolute in
+// output units (negative: any difference), or else Sigma standard
+// deviations of side A's values.
+type MinEffect struct {
+	Absolute float64 `json:"absolute,omitempty"`
+	Sigma    float64 `json:"sigma,omitempty"`
+}
+
+// String formats m as ParseMinEffect reads it.
+func (m MinEffect) String() string {
+	if m.Absolute != 0 {
+		return strconv.FormatFloat(m.Absolute, 'g', -1, 64)
+	}
+	return strconv.FormatFloat(m.Sigma, 'g', -1, 64) + "sigma"
+}
+
+// ParseMinEffect reads "OUTPUT=VALUE" (absolute, in output units) or
+// "OUTPUT=VALUEsigma" (VALUE standard deviations of side A; "σ" and "sd"
+// are accepted for "sigma").
+func ParseMinEffect(s string) (string, MinEffect, error) {
+	name, v, ok := strings.Cut(s, "=")
+	name = strings.TrimSpace(name)
+	if !ok || name == "" {
+		return "", MinEffect{}, fmt.Errorf("min effect %q: want OUTPUT=VALUE or OUTPUT=VALUEsigma", s)
+	}
+	v = strings.TrimSpace(v)
+	sigma := false
+	for _, suf := range []string{"sigma", "σ", "sd"} {
+		if t, found := strings.CutSuffix(v, suf); found {
+			v, sigma = strings.TrimSpace(t), true
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return "", MinEffect{}, fmt.Errorf("min effect %q: %q is not a finite number", s, v)
+	}
+	if sigma {
+		if f < 0 {
+			return "", MinEffect{}, fmt.Errorf("min effect %q: a number of σ must not be negative", s)
+		}
+		if f == 0 {
+			return name, MinEffect{Absolute: -1}, nil // 0 σ: any difference
+		}
+		return name, MinEffect{Sigma: f}, nil
+	}
+	if f == 0 {
+		f = -1 // 0: any difference, as a negative value
+	}
+	return name, MinEffect{Absolute: f}, nil
+}
+
+// minEffect is the ks gate's minimum effect for one output, given side
+// A's summary of it (overall, not per slice).
+func (o Options) minEffect(output string, a Summary) float64 {
+	spread := a.Std
+	if o.Relative {
+		spread = a.Std / max(math.Abs(a.Mean), o.RelativeFloor)
+	}
+	if m, ok := o.MinEffects[output]; ok {
+		if m.Absolute != 0 {
+			return m.Absolute
+		}
+		return finite(m.Sigma * spread)
+	}
+	if o.KSMinEffect != 0 {
+		return o.KSMinEffect
+	}
+	return finite(o.KSMinEffectSigma * spread)
 }
 
 // SliceSource says where a slice key's value is looked up in a record.

@@ -79,6 +79,17 @@ var pageTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 	"num":  fmtNum,
 	"pct":  func(v float64) string { return fmt.Sprintf("%.2f%%", 100*v) },
 	"pval": func(v float64) string { return fmt.Sprintf("%.3g", v) },
+	"ksverdict": func(v string) string {
+		switch v {
+		case KSSignificant:
+			return "SIGNIFICANT SHIFT"
+		case KSBelowMinEffect:
+			return "significant but below the minimum effect"
+		case KSNotSignificant:
+			return "not significant"
+		}
+		return "—"
+	},
 	"ts": func(t time.Time) string {
 		if t.IsZero() {
 			return "—"

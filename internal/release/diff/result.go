@@ -63,20 +63,23 @@ type Side struct {
 
 // OptionsReport echoes the effective options in report.json.
 type OptionsReport struct {
-	Outputs              []string   `json:"outputs"`
-	Threshold            float64    `json:"threshold"`
-	Relative             bool       `json:"relative"`
-	MaxSignificantShare  float64    `json:"max_significant_share"`
-	KSAlpha              float64    `json:"ks_alpha"`
-	KSMinEffect          float64    `json:"ks_min_effect"`
-	MinLatencySliceCount int        `json:"min_latency_slice_count"`
-	MaxP95Regression     float64    `json:"max_p95_regression"`
-	MinP95IncreaseMS     float64    `json:"min_p95_increase_ms"`
-	MaxErrorRateIncrease float64    `json:"max_error_rate_increase"`
-	Slices               []SliceKey `json:"slices"`
-	MinSliceCount        int        `json:"min_slice_count"`
-	MissingSliceWarn     float64    `json:"missing_slice_warn"`
-	WorstN               int        `json:"worst_n"`
+	Outputs              []string             `json:"outputs"`
+	Threshold            float64              `json:"threshold"`
+	Relative             bool                 `json:"relative"`
+	MaxSignificantShare  float64              `json:"max_significant_share"`
+	KSAlpha              float64              `json:"ks_alpha"`
+	KSMinEffect          float64              `json:"ks_min_effect"`
+	KSMinEffectSigma     float64              `json:"ks_min_effect_sigma"`
+	MinEffects           map[string]MinEffect `json:"min_effects,omitempty"`
+	KSReportOnly         bool                 `json:"ks_report_only"`
+	MinLatencySliceCount int                  `json:"min_latency_slice_count"`
+	MaxP95Regression     float64              `json:"max_p95_regression"`
+	MinP95IncreaseMS     float64              `json:"min_p95_increase_ms"`
+	MaxErrorRateIncrease float64              `json:"max_error_rate_increase"`
+	Slices               []SliceKey           `json:"slices"`
+	MinSliceCount        int                  `json:"min_slice_count"`
+	MissingSliceWarn     float64              `json:"missing_slice_warn"`
+	WorstN               int                  `json:"worst_n"`
 }
 
 // Counts say how the records became comparisons.
@@ -128,8 +131,17 @@ type OutputStats struct {
 	KS ks.Result `json:"ks"`
 	// KSEffect is how far apart the distributions are: the mean absolute
 	// difference of their 1st to 99th percentiles (relative to |A|'s with
-	// Options.Relative). The ks gate needs it above Options.KSMinEffect.
+	// Options.Relative). The ks gate needs it above KSMinEffect.
 	KSEffect float64 `json:"ks_effect"`
+	// KSMinEffect is the minimum effect the ks gate applied to this output
+	// (the same in every slice: it is computed from side A overall);
+	// negative: any difference.
+	KSMinEffect float64 `json:"ks_min_effect"`
+	// KSVerdict is the ks test's reading: KSNotTested, KSNotSignificant,
+	// KSSignificant (p < alpha and the effect above the minimum: the gate
+	// fails unless report-only) or KSBelowMinEffect (significant but below
+	// the minimum effect: reported, not failed).
+	KSVerdict string `json:"ks_verdict"`
 	// A and B summarise each side's values.
 	A Summary `json:"a"`
 	B Summary `json:"b"`
@@ -138,6 +150,14 @@ type OutputStats struct {
 	CDF            *CDF       `json:"cdf,omitempty"`
 	DeltaHistogram *Histogram `json:"delta_histogram,omitempty"`
 }
+
+// The ks verdicts of OutputStats.KSVerdict.
+const (
+	KSNotTested      = "not_tested"
+	KSNotSignificant = "not_significant"
+	KSSignificant    = "significant"
+	KSBelowMinEffect = "significant_below_min_effect"
+)
 
 // Percentiles describe one side's latency in milliseconds.
 type Percentiles struct {
