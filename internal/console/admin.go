@@ -207,7 +207,7 @@ func (d *wireDuration) UnmarshalJSON(b []byte) error {
 }
 
 // Gateway reads /routes, /breakers, /fallback, /rollout, /shadow,
-// /endpoints and /ready.
+// /endpoints, /ready and, when there, /accuracy and /ratelimit.
 func (a adminGateway) Gateway(ctx context.Context) (*Gateway, error) {
 	var (
 		routes    wireRoutes
@@ -240,11 +240,16 @@ func (a adminGateway) Gateway(ctx context.Context) (*Gateway, error) {
 		Series  []AccuracySeries `json:"series"`
 	}
 	_ = a.getJSON(ctx, "/accuracy", &accuracy)
+	// Clients' rate-limit use is optional too.
+	var limits struct {
+		Clients []Client `json:"clients"`
+	}
+	_ = a.getJSON(ctx, "/ratelimit", &limits)
 	code, _, err := a.get(ctx, "/ready")
 	if err != nil {
 		return nil, fmt.Errorf("admin /ready: %w", err)
 	}
-	g := &Gateway{Ready: code == http.StatusOK, Services: []Service{}, Backends: []Backend{}}
+	g := &Gateway{Ready: code == http.StatusOK, Services: []Service{}, Backends: []Backend{}, Clients: limits.Clients}
 	for _, r := range routes {
 		s := Service{Name: r.Service, Path: r.Path, Model: r.Model.Name, ModelVersion: r.Model.Version, Routes: []Route{}}
 		var wr []wireRoute

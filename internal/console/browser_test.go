@@ -33,7 +33,7 @@ func TestPagesInChromium(t *testing.T) {
 		{"/console/", []string{"Overview", "broken v1", "old_view", "Traffic by service"}, true},
 		{"/console/models", []string{"eta_model", "broken", "UNAVAILABLE", "weights file truncated at byte 1024", "model eta_model · Throughput"}, true},
 		{"/console/features", []string{"user_stats", "route_features", "signup_view", "Online feature reads · Latency", "view route_features · Hot subset"}, true},
-		{"/console/services", []string{"eta", "canary", "local v1 90 %", "service eta · Latency"}, true},
+		{"/console/services", []string{"eta", "canary", "local v1 90 %", "service eta · Latency", "Clients", "partner", "10.0 %"}, true},
 		{"/console/errors", []string{"401", "invalid_api_key", "missing_field"}, false},
 	}
 	for _, p := range pages {

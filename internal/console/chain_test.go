@@ -141,7 +141,7 @@ const gatewayConfig = `gateway:
   listen: "127.0.0.1:8080"
   admin: "127.0.0.1:9901"
   anonymous: {allowed: true}
-  clients: [{id: ops, api_key: "${CONSOLE_TEST_KEY}"}]
+  clients: [{id: ops, api_key: "${CONSOLE_TEST_KEY}"}, {id: partner, api_key: "${CONSOLE_PARTNER_KEY}", rate_limit: {requests_per_second: 0.5, burst: 100}}]
   services:
     - name: eta
       path: POST /v1/services/eta:predict
@@ -245,7 +245,8 @@ func newChain(t *testing.T, opts ...func(*console.Sources)) *chain {
 	c.srv = serving.New(c.holder, c.store, serving.Options{}, nil, c.reg)
 
 	cfg, err := config.Parse("sluice.yaml", []byte(gatewayConfig), func(k string) (string, bool) {
-		return map[string]string{"CONSOLE_TEST_KEY": "ops-key"}[k], k == "CONSOLE_TEST_KEY"
+		v, ok := map[string]string{"CONSOLE_TEST_KEY": "ops-key", "CONSOLE_PARTNER_KEY": "partner-key"}[k]
+		return v, ok
 	})
 	require.NoError(t, err)
 	c.gw, err = gateway.New(cfg, gateway.Options{
@@ -334,6 +335,10 @@ func (c *chain) traffic(t *testing.T, n int) {
 			hdr = []string{"x-canary", "true"}
 		}
 		c.mustPredict(t, http.StatusOK, `{"user_id": `+strconv.Itoa(i)+`, "base_eta": 30}`, hdr...)
+	}
+	// partner uses 3 requests of its 0.5/s limit: 10 % of a minute's.
+	for range 3 {
+		c.mustPredict(t, http.StatusOK, `{"user_id": 1, "base_eta": 30}`, "X-Api-Key", "partner-key")
 	}
 	c.mustPredict(t, http.StatusBadRequest, `{"user_id": 1}`)
 	c.mustPredict(t, http.StatusUnauthorized, `{"user_id": 1, "base_eta": 3}`, "Authorization", "Bearer wrong-key")

@@ -45,6 +45,8 @@ func TestPagesShowTheComponents(t *testing.T) {
 			"local v1 <b>90 %</b>", "local v2 <b>10 %</b>", "Sticky key", "user_id", "500ms",
 			"50 % mirrored to version 2", "closed", "no staged rollout", "base_eta * 1.2",
 			"in_process", `data-series="service"`,
+			// The client view: partner's use of its limit, ops unlimited.
+			`id="clients"`, "partner", "0.5", "10.0 %", "no rate limit",
 		}},
 		{path: "/console/errors", want: []string{
 			"failed requests seen since start", "401", "400", "eta",

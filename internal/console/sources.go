@@ -178,7 +178,27 @@ type Gateway struct {
 	Ready    bool      `json:"ready"`
 	Services []Service `json:"services"`
 	Backends []Backend `json:"backends"`
+	// Clients are the configured API clients and their use of their rate
+	// limits (the admin API's GET /ratelimit); empty when it cannot be
+	// read.
+	Clients []Client `json:"clients,omitempty"`
 }
+
+// Client is one configured API client and its rate limit.
+type Client struct {
+	ID                string  `json:"client_id"`
+	RequestsPerSecond float64 `json:"requests_per_second"`
+	Burst             int     `json:"burst"`
+	// UsedRatio is the share of the limit used over the last minute and
+	// Requests the requests admitted in it; nil without a limit.
+	UsedRatio *float64 `json:"used_ratio,omitempty"`
+	Requests  *float64 `json:"requests_last_minute,omitempty"`
+	Scope     string   `json:"scope,omitempty"`
+}
+
+// NearLimit reports whether the client used more than 80 % of its limit
+// in the last minute (what SluiceClientNearLimit alerts on over 10).
+func (c Client) NearLimit() bool { return c.UsedRatio != nil && *c.UsedRatio > 0.8 }
 
 // Service is one inference service of the gateway.
 type Service struct {

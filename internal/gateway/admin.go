@@ -180,6 +180,14 @@ type clientLimitView struct {
 	Burst             int     `json:"burst"`
 	Priority          int     `json:"priority,omitempty"`
 	Allowed           *bool   `json:"allowed,omitempty"`
+	// UsedRatio is the share of the limit the client used over the last
+	// minute (sluice_gateway_client_rate_limit_used_ratio); nil without a
+	// limit. Requests are the admitted requests in that minute.
+	UsedRatio *float64 `json:"used_ratio,omitempty"`
+	Requests  *float64 `json:"requests_last_minute,omitempty"`
+	// Scope is shared (one limit for every gateway, in Redis) or
+	// per_replica.
+	Scope string `json:"scope,omitempty"`
 }
 
 func (g *Gateway) rateLimitState() rateLimitView {
@@ -189,10 +197,16 @@ func (g *Gateway) rateLimitState() rateLimitView {
 		up := fo.RedisUp()
 		v.RedisUp = &up
 	}
+	now := g.opts.Now()
 	for _, c := range st.cfg.Clients {
-		v.Clients = append(v.Clients, clientLimitView{
+		cv := clientLimitView{
 			ClientID: c.ID, RequestsPerSecond: c.RateLimit.RequestsPerSecond, Burst: c.RateLimit.Burst, Priority: c.Priority,
-		})
+		}
+		if cl := st.clients[c.ID]; cl.use != nil && cl.limit.Rate > 0 {
+			ratio, n := cl.use.share(now, cl.limit.Rate), cl.use.requests(now)
+			cv.UsedRatio, cv.Requests, cv.Scope = &ratio, &n, quotaScope(st)
+		}
+		v.Clients = append(v.Clients, cv)
 	}
 	allowed := st.cfg.Anonymous.Allowed
 	v.Anonymous = clientLimitView{

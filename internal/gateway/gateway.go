@@ -156,6 +156,9 @@ type serviceKey struct{ method, path string }
 type clientLimit struct {
 	key   string // "client:<id>"
 	limit ratelimit.Limit
+	// use counts the client's admitted requests (quota.go); kept across
+	// reloads while the client stays.
+	use *quotaUse
 }
 
 // proxyRoute is the KServe v2 proxy, resolved: its backend and that
@@ -208,6 +211,9 @@ func New(cfg *config.Config, opts Options, logger *slog.Logger, reg prometheus.R
 	}
 	g.http = newUpstreamHTTP(opts.HTTPClient)
 	g.rlMet = ratelimit.NewMetrics(reg)
+	if reg != nil {
+		reg.MustRegister(newQuotaCollector(g))
+	}
 	g.local = ratelimit.NewLocal(ratelimit.LocalOptions{Metrics: g.rlMet})
 	al, err := accesslog.New(opts.AccessLog, accesslog.Options{Sampling: cfg.Gateway.LogSampling}, logger, reg)
 	if err != nil {
@@ -330,8 +336,16 @@ func (g *Gateway) buildClients(st *state, cfg *config.Gateway) []error {
 		errs = append(errs, err)
 	}
 	st.auth = a
+	var old map[string]clientLimit
+	if prev := g.state.Load(); prev != nil {
+		old = prev.clients
+	}
 	for _, c := range cfg.Clients {
-		st.clients[c.ID] = clientLimit{key: "client:" + c.ID, limit: limitOf(c.RateLimit)}
+		use := old[c.ID].use
+		if use == nil {
+			use = &quotaUse{}
+		}
+		st.clients[c.ID] = clientLimit{key: "client:" + c.ID, limit: limitOf(c.RateLimit), use: use}
 	}
 	st.anonLimit = limitOf(cfg.Anonymous.RateLimitPerIP)
 	return errs

@@ -451,6 +451,11 @@ func (g *Gateway) admit(ctx context.Context, st *state, h http.Header, peer stri
 			RetryAfter: d.RetryAfter, Limit: limit.Rate,
 		}
 	}
+	if !id.Anonymous {
+		if use := st.clients[id.ClientID].use; use != nil {
+			use.add(g.opts.Now())
+		}
+	}
 	return id, nil
 }
 

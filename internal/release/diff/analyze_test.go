@@ -632,32 +632,43 @@ func TestAnalyzeJSONLRecordings(t *testing.T) {
 	}
 }
 
-// TestKSMinimumEffect: with thousands of requests KS calls a shift of
-// 0.001 significant; on a large-valued output (an ETA of 20–40 minutes)
-// the gate passes it, below the default minimum effect of 0.1 σ of the
-// stable side, and says so ("significant but below the minimum effect");
-// it still fails a shift that matters, and fails the small one when told
-// to (any difference, or an absolute minimum for the output).
+// TestKSMinimumEffect: the ks gate's minimum effect. On a large-valued
+// output (an ETA of 20–40 minutes) a 0.001 shift passes the default gate
+// and a 5-minute one fails it. On a near-constant output KS calls a 0.001
+// shift significant: with an absolute minimum of 0.01 the gate passes it
+// and says so ("significant but below the minimum effect"), and fails it
+// without a minimum, or with a smaller one for that output.
 func TestKSMinimumEffect(t *testing.T) {
-	build := func(shift float64) []*record.Record {
+	build := func(base, step, shift float64) []*record.Record {
 		var recs []*record.Record
 		for i := range 3000 {
-			a := 20 + float64(i%1000)*0.02 // an ETA spread over 20 … 40 minutes, σ ≈ 5.8
+			a := base + float64(i%1000)*step
 			recs = append(recs, rec(i, "", a, a+shift, 5, 5))
 		}
 		return recs
 	}
-	res := analyze(t, Input{A: FromRecords(build(0.001)...)}, Options{})
-	g := gateByID(res, "ks[eta_prediction]")
-	if g == nil || !g.Passed || g.Value >= DefaultKSAlpha {
-		t.Fatalf("0.001 shift: gate %+v, want passed with p < %g", g, DefaultKSAlpha)
+	eta := func(shift float64) []*record.Record { return build(20, 0.02, shift) } // 20 … 40, σ ≈ 5.8
+	res := analyze(t, Input{A: FromRecords(eta(0.001)...)}, Options{})
+	if g := gateByID(res, "ks[eta_prediction]"); g == nil || !g.Passed {
+		t.Fatalf("0.001 shift of an ETA: gate %+v, want passed", g)
 	}
 	st := output(t, res, "eta_prediction")
-	if math.Abs(st.KSEffect-0.001) > 1e-6 {
-		t.Fatalf("effect %g, want 0.001", st.KSEffect)
+	if want := 0.1 * st.A.Std; math.Abs(st.KSMinEffect-want) > 1e-9 || want < 0.5 {
+		t.Fatalf("min effect %g, want 0.1 σ = %g", st.KSMinEffect, want)
 	}
-	if want := 0.1 * st.A.Std; math.Abs(st.KSMinEffect-want) > 1e-9 || st.KSVerdict != KSBelowMinEffect {
-		t.Fatalf("min effect %g (want %g), verdict %q", st.KSMinEffect, want, st.KSVerdict)
+	if g := gateByID(analyze(t, Input{A: FromRecords(eta(5)...)}, Options{}), "ks[eta_prediction]"); g == nil || g.Passed {
+		t.Fatalf("5 minute shift: gate %+v, want failed", g)
+	}
+
+	flat := func(shift float64) []*record.Record { return build(30, 1e-6, shift) } // 30.000000 … 30.000999
+	res = analyze(t, Input{A: FromRecords(flat(0.001)...)}, Options{KSMinEffect: 0.01})
+	g := gateByID(res, "ks[eta_prediction]")
+	if g == nil || !g.Passed || g.Value >= DefaultKSAlpha {
+		t.Fatalf("0.001 shift under an absolute minimum of 0.01: gate %+v, want passed with p < %g", g, DefaultKSAlpha)
+	}
+	st = output(t, res, "eta_prediction")
+	if math.Abs(st.KSEffect-0.001) > 1e-6 || st.KSMinEffect != 0.01 || st.KSVerdict != KSBelowMinEffect {
+		t.Fatalf("effect %g, min %g, verdict %q", st.KSEffect, st.KSMinEffect, st.KSVerdict)
 	}
 	if !strings.HasPrefix(g.Message, "significant but below the minimum effect") {
 		t.Fatalf("message %q does not say it", g.Message)
@@ -667,15 +678,14 @@ func TestKSMinimumEffect(t *testing.T) {
 	}) {
 		t.Fatalf("no warning: %q", res.Warnings)
 	}
-	if g := gateByID(analyze(t, Input{A: FromRecords(build(5)...)}, Options{}), "ks[eta_prediction]"); g == nil || g.Passed {
-		t.Fatalf("5 minute shift: gate %+v, want failed", g)
-	}
-	if g := gateByID(analyze(t, Input{A: FromRecords(build(0.001)...)}, Options{KSMinEffect: -1}), "ks[eta_prediction]"); g == nil || g.Passed {
-		t.Fatalf("0.001 shift without a minimum effect: gate %+v, want failed", g)
-	}
-	abs := Options{MinEffects: map[string]MinEffect{"eta_prediction": {Absolute: 0.0005}}}
-	if g := gateByID(analyze(t, Input{A: FromRecords(build(0.001)...)}, abs), "ks[eta_prediction]"); g == nil || g.Passed {
-		t.Fatalf("0.001 shift with an absolute minimum of 0.0005: gate %+v, want failed", g)
+	for _, o := range []Options{
+		{KSMinEffect: -1},
+		{KSMinEffect: 0.01, MinEffects: map[string]MinEffect{"eta_prediction": {Absolute: 0.0005}}},
+		{}, // 0.1 σ of a near-constant output is tiny: 0.001 is 3.5 σ
+	} {
+		if g := gateByID(analyze(t, Input{A: FromRecords(flat(0.001)...)}, o), "ks[eta_prediction]"); g == nil || g.Passed {
+			t.Fatalf("0.001 shift of a near-constant output with %+v: gate %+v, want failed", o, g)
+		}
 	}
 }
 
