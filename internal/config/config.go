@@ -563,6 +563,14 @@ type Fallback struct {
 	// Window is the span of recent predictions whose percentile is
 	// compared with the baseline. Default 1m.
 	Window Duration `yaml:"window"`
+	// OnUpstreamFailure answers with the rule when the model cannot be
+	// reached at all (upstream_unavailable, no_healthy_upstream,
+	// upstream_timeout), with source fallback_rule and the failure as the
+	// reason. Off by default: the rule is a rough estimate, and a client
+	// that is not told the model is down (a 503) cannot back off, retry
+	// elsewhere or page anyone; turn it on where a degraded answer is worth
+	// more than an error.
+	OnUpstreamFailure bool `yaml:"on_upstream_failure"`
 	// BaselineFile keeps the baseline's completed windows on local disk
 	// (single-process mode), so a restart starts with the baseline; with a
 	// cluster section the baseline lives in JetStream instead. Empty: the

@@ -151,13 +151,14 @@ type (
 		Breaker
 	}
 	wireFallbacks []struct {
-		Service   string    `json:"service"`
-		Output    string    `json:"output"`
-		Rule      string    `json:"rule"`
-		Triggered bool      `json:"triggered"`
-		Since     time.Time `json:"since"`
-		RecentP90 *float64  `json:"recent_p90"`
-		Baseline  struct {
+		Service    string    `json:"service"`
+		Output     string    `json:"output"`
+		Rule       string    `json:"rule"`
+		Triggered  bool      `json:"triggered"`
+		Since      time.Time `json:"since"`
+		RecentP90  *float64  `json:"recent_p90"`
+		OnUpstream bool      `json:"on_upstream_failure"`
+		Baseline   struct {
 			Lower   *float64 `json:"lower"`
 			Upper   *float64 `json:"upper"`
 			Buckets float64  `json:"buckets"` // hours of history behind it
@@ -267,7 +268,7 @@ func (a adminGateway) Gateway(ctx context.Context) (*Gateway, error) {
 		}
 		for _, f := range fallbacks {
 			if f.Service == s.Name {
-				s.Fallback = &Fallback{Output: f.Output, Rule: f.Rule, Triggered: f.Triggered, Since: f.Since, RecentP90: f.RecentP90}
+				s.Fallback = &Fallback{Output: f.Output, Rule: f.Rule, Triggered: f.Triggered, Since: f.Since, RecentP90: f.RecentP90, OnUpstreamFailure: f.OnUpstream}
 				if f.Baseline.Buckets > 0 {
 					s.Fallback.Lower, s.Fallback.Upper = f.Baseline.Lower, f.Baseline.Upper
 				}

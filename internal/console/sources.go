@@ -266,6 +266,9 @@ type Fallback struct {
 	RecentP90 *float64  `json:"recent_p90,omitempty"`
 	Lower     *float64  `json:"baseline_lower,omitempty"`
 	Upper     *float64  `json:"baseline_upper,omitempty"`
+	// OnUpstreamFailure: the rule also answers when the model cannot be
+	// reached (fallback.on_upstream_failure).
+	OnUpstreamFailure bool `json:"on_upstream_failure,omitempty"`
 }
 
 // Rollout is a service's staged rollout.

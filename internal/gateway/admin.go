@@ -227,6 +227,9 @@ type FallbackView struct {
 	Baseline   any       `json:"baseline"`
 	Confidence string    `json:"confidence_output"`
 	Below      float64   `json:"confidence_below"`
+	// OnUpstreamFailure is fallback.on_upstream_failure: the rule answers
+	// when the model cannot be reached.
+	OnUpstreamFailure bool `json:"on_upstream_failure"`
 }
 
 func (g *Gateway) fallbackState() []FallbackView {
@@ -241,7 +244,7 @@ func (g *Gateway) fallbackState() []FallbackView {
 		ms := fb.monitor.State()
 		v := FallbackView{
 			Service: s.Name, Output: fb.output, Rule: fb.rule.Source(), Triggered: ms.Triggered, Since: ms.Since,
-			Confidence: fb.confidence, Below: fb.below,
+			Confidence: fb.confidence, Below: fb.below, OnUpstreamFailure: fb.onUpstream,
 			Baseline: map[string]any{
 				"mean": finite(ms.Baseline.Mean), "std": finite(ms.Baseline.Std), "p90": finite(ms.Baseline.P90), "buckets": ms.Baseline.Hours,
 				"lower": finite(ms.Baseline.Lower()), "upper": finite(ms.Baseline.Upper()),

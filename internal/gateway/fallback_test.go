@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/gateway"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -133,4 +135,78 @@ func TestFallbackNotTriggeredWithoutDrift(t *testing.T) {
 		require.Equal(t, http.StatusOK, res.Code)
 		require.Equal(t, "model", res.Source, "request %d", i)
 	}
+}
+
+// TestFallbackOnUpstreamFailure: with fallback.on_upstream_failure, a
+// model call that fails because no model server can be reached (every
+// endpoint UNAVAILABLE, or timing out) is answered by the rule: 200,
+// source fallback_rule, the failure as the reason, counted by cause. A
+// rule that lacks a feature does not invent a value: the 503 stays and
+// says why. Off (the default), the 503 is as before. A request the model
+// refuses (4xx) is never answered by the rule.
+func TestFallbackOnUpstreamFailure(t *testing.T) {
+	onYAML := strings.Replace(fallbackYAML, "rule:", "on_upstream_failure: true, rule:", 1)
+	env := func(t *testing.T, fb string) *testEnv {
+		e := newEnv(t, parseConfig(t, gatewayYAML(yamlOpts{
+			gateway: []string{anonAllowed}, service: []string{fb},
+			routes: poolRoutes("1s", `{retry_on: [unavailable, 5xx], num_retries: 2, per_try_timeout: 100ms}`), backends: poolBackend(""),
+		})))
+		seedFeatures(e.features)
+		return e
+	}
+	t.Run("on", func(t *testing.T) {
+		e := env(t, onYAML)
+		requireOK(t, e.post(t, fallbackBody(true)))
+		for _, ep := range poolEndpoints {
+			e.remote.set(ep, behaveUnavailable)
+		}
+		res := e.post(t, fallbackBody(true))
+		requireOK(t, res)
+		require.Equal(t, "fallback_rule", res.Source)
+		require.Equal(t, gateway.ReasonUpstreamUnavailable, res.Reason)
+		require.Equal(t, map[string]float64{"eta_minutes": ruleAnswer}, res.Outputs, "only the rule's output")
+		require.Len(t, e.remote.callsOf(res.RequestID), 3, "the route's retries come first")
+		require.Equal(t, 1.0, metricValue(t, e.reg, "sluice_gateway_fallback_answers_total", map[string]string{"service": "eta", "cause": gateway.ReasonUpstreamUnavailable}))
+		require.Equal(t, 1.0, metricValue(t, e.reg, "sluice_gateway_requests_total", map[string]string{"service": "eta", "code": "200", "source": "fallback_rule"}))
+
+		for _, ep := range poolEndpoints {
+			e.remote.set(ep, behaveHang)
+		}
+		res = e.post(t, fallbackBody(true))
+		requireOK(t, res)
+		require.Equal(t, gateway.ReasonUpstreamTimeout, res.Reason)
+
+		// The rule needs route_delay_factor, an optional field this
+		// request leaves out.
+		for _, ep := range poolEndpoints {
+			e.remote.set(ep, behaveUnavailable)
+		}
+		res = e.post(t, `{"user_id": 7, "route_id": 3, "base_eta": 30, "express": true}`)
+		requireError(t, res, http.StatusServiceUnavailable, gateway.ReasonUpstreamUnavailable)
+		require.Contains(t, res.Error, "the fallback rule cannot answer")
+		require.Contains(t, res.Error, "route_delay_factor")
+
+		for _, ep := range poolEndpoints {
+			e.remote.set(ep, behaveInvalid)
+		}
+		res = e.post(t, fallbackBody(true))
+		requireError(t, res, http.StatusBadRequest, "invalid_input")
+
+		for _, ep := range poolEndpoints {
+			e.remote.set(ep, behaveOK)
+		}
+		res = e.post(t, fallbackBody(true))
+		requireOK(t, res)
+		require.Equal(t, "model", res.Source)
+		require.Empty(t, res.Reason)
+	})
+	t.Run("off", func(t *testing.T) {
+		e := env(t, fallbackYAML)
+		for _, ep := range poolEndpoints {
+			e.remote.set(ep, behaveUnavailable)
+		}
+		res := e.post(t, fallbackBody(true))
+		requireError(t, res, http.StatusServiceUnavailable, gateway.ReasonUpstreamUnavailable)
+		require.Zero(t, metricValue(t, e.reg, "sluice_gateway_fallback_answers_total", map[string]string{"service": "eta"}))
+	})
 }

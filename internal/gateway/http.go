@@ -196,6 +196,10 @@ func appendAnswer(b []byte, a *Answer) []byte {
 	b = jsonenc.AppendString(b, a.Version)
 	b = append(b, `,"source":`...)
 	b = jsonenc.AppendString(b, a.Source)
+	if a.Reason != "" {
+		b = append(b, `,"reason":`...)
+		b = jsonenc.AppendString(b, a.Reason)
+	}
 	b = append(b, `,"outputs":{`...)
 	for i := range a.Outputs {
 		o := &a.Outputs[i]

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -95,7 +96,10 @@ type Answer struct {
 	Model     string
 	Version   string // the version that answered
 	Source    string // "model", or "fallback_rule" when the rule answered
-	Outputs   []Output
+	// Reason says why the rule answered in place of a model that could
+	// not be reached (the failure's reason code); empty otherwise.
+	Reason  string
+	Outputs []Output
 }
 
 // Output is one named output of an answer: a scalar, or an array.
@@ -257,7 +261,7 @@ func (g *Gateway) run(ctx context.Context, x *exchange) error {
 		return err
 	}
 	if err := g.callModel(ctx, x); err != nil {
-		return err
+		return g.upstreamFallback(x, err)
 	}
 	if err := g.buildAnswer(x); err != nil {
 		return err
@@ -380,6 +384,50 @@ func (g *Gateway) buildAnswer(x *exchange) error {
 			x.s.predictions[i].Observe(o.Values[0])
 		}
 	}
+	return nil
+}
+
+// upstreamCauses are the model-call failures fallback.on_upstream_failure
+// answers: the model could not be reached, not a model that refused the
+// request (a 4xx) or answered wrongly.
+var upstreamCauses = []string{ReasonUpstreamUnavailable, ReasonNoHealthyUpstream, ReasonUpstreamTimeout}
+
+// upstreamFallback answers a failed model call with the service's rule
+// when fallback.on_upstream_failure is on and the model could not be
+// reached; otherwise, or when the rule cannot be evaluated (a feature or
+// field it needs is missing), it returns err, saying why the rule did not
+// answer.
+func (g *Gateway) upstreamFallback(x *exchange, err error) error {
+	fb := x.s.fallback
+	if fb == nil || !fb.onUpstream {
+		return err
+	}
+	_, cause := wire.HTTPStatus(err)
+	if !slices.Contains(upstreamCauses, cause) {
+		return err
+	}
+	v, rerr := fb.rule.Eval(x.s.ruleVars(x.vals, x.feats))
+	if rerr != nil {
+		g.met.ruleErrors.WithLabelValues(x.s.name).Inc()
+		ie, _ := errors.AsType[*infer.Error](err)
+		kind := infer.KindUnavailable
+		if ie != nil {
+			kind = ie.Kind
+		}
+		return infer.Errorf(kind, cause, "%v; the fallback rule cannot answer: %v", err, rerr)
+	}
+	a := Answer{
+		RequestID: x.reqID, Service: x.s.name, Route: x.target.Route, Model: x.s.cfg.Model.Name, Version: x.version,
+		Source: fallback.SourceRule, Reason: cause,
+	}
+	for _, o := range x.s.outputs {
+		if o.from == fb.output {
+			a.Outputs = append(a.Outputs, Output{Name: o.name, Values: []float64{v}, DataType: infer.FP64})
+		}
+	}
+	fb.monitor.CountAnswer(cause)
+	x.answer = a
+	x.log.FallbackCause = cause
 	return nil
 }
 

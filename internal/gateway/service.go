@@ -109,6 +109,9 @@ type serviceFallback struct {
 	confidence string // model output holding the confidence
 	below      float64
 	vars       []ruleVar
+	// onUpstream is fallback.on_upstream_failure: the rule answers when
+	// the model cannot be reached.
+	onUpstream bool
 }
 
 // service is a compiled inference service. It is immutable after the
@@ -407,7 +410,7 @@ func (c *compiler) routes(opts []route.Option) {
 func (s *service) compileFallback(fb *config.Fallback, fsFeatures map[string]feature.Type,
 	addFeature func(string) (int, feature.Type, error),
 ) (*serviceFallback, error) {
-	sf := &serviceFallback{output: fb.Output, confidence: fb.Confidence.Output, below: fb.Confidence.Below, answer: fb.Output}
+	sf := &serviceFallback{output: fb.Output, confidence: fb.Confidence.Output, below: fb.Confidence.Below, answer: fb.Output, onUpstream: fb.OnUpstreamFailure}
 	for _, o := range s.outputs {
 		if o.from == fb.Output {
 			sf.answer = o.name

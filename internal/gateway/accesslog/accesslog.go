@@ -49,24 +49,27 @@ const DefaultQueueSize = 4096
 
 // Entry is one access-log line.
 type Entry struct {
-	Time          time.Time `json:"time"`
-	RequestID     string    `json:"request_id"`
-	ClientID      string    `json:"client_id"`
-	Service       string    `json:"service"`
-	Route         string    `json:"route"`
-	Backend       string    `json:"backend"`
-	Endpoint      string    `json:"endpoint"`
-	Model         string    `json:"model"`
-	Version       string    `json:"version"`
-	Source        string    `json:"source"` // who answered: backend, fallback, cache...
-	Status        int       `json:"status"`
-	Reason        string    `json:"reason,omitempty"`
-	Error         string    `json:"error,omitempty"`
-	LatencyMS     float64   `json:"latency_ms"`
-	Retries       int       `json:"retries"`
-	RequestBytes  int64     `json:"request_bytes"`
-	ResponseBytes int64     `json:"response_bytes"`
-	TraceID       string    `json:"trace_id,omitempty"`
+	Time      time.Time `json:"time"`
+	RequestID string    `json:"request_id"`
+	ClientID  string    `json:"client_id"`
+	Service   string    `json:"service"`
+	Route     string    `json:"route"`
+	Backend   string    `json:"backend"`
+	Endpoint  string    `json:"endpoint"`
+	Model     string    `json:"model"`
+	Version   string    `json:"version"`
+	Source    string    `json:"source"` // who answered: backend, fallback, cache...
+	Status    int       `json:"status"`
+	Reason    string    `json:"reason,omitempty"`
+	// FallbackCause is why the fallback rule answered in place of a
+	// model that could not be reached (fallback.on_upstream_failure).
+	FallbackCause string  `json:"fallback_cause,omitempty"`
+	Error         string  `json:"error,omitempty"`
+	LatencyMS     float64 `json:"latency_ms"`
+	Retries       int     `json:"retries"`
+	RequestBytes  int64   `json:"request_bytes"`
+	ResponseBytes int64   `json:"response_bytes"`
+	TraceID       string  `json:"trace_id,omitempty"`
 }
 
 // IsError reports whether the entry is a failed request: status >= 400 or an error set.

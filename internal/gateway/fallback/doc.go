@@ -65,7 +65,7 @@
 //
 // # Metrics
 //
-// sluice_gateway_fallback_triggered{service}, sluice_gateway_fallback_answers_total{service},
+// sluice_gateway_fallback_triggered{service}, sluice_gateway_fallback_answers_total{service,cause},
 // sluice_gateway_prediction_p90{service} and sluice_gateway_prediction_baseline_mean{service}.
 // Monitors of several services may share one registry.
 package fallback

@@ -22,8 +22,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"service"})),
 		answers: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_gateway_fallback_answers_total",
-			Help: "Requests answered by the fallback rule.",
-		}, []string{"service"})),
+			Help: "Requests answered by the fallback rule, by cause: drift (the predictions left their baseline and the confidence was low), or the model call's failure with fallback.on_upstream_failure (upstream_unavailable, no_healthy_upstream, upstream_timeout).",
+		}, []string{"service", "cause"})),
 		p90: telemetry.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_gateway_prediction_p90",
 			Help: "P90 of the watched prediction output over the recent window.",

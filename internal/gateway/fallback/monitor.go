@@ -378,9 +378,18 @@ func (m *Monitor) UseRule(conf, threshold float64) bool {
 	}
 	use := Decide(conf, m.Triggered(), threshold)
 	if use {
-		m.met.answers.WithLabelValues(m.service).Inc()
+		m.met.answers.WithLabelValues(m.service, CauseDrift).Inc()
 	}
 	return use
+}
+
+// CauseDrift is the cause label of the answers UseRule chose.
+const CauseDrift = "drift"
+
+// CountAnswer counts one answer of the rule given for another cause (a
+// model call that failed).
+func (m *Monitor) CountAnswer(cause string) {
+	m.met.answers.WithLabelValues(m.service, cause).Inc()
 }
 
 // Source values for an answer.

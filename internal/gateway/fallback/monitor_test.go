@@ -94,7 +94,7 @@ func TestFallbackScenario(t *testing.T) {
 	v, src = answer(0.9, 42)
 	require.Equal(t, SourceModel, src, "confident requests keep the model")
 	require.InDelta(t, 42, v, 0)
-	require.InDelta(t, 1, testutil.ToFloat64(f.m.met.answers.WithLabelValues("parcel-eta")), 0)
+	require.InDelta(t, 1, testutil.ToFloat64(f.m.met.answers.WithLabelValues("parcel-eta", CauseDrift)), 0)
 
 	// Recovery: back inside the band for longer than the window plus
 	// ClearDuration clears the trigger.
