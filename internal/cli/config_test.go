@@ -27,6 +27,12 @@ func TestConfigCheck(t *testing.T) {
 			wantOut: "sluice.yaml: ok",
 		},
 		{
+			// The seeds' two-model layout: routes naming parcel_eta_hot
+			// and parcel_eta_cold, one signature.
+			name: "hot/cold example", args: []string{"config", "check", "-c", "../../examples/parcel-eta-hotcold/sluice.yaml"},
+			wantOut: "sluice.yaml: ok",
+		},
+		{
 			name: "bad", args: []string{"config", "check", "-c", bad}, wantCode: 1,
 			wantErr: []string{bad + `:3:3: gateway.lisen: unknown field (did you mean "listen"?)`, bad + ": invalid"},
 		},
@@ -137,5 +143,49 @@ func TestConfigCheckSyntaxErrorLine(t *testing.T) {
 		if want := fmt.Sprintf("%s:%d:", path, c.line); code != 1 || !strings.Contains(errOut.String(), want) || !strings.Contains(errOut.String(), "YAML syntax") {
 			t.Errorf("%q: exit %d, want 1 and %q in:\n%s", c.text, code, want, errOut.String())
 		}
+	}
+}
+
+// TestConfigCheckRouteModelSignature: a route may name another model, but
+// only one that takes what the service builds and returns what it reads;
+// config check names the route's model and what disagrees.
+func TestConfigCheckRouteModelSignature(t *testing.T) {
+	example, err := os.ReadFile("../../examples/parcel-eta-hotcold/sluice.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs, err := filepath.Abs("../../examples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(example)
+	for _, r := range []struct{ old, new string }{
+		{"model_repository: [models]", "model_repository: [" + abs + "/parcel-eta-hotcold/models, " + abs + "/models]"},
+		{"  repo: ../parcel-eta/features", "  repo: " + abs + "/parcel-eta/features"},
+		{"{backend: local, model: parcel_eta_hot, weight: 100}", "{backend: local, model: digits, weight: 100}"},
+	} {
+		if !strings.Contains(text, r.old) {
+			t.Fatalf("the hot/cold example no longer has %q", r.old)
+		}
+		text = strings.Replace(text, r.old, r.new, 1)
+	}
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := Run(t.Context(), []string{"config", "check", "-c", path}, &out, &errOut); code != 1 {
+		t.Fatalf("exit %d, want 1; stdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	for _, want := range []string{
+		`model "digits" version "1" on backend "local": input "user_features": the model has no such input`,
+		`model "digits" version "1" on backend "local": output "eta_minutes": the model has no output "eta_prediction"`,
+	} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("config check output lacks %q:\n%s", want, errOut.String())
+		}
+	}
+	if strings.Contains(errOut.String(), `model "parcel_eta_cold"`) {
+		t.Errorf("the cold model matches the service:\n%s", errOut.String())
 	}
 }

@@ -520,6 +520,10 @@ type RouteAction struct {
 type WeightedBackend struct {
 	// Backend names a gateway backend.
 	Backend string `yaml:"backend"`
+	// Model is the model to send to; empty means the service's
+	// model.name. Another model must take the same inputs and return the
+	// same outputs (config check verifies it), e.g. a hot/cold pair.
+	Model string `yaml:"model"`
 	// Version is the model version; empty means the service's model.version.
 	Version string `yaml:"version"`
 	// Weight is the share in percent.

@@ -243,6 +243,8 @@ type Route struct {
 // Target is one weighted share of a route.
 type Target struct {
 	Backend string `json:"backend"`
+	// Model is set when the route names a model other than the service's.
+	Model   string `json:"model,omitempty"`
 	Version string `json:"version,omitempty"`
 	Weight  int    `json:"weight"`
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -264,7 +265,7 @@ func (st *state) routedModels() map[string][]modelRef {
 				if v == "" {
 					v = s.cfg.Model.Version
 				}
-				m := modelRef{s.cfg.Model.Name, v}
+				m := modelRef{cmp.Or(w.Model, s.cfg.Model.Name), v}
 				if seen[w.Backend] == nil {
 					seen[w.Backend] = map[modelRef]bool{}
 				}

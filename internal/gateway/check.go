@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,7 +30,8 @@ type CheckResult struct {
 // Check validates every service of cfg against the real schemas: the
 // features each input reads exist in the feature service with a type and
 // width that fit a tensor; every model version a route can reach has the
-// configured inputs with the same datatype and width, needs no input the
+// configured inputs with the same datatype and width (so every model a
+// route names takes what the service builds: their signatures agree), needs no input the
 // service does not build, and returns the outputs the answer and the
 // fallback read; fallback rules type-check against the features' and
 // fields' types. repo may be nil when no feature store is configured.
@@ -45,7 +47,7 @@ func Check(ctx context.Context, cfg *config.Gateway, repo *registry.Repo, sig Si
 			res.Problems = append(res.Problems, err)
 			continue
 		}
-		type target struct{ backend, version string }
+		type target struct{ backend, model, version string }
 		seen := map[target]bool{}
 		for _, r := range sc.Routes {
 			for _, w := range r.Route.Weighted {
@@ -53,7 +55,8 @@ func Check(ctx context.Context, cfg *config.Gateway, repo *registry.Repo, sig Si
 				if v == "" {
 					v = sc.Model.Version
 				}
-				t := target{w.Backend, v}
+				model := cmp.Or(w.Model, sc.Model.Name)
+				t := target{w.Backend, model, v}
 				if seen[t] {
 					continue
 				}
@@ -62,8 +65,8 @@ func Check(ctx context.Context, cfg *config.Gateway, repo *registry.Repo, sig Si
 				if !ok || b.Kind == KindKServeHTTP {
 					continue // config validation reports it
 				}
-				got, err := sig(ctx, b, sc.Model.Name, v)
-				where := fmt.Sprintf("service %q: model %q version %q on backend %q", sc.Name, sc.Model.Name, orDefault(v), w.Backend)
+				got, err := sig(ctx, b, model, v)
+				where := fmt.Sprintf("service %q: model %q version %q on backend %q", sc.Name, model, orDefault(v), w.Backend)
 				if errors.Is(err, ErrSignatureUnknown) {
 					res.Warnings = append(res.Warnings, fmt.Errorf("%s: not checked: %w", where, err))
 					continue

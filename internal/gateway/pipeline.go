@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -132,6 +133,7 @@ type exchange struct {
 	target  route.Target
 	rc      *config.Route
 	b       *backend
+	model   string // the route's model, else the service's
 	version string
 
 	feats       *serving.Response
@@ -300,6 +302,7 @@ func (g *Gateway) route(x *exchange) error {
 	}
 	x.target, x.rc = target, s.routeCfg[target.Route]
 	x.log.Route, x.log.Backend = target.Route, target.Backend
+	x.model = cmp.Or(target.Model, s.cfg.Model.Name)
 	x.version = target.Version
 	if x.version == "" {
 		x.version = s.cfg.Model.Version
@@ -309,6 +312,7 @@ func (g *Gateway) route(x *exchange) error {
 		h.steer(x)
 	}
 	x.log.Version = x.version
+	x.log.Model = x.model
 	return nil
 }
 
@@ -336,7 +340,7 @@ func (g *Gateway) buildRequest(x *exchange) error {
 	if err != nil {
 		return err
 	}
-	x.req = &infer.Request{ID: x.reqID, Model: x.s.cfg.Model.Name, Version: x.version, Inputs: inputs, Outputs: x.s.requested}
+	x.req = &infer.Request{ID: x.reqID, Model: x.model, Version: x.version, Inputs: inputs, Outputs: x.s.requested}
 	if p := g.priority(x.st, x.call.Header, x.id); p > 0 {
 		x.req.Parameters = infer.Parameters{"priority": int64(p)}
 	}
@@ -373,7 +377,7 @@ func (g *Gateway) callModel(ctx context.Context, x *exchange) error {
 // buildAnswer turns the model's response into the answer, with the
 // fallback rule's value when the service's predictions drift.
 func (g *Gateway) buildAnswer(x *exchange) error {
-	a, err := g.answerOf(x.s, x.resp, x.vals, x.feats, x.reqID, x.target.Route, x.version)
+	a, err := g.answerOf(x.s, x.resp, x.vals, x.feats, x.reqID, x.target.Route, x.model, x.version)
 	if err != nil {
 		return err
 	}
@@ -417,7 +421,7 @@ func (g *Gateway) upstreamFallback(x *exchange, err error) error {
 		return infer.Errorf(kind, cause, "%v; the fallback rule cannot answer: %v", err, rerr)
 	}
 	a := Answer{
-		RequestID: x.reqID, Service: x.s.name, Route: x.target.Route, Model: x.s.cfg.Model.Name, Version: x.version,
+		RequestID: x.reqID, Service: x.s.name, Route: x.target.Route, Model: x.model, Version: x.version,
 		Source: fallback.SourceRule, Reason: cause,
 	}
 	for _, o := range x.s.outputs {
@@ -612,9 +616,9 @@ func (g *Gateway) priority(st *state, h http.Header, id auth.Identity) int {
 
 // answerOf builds the answer from the model's response, applying the
 // fallback rule when the service's predictions drift.
-func (g *Gateway) answerOf(s *service, resp *infer.Response, vals []value, feats *serving.Response, reqID, routeName, version string) (Answer, error) {
+func (g *Gateway) answerOf(s *service, resp *infer.Response, vals []value, feats *serving.Response, reqID, routeName, model, version string) (Answer, error) {
 	a := Answer{
-		RequestID: reqID, Service: s.name, Route: routeName, Model: s.cfg.Model.Name, Version: version,
+		RequestID: reqID, Service: s.name, Route: routeName, Model: model, Version: version,
 		Source: fallback.SourceModel, Outputs: make([]Output, 0, len(s.outputs)),
 	}
 	if resp.Version != "" {
@@ -654,7 +658,7 @@ func (g *Gateway) answerOf(s *service, resp *infer.Response, vals []value, feats
 		}
 		t, ok := outputTensor(resp, o.from)
 		if !ok {
-			return Answer{}, infer.Errorf(infer.KindInternal, ReasonInvalidModelOutput, "model %q did not return output %q", s.cfg.Model.Name, o.from)
+			return Answer{}, infer.Errorf(infer.KindInternal, ReasonInvalidModelOutput, "model %q did not return output %q", model, o.from)
 		}
 		ov, ok := tensorValues(o.name, t)
 		if !ok {

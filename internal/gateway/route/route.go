@@ -33,6 +33,8 @@ type Target struct {
 	Route string
 	// Backend names the gateway backend.
 	Backend string
+	// Model is the model; empty means the service's model.
+	Model string
 	// Version is the model version; empty means the service's default version.
 	Version string
 }
@@ -63,6 +65,7 @@ type entityRule struct {
 type share struct {
 	upTo    int // exclusive cumulative bucket bound
 	backend string
+	model   string
 	version string
 }
 
@@ -137,7 +140,7 @@ func buildRule(c *config.Route) (rule, error) {
 			return rule{}, fmt.Errorf("weighted: backend %q has negative weight %d", w.Backend, w.Weight)
 		}
 		sum += w.Weight
-		r.shares = append(r.shares, share{upTo: sum, backend: w.Backend, version: w.Version})
+		r.shares = append(r.shares, share{upTo: sum, backend: w.Backend, model: w.Model, version: w.Version})
 	}
 	if sum != Buckets {
 		return rule{}, fmt.Errorf("weighted: weights sum to %d, want %d", sum, Buckets)
@@ -170,7 +173,7 @@ func (t *Table) Match(req Request) (Target, bool) {
 			continue
 		}
 		s := r.pick(req, t.randN)
-		return Target{Route: r.name, Backend: s.backend, Version: s.version}, true
+		return Target{Route: r.name, Backend: s.backend, Model: s.model, Version: s.version}, true
 	}
 	return Target{}, false
 }
