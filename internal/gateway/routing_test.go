@@ -136,3 +136,27 @@ func TestRoutingNoRoute(t *testing.T) {
 	requireError(t, res, http.StatusNotFound, gateway.ReasonNoRoute)
 	require.Equal(t, int64(1), e.model.calls.Load(), "an unrouted request must not reach the model")
 }
+
+// TestRoutingToAnotherModel: the seeds' hot/cold pair as two models. Hot
+// users go to the model the hot route names; the others to the service's
+// own; the answer names the model that answered.
+func TestRoutingToAnotherModel(t *testing.T) {
+	e := newRoutingEnv(t, `[
+        {name: hot, match: {entity_hash: {key: user_id, below: 10}}, route: {weighted: [{backend: local, model: parcel_eta_hot, weight: 100}]}},
+        {name: cold, route: {weighted: [{backend: local, model: parcel_eta_cold, weight: 100}]}}]`)
+	hot, cold := 0, 0
+	for id := 1; hot < 3 || cold < 3; id++ {
+		require.Less(t, id, 1000, "too few hot users")
+		res := e.post(t, fmt.Sprintf(`{"user_id": %d, "base_eta": 30}`, id))
+		requireOK(t, res)
+		want := "parcel_eta_cold"
+		if isHot(strconv.Itoa(id)) {
+			want = "parcel_eta_hot"
+			hot++
+		} else {
+			cold++
+		}
+		require.Equal(t, want, e.model.last(t).Model, "user %d", id)
+		require.Equal(t, want, res.Model, "the answer names the model that answered")
+	}
+}
