@@ -173,3 +173,21 @@ func TestStatusUnreachable(t *testing.T) {
 	require.Equal(t, 2, ee.code)
 	require.Contains(t, ee.Error(), "cannot reach the admin API")
 }
+
+// TestStatusVersionSince: a serving version shows when it went live, in
+// the local zone, with the date when it is not today's.
+func TestStatusVersionSince(t *testing.T) {
+	now := time.Date(2026, 12, 7, 13, 42, 0, 0, time.Local)
+	for _, c := range []struct {
+		v    console.ModelVersion
+		want string
+	}{
+		{console.ModelVersion{Version: "2", State: "READY", LoadedAt: now.Add(-3 * time.Hour)}, "v2 READY since 10:42 (3h ago)"},
+		{console.ModelVersion{Version: "1", State: "READY", LoadedAt: time.Date(2026, 12, 5, 9, 0, 0, 0, time.Local)}, "v1 READY since 2026-12-05 09:00 (2d4h ago)"},
+		{console.ModelVersion{Version: "3", State: "UNAVAILABLE"}, "v3 UNAVAILABLE"},
+	} {
+		if got := versionText(c.v, now); got != c.want {
+			t.Errorf("versionText(%+v) = %q, want %q", c.v, got, c.want)
+		}
+	}
+}
