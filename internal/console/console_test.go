@@ -33,6 +33,7 @@ func TestPagesShowTheComponents(t *testing.T) {
 		}},
 		{path: "/console/models", want: []string{
 			"eta_model", "broken", "READY", "UNAVAILABLE", "weights file truncated at byte 1024",
+			"since ", "loaded at ",
 			`data-series="model"`,
 		}},
 		{path: "/console/features", want: []string{
