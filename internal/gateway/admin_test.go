@@ -130,7 +130,10 @@ func TestAdminViews(t *testing.T) {
 		require.Equal(t, "local", v["backend"])
 		require.Contains(t, v, "local_keys")
 		require.Equal(t, []any{
-			map[string]any{"client_id": "alice", "requests_per_second": 5.0, "burst": 7.0, "priority": 2.0},
+			map[string]any{
+				"client_id": "alice", "requests_per_second": 5.0, "burst": 7.0, "priority": 2.0,
+				"used_ratio": 0.0, "requests_last_minute": 0.0, "scope": "per_replica",
+			},
 			map[string]any{"client_id": "bob", "requests_per_second": 0.0, "burst": 0.0},
 		}, v["clients"])
 		anon, ok := v["anonymous"].(map[string]any)
