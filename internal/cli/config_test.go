@@ -66,32 +66,16 @@ func TestConfigCheck(t *testing.T) {
 // service lacks) and checks that one run reports each once, at its
 // file:line:col, and exits 1.
 func TestConfigCheckReportsEverything(t *testing.T) {
-	example, err := os.ReadFile("../../examples/parcel-eta/sluice.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	abs, err := filepath.Abs("../../examples")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(example)
-	for _, r := range []struct{ old, new string }{
-		{"model_repository: [../models]", "model_repository: [" + abs + "/models]"},
-		{"  repo: features", "  repo: " + abs + "/parcel-eta/features"},
-		{"  drain_period: 2s", "  drain_perod: 2s"},                 // unknown key
-		{"          timeout: 500ms\n", "          timeout: fast\n"}, // not a duration (the first route's)
-		{"{backend: local, version: \"2\", weight: 10}", "{backend: local, version: \"2\", weight: 20}"},
-		{"          - user_stats:u_f07\n", "          - user_stats:u_f77\n"},
-	} {
-		if !strings.Contains(text, r.old) {
-			t.Fatalf("the example config no longer has %q", r.old)
+	path, text := patchedExample(t, "parcel-eta/sluice.yaml", func(abs string) []replacement {
+		return []replacement{
+			{"model_repository: [../models]", "model_repository: [" + abs + "/models]"},
+			{"  repo: features", "  repo: " + abs + "/parcel-eta/features"},
+			{"  drain_period: 2s", "  drain_perod: 2s"},                 // unknown key
+			{"          timeout: 500ms\n", "          timeout: fast\n"}, // not a duration (the first route's)
+			{"{backend: local, version: \"2\", weight: 10}", "{backend: local, version: \"2\", weight: 20}"},
+			{"          - user_stats:u_f07\n", "          - user_stats:u_f77\n"},
 		}
-		text = strings.Replace(text, r.old, r.new, 1)
-	}
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	})
 	lineOf := func(s string) int {
 		i := strings.Index(text, s)
 		if i < 0 {
@@ -150,29 +134,13 @@ func TestConfigCheckSyntaxErrorLine(t *testing.T) {
 // only one that takes what the service builds and returns what it reads;
 // config check names the route's model and what disagrees.
 func TestConfigCheckRouteModelSignature(t *testing.T) {
-	example, err := os.ReadFile("../../examples/parcel-eta-hotcold/sluice.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	abs, err := filepath.Abs("../../examples")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(example)
-	for _, r := range []struct{ old, new string }{
-		{"model_repository: [models]", "model_repository: [" + abs + "/parcel-eta-hotcold/models, " + abs + "/models]"},
-		{"  repo: ../parcel-eta/features", "  repo: " + abs + "/parcel-eta/features"},
-		{"{backend: local, model: parcel_eta_hot, weight: 100}", "{backend: local, model: digits, weight: 100}"},
-	} {
-		if !strings.Contains(text, r.old) {
-			t.Fatalf("the hot/cold example no longer has %q", r.old)
+	path, _ := patchedExample(t, "parcel-eta-hotcold/sluice.yaml", func(abs string) []replacement {
+		return []replacement{
+			{"model_repository: [models]", "model_repository: [" + abs + "/parcel-eta-hotcold/models, " + abs + "/models]"},
+			{"  repo: ../parcel-eta/features", "  repo: " + abs + "/parcel-eta/features"},
+			{"{backend: local, model: parcel_eta_hot, weight: 100}", "{backend: local, model: digits, weight: 100}"},
 		}
-		text = strings.Replace(text, r.old, r.new, 1)
-	}
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	})
 	var out, errOut bytes.Buffer
 	if code := Run(t.Context(), []string{"config", "check", "-c", path}, &out, &errOut); code != 1 {
 		t.Fatalf("exit %d, want 1; stdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
@@ -188,4 +156,34 @@ func TestConfigCheckRouteModelSignature(t *testing.T) {
 	if strings.Contains(errOut.String(), `model "parcel_eta_cold"`) {
 		t.Errorf("the cold model matches the service:\n%s", errOut.String())
 	}
+}
+
+// replacement is one edit patchedExample makes.
+type replacement struct{ old, new string }
+
+// patchedExample writes a copy of examples/<file> with each replacement
+// made once (edits gets the examples folder's absolute path) and returns
+// its path and text.
+func patchedExample(t *testing.T, file string, edits func(abs string) []replacement) (string, string) {
+	t.Helper()
+	example, err := os.ReadFile(filepath.Join("../../examples", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs, err := filepath.Abs("../../examples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(example)
+	for _, r := range edits(abs) {
+		if !strings.Contains(text, r.old) {
+			t.Fatalf("examples/%s no longer has %q", file, r.old)
+		}
+		text = strings.Replace(text, r.old, r.new, 1)
+	}
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, text
 }

@@ -32,6 +32,23 @@ func freePorts(t *testing.T, n int) []string {
 	return ports
 }
 
+// getter returns a GET of a path under base: the status and body, or 0
+// when nothing answers.
+func getter(t *testing.T, base string) func(path string) (int, []byte) {
+	return func(path string) (int, []byte) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+path, nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, nil
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		return resp.StatusCode, b.Bytes()
+	}
+}
+
 // TestModelServerStaysUpWhenRepositoryFails is modelled on
 // qa/L0_lifecycle/lifecycle_test.py test_parse_error_noexit: with
 // --exit-on-error=false and a model repository that does not exist, the
@@ -57,19 +74,7 @@ func TestModelServerStaysUpWhenRepositoryFails(t *testing.T) {
 				"--exit-on-error=false", "--strict-readiness=false", "--address", "127.0.0.1", "--server-name", "triton",
 				"--http-port", p[0], "--grpc-port", p[1], "--metrics-port", p[2]}, &out, &errb)
 		}()
-		base := "http://127.0.0.1:" + p[0]
-		get := func(path string) (int, []byte) {
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+path, nil)
-			require.NoError(t, err)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return 0, nil
-			}
-			defer resp.Body.Close()
-			var b bytes.Buffer
-			_, _ = b.ReadFrom(resp.Body)
-			return resp.StatusCode, b.Bytes()
-		}
+		get := getter(t, "http://127.0.0.1:"+p[0])
 		require.Eventually(t, func() bool { code, _ := get("/v2"); return code == http.StatusOK }, 10*time.Second, 20*time.Millisecond)
 		_, body := get("/v2")
 		var md struct{ Name string }

@@ -28,19 +28,7 @@ func TestTritonStartFlags(t *testing.T) {
 			"--allow-metrics=false", "--allow-gpu-metrics=true", "--allow-cpu-metrics=true", "--log-verbose=1", "--metrics-interval-ms=1000",
 			"--http-port", p[0], "--grpc-port", p[1], "--metrics-port", p[2]}, &out, &errb)
 	}()
-	base := "http://127.0.0.1:" + p[0]
-	get := func(path string) (int, []byte) {
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+path, nil)
-		require.NoError(t, err)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, nil
-		}
-		defer resp.Body.Close()
-		var b bytes.Buffer
-		_, _ = b.ReadFrom(resp.Body)
-		return resp.StatusCode, b.Bytes()
-	}
+	get := getter(t, "http://127.0.0.1:"+p[0])
 	require.Eventually(t, func() bool { code, _ := get("/v2/health/ready"); return code == http.StatusOK }, 30*time.Second, 20*time.Millisecond)
 	code, body := get("/v2/logging")
 	require.Equal(t, http.StatusOK, code)
