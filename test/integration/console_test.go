@@ -111,6 +111,13 @@ var conThousands = regexp.MustCompile(`\b[1-9][0-9]?[ ,\x{00a0}\x{202f}][0-9]{3}
 // every path absolute, and waits until the gateway is ready.
 func conStart(t *testing.T) *gwChain {
 	t.Helper()
+	return conStartExample(t, "examples/parcel-eta/sluice.yaml", "examples/models")
+}
+
+// conStartExample is conStart for the example config file (relative to
+// the module root) whose model repository is models.
+func conStartExample(t *testing.T, file, models string) *gwChain {
+	t.Helper()
 	addr := func() string { return fmt.Sprintf("127.0.0.1:%d", freePort(t)) }
 	port := func(a string) int {
 		_, p, _ := strings.Cut(a, ":")
@@ -119,16 +126,16 @@ func conStart(t *testing.T) *gwChain {
 	}
 	c := &gwChain{listen: addr(), admin: addr(), features: addr(), models: addr()}
 	var cfg map[string]any
-	if err := yaml.Unmarshal(readFile(t, "examples/parcel-eta/sluice.yaml"), &cfg); err != nil {
+	if err := yaml.Unmarshal(readFile(t, file), &cfg); err != nil {
 		t.Fatal(err)
 	}
 	ms, _ := cfg["model_server"].(map[string]any)
 	fs, _ := cfg["feature_server"].(map[string]any)
 	gw, _ := cfg["gateway"].(map[string]any)
 	if ms == nil || fs == nil || gw == nil {
-		t.Fatalf("examples/parcel-eta/sluice.yaml lacks a model_server, feature_server or gateway section")
+		t.Fatalf("%s lacks a model_server, feature_server or gateway section", file)
 	}
-	ms["model_repository"] = []string{filepath.Join(repoDir, "examples/models")}
+	ms["model_repository"] = []string{filepath.Join(repoDir, models)}
 	ms["address"] = "127.0.0.1"
 	ms["http_port"], ms["grpc_port"], ms["metrics_port"] = port(c.models), freePort(t), freePort(t)
 	ms["backend_config"] = map[string]any{"onnxruntime": map[string]any{"library": ortLib}}
