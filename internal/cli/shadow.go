@@ -504,6 +504,14 @@ latency p50/p95/p99 per side, error rates, the worst examples with their
 headers and features, and every figure broken down by each --slice key, e.g.
 --slice header:x-region --slice feature:route_features__distance_km@2,5,10.
 
+The ks gate fails an output when p < --ks-alpha and the distributions are
+further apart than the output's minimum effect: --min-effect OUTPUT=VALUE
+(output units) or OUTPUT=VALUEsigma, else --ks-min-effect, else
+--ks-min-effect-sigma (0.1) standard deviations of side A's values. A
+significant shift below the minimum passes but is printed as "significant but
+below the minimum effect"; --ks-report-only reports shifts above it without
+failing.
+
 Exit status: 0 when every gate passes, 3 when a gate fails (the failed gates
 are printed), 1 on errors, 2 on invalid flags.`,
 		Args: cobra.NoArgs,
