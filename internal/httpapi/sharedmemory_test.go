@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"strings"
 	"path/filepath"
 	"testing"
 
@@ -77,11 +78,11 @@ func TestSharedMemoryHTTP(t *testing.T) {
 
 	for _, tc := range []struct{ body, want string }{
 		{`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"parameters":{"shared_memory_region":"input0","shared_memory_byte_size":16,"shared_memory_offset":4}}]}`,
-			"input 'IN': invalid offset + byte size for shared memory region: 'input0'"},
+			"input 'IN': Invalid offset + byte size for shared memory region: 'input0'"},
 		{`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"parameters":{"shared_memory_region":"input0","shared_memory_byte_size":12}}]}`,
 			"input 'IN': shared memory byte_size 12 does not fit shape [1,4]"},
 		{`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"parameters":{"shared_memory_region":"gone","shared_memory_byte_size":16}}]}`,
-			"input 'IN': unable to find shared memory region: 'gone'"},
+			"input 'IN': Unable to find shared memory region: 'gone'"},
 		{`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"data":[1,2,3,4]}],"outputs":[{"name":"OUT","parameters":{"shared_memory_region":"output0","shared_memory_byte_size":8}}]}`,
 			"output 'OUT': the output needs 16 bytes but shared memory region 'output0' was given 8"},
 	} {
@@ -97,7 +98,74 @@ func TestSharedMemoryHTTP(t *testing.T) {
 	rec = do(t, h, http.MethodGet, "/v2/systemsharedmemory/status", nil, nil)
 	require.JSONEq(t, `[]`, rec.Body.String())
 
+	// CUDA: register is refused (no GPU); status lists nothing and
+	// unregister has nothing to do, as on a CPU-only Triton, so that
+	// tritonclient's simple_http_shm_client runs.
 	requireError(t, do(t, h, http.MethodPost, "/v2/cudasharedmemory/region/c/register", []byte(`{}`), nil),
 		http.StatusBadRequest, "cuda_shared_memory_unsupported", "CUDA shared memory is not supported on this server")
-	requireError(t, do(t, h, http.MethodGet, "/v2/cudasharedmemory/status", nil, nil), http.StatusBadRequest, "cuda_shared_memory_unsupported")
+	rec = do(t, h, http.MethodGet, "/v2/cudasharedmemory/status", nil, nil)
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.JSONEq(t, `[]`, rec.Body.String())
+	requireError(t, do(t, h, http.MethodGet, "/v2/cudasharedmemory/region/c/status", nil, nil), http.StatusNotFound, "shared_memory_not_found", "Unable to find cuda shared memory region: 'c'")
+	require.Equal(t, http.StatusOK, post("/v2/cudasharedmemory/unregister", "").StatusCode)
+	require.Equal(t, http.StatusOK, post("/v2/cudasharedmemory/region/c/unregister", "").StatusCode)
+}
+
+// Issue 22: a client that shrinks its object (ftruncate) after
+// registering it gets 400 shared_memory_region_invalid for inputs and
+// outputs, the region shows invalid in the status, and the handler lives
+// (a mapped region faulted with SIGBUS and killed the process).
+func TestSharedMemoryShrunkObjectHTTP(t *testing.T) {
+	reg := shm.New(shm.Options{})
+	t.Cleanup(func() { _ = reg.Close() })
+	h := New(newFakeModels(), Options{SharedMemory: reg}, nil, prometheus.NewRegistry())
+	key, path := shmObject(t, 64)
+	for _, b := range []string{`{"key":%q,"offset":0,"byte_size":16}`, `{"key":%q,"offset":32,"byte_size":32}`} {
+		name := map[bool]string{true: "input0", false: "output0"}[strings.Contains(b, `"offset":0`)]
+		rec := do(t, h, http.MethodPost, "/v2/systemsharedmemory/region/"+name+"/register", fmt.Appendf(nil, b, key), nil)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	}
+	require.NoError(t, os.Truncate(path, 0))
+
+	in := `{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"parameters":{"shared_memory_region":"input0","shared_memory_byte_size":16}}]}`
+	requireError(t, do(t, h, http.MethodPost, "/v2/models/identity/infer", []byte(in), nil), http.StatusBadRequest, shm.ReasonRegionInvalid,
+		"input 'IN': shared memory region 'input0' is no longer valid: its key '"+key+"' holds 0 bytes, fewer than its offset 0 + byte_size 16")
+	out := `{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"data":[1,2,3,4]}],"outputs":[{"name":"OUT","parameters":{"shared_memory_region":"output0","shared_memory_byte_size":16}}]}`
+	requireError(t, do(t, h, http.MethodPost, "/v2/models/identity/infer", []byte(out), nil), http.StatusBadRequest, shm.ReasonRegionInvalid,
+		"output 'OUT': shared memory region 'output0' is no longer valid")
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Zero(t, fi.Size(), "a write to a shrunk region does not grow the object back")
+
+	rec := do(t, h, http.MethodGet, "/v2/systemsharedmemory/status", nil, nil)
+	require.Equal(t, http.StatusOK, rec.Code)
+	var st []shm.Status
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &st))
+	require.Len(t, st, 2)
+	for _, s := range st {
+		require.Contains(t, s.Invalid, "is no longer valid", s.Name)
+	}
+	// Grown back, the region is valid again.
+	require.NoError(t, os.Truncate(path, 64))
+	rec = do(t, h, http.MethodPost, "/v2/models/identity/infer", []byte(in), nil)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+}
+
+// Triton's --allow-client-shm=false (qa/L0_shared_memory
+// test_client_shm_disabled_by_default): register and unregister are
+// refused with Triton's words, status lists nothing.
+func TestSharedMemoryDisabledHTTP(t *testing.T) {
+	reg := shm.New(shm.Options{Disabled: true})
+	h := New(newFakeModels(), Options{SharedMemory: reg}, nil, prometheus.NewRegistry())
+	key, _ := shmObject(t, 64)
+	for _, target := range []string{"/v2/systemsharedmemory/region/dummy_data/register", "/v2/systemsharedmemory/region/dummy_data/unregister",
+		"/v2/systemsharedmemory/unregister", "/v2/cudasharedmemory/region/c/register", "/v2/cudasharedmemory/unregister"} {
+		requireError(t, do(t, h, http.MethodPost, target, fmt.Appendf(nil, `{"key":%q,"byte_size":8}`, key), nil),
+			http.StatusBadRequest, shm.ReasonDisabled, "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.")
+	}
+	for _, target := range []string{"/v2/systemsharedmemory/status", "/v2/cudasharedmemory/status"} {
+		rec := do(t, h, http.MethodGet, target, nil, nil)
+		require.Equal(t, http.StatusOK, rec.Code, target)
+		require.JSONEq(t, `[]`, rec.Body.String(), target)
+	}
 }
