@@ -68,6 +68,32 @@ sequence_batching {
 	require.ErrorContains(t, err, "initial_state data_file", "a missing data file fails the load")
 }
 
+// Sluice's per-client bounds of a sequence model come from config.pbtxt
+// parameters; a value that is not a whole number fails the load.
+func TestSequenceClientParameters(t *testing.T) {
+	opts := func(params string) (sequence.Options, error) {
+		text := `name: "m"
+max_batch_size: 4
+input { name: "x" data_type: TYPE_FP32 dims: [ 1 ] }
+output { name: "y" data_type: TYPE_FP32 dims: [ 1 ] }
+sequence_batching { max_sequence_idle_microseconds: 60000000 }
+` + params
+		cfg, _, err := modelconfig.Parse("config.pbtxt", []byte(text))
+		require.NoError(t, err)
+		return sequenceOptions("m", "1", cfg, t.TempDir())
+	}
+	o, err := opts("")
+	require.NoError(t, err)
+	require.Zero(t, o.MaxSequencesPerClient, "the scheduler's default")
+	o, err = opts(`parameters { key: "sluice.max_sequences_per_client" value { string_value: "2" } }
+parameters { key: "sluice.sequence_contended_idle_microseconds" value { string_value: "250000" } }`)
+	require.NoError(t, err)
+	require.Equal(t, 2, o.MaxSequencesPerClient)
+	require.Equal(t, 250*time.Millisecond, o.ContendedIdleTimeout)
+	_, err = opts(`parameters { key: "sluice.max_sequences_per_client" value { string_value: "-1" } }`)
+	require.ErrorContains(t, err, "sluice.max_sequences_per_client is \"-1\", want a whole number")
+}
+
 func TestInitialStateFileStaysInItsFolder(t *testing.T) {
 	_, err := readInitialState(t.TempDir(), "../../etc/passwd")
 	require.ErrorContains(t, err, "outside the initial_state folder")
