@@ -7,8 +7,8 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"strings"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
