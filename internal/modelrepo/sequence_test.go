@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/batch/sequence"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
@@ -115,4 +116,19 @@ func TestSequenceParams(t *testing.T) {
 		require.NotNil(t, ierr, "%v", bad)
 		require.Equal(t, ReasonInvalidParameter, ierr.Reason)
 	}
+}
+
+// A sequence's client is the credential's identity, else the caller's
+// address without its port (one anonymous host opening many connections
+// is one client); no caller at all is "" (not capped).
+func TestSequenceClient(t *testing.T) {
+	ctx := t.Context()
+	require.Empty(t, sequenceClient(ctx))
+	require.Equal(t, "id:dispatch", sequenceClient(authz.WithPrincipal(ctx, authz.Principal{ID: "dispatch", Via: authz.ViaToken, Addr: "10.0.0.7:5123"})))
+	require.Equal(t, "id:CN=svc", sequenceClient(authz.WithPrincipal(ctx, authz.Principal{ID: "CN=svc", Via: authz.ViaMTLS, Addr: "10.0.0.7:5123"})))
+	a := sequenceClient(authz.WithPrincipal(ctx, authz.Principal{ID: authz.AnonymousID, Via: authz.ViaOpen, Addr: "127.0.0.2:40000"}))
+	b := sequenceClient(authz.WithPrincipal(ctx, authz.Principal{ID: authz.AnonymousID, Via: authz.ViaOpen, Addr: "127.0.0.2:40001"}))
+	require.Equal(t, "addr:127.0.0.2", a)
+	require.Equal(t, a, b)
+	require.Equal(t, "addr:::1", sequenceClient(authz.WithPrincipal(ctx, authz.Principal{Via: authz.ViaOpen, Addr: "[::1]:80"})))
 }
