@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -14,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/shm"
 )
 
@@ -168,4 +171,49 @@ func TestSharedMemoryDisabledHTTP(t *testing.T) {
 		require.Equal(t, http.StatusOK, rec.Code, target)
 		require.JSONEq(t, `[]`, rec.Body.String(), target)
 	}
+}
+
+// Triton's QA TestSharedMemoryUnregister
+// (test_unregister_shm_during_inference_single_req_http): unregister all
+// while an inference uses the regions answers 200, the regions stay
+// listed, the inference still writes its output into its region, and
+// once it has answered the regions are gone without another unregister.
+func TestSharedMemoryUnregisterDuringInferenceHTTP(t *testing.T) {
+	reg := shm.New(shm.Options{})
+	t.Cleanup(func() { _ = reg.Close() })
+	inside, release := make(chan struct{}), make(chan struct{})
+	models := newFakeModels()
+	models.infer = func(_ context.Context, req *infer.Request) (*infer.Response, error) {
+		close(inside)
+		<-release
+		in := req.Inputs[0]
+		return &infer.Response{Model: req.Model, Outputs: []infer.Tensor{{Name: "OUT", DataType: in.DataType, Shape: in.Shape, Data: in.Data}}}, nil
+	}
+	h := New(models, Options{SharedMemory: reg}, nil, prometheus.NewRegistry())
+	key, path := shmObject(t, 64)
+	require.NoError(t, os.WriteFile(path, append(bytes.Repeat([]byte{7}, 16), make([]byte, 48)...), 0o600))
+	for name, off := range map[string]int{"input0_data": 0, "output0_data": 32} {
+		rec := do(t, h, http.MethodPost, "/v2/systemsharedmemory/region/"+name+"/register", fmt.Appendf(nil, `{"key":%q,"offset":%d,"byte_size":16}`, key, off), nil)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	}
+	status := func() string {
+		return do(t, h, http.MethodGet, "/v2/systemsharedmemory/status", nil, nil).Body.String()
+	}
+
+	done := make(chan int)
+	go func() {
+		body := `{"inputs":[{"name":"IN","datatype":"UINT8","shape":[16],"parameters":{"shared_memory_region":"input0_data","shared_memory_byte_size":16}}],
+		  "outputs":[{"name":"OUT","parameters":{"shared_memory_region":"output0_data","shared_memory_byte_size":16}}]}`
+		done <- do(t, h, http.MethodPost, "/v2/models/identity/infer", []byte(body), nil).Code
+	}()
+	<-inside
+	require.Equal(t, http.StatusOK, do(t, h, http.MethodPost, "/v2/systemsharedmemory/unregister", nil, nil).Code)
+	require.Contains(t, status(), `"input0_data"`, "in use: still registered")
+	require.Contains(t, status(), `"output0_data"`)
+	close(release)
+	require.Equal(t, http.StatusOK, <-done)
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, bytes.Repeat([]byte{7}, 16), got[32:48], "the output reached its region")
+	require.JSONEq(t, `[]`, status(), "gone once the inference answered")
 }
