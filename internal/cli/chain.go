@@ -83,6 +83,7 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 		mf.httpPort, mf.grpcPort, mf.metricsPort = m.HTTPPort, m.GRPCPort, m.MetricsPort
 		mf.backendSettings = m.BackendConfig
 		mf.httpRestricted, mf.grpcRestricted = m.HTTPRestrictedAPI, m.GRPCRestrictedProtocol
+		mf.allowClientSHM = m.AllowClientSHM
 		mf.limits = &m.Limits
 		if ms, err = startModelServer(ctx, &mf, m.TLS, gd, logger, regs.models); err != nil {
 			return err

@@ -80,6 +80,9 @@ type serveFlags struct {
 	sec             securityFlags
 	httpRestricted  []string
 	grpcRestricted  []string
+	// allowClientSHM is --allow-client-shm: clients may register system
+	// shared-memory regions (off by default, as in Triton).
+	allowClientSHM bool
 	// limits come from sluice.yaml's model_server.limits; without -c,
 	// from --max-request-bytes and the defaults.
 	limits *config.Limits
@@ -123,6 +126,7 @@ func newServeCmd(use, short string) *cobra.Command {
 	fl.StringVar(&f.address, "address", "0.0.0.0", "address the HTTP, gRPC and metrics listeners bind to (Triton's default: every interface; with -c the config's model_server.address, default 127.0.0.1, applies)")
 	fl.StringArrayVar(&f.httpRestricted, "http-restricted-api", nil, "restrict KServe API groups on HTTP as Triton does: <API>[,<API>...]:<key>=<value> (e.g. model-repository:admin-key=secret); may repeat")
 	fl.StringArrayVar(&f.grpcRestricted, "grpc-restricted-protocol", nil, "restrict KServe API groups on gRPC as Triton does: <API>[,<API>...]:<key>=<value>; may repeat")
+	fl.BoolVar(&f.allowClientSHM, "allow-client-shm", false, "let clients register system shared-memory regions (/dev/shm objects the server then reads inputs from and writes outputs to), as Triton's flag; off by default, as in Triton: register and unregister are refused, status lists nothing")
 	f.sec.register(fl)
 	fl.IntVar(&f.httpPort, "http-port", 8000, "KServe v2 HTTP port")
 	fl.IntVar(&f.grpcPort, "grpc-port", 8001, "KServe v2 gRPC port")
@@ -515,8 +519,8 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 		serverVersion = Version
 	}
 	// System shared-memory regions, shared by HTTP and gRPC; a request reads
-	// at most what its body could carry.
-	ms.shm = shm.New(shm.Options{MaxRequestBytes: limits.MaxBodyBytes})
+	// at most what its body could carry. Off unless --allow-client-shm.
+	ms.shm = shm.New(shm.Options{MaxRequestBytes: limits.MaxBodyBytes, Disabled: !f.allowClientSHM})
 	httpForward, err := forwardPattern("--http-header-forward-pattern", f.httpForward)
 	if err != nil {
 		return nil, err

@@ -75,6 +75,9 @@ type ModelServer struct {
 	// GRPCRestrictedProtocol is the gRPC twin, Triton's
 	// --grpc-restricted-protocol.
 	GRPCRestrictedProtocol []string `yaml:"grpc_restricted_protocol"`
+	// AllowClientSHM lets clients register system shared-memory regions,
+	// Triton's --allow-client-shm. Default false, as in Triton.
+	AllowClientSHM bool `yaml:"allow_client_shm"`
 	// Limits bound each request [max_body_bytes 64 MiB].
 	Limits Limits `yaml:"limits"`
 	// HTTPPort is the KServe v2 HTTP port. Default 8000.

@@ -307,10 +307,20 @@ func TestRepositoryRPCs(t *testing.T) {
 	})
 }
 
+// CUDA shared memory as a CPU-only Triton answers it: register is not
+// supported; status lists nothing and unregister succeeds, so that
+// tritonclient's simple_grpc_shm_client runs.
 func TestUnimplementedExtensions(t *testing.T) {
 	ts := startServer(t, ServerOptions{})
-	_, err := ts.client.CudaSharedMemoryStatus(ctxTimeout(t), &pb.CudaSharedMemoryStatusRequest{})
-	requireStatus(t, err, codes.Unimplemented, reasonCUDASharedMemory, "CUDA shared memory is not supported on this server")
+	st, err := ts.client.CudaSharedMemoryStatus(ctxTimeout(t), &pb.CudaSharedMemoryStatusRequest{})
+	require.NoError(t, err)
+	require.Empty(t, st.GetRegions())
+	_, err = ts.client.CudaSharedMemoryStatus(ctxTimeout(t), &pb.CudaSharedMemoryStatusRequest{Name: "c"})
+	requireStatus(t, err, codes.NotFound, reasonSharedMemoryNotFound, "Unable to find cuda shared memory region: 'c'")
+	_, err = ts.client.CudaSharedMemoryUnregister(ctxTimeout(t), &pb.CudaSharedMemoryUnregisterRequest{})
+	require.NoError(t, err)
+	_, err = ts.client.CudaSharedMemoryUnregister(ctxTimeout(t), &pb.CudaSharedMemoryUnregisterRequest{Name: "c"})
+	require.NoError(t, err)
 	_, err = ts.client.CudaSharedMemoryRegister(ctxTimeout(t), &pb.CudaSharedMemoryRegisterRequest{Name: "c"})
 	requireStatus(t, err, codes.Unimplemented, reasonCUDASharedMemory, "CUDA shared memory is not supported")
 }

@@ -202,21 +202,19 @@ func (s *Service) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.Mod
 	if s.opts.HeaderForward != nil {
 		forwardMetadata(ctx, ir, s.opts.HeaderForward)
 	}
-	if err := s.opts.SharedMemory.ReadInputs(ir); err != nil {
-		return nil, err
-	}
-	shmOut, err := s.opts.SharedMemory.TakeOutputs(ir)
+	// The regions the request names stay registered until it is
+	// answered, even when unregistered meanwhile, as in Triton.
+	lease, err := s.opts.SharedMemory.Acquire(ir)
 	if err != nil {
 		return nil, err
 	}
+	defer lease.Release()
 	resp, err := s.models.Infer(ctx, ir)
 	if err != nil {
 		return nil, err
 	}
-	if shmOut != nil {
-		if err := s.opts.SharedMemory.WriteOutputs(resp, shmOut); err != nil {
-			return nil, err
-		}
+	if err := lease.WriteOutputs(resp); err != nil {
+		return nil, err
 	}
 	if resp.ID == "" {
 		resp.ID = ir.ID

@@ -23,6 +23,10 @@ func shmError(err error) error {
 		return infer.Errorf(infer.KindNotFound, reasonSharedMemoryNotFound, "%s", err.Error())
 	case errors.Is(err, shm.ErrExists):
 		return infer.Errorf(infer.KindConflict, reasonSharedMemoryExists, "%s", err.Error())
+	case errors.Is(err, shm.ErrDisabled):
+		return infer.Errorf(infer.KindUnsupported, shm.ReasonDisabled, "%s", err.Error())
+	case errors.Is(err, shm.ErrRegionInvalid):
+		return infer.Errorf(infer.KindInvalid, shm.ReasonRegionInvalid, "%s", err.Error())
 	}
 	return infer.Errorf(infer.KindInvalid, shm.ReasonInvalid, "%s", err.Error())
 }
@@ -53,28 +57,39 @@ func (s *Service) SystemSharedMemoryRegister(ctx context.Context, req *pb.System
 // the name is empty.
 func (s *Service) SystemSharedMemoryUnregister(ctx context.Context, req *pb.SystemSharedMemoryUnregisterRequest) (*pb.SystemSharedMemoryUnregisterResponse, error) {
 	if err := s.opts.SharedMemory.Unregister(req.GetName()); err != nil {
-		return nil, s.fail(ctx, "SystemSharedMemoryUnregister", infer.Errorf(infer.KindInternal, reasonInternal, "unregister: %v", err))
+		if !errors.Is(err, shm.ErrDisabled) {
+			err = infer.Errorf(infer.KindInternal, reasonInternal, "unregister: %v", err)
+		}
+		return nil, s.fail(ctx, "SystemSharedMemoryUnregister", shmError(err))
 	}
 	return &pb.SystemSharedMemoryUnregisterResponse{}, nil
 }
 
-func cudaUnsupported() error {
-	return toStatus(infer.Errorf(infer.KindUnsupported, reasonCUDASharedMemory,
-		"CUDA shared memory is not supported on this server (it runs no GPU); use system shared memory"))
+// CudaSharedMemoryStatus lists no CUDA region (none can be registered),
+// as a CPU-only Triton does; a named one is not found.
+func (s *Service) CudaSharedMemoryStatus(ctx context.Context, req *pb.CudaSharedMemoryStatusRequest) (*pb.CudaSharedMemoryStatusResponse, error) {
+	if name := req.GetName(); name != "" {
+		return nil, s.fail(ctx, "CudaSharedMemoryStatus", infer.Errorf(infer.KindNotFound, reasonSharedMemoryNotFound,
+			"Unable to find cuda shared memory region: '%s'", name))
+	}
+	return &pb.CudaSharedMemoryStatusResponse{Regions: map[string]*pb.CudaSharedMemoryStatusResponse_RegionStatus{}}, nil
 }
 
-// CudaSharedMemoryStatus answers that CUDA shared memory is not supported.
-func (s *Service) CudaSharedMemoryStatus(context.Context, *pb.CudaSharedMemoryStatusRequest) (*pb.CudaSharedMemoryStatusResponse, error) {
-	return nil, cudaUnsupported()
+// CudaSharedMemoryRegister answers that CUDA shared memory is not
+// supported (or that client shared memory is disabled).
+func (s *Service) CudaSharedMemoryRegister(ctx context.Context, req *pb.CudaSharedMemoryRegisterRequest) (*pb.CudaSharedMemoryRegisterResponse, error) {
+	if s.opts.SharedMemory.Disabled() {
+		return nil, s.fail(ctx, "CudaSharedMemoryRegister", shmError(shm.ErrDisabledError()))
+	}
+	return nil, s.fail(ctx, "CudaSharedMemoryRegister", infer.Errorf(infer.KindUnsupported, reasonCUDASharedMemory,
+		"failed to register CUDA shared memory region '%s': CUDA shared memory is not supported on this server (it runs no GPU); use system shared memory", req.GetName()))
 }
 
-// CudaSharedMemoryRegister answers that CUDA shared memory is not supported.
-func (s *Service) CudaSharedMemoryRegister(context.Context, *pb.CudaSharedMemoryRegisterRequest) (*pb.CudaSharedMemoryRegisterResponse, error) {
-	return nil, cudaUnsupported()
-}
-
-// CudaSharedMemoryUnregister answers that CUDA shared memory is not
-// supported.
-func (s *Service) CudaSharedMemoryUnregister(context.Context, *pb.CudaSharedMemoryUnregisterRequest) (*pb.CudaSharedMemoryUnregisterResponse, error) {
-	return nil, cudaUnsupported()
+// CudaSharedMemoryUnregister has no CUDA region to unregister: success, as
+// a CPU-only Triton answers (tritonclient's shm examples call it).
+func (s *Service) CudaSharedMemoryUnregister(ctx context.Context, _ *pb.CudaSharedMemoryUnregisterRequest) (*pb.CudaSharedMemoryUnregisterResponse, error) {
+	if s.opts.SharedMemory.Disabled() {
+		return nil, s.fail(ctx, "CudaSharedMemoryUnregister", shmError(shm.ErrDisabledError()))
+	}
+	return &pb.CudaSharedMemoryUnregisterResponse{}, nil
 }

@@ -84,7 +84,7 @@ func TestSharedMemoryGRPC(t *testing.T) {
 			shm.ParamRegion: strParam("in"), shm.ParamByteSize: intParam(32),
 		}}},
 	})
-	requireStatus(t, err, codes.InvalidArgument, shm.ReasonInvalid, "input 'INPUT0': invalid offset + byte size for shared memory region: 'in'")
+	requireStatus(t, err, codes.InvalidArgument, shm.ReasonInvalid, "input 'INPUT0': Invalid offset + byte size for shared memory region: 'in'")
 
 	_, err = ts.client.SystemSharedMemoryUnregister(ctx, &pb.SystemSharedMemoryUnregisterRequest{Name: "in"})
 	require.NoError(t, err)

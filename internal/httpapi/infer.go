@@ -16,7 +16,6 @@ import (
 	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
-	"github.com/sluice-ml/sluice/internal/shm"
 )
 
 // headerLength is the binary extension's header naming the JSON part's
@@ -52,32 +51,26 @@ func (h *Handler) handleInfer(w http.ResponseWriter, r *http.Request) {
 	if h.opts.HeaderForward != nil {
 		forwardHeaders(&ib.req, r.Header, h.opts.HeaderForward)
 	}
-	shmOut, err := h.sharedMemoryIO(&ib.req)
+	// The regions the request names stay registered until it is
+	// answered, even when unregistered meanwhile, as in Triton.
+	lease, err := h.opts.SharedMemory.Acquire(&ib.req)
 	if err != nil {
 		h.writeError(w, r, requestID, err)
 		return
 	}
+	defer lease.Release()
 	resp, err := h.models.Infer(ctx, &ib.req)
 	if err == nil && resp == nil {
 		err = infer.Errorf(infer.KindInternal, reasonInternal, "model '%s' returned no response", name)
 	}
-	if err == nil && shmOut != nil {
-		err = h.opts.SharedMemory.WriteOutputs(resp, shmOut)
+	if err == nil {
+		err = lease.WriteOutputs(resp)
 	}
 	if err != nil {
 		h.writeError(w, r, requestID, err)
 		return
 	}
 	h.writeInferResponse(w, r, requestID, ib, resp)
-}
-
-// sharedMemoryIO reads the inputs that name a shared-memory region and
-// takes the requested outputs that go to one.
-func (h *Handler) sharedMemoryIO(req *infer.Request) (map[string]shm.Ref, error) {
-	if err := h.opts.SharedMemory.ReadInputs(req); err != nil {
-		return nil, err
-	}
-	return h.opts.SharedMemory.TakeOutputs(req)
 }
 
 // readBody reads the whole request body, decompressing gzip or deflate

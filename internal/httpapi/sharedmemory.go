@@ -21,19 +21,20 @@ const (
 const maxRegisterBody = 64 << 10
 
 // sharedMemoryRoutes registers Triton's system shared-memory endpoints
-// (docs/protocol/extension_shared_memory.md) and answers the CUDA ones
-// with "not supported".
+// (docs/protocol/extension_shared_memory.md) and the CUDA ones as a
+// CPU-only Triton answers them: status lists nothing, unregister has
+// nothing to do, register is not supported.
 func (h *Handler) sharedMemoryRoutes() {
 	h.mux.HandleFunc("GET /v2/systemsharedmemory/status", h.handleSHMStatus)
 	h.mux.HandleFunc("GET /v2/systemsharedmemory/region/{region}/status", h.handleSHMStatus)
 	h.mux.HandleFunc("POST /v2/systemsharedmemory/region/{region}/register", h.handleSHMRegister)
 	h.mux.HandleFunc("POST /v2/systemsharedmemory/unregister", h.handleSHMUnregister)
 	h.mux.HandleFunc("POST /v2/systemsharedmemory/region/{region}/unregister", h.handleSHMUnregister)
-	for _, p := range []string{"GET /v2/cudasharedmemory/status", "GET /v2/cudasharedmemory/region/{region}/status",
-		"POST /v2/cudasharedmemory/region/{region}/register", "POST /v2/cudasharedmemory/unregister",
-		"POST /v2/cudasharedmemory/region/{region}/unregister"} {
-		h.mux.HandleFunc(p, h.handleCUDASHM)
-	}
+	h.mux.HandleFunc("GET /v2/cudasharedmemory/status", h.handleCUDASHMStatus)
+	h.mux.HandleFunc("GET /v2/cudasharedmemory/region/{region}/status", h.handleCUDASHMStatus)
+	h.mux.HandleFunc("POST /v2/cudasharedmemory/region/{region}/register", h.handleCUDASHMRegister)
+	h.mux.HandleFunc("POST /v2/cudasharedmemory/unregister", h.handleCUDASHMUnregister)
+	h.mux.HandleFunc("POST /v2/cudasharedmemory/region/{region}/unregister", h.handleCUDASHMUnregister)
 }
 
 // shmError maps a registry error to a domain error.
@@ -43,6 +44,10 @@ func shmError(err error) error {
 		return infer.Errorf(infer.KindNotFound, reasonSharedMemoryNotFound, "%s", err.Error())
 	case errors.Is(err, shm.ErrExists):
 		return infer.Errorf(infer.KindConflict, reasonSharedMemoryExists, "%s", err.Error())
+	case errors.Is(err, shm.ErrDisabled):
+		return infer.Errorf(infer.KindUnsupported, shm.ReasonDisabled, "%s", err.Error())
+	case errors.Is(err, shm.ErrRegionInvalid):
+		return infer.Errorf(infer.KindInvalid, shm.ReasonRegionInvalid, "%s", err.Error())
 	}
 	return infer.Errorf(infer.KindInvalid, shm.ReasonInvalid, "%s", err.Error())
 }
@@ -93,13 +98,41 @@ func (h *Handler) handleSHMRegister(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) handleSHMUnregister(w http.ResponseWriter, r *http.Request) {
 	if err := h.opts.SharedMemory.Unregister(r.PathValue("region")); err != nil {
-		h.writeError(w, r, r.Header.Get("X-Request-Id"), infer.Errorf(infer.KindInternal, reasonInternal, "unregister: %v", err))
+		if !errors.Is(err, shm.ErrDisabled) {
+			err = infer.Errorf(infer.KindInternal, reasonInternal, "unregister: %v", err)
+		}
+		h.writeError(w, r, r.Header.Get("X-Request-Id"), shmError(err))
 		return
 	}
 	w.WriteHeader(http.StatusOK)
 }
 
-func (h *Handler) handleCUDASHM(w http.ResponseWriter, r *http.Request) {
+// handleCUDASHMStatus lists no CUDA region (none can be registered), as a
+// CPU-only Triton does; a named one is not found.
+func (h *Handler) handleCUDASHMStatus(w http.ResponseWriter, r *http.Request) {
+	if name := r.PathValue("region"); name != "" {
+		h.writeError(w, r, r.Header.Get("X-Request-Id"), infer.Errorf(infer.KindNotFound, reasonSharedMemoryNotFound,
+			"Unable to find cuda shared memory region: '%s'", name))
+		return
+	}
+	h.writeJSONValue(w, r, []shm.Status{})
+}
+
+// handleCUDASHMUnregister has no CUDA region to unregister: 200, as a
+// CPU-only Triton answers (tritonclient's shm examples call it).
+func (h *Handler) handleCUDASHMUnregister(w http.ResponseWriter, r *http.Request) {
+	if h.opts.SharedMemory.Disabled() {
+		h.writeError(w, r, r.Header.Get("X-Request-Id"), shmError(shm.ErrDisabledError()))
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (h *Handler) handleCUDASHMRegister(w http.ResponseWriter, r *http.Request) {
+	if h.opts.SharedMemory.Disabled() {
+		h.writeError(w, r, r.Header.Get("X-Request-Id"), shmError(shm.ErrDisabledError()))
+		return
+	}
 	h.writeError(w, r, r.Header.Get("X-Request-Id"), infer.Errorf(infer.KindUnsupported, reasonCUDASharedMemory,
-		"CUDA shared memory is not supported on this server (it runs no GPU); use system shared memory (/v2/systemsharedmemory)"))
+		"failed to register CUDA shared memory region '%s': CUDA shared memory is not supported on this server (it runs no GPU); use system shared memory (/v2/systemsharedmemory)", r.PathValue("region")))
 }

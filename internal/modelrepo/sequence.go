@@ -5,10 +5,14 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
+	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/batch"
 	"github.com/sluice-ml/sluice/internal/batch/sequence"
 	"github.com/sluice-ml/sluice/internal/infer"
@@ -21,6 +25,15 @@ const (
 	paramSequenceID    = "sequence_id"    // uint64 or string correlation id
 	paramSequenceStart = "sequence_start" // bool
 	paramSequenceEnd   = "sequence_end"   // bool
+)
+
+// Sluice's config.pbtxt parameters of a sequence model (string values):
+// the most sequences one client holds at once, and how long a sequence of
+// a client above its fair share of slots may stay idle while another
+// client waits for one.
+const (
+	ParamMaxSequencesPerClient = "sluice.max_sequences_per_client"
+	ParamContendedIdleUS       = "sluice.sequence_contended_idle_microseconds"
 )
 
 // initialStateDir is the folder of a version that holds initial_state
@@ -65,6 +78,21 @@ func sequenceOptions(model, version string, cfg *inferencepb.ModelConfig, vdir s
 	} else {
 		o.MaxQueueDelay = microseconds(sb.GetDirect().GetMaxQueueDelayMicroseconds())
 		o.MinSlotUtilization = float64(sb.GetDirect().GetMinimumSlotUtilization())
+	}
+	for _, key := range []string{ParamMaxSequencesPerClient, ParamContendedIdleUS} {
+		pv, ok := cfg.GetParameters()[key]
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(pv.GetStringValue()), 10, 64)
+		if err != nil || n < 0 || n > math.MaxInt32 {
+			return o, fmt.Errorf("parameters: %s is %q, want a whole number from 0 to %d (0: the default)", key, pv.GetStringValue(), math.MaxInt32)
+		}
+		if key == ParamMaxSequencesPerClient {
+			o.MaxSequencesPerClient = int(n)
+		} else {
+			o.ContendedIdleTimeout = time.Duration(n) * time.Microsecond
+		}
 	}
 	for _, ci := range sb.GetControlInput() {
 		for _, c := range ci.GetControl() {
@@ -186,7 +214,7 @@ func (lv *loaded) executeSequence(ctx context.Context, inputs []infer.Tensor, ou
 	if ierr != nil {
 		return nil, execTimes{}, ierr
 	}
-	res, err := lv.seq.Submit(ctx, &sequence.Request{Inputs: inputs, Outputs: outputs, ID: id, Start: start, End: end})
+	res, err := lv.seq.Submit(ctx, &sequence.Request{Inputs: inputs, Outputs: outputs, ID: id, Start: start, End: end, Client: sequenceClient(ctx)})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, execTimes{}, ctxError(ctx)
@@ -213,4 +241,27 @@ func sequenceResponseParams(p infer.Parameters) infer.Parameters {
 	}
 	out[paramSequenceStart], out[paramSequenceEnd] = start, end
 	return out
+}
+
+// sequenceClient names the caller a sequence's slots are counted against
+// (sequence.Options.MaxSequencesPerClient): the credential's identity
+// (token id or client certificate) when it presented one, else its
+// network address without the port (an anonymous caller opening many
+// connections is still one client). A call with no caller in its context
+// (none reaches a model server's listeners) is "", which no cap applies
+// to. Behind a proxy that does not forward identities every anonymous
+// client is the proxy's address.
+func sequenceClient(ctx context.Context) string {
+	pr, ok := authz.PrincipalFrom(ctx)
+	if !ok {
+		return ""
+	}
+	if pr.Via == authz.ViaToken || pr.Via == authz.ViaMTLS {
+		return "id:" + pr.ID
+	}
+	host, _, err := net.SplitHostPort(pr.Addr)
+	if err != nil {
+		host = pr.Addr
+	}
+	return "addr:" + host
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/batch/sequence"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
@@ -68,6 +69,32 @@ sequence_batching {
 	require.ErrorContains(t, err, "initial_state data_file", "a missing data file fails the load")
 }
 
+// Sluice's per-client bounds of a sequence model come from config.pbtxt
+// parameters; a value that is not a whole number fails the load.
+func TestSequenceClientParameters(t *testing.T) {
+	opts := func(params string) (sequence.Options, error) {
+		text := `name: "m"
+max_batch_size: 4
+input { name: "x" data_type: TYPE_FP32 dims: [ 1 ] }
+output { name: "y" data_type: TYPE_FP32 dims: [ 1 ] }
+sequence_batching { max_sequence_idle_microseconds: 60000000 }
+` + params
+		cfg, _, err := modelconfig.Parse("config.pbtxt", []byte(text))
+		require.NoError(t, err)
+		return sequenceOptions("m", "1", cfg, t.TempDir())
+	}
+	o, err := opts("")
+	require.NoError(t, err)
+	require.Zero(t, o.MaxSequencesPerClient, "the scheduler's default")
+	o, err = opts(`parameters { key: "sluice.max_sequences_per_client" value { string_value: "2" } }
+parameters { key: "sluice.sequence_contended_idle_microseconds" value { string_value: "250000" } }`)
+	require.NoError(t, err)
+	require.Equal(t, 2, o.MaxSequencesPerClient)
+	require.Equal(t, 250*time.Millisecond, o.ContendedIdleTimeout)
+	_, err = opts(`parameters { key: "sluice.max_sequences_per_client" value { string_value: "-1" } }`)
+	require.ErrorContains(t, err, "sluice.max_sequences_per_client is \"-1\", want a whole number")
+}
+
 func TestInitialStateFileStaysInItsFolder(t *testing.T) {
 	_, err := readInitialState(t.TempDir(), "../../etc/passwd")
 	require.ErrorContains(t, err, "outside the initial_state folder")
@@ -89,4 +116,19 @@ func TestSequenceParams(t *testing.T) {
 		require.NotNil(t, ierr, "%v", bad)
 		require.Equal(t, ReasonInvalidParameter, ierr.Reason)
 	}
+}
+
+// A sequence's client is the credential's identity, else the caller's
+// address without its port (one anonymous host opening many connections
+// is one client); no caller at all is "" (not capped).
+func TestSequenceClient(t *testing.T) {
+	ctx := t.Context()
+	require.Empty(t, sequenceClient(ctx))
+	require.Equal(t, "id:dispatch", sequenceClient(authz.WithPrincipal(ctx, authz.Principal{ID: "dispatch", Via: authz.ViaToken, Addr: "10.0.0.7:5123"})))
+	require.Equal(t, "id:CN=svc", sequenceClient(authz.WithPrincipal(ctx, authz.Principal{ID: "CN=svc", Via: authz.ViaMTLS, Addr: "10.0.0.7:5123"})))
+	a := sequenceClient(authz.WithPrincipal(ctx, authz.Principal{ID: authz.AnonymousID, Via: authz.ViaOpen, Addr: "127.0.0.2:40000"}))
+	b := sequenceClient(authz.WithPrincipal(ctx, authz.Principal{ID: authz.AnonymousID, Via: authz.ViaOpen, Addr: "127.0.0.2:40001"}))
+	require.Equal(t, "addr:127.0.0.2", a)
+	require.Equal(t, a, b)
+	require.Equal(t, "addr:::1", sequenceClient(authz.WithPrincipal(ctx, authz.Principal{Via: authz.ViaOpen, Addr: "[::1]:80"})))
 }

@@ -78,14 +78,84 @@ func uintParam(v any) (uint64, error) {
 	return 0, fmt.Errorf("must be a non-negative integer, got %v", v)
 }
 
+// ReasonRegionInvalid is the error reason of a request naming a region
+// whose object shrank below its registered bytes.
+const ReasonRegionInvalid = "shared_memory_region_invalid"
+
+// ReasonDisabled is the error reason of register and unregister when
+// client shared memory is switched off.
+const ReasonDisabled = "shared_memory_disabled"
+
 func invalid(err error) *infer.Error {
-	return &infer.Error{Kind: infer.KindInvalid, Reason: ReasonInvalid, Msg: err.Error()}
+	reason := ReasonInvalid
+	if errors.Is(err, ErrRegionInvalid) {
+		reason = ReasonRegionInvalid
+	}
+	return &infer.Error{Kind: infer.KindInvalid, Reason: reason, Msg: err.Error()}
 }
 
-// ReadInputs gives each input that names a region its data from the
-// region. The byte size must be exactly what the input's shape needs (for
-// BYTES: a whole number of length-prefixed elements).
-func (r *Registry) ReadInputs(req *infer.Request) error {
+// Lease holds the regions one request names, from reading its inputs
+// until it ends: a region unregistered meanwhile stays until Release. A
+// nil *Lease (a request naming no region) is ready to use.
+type Lease struct {
+	r    *Registry
+	held map[string]*region
+	outs map[string]Ref
+}
+
+// hold returns region name, held by the lease.
+func (l *Lease) hold(name string) (*region, error) {
+	if rg, ok := l.held[name]; ok {
+		return rg, nil
+	}
+	rg, err := l.r.acquire(name)
+	if err != nil {
+		return nil, err
+	}
+	if l.held == nil {
+		l.held = map[string]*region{}
+	}
+	l.held[name] = rg
+	return rg, nil
+}
+
+// Release lets go of the lease's regions. It may be called more than
+// once.
+func (l *Lease) Release() {
+	if l == nil {
+		return
+	}
+	for name, rg := range l.held {
+		l.r.release(rg)
+		delete(l.held, name)
+	}
+}
+
+// Acquire prepares a request's shared memory: each input that names a
+// region gets its data from the region, and the requested outputs that
+// name one are taken out of the request (checked to fit their regions
+// now, their size against the output when written). The byte size of an
+// input must be exactly what its shape needs (for BYTES: a whole number
+// of length-prefixed elements). The returned lease holds the regions
+// until Release; it is nil when the request names none. On error nothing
+// is held.
+func (r *Registry) Acquire(req *infer.Request) (*Lease, error) {
+	l := &Lease{r: r}
+	if err := l.readInputs(req); err != nil {
+		l.Release()
+		return nil, err
+	}
+	if err := l.takeOutputs(req); err != nil {
+		l.Release()
+		return nil, err
+	}
+	if l.held == nil {
+		return nil, nil
+	}
+	return l, nil
+}
+
+func (l *Lease) readInputs(req *infer.Request) error {
 	var total uint64
 	for i := range req.Inputs {
 		t := &req.Inputs[i]
@@ -100,23 +170,29 @@ func (r *Registry) ReadInputs(req *infer.Request) error {
 		if t.Data != nil {
 			return invalid(fmt.Errorf("%s has data and a shared memory region", what))
 		}
-		if r == nil {
+		if l.r == nil {
 			return invalid(errors.New("shared memory is not enabled on this server"))
 		}
-		if total += ref.Size; total > r.maxRead || total < ref.Size {
+		if total += ref.Size; total > l.r.maxRead || total < ref.Size {
 			return &infer.Error{Kind: infer.KindResourceExhausted, Reason: wire.ReasonBodyTooLarge,
-				Msg: fmt.Sprintf("%s: the request's inputs read more than %d bytes from shared memory, the most one request may carry", what, r.maxRead)}
+				Msg: fmt.Sprintf("%s: the request's inputs read more than %d bytes from shared memory, the most one request may carry", what, l.r.maxRead)}
 		}
-		data, err := r.Read(ref.Region, ref.Offset, ref.Size)
+		rg, err := l.hold(ref.Region)
+		if err != nil {
+			return invalid(fmt.Errorf("%s: %w", what, err))
+		}
+		data, err := rg.read(ref.Offset, ref.Size)
 		if err != nil {
 			return invalid(fmt.Errorf("%s: %w", what, err))
 		}
 		t.Data = data
 		if err := t.CheckSize(); err != nil {
 			if n, nerr := t.Shape.Elements(); nerr == nil && t.DataType != infer.Bytes {
-				// Triton's wording, which clients match on, then ours.
-				return invalid(fmt.Errorf("%s: shared memory byte_size %d does not fit shape %s of %s: unexpected total byte size %d for input '%s', expecting %d",
-					what, ref.Size, t.Shape, t.DataType, ref.Size, t.Name, n*t.DataType.Size()))
+				// Triton's wordings, which clients and its QA match on
+				// (L0_shared_memory test_too_big_shm, the current one
+				// and the one before), then ours.
+				return invalid(fmt.Errorf("%s: shared memory byte_size %d does not fit shape %s of %s: input byte size mismatch for input '%s' for model '%s'. Expected %d, got %d (unexpected total byte size %d for input '%s', expecting %d)",
+					what, ref.Size, t.Shape, t.DataType, t.Name, req.Model, n*t.DataType.Size(), ref.Size, ref.Size, t.Name, n*t.DataType.Size()))
 			}
 			return invalid(fmt.Errorf("%s: shared memory byte_size %d does not fit shape %s of %s: %v", what, ref.Size, t.Shape, t.DataType, err))
 		}
@@ -127,59 +203,57 @@ func (r *Registry) ReadInputs(req *infer.Request) error {
 	return nil
 }
 
-// TakeOutputs removes the shared-memory parameters of the requested
-// outputs and returns where each such output goes. Regions are checked
-// to exist now; the size is checked against the output when written.
-func (r *Registry) TakeOutputs(req *infer.Request) (map[string]Ref, error) {
-	var out map[string]Ref
+func (l *Lease) takeOutputs(req *infer.Request) error {
 	for i := range req.Outputs {
 		o := &req.Outputs[i]
 		what := "output '" + o.Name + "'"
 		ref, ok, err := refOf(o.Parameters, what)
 		if err != nil {
-			return nil, invalid(err)
+			return invalid(err)
 		}
 		if !ok {
 			continue
 		}
-		if r == nil {
-			return nil, invalid(errors.New("shared memory is not enabled on this server"))
+		if l.r == nil {
+			return invalid(errors.New("shared memory is not enabled on this server"))
 		}
-		if _, err := r.lookupStatus(ref); err != nil {
-			return nil, invalid(fmt.Errorf("%s: %w", what, err))
+		rg, err := l.hold(ref.Region)
+		if err != nil {
+			return invalid(fmt.Errorf("%s: %w", what, err))
+		}
+		if err := bounds(rg.Name, rg.ByteSize, ref.Offset, ref.Size); err != nil {
+			return invalid(fmt.Errorf("%s: %w", what, err))
 		}
 		if len(o.Parameters) == 0 {
 			o.Parameters = nil
 		}
-		if out == nil {
-			out = map[string]Ref{}
+		if l.outs == nil {
+			l.outs = map[string]Ref{}
 		}
-		out[o.Name] = ref
+		l.outs[o.Name] = ref
 	}
-	return out, nil
+	return nil
 }
 
-// lookupStatus checks that ref fits a registered region.
-func (r *Registry) lookupStatus(ref Ref) (Status, error) {
-	rg, err := r.lookup(ref.Region, ref.Offset, ref.Size)
-	if err != nil {
-		return Status{}, err
+// WriteOutputs writes the outputs the request sent to regions into them;
+// each then carries the region's parameters (name and the bytes written)
+// and no data, as Triton answers. A region whose object shrank is not
+// written (ErrRegionInvalid, 400).
+func (l *Lease) WriteOutputs(resp *infer.Response) error {
+	if l == nil || l.outs == nil {
+		return nil
 	}
-	defer rg.mu.RUnlock()
-	return rg.Status, nil
-}
-
-// WriteOutputs writes the outputs in refs into their regions; each then
-// carries the region's parameters (name and the bytes written) and no
-// data, as Triton answers.
-func (r *Registry) WriteOutputs(resp *infer.Response, refs map[string]Ref) error {
 	for i := range resp.Outputs {
 		t := &resp.Outputs[i]
-		ref, ok := refs[t.Name]
+		ref, ok := l.outs[t.Name]
 		if !ok {
 			continue
 		}
-		if err := r.Write(ref.Region, ref.Offset, ref.Size, t.Data); err != nil {
+		rg, err := l.hold(ref.Region)
+		if err != nil {
+			return invalid(fmt.Errorf("output '%s': %w", t.Name, err))
+		}
+		if err := rg.write(ref.Offset, ref.Size, t.Data); err != nil {
 			return invalid(fmt.Errorf("output '%s': %w", t.Name, err))
 		}
 		p := make(infer.Parameters, len(t.Parameters)+3)

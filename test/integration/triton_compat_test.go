@@ -124,7 +124,8 @@ func f32le(vals ...float32) []byte {
 // the real binary and ONNX Runtime, over HTTP and gRPC.
 func TestTritonCompat(t *testing.T) {
 	repo := tritonRepo(t)
-	s := startServer(t, "--model-repository", repo)
+	// --allow-client-shm: client shared memory is off by default, as in Triton.
+	s := startServer(t, "--model-repository", repo, "--allow-client-shm")
 	base := "http://" + s.http
 	client := inferencepb.NewGRPCInferenceServiceClient(dialGRPC(t, s.grpc))
 

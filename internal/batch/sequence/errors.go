@@ -17,4 +17,8 @@ const (
 	// ReasonSequenceBatchSize: a request to a batching sequence model with
 	// a batch dimension other than 1 (KindInvalid).
 	ReasonSequenceBatchSize = "sequence_batch_size"
+	// ReasonClientSequenceLimit: a START from a client that already holds
+	// Options.MaxSequencesPerClient sequences (KindResourceExhausted: 429,
+	// RESOURCE_EXHAUSTED).
+	ReasonClientSequenceLimit = "sequence_client_limit"
 )

@@ -13,6 +13,10 @@ type Metrics struct {
 	backlog      *prometheus.GaugeVec
 	started      *prometheus.CounterVec
 	idleReleased *prometheus.CounterVec
+	// contendedReleased and clientRefused are the per-client bounds at
+	// work.
+	contendedReleased *prometheus.CounterVec
+	clientRefused     *prometheus.CounterVec
 }
 
 // NewMetrics builds the collectors and registers them with reg; a nil reg
@@ -37,6 +41,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "sluice", Subsystem: "model", Name: "sequences_idle_released_total",
 			Help: "Sequences whose slot was freed because they received no request for max_sequence_idle_microseconds.",
 		}, mv),
+		contendedReleased: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "model", Name: "sequences_contended_released_total",
+			Help: "Sequences whose slot was freed because they were idle while another client, holding fewer slots than its fair share, waited for one.",
+		}, mv),
+		clientRefused: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "model", Name: "sequences_client_refused_total",
+			Help: "Sequence STARTs refused because the client already held the most sequences one client may hold (sluice.max_sequences_per_client).",
+		}, mv),
 	}
 }
 
@@ -47,19 +59,23 @@ func (m *Metrics) Forget(model, version string) {
 	m.backlog.DeletePartialMatch(l)
 	m.started.DeletePartialMatch(l)
 	m.idleReleased.DeletePartialMatch(l)
+	m.contendedReleased.DeletePartialMatch(l)
+	m.clientRefused.DeletePartialMatch(l)
 }
 
 // observers are one scheduler's collectors.
 type observers struct {
-	active, backlog       prometheus.Gauge
-	started, idleReleased prometheus.Counter
+	active, backlog                                         prometheus.Gauge
+	started, idleReleased, contendedReleased, clientRefused prometheus.Counter
 }
 
 func (m *Metrics) observers(model, version string) observers {
 	return observers{
-		active:       m.active.WithLabelValues(model, version),
-		backlog:      m.backlog.WithLabelValues(model, version),
-		started:      m.started.WithLabelValues(model, version),
-		idleReleased: m.idleReleased.WithLabelValues(model, version),
+		active:            m.active.WithLabelValues(model, version),
+		backlog:           m.backlog.WithLabelValues(model, version),
+		started:           m.started.WithLabelValues(model, version),
+		idleReleased:      m.idleReleased.WithLabelValues(model, version),
+		contendedReleased: m.contendedReleased.WithLabelValues(model, version),
+		clientRefused:     m.clientRefused.WithLabelValues(model, version),
 	}
 }

@@ -103,6 +103,19 @@ type Options struct {
 	// MaxQueuedPerSequence bounds the requests of one sequence waiting to
 	// run; 0 means DefaultMaxQueuedPerSequence.
 	MaxQueuedPerSequence int
+	// MaxSequencesPerClient bounds the sequences one client (Request.Client)
+	// holds at once, in slots or waiting for one; its START beyond it is
+	// refused with sequence_client_limit. 0 means
+	// DefaultMaxSequencesPerClient of the slots. Requests without a client
+	// are not counted against any.
+	MaxSequencesPerClient int
+	// ContendedIdleTimeout frees, while a client holding fewer slots than
+	// its fair share (the slots divided among the clients holding or
+	// waiting for one) waits for a slot, the slots of clients above their
+	// share whose sequences received nothing for that long; later requests
+	// of such a sequence without START are refused. 0 means
+	// min(IdleTimeout, DefaultContendedIdleTimeout).
+	ContendedIdleTimeout time.Duration
 	// HoldUntilQueued and HoldUntilBacklogged are Triton's
 	// TRITONSERVER_DELAY_SCHEDULER and TRITONSERVER_BACKLOG_DELAY_SCHEDULER
 	// test hooks: nothing executes until the sequences holding slots have
@@ -116,7 +129,14 @@ type Options struct {
 const (
 	DefaultMaxBacklog           = 1024
 	DefaultMaxQueuedPerSequence = 256
+	DefaultContendedIdleTimeout = time.Second
 )
+
+// DefaultMaxSequencesPerClient is the per-client bound for a model with
+// slots slots: four times the slots, at least 16, so one client may still
+// fill every slot and keep a backlog (Triton's QA runs many sequences
+// from one client), while a flood of STARTs is refused early.
+func DefaultMaxSequencesPerClient(slots int) int { return max(4*slots, 16) }
 
 // MaxStringIDBytes bounds a string correlation id, as Triton bounds the
 // ids it passes to a CORRID control of TYPE_STRING.
@@ -130,7 +150,8 @@ func (o *Options) validate(executors int) error {
 	if o.MaxBatchSize < 0 {
 		errs = append(errs, fmt.Errorf("max batch size %d is negative", o.MaxBatchSize))
 	}
-	if o.MaxCandidates < 0 || o.MaxBacklog < 0 || o.MaxQueuedPerSequence < 0 || o.HoldUntilQueued < 0 || o.HoldUntilBacklogged < 0 {
+	if o.MaxCandidates < 0 || o.MaxBacklog < 0 || o.MaxQueuedPerSequence < 0 || o.HoldUntilQueued < 0 || o.HoldUntilBacklogged < 0 ||
+		o.MaxSequencesPerClient < 0 || o.ContendedIdleTimeout < 0 {
 		errs = append(errs, errors.New("negative bound"))
 	}
 	if o.IdleTimeout <= 0 {

@@ -22,6 +22,10 @@ type Request struct {
 	ID      CorrID
 	Start   bool // sequence_start: the first request of a sequence
 	End     bool // sequence_end: the last request of a sequence
+	// Client is who sent it (a credential's id, else the peer's address;
+	// see Options.MaxSequencesPerClient); "" for a caller with no
+	// identity, which no per-client cap applies to.
+	Client string
 }
 
 // seq is one sequence known to the scheduler.
@@ -33,6 +37,12 @@ type seq struct {
 	ending  bool       // a request with END was accepted: no more requests join
 	state   [][]byte   // per Options.States, the current value
 	last    time.Time  // last arrival or completion
+	client  string     // Request.Client of its START
+}
+
+// holding counts one client's sequences.
+type holding struct {
+	slots, waiting int
 }
 
 // pending is one submitted request.
@@ -67,11 +77,12 @@ type Scheduler struct {
 
 	mu      sync.Mutex // protects the fields below and every seq and pending
 	seqs    map[CorrID]*seq
-	slots   []*seq // nil = free
-	backlog []*seq // waiting for a slot, FIFO
-	busy    []bool // per executor
-	queued  int    // requests queued over all sequences
-	running int    // batches executing
+	clients map[string]*holding // per Request.Client, while it holds any
+	slots   []*seq              // nil = free
+	backlog []*seq              // waiting for a slot, FIFO
+	busy    []bool              // per executor
+	queued  int                 // requests queued over all sequences
+	running int                 // batches executing
 	timer   *time.Timer
 	timerAt time.Time
 	closed  bool
@@ -106,6 +117,7 @@ func New(opts Options, executors []batch.Executor, obs batch.Observer, m *Metric
 		log:     logger.With("component", "sequence", "model", opts.Model, "version", opts.Version),
 		drained: make(chan struct{}),
 		seqs:    map[CorrID]*seq{},
+		clients: map[string]*holding{},
 		busy:    make([]bool, len(executors)),
 		holding: opts.HoldUntilQueued > 0 || opts.HoldUntilBacklogged > 0,
 	}
@@ -121,6 +133,12 @@ func New(opts Options, executors []batch.Executor, obs batch.Observer, m *Metric
 		}
 	}
 	s.slots = make([]*seq, nslots)
+	if s.opts.MaxSequencesPerClient == 0 {
+		s.opts.MaxSequencesPerClient = DefaultMaxSequencesPerClient(nslots)
+	}
+	if s.opts.ContendedIdleTimeout == 0 {
+		s.opts.ContendedIdleTimeout = min(s.opts.IdleTimeout, DefaultContendedIdleTimeout)
+	}
 	s.execCtx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -170,7 +188,7 @@ func (s *Scheduler) Submit(ctx context.Context, req *Request) (*batch.Result, er
 				"inference request for sequence %s to model '%s' must specify the START flag on the first request of the sequence", req.ID, s.opts.Model)
 		}
 		var err *infer.Error
-		if sq, err = s.newSeqLocked(req.ID, p.enq); err != nil {
+		if sq, err = s.newSeqLocked(req.ID, req.Client, p.enq); err != nil {
 			s.mu.Unlock()
 			return nil, err
 		}
@@ -213,24 +231,55 @@ func (s *Scheduler) Submit(ctx context.Context, req *Request) (*batch.Result, er
 }
 
 // newSeqLocked registers a new sequence in a free slot, or in the backlog
-// when none is free.
-func (s *Scheduler) newSeqLocked(id CorrID, now time.Time) (*seq, *infer.Error) {
-	sq := &seq{id: id, slot: -1, last: now}
-	if i := s.freeSlotLocked(); i >= 0 {
-		s.slots[i] = sq
-		sq.slot = i
-		s.m.active.Inc()
+// when none is free. A client already holding MaxSequencesPerClient
+// sequences is refused.
+func (s *Scheduler) newSeqLocked(id CorrID, client string, now time.Time) (*seq, *infer.Error) {
+	if h := s.clients[client]; client != "" && h != nil && h.slots+h.waiting >= s.opts.MaxSequencesPerClient {
+		s.m.clientRefused.Inc()
+		return nil, infer.Errorf(infer.KindResourceExhausted, ReasonClientSequenceLimit,
+			"model '%s' version %s: this client already holds %d sequences (%d in slots, %d waiting for one), the most one client may hold; end one (sequence_end) before starting another",
+			s.opts.Model, s.opts.Version, h.slots+h.waiting, h.slots, h.waiting)
+	}
+	sq := &seq{id: id, slot: -1, last: now, client: client}
+	if i := s.freeSlotLocked(); i >= 0 && len(s.backlog) == 0 {
+		s.takeSlotLocked(sq, i)
 	} else {
 		if len(s.backlog) >= s.opts.MaxBacklog {
 			return nil, infer.Errorf(infer.KindUnavailable, batch.ReasonQueueFull,
 				"model '%s' version %s: all %d sequence slots are busy and %d sequences already wait for one", s.opts.Model, s.opts.Version, len(s.slots), len(s.backlog))
 		}
 		s.backlog = append(s.backlog, sq)
+		s.holdingLocked(client).waiting++
 		s.m.backlog.Inc()
 	}
 	s.seqs[id] = sq
 	s.m.started.Inc()
 	return sq, nil
+}
+
+// holdingLocked returns client's counts, creating them.
+func (s *Scheduler) holdingLocked(client string) *holding {
+	h := s.clients[client]
+	if h == nil {
+		h = &holding{}
+		s.clients[client] = h
+	}
+	return h
+}
+
+// dropHoldingLocked forgets client's counts once it holds nothing.
+func (s *Scheduler) dropHoldingLocked(client string) {
+	if h := s.clients[client]; h != nil && h.slots == 0 && h.waiting == 0 {
+		delete(s.clients, client)
+	}
+}
+
+// takeSlotLocked puts sq (not in the backlog) into free slot i.
+func (s *Scheduler) takeSlotLocked(sq *seq, i int) {
+	s.slots[i] = sq
+	sq.slot = i
+	s.holdingLocked(sq.client).slots++
+	s.m.active.Inc()
 }
 
 // endLocked stops a sequence from taking new requests; it releases its
@@ -261,11 +310,15 @@ func (s *Scheduler) releaseLocked(sq *seq) {
 		s.slots[sq.slot] = nil
 		sq.slot = -1
 		s.m.active.Dec()
+		s.holdingLocked(sq.client).slots--
+		s.dropHoldingLocked(sq.client)
 		return
 	}
 	if i := slices.Index(s.backlog, sq); i >= 0 {
 		s.backlog = slices.Delete(s.backlog, i, i+1)
 		s.m.backlog.Dec()
+		s.holdingLocked(sq.client).waiting--
+		s.dropHoldingLocked(sq.client)
 	}
 }
 
@@ -300,6 +353,69 @@ func (s *Scheduler) expireLocked(now time.Time) time.Time {
 			s.releaseLocked(sq)
 		}
 	}
+	if at := s.releaseContendedLocked(now); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+		next = at
+	}
+	return next
+}
+
+// fairShareLocked is how many slots each client may keep while another
+// waits: the slots divided among the clients holding or waiting for one
+// (at least 1).
+func (s *Scheduler) fairShareLocked() int {
+	return max(1, len(s.slots)/max(1, len(s.clients)))
+}
+
+// contendedLocked reports whether a client below its fair share waits
+// for a slot.
+func (s *Scheduler) contendedLocked(share int) bool {
+	for _, sq := range s.backlog {
+		if s.clients[sq.client].slots < share {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseContendedLocked frees, while a client below its fair share
+// waits for a slot, the slots of clients above their share whose
+// sequences have been idle (nothing queued or running) for
+// ContendedIdleTimeout, longest idle first, down to the share: one client
+// cannot hold slots it does not use while others wait, however many
+// sequences it starts. It returns when the next such sequence falls due
+// (zero when none).
+func (s *Scheduler) releaseContendedLocked(now time.Time) time.Time {
+	share := s.fairShareLocked()
+	if len(s.clients) < 2 || !s.contendedLocked(share) {
+		return time.Time{}
+	}
+	var next time.Time
+	var idle []*seq
+	for _, sq := range s.slots {
+		if sq == nil || sq.running || len(sq.queue) > 0 || s.clients[sq.client].slots <= share {
+			continue
+		}
+		idle = append(idle, sq)
+	}
+	slices.SortFunc(idle, func(a, b *seq) int { return a.last.Compare(b.last) })
+	for _, sq := range idle {
+		if s.clients[sq.client].slots <= share {
+			continue
+		}
+		at := sq.last.Add(s.opts.ContendedIdleTimeout)
+		if now.Before(at) {
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
+			continue
+		}
+		if !sq.ending {
+			s.m.contendedReleased.Inc()
+			s.log.Info("sequence released: idle while other clients wait for a slot", "correlation_id", sq.id.String(),
+				"client_slots", s.clients[sq.client].slots, "fair_share", share, "contended_idle_timeout", s.opts.ContendedIdleTimeout)
+		}
+		s.releaseLocked(sq)
+	}
 	return next
 }
 
@@ -323,19 +439,27 @@ func (s *Scheduler) freeSlotLocked() int {
 	return -1
 }
 
-// fillSlotsLocked moves backlogged sequences into free slots.
+// fillSlotsLocked moves backlogged sequences into free slots: each free
+// slot goes to the longest-waiting sequence of the client holding the
+// fewest slots, so that one client's backlog cannot queue ahead of every
+// other client (with a single client this is plain arrival order).
 func (s *Scheduler) fillSlotsLocked() {
 	for len(s.backlog) > 0 {
 		i := s.freeSlotLocked()
 		if i < 0 {
 			return
 		}
-		sq := s.backlog[0]
-		s.backlog = s.backlog[1:]
+		pick := 0
+		for j, sq := range s.backlog {
+			if s.clients[sq.client].slots < s.clients[s.backlog[pick].client].slots {
+				pick = j
+			}
+		}
+		sq := s.backlog[pick]
+		s.backlog = slices.Delete(s.backlog, pick, pick+1)
 		s.m.backlog.Dec()
-		s.slots[i] = sq
-		sq.slot = i
-		s.m.active.Inc()
+		s.clients[sq.client].waiting--
+		s.takeSlotLocked(sq, i)
 	}
 }
 

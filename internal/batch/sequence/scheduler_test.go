@@ -595,3 +595,73 @@ func TestBytesState(t *testing.T) {
 	_, err := New(o, []batch.Executor{concatExec{}}, nil, nil, nil)
 	require.ErrorContains(t, err, "initial value does not hold 1 serialized strings")
 }
+
+// Issue 22 item 9: one client flooding STARTs without END must not hold a
+// model's slots hostage. Four slots, a 60 s idle timeout: client A starts
+// 20 sequences and never ends one. The first 4 take the slots, the next
+// 12 wait, the last 4 are refused (sequence_client_limit: at most 16 per
+// client by default). Client B's sequence then gets a slot as soon as A's
+// idle sequences have been idle for the contended idle timeout (1 s), not
+// after A's 60 s, and runs to its END while A's flood still waits.
+func TestClientFloodCannotHoldSlots(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := accOptions(Direct, 4, infer.Invalid)
+		o.IdleTimeout = 60 * time.Second
+		s, m := newSched(t, o, &accExec{})
+		from := func(client string, r *Request) *Request { r.Client = client; return r }
+
+		for id := range uint64(20) {
+			go func() { _, _ = s.Submit(t.Context(), from("A", req(num(1000+id), 1, true, false))) }()
+			synctest.Wait()
+		}
+		inSlots, waiting := s.Active()
+		require.Equal(t, 4, inSlots)
+		require.Equal(t, 12, waiting)
+		_, err := s.Submit(t.Context(), from("A", req(num(2000), 1, true, false)))
+		require.Equal(t, ReasonClientSequenceLimit, reason(t, err))
+		ie, _ := errors.AsType[*infer.Error](err)
+		require.Equal(t, infer.KindResourceExhausted, ie.Kind, "429 / RESOURCE_EXHAUSTED")
+		require.Equal(t, 5.0, testutil.ToFloat64(m.clientRefused.WithLabelValues("acc", "1")), "A's STARTs 17 to 20 and this one")
+
+		// A alone: its idle sequences keep their slots (no one else waits).
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		require.Zero(t, testutil.ToFloat64(m.contendedReleased.WithLabelValues("acc", "1")))
+
+		begin := time.Now()
+		require.Equal(t, int32(3), sum(t, s, from("B", req(num(1), 3, true, false))))
+		require.Equal(t, int32(7), sum(t, s, from("B", req(num(1), 4, false, false))))
+		require.Equal(t, int32(12), sum(t, s, from("B", req(num(1), 5, false, true))))
+		require.LessOrEqual(t, time.Since(begin), DefaultContendedIdleTimeout, "B waited for the contended idle timeout, not A's 60 s")
+		require.Equal(t, 2.0, testutil.ToFloat64(m.contendedReleased.WithLabelValues("acc", "1")), "A was cut to its fair share of 2 slots")
+		_, err = s.Submit(t.Context(), from("A", req(num(1000), 1, false, false)))
+		if err != nil {
+			require.Equal(t, ReasonSequenceNotStarted, reason(t, err), "a released sequence needs a new START")
+		}
+	})
+}
+
+// A client without identity ("") is not capped: in-process callers and
+// tests with many sequences keep Triton's behaviour.
+func TestNoClientNoCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := accOptions(Direct, 1, infer.Invalid)
+		o.MaxSequencesPerClient = 1
+		s, _ := newSched(t, o, &accExec{})
+		require.Equal(t, int32(1), sum(t, s, req(num(1), 1, true, false)))
+		go func() { _, _ = s.Submit(t.Context(), req(num(2), 1, true, false)) }()
+		synctest.Wait()
+		_, waiting := s.Active()
+		require.Equal(t, 1, waiting, "not refused")
+		r := req(num(3), 1, true, false)
+		r.Client = "c"
+		require.Equal(t, int32(2), sum(t, s, req(num(1), 1, false, true)), "sequence 1 ends: 2 takes the slot")
+		synctest.Wait()
+		go func() { _, _ = s.Submit(t.Context(), r) }()
+		synctest.Wait()
+		r2 := req(num(4), 1, true, false)
+		r2.Client = "c"
+		_, err := s.Submit(t.Context(), r2)
+		require.Equal(t, ReasonClientSequenceLimit, reason(t, err), "client c may hold 1")
+	})
+}
