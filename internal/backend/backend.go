@@ -74,6 +74,14 @@ type ConfigCompleter interface {
 	CompleteConfig(ctx context.Context, versionDir string, cfg *inferencepb.ModelConfig) (*inferencepb.ModelConfig, error)
 }
 
+// Decoupler is implemented by backends whose models may be decoupled
+// (model_transaction_policy { decoupled: true }): any number of responses
+// per request. Their instances implement batch.StreamExecutor. The
+// repository refuses decoupled models of other backends.
+type Decoupler interface {
+	Decoupled() bool
+}
+
 // HealthReporter is implemented by instances that can stop serving after
 // they loaded, such as an out-of-process worker that keeps crashing. The
 // repository index shows the reason.

@@ -123,6 +123,10 @@ type Request struct {
 	// RequestExecutor gets them, so a request with parameters goes to
 	// its ExecuteRequests even alone.
 	Params infer.Parameters
+	// Sender, when set, receives the responses of a request to a
+	// decoupled model: the batch goes to a StreamExecutor's
+	// ExecuteStreams, and the request's Result carries no outputs.
+	Sender infer.Sender
 }
 
 // Result is one request's share of an executed batch.

@@ -73,7 +73,7 @@ func (b *Batcher) execute(s *slot) {
 		}
 		inputs, packErr = b.packRagged(batch, total)
 		names = unionOutputs(batch)
-	} else if re, ok := s.exec.(RequestExecutor); ok && (len(batch) > 1 || batch[0].req.Params != nil) {
+	} else if re, ok := s.exec.(RequestExecutor); ok && (len(batch) > 1 || batch[0].req.Params != nil || batch[0].req.Sender != nil) {
 		// The executor keeps request boundaries and parameters
 		// (requests.go); a request alone runs under its own context.
 		if len(batch) == 1 {

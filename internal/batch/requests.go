@@ -23,6 +23,18 @@ type RequestExecutor interface {
 	ExecuteRequests(ctx context.Context, inputs [][]infer.Tensor, outputs [][]string, params []infer.Parameters) ([][]infer.Tensor, []error)
 }
 
+// StreamExecutor is a RequestExecutor that also runs requests to a
+// decoupled model: ExecuteStreams is ExecuteRequests where each request
+// has a Sender (senders[i], nil for a request without one), which gets
+// the request's responses; for such a request the returned outputs are
+// ignored. It may return before the responses are all sent (a decoupled
+// model may send them after its execute returned); errs[i] non-nil fails
+// request i, and its Sender is not called after that.
+type StreamExecutor interface {
+	RequestExecutor
+	ExecuteStreams(ctx context.Context, inputs [][]infer.Tensor, outputs [][]string, params []infer.Parameters, senders []infer.Sender) ([][]infer.Tensor, []error)
+}
+
 // executeRequests runs s.batch on a RequestExecutor and answers its
 // requests, as execute does for packed batches.
 func (b *Batcher) executeRequests(ctx context.Context, re RequestExecutor, s *slot, start time.Time, total int) {
@@ -30,11 +42,29 @@ func (b *Batcher) executeRequests(ctx context.Context, re RequestExecutor, s *sl
 	inputs := make([][]infer.Tensor, len(batch))
 	names := make([][]string, len(batch))
 	params := make([]infer.Parameters, len(batch))
+	var senders []infer.Sender
 	for i, p := range batch {
 		inputs[i], names[i], params[i] = p.req.Inputs, p.req.Outputs, p.req.Params
+		if p.req.Sender != nil {
+			if senders == nil {
+				senders = make([]infer.Sender, len(batch))
+			}
+			senders[i] = p.req.Sender
+		}
 	}
 	prepared := time.Now()
-	outs, errs := re.ExecuteRequests(ctx, inputs, names, params)
+	var outs [][]infer.Tensor
+	var errs []error
+	if se, ok := re.(StreamExecutor); ok && senders != nil {
+		outs, errs = se.ExecuteStreams(ctx, inputs, names, params, senders)
+	} else if senders != nil {
+		outs, errs = make([][]infer.Tensor, len(batch)), make([]error, len(batch))
+		for i := range errs {
+			errs[i] = b.outputError("the executor cannot send a decoupled model's responses")
+		}
+	} else {
+		outs, errs = re.ExecuteRequests(ctx, inputs, names, params)
+	}
 	computed := time.Now()
 	in, inf := prepared.Sub(start), computed.Sub(prepared)
 	b.m.compute.Observe(inf.Seconds())
@@ -47,6 +77,8 @@ func (b *Batcher) executeRequests(ctx context.Context, re RequestExecutor, s *sl
 			err = b.outputError("executor answered %d outputs and %d errors for %d requests", len(outs), len(errs), len(batch))
 		case errs[i] != nil:
 			err = b.backendError(ctx, errs[i])
+		case p.req.Sender != nil:
+			// The responses went (or go) to the sender.
 		case len(outs[i]) != len(p.req.Outputs):
 			err = b.outputError("executor returned %d outputs, want %d", len(outs[i]), len(p.req.Outputs))
 		}

@@ -195,9 +195,25 @@ func (s *Service) ModelInfer(ctx context.Context, req *pb.ModelInferRequest) (*p
 }
 
 func (s *Service) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
+	var out *pb.ModelInferResponse
+	err := s.inferWith(ctx, req, func(ir *infer.Request, fill func(*infer.Response) (*pb.ModelInferResponse, error)) error {
+		resp, err := s.models.Infer(ctx, ir)
+		if err != nil {
+			return err
+		}
+		out, err = fill(resp)
+		return err
+	})
+	return out, err
+}
+
+// inferWith decodes a request (shared-memory inputs read) and runs it with
+// run, which answers through fill: the response encoded, its
+// shared-memory outputs written.
+func (s *Service) inferWith(ctx context.Context, req *pb.ModelInferRequest, run func(*infer.Request, func(*infer.Response) (*pb.ModelInferResponse, error)) error) error {
 	ir, err := DecodeInferRequest(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if s.opts.HeaderForward != nil {
 		forwardMetadata(ctx, ir, s.opts.HeaderForward)
@@ -206,23 +222,21 @@ func (s *Service) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.Mod
 	// answered, even when unregistered meanwhile, as in Triton.
 	lease, err := s.opts.SharedMemory.Acquire(ir)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer lease.Release()
-	resp, err := s.models.Infer(ctx, ir)
-	if err != nil {
-		return nil, err
-	}
-	if err := lease.WriteOutputs(resp); err != nil {
-		return nil, err
-	}
-	if resp.ID == "" {
-		resp.ID = ir.ID
-	}
-	if resp.Model == "" {
-		resp.Model = ir.Model
-	}
-	return EncodeInferResponse(resp), nil
+	return run(ir, func(resp *infer.Response) (*pb.ModelInferResponse, error) {
+		if err := lease.WriteOutputs(resp); err != nil {
+			return nil, err
+		}
+		if resp.ID == "" {
+			resp.ID = ir.ID
+		}
+		if resp.Model == "" {
+			resp.Model = ir.Model
+		}
+		return EncodeInferResponse(resp), nil
+	})
 }
 
 // streamWindow bounds the requests of one stream in flight at once; past
@@ -244,12 +258,13 @@ func (s *Service) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInf
 	ctx := stream.Context()
 	pending := make(chan chan *pb.ModelStreamInferResponse, streamWindow)
 	sent := make(chan error, 1)
-	go func() { // answers in arrival order
+	go func() { // answers in arrival order; a request's responses in order
 		var err error
 		for ch := range pending {
-			msg := <-ch
-			if err == nil {
-				err = stream.Send(msg)
+			for msg := range ch {
+				if err == nil {
+					err = stream.Send(msg)
+				}
 			}
 		}
 		sent <- err
@@ -264,7 +279,9 @@ func (s *Service) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInf
 			}
 			return err
 		}
-		ch := make(chan *pb.ModelStreamInferResponse, 1)
+		// A decoupled model's responses wait here while an earlier
+		// request of the stream is still answering.
+		ch := make(chan *pb.ModelStreamInferResponse, streamWindow)
 		pending <- ch
 		rctx := ctx
 		queued := make(chan struct{})
@@ -277,7 +294,8 @@ func (s *Service) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInf
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			ch <- s.streamAnswer(rctx, req)
+			defer close(ch)
+			s.streamAnswer(rctx, req, ch)
 		}()
 		select {
 		case <-queued:
@@ -286,22 +304,80 @@ func (s *Service) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInf
 	}
 }
 
-// streamAnswer runs one request of a stream and makes its answer.
-func (s *Service) streamAnswer(ctx context.Context, req *pb.ModelInferRequest) *pb.ModelStreamInferResponse {
-	resp, err := s.infer(ctx, req)
-	if err == nil {
-		return &pb.ModelStreamInferResponse{InferResponse: resp}
+// paramEmptyFinal is the request parameter that asks for an empty
+// response carrying triton_final_response when a decoupled model sends
+// the final flag without a response.
+const paramEmptyFinal = "triton_enable_empty_final_response"
+
+// streamAnswer runs one request of a stream and sends its answers to out:
+// one response, or a decoupled model's responses (each with
+// triton_final_response; an error response as error_message, the stream
+// going on).
+func (s *Service) streamAnswer(ctx context.Context, req *pb.ModelInferRequest, out chan<- *pb.ModelStreamInferResponse) {
+	failed := func(err error) *pb.ModelStreamInferResponse {
+		if ctx.Err() == nil {
+			s.logInternal(ctx, "ModelStreamInfer", err)
+		}
+		return &pb.ModelStreamInferResponse{
+			ErrorMessage: err.Error(),
+			InferResponse: &pb.ModelInferResponse{
+				ModelName:    req.GetModelName(),
+				ModelVersion: req.GetModelVersion(),
+				Id:           req.GetId(),
+			},
+		}
 	}
-	if ctx.Err() == nil {
-		s.logInternal(ctx, "ModelStreamInfer", err)
+	st, ok := s.models.(modelrepo.Streamer)
+	if !ok {
+		resp, err := s.infer(ctx, req)
+		if err != nil {
+			out <- failed(err)
+			return
+		}
+		out <- &pb.ModelStreamInferResponse{InferResponse: resp}
+		return
 	}
-	return &pb.ModelStreamInferResponse{
-		ErrorMessage: err.Error(),
-		InferResponse: &pb.ModelInferResponse{
-			ModelName:    req.GetModelName(),
-			ModelVersion: req.GetModelVersion(),
-			Id:           req.GetId(),
-		},
+	emptyFinal := req.GetParameters()[paramEmptyFinal].GetBoolParam()
+	err := s.inferWith(ctx, req, func(ir *infer.Request, fill func(*infer.Response) (*pb.ModelInferResponse, error)) error {
+		return st.InferStream(ctx, ir, func(resp *infer.Response, err error, final bool) error {
+			var msg *pb.ModelStreamInferResponse
+			switch {
+			case err != nil:
+				msg = failed(err)
+				if final {
+					msg.InferResponse.Parameters = map[string]*pb.InferParameter{
+						modelrepo.ParamFinalResponse: {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: true}},
+					}
+				}
+			case resp != nil:
+				r, err := fill(resp)
+				if err != nil {
+					msg = failed(err)
+				} else {
+					msg = &pb.ModelStreamInferResponse{InferResponse: r}
+				}
+			case emptyFinal:
+				msg = &pb.ModelStreamInferResponse{InferResponse: &pb.ModelInferResponse{
+					ModelName:    req.GetModelName(),
+					ModelVersion: req.GetModelVersion(),
+					Id:           req.GetId(),
+					Parameters: map[string]*pb.InferParameter{
+						modelrepo.ParamFinalResponse: {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: true}},
+					},
+				}}
+			default:
+				return nil // the flag alone, and the client did not ask for it
+			}
+			select {
+			case out <- msg:
+				return nil
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		})
+	})
+	if err != nil {
+		out <- failed(err)
 	}
 }
 

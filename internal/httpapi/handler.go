@@ -139,6 +139,8 @@ func (h *Handler) routes() {
 		h.mux.HandleFunc("GET "+base+"/config", h.handleModelConfig)
 		h.mux.HandleFunc("GET "+base+"/stats", h.handleStats)
 		h.mux.HandleFunc("POST "+base+"/infer", h.handleInfer)
+		h.mux.HandleFunc("POST "+base+"/generate", h.handleGenerate)
+		h.mux.HandleFunc("POST "+base+"/generate_stream", h.handleGenerateStream)
 	}
 	h.sharedMemoryRoutes()
 	h.settingsRoutes()

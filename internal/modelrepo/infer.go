@@ -44,11 +44,14 @@ func (m *Manager) Infer(ctx context.Context, req *infer.Request) (*infer.Respons
 		return nil, err
 	}
 	defer lv.release()
+	if lv.decoupled() {
+		ierr := decoupledRefused(lv)
+		m.failed(lv, ierr, start)
+		return nil, ierr
+	}
 	resp, ierr := m.serve(ctx, lv, req, start)
 	if ierr != nil {
-		m.metrics.failures.WithLabelValues(lv.model, lv.vstr, ierr.Reason).Inc()
-		lv.obs.triton.failed(ierr.Reason)
-		lv.stats.fail(time.Since(start))
+		m.failed(lv, ierr, start)
 		return nil, ierr
 	}
 	return resp, nil

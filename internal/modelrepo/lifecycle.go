@@ -117,14 +117,6 @@ func (m *Manager) plan(name string, src modelSource) (*plan, *loadError) {
 		// Triton's words: qa/L0_response_cache test.sh greps for them.
 		return fail(causeConfig, fmt.Errorf("response cache does not currently support model '%s' with 'decoupled' transaction policy", name))
 	}
-	if p.base.GetModelTransactionPolicy().GetDecoupled() {
-		// Refused, not ignored: a client of a decoupled model waits for
-		// any number of responses, and every backend here sends one.
-		return fail(causeConfig, modelconfig.Error{
-			Pos: p.cfgSrc.Pos("model_transaction_policy.decoupled"),
-			Msg: "model_transaction_policy { decoupled: true } is not supported: every Sluice backend answers a request with exactly one response",
-		})
-	}
 
 	avail, err := versionDirs(src.dir)
 	if err != nil {
@@ -134,6 +126,12 @@ func (m *Manager) plan(name string, src modelSource) (*plan, *loadError) {
 		m.logger.Warn("folder is not a version", "model", name, "detail", note)
 	}
 	if isEnsemble(p.base) {
+		if p.base.GetModelTransactionPolicy().GetDecoupled() {
+			return fail(causeConfig, modelconfig.Error{
+				Pos: p.cfgSrc.Pos("model_transaction_policy.decoupled"),
+				Msg: "model_transaction_policy { decoupled: true } is not supported for ensembles: an ensemble answers a request with exactly one response",
+			})
+		}
 		p.ensemble = true
 		p.platform = platformEnsemble
 		if len(avail) == 0 {
@@ -150,6 +148,17 @@ func (m *Manager) plan(name string, src modelSource) (*plan, *loadError) {
 		return fail(causeBackend, err)
 	}
 	p.be = be
+	if p.base.GetModelTransactionPolicy().GetDecoupled() {
+		// Refused, not ignored, where the backend cannot stream: a
+		// client of a decoupled model waits for any number of responses
+		// and the final flag.
+		if d, ok := be.(backend.Decoupler); !ok || !d.Decoupled() {
+			return fail(causeConfig, modelconfig.Error{
+				Pos: p.cfgSrc.Pos("model_transaction_policy.decoupled"),
+				Msg: fmt.Sprintf("model_transaction_policy { decoupled: true } is not supported by the %s backend: it answers a request with exactly one response (only Python models may be decoupled)", be.Name()),
+			})
+		}
+	}
 	if p.base.GetBackend() == "" && p.base.GetPlatform() == "" {
 		p.base.Backend = be.Name()
 	}
@@ -801,6 +810,12 @@ func (m *Manager) warmup(ctx context.Context, lv *loaded, vdir string) error {
 			samples = append(samples, warmupSample{name: name, inputs: ins, count: max(int(w.GetCount()), 1)})
 		}
 	} else {
+		if lv.decoupled() {
+			// A decoupled model may answer zeros with no response at
+			// all, or take its time sending them.
+			m.logger.Debug("automatic warm-up skipped: the model is decoupled", "model", lv.model, "version", lv.vstr)
+			return nil
+		}
 		if slices.ContainsFunc(lv.inputs, func(s inputSpec) bool { return s.dtype == infer.Bytes && !s.optional }) {
 			m.logger.Debug("automatic warm-up skipped: the model has BYTES inputs", "model", lv.model, "version", lv.vstr)
 			return nil
@@ -858,7 +873,8 @@ func runWarmup(ctx context.Context, lv *loaded, samples []warmupSample) error {
 				if err != nil {
 					return fmt.Errorf("warm-up sample '%s': %w", s.name, err)
 				}
-				if len(outs) != len(lv.outputs) {
+				if len(outs) != len(lv.outputs) && (!lv.decoupled() || len(outs) > 0) {
+					// A decoupled model may send no response.
 					return fmt.Errorf("warm-up sample '%s': model returned %d outputs, want %d", s.name, len(outs), len(lv.outputs))
 				}
 			}

@@ -68,6 +68,7 @@ type Backend struct {
 var (
 	_ backend.Backend      = (*Backend)(nil)
 	_ backend.ConfigSigner = (*Backend)(nil)
+	_ backend.Decoupler    = (*Backend)(nil)
 	_ backend.Backend      = (*PyTorch)(nil)
 	_ backend.ConfigSigner = (*PyTorch)(nil)
 )
@@ -90,6 +91,11 @@ func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) *Backend 
 
 // Name returns "python".
 func (b *Backend) Name() string { return Name }
+
+// Decoupled reports that Python models may be decoupled: their instances
+// send a request's responses through an InferenceResponseSender
+// (ExecuteStreams).
+func (b *Backend) Decoupled() bool { return true }
 
 // DefaultFilename returns "model.py".
 func (b *Backend) DefaultFilename() string { return "model.py" }
@@ -244,7 +250,7 @@ func configSignature(backendName string, cfg *inferencepb.ModelConfig) (infer.Si
 	if cfg == nil || len(cfg.GetInput()) == 0 || len(cfg.GetOutput()) == 0 {
 		return infer.Signature{}, errNeedsConfig(backendName)
 	}
-	if cfg.GetModelTransactionPolicy().GetDecoupled() {
+	if cfg.GetModelTransactionPolicy().GetDecoupled() && backendName != Name {
 		return infer.Signature{}, fmt.Errorf("%s models: decoupled mode (model_transaction_policy { decoupled: true }) is not supported", backendName)
 	}
 	var errs []error

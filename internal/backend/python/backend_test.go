@@ -288,7 +288,10 @@ output [ { name: "Y" data_type: TYPE_STRING dims: [ 2, -1 ] } ]`,
 		{name: "no outputs", cfg: `input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]`, wantErr: "python models need input and output: in config.pbtxt"},
 		{name: "decoupled", cfg: `input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]
-model_transaction_policy { decoupled: true }`, wantErr: "decoupled mode"},
+model_transaction_policy { decoupled: true }`, want: infer.Signature{
+			Inputs:  []infer.TensorSpec{{Name: "X", DataType: infer.FP32, Shape: infer.Shape{1}}},
+			Outputs: []infer.TensorSpec{{Name: "Y", DataType: infer.FP32, Shape: infer.Shape{1}}},
+		}},
 		{name: "bf16", cfg: `input [ { name: "X" data_type: TYPE_BF16 dims: [ 1 ] } ]
 output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]`, wantErr: "TYPE_BF16 is not supported"},
 		{name: "missing file", cfg: `default_model_filename: "other.py"

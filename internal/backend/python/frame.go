@@ -26,11 +26,12 @@ const (
 	opFinalized = 9 // ← worker: empty, or JSON workerError when finalize() raised
 	opLog       = 10
 	// ← worker: JSON logLine from pb_utils.Logger
+	opResponse = 11 // ← worker: one response of a decoupled model (see decodeStreamed), with the execute call's id
 )
 
 // protocolVersion is the framing the embedded worker speaks; the worker
 // echoes it in opReady.
-const protocolVersion = 2
+const protocolVersion = 3
 
 // headerSize is the fixed frame header: u32 frame size (header included),
 // u8 op, three zero bytes, u64 id, all little-endian. Payloads start at
@@ -450,50 +451,114 @@ func decodeResponses(payload []byte, want int) ([]response, error) {
 	}
 	out := make([]response, n)
 	for i := range out {
-		status, err := d.u8()
-		if err != nil {
-			return nil, err
-		}
-		switch status {
-		case respOK:
-			count, err := d.u32()
-			if err != nil {
-				return nil, err
-			}
-			// A tensor takes at least 12 bytes: name length, type, rank
-			// and byte length.
-			if uint64(count)*12 > uint64(len(payload)-d.off) {
-				return nil, errTruncated
-			}
-			out[i].outputs = make([]infer.Tensor, count)
-			for j := range out[i].outputs {
-				if out[i].outputs[j], err = d.tensor(); err != nil {
-					return nil, fmt.Errorf("response %d: %w", i, err)
-				}
-			}
-		case respError:
-			code, err := d.u8()
-			if err != nil {
-				return nil, err
-			}
-			l, err := d.u32()
-			if err != nil {
-				return nil, err
-			}
-			msg, err := d.take(uint64(l))
-			if err != nil {
-				return nil, err
-			}
-			if len(msg) > maxMessage {
-				msg = msg[:maxMessage]
-			}
-			out[i] = response{failed: true, errCode: code, errMsg: strings.ToValidUTF8(string(msg), "\uFFFD")}
-		default:
-			return nil, fmt.Errorf("response %d has unknown status %d", i, status)
+		if out[i], err = d.response(len(payload)); err != nil {
+			return nil, fmt.Errorf("response %d: %w", i, err)
 		}
 	}
 	if d.off != len(payload) {
 		return nil, fmt.Errorf("%d bytes follow the last response", len(payload)-d.off)
 	}
 	return out, nil
+}
+
+// response reads one response: u8 status (respOK or respError), then
+// respOK: u32 tensor count, tensors (as in requests); respError: u8 error
+// code, u32 message length, UTF-8 message.
+func (d *decoder) response(size int) (response, error) {
+	status, err := d.u8()
+	if err != nil {
+		return response{}, err
+	}
+	switch status {
+	case respOK:
+		count, err := d.u32()
+		if err != nil {
+			return response{}, err
+		}
+		// A tensor takes at least 12 bytes: name length, type, rank and
+		// byte length.
+		if uint64(count)*12 > uint64(size-d.off) {
+			return response{}, errTruncated
+		}
+		r := response{outputs: make([]infer.Tensor, count)}
+		for j := range r.outputs {
+			if r.outputs[j], err = d.tensor(); err != nil {
+				return response{}, err
+			}
+		}
+		return r, nil
+	case respError:
+		code, err := d.u8()
+		if err != nil {
+			return response{}, err
+		}
+		l, err := d.u32()
+		if err != nil {
+			return response{}, err
+		}
+		msg, err := d.take(uint64(l))
+		if err != nil {
+			return response{}, err
+		}
+		if len(msg) > maxMessage {
+			msg = msg[:maxMessage]
+		}
+		return response{failed: true, errCode: code, errMsg: strings.ToValidUTF8(string(msg), "\uFFFD")}, nil
+	default:
+		return response{}, fmt.Errorf("unknown status %d", status)
+	}
+}
+
+// Flags and kinds of an opResponse payload.
+const (
+	streamFinal    = 1 // flags: TRITONSERVER_RESPONSE_COMPLETE_FINAL
+	streamFlagOnly = 0 // kind: no response, only the flags
+	streamResponse = 1 // kind: a response follows
+)
+
+// streamed is one opResponse frame: a decoupled model's response to one
+// request of an execute call, or only the final flag.
+type streamed struct {
+	index int // the request's index in its execute call
+	final bool
+	resp  *response // nil: the flag alone
+}
+
+// decodeStreamed reads an opResponse payload:
+//
+//	u32 request index, u8 flags (1 = final), u8 kind (0 = flags only,
+//	1 = a response follows), then for kind 1 the response as in opResult
+func decodeStreamed(payload []byte) (streamed, error) {
+	d := &decoder{b: payload}
+	idx, err := d.u32()
+	if err != nil {
+		return streamed{}, err
+	}
+	flags, err := d.u8()
+	if err != nil {
+		return streamed{}, err
+	}
+	kind, err := d.u8()
+	if err != nil {
+		return streamed{}, err
+	}
+	if flags&^streamFinal != 0 {
+		return streamed{}, fmt.Errorf("unknown response flags %#x", flags)
+	}
+	st := streamed{index: int(idx), final: flags&streamFinal != 0}
+	switch kind {
+	case streamFlagOnly:
+	case streamResponse:
+		r, err := d.response(len(payload))
+		if err != nil {
+			return streamed{}, err
+		}
+		st.resp = &r
+	default:
+		return streamed{}, fmt.Errorf("unknown response kind %d", kind)
+	}
+	if d.off != len(payload) {
+		return streamed{}, fmt.Errorf("%d bytes follow the response", len(payload)-d.off)
+	}
+	return st, nil
 }

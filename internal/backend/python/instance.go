@@ -29,9 +29,12 @@ type Instance struct {
 	group    *group
 	name     string
 	maxBatch int64
-	outTypes map[string]infer.DataType // configured output data types
-	obs      workerObservers
-	logger   *slog.Logger
+	// decoupled is model_transaction_policy { decoupled: true }: requests
+	// come with senders (ExecuteStreams).
+	decoupled bool
+	outTypes  map[string]infer.DataType // configured output data types
+	obs       workerObservers
+	logger    *slog.Logger
 
 	mu     sync.Mutex // protects the fields below
 	w      *worker    // the live worker; nil while it restarts, once down or closed
@@ -47,19 +50,20 @@ type Instance struct {
 
 func newInstance(b *Backend, spec *workerSpec, key groupKey, g *group, name string, cfg *inferencepb.ModelConfig, w *worker) *Instance {
 	in := &Instance{
-		b:        b,
-		spec:     spec,
-		key:      key,
-		group:    g,
-		name:     name,
-		maxBatch: int64(cfg.GetMaxBatchSize()),
-		outTypes: map[string]infer.DataType{},
-		obs:      b.m.track(key.model, strconv.FormatInt(key.version, 10)),
-		logger:   spec.logger,
-		w:        w,
-		change:   make(chan struct{}),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
+		b:         b,
+		spec:      spec,
+		key:       key,
+		group:     g,
+		name:      name,
+		maxBatch:  int64(cfg.GetMaxBatchSize()),
+		decoupled: cfg.GetModelTransactionPolicy().GetDecoupled(),
+		outTypes:  map[string]infer.DataType{},
+		obs:       b.m.track(key.model, strconv.FormatInt(key.version, 10)),
+		logger:    spec.logger,
+		w:         w,
+		change:    make(chan struct{}),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
 	}
 	for _, o := range cfg.GetOutput() {
 		in.outTypes[o.GetName()] = modelconfig.ToInfer(o.GetDataType())
@@ -298,6 +302,76 @@ func (in *Instance) Execute(ctx context.Context, inputs []infer.Tensor, outputs 
 // name it asked for, in order) or its error; a failure of the whole call
 // is every request's error.
 func (in *Instance) ExecuteRequests(ctx context.Context, inputs [][]infer.Tensor, outputs [][]string, params []infer.Parameters) ([][]infer.Tensor, []error) {
+	return in.run(ctx, inputs, outputs, params, nil)
+}
+
+// ExecuteStreams runs requests to a decoupled model in one execute()
+// call: each request's responses go to its sender (senders[i]) as the
+// model sends them through its InferenceResponseSender, also after
+// execute returned. It returns when execute has returned; errs[i] is set
+// only when request i never reached the worker. A model that is not
+// decoupled answers each request once, as a final response.
+func (in *Instance) ExecuteStreams(ctx context.Context, inputs [][]infer.Tensor, outputs [][]string, params []infer.Parameters, senders []infer.Sender) ([][]infer.Tensor, []error) {
+	if !in.decoupled {
+		outs, errs := in.run(ctx, inputs, outputs, params, nil)
+		for i, send := range senders {
+			if send != nil && errs[i] == nil {
+				_ = send(outs[i], nil, true)
+				outs[i] = nil
+			}
+		}
+		return outs, errs
+	}
+	return in.run(ctx, inputs, outputs, params, senders)
+}
+
+// gathered is what one request to a decoupled model answered when it was
+// run without a sender: its last response.
+type gathered struct {
+	outs []infer.Tensor
+	err  error
+	done chan struct{}
+}
+
+// gather runs requests to a decoupled model without senders (a warm-up):
+// each request's result is its last response, once the model has sent the
+// final flag; no response at all gives no outputs.
+func (in *Instance) gather(ctx context.Context, inputs [][]infer.Tensor, outputs [][]string, params []infer.Parameters) ([][]infer.Tensor, []error) {
+	got := make([]gathered, len(inputs))
+	senders := make([]infer.Sender, len(inputs))
+	for i := range got {
+		g := &got[i]
+		g.done = make(chan struct{})
+		senders[i] = func(outs []infer.Tensor, err error, final bool) error {
+			if outs != nil || err != nil {
+				g.outs, g.err = outs, err
+			}
+			if final {
+				close(g.done)
+			}
+			return nil
+		}
+	}
+	outs, errs := in.run(ctx, inputs, outputs, params, senders)
+	for i := range got {
+		if errs[i] != nil {
+			continue
+		}
+		select {
+		case <-got[i].done:
+			outs[i], errs[i] = got[i].outs, got[i].err
+		case <-ctx.Done():
+			errs[i] = context.Cause(ctx)
+		}
+	}
+	return outs, errs
+}
+
+// run is ExecuteRequests and, with senders, ExecuteStreams.
+func (in *Instance) run(ctx context.Context, inputs [][]infer.Tensor, outputs [][]string, params []infer.Parameters, senders []infer.Sender) ([][]infer.Tensor, []error) {
+	if in.decoupled && senders == nil {
+		return in.gather(ctx, inputs, outputs, params)
+	}
 	outs := make([][]infer.Tensor, len(inputs))
 	errs := make([]error, len(inputs))
 	fail := func(err error) ([][]infer.Tensor, []error) {
@@ -311,6 +385,9 @@ func (in *Instance) ExecuteRequests(ctx context.Context, inputs [][]infer.Tensor
 	}
 	if params != nil && len(params) != len(inputs) {
 		return fail(fmt.Errorf("execute: %d parameter sets for %d requests", len(params), len(inputs)))
+	}
+	if senders != nil && len(senders) != len(inputs) {
+		return fail(fmt.Errorf("execute: %d senders for %d requests", len(senders), len(inputs)))
 	}
 	reqs := make([]execRequest, len(outputs))
 	for i, out := range outputs {
@@ -327,33 +404,62 @@ func (in *Instance) ExecuteRequests(ctx context.Context, inputs [][]infer.Tensor
 	}
 	var w *worker
 	var f frame
+	var st *stream
 	for {
 		var err error
 		if w, err = in.pick(ctx); err != nil {
 			return fail(err)
 		}
-		f, err = in.call(ctx, w, reqs)
+		if senders != nil {
+			st = newStream()
+		}
+		f, err = in.call(ctx, w, st, reqs)
 		if errors.Is(err, errNotSent) {
 			continue // the worker died before the requests went out: pick again
 		}
-		if err != nil {
+		if err != nil && (st == nil || errors.Is(err, errTooLarge) || !w.streaming(st)) {
 			return fail(err)
 		}
 		break
 	}
-	if f.op == opError {
+	if st != nil {
+		// From here on every outcome reaches the senders through the
+		// stream, in the order the worker sent its frames.
+		go in.dispatch(w, st, reqs, senders)
+	}
+	var err error
+	switch {
+	case st != nil && f.op == 0:
+		// The call ended without an answer (its context ended, or the
+		// worker died): the stream reports the death; a context that
+		// ended leaves the requests to the model's final flags.
+		return outs, errs
+	case f.op == opError:
 		we := parseWorkerError(f.payload)
 		if we.Traceback != "" {
 			in.logger.Warn("python model execute failed", "pid", w.pid, "traceback", we.Traceback)
 		}
-		return fail(&infer.Error{
+		err = &infer.Error{
 			Kind: infer.KindInternal, Reason: ReasonModelException,
 			Msg: fmt.Sprintf("model '%s' version %d: %s", in.key.model, in.key.version, we.Message),
-		})
-	}
-	if f.op != opResult {
+		}
+	case f.op != opResult:
 		w.kill()
-		return fail(fmt.Errorf("python worker %d answered op %d to execute", w.pid, f.op))
+		err = fmt.Errorf("python worker %d answered op %d to execute", w.pid, f.op)
+	}
+	if err != nil {
+		if st != nil {
+			st.fail(err)
+			return outs, errs
+		}
+		return fail(err)
+	}
+	if st != nil {
+		if _, derr := decodeResponses(f.payload, 0); derr != nil {
+			in.logger.Warn("python worker sent a malformed response; killing it", "pid", w.pid, "err", derr)
+			w.kill()
+		}
+		return outs, errs
 	}
 	resps, err := decodeResponses(f.payload, len(reqs))
 	if err != nil {
@@ -369,12 +475,67 @@ func (in *Instance) ExecuteRequests(ctx context.Context, inputs [][]infer.Tensor
 	return outs, errs
 }
 
+// dispatch hands a decoupled call's responses to the requests' senders
+// until every request has had its final response, then stops routing the
+// call's frames. An error event (the worker died, execute raised) ends
+// every request still open with that error.
+func (in *Instance) dispatch(w *worker, st *stream, reqs []execRequest, senders []infer.Sender) {
+	defer w.endStream(st)
+	open := 0
+	for _, s := range senders {
+		if s != nil {
+			open++
+		}
+	}
+	end := func(i int, outs []infer.Tensor, err error, final bool) {
+		if senders[i] == nil {
+			return
+		}
+		if senders[i](outs, err, final) != nil || final {
+			senders[i] = nil
+			open--
+		}
+	}
+	for open > 0 {
+		for _, e := range st.take() {
+			if e.err != nil {
+				err := e.err
+				if errors.Is(err, errDead) {
+					err = crashError(in.key.model, in.key.version, in.name, err)
+				}
+				for i := range senders {
+					end(i, nil, err, true)
+				}
+				break
+			}
+			sr, err := decodeStreamed(e.f.payload)
+			if err == nil && sr.index >= len(reqs) {
+				err = fmt.Errorf("response for request %d of %d", sr.index, len(reqs))
+			}
+			if err != nil {
+				in.logger.Warn("python worker sent a malformed response; killing it", "pid", w.pid, "err", err)
+				w.kill() // its death ends the open requests
+				continue
+			}
+			var outs []infer.Tensor
+			var rerr error
+			if sr.resp != nil {
+				outs, rerr = in.collect(&reqs[sr.index], sr.resp)
+			}
+			if sr.resp == nil && !sr.final {
+				continue
+			}
+			end(sr.index, outs, rerr, sr.final)
+		}
+	}
+}
+
 // call sends the requests to w and waits for the answer, keeping the
 // metrics.
-func (in *Instance) call(ctx context.Context, w *worker, reqs []execRequest) (frame, error) {
+func (in *Instance) call(ctx context.Context, w *worker, st *stream, reqs []execRequest) (frame, error) {
 	in.obs.pending.Inc()
 	start := time.Now()
-	f, err := w.call(ctx, opExecute, func(fw *frameWriter) error { return fw.requests(reqs) })
+	f, err := w.callStreaming(ctx, opExecute, st, func(fw *frameWriter) error { return fw.requests(reqs) })
 	in.obs.busy.Add(time.Since(start).Seconds())
 	in.obs.pending.Dec()
 	switch {

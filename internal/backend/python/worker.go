@@ -44,8 +44,11 @@ type worker struct {
 
 	ids atomic.Uint64
 
-	mu      sync.Mutex // protects pending and dead
+	mu      sync.Mutex // protects pending, streams and dead
 	pending map[uint64]chan frame
+	// streams receive the opResponse frames of execute calls to a
+	// decoupled model, by call id, until endStream.
+	streams map[uint64]*stream
 	dead    error // why the reader stopped; set once
 
 	// unanswered counts the frames sent and not answered yet, abandoned
@@ -120,6 +123,7 @@ func startWorker(ctx context.Context, spec *workerSpec) (*worker, error) {
 		conn:       conn,
 		pid:        cmd.Process.Pid,
 		pending:    map[uint64]chan frame{},
+		streams:    map[uint64]*stream{},
 		readerDone: make(chan struct{}),
 		exited:     make(chan struct{}),
 		outputDone: make(chan struct{}),
@@ -198,6 +202,13 @@ func parseWorkerError(payload []byte) workerError {
 // that comes later is dropped. Once build has run and the frame has been
 // written, call no longer reads what build borrowed.
 func (w *worker) call(ctx context.Context, op byte, build func(*frameWriter) error) (frame, error) {
+	return w.callStreaming(ctx, op, nil, build)
+}
+
+// callStreaming is call; when st is not nil, the opResponse frames of the
+// call go to st (from before the frame is sent) until endStream, and st
+// learns of the worker's death.
+func (w *worker) callStreaming(ctx context.Context, op byte, st *stream, build func(*frameWriter) error) (frame, error) {
 	id := w.ids.Add(1)
 	ch := make(chan frame, 1)
 	w.mu.Lock()
@@ -207,10 +218,17 @@ func (w *worker) call(ctx context.Context, op byte, build func(*frameWriter) err
 		return frame{}, fmt.Errorf("%w: %w", errNotSent, err)
 	}
 	w.pending[id] = ch
+	if st != nil {
+		st.id = id
+		w.streams[id] = st
+	}
 	w.mu.Unlock()
 
 	if err := w.send(op, id, build); err != nil {
 		w.forget(id)
+		if st != nil {
+			w.endStream(st)
+		}
 		return frame{}, err
 	}
 	select {
@@ -277,6 +295,15 @@ func (w *worker) read() {
 			w.logLine(f.payload)
 			continue
 		}
+		if f.op == opResponse {
+			w.mu.Lock()
+			st := w.streams[f.id]
+			w.mu.Unlock()
+			if st != nil {
+				st.push(f)
+			}
+			continue
+		}
 		w.unanswered.Add(-1)
 		w.mu.Lock()
 		ch := w.pending[f.id]
@@ -308,9 +335,77 @@ func (w *worker) read() {
 	w.dead = dead
 	pending := w.pending
 	w.pending = nil
+	streams := w.streams
+	w.streams = nil
 	w.mu.Unlock()
 	for _, ch := range pending {
 		close(ch)
+	}
+	for _, st := range streams {
+		st.fail(dead)
+	}
+}
+
+// streaming reports whether st still gets the call's frames (its call
+// went out and the worker has not ended it).
+func (w *worker) streaming(st *stream) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.streams[st.id] == st
+}
+
+// endStream stops routing a call's opResponse frames.
+func (w *worker) endStream(st *stream) {
+	w.mu.Lock()
+	if w.streams != nil && w.streams[st.id] == st {
+		delete(w.streams, st.id)
+	}
+	w.mu.Unlock()
+}
+
+// stream queues the opResponse frames of one execute call for the
+// goroutine that hands them to the requests' senders, so that a slow
+// receiver never holds up the worker's reader.
+type stream struct {
+	id   uint64 // the call's frame id; set by callStreaming
+	mu   sync.Mutex
+	q    []streamEvent
+	wake chan struct{} // one token: the queue changed
+}
+
+// streamEvent is a frame, or an error that ends every request of the call
+// still open (the worker died, or execute raised).
+type streamEvent struct {
+	f   frame
+	err error
+}
+
+func newStream() *stream { return &stream{wake: make(chan struct{}, 1)} }
+
+func (s *stream) add(e streamEvent) {
+	s.mu.Lock()
+	s.q = append(s.q, e)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *stream) push(f frame)   { s.add(streamEvent{f: f}) }
+func (s *stream) fail(err error) { s.add(streamEvent{err: err}) }
+
+// take returns the queued events, waiting for one.
+func (s *stream) take() []streamEvent {
+	for {
+		s.mu.Lock()
+		q := s.q
+		s.q = nil
+		s.mu.Unlock()
+		if len(q) > 0 {
+			return q
+		}
+		<-s.wake
 	}
 }
 

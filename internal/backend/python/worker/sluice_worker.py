@@ -21,6 +21,7 @@ import os
 import socket
 import struct
 import sys
+import threading
 import traceback
 
 OP_INIT = 1
@@ -33,8 +34,9 @@ OP_PONG = 7
 OP_FINALIZE = 8
 OP_FINALIZED = 9
 OP_LOG = 10
+OP_RESPONSE = 11
 
-PROTOCOL = 2
+PROTOCOL = 3
 
 HEADER = struct.Struct("<IBxxxQ")
 U16 = struct.Struct("<H")
@@ -60,6 +62,8 @@ class Conn:
     def __init__(self, sock):
         self.sock = sock
         self.hdr = bytearray(HEADER.size)
+        # Decoupled models send responses from their own threads.
+        self.wlock = threading.Lock()
 
     def _recv_into(self, mv):
         while len(mv):
@@ -79,16 +83,18 @@ class Conn:
         return op, rid, buf
 
     def send(self, op, rid, payload=b""):
-        self.sock.sendall(HEADER.pack(HEADER.size + len(payload), op, rid) + payload)
+        with self.wlock:
+            self.sock.sendall(HEADER.pack(HEADER.size + len(payload), op, rid) + payload)
 
     def send_json(self, op, rid, obj):
         self.send(op, rid, json.dumps(obj).encode("utf-8"))
 
-    def send_chunks(self, chunks, size, rid):
+    def send_chunks(self, chunks, size, rid, op=OP_RESULT):
         """chunks[0] starts with a header placeholder."""
-        HEADER.pack_into(chunks[0], 0, size, OP_RESULT, rid)
-        for c in chunks:
-            self.sock.sendall(c)
+        HEADER.pack_into(chunks[0], 0, size, op, rid)
+        with self.wlock:
+            for c in chunks:
+                self.sock.sendall(c)
 
 
 def where(tb_exc, files):
@@ -130,6 +136,7 @@ class Worker:
         self.loop = None
         self.dtypes = {}
         self.itemsizes = {}
+        self.decoupled = False
 
     # --- start-up -------------------------------------------------------
 
@@ -162,8 +169,7 @@ class Worker:
             sys.path.insert(0, vdir)
         try:
             cfg = json.loads(args["model_config"])
-            if pb.using_decoupled_model_transaction_policy(cfg):
-                raise pb.TritonModelException("decoupled mode (model_transaction_policy { decoupled: true }) is not supported by Sluice's Python backend")
+            self.decoupled = bool(pb.using_decoupled_model_transaction_policy(cfg))
             if spec.get("builtin"):
                 module = importlib.import_module(spec["builtin"])
                 self.files.add(getattr(module, "__file__", "") or "")
@@ -211,7 +217,7 @@ class Worker:
 
     # --- execute --------------------------------------------------------
 
-    def decode_requests(self, buf):
+    def decode_requests(self, rid, buf):
         np = self.np
         received = self.pb.InferenceRequest._received
         wrap = self.pb.Tensor._wrap
@@ -254,12 +260,20 @@ class Worker:
                     arr = np.frombuffer(buf, dtype=dt, count=nbytes // self.itemsizes[code], offset=off).reshape(dims)
                 off += nbytes
                 ins.append(wrap(name, arr, code))
-            reqs.append(received(ins, outs, params))
+            sender = None
+            if self.decoupled:
+                sender = self.pb.InferenceResponseSender(self.stream_sender(rid, len(reqs)))
+            reqs.append(received(ins, outs, params, sender))
         return reqs
+
+    def stream_sender(self, rid, index):
+        def send(response, flags):
+            self.send_streamed(rid, index, response, flags)
+        return send
 
     def execute(self, rid, buf):
         try:
-            requests = self.decode_requests(buf)
+            requests = self.decode_requests(rid, buf)
         except Exception as e:  # noqa: BLE001
             self.conn.send_json(OP_ERROR, rid, error_info("decode requests", e, self.files))
             return
@@ -270,8 +284,14 @@ class Worker:
                 raise
             self.conn.send_json(OP_ERROR, rid, error_info("execute", e, self.files))
             return
+        if self.decoupled:
+            if responses is not None:
+                self.conn.send_json(OP_ERROR, rid, {"message": "execute of a decoupled model must return None, got %s: send responses with request.get_response_sender()" % type(responses).__name__})
+                return
+            self.send_result(rid, [])
+            return
         if responses is None:
-            self.conn.send_json(OP_ERROR, rid, {"message": "execute returned None: decoupled mode is not supported; return one InferenceResponse per request"})
+            self.conn.send_json(OP_ERROR, rid, {"message": "execute returned None: return one InferenceResponse per request (only a decoupled model, model_transaction_policy { decoupled: true }, sends responses with get_response_sender())"})
             return
         if not isinstance(responses, (list, tuple)) or len(responses) != len(requests):
             got = "%d responses" % len(responses) if isinstance(responses, (list, tuple)) else type(responses).__name__
@@ -286,35 +306,52 @@ class Worker:
         cur += U32.pack(len(responses))
         size += 4
         for resp in responses:
-            body, err = self.encode_response(resp)
-            if err is not None:
-                code, msg = err
-                data = msg.encode("utf-8", "replace")
-                cur += bytes((1, code)) + U32.pack(len(data)) + data
-                size += 6 + len(data)
-                continue
-            cur.append(0)
-            cur += U32.pack(len(body))
-            size += 5
-            for name, code, shape, data in body:
-                nb = name.encode("utf-8")
-                cur += U16.pack(len(nb)) + nb + TENSOR_HEAD.pack(code, len(shape))
-                size += 4 + len(nb)
-                pad = (-size) % 8
-                cur += bytes(pad)
-                size += pad
-                cur += struct.pack("<%dq" % len(shape), *shape)
-                cur += U64.pack(data.nbytes)
-                size += 8 * len(shape) + 8
-                if data.nbytes <= INLINE_LIMIT:
-                    cur += data
-                else:
-                    chunks.append(cur)
-                    chunks.append(data)
-                    cur = bytearray()
-                size += data.nbytes
+            cur, size = self.append_response(chunks, cur, size, resp)
         chunks.append(cur)
         self.conn.send_chunks(chunks, size, rid)
+
+    def send_streamed(self, rid, index, response, flags):
+        """One OP_RESPONSE frame: request index, flags, and the response
+        (or none: the final flag alone)."""
+        chunks = []
+        cur = bytearray(HEADER.size)
+        cur += U32.pack(index) + bytes((flags & 1, 0 if response is None else 1))
+        size = HEADER.size + 6
+        if response is not None:
+            cur, size = self.append_response(chunks, cur, size, response)
+        chunks.append(cur)
+        self.conn.send_chunks(chunks, size, rid, OP_RESPONSE)
+
+    def append_response(self, chunks, cur, size, resp):
+        """Appends one response's encoding; returns the buffer being built
+        and the frame size so far."""
+        body, err = self.encode_response(resp)
+        if err is not None:
+            code, msg = err
+            data = msg.encode("utf-8", "replace")
+            cur += bytes((1, code)) + U32.pack(len(data)) + data
+            return cur, size + 6 + len(data)
+        cur.append(0)
+        cur += U32.pack(len(body))
+        size += 5
+        for name, code, shape, data in body:
+            nb = name.encode("utf-8")
+            cur += U16.pack(len(nb)) + nb + TENSOR_HEAD.pack(code, len(shape))
+            size += 4 + len(nb)
+            pad = (-size) % 8
+            cur += bytes(pad)
+            size += pad
+            cur += struct.pack("<%dq" % len(shape), *shape)
+            cur += U64.pack(data.nbytes)
+            size += 8 * len(shape) + 8
+            if data.nbytes <= INLINE_LIMIT:
+                cur += data
+            else:
+                chunks.append(cur)
+                chunks.append(data)
+                cur = bytearray()
+            size += data.nbytes
+        return cur, size
 
     def encode_response(self, resp):
         """([(name, code, shape, memoryview)], None) or (None, (code, message))."""

@@ -14,6 +14,7 @@ that says so:
 """
 
 import json
+import threading
 import struct
 import sys
 
@@ -303,10 +304,12 @@ class InferenceRequest:
         self._timeout = timeout
         self._parameters = parameters if isinstance(parameters, str) else json.dumps(parameters or {})
         self._model_version = model_version
+        self._sender = None
 
     @classmethod
-    def _received(cls, inputs, requested_output_names, parameters="{}"):
+    def _received(cls, inputs, requested_output_names, parameters="{}", sender=None):
         r = cls.__new__(cls)
+        r._sender = sender
         r._model_name = None
         r._inputs = inputs
         r._outputs = requested_output_names
@@ -354,7 +357,13 @@ class InferenceRequest:
         return False
 
     def get_response_sender(self):
-        _unsupported("decoupled mode (get_response_sender)")
+        """The InferenceResponseSender of a request to a decoupled model
+        (model_transaction_policy { decoupled: true })."""
+        if self._sender is None:
+            raise TritonModelException(
+                "get_response_sender() needs a decoupled model: set model_transaction_policy { decoupled: true } "
+                "in config.pbtxt (a model that is not decoupled returns one InferenceResponse per request from execute)")
+        return self._sender
 
     def exec(self, *_, **__):
         _unsupported("Business Logic Scripting (InferenceRequest.exec)")
@@ -364,6 +373,36 @@ class InferenceRequest:
 
     def stream_exec(self, *_, **__):
         _unsupported("Business Logic Scripting (InferenceRequest.stream_exec)")
+
+
+class InferenceResponseSender:
+    """Sends the responses of one request to a decoupled model, from
+    execute() or from any thread, also after execute() returned. The last
+    send carries flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL (its response
+    may be None); nothing can be sent after it."""
+
+    def __init__(self, send):
+        self._send = send
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def send(self, response=None, flags=0):
+        if flags not in (0, TRITONSERVER_RESPONSE_COMPLETE_FINAL):
+            raise TritonModelException("send: unknown flags %r (0 or TRITONSERVER_RESPONSE_COMPLETE_FINAL)" % (flags,))
+        if response is None and flags != TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            raise TritonModelException("send: a response is needed unless flags is TRITONSERVER_RESPONSE_COMPLETE_FINAL")
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TritonModelException("send: expected an InferenceResponse, got %s" % type(response).__name__)
+        with self._lock:
+            if self._closed:
+                raise TritonModelException("Unable to send response. Response sender has been closed.")
+            if flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+                self._closed = True
+            self._send(response, flags)
+
+    def is_cancelled(self):
+        """False: a request whose client gave up is still answered."""
+        return False
 
 
 class InferenceResponse:
