@@ -82,6 +82,19 @@ type Decoupler interface {
 	Decoupled() bool
 }
 
+// Server runs inference requests: the model server, as a backend's
+// models see it when they call other models.
+type Server interface {
+	Infer(ctx context.Context, req *infer.Request) (*infer.Response, error)
+}
+
+// Caller is implemented by backends whose models call other models the
+// server serves (a Python model's Business Logic Scripting). The
+// repository hands them itself when it is created.
+type Caller interface {
+	SetServer(s Server)
+}
+
 // HealthReporter is implemented by instances that can stop serving after
 // they loaded, such as an out-of-process worker that keeps crashing. The
 // repository index shows the reason.

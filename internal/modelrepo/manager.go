@@ -201,6 +201,13 @@ func New(opts Options, backends *backend.Registry, logger *slog.Logger, reg prom
 		// As in Triton, --load-model only takes effect in explicit mode.
 		m.logger.Warn("models to load at start are ignored outside explicit mode", "models", opts.StartupModels, "mode", string(opts.ControlMode))
 	}
+	// Backends whose models call back into the server (a Python
+	// model's BLS requests) get the manager to call.
+	for _, be := range backends.Backends() {
+		if c, ok := be.(backend.Caller); ok {
+			c.SetServer(m)
+		}
+	}
 	return m, nil
 }
 

@@ -61,14 +61,16 @@ type Backend struct {
 	filesDir  string
 	filesErr  error
 
-	mu     sync.Mutex // protects groups
+	mu     sync.Mutex // protects groups and server
 	groups map[groupKey]*group
+	server backend.Server // runs the models' BLS requests; nil until SetServer
 }
 
 var (
 	_ backend.Backend      = (*Backend)(nil)
 	_ backend.ConfigSigner = (*Backend)(nil)
 	_ backend.Decoupler    = (*Backend)(nil)
+	_ backend.Caller       = (*Backend)(nil)
 	_ backend.Backend      = (*PyTorch)(nil)
 	_ backend.ConfigSigner = (*PyTorch)(nil)
 )
@@ -348,6 +350,7 @@ func (b *Backend) load(ctx context.Context, opts backend.LoadOptions, t target) 
 		init:        init,
 		maxMessage:  b.opts.MaxMessageBytes,
 		logger:      logger,
+		bls:         func(w *worker, f frame) { b.serveBLS(opts.Model, w, f) },
 	}
 	startCtx, cancel := context.WithTimeout(ctx, b.opts.StartTimeout)
 	w, err := startWorker(startCtx, spec)

@@ -27,6 +27,10 @@ const (
 	opLog       = 10
 	// ← worker: JSON logLine from pb_utils.Logger
 	opResponse = 11 // ← worker: one response of a decoupled model (see decodeStreamed), with the execute call's id
+	// ← worker: a BLS request (see decodeBLS), with an id of the
+	// worker's; answered by opBLSResult with that id
+	opBLS       = 12
+	opBLSResult = 13 // → worker: the BLS request's response (see frameWriter.blsResponse)
 )
 
 // protocolVersion is the framing the embedded worker speaks; the worker

@@ -27,6 +27,9 @@ type workerSpec struct {
 	init        []byte // the opInit payload
 	maxMessage  int
 	logger      *slog.Logger // with the model, version and instance
+	// bls serves a BLS request the worker sent (on a goroutine of its
+	// own); nil refuses them.
+	bls func(w *worker, f frame)
 }
 
 // worker is one running Python process and its end of the socket.
@@ -49,7 +52,10 @@ type worker struct {
 	// streams receive the opResponse frames of execute calls to a
 	// decoupled model, by call id, until endStream.
 	streams map[uint64]*stream
-	dead    error // why the reader stopped; set once
+	// execs are the contexts of the execute calls sent and not answered,
+	// by id: a BLS request the worker sends belongs to the oldest.
+	execs map[uint64]context.Context
+	dead  error // why the reader stopped; set once
 
 	// unanswered counts the frames sent and not answered yet, abandoned
 	// calls included: the worker answers every frame, in order, so while
@@ -124,6 +130,7 @@ func startWorker(ctx context.Context, spec *workerSpec) (*worker, error) {
 		pid:        cmd.Process.Pid,
 		pending:    map[uint64]chan frame{},
 		streams:    map[uint64]*stream{},
+		execs:      map[uint64]context.Context{},
 		readerDone: make(chan struct{}),
 		exited:     make(chan struct{}),
 		outputDone: make(chan struct{}),
@@ -218,6 +225,9 @@ func (w *worker) callStreaming(ctx context.Context, op byte, st *stream, build f
 		return frame{}, fmt.Errorf("%w: %w", errNotSent, err)
 	}
 	w.pending[id] = ch
+	if op == opExecute {
+		w.execs[id] = ctx
+	}
 	if st != nil {
 		st.id = id
 		w.streams[id] = st
@@ -246,6 +256,31 @@ func (w *worker) callStreaming(ctx context.Context, op byte, st *stream, build f
 // send writes one frame. A write that fails leaves the stream unusable,
 // so the worker is killed and the error is a crash.
 func (w *worker) send(op byte, id uint64, build func(*frameWriter) error) error {
+	return w.write(op, id, true, build)
+}
+
+// sendAnswer writes a frame that answers the worker (it expects no
+// answer back).
+func (w *worker) sendAnswer(op byte, id uint64, build func(*frameWriter) error) error {
+	return w.write(op, id, false, build)
+}
+
+// execContext returns the context of the oldest execute call the worker
+// has not answered (the one it runs), or the background context.
+func (w *worker) execContext() context.Context {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var oldest uint64
+	ctx := context.Background()
+	for id, c := range w.execs {
+		if oldest == 0 || id < oldest {
+			oldest, ctx = id, c
+		}
+	}
+	return ctx
+}
+
+func (w *worker) write(op byte, id uint64, answered bool, build func(*frameWriter) error) error {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	w.fw.reset(op, id)
@@ -258,7 +293,9 @@ func (w *worker) send(op byte, id uint64, build func(*frameWriter) error) error 
 	if err != nil {
 		return err
 	}
-	w.unanswered.Add(1)
+	if answered {
+		w.unanswered.Add(1)
+	}
 	if _, err := bufs.WriteTo(w.conn); err != nil {
 		w.kill()
 		return fmt.Errorf("%w: write to worker: %w", errDead, err)
@@ -269,6 +306,7 @@ func (w *worker) send(op byte, id uint64, build func(*frameWriter) error) error 
 func (w *worker) forget(id uint64) {
 	w.mu.Lock()
 	delete(w.pending, id)
+	delete(w.execs, id)
 	w.mu.Unlock()
 }
 
@@ -295,6 +333,12 @@ func (w *worker) read() {
 			w.logLine(f.payload)
 			continue
 		}
+		if f.op == opBLS {
+			if w.spec.bls != nil {
+				go w.spec.bls(w, f)
+			}
+			continue
+		}
 		if f.op == opResponse {
 			w.mu.Lock()
 			st := w.streams[f.id]
@@ -308,6 +352,7 @@ func (w *worker) read() {
 		w.mu.Lock()
 		ch := w.pending[f.id]
 		delete(w.pending, f.id)
+		delete(w.execs, f.id)
 		w.mu.Unlock()
 		if ch != nil {
 			ch <- f

@@ -18,6 +18,7 @@ import importlib.util
 import inspect
 import json
 import os
+import queue
 import socket
 import struct
 import sys
@@ -35,6 +36,8 @@ OP_FINALIZE = 8
 OP_FINALIZED = 9
 OP_LOG = 10
 OP_RESPONSE = 11
+OP_BLS = 12
+OP_BLS_RESULT = 13
 
 PROTOCOL = 3
 
@@ -137,6 +140,12 @@ class Worker:
         self.dtypes = {}
         self.itemsizes = {}
         self.decoupled = False
+        # Frames for the main loop, from the reader thread; BLS answers go
+        # to their waiters instead.
+        self.frames = queue.SimpleQueue()
+        self.bls_lock = threading.Lock()
+        self.bls_next = 0
+        self.bls_waiting = {}  # id -> [threading.Event, frame]
 
     # --- start-up -------------------------------------------------------
 
@@ -158,6 +167,7 @@ class Worker:
 
         self.pb = pb
         pb._log_sink = self.log
+        pb._bls_exec = self.bls_exec
         for code, t in pb._CODE_TO_NUMPY.items():
             if t is not np.object_:
                 self.dtypes[code] = np.dtype(t).newbyteorder("<")
@@ -218,9 +228,7 @@ class Worker:
     # --- execute --------------------------------------------------------
 
     def decode_requests(self, rid, buf):
-        np = self.np
         received = self.pb.InferenceRequest._received
-        wrap = self.pb.Tensor._wrap
         off = HEADER.size
         (n,) = U32.unpack_from(buf, off)
         off += 4
@@ -240,26 +248,8 @@ class Worker:
                 off += ln
             ins = []
             for _ in range(nin):
-                (ln,) = U16.unpack_from(buf, off)
-                off += 2
-                name = str(buf[off : off + ln], "utf-8")
-                off += ln
-                code, rank = TENSOR_HEAD.unpack_from(buf, off)
-                off += 2
-                off = (off + 7) & ~7
-                dims = struct.unpack_from("<%dq" % rank, buf, off)
-                off += 8 * rank
-                (nbytes,) = U64.unpack_from(buf, off)
-                off += 8
-                if code == BYTES:
-                    arr = self.pb.deserialize_bytes_tensor(memoryview(buf)[off : off + nbytes]).reshape(dims)
-                else:
-                    dt = self.dtypes.get(code)
-                    if dt is None:
-                        raise ValueError("input '%s': data type code %d is not supported" % (name, code))
-                    arr = np.frombuffer(buf, dtype=dt, count=nbytes // self.itemsizes[code], offset=off).reshape(dims)
-                off += nbytes
-                ins.append(wrap(name, arr, code))
+                t, off = self.decode_tensor(buf, off)
+                ins.append(t)
             sender = None
             if self.decoupled:
                 sender = self.pb.InferenceResponseSender(self.stream_sender(rid, len(reqs)))
@@ -334,29 +324,52 @@ class Worker:
         cur.append(0)
         cur += U32.pack(len(body))
         size += 5
-        for name, code, shape, data in body:
-            nb = name.encode("utf-8")
-            cur += U16.pack(len(nb)) + nb + TENSOR_HEAD.pack(code, len(shape))
-            size += 4 + len(nb)
-            pad = (-size) % 8
-            cur += bytes(pad)
-            size += pad
-            cur += struct.pack("<%dq" % len(shape), *shape)
-            cur += U64.pack(data.nbytes)
-            size += 8 * len(shape) + 8
-            if data.nbytes <= INLINE_LIMIT:
-                cur += data
-            else:
-                chunks.append(cur)
-                chunks.append(data)
-                cur = bytearray()
-            size += data.nbytes
+        for enc in body:
+            cur, size = self.append_encoded(chunks, cur, size, enc)
         return cur, size
+
+    def append_encoded(self, chunks, cur, size, enc):
+        """Appends one encoded tensor (name, code, shape, memoryview)."""
+        name, code, shape, data = enc
+        nb = name.encode("utf-8")
+        cur += U16.pack(len(nb)) + nb + TENSOR_HEAD.pack(code, len(shape))
+        size += 4 + len(nb)
+        pad = (-size) % 8
+        cur += bytes(pad)
+        size += pad
+        cur += struct.pack("<%dq" % len(shape), *shape)
+        cur += U64.pack(data.nbytes)
+        size += 8 * len(shape) + 8
+        if data.nbytes <= INLINE_LIMIT:
+            cur += data
+        else:
+            chunks.append(cur)
+            chunks.append(data)
+            cur = bytearray()
+        return cur, size + data.nbytes
+
+    def encode_tensor(self, t, kind):
+        """((name, code, shape, memoryview), None) or (None, message)."""
+        np = self.np
+        pb = self.pb
+        if not isinstance(t, pb.Tensor):
+            return None, "%s holds %s where a Tensor was expected" % (kind, type(t).__name__)
+        arr = t.as_numpy()
+        code = t.triton_dtype()
+        if code == BYTES or arr.dtype.kind in "OSU":
+            flat = pb.serialize_byte_tensor(arr)
+            if flat is None:
+                return None, "%s '%s': a %s array cannot be sent as BYTES" % (kind, t.name(), arr.dtype)
+            return (t.name(), BYTES, arr.shape, memoryview(flat)), None
+        dt = self.dtypes.get(code)
+        if dt is None:
+            return None, "%s '%s': numpy dtype %s is not supported" % (kind, t.name(), arr.dtype)
+        if arr.dtype != dt or not arr.flags.c_contiguous:
+            arr = np.ascontiguousarray(arr, dtype=dt)
+        return (t.name(), code, arr.shape, memoryview(arr.reshape(-1).view(np.uint8))), None
 
     def encode_response(self, resp):
         """([(name, code, shape, memoryview)], None) or (None, (code, message))."""
-        np = self.np
-        pb = self.pb
         if not hasattr(resp, "output_tensors") or not hasattr(resp, "has_error"):
             return None, (CODE_INTERNAL, "execute returned %s where an InferenceResponse was expected" % type(resp).__name__)
         if resp.has_error():
@@ -366,22 +379,10 @@ class Worker:
             return None, (code if code in KNOWN_CODES else 0, "" if msg is None else str(msg))
         out = []
         for t in resp.output_tensors():
-            if not isinstance(t, pb.Tensor):
-                return None, (CODE_INTERNAL, "output_tensors holds %s where a Tensor was expected" % type(t).__name__)
-            arr = t.as_numpy()
-            code = t.triton_dtype()
-            if code == BYTES or arr.dtype.kind in "OSU":
-                flat = pb.serialize_byte_tensor(arr)
-                if flat is None:
-                    return None, (CODE_INTERNAL, "output '%s': a %s array cannot be sent as BYTES" % (t.name(), arr.dtype))
-                out.append((t.name(), BYTES, arr.shape, memoryview(flat)))
-                continue
-            dt = self.dtypes.get(code)
-            if dt is None:
-                return None, (CODE_INTERNAL, "output '%s': numpy dtype %s is not supported" % (t.name(), arr.dtype))
-            if arr.dtype != dt or not arr.flags.c_contiguous:
-                arr = np.ascontiguousarray(arr, dtype=dt)
-            out.append((t.name(), code, arr.shape, memoryview(arr.reshape(-1).view(np.uint8))))
+            enc, err = self.encode_tensor(t, "output")
+            if err is not None:
+                return None, (CODE_INTERNAL, err)
+            out.append(enc)
         return out, None
 
     # --- the loop -------------------------------------------------------
@@ -396,6 +397,115 @@ class Worker:
             return
         self.conn.send(OP_FINALIZED, rid)
 
+    def read_frames(self):
+        """The reader thread: hands BLS answers to their waiters and every
+        other frame to the main loop; None when the socket closes."""
+        try:
+            while True:
+                op, rid, buf = self.conn.read()
+                if op == OP_BLS_RESULT:
+                    with self.bls_lock:
+                        slot = self.bls_waiting.pop(rid, None)
+                    if slot is not None:
+                        slot[1] = buf
+                        slot[0].set()
+                    continue
+                self.frames.put((op, rid, buf))
+        except (EOFError, OSError):
+            pass
+        self.frames.put(None)
+        with self.bls_lock:
+            waiting = list(self.bls_waiting.values())
+            self.bls_waiting.clear()
+        for slot in waiting:
+            slot[0].set()
+
+    # --- BLS ------------------------------------------------------------
+
+    def bls_exec(self, request):
+        """Sends a BLS request to Sluice and waits for its response; any
+        thread may call it."""
+        pb = self.pb
+        header = {
+            "model_name": request._model_name,
+            "model_version": int(request._model_version),
+            "requested_output_names": list(request._outputs),
+            "request_id": request._request_id,
+            "correlation_id": request._correlation_id,
+            "priority": int(request._priority),
+            "timeout": int(request._timeout),
+            "parameters": json.loads(request._parameters or "{}"),
+        }
+        js = json.dumps(header).encode("utf-8")
+        chunks = []
+        cur = bytearray(HEADER.size)
+        cur += U32.pack(len(js)) + js
+        size = HEADER.size + 4 + len(js)
+        pad = (-size) % 8
+        cur += bytes(pad)
+        size += pad
+        inputs = list(request._inputs)
+        cur += U32.pack(len(inputs))
+        size += 4
+        for t in inputs:
+            enc, err = self.encode_tensor(t, "input")
+            if err is not None:
+                raise pb.TritonModelException("InferenceRequest to model '%s': %s" % (request._model_name, err))
+            cur, size = self.append_encoded(chunks, cur, size, enc)
+        chunks.append(cur)
+        slot = [threading.Event(), None]
+        with self.bls_lock:
+            self.bls_next += 1
+            rid = self.bls_next
+            self.bls_waiting[rid] = slot
+        self.conn.send_chunks(chunks, size, rid, OP_BLS)
+        slot[0].wait()
+        if slot[1] is None:
+            raise pb.TritonModelException("BLS request to model '%s': the connection to Sluice closed" % request._model_name)
+        return self.decode_bls_response(slot[1])
+
+    def decode_bls_response(self, buf):
+        pb = self.pb
+        off = HEADER.size
+        status = buf[off]
+        off += 1
+        if status == 1:
+            code = buf[off]
+            (n,) = U32.unpack_from(buf, off + 1)
+            msg = str(buf[off + 5 : off + 5 + n], "utf-8", "replace")
+            return pb.InferenceResponse(error=pb.TritonError(msg, code if code in KNOWN_CODES else None))
+        (count,) = U32.unpack_from(buf, off)
+        off += 4
+        outs = []
+        for _ in range(count):
+            t, off = self.decode_tensor(buf, off)
+            outs.append(t)
+        return pb.InferenceResponse(output_tensors=outs)
+
+    def decode_tensor(self, buf, off):
+        """One tensor at off (as in EXECUTE frames); returns it and the
+        offset after it."""
+        (ln,) = U16.unpack_from(buf, off)
+        off += 2
+        name = str(buf[off : off + ln], "utf-8")
+        off += ln
+        code, rank = TENSOR_HEAD.unpack_from(buf, off)
+        off += 2
+        off = (off + 7) & ~7
+        dims = struct.unpack_from("<%dq" % rank, buf, off)
+        off += 8 * rank
+        (nbytes,) = U64.unpack_from(buf, off)
+        off += 8
+        if code == BYTES:
+            arr = self.pb.deserialize_bytes_tensor(memoryview(buf)[off : off + nbytes]).reshape(dims)
+        else:
+            dt = self.dtypes.get(code)
+            if dt is None:
+                raise ValueError("tensor '%s': data type code %d is not supported" % (name, code))
+            arr = self.np.frombuffer(buf, dtype=dt, count=nbytes // self.itemsizes[code], offset=off).reshape(dims)
+        off += nbytes
+        return self.pb.Tensor._wrap(name, arr, code), off
+
     def serve(self):
         op, rid, buf = self.conn.read()
         if op != OP_INIT:
@@ -403,8 +513,12 @@ class Worker:
             return 1
         if not self.init(rid, buf):
             return 1
+        threading.Thread(target=self.read_frames, name="sluice-reader", daemon=True).start()
         while True:
-            op, rid, buf = self.conn.read()
+            item = self.frames.get()
+            if item is None:
+                raise EOFError
+            op, rid, buf = item
             if op == OP_EXECUTE:
                 self.execute(rid, buf)
             elif op == OP_PING:

@@ -284,17 +284,21 @@ class Tensor:
         return Tensor(name, torch_dlpack.from_dlpack(dlpack_obj).cpu().numpy())
 
 
+# Set by the worker: sends a BLS request and returns its response.
+_bls_exec = None
+
+
 def _unsupported(what):
     raise TritonModelException("%s is not supported by Sluice's Python backend" % what)
 
 
 class InferenceRequest:
     """One request in the list execute() receives. Models may also build
-    one to call another model (Business Logic Scripting), which Sluice
-    does not support: exec() and async_exec() raise."""
+    one to call another model the server serves (Business Logic
+    Scripting): exec() and async_exec()."""
 
     def __init__(self, model_name=None, requested_output_names=None, inputs=None, request_id="",
-                 correlation_id=0, flags=0, timeout=0, parameters=None, model_version=-1, **_):
+                 correlation_id=0, flags=0, timeout=0, parameters=None, model_version=-1, priority=0, **_):
         self._model_name = model_name
         self._inputs = list(inputs or [])
         self._outputs = list(requested_output_names or [])
@@ -304,6 +308,7 @@ class InferenceRequest:
         self._timeout = timeout
         self._parameters = parameters if isinstance(parameters, str) else json.dumps(parameters or {})
         self._model_version = model_version
+        self._priority = priority
         self._sender = None
 
     @classmethod
@@ -319,6 +324,7 @@ class InferenceRequest:
         r._timeout = 0
         r._parameters = parameters
         r._model_version = -1
+        r._priority = 0
         return r
 
     def inputs(self):
@@ -365,11 +371,23 @@ class InferenceRequest:
                 "in config.pbtxt (a model that is not decoupled returns one InferenceResponse per request from execute)")
         return self._sender
 
-    def exec(self, *_, **__):
-        _unsupported("Business Logic Scripting (InferenceRequest.exec)")
+    def exec(self, decoupled=False):
+        """Business Logic Scripting: runs this request on the model it
+        names (any model the server serves) and returns its
+        InferenceResponse; a failure is the response's error()."""
+        if decoupled:
+            _unsupported("a decoupled BLS request (exec(decoupled=True))")
+        if _bls_exec is None:
+            raise TritonModelException("BLS requests can only be made from a model the server runs")
+        if not self._model_name:
+            raise TritonModelException("InferenceRequest needs a model_name to be executed")
+        return _bls_exec(self)
 
-    def async_exec(self, *_, **__):
-        _unsupported("Business Logic Scripting (InferenceRequest.async_exec)")
+    async def async_exec(self, decoupled=False):
+        """exec() as a coroutine: several may run at once (asyncio.gather)."""
+        import asyncio  # noqa: PLC0415 - only models that await need it
+
+        return await asyncio.get_running_loop().run_in_executor(None, self.exec, decoupled)
 
     def stream_exec(self, *_, **__):
         _unsupported("Business Logic Scripting (InferenceRequest.stream_exec)")
