@@ -1,0 +1,70 @@
+package integration_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestPythonBLS serves a Python model that calls other models with
+// Business Logic Scripting (the backend's own bls test model, written as
+// Triton's bls example is) next to the Python add_sub model it calls, all
+// real worker processes: exec() and async_exec() answer with the callee's
+// outputs, the callee's statistics count the calls, an unknown callee
+// comes back as the response's error, and a call to itself is refused
+// instead of waiting for its own busy instance. Before, every BLS request
+// failed with "not supported".
+func TestPythonBLS(t *testing.T) {
+	repo := t.TempDir()
+	for dst, src := range map[string]string{
+		"bls":          filepath.Join(repoDir, "internal/backend/python/testdata/models/bls"),
+		"add_sub_fp32": filepath.Join(repoDir, pyRepo, "add_sub_fp32"),
+	} {
+		if err := os.CopyFS(filepath.Join(repo, dst), os.DirFS(src)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startServer(t, "--model-repository", repo)
+	base := "http://" + s.http
+	call := func(t *testing.T, model string, async bool) (int, []byte) {
+		t.Helper()
+		body := fmt.Sprintf(`{"parameters":{"async":%v},"inputs":[
+			{"name":"MODEL_NAME","datatype":"BYTES","shape":[1],"data":[%q]},
+			{"name":"INPUT0","datatype":"FP32","shape":[4],"data":[1,2,3,4]},
+			{"name":"INPUT1","datatype":"FP32","shape":[4],"data":[10,20,30,40]}]}`, async, model)
+		code, _, resp := do(t, http.MethodPost, base+"/v2/models/bls/infer", []byte(body), map[string]string{"Content-Type": "application/json"})
+		return code, resp
+	}
+	for _, async := range []bool{false, true} {
+		code, body := call(t, "add_sub_fp32", async)
+		if code != http.StatusOK {
+			t.Fatalf("async=%v: %d %s", async, code, body)
+		}
+		outs := pyOutputs(t, body)
+		if got := fmt.Sprint(outs["OUTPUT0"], outs["OUTPUT1"]); got != "[11 22 33 44] [-9 -18 -27 -36]" {
+			t.Errorf("async=%v: outputs %s", async, got)
+		}
+	}
+	code, _, body := do(t, http.MethodGet, base+"/v2/models/add_sub_fp32/stats", nil, nil)
+	var st struct {
+		ModelStats []struct {
+			InferenceCount int `json:"inference_count"`
+		} `json:"model_stats"`
+	}
+	if err := json.Unmarshal(body, &st); code != http.StatusOK || err != nil || len(st.ModelStats) != 1 || st.ModelStats[0].InferenceCount != 3 {
+		t.Errorf("callee stats = %d %s, want inference_count 3 (one exec, two async_exec)", code, body)
+	}
+
+	code, body = call(t, "nope", false)
+	if code != http.StatusBadRequest || !strings.Contains(string(body), "BLS: Request for unknown model: 'nope' is not found") {
+		t.Errorf("unknown callee = %d %s", code, body)
+	}
+	code, body = call(t, "bls", false)
+	if code != http.StatusBadRequest || !strings.Contains(string(body), "to model 'bls' refused: it would wait for itself") {
+		t.Errorf("self call = %d %s", code, body)
+	}
+}
