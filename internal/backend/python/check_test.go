@@ -72,6 +72,24 @@ func TestCheckVersion(t *testing.T) {
 input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]`)
 	checkWriteFile(t, filepath.Join(noClass, "1", "model.py"), "class Model:\n    pass\n")
+	refused := t.TempDir()
+	checkWriteFile(t, filepath.Join(refused, "config.pbtxt"), `name: "refused" backend: "python"
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]`)
+	checkWriteFile(t, filepath.Join(refused, "1", "model.py"), `import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.family = pb_utils.MetricFamily(name="requests", description="d", kind=pb_utils.MetricFamily.COUNTER)
+
+    def execute(self, requests):
+        sender = requests[0].get_response_sender()
+        r = pb_utils.InferenceRequest(model_name="m", requested_output_names=["y"], inputs=[]).exec()
+        for x in pb_utils.InferenceRequest(model_name="m", inputs=[]).exec(decoupled=True):
+            pass
+        return [r]
+`)
 
 	tests := []struct {
 		name  string
@@ -88,6 +106,16 @@ output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]`)
 		{
 			name: "state_dict keys", dir: filepath.Join(torchTestdata, "torch-broken-repo", "sd_mismatch"), check: b.PyTorch(),
 			want: []string{`^model\.py:6:1: class MLP's parameters do not match model\.pth: missing keys \[head\.weight, head\.bias\]; unexpected keys \[output\.weight, output\.bias\]$`},
+		},
+		{
+			// The server refuses these when the model makes them; BLS's
+			// exec() it serves.
+			name: "refused calls", dir: refused, check: b,
+			want: []string{
+				`^model\.py:6:23: custom metrics \(pb_utils\.MetricFamily\) are not supported`,
+				`^model\.py:9:18: get_response_sender\(\) needs a decoupled model`,
+				`^model\.py:11:18: decoupled BLS requests \(exec\(decoupled=True\)\) are not supported`,
+			},
 		},
 		{
 			name: "no TritonPythonModel", dir: noClass, check: b,

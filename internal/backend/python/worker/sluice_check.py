@@ -101,6 +101,39 @@ def check_python(vdir, cfg, ps):
     methods = {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     if "execute" not in methods and not cls.bases:
         ps.add(path, "class TritonPythonModel has no execute(self, requests) method", cls.lineno, cls.col_offset + 1)
+    check_unsupported(tree, cfg, path, ps)
+
+
+# What the server refuses when a model calls it: the attribute or function
+# name, and why.
+UNSUPPORTED_CALLS = {
+    "MetricFamily": "custom metrics (pb_utils.MetricFamily) are not supported by Sluice's Python backend",
+    "stream_exec": "decoupled BLS requests (stream_exec) are not supported by Sluice's Python backend",
+    "load_model": "the model loading API (load_model) is not supported by Sluice's Python backend",
+    "unload_model": "the model loading API (unload_model) is not supported by Sluice's Python backend",
+    "is_model_ready": "the model loading API (is_model_ready) is not supported by Sluice's Python backend",
+}
+
+
+def check_unsupported(tree, cfg, path, ps):
+    """Reports calls the server would refuse when the model makes them:
+    the constructs Sluice's Python backend does not support, a decoupled
+    BLS request, and a response sender in a model that is not decoupled."""
+    decoupled = bool((cfg.get("model_transaction_policy") or {}).get("decoupled"))
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+        where = (node.lineno, node.col_offset + 1)
+        if name in UNSUPPORTED_CALLS:
+            ps.add(path, UNSUPPORTED_CALLS[name], *where)
+        elif name in ("exec", "async_exec") and isinstance(f, ast.Attribute) and any(
+                kw.arg == "decoupled" and not (isinstance(kw.value, ast.Constant) and not kw.value.value)
+                for kw in node.keywords):
+            ps.add(path, "decoupled BLS requests (%s(decoupled=True)) are not supported by Sluice's Python backend" % name, *where)
+        elif name == "get_response_sender" and not decoupled:
+            ps.add(path, "get_response_sender() needs a decoupled model: set model_transaction_policy { decoupled: true }", *where)
 
 
 def import_torch(path, ps):
