@@ -56,6 +56,7 @@ type Backend struct {
 	opts   Options
 	logger *slog.Logger
 	m      *metrics
+	custom *customMetrics // the models' pb_utils.MetricFamily metrics
 
 	filesOnce sync.Once
 	filesDir  string
@@ -87,6 +88,7 @@ func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) *Backend 
 		opts:   opts.withDefaults(),
 		logger: logger.With("component", "python"),
 		m:      newMetrics(reg),
+		custom: newCustomMetrics(reg),
 		groups: map[groupKey]*group{},
 	}
 }
@@ -351,6 +353,7 @@ func (b *Backend) load(ctx context.Context, opts backend.LoadOptions, t target) 
 		maxMessage:  b.opts.MaxMessageBytes,
 		logger:      logger,
 		bls:         func(w *worker, f frame) { b.serveBLS(opts.Model, w, f) },
+		metric:      func(p []byte) { b.custom.apply(opts.Model, vstr, p, logger) },
 	}
 	startCtx, cancel := context.WithTimeout(ctx, b.opts.StartTimeout)
 	w, err := startWorker(startCtx, spec)

@@ -81,7 +81,7 @@ output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]`)
 
 class TritonPythonModel:
     def initialize(self, args):
-        self.family = pb_utils.MetricFamily(name="requests", description="d", kind=pb_utils.MetricFamily.COUNTER)
+        pb_utils.load_model(model_name="other")
 
     def execute(self, requests):
         sender = requests[0].get_response_sender()
@@ -112,7 +112,7 @@ class TritonPythonModel:
 			// exec() it serves.
 			name: "refused calls", dir: refused, check: b,
 			want: []string{
-				`^model\.py:6:23: custom metrics \(pb_utils\.MetricFamily\) are not supported`,
+				`^model\.py:6:9: the model loading API \(load_model\) is not supported`,
 				`^model\.py:9:18: get_response_sender\(\) needs a decoupled model`,
 				`^model\.py:11:18: decoupled BLS requests \(exec\(decoupled=True\)\) are not supported`,
 			},

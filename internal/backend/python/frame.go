@@ -31,6 +31,7 @@ const (
 	// worker's; answered by opBLSResult with that id
 	opBLS       = 12
 	opBLSResult = 13 // → worker: the BLS request's response (see frameWriter.blsResponse)
+	opMetric    = 14 // ← worker: JSON customMsg, a custom metric's change; not answered
 )
 
 // protocolVersion is the framing the embedded worker speaks; the worker

@@ -238,7 +238,9 @@ func (in *Instance) Close() error {
 			in.logger.Info("python worker stopped", "pid", w.pid)
 		}
 		in.b.ungroup(in.key, in)
-		in.b.m.untrack(in.key.model, strconv.FormatInt(in.key.version, 10))
+		if in.b.m.untrack(in.key.model, strconv.FormatInt(in.key.version, 10)) {
+			in.b.custom.drop(in.key.model, strconv.FormatInt(in.key.version, 10))
+		}
 	})
 	return in.closeErr
 }

@@ -69,18 +69,19 @@ func (m *metrics) track(model, version string) workerObservers {
 }
 
 // untrack counts one instance less, and deletes the version's series
-// when none is left.
-func (m *metrics) untrack(model, version string) {
+// when none is left (then it reports true).
+func (m *metrics) untrack(model, version string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k := [2]string{model, version}
 	m.refs[k]--
 	if m.refs[k] > 0 {
-		return
+		return false
 	}
 	delete(m.refs, k)
 	m.restarts.DeleteLabelValues(model, version)
 	m.busy.DeleteLabelValues(model, version)
 	m.up.DeleteLabelValues(model, version)
 	m.pending.DeleteLabelValues(model, version)
+	return true
 }

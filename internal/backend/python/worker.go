@@ -30,6 +30,8 @@ type workerSpec struct {
 	// bls serves a BLS request the worker sent (on a goroutine of its
 	// own); nil refuses them.
 	bls func(w *worker, f frame)
+	// metric records a custom metric frame; nil drops them.
+	metric func(payload []byte)
 }
 
 // worker is one running Python process and its end of the socket.
@@ -331,6 +333,12 @@ func (w *worker) read() {
 		}
 		if f.op == opLog {
 			w.logLine(f.payload)
+			continue
+		}
+		if f.op == opMetric {
+			if w.spec.metric != nil {
+				w.spec.metric(f.payload)
+			}
 			continue
 		}
 		if f.op == opBLS {

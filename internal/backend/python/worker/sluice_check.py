@@ -107,7 +107,6 @@ def check_python(vdir, cfg, ps):
 # What the server refuses when a model calls it: the attribute or function
 # name, and why.
 UNSUPPORTED_CALLS = {
-    "MetricFamily": "custom metrics (pb_utils.MetricFamily) are not supported by Sluice's Python backend",
     "stream_exec": "decoupled BLS requests (stream_exec) are not supported by Sluice's Python backend",
     "load_model": "the model loading API (load_model) is not supported by Sluice's Python backend",
     "unload_model": "the model loading API (unload_model) is not supported by Sluice's Python backend",

@@ -38,6 +38,7 @@ OP_LOG = 10
 OP_RESPONSE = 11
 OP_BLS = 12
 OP_BLS_RESULT = 13
+OP_METRIC = 14
 
 PROTOCOL = 3
 
@@ -168,6 +169,7 @@ class Worker:
         self.pb = pb
         pb._log_sink = self.log
         pb._bls_exec = self.bls_exec
+        pb._metric_sink = lambda msg: self.conn.send_json(OP_METRIC, 0, msg)
         for code, t in pb._CODE_TO_NUMPY.items():
             if t is not np.object_:
                 self.dtypes[code] = np.dtype(t).newbyteorder("<")

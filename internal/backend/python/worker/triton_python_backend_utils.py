@@ -14,6 +14,7 @@ that says so:
 """
 
 import json
+import re
 import threading
 import struct
 import sys
@@ -534,14 +535,102 @@ class Logger:
 
 
 class MetricFamily:
-    """Custom metrics are not supported."""
+    """A custom metric family, exported on Sluice's /metrics with the
+    model's "model" and "version" labels and the labels each Metric adds:
+    MetricFamily(name, description, kind=MetricFamily.COUNTER | GAUGE |
+    HISTOGRAM), then family.Metric(labels={...}, buckets=[...])."""
 
     COUNTER = 0
     GAUGE = 1
     HISTOGRAM = 2
 
-    def __init__(self, *_, **__):
-        _unsupported("custom metrics (MetricFamily)")
+    _NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+    _RESERVED = ("sluice_", "nv_", "go_", "process_", "__")
+
+    def __init__(self, name, description, kind):
+        if not isinstance(name, str) or not self._NAME.match(name) or name.startswith(self._RESERVED):
+            raise TritonModelException("MetricFamily: invalid name %r (letters, digits, _ and :; not starting with %s)"
+                                       % (name, ", ".join(self._RESERVED)))
+        if kind not in (self.COUNTER, self.GAUGE, self.HISTOGRAM):
+            raise TritonModelException("MetricFamily: unknown kind %r (COUNTER, GAUGE or HISTOGRAM)" % (kind,))
+        self._name = name
+        self._kind = kind
+        self._labels = None
+        _metric_sink({"op": "family", "name": name, "description": str(description), "kind": kind})
+
+    def Metric(self, labels=None, buckets=None):  # noqa: N802 - Triton's name
+        """The metric of one label set (label names and values are
+        strings; every metric of a family has the same label names)."""
+        return Metric(self, labels or {}, buckets)
+
+
+class Metric:
+    """One label set of a MetricFamily."""
+
+    def __init__(self, family, labels, buckets=None):
+        if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+            raise TritonModelException("Metric: labels must be a dict of strings")
+        for k in labels:
+            if not MetricFamily._NAME.match(k) or k in ("model", "version"):
+                raise TritonModelException("Metric: invalid label name %r" % (k,))
+        names = sorted(labels)
+        if family._labels is None:
+            family._labels = names
+        elif family._labels != names:
+            raise TritonModelException("Metric: label names %s differ from the family's %s" % (names, family._labels))
+        if family._kind == MetricFamily.HISTOGRAM:
+            if not buckets:
+                raise TritonModelException("Metric: a HISTOGRAM metric needs buckets")
+            buckets = sorted(float(b) for b in buckets)
+        elif buckets is not None:
+            raise TritonModelException("Metric: only a HISTOGRAM metric has buckets")
+        self._family = family
+        self._labels = dict(labels)
+        self._value = 0.0
+        self._send("metric", buckets=buckets)
+
+    def _send(self, op, value=0.0, buckets=None):
+        msg = {"op": op, "name": self._family._name, "labels": self._labels, "value": float(value)}
+        if buckets is not None:
+            msg["buckets"] = buckets
+        _metric_sink(msg)
+
+    def increment(self, value):
+        """Adds value (a counter only goes up)."""
+        kind = self._family._kind
+        if kind == MetricFamily.HISTOGRAM:
+            raise TritonModelException("Metric: increment() is not for a HISTOGRAM metric; use observe()")
+        if kind == MetricFamily.COUNTER and value < 0:
+            raise TritonModelException("Metric: a COUNTER cannot be incremented by a negative value")
+        self._value += value
+        self._send("add", value)
+
+    def set(self, value):
+        """Sets a GAUGE."""
+        if self._family._kind != MetricFamily.GAUGE:
+            raise TritonModelException("Metric: set() is only for a GAUGE metric")
+        self._value = float(value)
+        self._send("set", value)
+
+    def observe(self, value):
+        """Records one observation of a HISTOGRAM."""
+        if self._family._kind != MetricFamily.HISTOGRAM:
+            raise TritonModelException("Metric: observe() is only for a HISTOGRAM metric")
+        self._send("observe", value)
+
+    def value(self):
+        """The value this model instance gave the metric."""
+        if self._family._kind == MetricFamily.HISTOGRAM:
+            raise TritonModelException("Metric: value() is not available for a HISTOGRAM metric")
+        return self._value
+
+
+def _no_metrics(_msg):
+    pass
+
+
+# Set by the worker: sends a custom metric change to Sluice.
+_metric_sink = _no_metrics
 
 
 class ModelConfig:
