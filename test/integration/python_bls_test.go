@@ -68,3 +68,41 @@ func TestPythonBLS(t *testing.T) {
 		t.Errorf("self call = %d %s", code, body)
 	}
 }
+
+// TestPythonCustomMetrics serves a Python model that defines a counter, a
+// gauge and a histogram with pb_utils.MetricFamily (the backend's own
+// custom_metrics test model) and reads them on the metrics port with the
+// model's labels. Before, MetricFamily raised "not supported" at load.
+func TestPythonCustomMetrics(t *testing.T) {
+	repo := t.TempDir()
+	if err := os.CopyFS(filepath.Join(repo, "custom_metrics"), os.DirFS(filepath.Join(repoDir, "internal/backend/python/testdata/models/custom_metrics"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "custom_metrics", "config.pbtxt"), []byte(`backend: "python"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "--model-repository", repo)
+	for _, x := range []int{2, 20} {
+		code, body, err := pyInfer(t.Context(), http.DefaultClient, "http://"+s.http, "custom_metrics", []map[string]any{
+			{"name": "INPUT0", "datatype": "FP32", "shape": []int{1}, "data": []int{x}},
+		})
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("infer = %d %s %v", code, body, err)
+		}
+	}
+	_, _, body := do(t, http.MethodGet, "http://"+s.metrics+"/metrics", nil, nil)
+	// Sluice's automatic warm-up (one request of zeros) counts too.
+	for _, want := range []string{
+		`requests_seen{kind="test",model="custom_metrics",version="1"} 3`,
+		`last_input{kind="test",model="custom_metrics",version="1"} 20`,
+		`input_values_bucket{kind="test",model="custom_metrics",version="1",le="10"} 2`,
+		`input_values_count{kind="test",model="custom_metrics",version="1"} 3`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
