@@ -49,11 +49,8 @@ func (h *Handler) handleGenerateStream(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) generate(w http.ResponseWriter, r *http.Request, stream bool) {
 	ctx := r.Context()
-	name, version := r.PathValue("model"), r.PathValue("version")
-	requestID := r.Header.Get("X-Request-Id")
-	body, err := h.readBody(w, r)
-	if err != nil {
-		h.writeError(w, r, requestID, err)
+	name, version, requestID, body, ok := h.modelRequest(w, r)
+	if !ok {
 		return
 	}
 	req, err := h.decodeGenerate(ctx, name, version, body)

@@ -22,13 +22,25 @@ import (
 // length.
 const headerLength = "Inference-Header-Content-Length"
 
-func (h *Handler) handleInfer(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	name, version := r.PathValue("model"), r.PathValue("version")
-	requestID := r.Header.Get("X-Request-Id")
+// modelRequest reads what every model request (infer, generate) starts
+// with: the model and version of the path, the request id header and the
+// body. ok is false when the body could not be read; the error has been
+// answered.
+func (h *Handler) modelRequest(w http.ResponseWriter, r *http.Request) (name, version, requestID string, body []byte, ok bool) {
+	name, version = r.PathValue("model"), r.PathValue("version")
+	requestID = r.Header.Get("X-Request-Id")
 	body, err := h.readBody(w, r)
 	if err != nil {
 		h.writeError(w, r, requestID, err)
+		return name, version, requestID, nil, false
+	}
+	return name, version, requestID, body, true
+}
+
+func (h *Handler) handleInfer(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	name, version, requestID, body, ok := h.modelRequest(w, r)
+	if !ok {
 		return
 	}
 	hdr := r.Header.Get(headerLength)
