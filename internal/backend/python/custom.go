@@ -54,13 +54,13 @@ type customFamily struct {
 	help   string
 	desc   *prometheus.Desc // set with the labels, by the first metric
 	kind   int
-	labels []string // the model's label names, sorted; fixed by the first metric
+	labels []string // label names (model and version included), sorted; fixed by the first metric
 	series map[string]*customSeries
 }
 
 type customSeries struct {
 	model, version string
-	values         []string // label values in labels order
+	values         []string // label values in the family's labels order
 	value          float64  // counter, gauge; histogram sum
 	buckets        []float64
 	counts         []uint64 // per bucket, not cumulative
@@ -88,7 +88,7 @@ func (c *customMetrics) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		for _, s := range f.series {
-			lv := append([]string{s.model, s.version}, s.values...)
+			lv := s.values
 			switch f.kind {
 			case customCounter:
 				ch <- prometheus.MustNewConstMetric(f.desc, prometheus.CounterValue, s.value, lv...)
@@ -135,16 +135,20 @@ func (c *customMetrics) apply(model, version string, payload []byte, logger *slo
 	if f == nil {
 		return
 	}
-	names := slices.Sorted(maps.Keys(m.Labels))
+	// The model's labels, unless the metric sets them itself (Triton's
+	// custom_metrics example labels its metric with model and version).
+	labels := map[string]string{"model": model, "version": version}
+	maps.Copy(labels, m.Labels)
+	names := slices.Sorted(maps.Keys(labels))
 	for _, n := range names {
-		if !customName.MatchString(n) || n == "model" || n == "version" {
+		if !customName.MatchString(n) || strings.HasPrefix(n, "__") {
 			refuse("invalid label name %q", n)
 			return
 		}
 	}
 	if f.desc == nil {
 		f.labels = names
-		f.desc = prometheus.NewDesc(f.name, f.help, append([]string{"model", "version"}, names...), nil)
+		f.desc = prometheus.NewDesc(f.name, f.help, names, nil)
 	}
 	if !slices.Equal(f.labels, names) {
 		refuse("label names %v differ from the family's %v", names, f.labels)
@@ -152,7 +156,7 @@ func (c *customMetrics) apply(model, version string, payload []byte, logger *slo
 	}
 	values := make([]string, len(names))
 	for i, n := range names {
-		values[i] = m.Labels[n]
+		values[i] = labels[n]
 	}
 	key := model + "\x00" + version + "\x00" + strings.Join(values, "\x00")
 	s := f.series[key]

@@ -43,13 +43,16 @@ input_values_count{kind="test",model="cm",version="1"} 3
 # HELP last_input The last input
 # TYPE last_input gauge
 last_input{kind="test",model="cm",version="1"} 50
+# HELP own_labels Labels of its own
+# TYPE own_labels counter
+own_labels{model="mine",version="7"} 6
 # HELP requests_seen Requests this model saw
 # TYPE requests_seen counter
 requests_seen{kind="test",model="cm",version="1"} 3
 `
 	// The worker's metric frames precede its answer on the socket, and
 	// the reader applies them in order.
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "input_values", "last_input", "requests_seen"); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "input_values", "last_input", "own_labels", "requests_seen"); err != nil {
 		t.Error(err)
 	}
 	if err := in.Close(); err != nil {

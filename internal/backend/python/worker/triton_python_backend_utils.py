@@ -536,7 +536,8 @@ class Logger:
 
 class MetricFamily:
     """A custom metric family, exported on Sluice's /metrics with the
-    model's "model" and "version" labels and the labels each Metric adds:
+    labels each Metric adds and the model's "model" and "version" labels
+    (unless the Metric sets those):
     MetricFamily(name, description, kind=MetricFamily.COUNTER | GAUGE |
     HISTOGRAM), then family.Metric(labels={...}, buckets=[...])."""
 
@@ -571,7 +572,7 @@ class Metric:
         if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
             raise TritonModelException("Metric: labels must be a dict of strings")
         for k in labels:
-            if not MetricFamily._NAME.match(k) or k in ("model", "version"):
+            if not MetricFamily._NAME.match(k) or k.startswith("__"):
                 raise TritonModelException("Metric: invalid label name %r" % (k,))
         names = sorted(labels)
         if family._labels is None:

@@ -17,12 +17,18 @@ class TritonPythonModel:
         self.inputs = pb_utils.MetricFamily(
             name="input_values", description="The inputs", kind=pb_utils.MetricFamily.HISTOGRAM
         ).Metric(labels={"kind": "test"}, buckets=[1.0, 10.0])
+        # Labelled as Triton's custom_metrics example does: its own model
+        # and version labels win.
+        self.own = pb_utils.MetricFamily(
+            name="own_labels", description="Labels of its own", kind=pb_utils.MetricFamily.COUNTER
+        ).Metric(labels={"model": "mine", "version": "7"})
 
     def execute(self, requests):
         out = []
         for r in requests:
             x = float(pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()[0])
             self.requests.increment(1)
+            self.own.increment(2)
             self.last.set(x)
             self.inputs.observe(x)
             out.append(pb_utils.InferenceResponse(output_tensors=[
