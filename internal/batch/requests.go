@@ -47,8 +47,11 @@ func (b *Batcher) executeRequests(ctx context.Context, re RequestExecutor, s *sl
 			err = b.outputError("executor answered %d outputs and %d errors for %d requests", len(outs), len(errs), len(batch))
 		case errs[i] != nil:
 			err = b.backendError(ctx, errs[i])
-		case len(outs[i]) != len(p.req.Outputs):
-			err = b.outputError("executor returned %d outputs, want %d", len(outs[i]), len(p.req.Outputs))
+		case len(outs[i]) > len(p.req.Outputs):
+			// Fewer is a request executor's right: a Python model may
+			// answer with a subset of the outputs asked for (Triton passes
+			// the subset on); each output carries its name.
+			err = b.outputError("executor returned %d outputs, want at most %d", len(outs[i]), len(p.req.Outputs))
 		}
 		if err != nil {
 			p.out, p.err = nil, err
