@@ -189,3 +189,51 @@ dynamic_batching { preferred_batch_size: [ %d ] max_queue_delay_microseconds: 60
 		t.Errorf("%d requests ran in %d executions, want one batch", n, st.ModelStats[0].ExecutionCount)
 	}
 }
+
+// An implicit state with variable dims and no initial_state loads and
+// starts each sequence from zeros with 1 for each variable dimension, as
+// Triton does (qa/L0_implicit_state, trial v: gen_qa_implicit_models.py
+// makes such states of dims [-1]); it was refused at load before.
+func TestImplicitStateVariableDimsWithoutInitialState(t *testing.T) {
+	repo := t.TempDir()
+	m := onnxgen.Accumulator(0)
+	for i := range m.Inputs {
+		m.Inputs[i].Dims = []int64{-1, -1}
+	}
+	for i := range m.Outputs {
+		m.Outputs[i].Dims = []int64{-1, -1}
+	}
+	writeModel(t, repo, "acc_var", m, `name: "acc_var"
+backend: "onnxruntime"
+max_batch_size: 4
+input { name: "INPUT" data_type: TYPE_INT32 dims: [ -1 ] }
+output { name: "OUTPUT" data_type: TYPE_INT32 dims: [ -1 ] }
+sequence_batching {
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
+  ]
+  state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ -1 ] } ]
+}
+`)
+	s := startServer(t, "--model-repository", repo)
+	base := "http://" + s.http
+	if code, _, body := do(t, http.MethodGet, base+"/v2/models/acc_var/ready", nil, nil); code != http.StatusOK {
+		t.Fatalf("acc_var not ready: %d %s\n%s", code, body, s.logs)
+	}
+	for _, st := range []struct {
+		value int
+		flags string
+		want  float64
+	}{
+		{5, `"sequence_start":true`, 5},
+		{2, `"sequence_end":false`, 7},
+		{3, `"sequence_end":true`, 10},
+	} {
+		code, out, raw := inferJSON(t, base, "acc_var", fmt.Sprintf(
+			`{"parameters":{"sequence_id":42,%s},"inputs":[{"name":"INPUT","datatype":"INT32","shape":[1,1],"data":[%d]}]}`, st.flags, st.value))
+		if code != http.StatusOK || len(out.Outputs) != 1 || len(out.Outputs[0].Data) != 1 || out.Outputs[0].Data[0] != st.want {
+			t.Fatalf("value %d: %d %s, want running sum %v", st.value, code, raw, st.want)
+		}
+	}
+}
