@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/sluice-ml/sluice/internal/wire"
 )
@@ -14,9 +15,12 @@ import (
 // Handler wraps next with listener's limits and the process budget b:
 //
 //   - more header fields than l.MaxHeaderCount: 431 too_many_headers;
-//   - a Content-Length over l.MaxBodyBytes: 413 body_too_large, before any
-//     byte of the body is read (and the connection is closed after the
-//     answer);
+//   - a Content-Length over l.MaxBodyBytes: 413 body_too_large, nothing
+//     of the body kept; a body at most maxDrainBytes over the limit is
+//     read and discarded first (for at most drainTimeout), so that a
+//     client that sends the whole body before reading, as Triton's Python
+//     client does, sees the answer rather than a broken pipe; the
+//     connection is closed after the answer;
 //   - a Content-Length the budget cannot take now: 503 overloaded with
 //     Retry-After: 1, the body unread; otherwise the length is reserved
 //     up front;
@@ -59,8 +63,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	cl := r.ContentLength
 	if limit := h.limits.MaxBodyBytes; limit > 0 && cl > limit {
 		h.rej.bodyTooLarge.Inc()
-		// The body will never be read: have the server close the
-		// connection rather than drain it.
+		if cl-limit <= maxDrainBytes {
+			drain(w, r, cl)
+		}
+		// The body is not used: have the server close the connection
+		// rather than drain what is left.
 		w.Header().Set("Connection", "close")
 		wire.WriteError(w, http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
 			"request body of "+strconv.FormatInt(cl, 10)+" bytes exceeds the limit of "+strconv.FormatInt(limit, 10)+" bytes")
@@ -100,6 +107,24 @@ func (h *handler) serveAccounted(w http.ResponseWriter, r *http.Request, wrap bo
 		r.Body = &body{rc: rc, acct: a, limit: h.limits.MaxBodyBytes}
 	}
 	h.next.ServeHTTP(w, r)
+}
+
+// Draining an oversized body: at most maxDrainBytes past the limit, for at
+// most drainTimeout. Discarding costs no memory; the bounds keep a client
+// from holding a connection reader for long.
+const (
+	maxDrainBytes = 64 << 20
+	drainTimeout  = 30 * time.Second
+)
+
+// drain reads and discards up to n bytes of r's body within drainTimeout.
+func drain(w http.ResponseWriter, r *http.Request, n int64) {
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(drainTimeout)) != nil {
+		return // no deadline possible: do not read unbounded in time
+	}
+	_, _ = io.CopyN(io.Discard, r.Body, n)
+	_ = rc.SetReadDeadline(time.Time{})
 }
 
 // tooManyHeaders reports whether hdr holds more than limit fields, each

@@ -1,12 +1,15 @@
 package admission
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -443,4 +446,32 @@ func TestHandlerSmallRequestDoesNotAllocate(t *testing.T) {
 	h, w, req := benchSetup()
 	allocs := testing.AllocsPerRun(100, func() { h.ServeHTTP(w, req) })
 	require.Zero(t, allocs)
+}
+
+// A client that writes its whole oversized body before reading the answer
+// (Triton's Python client sends a body over 64 MiB that way and reported
+// a bare BrokenPipeError, issue 25) gets the 413 with its message: a body
+// at most maxDrainBytes past the limit is read and discarded before the
+// answer, not cut off by a reset. Raw TCP, so that nothing but the server
+// decides when the connection ends.
+func TestHandlerDrainsOversizedBody(t *testing.T) {
+	const limit = 64 << 10
+	s := startServer(t, Limits{MaxBodyBytes: limit}, 0, readAll)
+	addr := strings.TrimPrefix(s.url, "http://")
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	size := 48 << 20 // far more than the loopback socket buffers hold
+	_, err = fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: %s\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n", addr, size)
+	require.NoError(t, err)
+	chunk := bytes.Repeat([]byte("x"), 1<<20)
+	for sent := 0; sent < size; sent += len(chunk) {
+		_, err := conn.Write(chunk)
+		require.NoError(t, err, "the server stopped reading after %d of %d bytes", sent, size)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	requireAnswer(t, resp, http.StatusRequestEntityTooLarge, ReasonBodyTooLarge)
+	require.True(t, resp.Close, "the connection still closes after the answer")
 }

@@ -399,11 +399,13 @@ func (b *Batcher) Submit(ctx context.Context, req *Request) (*Result, error) {
 		return nil, b.queueFullError(li, limit)
 	}
 	if s := b.inlineSlotLocked(); s != nil {
+		infer.Queued(ctx) // it runs now: a stream may pass on the next request
 		return b.runInline(s, p)
 	}
 	b.enqueueLocked(p)
 	b.dispatchLocked()
 	b.mu.Unlock()
+	infer.Queued(ctx) // its place is taken: a stream may pass on the next request
 
 	select {
 	case <-p.done:

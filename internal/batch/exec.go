@@ -102,7 +102,10 @@ func (b *Batcher) execute(s *slot) {
 	case packErr != nil:
 	case err != nil:
 		err = b.backendError(ctx, err)
-	case len(outs) != len(names):
+	case len(outs) > len(names) || (len(outs) < len(names) && !(keepsRequests && len(batch) == 1)):
+		// A request executor (a Python model) may answer a request alone
+		// with a subset of the outputs asked for, as Triton passes the
+		// subset on; the outputs carry their names (requests.go).
 		err = b.outputError("executor returned %d outputs, want %d", len(outs), len(names))
 	case ragged:
 		err = b.splitRagged(batch, outs, names, total)

@@ -79,8 +79,11 @@ func (b *Batcher) executeRequests(ctx context.Context, re RequestExecutor, s *sl
 			err = b.backendError(ctx, errs[i])
 		case p.req.Sender != nil:
 			// The responses went (or go) to the sender.
-		case len(outs[i]) != len(p.req.Outputs):
-			err = b.outputError("executor returned %d outputs, want %d", len(outs[i]), len(p.req.Outputs))
+		case len(outs[i]) > len(p.req.Outputs):
+			// Fewer is a request executor's right: a Python model may
+			// answer with a subset of the outputs asked for (Triton passes
+			// the subset on); each output carries its name.
+			err = b.outputError("executor returned %d outputs, want at most %d", len(outs[i]), len(p.req.Outputs))
 		}
 		if err != nil {
 			p.out, p.err = nil, err

@@ -26,6 +26,11 @@ func Supported(dt infer.DataType) bool {
 	return dt.Valid() && dt != infer.Bytes && dt != infer.Bool
 }
 
+// MaxElements bounds the output a classification sorts, as Triton does
+// (qa/L0_parameters test_classification_output_tensor_too_large refuses
+// 1,000,001 elements with "classification output tensor too large").
+const MaxElements = 1_000_000
+
 // TopK classifies t: with batched, each row along the first dimension on
 // its own (result shape [rows, k]), else the whole tensor (shape [k]).
 // labels[i] names class i; an index past labels has no label.
@@ -40,6 +45,9 @@ func TopK(t infer.Tensor, k int, batched bool, labels []string) (infer.Tensor, e
 		return infer.Tensor{}, fmt.Errorf("output '%s': %w", t.Name, err)
 	}
 	n, _ := t.Shape.Elements() // CheckSize checked the shape
+	if n > MaxElements {
+		return infer.Tensor{}, fmt.Errorf("output '%s': classification output tensor too large: %d elements, at most %d", t.Name, n, MaxElements)
+	}
 	rows := 1
 	if batched {
 		if len(t.Shape) == 0 {

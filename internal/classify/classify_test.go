@@ -87,6 +87,14 @@ func TestTopKRefuses(t *testing.T) {
 	require.ErrorContains(t, err, "output 'y'")
 	_, err = TopK(infer.Tensor{Name: "y", DataType: infer.FP32, Shape: infer.Shape{1}, Data: fp32(1)}, 0, false, nil)
 	require.ErrorContains(t, err, "count must be >= 1")
+	// qa/L0_parameters test_classification_output_tensor_too_large: an
+	// output of 1,000,001 elements is refused in Triton's words; one of
+	// 1,000,000 is classified.
+	_, err = TopK(infer.Tensor{Name: "big", DataType: infer.FP32, Shape: infer.Shape{1, MaxElements + 1}, Data: make([]byte, 4*(MaxElements+1))}, 5, true, nil)
+	require.ErrorContains(t, err, "output 'big': classification output tensor too large")
+	got, err := TopK(infer.Tensor{Name: "max", DataType: infer.FP32, Shape: infer.Shape{1, MaxElements}, Data: make([]byte, 4*MaxElements)}, 5, true, nil)
+	require.NoError(t, err)
+	require.Equal(t, infer.Shape{1, 5}, got.Shape)
 }
 
 func TestTopKEmptyBatch(t *testing.T) {

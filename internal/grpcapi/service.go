@@ -216,7 +216,9 @@ func (s *Service) inferWith(ctx context.Context, req *pb.ModelInferRequest, run 
 		return err
 	}
 	if s.opts.HeaderForward != nil {
-		forwardMetadata(ctx, ir, s.opts.HeaderForward)
+		if err := forwardMetadata(ctx, ir, s.opts.HeaderForward); err != nil {
+			return err
+		}
 	}
 	// The regions the request names stay registered until it is
 	// answered, even when unregistered meanwhile, as in Triton.
@@ -247,13 +249,15 @@ const streamWindow = 64
 // ModelStreamInfer implements Triton's bidirectional streaming inference.
 // Requests run concurrently, as in Triton, so that a client can queue
 // several requests of a sequence (or of several sequences) on one stream
-// and the sequence batcher can batch them; they are answered in the order
-// they arrived. A request carrying a sequence_id is passed on only after
-// the one before it from this stream reached its scheduler's queue (or was
-// answered), so a sequence's requests are queued in stream order
-// (qa/L0_sequence_batcher test_full_batch queues twelve requests from four
-// streams before any runs). A failed request yields a response with
-// error_message set and the stream stays open.
+// and the batchers can batch them; they are answered in the order they
+// arrived. Each request is passed on only after the one before it from
+// this stream reached its scheduler's queue (or was answered), so a
+// stream's requests are queued, and batched, in stream order: a
+// sequence's requests keep their order (qa/L0_sequence_batcher
+// test_full_batch queues twelve requests from four streams before any
+// runs) and a dynamic batch holds them as sent (qa/L0_batch_input
+// test_accumulated_element_count). A failed request yields a response
+// with error_message set and the stream stays open.
 func (s *Service) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInferServer) error {
 	ctx := stream.Context()
 	pending := make(chan chan *pb.ModelStreamInferResponse, streamWindow)
@@ -283,14 +287,9 @@ func (s *Service) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInf
 		// request of the stream is still answering.
 		ch := make(chan *pb.ModelStreamInferResponse, streamWindow)
 		pending <- ch
-		rctx := ctx
 		queued := make(chan struct{})
-		if hasSequenceID(req) {
-			var once sync.Once
-			rctx = infer.WithQueued(ctx, func() { once.Do(func() { close(queued) }) })
-		} else {
-			close(queued)
-		}
+		var once sync.Once
+		rctx := infer.WithQueued(ctx, func() { once.Do(func() { close(queued) }) })
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -379,24 +378,6 @@ func (s *Service) streamAnswer(ctx context.Context, req *pb.ModelInferRequest, o
 	if err != nil {
 		out <- failed(err)
 	}
-}
-
-// hasSequenceID reports whether a request names a sequence (a non-zero or
-// non-empty sequence_id parameter).
-func hasSequenceID(req *pb.ModelInferRequest) bool {
-	p, ok := req.GetParameters()["sequence_id"]
-	if !ok {
-		return false
-	}
-	switch v := p.GetParameterChoice().(type) {
-	case *pb.InferParameter_Int64Param:
-		return v.Int64Param != 0
-	case *pb.InferParameter_Uint64Param:
-		return v.Uint64Param != 0
-	case *pb.InferParameter_StringParam:
-		return v.StringParam != ""
-	}
-	return false
 }
 
 // ModelConfig implements Triton's model_configuration extension.
@@ -609,12 +590,16 @@ func (s *Service) logInternal(ctx context.Context, method string, err error) {
 
 // forwardMetadata adds the request metadata whose keys match re to the
 // request parameters, as strings (several values joined by ","), unless
-// the request set a parameter of that name.
-func forwardMetadata(ctx context.Context, req *infer.Request, re *regexp.Regexp) {
+// the request set a parameter of that name. A matching key named as a
+// parameter Triton reserves is refused, as Triton does.
+func forwardMetadata(ctx context.Context, req *infer.Request, re *regexp.Regexp) error {
 	md, _ := metadata.FromIncomingContext(ctx)
 	for key, vals := range md {
 		if strings.HasSuffix(key, "-bin") || !re.MatchString(key) {
 			continue
+		}
+		if infer.ReservedParameter(key) {
+			return infer.ReservedHeaderError(key)
 		}
 		if _, set := req.Parameters[key]; set {
 			continue
@@ -624,4 +609,5 @@ func forwardMetadata(ctx context.Context, req *infer.Request, re *regexp.Regexp)
 		}
 		req.Parameters[key] = strings.Join(vals, ",")
 	}
+	return nil
 }

@@ -35,3 +35,23 @@ func TestHeaderForward(t *testing.T) {
 	require.Empty(t, f.lastReq.Parameters, "no pattern, no forwarding")
 	f.mu.Unlock()
 }
+
+// Under a pattern that forwards every header (qa/L0_parameters
+// test_headers_reserved_rejected runs with --http-header-forward-pattern
+// .*), a header named as a parameter Triton reserves is refused with 400
+// "reserved for Triton usage"; ordinary headers still pass.
+func TestHeaderForwardReservedNames(t *testing.T) {
+	f := newFakeModels()
+	h := New(f, Options{HeaderForward: regexp.MustCompile(`.*`)}, nil, prometheus.NewRegistry())
+	req := []byte(simpleRequest(seq(0, 16), seq(0, 16)))
+	for _, name := range []string{"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output",
+		"triton_enable_empty_final_response", "triton_final_response", "triton_injected_via_header"} {
+		rec := do(t, h, http.MethodPost, "/v2/models/simple/infer", req, map[string]string{name: "dummy-value"})
+		requireError(t, rec, http.StatusBadRequest, "invalid_parameter", "header '"+name+"'", "reserved for Triton usage")
+	}
+	rec := do(t, h, http.MethodPost, "/v2/models/simple/infer", req, map[string]string{"My_Header_1": "my_value_1"})
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	f.mu.Lock()
+	require.Equal(t, "my_value_1", f.lastReq.Parameters["my_header_1"])
+	f.mu.Unlock()
+}

@@ -61,7 +61,10 @@ func (h *Handler) handleInfer(w http.ResponseWriter, r *http.Request) {
 	}
 	ib.req.Model, ib.req.Version = name, version
 	if h.opts.HeaderForward != nil {
-		forwardHeaders(&ib.req, r.Header, h.opts.HeaderForward)
+		if err := forwardHeaders(&ib.req, r.Header, h.opts.HeaderForward); err != nil {
+			h.writeError(w, r, requestID, err)
+			return
+		}
 	}
 	// The regions the request names stay registered until it is
 	// answered, even when unregistered meanwhile, as in Triton.
@@ -517,12 +520,16 @@ func (h *Handler) writeCompressed(w http.ResponseWriter, enc string, js []byte, 
 
 // forwardHeaders adds the headers whose lower-case names match re to the
 // request parameters, as strings (several values joined by ","), unless
-// the body set a parameter of that name.
-func forwardHeaders(req *infer.Request, hdr http.Header, re *regexp.Regexp) {
+// the body set a parameter of that name. A matching header named as a
+// parameter Triton reserves is refused, as Triton does.
+func forwardHeaders(req *infer.Request, hdr http.Header, re *regexp.Regexp) error {
 	for name, vals := range hdr {
 		key := strings.ToLower(name)
 		if !re.MatchString(key) {
 			continue
+		}
+		if infer.ReservedParameter(key) {
+			return infer.ReservedHeaderError(key)
 		}
 		if _, set := req.Parameters[key]; set {
 			continue
@@ -532,4 +539,5 @@ func forwardHeaders(req *infer.Request, hdr http.Header, re *regexp.Regexp) {
 		}
 		req.Parameters[key] = strings.Join(vals, ",")
 	}
+	return nil
 }

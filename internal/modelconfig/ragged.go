@@ -70,11 +70,16 @@ func (v *validator) sourceInput(path, what string, i int, src []string, inputs m
 
 // raggedInput checks an allow_ragged_batch input of a batching model:
 // ONNX Runtime and Triton's other backends take such an input flattened,
-// so the model's tensor has one dimension. It reports whether it handled
-// the input.
+// so the model's tensor has one dimension. A Python model gets each
+// request as its own InferenceRequest, unflattened, so its tensor keeps
+// the config's shape (Triton loads such models; issue 25 item 10). It
+// reports whether it handled the input.
 func (v *validator) raggedInput(i int, in *inferencepb.ModelInput, specs []infer.TensorSpec) bool {
 	if !in.GetAllowRaggedBatch() || v.cfg.GetMaxBatchSize() <= 0 {
 		return false
+	}
+	if v.cfg.GetBackend() == "python" {
+		return true
 	}
 	v.flatTensor(fmt.Sprintf("input[%d]", i), "input", in.GetName(), in.GetDataType(), specs, "allow_ragged_batch")
 	return true

@@ -55,3 +55,24 @@ batch_output { target_name: "Y" source_input: "INPUT" }
 		"config.pbtxt:6:16: batch_output[0]: target 'Y' is not a listed output",
 	}, lines(Validate(cfg, src)))
 }
+
+// A Python model sees each request on its own, so an allow_ragged_batch
+// input keeps the config's shape ([batch, -1] from dims [-1]) rather than
+// one flat dimension: Triton loads such models, and so does Sluice
+// (issue 25 item 10; it was refused as not flattened).
+func TestRaggedInputOfPythonModel(t *testing.T) {
+	cfg, src, err := Parse("config.pbtxt", []byte(`
+backend: "python"
+max_batch_size: 4
+input { name: "INPUT" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true }
+output { name: "OUTPUT" data_type: TYPE_FP32 dims: [ -1 ] }
+`))
+	require.NoError(t, err)
+	ApplyDefaults(cfg, "py_ragged")
+	require.Empty(t, Validate(cfg, src))
+	sig := infer.Signature{
+		Inputs:  []infer.TensorSpec{spec("INPUT", infer.FP32, -1, -1)},
+		Outputs: []infer.TensorSpec{spec("OUTPUT", infer.FP32, -1, -1)},
+	}
+	require.Empty(t, ValidateSignature(cfg, sig, src))
+}

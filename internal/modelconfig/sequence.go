@@ -175,11 +175,8 @@ func (v *validator) sequenceState(path string, st *inferencepb.ModelSequenceBatc
 	if len(st.GetInitialState()) > 1 {
 		v.add(path+".initial_state", "sequence_batching: state '%s': at most one initial_state", in)
 	}
-	variable := false
 	for _, d := range st.GetDims() {
-		if d < 0 {
-			variable = true
-		} else if d == 0 {
+		if d == 0 {
 			v.add(path+".dims", "sequence_batching: state '%s': dims %s hold a zero dimension", in, infer.Shape(st.GetDims()))
 		}
 	}
@@ -200,11 +197,10 @@ func (v *validator) sequenceState(path string, st *inferencepb.ModelSequenceBatc
 		if is.GetStateData() == nil {
 			v.add(ipath, "sequence_batching: state '%s': initial_state needs zero_data or data_file", in)
 		}
-		variable = false
 	}
-	if variable {
-		v.add(path+".dims", "sequence_batching: state '%s': variable dims %s need an initial_state with concrete dims", in, infer.Shape(st.GetDims()))
-	}
+	// Variable dims without an initial_state are fine: the state starts
+	// as zeros with 1 for each variable dimension, as Triton's
+	// (qa/L0_implicit_state trial v).
 }
 
 // sequenceSignature checks the control inputs and states against the

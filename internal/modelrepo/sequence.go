@@ -129,6 +129,14 @@ func sequenceOptions(model, version string, cfg *inferencepb.ModelConfig, vdir s
 			DataType: modelconfig.ToInfer(st.GetDataType()),
 			Dims:     infer.Shape(st.GetDims()).Clone(),
 		}
+		// Without an initial_state, a sequence starts from zeros with 1
+		// for each variable dimension, as Triton does (qa/L0_implicit_state
+		// trial v: states of dims [-1]).
+		for i, d := range s.Dims {
+			if d < 0 {
+				s.Dims[i] = 1
+			}
+		}
 		if is := st.GetInitialState(); len(is) > 0 {
 			s.Dims = infer.Shape(is[0].GetDims()).Clone()
 			if f := is[0].GetDataFile(); f != "" {

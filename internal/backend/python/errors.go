@@ -22,9 +22,10 @@ const (
 	// than one InferenceResponse per request; every request of the call
 	// fails (KindInternal, 500).
 	ReasonModelException = "model_exception"
-	// ReasonInvalidModelOutput: a response lacks an output the request
-	// asked for, or an output disagrees with the configuration's data type
-	// or the request's batch size (KindInternal, 500).
+	// ReasonInvalidModelOutput: an output disagrees with the
+	// configuration's data type or the request's batch size (KindInternal,
+	// 500). A requested output the response lacks is left out, as Triton
+	// does, not an error.
 	ReasonInvalidModelOutput = "invalid_model_output"
 	// ReasonRequestTooLarge: the request does not fit in one worker
 	// message (KindResourceExhausted).

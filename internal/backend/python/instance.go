@@ -570,16 +570,14 @@ func (in *Instance) collect(req *execRequest, resp *response) ([]infer.Tensor, e
 	if in.maxBatch > 0 && len(req.inputs) > 0 && len(req.inputs[0].Shape) > 0 {
 		bs = req.inputs[0].Shape[0]
 	}
-	out := make([]infer.Tensor, len(req.outputs))
-	for j, name := range req.outputs {
+	// A requested output the model did not return is left out, as
+	// Triton's Python backend does: a model may answer with a subset of
+	// its outputs (an ensemble then passes that subset on).
+	out := make([]infer.Tensor, 0, len(req.outputs))
+	for _, name := range req.outputs {
 		k := slices.IndexFunc(resp.outputs, func(t infer.Tensor) bool { return t.Name == name })
 		if k < 0 {
-			names := make([]string, len(resp.outputs))
-			for i, t := range resp.outputs {
-				names[i] = t.Name
-			}
-			return nil, infer.Errorf(infer.KindInternal, ReasonInvalidModelOutput,
-				"model '%s' version %d returned no output '%s' (it returned %v)", in.key.model, in.key.version, name, names)
+			continue
 		}
 		t := resp.outputs[k]
 		if want, ok := in.outTypes[name]; ok && want != t.DataType {
@@ -590,7 +588,7 @@ func (in *Instance) collect(req *execRequest, resp *response) ([]infer.Tensor, e
 			return nil, infer.Errorf(infer.KindInternal, ReasonInvalidModelOutput,
 				"model '%s' version %d: output '%s' has shape %s, want the batch size %d first", in.key.model, in.key.version, name, t.Shape, bs)
 		}
-		out[j] = t
+		out = append(out, t)
 	}
 	return out, nil
 }
