@@ -85,12 +85,14 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 		if rt.again(ctx, attempt, ep.Addr, f) {
 			continue
 		}
-		code, rsn := http.StatusBadGateway, ReasonUpstreamUnavailable
+		code, rsn, msg := http.StatusBadGateway, ReasonUpstreamUnavailable, "the model server did not answer"
 		if f.timeout || errors.Is(err, context.DeadlineExceeded) {
-			code, rsn = http.StatusGatewayTimeout, ReasonUpstreamTimeout
+			code, rsn, msg = http.StatusGatewayTimeout, ReasonUpstreamTimeout, "the model server did not answer in time"
 		}
+		// The endpoint and the transport's error stay in the access log
+		// (endpoint, error): a client learns no internal address.
 		e.Status, e.Reason, e.Error = code, rsn, err.Error()
-		writeError(w, reqID, code, rsn, "model server "+ep.Addr+": "+err.Error())
+		writeError(w, reqID, code, rsn, msg)
 		return
 	}
 }
