@@ -138,8 +138,10 @@ func TestProxyLendsNoTrust(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.Remove(shmPath) })
 
-	c := trustProxyChain(t, func(gw, _ map[string]any) {
+	c := trustProxyChain(t, func(gw, cfg map[string]any) {
 		gw["anonymous"] = map[string]any{"allowed": true}
+		// Client shared memory on, as for local clients that need it.
+		cfg["model_server"].(map[string]any)["allow_client_shm"] = true
 	})
 	gwURL := func(p string) string { return c.url(c.listen, p) }
 	modelReady := func() bool {
