@@ -23,6 +23,10 @@ const (
 	ResultDuplicate = "duplicate"
 	ResultTooLate   = "too_late"
 	ResultInvalid   = "invalid"
+	// ResultNotPermitted: the outcome's poster is not the client the
+	// prediction was served to and may not judge others' predictions; it is
+	// not stored, so the owner's outcome still joins.
+	ResultNotPermitted = "not_permitted"
 )
 
 // windowSlots is the number of slots a rolling window is cut into.
@@ -409,14 +413,20 @@ func (j *Joiner) storePredictions(ctx context.Context, ps []*Prediction) error {
 	}
 	look := j.opts.Lookback.Nanoseconds()
 	joined := make([]*Outcome, len(ps))
+	refused := make([]bool, len(ps))
 	err := j.store.Update(ctx, keys, func(i int, old *Entry) *Entry {
 		p := ps[i]
-		joined[i] = nil
+		joined[i], refused[i] = nil, false
 		switch {
 		case old == nil:
 			return &Entry{Prediction: p, Service: p.Service, Expires: p.Time.UnixNano() + look}
 		case old.Joined:
 			return old // the key's outcome was counted with an earlier prediction
+		case old.Outcome != nil && !old.Outcome.mayJudge(p):
+			// Held before its prediction came, from a client that may not
+			// judge it: dropped, so the owner's outcome can still join.
+			refused[i] = true
+			return &Entry{Prediction: p, Service: p.Service, Expires: p.Time.UnixNano() + look}
 		case old.Outcome != nil:
 			joined[i] = old.Outcome
 			return &Entry{Joined: true, Service: p.Service, Expires: max(old.Expires, p.Time.UnixNano()+look)}
@@ -438,6 +448,9 @@ func (j *Joiner) storePredictions(ctx context.Context, ps []*Prediction) error {
 		if o != nil {
 			pairs = append(pairs, joinedPair{ps[i], o})
 		}
+		if refused[i] {
+			j.m.outcomes.WithLabelValues(ps[i].Service, ResultNotPermitted).Inc()
+		}
 	}
 	j.count(pairs, now)
 	j.m.pending.Set(float64(j.store.Len()))
@@ -452,7 +465,10 @@ type joinedPair struct {
 
 // Ingest joins outcomes to their predictions: one result per outcome, in
 // order (ResultJoined, ResultHeld, ResultDuplicate, ResultTooLate,
-// ResultInvalid). The error is the store's; no result counts then.
+// ResultInvalid, ResultNotPermitted). An outcome joins a prediction only
+// when it may judge it (Outcome.Any, or posted by the prediction's
+// Client); a held outcome that may not is dropped when its prediction
+// arrives. The error is the store's; no result counts then.
 func (j *Joiner) Ingest(ctx context.Context, outs []Outcome) ([]string, error) {
 	now := j.opts.Now()
 	results := make([]string, len(outs))
@@ -483,6 +499,9 @@ func (j *Joiner) Ingest(ctx context.Context, outs []Outcome) ([]string, error) {
 			return &Entry{Outcome: o, Service: o.Service, Expires: o.Time.UnixNano() + look}
 		case old.Joined || old.Outcome != nil:
 			results[i] = ResultDuplicate
+			return old
+		case !o.mayJudge(old.Prediction):
+			results[i] = ResultNotPermitted
 			return old
 		case o.Time.Sub(old.Prediction.Time) > j.opts.Lookback:
 			results[i] = ResultTooLate

@@ -366,3 +366,65 @@ func TestStoreFailuresRetried(t *testing.T) {
 		t.Fatalf("dropped %v, want the 1 prediction the dead store held at Close", d)
 	}
 }
+
+// TestOutcomeOwnership: an outcome joins only a prediction served to the
+// client that posts it, unless its source may judge any (issue 22 item
+// 5). Another client's outcome is not stored, so the owner's still joins,
+// whether it came after the prediction was stored or was held before.
+func TestOutcomeOwnership(t *testing.T) {
+	c := &clock{t: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	reg := prometheus.NewRegistry()
+	j, stop := newTestJoiner(t, filepath.Join(t.TempDir(), "p.db"), c, reg)
+	defer stop()
+	ctx := context.Background()
+	from := func(o Outcome, client string, anyPred bool) Outcome {
+		o.Client, o.Any = client, anyPred
+		return o
+	}
+	ingest := func(outs ...Outcome) []string {
+		t.Helper()
+		res, err := j.Ingest(ctx, outs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	// held-a: demo's outcome arrives before dispatch's prediction.
+	if got := ingest(from(outcome("held-a", 1e5, c.t), "demo", false)); got[0] != ResultHeld {
+		t.Fatalf("early foreign outcome: %v, want held", got)
+	}
+	for _, key := range []string{"a", "b", "held-a"} {
+		p := pred(key, "1", "eu", 40, c.t)
+		p.Client = "dispatch"
+		if !j.Offer(p, nil) {
+			t.Fatal("Offer refused")
+		}
+	}
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.t = c.t.Add(time.Minute)
+	got := ingest(
+		from(outcome("a", 1e5, c.t), "demo", false),         // another client's: refused
+		from(outcome("a", 42, c.t), "dispatch", false),      // the owner's: joins
+		from(outcome("b", 44, c.t), "labeler", true),        // outcome_clients: joins
+		from(outcome("held-a", 41, c.t), "dispatch", false), // the held foreign one was dropped
+	)
+	if want := []string{ResultNotPermitted, ResultJoined, ResultJoined, ResultJoined}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("results %v, want %v", got, want)
+	}
+	if n := testutil.ToFloat64(j.m.outcomes.WithLabelValues("eta", ResultNotPermitted)); n != 2 {
+		t.Fatalf("not_permitted outcomes counted %v, want 2 (one posted, one held and dropped)", n)
+	}
+	// MAE over the three joined pairs: |40-42|, |40-44|, |40-41|; the
+	// refused 100,000 never entered.
+	for _, se := range j.Status()[0].Series {
+		if se.Slice == "all" && se.Output == "eta_minutes" {
+			if se.Pairs != 3 || math.Abs(se.Metrics["mae"]-7.0/3) > 1e-9 {
+				t.Fatalf("series %+v, want 3 pairs with MAE 7/3", se)
+			}
+			return
+		}
+	}
+	t.Fatalf("no series for slice all: %+v", j.Status())
+}

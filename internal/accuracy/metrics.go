@@ -38,7 +38,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"service"})),
 		outcomes: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "sluice", Subsystem: "accuracy", Name: "outcomes_total",
-			Help: "Outcomes received, by result: joined (to a logged prediction), held (no prediction yet; waits up to the lookback), duplicate (the key already has an outcome), too_late (observed before the lookback), invalid.",
+			Help: "Outcomes received, by result: joined (to a logged prediction), held (no prediction yet; waits up to the lookback), duplicate (the key already has an outcome), too_late (observed before the lookback), invalid, not_permitted (posted by a client the prediction was not served to and not in `outcome_clients`; not stored, also counted when a held outcome of another client is dropped as its prediction arrives).",
 		}, []string{"service", "result"})),
 		joined: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "sluice", Subsystem: "accuracy", Name: "joined_total",

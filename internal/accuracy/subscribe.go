@@ -64,6 +64,11 @@ func (s *Subscriber) handle(ctx context.Context, m *nats.Msg) {
 		answer(map[string]string{"error": err.Error(), "reason": "invalid_outcome"})
 		return
 	}
+	for i := range outs {
+		// The outcome subject is the feedback pipeline's: whoever may
+		// publish on the cluster's NATS judges any prediction.
+		outs[i].Any = true
+	}
 	res, err := s.in.Ingest(ctx, outs)
 	if err != nil {
 		s.log.Warn("outcomes not stored", "subject", m.Subject, "outcomes", len(outs), "err", err)

@@ -25,6 +25,10 @@ type Prediction struct {
 	Outputs map[string]float64 `json:"o"`
 	// Time is when the request arrived.
 	Time time.Time `json:"t"`
+	// Client is the gateway client whose request produced the prediction
+	// (its client id, or "anonymous"): the one client that may post its
+	// outcome, besides the sources an Outcome marks Any.
+	Client string `json:"c,omitempty"`
 }
 
 // Outcome is the observed truth for one business key.
@@ -38,7 +42,18 @@ type Outcome struct {
 	// Time is when the outcome was observed; Received when Sluice got it.
 	Time     time.Time `json:"t"`
 	Received time.Time `json:"rt"`
+	// Client is the gateway client that posted it; it joins only a
+	// prediction of the same client unless Any is set.
+	Client string `json:"c,omitempty"`
+	// Any marks a source that may judge any prediction: a client named in
+	// the service's outcome_clients, an operate token on the admin port,
+	// the outcome subject on NATS.
+	Any bool `json:"a,omitempty"`
 }
+
+// mayJudge reports whether o may be joined to p: o's source may judge any
+// prediction, or o was posted by the client p was served to.
+func (o *Outcome) mayJudge(p *Prediction) bool { return o.Any || o.Client == p.Client }
 
 // Entry is what the store keeps per service and key: a prediction waiting
 // for its outcome, an outcome waiting for its prediction, or, once they

@@ -18,6 +18,8 @@ const (
 	ComponentModelsHTTP = "models_http"
 	ComponentModelsGRPC = "models_grpc"
 	ComponentFeatures   = "features"
+	// ComponentGatewayProxy is the gateway's KServe v2 passthrough.
+	ComponentGatewayProxy = "gateway_proxy"
 )
 
 // Results of audit events.
@@ -59,6 +61,11 @@ type Event struct {
 	RequestID string
 	// GRPCCode is the gRPC status code's name, for gRPC calls.
 	GRPCCode string
+	// Client is the gateway client a proxied call came from (its client
+	// id, or "anonymous"), when the gateway vouched for it; Addr is then
+	// that client's address and ProxyAddr the gateway's.
+	Client    string
+	ProxyAddr string
 }
 
 // line is an Event as written: keys in a fixed order, snake_case.
@@ -76,6 +83,8 @@ type line struct {
 	Reason     string `json:"reason"`
 	RequestID  string `json:"request_id"`
 	GRPCCode   string `json:"grpc_code,omitempty"`
+	Client     string `json:"client,omitempty"`
+	ProxyAddr  string `json:"proxy_addr,omitempty"`
 }
 
 // Auditor writes one JSON line per state-changing call and counts it. It is
@@ -139,6 +148,8 @@ func (a *Auditor) Record(e Event) {
 		Reason:     e.Reason,
 		RequestID:  clip(e.RequestID),
 		GRPCCode:   e.GRPCCode,
+		Client:     clip(e.Client),
+		ProxyAddr:  clip(e.ProxyAddr),
 	})
 	if err != nil {
 		a.writeErrors.Inc()

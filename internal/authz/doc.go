@@ -60,6 +60,16 @@
 // into its group and role, and anything they do not know needs RoleOperate,
 // so nothing unclassified is open.
 //
+// # Calls a gateway proxied
+//
+// The gateway's KServe proxy vouches for the client it authenticated with
+// HeaderForwardedClient (SignForwarded: client id and address, HMAC-SHA256
+// with PolicyOptions.ForwardedKey, bound to the request id, valid for two
+// minutes). A policy with that key verifies it: the call is the client's
+// (Principal.Client, ProxyAddr; Addr is the client's address), OpenWrites
+// never apply to it, and a header that does not verify is refused (401
+// invalid_forwarded_client). Without a key the header is ignored.
+//
 // # Audit log
 //
 // Every state-changing call (one needing RoleOperate) is recorded by an

@@ -78,7 +78,7 @@ func (p *Policy) RequireKServe(a *Auditor, component string, next http.Handler) 
 			next.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), pr)))
 			return
 		}
-		action, target := kserveHTTPAction(path)
+		action, target := KServeHTTPAction(path)
 		p.serveAudited(w, r, a, component, action, target, need, group, next)
 	})
 }
@@ -88,7 +88,7 @@ func (p *Policy) RequireKServe(a *Auditor, component string, next http.Handler) 
 func (p *Policy) serveAudited(w http.ResponseWriter, r *http.Request, a *Auditor, component, action, target string, need Role, group string, next http.Handler) {
 	ev := Event{Component: component, Action: action, Target: target, RequestID: r.Header.Get("X-Request-Id")}
 	pr, err := p.Authorize(r, need, group)
-	ev.Who, ev.Via, ev.Addr = pr.ID, pr.Via, pr.Addr
+	ev.Who, ev.Via, ev.Addr, ev.Client, ev.ProxyAddr = pr.ID, pr.Via, pr.Addr, pr.Client, pr.ProxyAddr
 	if err != nil {
 		d := asDenied(err)
 		ev.Status, ev.Result, ev.Reason = d.Status, ResultDenied, d.Reason

@@ -224,9 +224,9 @@ func classifyModelPath(seg []string, unknown kservePath) kservePath {
 	return unknown
 }
 
-// kserveHTTPAction returns the audit action and target of a state-changing
+// KServeHTTPAction returns the audit action and target of a state-changing
 // KServe HTTP path.
-func kserveHTTPAction(path string) (action, target string) {
+func KServeHTTPAction(path string) (action, target string) {
 	k := classifyKServePath(path)
 	return k.action, k.target
 }

@@ -157,7 +157,7 @@ func TestKServeHTTPGroup(t *testing.T) {
 				require.True(t, slices.Contains(KnownGroups(), group))
 			}
 			if need == RoleOperate {
-				action, target := kserveHTTPAction(tc.path)
+				action, target := KServeHTTPAction(tc.path)
 				require.Equal(t, tc.action, action)
 				require.Equal(t, tc.target, target)
 			}

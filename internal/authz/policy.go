@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -78,9 +80,19 @@ type Principal struct {
 	Role Role
 	// Via is ViaToken, ViaMTLS or ViaOpen.
 	Via string
-	// Addr is the caller's network address, for the audit log.
+	// Addr is the caller's network address, for the audit log: for a
+	// proxied call the gateway vouched for, the client's address.
 	Addr string
+	// Client is the gateway client of a proxied call the gateway vouched
+	// for (HeaderForwardedClient), and ProxyAddr the gateway's address;
+	// both empty for a direct call.
+	Client    string
+	ProxyAddr string
 }
+
+// Proxied reports whether the call came through a gateway that vouched
+// for its client.
+func (pr Principal) Proxied() bool { return pr.ProxyAddr != "" }
 
 // PolicyOptions configure a Policy.
 type PolicyOptions struct {
@@ -101,6 +113,10 @@ type PolicyOptions struct {
 	// DNS SAN, else email SAN, else subject CN) to a role. When empty,
 	// client certificates identify nobody here.
 	CertRoles map[string]string
+	// ForwardedKey verifies HeaderForwardedClient (SignForwarded); empty:
+	// the header is ignored. A call the gateway vouched for is its
+	// client's: open writes never apply to it.
+	ForwardedKey []byte
 }
 
 type tokenEntry struct {
@@ -117,6 +133,8 @@ type Policy struct {
 	restricted map[string]Restriction // group → its rule
 	openReads  bool
 	openWrites bool
+	fwdKey     []byte
+	now        func() time.Time
 }
 
 // NewPolicy validates o and builds a Policy. It reports every problem at
@@ -131,6 +149,8 @@ func NewPolicy(o PolicyOptions) (*Policy, error) {
 		restricted: make(map[string]Restriction),
 		openReads:  o.OpenReads || o.OpenWrites,
 		openWrites: o.OpenWrites,
+		fwdKey:     slices.Clone(o.ForwardedKey),
+		now:        time.Now,
 	}
 	tokens, err := authzspec.ParseTokens(o.Tokens)
 	var errs []error
@@ -199,6 +219,9 @@ func (p *Policy) Authorize(r *http.Request, need Role, group string) (Principal,
 		tls:           r.TLS,
 		addr:          r.RemoteAddr,
 	}
+	if v := r.Header.Get(HeaderForwardedClient); v != "" && len(p.fwdKey) > 0 {
+		c.forwarded, c.requestID = v, r.Header.Get("X-Request-Id")
+	}
 	return p.decide(c, need, group, func(key string) (string, bool, string) {
 		vals := r.Header.Values(key)
 		msg := "This API is restricted, expecting header '" + key + "'"
@@ -250,6 +273,9 @@ type presented struct {
 	token         string
 	tls           *tls.ConnectionState
 	addr          string
+	// forwarded is a HeaderForwardedClient value to verify, with the
+	// request id it is bound to.
+	forwarded, requestID string
 }
 
 // restrictedValue returns the value of the restriction header named by key,
@@ -265,6 +291,14 @@ const (
 
 func (p *Policy) decide(c presented, need Role, group string, restricted restrictedValue) (Principal, error) {
 	pr := Principal{Addr: c.addr}
+	if c.forwarded != "" {
+		f, err := VerifyForwarded(p.fwdKey, c.forwarded, c.requestID, p.now())
+		if err != nil {
+			return pr, &Denied{Status: http.StatusUnauthorized, Reason: ReasonInvalidForwarded, Message: "the forwarded client identity does not verify"}
+		}
+		pr.Client, pr.Addr, pr.ProxyAddr = f.Client, f.Addr, c.addr
+		pr.ID, pr.Via = f.Client, ViaGateway // unless a credential of its own says more
+	}
 	// Triton checks a restricted group before anything else; so do we.
 	if rule, ok := p.restricted[group]; ok && group != "" {
 		v, present, msg := restricted(rule.Key)
@@ -277,8 +311,10 @@ func (p *Policy) decide(c presented, need Role, group string, restricted restric
 	case credInvalid:
 		return pr, &Denied{Status: http.StatusUnauthorized, Reason: ReasonInvalidCredential, Message: "the credential is not valid"}
 	case credNone:
-		if p.open(need) {
-			pr.ID, pr.Via = AnonymousID, ViaOpen
+		if p.openTo(need, pr) {
+			if !pr.Proxied() {
+				pr.ID, pr.Via = AnonymousID, ViaOpen
+			}
 			return pr, nil
 		}
 		return pr, &Denied{
@@ -288,7 +324,7 @@ func (p *Policy) decide(c presented, need Role, group string, restricted restric
 		}
 	}
 	// A caller with a credential gets at least what an anonymous one would.
-	if pr.Role >= need || p.open(need) {
+	if pr.Role >= need || p.openTo(need, pr) {
 		return pr, nil
 	}
 	what := "token"
@@ -299,6 +335,16 @@ func (p *Policy) decide(c presented, need Role, group string, restricted restric
 		Status: http.StatusForbidden, Reason: ReasonInsufficientRole,
 		Message: fmt.Sprintf("%s %q has role %s; this call needs %s", what, pr.ID, pr.Role, need),
 	}
+}
+
+// openTo reports whether pr's call needing need may pass without a
+// credential: never a write the gateway proxied (the listener's open
+// writes are for local processes, and the gateway's client is not one).
+func (p *Policy) openTo(need Role, pr Principal) bool {
+	if pr.Proxied() && need >= RoleOperate {
+		return false
+	}
+	return p.open(need)
 }
 
 // open reports whether a call needing need may pass without a credential.

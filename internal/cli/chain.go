@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sluice-ml/sluice/internal/admission"
+	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/console"
 	"github.com/sluice-ml/sluice/internal/feature/materialize"
@@ -70,6 +72,15 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 	banner := &banner{config: f.configFile, guard: gd}
 	var reloadGateway func(context.Context) error
 
+	if cfg.ModelServer != nil && cfg.Gateway != nil && cfg.Gateway.Proxy != nil {
+		// The gateway's KServe proxy vouches for its clients with a key
+		// only this process holds, so that the model server never takes
+		// a proxied call for a local one (docs/security.md).
+		gd.forwardedKey = make([]byte, authz.ForwardedKeyBytes)
+		if _, err := rand.Read(gd.forwardedKey); err != nil {
+			return fmt.Errorf("forwarded-client key: %w", err)
+		}
+	}
 	var ms *modelServer
 	if m := cfg.ModelServer; m != nil {
 		mf := *f
@@ -200,6 +211,8 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 		RemoteTLS:    func(c *tls.Config) gateway.RemoteClient { return kserve.New(kserve.Options{TLS: c}, logger) },
 		Reload:       func(context.Context) (*config.Config, error) { return config.Load(f.configFile) },
 		MaxBodyBytes: gc.Limits.MaxBodyBytes,
+		ForwardedKey: gd.forwardedKey,
+		Audit:        gd.audit,
 	}
 	if ms != nil {
 		opts.Models = ms.mgr

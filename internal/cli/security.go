@@ -39,6 +39,11 @@ type guard struct {
 	tlsMetrics *tlsconfig.Metrics
 	logger     *slog.Logger
 	closeAudit func()
+	// forwardedKey verifies the gateway proxy's X-Sluice-Forwarded-Client
+	// on this process's listeners (and signs it in its gateway): set under
+	// serve -c when a proxy fronts the in-process model server; nil: the
+	// header is ignored.
+	forwardedKey []byte
 
 	mu        sync.Mutex // protects tls and listeners
 	tls       []*tlsconfig.Server
@@ -199,6 +204,7 @@ func (g *guard) policy(openReads, openWrites bool, restrictions []string) (*auth
 	}
 	return authz.NewPolicy(authz.PolicyOptions{
 		Tokens: g.tokens, Restrictions: rs, OpenReads: openReads, OpenWrites: openWrites,
+		ForwardedKey: g.forwardedKey,
 	})
 }
 

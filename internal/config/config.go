@@ -222,7 +222,25 @@ type Proxy struct {
 	Timeout Duration `yaml:"timeout"`
 	// Retries retries failed tries on other endpoints; nil means none.
 	Retries *RetryPolicy `yaml:"retries"`
+	// AllowAPIs are the Triton API groups forwarded besides the inference
+	// and read ones (health, metadata, inference, model-config,
+	// statistics), which always are: model-repository, shared-memory,
+	// trace, logging. Any other request (and an inference that names a
+	// shared-memory region, unless shared-memory is listed) is answered
+	// 403 proxy_api_not_allowed. Listing a state-changing group needs an
+	// operate token in security.tokens and no anonymous access; the
+	// caller's X-Sluice-Token then travels for those groups only.
+	AllowAPIs []string `yaml:"allow_apis"`
 }
+
+// ProxyDefaultAPIs are the Triton API groups the KServe proxy always
+// forwards: inference and reads.
+var ProxyDefaultAPIs = []string{"health", "metadata", "inference", "model-config", "statistics"}
+
+// ProxyStateAPIs are the groups the proxy forwards only when allow_apis
+// lists them: they change the model server's state or reach its shared
+// memory.
+var ProxyStateAPIs = []string{"model-repository", "shared-memory", "trace", "logging"}
 
 // RateLimit is a token bucket.
 type RateLimit struct {

@@ -218,6 +218,9 @@ func (l listenerChecks) gateway(g *Gateway) {
 		}
 		l.clientTLS(p, b.TLS)
 	}
+	if px := g.Proxy; px != nil {
+		l.proxyAPIs(g, px)
+	}
 	l.clientTLS("gateway.rate_limit_backend.redis.tls", g.RateLimitBackend.Redis.TLS)
 	l.clientTLS("gateway.recording.nats.tls", g.Recording.NATS.TLS)
 	ids := map[string]string{}
@@ -249,4 +252,24 @@ func IsLoopback(addr string) bool {
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.IsLoopback()
+}
+
+// proxyAPIs checks the KServe proxy's allow_apis: known groups, and no
+// state-changing or shared-memory group open to a caller the model server
+// cannot hold to an operate token.
+func (l listenerChecks) proxyAPIs(g *Gateway, px *Proxy) {
+	for i, api := range px.AllowAPIs {
+		p := fmt.Sprintf("gateway.proxy.allow_apis[%d]", i)
+		switch {
+		case slices.Contains(ProxyDefaultAPIs, api):
+			// always forwarded; harmless
+		case !slices.Contains(ProxyStateAPIs, api):
+			l.v.add(p, "unknown API group %q (forwarded when listed: %s; always: %s)", api,
+				strings.Join(ProxyStateAPIs, ", "), strings.Join(ProxyDefaultAPIs, ", "))
+		case g.Anonymous.Allowed:
+			l.v.add(p, "the %s API would be open to anonymous callers of the gateway: turn off gateway.anonymous.allowed or drop it from allow_apis", api)
+		case !l.operate:
+			l.v.add(p, "the %s API changes the model server's state or reaches its shared memory: a proxied call needs an operate token (X-Sluice-Token), and security.tokens has none; add one or drop it from allow_apis", api)
+		}
+	}
 }

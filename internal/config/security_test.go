@@ -159,3 +159,29 @@ func TestLimitsMustFitTheBudget(t *testing.T) {
 	_, err := Parse("sluice.yaml", []byte(doc), nil)
 	require.ErrorContains(t, err, "model_server.limits: max_body_bytes 67108864 exceeds the memory budget")
 }
+
+// TestProxyAllowAPIs: the KServe proxy's allow_apis may not open a
+// state-changing or shared-memory group to anonymous callers, nor to
+// callers no operate token can hold to account (issue 22 item 2).
+func TestProxyAllowAPIs(t *testing.T) {
+	doc := func(anonymous bool, tokens string, apis string) string {
+		return tokens + `gateway:
+  anonymous: {allowed: ` + map[bool]string{true: "true", false: "false"}[anonymous] + `}
+  backends: [{name: m, kind: kserve_http, endpoints: ["127.0.0.1:8000"]}]
+  proxy: {backend: m, allow_apis: ` + apis + `}
+`
+	}
+	env := func(k string) (string, bool) { return "s3cret", k == "OPS_TOKEN" }
+	const ops = "security:\n  tokens: [{id: ops, token: \"${OPS_TOKEN}\", role: operate}]\n"
+	_, err := Parse("sluice.yaml", []byte(doc(true, ops, "[shared-memory, inference, bogus]")), env)
+	require.ErrorContains(t, err, `gateway.proxy.allow_apis[0]: the shared-memory API would be open to anonymous callers`)
+	require.ErrorContains(t, err, `gateway.proxy.allow_apis[2]: unknown API group "bogus"`)
+	require.NotContains(t, err.Error(), "allow_apis[1]", "a default group may be listed")
+	_, err = Parse("sluice.yaml", []byte(doc(false, "", "[model-repository]")), env)
+	require.ErrorContains(t, err, `gateway.proxy.allow_apis[0]: the model-repository API changes the model server's state`)
+	cfg, err := Parse("sluice.yaml", []byte(doc(false, ops, "[model-repository, logging]")), env)
+	require.NoError(t, err)
+	require.Equal(t, []string{"model-repository", "logging"}, cfg.Gateway.Proxy.AllowAPIs)
+	_, err = Parse("sluice.yaml", []byte(doc(true, "", "[]")), env)
+	require.NoError(t, err, "the default groups need nothing")
+}

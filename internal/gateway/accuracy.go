@@ -93,6 +93,7 @@ func (h *accuracyHook) answered(_ context.Context, x *exchange) {
 	p := &accuracy.Prediction{
 		Service: s.name, Key: key, RequestID: x.reqID, Model: ans.Model, Version: ans.Version,
 		Route: ans.Route, Group: x.roGroup, Slices: recordHeaders(x.call.Header, a.headers), Outputs: outs, Time: x.start,
+		Client: x.id.ClientID,
 	}
 	var feats map[string]any
 	if a.features {
@@ -103,8 +104,11 @@ func (h *accuracyHook) answered(_ context.Context, x *exchange) {
 
 // serveOutcomes answers POST /v1/services/<name>/outcomes on the
 // gateway's listener: a configured client (not an anonymous caller),
-// within the service's outcome_clients when it lists any, under the
-// client's rate limit.
+// under the client's rate limit. An outcome joins only a prediction
+// served to the posting client, unless the service's outcome_clients
+// names it (a labelling pipeline may judge every prediction); others are
+// not stored (result not_permitted; a post none of whose outcomes may be
+// stored is answered 403 outcome_not_permitted).
 func (g *Gateway) serveOutcomes(w http.ResponseWriter, r *http.Request, name string) {
 	st := g.state.Load()
 	s, ok := st.byName[name]
@@ -123,16 +127,23 @@ func (g *Gateway) serveOutcomes(w http.ResponseWriter, r *http.Request, name str
 		writeError(w, "", http.StatusUnauthorized, auth.ReasonMissingAPIKey, "posting outcomes needs a client API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'")
 		return
 	}
-	if s.accuracy != nil && len(s.accuracy.clients) > 0 && !slices.Contains(s.accuracy.clients, id.ClientID) {
-		writeError(w, "", http.StatusForbidden, ReasonOutcomeNotPermitted,
-			"client "+quoteName(id.ClientID)+" may not post outcomes of service "+quoteName(name)+" (accuracy.outcome_clients)")
-		return
+	src := outcomeSource{client: id.ClientID}
+	if s.accuracy != nil {
+		src.any = slices.Contains(s.accuracy.clients, id.ClientID)
 	}
-	g.ingestOutcomes(w, r, s)
+	g.ingestOutcomes(w, r, s, src)
 }
 
-// ingestOutcomes reads the body of an outcome post and joins it.
-func (g *Gateway) ingestOutcomes(w http.ResponseWriter, r *http.Request, s *service) {
+// outcomeSource is who posts outcomes: a gateway client, and whether it
+// may judge any prediction of the service (outcome_clients, or an operate
+// token on the admin port) or only its own.
+type outcomeSource struct {
+	client string
+	any    bool
+}
+
+// ingestOutcomes reads the body of an outcome post from src and joins it.
+func (g *Gateway) ingestOutcomes(w http.ResponseWriter, r *http.Request, s *service, src outcomeSource) {
 	if s.accuracy == nil || g.opts.Accuracy == nil {
 		writeError(w, "", http.StatusNotFound, ReasonAccuracyNotEnabled, "service "+quoteName(s.name)+" has no accuracy block")
 		return
@@ -146,6 +157,9 @@ func (g *Gateway) ingestOutcomes(w http.ResponseWriter, r *http.Request, s *serv
 	if err != nil {
 		writeError(w, "", http.StatusBadRequest, ReasonInvalidOutcome, err.Error())
 		return
+	}
+	for i := range outs {
+		outs[i].Client, outs[i].Any = src.client, src.any
 	}
 	results, err := g.opts.Accuracy.Ingest(r.Context(), outs)
 	if err != nil {
@@ -162,10 +176,13 @@ func (g *Gateway) ingestOutcomes(w http.ResponseWriter, r *http.Request, s *serv
 		// next tick.
 		s.rollout.ctrl.Tick(g.opts.Now())
 	}
-	if s.rollout != nil && counts[accuracy.ResultJoined] > 0 && s.cfg.Rollout.Gates.Accuracy != nil {
-		// The accuracy gate is judged as outcomes arrive, not only on the
-		// next tick.
-		s.rollout.ctrl.Tick(g.opts.Now())
+	if n := counts[accuracy.ResultNotPermitted]; n > 0 && n == len(results) {
+		// Nothing was stored: the predictions were served to another
+		// client, and this one is not in outcome_clients.
+		g.logger.Info("outcomes refused: not the predictions' client", "service", s.name, "client_id", src.client, "outcomes", n)
+		writeError(w, "", http.StatusForbidden, ReasonOutcomeNotPermitted,
+			"client "+quoteName(src.client)+" may post outcomes only of predictions served to it (service "+quoteName(s.name)+"; accuracy.outcome_clients names clients that may post any)")
+		return
 	}
 	writeJSON(w, http.StatusOK, outcomeAnswer{Service: s.name, Results: results, Counts: counts})
 }

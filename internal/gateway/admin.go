@@ -72,7 +72,9 @@ func (g *Gateway) AdminHandler(metrics http.Handler) http.Handler {
 			writeError(w, "", http.StatusNotFound, ReasonNotFound, "no service named "+quoteName(r.PathValue("service")))
 			return
 		}
-		g.ingestOutcomes(w, r, s)
+		// The admin port takes writes from an operate token only: it may
+		// judge any prediction.
+		g.ingestOutcomes(w, r, s, outcomeSource{client: "admin", any: true})
 	})
 	mux.HandleFunc("GET /shadow", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, g.shadowState())

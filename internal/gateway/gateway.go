@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
@@ -94,6 +95,13 @@ type Options struct {
 	MaxBodyBytes int64
 	// Now is the clock [time.Now].
 	Now func() time.Time
+	// ForwardedKey signs the KServe proxy's X-Sluice-Forwarded-Client
+	// header (authz.SignForwarded), by which the model server knows a
+	// proxied call's client; empty: the header is not sent.
+	ForwardedKey []byte
+	// Audit records the proxy's state-changing calls, refused ones
+	// included; nil records nothing.
+	Audit *authz.Auditor
 }
 
 // Gateway is the inference gateway. It is safe for concurrent use.
@@ -168,6 +176,7 @@ type proxyRoute struct {
 	b        *backend
 	up       *upstreamHTTP
 	duration prometheus.Observer // request_duration_seconds{service="proxy"}
+	allowed  map[string]bool     // Triton API groups forwarded
 }
 
 // limiter is what a request's rate limit is asked of (ratelimit.Local or
@@ -442,7 +451,14 @@ func (g *Gateway) buildProxy(st *state, cfg *config.Gateway) []error {
 	if !ok {
 		return []error{fmt.Errorf("proxy: backend %q is %s; the proxy needs kind kserve_http", px.Backend, b.kind)}
 	}
-	st.proxy = &proxyRoute{cfg: px, b: b, up: c.up, duration: g.met.duration.WithLabelValues("proxy")}
+	allowed := map[string]bool{}
+	for _, api := range config.ProxyDefaultAPIs {
+		allowed[api] = true
+	}
+	for _, api := range px.AllowAPIs {
+		allowed[api] = true
+	}
+	st.proxy = &proxyRoute{cfg: px, b: b, up: c.up, duration: g.met.duration.WithLabelValues("proxy"), allowed: allowed}
 	return nil
 }
 

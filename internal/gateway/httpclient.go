@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/gateway/h1"
 )
 
@@ -59,40 +60,69 @@ func (u *upstreamHTTP) withTLS(cfg *tls.Config) *upstreamHTTP {
 // forward sends one try of a proxied request r, whose body was read into
 // body, to endpoint addr: the caller's headers less the hop-by-hop ones
 // and its credentials, and reqID as X-Request-Id.
-func (u *upstreamHTTP) forward(ctx context.Context, r *http.Request, addr string, body []byte, reqID string) (*http.Response, error) {
+func (u *upstreamHTTP) forward(ctx context.Context, r *http.Request, addr string, body []byte, reqID string, fwd forwarding) (*http.Response, error) {
 	if u.client != nil {
-		return u.forwardStd(ctx, r, addr, body, reqID)
+		return u.forwardStd(ctx, r, addr, body, reqID, fwd)
+	}
+	extra := []string{"X-Request-Id", reqID}
+	if fwd.identity != "" {
+		extra = append(extra, authz.HeaderForwardedClient, fwd.identity)
+	}
+	skip := skipForwarded
+	if fwd.keepToken {
+		skip = skipForwardedKeepToken
 	}
 	// The host is a configured endpoint, never the caller's choice.
 	return u.h1.Do(ctx, &h1.Request{
 		Method: r.Method, Addr: addr, URI: r.URL.RequestURI(),
-		Header: r.Header, Skip: skipForwarded, Extra: []string{"X-Request-Id", reqID},
+		Header: r.Header, Skip: skip, Extra: extra,
 		Body: body,
 	})
 }
 
 // skipForwarded names the request headers the proxy does not pass on:
-// hop-by-hop ones, the caller's credentials, and X-Request-Id, which it
-// sets itself.
+// hop-by-hop ones, the caller's credentials, X-Request-Id, which it sets
+// itself, and X-Sluice-Forwarded-Client, which only the gateway may set.
 func skipForwarded(name string) bool {
-	return hopHeader(name) || name == "X-Request-Id" || strings.EqualFold(name, "X-Request-Id")
+	return hopHeader(name) || ownHeader(name)
+}
+
+// skipForwardedKeepToken is skipForwarded letting the caller's
+// X-Sluice-Token through (a state-changing group allow_apis lists).
+func skipForwardedKeepToken(name string) bool {
+	if strings.EqualFold(name, "X-Sluice-Token") {
+		return false
+	}
+	return skipForwarded(name)
+}
+
+// ownHeader names the headers the proxy sets itself.
+func ownHeader(name string) bool {
+	return strings.EqualFold(name, "X-Request-Id") || strings.EqualFold(name, authz.HeaderForwardedClient)
 }
 
 // forwardStd is forward through net/http.
-func (u *upstreamHTTP) forwardStd(ctx context.Context, r *http.Request, addr string, body []byte, reqID string) (*http.Response, error) {
+func (u *upstreamHTTP) forwardStd(ctx context.Context, r *http.Request, addr string, body []byte, reqID string, fwd forwarding) (*http.Response, error) {
 	url := *r.URL
 	url.Scheme, url.Host = u.scheme, addr
 	out, err := http.NewRequestWithContext(ctx, r.Method, url.String(), bytes.NewReader(body)) //nolint:gosec // G704: the host is a backend's configured endpoint
 	if err != nil {
 		return nil, err
 	}
-	h := make(http.Header, len(r.Header)+1)
+	h := make(http.Header, len(r.Header)+2)
+	skip := skipForwarded
+	if fwd.keepToken {
+		skip = skipForwardedKeepToken
+	}
 	for k, vs := range r.Header {
-		if !hopHeader(k) {
+		if !skip(k) {
 			h[k] = vs
 		}
 	}
 	h["X-Request-Id"] = []string{reqID}
+	if fwd.identity != "" {
+		h[authz.HeaderForwardedClient] = []string{fwd.identity}
+	}
 	out.Header = h
 	out.ContentLength = int64(len(body))
 	return u.client.Do(out) //nolint:gosec // G704: the host is a backend's configured endpoint

@@ -234,7 +234,7 @@ func (g *Gateway) call(ctx context.Context, s *service, b *backend, rp *config.R
 		ep.Done(outcome)
 		if perTryExpired {
 			err = infer.Errorf(infer.KindTimeout, ReasonUpstreamTimeout,
-				"model %q on %s did not answer within the per-try timeout %s", req.Model, ep.Addr, rp.PerTryTimeout.Std())
+				"model %q did not answer within the per-try timeout %s", req.Model, rp.PerTryTimeout.Std())
 		}
 		if !r.again(ctx, attempt, ep.Addr, f) {
 			info.retries = r.retries

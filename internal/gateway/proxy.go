@@ -1,17 +1,27 @@
 package gateway
 
 import (
+	"bytes"
+	"compress/gzip"
+	"compress/zlib"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/admission"
+	"github.com/sluice-ml/sluice/internal/authz"
+	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
+	"github.com/sluice-ml/sluice/internal/gateway/auth"
 	"github.com/sluice-ml/sluice/internal/gateway/upstream"
 	"github.com/sluice-ml/sluice/internal/wire"
 )
@@ -19,6 +29,15 @@ import (
 // The KServe v2 proxy: an L7 hop with the service path's admission
 // (authentication, rate limit) in front of a kserve_http backend, and its
 // retry policy behind. Bodies pass through untouched.
+//
+// Trust does not travel through it. It forwards only the inference and
+// read API groups (config.ProxyDefaultAPIs) and those allow_apis lists;
+// anything else, and an inference naming a shared-memory region unless
+// shared-memory is listed, is refused here (403 proxy_api_not_allowed)
+// and audited with the client's identity. What it forwards carries
+// X-Sluice-Forwarded-Client, the client it authenticated and its address
+// signed with Options.ForwardedKey, so the model server treats the call as
+// that client's and never as a local process's (authz.VerifyForwarded).
 
 // maxProxyBody bounds a proxied request body: KServe v2 binary tensors can
 // be large, but not unbounded.
@@ -40,10 +59,26 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 		g.met.requests.WithLabelValues("proxy", "proxy", strconv.Itoa(e.Status), e.Source, e.ClientID, reasonLabel(e.Status, e.Reason)).Inc()
 		px.duration.Observe(elapsed.Seconds())
 	}()
-	if _, err := g.admit(r.Context(), st, r.Header, r.RemoteAddr, r.TLS, &e); err != nil {
+	id, err := g.admit(r.Context(), st, r.Header, r.RemoteAddr, r.TLS, &e)
+	if err != nil {
 		code, reason := wire.HTTPStatus(err)
 		e.Status, e.Reason, e.Error = code, reason, err.Error()
 		writeHTTPError(w, reqID, err)
+		return
+	}
+	group, need := authz.KServeHTTPGroup(r.Method, r.URL.EscapedPath())
+	var audit *authz.Event
+	if need >= authz.RoleOperate || group == authz.GroupSharedMemory {
+		action, target := authz.KServeHTTPAction(r.URL.EscapedPath())
+		if action == "" {
+			action = "shared_memory.status"
+		}
+		audit = g.proxyAudit(r, id, reqID, action, target)
+		defer func() { g.recordProxyAudit(audit, e.Status, e.Reason) }()
+	}
+	if !px.allowed[group] {
+		e.Status, e.Reason = http.StatusForbidden, ReasonProxyAPINotAllowed
+		writeError(w, reqID, e.Status, e.Reason, proxyRefusal(group))
 		return
 	}
 	body, err := readAll(http.MaxBytesReader(w, r.Body, maxProxyBody), r.ContentLength)
@@ -55,6 +90,25 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 		}
 		writeError(w, reqID, e.Status, e.Reason, "reading the request body: "+err.Error())
 		return
+	}
+	if group == authz.GroupInference && !px.allowed[authz.GroupSharedMemory] {
+		if uses, err := usesSharedMemory(body, r.Header); uses || err != nil {
+			if audit == nil {
+				audit = g.proxyAudit(r, id, reqID, "infer.shared_memory", strings.TrimPrefix(r.URL.Path, "/v2/models/"))
+				defer func() { g.recordProxyAudit(audit, e.Status, e.Reason) }()
+			}
+			e.Status, e.Reason = http.StatusForbidden, ReasonProxyAPINotAllowed
+			msg := "the gateway's KServe proxy does not forward inference requests that name a shared-memory region (gateway.proxy.allow_apis: [shared-memory])"
+			if err != nil {
+				msg += ": " + err.Error()
+			}
+			writeError(w, reqID, e.Status, e.Reason, msg)
+			return
+		}
+	}
+	fwd := forwarding{keepToken: slices.Contains(px.cfg.AllowAPIs, group) && slices.Contains(config.ProxyStateAPIs, group)}
+	if len(g.opts.ForwardedKey) > 0 {
+		fwd.identity = authz.SignForwarded(g.opts.ForwardedKey, authz.Forwarded{Client: id.ClientID, Addr: r.RemoteAddr}, reqID, g.opts.Now())
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), px.cfg.Timeout.Std())
 	defer cancel()
@@ -69,7 +123,7 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 			return
 		}
 		e.Endpoint = ep.Addr
-		resp, f, err := g.proxyTry(ctx, rt, ep, r, px.up, body, reqID)
+		resp, f, err := g.proxyTry(ctx, rt, ep, r, px.up, body, reqID, fwd)
 		if resp != nil && (resp.StatusCode < 500 || !rt.again(ctx, attempt, ep.Addr, f)) {
 			// An answer: passed on as it is, a 5xx too when it is not
 			// retried.
@@ -85,12 +139,15 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 		if rt.again(ctx, attempt, ep.Addr, f) {
 			continue
 		}
-		code, rsn := http.StatusBadGateway, ReasonUpstreamUnavailable
+		code, rsn, msg := http.StatusBadGateway, ReasonUpstreamUnavailable, "the model server did not answer"
 		if f.timeout || errors.Is(err, context.DeadlineExceeded) {
-			code, rsn = http.StatusGatewayTimeout, ReasonUpstreamTimeout
+			code, rsn, msg = http.StatusGatewayTimeout, ReasonUpstreamTimeout, "the model server did not answer in time"
 		}
+		// The endpoint stays in the access log (endpoint, error); the
+		// cause (a refused connection, a certificate that does not
+		// verify) goes to the client scrubbed of every address.
 		e.Status, e.Reason, e.Error = code, rsn, err.Error()
-		writeError(w, reqID, code, rsn, "model server "+ep.Addr+": "+err.Error())
+		writeError(w, reqID, code, rsn, msg+": "+err.Error())
 		return
 	}
 }
@@ -98,10 +155,10 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 // proxyTry makes one try on ep under the retry policy's per-try timeout
 // and tells ep how it went. It returns the response, or how the try
 // failed for retry_on.
-func (g *Gateway) proxyTry(ctx context.Context, rt *retrier, ep *upstream.Endpoint, r *http.Request, up *upstreamHTTP, body []byte, reqID string) (*http.Response, tryFailure, error) {
+func (g *Gateway) proxyTry(ctx context.Context, rt *retrier, ep *upstream.Endpoint, r *http.Request, up *upstreamHTTP, body []byte, reqID string, fwd forwarding) (*http.Response, tryFailure, error) {
 	tctx, cancel := rt.tryContext(ctx)
 	start := time.Now()
-	resp, err := up.forward(tctx, r, ep.Addr, body, reqID)
+	resp, err := up.forward(tctx, r, ep.Addr, body, reqID, fwd)
 	var f tryFailure
 	if err != nil {
 		f.timeout = tctx.Err() != nil && ctx.Err() == nil
@@ -162,4 +219,113 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b 
 func isConnectErr(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// ReasonProxyAPINotAllowed: the KServe proxy does not forward the
+// request's API group (gateway.proxy.allow_apis) (403).
+const ReasonProxyAPINotAllowed = "proxy_api_not_allowed"
+
+// proxyRefusal is the message of a request whose group the proxy does
+// not forward.
+func proxyRefusal(group string) string {
+	if group == "" {
+		return "the gateway's KServe proxy forwards only KServe v2 API paths it knows"
+	}
+	return "the gateway's KServe proxy does not forward the " + group + " API (it forwards " +
+		strings.Join(config.ProxyDefaultAPIs, ", ") + " and what gateway.proxy.allow_apis lists)"
+}
+
+// forwarding is what a proxied request carries beyond the caller's
+// headers: the signed client identity, and the caller's X-Sluice-Token
+// for a state-changing group allow_apis lists (the model server checks
+// it; no other group gets it).
+type forwarding struct {
+	identity  string
+	keepToken bool
+}
+
+// proxyAudit starts the audit event of a proxied call that changes state
+// or reaches shared memory: the client as the gateway authenticated it,
+// and its own address.
+func (g *Gateway) proxyAudit(r *http.Request, id auth.Identity, reqID, action, target string) *authz.Event {
+	via := "api_key"
+	switch {
+	case id.Anonymous:
+		via = authz.ViaOpen
+	case r.Header.Get("Authorization") == "" && r.Header.Get("X-Api-Key") == "":
+		via = authz.ViaMTLS
+	}
+	return &authz.Event{
+		Component: authz.ComponentGatewayProxy, Action: action, Target: target,
+		Who: id.ClientID, Via: via, Addr: r.RemoteAddr, Client: id.ClientID, RequestID: reqID,
+	}
+}
+
+// recordProxyAudit records ev with the status answered.
+func (g *Gateway) recordProxyAudit(ev *authz.Event, status int, reason string) {
+	ev.Status, ev.Reason = status, reason
+	switch {
+	case status == http.StatusForbidden && reason == ReasonProxyAPINotAllowed:
+		ev.Result = authz.ResultDenied
+	case status >= 400:
+		ev.Result = authz.ResultError
+	default:
+		ev.Result = authz.ResultOK
+	}
+	g.opts.Audit.Record(*ev)
+}
+
+// usesSharedMemory reports whether a KServe v2 inference body names a
+// shared-memory region (a "shared_memory_region" parameter, which the
+// model server reads and writes). It looks at the JSON part (the first
+// Inference-Header-Content-Length bytes with the binary extension), after
+// the body's Content-Encoding; the quick byte search decides the common
+// case, and a body that might hide the name (escapes) is scanned token by
+// token, duplicate keys included. An error means the body could not be
+// read: the proxy refuses it rather than guess.
+func usesSharedMemory(body []byte, h http.Header) (bool, error) {
+	switch enc := strings.ToLower(strings.TrimSpace(h.Get("Content-Encoding"))); enc {
+	case "", "identity":
+	case "gzip", "deflate":
+		var zr io.ReadCloser
+		var err error
+		if enc == "gzip" {
+			zr, err = gzip.NewReader(bytes.NewReader(body))
+		} else {
+			zr, err = zlib.NewReader(bytes.NewReader(body))
+		}
+		if err != nil {
+			return false, fmt.Errorf("content-encoding %s: %w", enc, err)
+		}
+		defer zr.Close()
+		// The model server decompresses at most its body limit; so do we.
+		plain, err := io.ReadAll(io.LimitReader(zr, maxProxyBody+1))
+		if err != nil {
+			return false, fmt.Errorf("content-encoding %s: %w", enc, err)
+		}
+		body = plain
+	default:
+		return false, nil // the model server refuses an encoding it does not know
+	}
+	if v := h.Get("Inference-Header-Content-Length"); v != "" {
+		if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 0 && n <= len(body) {
+			body = body[:n]
+		}
+	}
+	if !bytes.Contains(body, []byte("shared_memory")) && !bytes.Contains(body, []byte(`\u`)) {
+		return false, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("inference header: %w", err)
+		}
+		if s, ok := tok.(string); ok && strings.HasPrefix(s, "shared_memory_") {
+			return true, nil
+		}
+	}
 }

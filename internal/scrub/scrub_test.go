@@ -36,3 +36,21 @@ func FuzzMessage(f *testing.F) {
 		require.Equal(t, out, Message(out))
 	})
 }
+
+// TestMessageHostNames: host names and ports leave no trace (issue 22
+// item 6), whatever wording carries them.
+func TestMessageHostNames(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{`model server localhost:24398: Get "http://localhost:24398/v2/models/m/infer": dial tcp: connection refused`,
+			`model server [address]: Get "[url]": dial tcp: connection refused`},
+		{"ModelInfer localhost:24397: Unavailable: connection error", "ModelInfer [address]: Unavailable: connection error"},
+		{"ModelInfer models-0.models.svc.cluster.local:8001: Unavailable", "ModelInfer [address]: Unavailable"},
+		{"lookup models-0.models on 10.96.0.10:53: no such host", "lookup [address] on [address]: no such host"},
+		{"a localhost:1,b.internal:2 c", "a [address],[address] c"},
+		{"grpc://feature-server:6566/x failed", "[url] failed"},
+		{"at 12:30:45 the model failed", "at 12:30:45 the model failed"},
+		{"Unavailable: retry later", "Unavailable: retry later"},
+	} {
+		require.Equal(t, tt.want, Message(tt.in), tt.in)
+	}
+}

@@ -150,9 +150,10 @@ func GRPCStatus(err error) error {
 	}
 	code, reason := classify(err)
 	msg := err.Error()
-	switch code { //nolint:exhaustive // only server-side failures are scrubbed
-	case codes.Internal, codes.Unavailable, codes.Unknown, codes.DataLoss:
-		msg = scrub.Message(msg) // the server's log keeps the detail
+	// Server-side failures (what an HTTP edge answers 5xx) are scrubbed;
+	// the server's log keeps the detail.
+	if CodeHTTPStatus(code, reason) >= http.StatusInternalServerError {
+		msg = scrub.Message(msg)
 	}
 	return StatusError(code, reason, msg)
 }
