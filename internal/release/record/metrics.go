@@ -19,7 +19,7 @@ type writerMetrics struct {
 func newWriterMetrics(reg prometheus.Registerer, sink string) *writerMetrics {
 	records := telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "sluice", Subsystem: "release", Name: "records_total",
-		Help: "Recorded exchanges by sink and result: written (stored by the sink), dropped (queue full or writer closed: never accepted), failed (accepted and lost: not encodable, refused by a sink without a spool, or given up at shutdown without one, or unwritable to the spool) or dropped_by_policy (accepted and discarded because the spool was full).",
+		Help: "Recorded exchanges by sink and result: written (stored by the sink), dropped (queue full or writer closed: never accepted), failed (accepted and lost: not encodable, refused by a sink without a spool, or given up at shutdown without one, or unwritable to the spool), dropped_by_policy (accepted and discarded because the spool was full) or damaged (spooled, then lost to damage on disk; the intact records around them are kept).",
 	}, []string{"sink", "result"}))
 	queue := telemetry.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "sluice", Subsystem: "release", Name: "record_queue_length",
