@@ -303,7 +303,7 @@ type fakeFeatures struct {
 	// reason), for every entity.
 	unreadable map[string]string
 	err        error
-	last *serving.Request
+	last       *serving.Request
 }
 
 func newFakeFeatures(repo *registry.Repo) *fakeFeatures {
