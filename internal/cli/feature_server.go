@@ -67,7 +67,7 @@ func newFeatureServerCmd() *cobra.Command {
 	fl.IntVar(&f.port, "port", 6566, "HTTP port (Feast's default); /metrics is served here too")
 	fl.IntVar(&f.grpcPort, "grpc-port", 0, "port serving Feast's gRPC API (feast.serving.ServingService); 0 for none")
 	fl.IntVar(&f.metricsPort, "metrics-port", 0, "extra port serving only /metrics; 0 for none")
-	fl.IntVar(&f.pollSecs, "registry-poll-secs", 10, "seconds between checks of the definitions for changes; 0 disables reloading")
+	fl.IntVar(&f.pollSecs, "registry-poll-secs", 10, "seconds between checks of the definitions and the registry for changes; 0 disables reloading (once applied, the registry serves: unapplied edits and refused type changes are reported, not served)")
 	fl.Int64Var(&f.maxBodyBytes, "max-request-bytes", serving.DefaultMaxBodyBytes, "largest request body accepted")
 	fl.DurationVar(&f.tolerance, "event-time-tolerance", serving.DefaultEventTimeTolerance, "how far past a request's event_timestamp a feature may be before the request is refused")
 	fl.IntVar(&f.exitTimeoutSecs, "exit-timeout-secs", 30, "seconds to wait for in-flight requests at shutdown")

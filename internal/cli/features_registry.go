@@ -43,7 +43,13 @@ func newFeaturesPlanCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return registry.WritePlan(out, registry.Diff(old, r.Snapshot()))
+			snap := r.Snapshot()
+			changes := registry.Diff(old, snap)
+			if err := registry.WritePlan(out, changes); err != nil {
+				return err
+			}
+			writeServing(out, r.Config.Registry, old, snap, changes)
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&dir, "repo", ".", "feature repository folder (holding feature_store.yaml)")
@@ -64,7 +70,11 @@ and write the registry.
 
 A feature whose type changes reads NOT_FOUND from every row stored before
 the change until its view is materialized again: apply refuses such a change
-unless --allow-type-change is given.`,
+unless --allow-type-change is given.
+
+The feature server serves the registry apply writes, never the files
+behind its back: edits that are not applied (or that apply refused) are
+reported by the server and by plan, and not served.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
@@ -98,6 +108,24 @@ unless --allow-type-change is given.`,
 	cmd.Flags().StringVar(&dir, "repo", ".", "feature repository folder (holding feature_store.yaml)")
 	cmd.Flags().BoolVar(&allowRetype, "allow-type-change", false, "apply even when a feature's type changes (its stored values read NOT_FOUND until the view is re-materialized)")
 	return cmd
+}
+
+// writeServing says what the feature server does with the changes: it
+// serves the applied registry, so they serve only once applied, and a
+// type change only with --allow-type-change.
+func writeServing(out io.Writer, regPath string, old, snap *registry.Snapshot, changes []registry.Change) {
+	if len(changes) == 0 {
+		return
+	}
+	if retyped := registry.TypeChanges(old, snap); len(retyped) > 0 {
+		fmt.Fprintf(out, "Refused: apply refuses the type change of %s unless run with --allow-type-change; the feature server keeps serving the applied types (reloads count result=\"refused\").\n",
+			strings.Join(retyped, ", "))
+	}
+	if old == nil {
+		fmt.Fprintln(out, "Not applied: the feature server serves these files until apply writes the registry (a type change is refused at reload all the same).")
+		return
+	}
+	fmt.Fprintf(out, "Not served: the feature server serves the applied registry (%s), not these files, until apply writes them (sluice_feature_registry_unserved_changes says how many objects differ).\n", regPath)
 }
 
 // nouns writes n and the noun's form for n: one when n is 1, else many.

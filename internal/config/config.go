@@ -471,6 +471,12 @@ type Input struct {
 	Features []string `yaml:"features"`
 	// Missing is the policy for a missing value: fail, default or zero. Default fail.
 	Missing string `yaml:"missing"`
+	// Unreadable is the policy for a feature whose entity's row exists but
+	// whose stored value cannot be read (NOT_FOUND for a schema reason: a
+	// feature added or retyped since the row was written and not yet
+	// materialized again, or a damaged row): fail (default) answers 503
+	// feature_unreadable; missing applies Missing as for an absent value.
+	Unreadable string `yaml:"unreadable"`
 	// Default is the value used when Missing is default.
 	Default *float64 `yaml:"default"`
 }

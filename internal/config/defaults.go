@@ -141,6 +141,7 @@ func (s *Service) applyDefaults(written func(rel string) bool) {
 	for i := range s.Inputs {
 		s.Inputs[i].Datatype = or(s.Inputs[i].Datatype, "FP32")
 		s.Inputs[i].Missing = or(s.Inputs[i].Missing, "fail")
+		s.Inputs[i].Unreadable = or(s.Inputs[i].Unreadable, "fail")
 	}
 	for i := range s.Outputs {
 		s.Outputs[i].From = or(s.Outputs[i].From, s.Outputs[i].Name)

@@ -453,6 +453,7 @@ func (v *validator) inputs(p string, inputs []Input, fields map[string]bool) (us
 			}
 		}
 		v.oneOf(ip+".missing", in.Missing, "fail", "default", "zero")
+		v.oneOf(ip+".unreadable", in.Unreadable, "fail", "missing")
 		if in.Missing == "default" && in.Default == nil {
 			v.add(ip+".default", "missing: default needs a default value")
 		}

@@ -299,8 +299,11 @@ type fakeFeatures struct {
 
 	mu   sync.Mutex
 	vals map[string]map[int64]feature.Value // ref → entity id → value
-	err  error
-	last *serving.Request
+	// unreadable: ref → why its stored value reads NOT_FOUND (a schema
+	// reason), for every entity.
+	unreadable map[string]string
+	err        error
+	last       *serving.Request
 }
 
 func newFakeFeatures(repo *registry.Repo) *fakeFeatures {
@@ -362,7 +365,9 @@ func (f *fakeFeatures) GetOnlineFeatures(ctx context.Context, req *serving.Reque
 			}
 		}
 		col := serving.Column{Values: []feature.Value{{Null: true}}, Statuses: []serving.Status{serving.StatusNotFound}, EventTimestamps: []time.Time{{}}}
-		if ents := req.Entities[joinKeys[0]]; len(ents) == 1 {
+		if why := f.unreadable[ref]; why != "" {
+			col.Unreadable = []string{why}
+		} else if ents := req.Entities[joinKeys[0]]; len(ents) == 1 {
 			if v, ok := f.vals[ref][ents[0].I64]; ok {
 				col = serving.Column{Values: []feature.Value{v}, Statuses: []serving.Status{serving.StatusPresent}, EventTimestamps: []time.Time{time.Unix(1, 0)}}
 			}

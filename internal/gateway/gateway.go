@@ -570,7 +570,12 @@ func (g *Gateway) buildLimiter(cfg *config.Gateway, old *state, st *state) error
 		DialTimeout: rb.Redis.DialTimeout.Std(), ContextTimeoutEnabled: true, MaxRetries: -1,
 		PoolSize: 64, TLSConfig: tlsCfg,
 	})
-	r := ratelimit.NewRedis(st.redis, ratelimit.RedisOptions{Prefix: rb.Redis.KeyPrefix, Metrics: g.rlMet})
+	// A cold limiter may dial and load the script: give it the dial
+	// timeout on top of the steady-state budget (at least the default).
+	r := ratelimit.NewRedis(st.redis, ratelimit.RedisOptions{
+		Prefix: rb.Redis.KeyPrefix, Metrics: g.rlMet,
+		ConnectTimeout: max(rb.Redis.DialTimeout.Std()+ratelimit.DefaultRedisTimeout, ratelimit.DefaultRedisConnectTimeout),
+	})
 	st.limiter = ratelimit.NewFailOpen(r, g.local, ratelimit.FailOpenOptions{Logger: g.base, Metrics: g.rlMet})
 	return nil
 }

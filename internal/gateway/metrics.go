@@ -84,7 +84,7 @@ var knownReasons = func() map[string]bool {
 	m := map[string]bool{}
 	for _, r := range []string{
 		ReasonInvalidJSON, ReasonUnknownField, ReasonMissingField, ReasonInvalidField,
-		ReasonMissingFeature, ReasonRateLimited, ReasonFeatureUnavailable, ReasonNoRoute,
+		ReasonMissingFeature, ReasonFeatureUnreadable, ReasonRateLimited, ReasonFeatureUnavailable, ReasonNoRoute,
 		ReasonNoHealthyUpstream, ReasonUpstreamTimeout, ReasonUpstreamUnavailable,
 		ReasonInvalidModelOutput, ReasonNotFound, ReasonMethodNotAllowed, ReasonBodyTooLarge,
 		ReasonDraining, ReasonInternal, ReasonGatewayNotConfigured, ReasonInvalidRequestID,

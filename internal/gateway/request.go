@@ -20,6 +20,7 @@ const (
 	ReasonMissingField          = "missing_field"
 	ReasonInvalidField          = "invalid_field"
 	ReasonMissingFeature        = "missing_feature"
+	ReasonFeatureUnreadable     = "feature_unreadable"
 	ReasonRateLimited           = "rate_limited"
 	ReasonFeatureUnavailable    = "feature_service_unavailable"
 	ReasonNoRoute               = "no_route"
@@ -354,6 +355,19 @@ func featureCell(resp *serving.Response, col int) (*feature.Value, serving.Statu
 	return &c.Values[0], st
 }
 
+// unreadableCell returns why the value at col of row 0 is NOT_FOUND
+// although its row exists, or "".
+func unreadableCell(resp *serving.Response, col int) string {
+	if resp == nil {
+		return ""
+	}
+	c := &resp.Results[resp.EntityColumns+col]
+	if len(c.Unreadable) == 0 {
+		return ""
+	}
+	return c.Unreadable[0]
+}
+
 // assemble builds the model's input tensors for one request row from the
 // feature read (nil when the service reads none) and the request values.
 func (s *service) assemble(resp *serving.Response, vals []value) ([]infer.Tensor, error) {
@@ -383,6 +397,11 @@ func (s *service) assemble(resp *serving.Response, vals []value) ([]infer.Tensor
 				continue
 			}
 			fv, st := featureCell(resp, pt.col)
+			if why := unreadableCell(resp, pt.col); fv == nil && why != "" && !in.unreadableMissing {
+				return nil, infer.Errorf(infer.KindUnavailable, ReasonFeatureUnreadable,
+					"input %q: %q is stored for %s but cannot be read (%s: the view's schema changed since the row was written, or the row is damaged); re-materialize or push the view, or set the input's unreadable: missing to apply its missing policy",
+					in.tensor, pt.ref, s.entityText(vals), why)
+			}
 			if fv == nil {
 				fill, err := in.fillMissing(pt, "is "+st.String()+" for "+s.entityText(vals))
 				if err != nil {

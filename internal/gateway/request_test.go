@@ -255,6 +255,35 @@ func TestTensorFieldsOnly(t *testing.T) {
 	require.Equal(t, f32s(42.75, 123456789012), req.Input("y").Data)
 }
 
+// Issue 22 item 3: a feature whose stored value reads NOT_FOUND for a
+// schema reason (retyped, not re-materialized) was fed to the model as
+// zeros under missing: zero. By default it now fails the request with
+// 503 feature_unreadable naming input, feature, entity and reason;
+// unreadable: missing applies the input's missing policy instead.
+func TestUnreadableFeaturePolicy(t *testing.T) {
+	inputs := func(unreadable string) string {
+		return "[{tensor: a, missing: zero" + unreadable + ", features: [user_stats:trips, route_features:distance_km]}]"
+	}
+	t.Run("fail by default", func(t *testing.T) {
+		e := newEnv(t, parseConfig(t, gatewayYAML(yamlOpts{gateway: []string{anonAllowed}, inputs: inputs("")})))
+		e.features.put("user_stats:trips", 8, feature.Value{I64: 3, F64: 3})
+		e.features.unreadable = map[string]string{"route_features:distance_km": "retyped"}
+		res := e.post(t, `{"user_id": 8, "route_id": 3, "base_eta": 30}`)
+		requireError(t, res, http.StatusServiceUnavailable, gateway.ReasonFeatureUnreadable)
+		for _, s := range []string{`"a"`, "route_features:distance_km", "route_id=3", "retyped"} {
+			require.Contains(t, res.Error, s)
+		}
+		require.Zero(t, e.model.calls.Load(), "no zeros fed to the model")
+	})
+	t.Run("missing applies the missing policy", func(t *testing.T) {
+		e := newEnv(t, parseConfig(t, gatewayYAML(yamlOpts{gateway: []string{anonAllowed}, inputs: inputs(", unreadable: missing")})))
+		e.features.put("user_stats:trips", 8, feature.Value{I64: 3, F64: 3})
+		e.features.unreadable = map[string]string{"route_features:distance_km": "retyped"}
+		requireOK(t, e.post(t, `{"user_id": 8, "route_id": 3, "base_eta": 30}`))
+		require.Equal(t, f32s(3, 0), e.model.last(t).Input("a").Data)
+	})
+}
+
 func TestMissingFeaturePolicies(t *testing.T) {
 	t.Run("fail names input, feature and entity", func(t *testing.T) {
 		e := newEtaEnv(t)

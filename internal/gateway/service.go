@@ -85,6 +85,9 @@ type input struct {
 	width   int
 	missing missingPolicy
 	def     float64
+	// unreadableMissing applies missing to a value that reads NOT_FOUND
+	// for a schema reason; false fails the request (feature_unreadable).
+	unreadableMissing bool
 }
 
 // output maps a model output to a name in the answer.
@@ -269,7 +272,7 @@ func (c *compiler) inputs() {
 			c.fail("input %q: datatype %s cannot be assembled from features (want FP32, FP64, INT64 or INT32)", in.Tensor, in.Datatype)
 			continue
 		}
-		ip := input{tensor: in.Tensor, dt: dt}
+		ip := input{tensor: in.Tensor, dt: dt, unreadableMissing: in.Unreadable == "missing"}
 		switch in.Missing {
 		case "default":
 			ip.missing = missingDefault

@@ -166,7 +166,7 @@ func (m *mirror) closeRecorder(ctx context.Context, g *Gateway) error {
 	if st, ok := m.recorder.(interface{ Stats() record.WriterStats }); ok && g != nil {
 		s := st.Stats()
 		g.logger.Info("recording closed", "accepted", s.Accepted, "dropped", s.Dropped, "written", s.Written,
-			"spooled", s.Spooled, "recovered", s.Recovered, "dropped_by_policy", s.DroppedByPolicy, "failed", s.Failed, "lost", s.Lost())
+			"spooled", s.Spooled, "recovered", s.Recovered, "dropped_by_policy", s.DroppedByPolicy, "failed", s.Failed, "damaged", s.Damaged, "lost", s.Lost())
 	}
 	return err
 }

@@ -94,6 +94,14 @@ func startFeatureServer(t *testing.T, repo string) string {
 // returns the process's output.
 func startFeatureServerArgs(t *testing.T, repo string, args ...string) (string, *syncBuffer) {
 	t.Helper()
+	base, logs, _ := startFeatureServerProc(t, repo, args...)
+	return base, logs
+}
+
+// startFeatureServerProc is startFeatureServerArgs that also returns the
+// process (to signal it).
+func startFeatureServerProc(t *testing.T, repo string, args ...string) (string, *syncBuffer, *os.Process) {
+	t.Helper()
 	port := freePort(t)
 	logs := &syncBuffer{}
 	cmd := exec.Command(binPath, append([]string{"feature-server", "--repo", repo, "--address", "127.0.0.1", "--port", strconv.Itoa(port), "--log-format", "text"}, args...)...)
@@ -126,7 +134,7 @@ func startFeatureServerArgs(t *testing.T, repo string, args ...string) (string, 
 		if resp, err := http.Get(base + "/health"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return base, logs
+				return base, logs, cmd.Process
 			}
 		}
 		if time.Now().After(deadline) {

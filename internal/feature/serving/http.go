@@ -520,11 +520,23 @@ func appendValue(b []byte, t feature.Type, v *feature.Value) []byte {
 	return append(b, ']')
 }
 
+// appendFloat appends f as the shortest decimal that reads back as the
+// same float of the given bits, and always as a JSON float: a whole
+// number keeps a ".0" (1 is written 1.0, as Feast's own server writes
+// it), because JSON readers that type numbers by their spelling (Python's
+// json, and so Feast's remote online store) read "1" as an integer and
+// then refuse it as a float feature. NaN and ±Inf, which JSON cannot
+// carry, are null.
 func appendFloat(b []byte, f float64, bits int) []byte {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return append(b, "null"...)
 	}
-	return strconv.AppendFloat(b, f, 'g', -1, bits)
+	start := len(b)
+	b = strconv.AppendFloat(b, f, 'g', -1, bits)
+	if bytes.IndexAny(b[start:], ".e") < 0 {
+		b = append(b, ".0"...)
+	}
+	return b
 }
 
 // maxBroadcastCells bounds the cells a df's scalar columns are repeated

@@ -348,6 +348,11 @@ func (f *filler) row(ctx context.Context, vi, r int, res online.Result) error {
 		}
 		if why != "" {
 			f.setNotFound(ci, r)
+			col := &f.resp.Results[len(f.p.keys)+ci]
+			if col.Unreadable == nil {
+				col.Unreadable = make([]string, len(col.Values))
+			}
+			col.Unreadable[r] = why
 			f.s.unreadable(v.Name, why, res.Record.Schema, corrupt, f.now)
 			continue
 		}

@@ -105,6 +105,13 @@ type Column struct {
 	Values          []feature.Value
 	Statuses        []Status
 	EventTimestamps []time.Time
+	// Unreadable is nil unless a value is NOT_FOUND although its entity's
+	// row exists: then Unreadable[j] is why (not_in_row, retyped,
+	// unknown_schema, corrupt_row: a schema change not yet materialized,
+	// or damage), "" for the others. In-process readers (the gateway) use
+	// it to tell "no such entity" from "the stored value cannot be read";
+	// the wire APIs answer NOT_FOUND, as Feast does.
+	Unreadable []string
 }
 
 // Response is a GetOnlineFeatures answer, column-oriented like Feast's:

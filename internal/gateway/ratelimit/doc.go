@@ -18,8 +18,11 @@
 //     per client, "<prefix>rl:<key>", holds the theoretical arrival time (TAT)
 //     in microseconds of Redis server time, and expires after emission
 //     interval × burst, after which an absent key means "full budget". Every
-//     call is bounded by a short timeout (50 ms by default): a limiter must not
-//     add latency.
+//     call of a warm limiter is bounded by a short timeout (50 ms by
+//     default): a limiter must not add latency. A cold one (its first call,
+//     and the first after a failure) may have to dial, run the connection
+//     handshake and load the script, so it gets ConnectTimeout (500 ms by
+//     default) instead of being taken for a dead Redis.
 //   - [FailOpen] asks Redis and, when Redis errors or times out, decides with
 //     the Local bucket instead (it fails open to the local bucket, not to
 //     "allow everything"). While Redis is down it probes Redis at most once per

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,15 +114,15 @@ func TestRedisReplicasShareBudget(t *testing.T) {
 
 func TestRedisTimeout(t *testing.T) {
 	c, prefix := sharedRedis(t)
-	r := NewRedis(c, RedisOptions{Prefix: prefix, Timeout: time.Nanosecond})
+	r := NewRedis(c, RedisOptions{Prefix: prefix, Timeout: time.Nanosecond, ConnectTimeout: time.Nanosecond})
 	start := time.Now()
 	_, err := r.Allow(t.Context(), "k", Limit{Rate: 1, Burst: 1})
 	require.Error(t, err)
 	require.Less(t, time.Since(start), time.Second)
 }
 
-// A dead Redis costs at most about the timeout, even with the client's
-// default dial retries.
+// A dead Redis costs at most about the connect timeout (every call after
+// a failure is cold), even with the client's default dial retries.
 func TestRedisDeadServerIsBounded(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(freePort(t)), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
@@ -129,6 +131,79 @@ func TestRedisDeadServerIsBounded(t *testing.T) {
 		start := time.Now()
 		_, err := r.Allow(t.Context(), "k", Limit{Rate: 1, Burst: 1})
 		require.Error(t, err)
-		require.Less(t, time.Since(start), 250*time.Millisecond)
+		require.Less(t, time.Since(start), DefaultRedisConnectTimeout+250*time.Millisecond)
 	}
+}
+
+// slowDialHook delays every dial: a connect on a loaded machine.
+type slowDialHook struct{ delay time.Duration }
+
+func (h slowDialHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		select {
+		case <-time.After(h.delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return next(ctx, network, addr)
+	}
+}
+
+func (h slowDialHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h slowDialHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// slowCallHook delays every command while on is set.
+type slowCallHook struct {
+	on    atomic.Bool
+	delay time.Duration
+}
+
+func (h *slowCallHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *slowCallHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.on.Load() {
+			select {
+			case <-time.After(h.delay):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *slowCallHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// The first decision of a new client dials, shakes hands and loads the
+// script: slower than the 50 ms steady-state budget under load (issue
+// 22 item 10: TestFailOpenFallsBackAndRecovers failed so). It gets the
+// connect budget and succeeds; once warm, a round trip slower than 50 ms
+// still fails fast, and the failure makes the next call cold again.
+func TestRedisColdCallGetsConnectBudget(t *testing.T) {
+	_, prefix := sharedRedis(t)                  // the prefix's keys are deleted at the end
+	client := newTestClient(t, "127.0.0.1:6379") // no connection yet
+	client.AddHook(slowDialHook{delay: 2 * DefaultRedisTimeout})
+	slow := &slowCallHook{delay: 2 * DefaultRedisTimeout}
+	client.AddHook(slow)
+	r := NewRedis(client, RedisOptions{Prefix: prefix})
+	limit := Limit{Rate: 1000, Burst: 1000}
+
+	d, err := r.Allow(t.Context(), "cold", limit)
+	require.NoError(t, err, "a cold call that dials for 100 ms must get the connect budget")
+	require.Equal(t, BackendRedis, d.Backend)
+
+	slow.on.Store(true)
+	_, err = r.Allow(t.Context(), "warm", limit)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "a warm call keeps the 50 ms budget")
+
+	// Cold again after the failure: the next call may take longer.
+	d, err = r.Allow(t.Context(), "warm", limit)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
 }

@@ -9,16 +9,17 @@ import (
 // writerMetrics are one Writer's collectors, resolved to its sink label up
 // front so that Offer does no label lookups.
 type writerMetrics struct {
-	written, dropped, failed, droppedByPolicy prometheus.Counter
-	queueLen                                  prometheus.Gauge
-	spooled, spoolCorrupt                     prometheus.Counter
-	spoolRecords, spoolBytes                  prometheus.Gauge
+	written, dropped, failed, droppedByPolicy, damaged prometheus.Counter
+	spoolWriteErrors                                   *prometheus.CounterVec
+	queueLen                                           prometheus.Gauge
+	spooled, spoolCorrupt                              prometheus.Counter
+	spoolRecords, spoolBytes                           prometheus.Gauge
 }
 
 func newWriterMetrics(reg prometheus.Registerer, sink string) *writerMetrics {
 	records := telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "sluice", Subsystem: "release", Name: "records_total",
-		Help: "Recorded exchanges by sink and result: written (stored by the sink), dropped (queue full or writer closed: never accepted), failed (accepted and lost: not encodable, refused by a sink without a spool, or given up at shutdown without one, or unwritable to the spool) or dropped_by_policy (accepted and discarded because the spool was full).",
+		Help: "Recorded exchanges by sink and result: written (stored by the sink), dropped (queue full or writer closed: never accepted), failed (accepted and lost: not encodable, refused by a sink without a spool, or given up at shutdown without one, or unwritable to the spool), dropped_by_policy (accepted and discarded because the spool was full) or damaged (spooled, then lost to damage on disk; the intact records around them are kept).",
 	}, []string{"sink", "result"}))
 	queue := telemetry.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "sluice", Subsystem: "release", Name: "record_queue_length",
@@ -40,16 +41,22 @@ func newWriterMetrics(reg prometheus.Registerer, sink string) *writerMetrics {
 		Namespace: "sluice", Subsystem: "release", Name: "record_spool_bytes",
 		Help: "Size of a recording writer's disk spool files (bounded by its max bytes).",
 	}, []string{"sink"}))
+	writeErrs := telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "sluice", Subsystem: "release", Name: "record_spool_write_errors_total",
+		Help: "Failed writes to a recording spool (appends, new segments, the cursor) by cause: the errno (enospc, edquot, eio, erofs, eacces, eperm, enoent, emfile, enfile, efbig) or other. The first of each cause is logged.",
+	}, []string{"sink", "cause"}))
 	return &writerMetrics{
-		written:         records.WithLabelValues(sink, "written"),
-		dropped:         records.WithLabelValues(sink, "dropped"),
-		failed:          records.WithLabelValues(sink, "failed"),
-		droppedByPolicy: records.WithLabelValues(sink, "dropped_by_policy"),
-		queueLen:        queue.WithLabelValues(sink),
-		spooled:         spooled.WithLabelValues(sink),
-		spoolCorrupt:    corrupt.WithLabelValues(sink),
-		spoolRecords:    spoolRecords.WithLabelValues(sink),
-		spoolBytes:      spoolBytes.WithLabelValues(sink),
+		written:          records.WithLabelValues(sink, "written"),
+		dropped:          records.WithLabelValues(sink, "dropped"),
+		failed:           records.WithLabelValues(sink, "failed"),
+		droppedByPolicy:  records.WithLabelValues(sink, "dropped_by_policy"),
+		damaged:          records.WithLabelValues(sink, "damaged"),
+		spoolWriteErrors: writeErrs.MustCurryWith(prometheus.Labels{"sink": sink}),
+		queueLen:         queue.WithLabelValues(sink),
+		spooled:          spooled.WithLabelValues(sink),
+		spoolCorrupt:     corrupt.WithLabelValues(sink),
+		spoolRecords:     spoolRecords.WithLabelValues(sink),
+		spoolBytes:       spoolBytes.WithLabelValues(sink),
 	}
 }
 

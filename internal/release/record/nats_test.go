@@ -387,8 +387,9 @@ func TestNATSWriterCloseWhileBrokerHungThenNextStartDrains(t *testing.T) {
 
 	// What Close reported is exactly what the spool holds.
 	spool := openSpool(t, SpoolOptions{Dir: dir})
-	recovered, cut := spool.Recovered()
+	recovered, damaged, cut := spool.Recovered()
 	require.Equal(t, int(st.Spooled), recovered)
+	require.Zero(t, damaged)
 	require.Zero(t, cut)
 
 	srv.Resume()

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // Spool defaults and limits.
@@ -79,10 +80,14 @@ type SpoolOptions struct {
 // (not fsynced) after each drained batch, so a crash can make the next
 // process publish some records again, which the dedup ids absorb.
 //
-// Open checks every segment: a torn or corrupt tail (a crash during an
-// append, a bad disk) is cut off at the last good frame and its bytes are
-// counted (TruncatedBytes). Segments from an earlier process are only
-// read; appends go to new segments. A Spool is used by one Writer.
+// Open checks every segment. A damaged frame (a bad disk, a stray write)
+// is skipped to the next intact one, which Open finds by scanning forward
+// for a frame whose length, structure and CRC check out: every intact
+// record is kept, and the records in the damaged stretch are counted as
+// records (Recovered). A torn or damaged tail with no intact frame after
+// it (a crash during an append) is cut off and its bytes are counted.
+// Segments from an earlier process are only read; appends go to new
+// segments. A Spool is used by one Writer.
 type Spool struct {
 	opts SpoolOptions
 	log  *slog.Logger
@@ -90,7 +95,7 @@ type Spool struct {
 
 	mu      sync.Mutex // protects the fields below
 	segs    []*segment // oldest first; the last takes appends when w is set
-	w       *os.File   // append handle of the last segment; nil: the next append starts a segment
+	w       appendFile // append handle of the last segment; nil: the next append starts a segment
 	rf      *os.File   // read handle of segs[0]
 	rseq    uint64     // segment rf reads
 	bytes   int64      // the segments' sizes together
@@ -102,7 +107,25 @@ type Spool struct {
 	space   chan struct{} // signalled when a drained segment is removed
 
 	recovered int   // records found at open
+	damaged   int   // records found damaged at open (not in recovered)
 	truncated int64 // corrupt bytes cut off at open
+
+	writeErrs    map[string]bool                  // write error causes already logged
+	onWriteError func(cause string)               // counts a write error; set by the Writer
+	openAppend   func(string) (appendFile, error) // opens a new segment for appends
+}
+
+// appendFile is what appends write to: an *os.File (tests inject
+// failures through SpoolOptions-free hooks).
+type appendFile interface {
+	Write([]byte) (int, error)
+	Sync() error
+	Truncate(int64) error
+	Close() error
+}
+
+func openAppendFile(path string) (appendFile, error) {
+	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
 }
 
 // segment is one spool file.
@@ -111,6 +134,9 @@ type segment struct {
 	path   string
 	size   int64 // bytes on disk, header included
 	frames int   // frames in it
+	// skips maps the start of each damaged stretch Open found (which
+	// holds no intact frame) to the next intact frame after it.
+	skips map[int64]int64
 }
 
 // position is a place in the first segment: a byte offset and the number
@@ -171,17 +197,23 @@ func OpenSpool(opts SpoolOptions, logger *slog.Logger) (*Spool, error) {
 		return nil, fmt.Errorf("open spool %s: %w", opts.Dir, err)
 	}
 	s := &Spool{
-		opts:  opts,
-		log:   logger.With("component", "record_spool", "dir", opts.Dir),
-		lock:  lock,
-		space: make(chan struct{}, 1),
+		opts:       opts,
+		log:        logger.With("component", "record_spool", "dir", opts.Dir),
+		lock:       lock,
+		space:      make(chan struct{}, 1),
+		writeErrs:  map[string]bool{},
+		openAppend: openAppendFile,
 	}
 	if err := s.load(); err != nil {
 		_ = lock.Close()
 		return nil, fmt.Errorf("open spool %s: %w", opts.Dir, err)
 	}
 	s.recovered = s.records
-	if s.records > 0 || s.truncated > 0 {
+	switch {
+	case s.damaged > 0:
+		s.log.Error("recording spool opened with damaged records; they are lost, the intact ones are kept",
+			"records", s.records, "damaged_records", s.damaged, "bytes", s.bytes, "truncated_bytes", s.truncated)
+	case s.records > 0 || s.truncated > 0:
 		s.log.Info("recording spool opened", "records", s.records, "bytes", s.bytes, "truncated_bytes", s.truncated)
 	}
 	return s, nil
@@ -212,13 +244,22 @@ func (s *Spool) load() error {
 			}
 			continue
 		}
-		offs, cut, err := scanSegment(g.path)
+		sc, cut, err := scanSegment(g.path)
 		if err != nil {
 			return err
 		}
+		offs := sc.ends
 		if cut > 0 {
 			s.truncated += cut
-			s.log.Warn("recording spool segment has a corrupt tail; cut off", "file", g.path, "bytes", cut)
+			s.log.Warn("recording spool segment has a torn or corrupt tail; cut off", "file", g.path, "bytes", cut)
+		}
+		if sc.damaged > 0 {
+			s.damaged += sc.damaged
+			s.log.Error("recording spool segment has damaged frames; skipped to the next intact ones",
+				"file", g.path, "damaged_records", sc.damaged, "stretches", len(sc.skips))
+		}
+		if len(sc.skips) > 0 {
+			g.skips = sc.skips
 		}
 		g.frames = len(offs) - 1
 		g.size = offs[len(offs)-1]
@@ -258,45 +299,172 @@ func (s *Spool) load() error {
 	return nil
 }
 
-// scanSegment checks a segment file frame by frame and cuts off whatever
-// follows the last good frame. It returns the offset of every frame and,
-// last, the end of the good data, and how many bytes it cut.
-func scanSegment(path string) (offs []int64, cut int64, err error) {
+// scanSegment checks a segment file frame by frame, skipping damaged
+// stretches, and cuts off a torn or damaged tail. It returns what it
+// found and how many bytes it cut.
+func scanSegment(path string) (sc scan, cut int64, err error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, 0, err
+		return scan{}, 0, err
 	}
-	offs, end := parseSegment(data)
-	if end == int64(len(data)) {
-		return offs, 0, nil
-	}
-	cut = int64(len(data)) - end
-	if end == 0 {
+	if !bytes.HasPrefix(data, spoolMagic) {
 		// Not even the magic: the file holds nothing readable. Rewrite it
 		// as an empty segment (which load then removes).
-		cut = int64(len(data))
-		offs = []int64{int64(len(spoolMagic))}
-		return offs, cut, os.WriteFile(path, spoolMagic, 0o600)
+		sc = scan{ends: []int64{int64(len(spoolMagic))}}
+		return sc, int64(len(data)), os.WriteFile(path, spoolMagic, 0o600)
 	}
-	return offs, cut, truncateSync(path, end)
+	sc = scanFrames(data, int64(len(spoolMagic)))
+	if sc.end == int64(len(data)) {
+		return sc, 0, nil
+	}
+	return sc, int64(len(data)) - sc.end, truncateSync(path, sc.end)
 }
 
-// parseSegment returns the offsets of the good frames of a segment file
-// followed by the end of the good data (0 when the magic is wrong).
-func parseSegment(data []byte) (offs []int64, end int64) {
-	if !bytes.HasPrefix(data, spoolMagic) {
-		return []int64{0}, 0
-	}
-	off := int64(len(spoolMagic))
-	offs = []int64{off}
-	for {
-		_, n, ok := parseFrame(data[off:])
-		if !ok {
-			return offs, off
+// scan is what scanFrames found.
+type scan struct {
+	// ends are the drain positions: the start offset, then the end of
+	// every intact frame, in order.
+	ends []int64
+	// end is the end of the readable data: what follows is a torn or
+	// damaged tail with no intact frame.
+	end int64
+	// skips maps the start of each damaged stretch to the next intact
+	// frame.
+	skips map[int64]int64
+	// damaged counts the records in the damaged stretches and the tail.
+	damaged int
+}
+
+// maxResyncWork bounds the payload bytes one resynchronisation checksums
+// while it looks for the next intact frame, so a large stretch of garbage
+// costs bounded time; past it, the rest is treated as a damaged tail.
+const maxResyncWork = 256 << 20
+
+// scanFrames reads the frames of data from off on. After a frame that
+// does not check out it scans forward, byte by byte, for the next intact
+// frame and counts the records the stretch in between held.
+func scanFrames(data []byte, off int64) scan {
+	sc := scan{ends: []int64{off}}
+	marker := ""
+	for off < int64(len(data)) {
+		if e, n, ok := parseFrame(data[off:]); ok {
+			if marker == "" {
+				marker = idMarker(e.id)
+			}
+			off += int64(n)
+			sc.ends = append(sc.ends, off)
+			continue
 		}
-		off += int64(n)
-		offs = append(offs, off)
+		next := resync(data, off+1)
+		if next < 0 {
+			if _, whole := frameExtent(data[off:]); whole {
+				// A complete frame that does not check out, and maybe
+				// more: damaged records. An incomplete one is a torn
+				// append (a crash), which was never a stored record.
+				sc.damaged += countDamaged(data[off:], marker)
+			}
+			sc.end = off
+			return sc
+		}
+		if sc.skips == nil {
+			sc.skips = map[int64]int64{}
+		}
+		sc.skips[off] = next
+		if marker == "" {
+			e, _, _ := parseFrame(data[next:])
+			marker = idMarker(e.id)
+		}
+		sc.damaged += countDamaged(data[off:next], marker)
+		off = next
 	}
+	sc.end = off
+	return sc
+}
+
+// resync returns the offset of the first intact frame at or after from,
+// or -1 when there is none (or finding it would cost more than
+// maxResyncWork).
+func resync(data []byte, from int64) int64 {
+	work := 0
+	for q := from; q+frameHeader <= int64(len(data)); q++ {
+		size, whole := frameExtent(data[q:])
+		if !whole {
+			continue
+		}
+		p := data[q+frameHeader : q+int64(size)]
+		if _, ok := decodePayload(p); !ok {
+			continue
+		}
+		if work += len(p); work > maxResyncWork {
+			return -1
+		}
+		if crc32.Checksum(p, castagnoli) == binary.LittleEndian.Uint32(data[q+4:]) {
+			return q
+		}
+	}
+	return -1
+}
+
+// frameExtent returns the length of the frame whose header starts b and
+// whether all of it is in b.
+func frameExtent(b []byte) (int, bool) {
+	if len(b) < frameHeader {
+		return 0, false
+	}
+	size := binary.LittleEndian.Uint32(b)
+	if size > maxFramePayload || uint64(len(b)-frameHeader) < uint64(size) {
+		return 0, false
+	}
+	return frameHeader + int(size), true
+}
+
+// idMarker is the part of a record id that every record of one writer
+// shares (up to the last '-': the writer's random prefix), or "" when the
+// id has none worth matching.
+func idMarker(id string) string {
+	i := strings.LastIndexByte(id, '-')
+	if i < 1 {
+		return ""
+	}
+	return id[:i+1]
+}
+
+// countDamaged estimates how many records a damaged stretch held. The
+// stretch starts at a frame and holds no intact frame (resync would have
+// stopped at it), so every frame start in it is a damaged record: its
+// first byte; the frames its length fields chain to whose own header is
+// still plausible; and every place where a writer's id prefix (marker)
+// sits where a frame's id would. It is at least 1; a frame whose header
+// and id were both hit is missed.
+func countDamaged(region []byte, marker string) int {
+	starts := map[int]bool{0: true}
+	for p := 0; ; {
+		n, whole := frameExtent(region[p:])
+		if !whole || p+n >= len(region) {
+			break
+		}
+		p += n
+		if _, ok := frameExtent(region[p:]); !ok {
+			break
+		}
+		starts[p] = true
+	}
+	if len(marker) >= 2 {
+		m := []byte(marker)
+		for i := 0; i < len(region); {
+			j := bytes.Index(region[i:], m)
+			if j < 0 {
+				break
+			}
+			at := i + j
+			// [header 8][uvarint id length: one byte][id ...]
+			if s := at - 1 - frameHeader; s > 0 && int(region[at-1]) >= len(m) && region[at-1] < 0x80 {
+				starts[s] = true
+			}
+			i = at + 1
+		}
+	}
+	return len(starts)
 }
 
 // parseFrame decodes the frame at the start of b and returns it and its
@@ -393,10 +561,11 @@ func (s *Spool) pendingRecords() int {
 	return s.records
 }
 
-// Recovered returns the records the spool held when it was opened and the
-// corrupt bytes Open cut off.
-func (s *Spool) Recovered() (records int, truncatedBytes int64) {
-	return s.recovered, s.truncated
+// Recovered returns the intact records the spool held when it was
+// opened, the records Open found damaged (lost), and the bytes of torn
+// or corrupt tail it cut off.
+func (s *Spool) Recovered() (records, damaged int, truncatedBytes int64) {
+	return s.recovered, s.damaged, s.truncated
 }
 
 // Policy returns the spool's full policy.
@@ -474,6 +643,7 @@ func (s *Spool) writeLocked(seg *segment, buf []byte, frames int) error {
 		err = s.w.Sync()
 	}
 	if err != nil {
+		s.writeErrorLocked("append", err)
 		// Cut the write off again; if that fails too, stop appending to
 		// this file (the next Open cuts the torn tail and counts it).
 		if terr := errors.Join(s.w.Truncate(seg.size), s.w.Sync()); terr != nil {
@@ -493,8 +663,9 @@ func (s *Spool) newSegmentLocked() error {
 	seq := s.nextSeq
 	s.nextSeq++
 	path := filepath.Join(s.opts.Dir, fmt.Sprintf("%020d%s", seq, segmentSuffix))
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	f, err := s.openAppend(path)
 	if err != nil {
+		s.writeErrorLocked("create segment", err)
 		return fmt.Errorf("spool segment: %w", err)
 	}
 	_, err = f.Write(spoolMagic)
@@ -505,6 +676,7 @@ func (s *Spool) newSegmentLocked() error {
 		err = syncDir(s.opts.Dir)
 	}
 	if err != nil {
+		s.writeErrorLocked("create segment", err)
 		_ = f.Close()
 		_ = os.Remove(path)
 		return fmt.Errorf("spool segment: %w", err)
@@ -571,6 +743,9 @@ func (s *Spool) peek(maxEntries int, maxBytes int64) ([]entry, error) {
 		}
 		s.rf, s.rseq = f, g.seq
 	}
+	if next, ok := g.skips[s.cur.off]; ok {
+		s.cur.off = next // a damaged stretch Open found and counted
+	}
 	base := s.cur.off // the file offset of buf[0]
 	buf, err := s.readAt(base, min(g.size-base, max(maxBytes, frameHeader)))
 	if err != nil {
@@ -579,6 +754,9 @@ func (s *Spool) peek(maxEntries int, maxBytes int64) ([]entry, error) {
 	var out []entry
 	pos := s.cur
 	for len(out) < maxEntries && pos.frame < g.frames {
+		if _, skip := g.skips[pos.off]; skip {
+			break // the next peek starts past the damaged stretch
+		}
 		b := buf[pos.off-base:]
 		need := int64(-1) // the frame's length, when its header is intact
 		if len(b) >= frameHeader {
@@ -609,17 +787,50 @@ func (s *Spool) peek(maxEntries int, maxBytes int64) ([]entry, error) {
 			if len(out) > 0 {
 				break // return the good ones; the next peek reports this
 			}
-			lost := g.frames - pos.frame
-			s.records -= lost
-			s.cur = position{off: g.size, frame: g.frames}
-			s.writeCursorLocked()
-			return nil, &spoolCorruptError{path: g.path, frames: lost}
+			return nil, s.resyncLocked(g, pos)
 		}
 		pos = position{off: pos.off + need, frame: pos.frame + 1}
 		out = append(out, e)
 		s.peeked = append(s.peeked, pos)
 	}
 	return out, nil
+}
+
+// resyncLocked handles a frame at pos (the drain position) that went bad
+// after Open checked it: the rest of the segment is scanned again, the
+// drain moves to the next intact frame, and the records in between (the
+// frames Open counted there, less the intact ones left: exact) are
+// dropped and reported with a *spoolCorruptError, whose frames may be 0
+// (the caller peeks again). A read error is returned as is.
+func (s *Spool) resyncLocked(g *segment, pos position) error {
+	rest, err := s.readAt(pos.off, g.size-pos.off)
+	if err != nil {
+		return err
+	}
+	sc := scanFrames(rest, 0)
+	intact := len(sc.ends) - 1
+	lost := g.frames - pos.frame - intact
+	next := g.size
+	if n, ok := sc.skips[0]; ok {
+		next = pos.off + n
+	} else if intact > 0 {
+		next = pos.off // cannot happen: the frame at pos did not check out
+	}
+	if len(sc.skips) > 0 {
+		if g.skips == nil {
+			g.skips = map[int64]int64{}
+		}
+		for from, to := range sc.skips {
+			g.skips[pos.off+from] = pos.off + to
+		}
+	}
+	s.cur = position{off: next, frame: g.frames - intact}
+	if s.cur.off > g.size {
+		s.cur.off = g.size
+	}
+	s.records -= lost
+	s.writeCursorLocked()
+	return &spoolCorruptError{path: g.path, frames: max(lost, 0)}
 }
 
 // readAt reads n bytes at off of the segment rf reads.
@@ -696,8 +907,70 @@ func (s *Spool) writeCursorLocked() {
 		err = os.Rename(tmp, filepath.Join(s.opts.Dir, cursorName))
 	}
 	if err != nil {
-		s.log.Warn("recording spool cursor not saved", "err", err)
+		s.writeErrorLocked("save cursor", err)
+		s.log.Warn("recording spool cursor not saved", "err", err, "cause", writeErrorCause(err))
 	}
+}
+
+// setWriteErrorHook makes f count each write error by cause.
+func (s *Spool) setWriteErrorHook(f func(cause string)) {
+	s.mu.Lock()
+	s.onWriteError = f
+	s.mu.Unlock()
+}
+
+// writeErrorLocked counts a write error by its cause and logs the first
+// of each cause (ENOSPC, EIO, ...) at error level, naming the operation:
+// the operator learns why the spool failed, once, not per record.
+func (s *Spool) writeErrorLocked(op string, err error) {
+	cause := writeErrorCause(err)
+	if s.onWriteError != nil {
+		s.onWriteError(cause)
+	}
+	if s.writeErrs[cause] {
+		return
+	}
+	s.writeErrs[cause] = true
+	s.log.Error("recording spool write failed", "op", op, "cause", cause, "err", err,
+		"hint", writeErrorHints[cause])
+}
+
+// The causes a spool write error is counted under: a fixed set, so the
+// metric's label stays bounded.
+var writeErrorCauses = []struct {
+	errno syscall.Errno
+	cause string
+}{
+	{syscall.ENOSPC, "enospc"},
+	{syscall.EDQUOT, "edquot"},
+	{syscall.EIO, "eio"},
+	{syscall.EROFS, "erofs"},
+	{syscall.EACCES, "eacces"},
+	{syscall.EPERM, "eperm"},
+	{syscall.ENOENT, "enoent"},
+	{syscall.EMFILE, "emfile"},
+	{syscall.ENFILE, "enfile"},
+	{syscall.EFBIG, "efbig"},
+}
+
+var writeErrorHints = map[string]string{
+	"enospc": "the spool's file system is full: free space or move the spool; records that do not fit are lost and counted",
+	"edquot": "the disk quota of the spool's owner is used up",
+	"eio":    "the disk reported an I/O error: check the device (dmesg); spooled records may be damaged",
+	"erofs":  "the spool's file system is read-only",
+	"eacces": "the process may not write the spool directory",
+	"eperm":  "the process may not write the spool directory",
+	"other":  "see err",
+}
+
+// writeErrorCause names err's errno (lower case), or "other".
+func writeErrorCause(err error) string {
+	for _, c := range writeErrorCauses {
+		if errors.Is(err, c.errno) {
+			return c.cause
+		}
+	}
+	return "other"
 }
 
 // readCursor returns the saved drain position, ok false when there is

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -97,8 +98,9 @@ func TestSpoolAppendPeekAckReopen(t *testing.T) {
 
 	// A restart resumes after the drained records.
 	s = openSpool(t, SpoolOptions{Dir: dir})
-	recovered, cut := s.Recovered()
+	recovered, damaged, cut := s.Recovered()
 	require.Equal(t, 6, recovered)
+	require.Zero(t, damaged)
 	require.Zero(t, cut)
 	require.Equal(t, entryIDs(in[4:]), drainAll(t, s, 3))
 	require.Empty(t, segmentFiles(t, dir), "a drained spool leaves no segments")
@@ -144,7 +146,7 @@ func TestSpoolDrainsSegmentsInOrder(t *testing.T) {
 	require.Less(t, len(segmentFiles(t, dir)), len(segs))
 	require.NoError(t, s.Close())
 	s = openSpool(t, SpoolOptions{Dir: dir, MaxBytes: 1 << 20, SegmentBytes: 2048})
-	recovered, _ := s.Recovered()
+	recovered, _, _ := s.Recovered()
 	require.Equal(t, 130-25, recovered)
 	require.Equal(t, want[25:], drainAll(t, s, 7))
 	require.Empty(t, segmentFiles(t, dir))
@@ -243,43 +245,67 @@ func TestOpenSpoolRejectsBadOptions(t *testing.T) {
 	}
 }
 
-func TestSpoolCutsACorruptTail(t *testing.T) {
+// Open keeps every intact record of a damaged segment: a damaged frame
+// is skipped to the next intact one and counted as a record; only a torn
+// or damaged tail is cut (its bytes counted).
+func TestSpoolSkipsDamagedFrames(t *testing.T) {
 	frame := frameSize(testEntries(0, 1, 100)[0])
 	magic := int64(len(spoolMagic))
+	all := func(skip ...int) []int {
+		var out []int
+		for i := range 5 {
+			if !slices.Contains(skip, i) {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
 	for _, tt := range []struct {
-		name     string
-		damage   func(t *testing.T, path string)
-		wantRecs int
-		wantCut  int64
+		name        string
+		damage      func(t *testing.T, path string)
+		wantRecs    []int // the intact records, by index
+		wantDamaged int
+		wantCut     int64
 	}{
-		{"intact", func(*testing.T, string) {}, 5, 0},
+		{"intact", func(*testing.T, string) {}, all(), 0, 0},
 		{"torn last frame", func(t *testing.T, path string) {
 			require.NoError(t, os.Truncate(path, magic+5*frame-3))
-		}, 4, frame - 3},
+		}, all(4), 0, frame - 3},
 		{"torn header", func(t *testing.T, path string) {
 			require.NoError(t, os.Truncate(path, magic+4*frame+5))
-		}, 4, 5},
+		}, all(4), 0, 5},
 		{"flipped byte in the last frame", func(t *testing.T, path string) {
 			flip(t, path, magic+4*frame+20)
-		}, 4, frame},
+		}, all(4), 1, frame},
 		{"flipped byte in the second frame", func(t *testing.T, path string) {
 			flip(t, path, magic+frame+20)
-		}, 1, 4 * frame},
+		}, all(1), 1, 0},
 		{"absurd length", func(t *testing.T, path string) {
 			flip(t, path, magic+2*frame+3)
-		}, 2, 3 * frame},
+		}, all(2), 1, 0},
+		{"8 bytes across two frames", func(t *testing.T, path string) {
+			for i := range int64(8) {
+				flip(t, path, magic+2*frame-4+i)
+			}
+		}, all(1, 2), 2, 0},
+		{"first frame's header", func(t *testing.T, path string) {
+			for i := range int64(8) {
+				flip(t, path, magic+i)
+			}
+		}, all(0), 1, 0},
 		{"garbage after the frames", func(t *testing.T, path string) {
 			appendBytes(t, path, []byte("\x00\x01garbage"))
-		}, 5, 9},
+		}, all(), 0, 9},
 		{"bad magic", func(t *testing.T, path string) {
 			flip(t, path, 0)
-		}, 0, magic + 5*frame},
+		}, nil, 0, magic + 5*frame},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			s, err := OpenSpool(SpoolOptions{Dir: dir}, nil)
 			require.NoError(t, err)
-			_, err = s.append(testEntries(0, 5, 100))
+			in := testEntries(0, 5, 100)
+			_, err = s.append(in)
 			require.NoError(t, err)
 			require.NoError(t, s.Close())
 			segs := segmentFiles(t, dir)
@@ -287,16 +313,22 @@ func TestSpoolCutsACorruptTail(t *testing.T) {
 			tt.damage(t, segs[0])
 
 			s = openSpool(t, SpoolOptions{Dir: dir})
-			recs, cut := s.Recovered()
-			require.Equal(t, tt.wantRecs, recs)
+			recs, damaged, cut := s.Recovered()
+			require.Equal(t, len(tt.wantRecs), recs)
+			require.Equal(t, tt.wantDamaged, damaged)
 			require.Equal(t, tt.wantCut, cut)
-			require.Equal(t, entryIDs(testEntries(0, tt.wantRecs, 100)), drainAll(t, s, 2))
+			var want []string
+			for _, i := range tt.wantRecs {
+				want = append(want, in[i].id)
+			}
+			require.Equal(t, want, drainAll(t, s, 2))
 			require.NoError(t, s.Close())
 
-			// The cut is made on disk: a second open finds nothing wrong.
+			// A second open finds nothing left.
 			s = openSpool(t, SpoolOptions{Dir: dir})
-			recs, cut = s.Recovered()
+			recs, damaged, cut = s.Recovered()
 			require.Zero(t, recs)
+			require.Zero(t, damaged)
 			require.Zero(t, cut)
 		})
 	}
@@ -317,11 +349,9 @@ func TestSpoolReportsRecordsCorruptedAfterOpen(t *testing.T) {
 	_, err = s.peek(10, maxPeekBytes)
 	var ce *spoolCorruptError
 	require.ErrorAs(t, err, &ce)
-	require.Equal(t, 4, ce.frames, "the rest of the segment is lost, and counted")
-	require.Zero(t, s.pendingRecords())
-	got, err = s.peek(10, maxPeekBytes)
-	require.NoError(t, err)
-	require.Empty(t, got)
+	require.Equal(t, 1, ce.frames, "the damaged record is lost, and counted")
+	require.Equal(t, 3, s.pendingRecords())
+	require.Equal(t, []string{"e-3", "e-4", "e-5"}, drainAll(t, s, 10), "the drain goes on at the next intact record")
 }
 
 func TestSpoolIgnoresStaleCursor(t *testing.T) {
@@ -385,7 +415,10 @@ func FuzzSpoolSegment(f *testing.F) {
 		if err != nil {
 			t.Fatalf("open: %v", err)
 		}
-		recovered, cut := s.Recovered()
+		recovered, damaged, cut := s.Recovered()
+		if damaged < 0 || (damaged > 0 && len(data) < frameHeader) {
+			t.Fatalf("%d damaged records in %d bytes", damaged, len(data))
+		}
 		if cut < 0 || cut > int64(len(data)) {
 			t.Fatalf("cut %d of %d bytes", cut, len(data))
 		}
@@ -416,6 +449,44 @@ func FuzzSpoolSegment(f *testing.F) {
 		}
 		if left, _ := filepath.Glob(filepath.Join(dir, "*"+segmentSuffix)); len(left) != 0 {
 			t.Fatalf("segments left after a full drain: %v", left)
+		}
+	})
+}
+
+// FuzzScanFrames runs the frame reader over arbitrary bytes after the
+// magic: it must stop, keep its positions in order and inside the data,
+// and skip only to frames that check out.
+func FuzzScanFrames(f *testing.F) {
+	var good []byte
+	for _, e := range testEntries(0, 4, 30) {
+		good = appendFrame(good, e)
+	}
+	f.Add(good)
+	bad := bytes.Clone(good)
+	bad[len(bad)/2] ^= 0xff
+	f.Add(bad)
+	f.Add([]byte{0xff, 0xff, 0xff, 0x03, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		data := append(bytes.Clone(spoolMagic), body...)
+		sc := scanFrames(data, int64(len(spoolMagic)))
+		if sc.end > int64(len(data)) || sc.damaged < 0 {
+			t.Fatalf("end %d of %d, damaged %d", sc.end, len(data), sc.damaged)
+		}
+		for i := 1; i < len(sc.ends); i++ {
+			if sc.ends[i] <= sc.ends[i-1] || sc.ends[i] > sc.end {
+				t.Fatalf("ends out of order: %v (end %d)", sc.ends, sc.end)
+			}
+		}
+		for from, to := range sc.skips {
+			if to <= from || to > sc.end {
+				t.Fatalf("skip %d -> %d (end %d)", from, to, sc.end)
+			}
+			if _, _, ok := parseFrame(data[to:]); !ok {
+				t.Fatalf("skip %d -> %d lands on no intact frame", from, to)
+			}
+		}
+		if len(sc.skips) > sc.damaged {
+			t.Fatalf("%d damaged stretches but %d damaged records", len(sc.skips), sc.damaged)
 		}
 	})
 }

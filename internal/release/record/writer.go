@@ -58,10 +58,11 @@ type WriterOptions struct {
 // WriterStats are a Writer's counts since it started. At any quiescent
 // point (nothing queued or being written), and after Close,
 //
-//	Accepted + Recovered == Written + Spooled + DroppedByPolicy + Failed
+//	Accepted + Recovered == Written + Spooled + DroppedByPolicy + Failed + Damaged
 //
 // Records in the spool are on disk and stored by this writer's drain or
-// the next process's; Failed and DroppedByPolicy are lost (Lost).
+// the next process's; Failed, DroppedByPolicy and Damaged are lost
+// (Lost).
 type WriterStats struct {
 	// Accepted counts Offer returning true.
 	Accepted uint64 `json:"accepted"`
@@ -76,8 +77,13 @@ type WriterStats struct {
 	// them; with one, the spool could not write or read them back.
 	Failed uint64 `json:"failed"`
 	// Recovered counts records found in the spool at start, left there by
-	// an earlier process.
+	// an earlier process: the intact ones and the damaged ones (which are
+	// also in Damaged).
 	Recovered uint64 `json:"recovered"`
+	// Damaged counts spooled records lost to damage on disk: frames that
+	// do not check out, found when the spool was opened or read back. The
+	// intact records around them are kept.
+	Damaged uint64 `json:"damaged"`
 	// Spooled is the number of records in the spool now, waiting for the
 	// sink.
 	Spooled uint64 `json:"spooled"`
@@ -87,8 +93,8 @@ type WriterStats struct {
 }
 
 // Lost returns the accepted (or recovered) records that will never be
-// stored: Failed + DroppedByPolicy.
-func (s WriterStats) Lost() uint64 { return s.Failed + s.DroppedByPolicy }
+// stored: Failed + DroppedByPolicy + Damaged.
+func (s WriterStats) Lost() uint64 { return s.Failed + s.DroppedByPolicy + s.Damaged }
 
 // Writer puts a bounded queue in front of a Sink so that the request path
 // never waits for storage: Offer hands a record over or drops it, and a
@@ -126,8 +132,8 @@ type Writer struct {
 	closeErr  error
 	closedCh  chan struct{} // closed when the first Close returns
 
-	accepted, dropped, written, failed, droppedByPolicy atomic.Uint64
-	recovered                                           uint64
+	accepted, dropped, written, failed, droppedByPolicy, damaged atomic.Uint64
+	recovered                                                    uint64
 }
 
 // NewWriter returns a Writer in front of sink. It starts nothing: Run
@@ -176,9 +182,11 @@ func NewWriter(sink Sink, opts WriterOptions, logger *slog.Logger, reg prometheu
 		closedCh:  make(chan struct{}),
 	}
 	if w.spool != nil {
-		recs, cut := w.spool.Recovered()
-		w.recovered = uint64(recs)
+		recs, damaged, cut := w.spool.Recovered()
+		w.recovered = uint64(recs + damaged)
+		w.damage(damaged)
 		w.m.spoolCorrupt.Add(float64(cut))
+		w.spool.setWriteErrorHook(func(cause string) { w.m.spoolWriteErrors.WithLabelValues(cause).Inc() })
 		w.spoolGauges()
 	} else {
 		close(w.drainDone)
@@ -242,6 +250,7 @@ func (w *Writer) Stats() WriterStats {
 		Written:         w.written.Load(),
 		Failed:          w.failed.Load(),
 		Recovered:       w.recovered,
+		Damaged:         w.damaged.Load(),
 		DroppedByPolicy: w.droppedByPolicy.Load(),
 	}
 	if w.spool != nil {
@@ -300,8 +309,12 @@ func (w *Writer) Close(ctx context.Context) error {
 		}
 		st := w.Stats()
 		if lost := st.Lost(); lost > 0 {
-			errs = append(errs, fmt.Errorf("record writer: %d of %d accepted records lost (%d failed, %d dropped by the full spool)",
-				lost, st.Accepted+st.Recovered, st.Failed, st.DroppedByPolicy))
+			damaged := ""
+			if st.Damaged > 0 {
+				damaged = fmt.Sprintf(", %d damaged on disk", st.Damaged)
+			}
+			errs = append(errs, fmt.Errorf("record writer: %d of %d accepted records lost (%d failed, %d dropped by the full spool%s)",
+				lost, st.Accepted+st.Recovered, st.Failed, st.DroppedByPolicy, damaged))
 		}
 		level := slog.LevelInfo
 		if st.Spooled > 0 || st.Lost() > 0 {
@@ -310,7 +323,7 @@ func (w *Writer) Close(ctx context.Context) error {
 		w.log.Log(context.WithoutCancel(ctx), level, "recording writer closed",
 			"accepted", st.Accepted, "recovered", st.Recovered, "written", st.Written,
 			"spooled", st.Spooled, "dropped_by_policy", st.DroppedByPolicy, "failed", st.Failed,
-			"lost", st.Lost(), "dropped", st.Dropped)
+			"damaged", st.Damaged, "lost", st.Lost(), "dropped", st.Dropped)
 		w.closeErr = errors.Join(errs...)
 	})
 	select {
@@ -502,8 +515,10 @@ func (w *Writer) drain() {
 		es, err := w.spool.peek(w.opts.BatchSize, maxPeekBytes)
 		if err != nil {
 			if ce, isCorrupt := errors.AsType[*spoolCorruptError](err); isCorrupt {
-				w.lose(ce.frames)
-				w.log.Error("recording spool records lost", "records", ce.frames, "err", err)
+				if ce.frames > 0 {
+					w.damage(ce.frames)
+					w.log.Error("recording spool records damaged on disk and lost; the drain goes on at the next intact record", "records", ce.frames, "err", err)
+				}
 				w.spoolGauges()
 				continue
 			}
@@ -583,6 +598,14 @@ func (w *Writer) drain() {
 }
 
 // lose counts n accepted records as failed.
+// damage counts n records lost to damage in the spool.
+func (w *Writer) damage(n int) {
+	if n > 0 {
+		w.damaged.Add(uint64(n))
+		w.m.damaged.Add(float64(n))
+	}
+}
+
 func (w *Writer) lose(n int) {
 	if n > 0 {
 		w.failed.Add(uint64(n))

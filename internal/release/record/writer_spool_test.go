@@ -1,12 +1,20 @@
 package record
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
 	"maps"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -76,13 +84,13 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // requireAddsUp checks the writer's accounting identity.
 func requireAddsUp(t *testing.T, st WriterStats) {
 	t.Helper()
-	require.Equal(t, st.Accepted+st.Recovered, st.Written+st.Spooled+st.DroppedByPolicy+st.Failed, "counts do not add up: %+v", st)
+	require.Equal(t, st.Accepted+st.Recovered, st.Written+st.Spooled+st.DroppedByPolicy+st.Failed+st.Damaged, "counts do not add up: %+v", st)
 }
 
 func quiescent(w *Writer, accepted uint64) func() bool {
 	return func() bool {
 		st := w.Stats()
-		return st.Accepted == accepted && st.Accepted+st.Recovered == st.Written+st.Spooled+st.DroppedByPolicy+st.Failed
+		return st.Accepted == accepted && st.Accepted+st.Recovered == st.Written+st.Spooled+st.DroppedByPolicy+st.Failed+st.Damaged
 	}
 }
 
@@ -259,4 +267,149 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...
 	}
 	t.Fatalf("no %s%v", name, want)
 	return 0
+}
+
+// Issue 22 item 7: 8 bytes flipped in the middle of a segment of 4,097
+// records lost every record after them as a "corrupt tail", counted only
+// in bytes. Now the next writer recovers every intact record, counts the
+// damaged ones as records (stats, metric, final log line), and the
+// accounting identity balances.
+func TestWriterRecoversEveryIntactRecordAroundDamage(t *testing.T) {
+	const n = 4097
+	dir := t.TempDir()
+	opts := SpoolOptions{Dir: dir, MaxBytes: 256 << 20, SegmentBytes: 64 << 20}
+	first := runWriter(t, newFlakySink(true), WriterOptions{SinkLabel: "fake", QueueSize: 2 * n, Spool: openSpool(t, opts), CloseTimeout: 100 * time.Millisecond}, nil, nil)
+	for _, r := range records(0, n) {
+		require.True(t, first.Offer(r))
+	}
+	require.NoError(t, first.Close(t.Context()))
+	require.Equal(t, WriterStats{Accepted: n, Spooled: n}, first.Stats())
+	segs := segmentFiles(t, dir)
+	require.Len(t, segs, 1)
+
+	// Which records the damage hits: the frames overlapping it.
+	data, err := os.ReadFile(segs[0])
+	require.NoError(t, err)
+	sc := scanFrames(data, int64(len(spoolMagic)))
+	require.Len(t, sc.ends, n+1)
+	mid := int64(len(data) / 2)
+	var hit []string
+	var intact []string
+	for i := range n {
+		e, _, ok := parseFrame(data[sc.ends[i]:])
+		require.True(t, ok)
+		var rec Record
+		require.NoError(t, json.Unmarshal(e.data, &rec))
+		if sc.ends[i] < mid+8 && sc.ends[i+1] > mid {
+			hit = append(hit, rec.RequestID)
+		} else {
+			intact = append(intact, rec.RequestID)
+		}
+	}
+	for i := range int64(8) {
+		data[mid+i] ^= 0x5a
+	}
+	require.NoError(t, os.WriteFile(segs[0], data, 0o600))
+	t.Logf("segment of %d bytes, 8 bytes flipped at %d: records %v damaged", len(data), mid, hit)
+
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&logs, nil))
+	reg := prometheus.NewRegistry()
+	sink := newFlakySink(false)
+	w := runWriter(t, sink, WriterOptions{SinkLabel: "fake", Spool: openSpool(t, opts)}, logger, reg)
+	waitFor(t, "the spool drained", func() bool { st := w.Stats(); return st.Written+st.Damaged == n })
+	err = w.Close(t.Context())
+	require.ErrorContains(t, err, fmt.Sprintf("%d damaged on disk", len(hit)))
+	st := w.Stats()
+	require.Equal(t, WriterStats{Recovered: n, Written: uint64(len(intact)), Damaged: uint64(len(hit))}, st)
+	requireAddsUp(t, st)
+	require.InDelta(t, float64(len(hit)), counter(t, reg, "damaged"), 0)
+	sink.requireExactlyOnce(t, intact)
+	require.Contains(t, logs.String(), fmt.Sprintf(`"damaged":%d`, len(hit)), "the final log line counts them")
+	require.Empty(t, segmentFiles(t, dir))
+}
+
+// failingFile is a segment file whose writes fail with err.
+type failingFile struct {
+	*os.File
+	err error
+}
+
+func (f failingFile) Write([]byte) (int, error) {
+	return 0, &fs.PathError{Op: "write", Path: f.Name(), Err: f.err}
+}
+
+// Issue 22 item 8: a full spool disk said only "spool cursor not saved".
+// Every spool write error is now counted by its cause, and the first of
+// each cause is logged with it: ENOSPC from the kernel (/dev/full), EIO
+// injected.
+func TestWriterNamesTheCauseOfSpoolWriteErrors(t *testing.T) {
+	var logs syncBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, nil))
+	spool, err := OpenSpool(SpoolOptions{Dir: t.TempDir()}, logger)
+	require.NoError(t, err)
+	var cause atomic.Value
+	cause.Store("enospc")
+	spool.openAppend = func(path string) (appendFile, error) {
+		if cause.Load() == "enospc" {
+			return os.OpenFile("/dev/full", os.O_WRONLY, 0) // every write: ENOSPC
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		return failingFile{File: f, err: syscall.EIO}, nil
+	}
+	reg := prometheus.NewRegistry()
+	w := runWriter(t, newFlakySink(true), WriterOptions{SinkLabel: "fake", Spool: spool, BatchSize: 10}, logger, reg)
+	errorsBy := func(c string) float64 {
+		return testutil.ToFloat64(w.m.spoolWriteErrors.WithLabelValues(c))
+	}
+	for i, r := range records(0, 40) {
+		require.True(t, w.Offer(r))
+		if i%10 == 9 {
+			waitFor(t, "the batch lost", quiescent(w, uint64(i+1)))
+		}
+	}
+	require.Equal(t, uint64(40), w.Stats().Failed, "records the spool cannot write are lost, and counted")
+	require.GreaterOrEqual(t, errorsBy("enospc"), 4.0, "each failed write is counted")
+	cause.Store("eio")
+	for _, r := range records(40, 20) {
+		require.True(t, w.Offer(r))
+	}
+	waitFor(t, "the EIO batch lost", quiescent(w, 60))
+	require.Positive(t, errorsBy("eio"))
+	_ = w.Close(t.Context())
+
+	lines := logs.lines(`"msg":"recording spool write failed"`)
+	require.Len(t, lines, 2, "one line per cause, not one per record:\n%s", strings.Join(lines, "\n"))
+	require.Contains(t, lines[0], `"cause":"enospc"`)
+	require.Contains(t, lines[0], "no space left on device")
+	require.Contains(t, lines[1], `"cause":"eio"`)
+	require.Contains(t, lines[1], "input/output error")
+}
+
+// syncBuffer is a log sink safe for the writer's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// lines returns the logged lines containing sub.
+func (b *syncBuffer) lines(sub string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for l := range strings.Lines(b.b.String()) {
+		if strings.Contains(l, sub) {
+			out = append(out, strings.TrimSpace(l))
+		}
+	}
+	return out
 }
