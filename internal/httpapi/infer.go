@@ -91,7 +91,8 @@ func (h *Handler) handleInfer(w http.ResponseWriter, r *http.Request) {
 // readBody reads the whole request body, decompressing gzip or deflate
 // bodies, and enforces MaxBodyBytes on the result. The buffer grows with
 // the bytes that arrive; a claimed Content-Length only sizes the first
-// allocation, and at most 1 MiB of it.
+// allocation, and at most 1 MiB of it unless the process's admission
+// (Options.Budget) has reserved it whole.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	limit := h.opts.MaxBodyBytes
 	if r.ContentLength > limit {
@@ -124,7 +125,13 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 			"Content-Encoding %q is not supported (use gzip, deflate or none)", enc)
 	}
 	size := 512
-	if r.ContentLength > 0 {
+	switch {
+	case r.ContentLength > 0 && enc == "" && h.opts.Budget != nil:
+		// Behind admission the declared length is already reserved in the
+		// budget: one buffer of that size, not a series of doublings that
+		// leave up to twice as much garbage behind.
+		size = int(r.ContentLength + 1)
+	case r.ContentLength > 0:
 		size = int(min(r.ContentLength+1, 1<<20))
 	}
 	var buf []byte
