@@ -783,6 +783,13 @@ func (m *Manager) newLoaded(p *plan, v int64, cfg *inferencepb.ModelConfig, prov
 			lv.outShapes[out.GetName()] = batchShape(lv.maxBatch, out.GetDims())
 		}
 	}
+	// A value that does not parse fails the load (loadVersion); an
+	// ensemble, which has no such check, takes the server's default.
+	if n, err := maxOutputBytes(cfg, m.maxOutputDefault()); err == nil {
+		lv.maxOutput = n
+	} else {
+		lv.maxOutput = m.maxOutputDefault()
+	}
 	return lv
 }
 
