@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/admission"
 )
 
 // Triton's HTTP endpoint compresses inference responses when the client
@@ -129,4 +131,27 @@ func FuzzAcceptedEncoding(f *testing.F) {
 			t.Fatalf("acceptedEncoding(%q) = %q", header, enc)
 		}
 	})
+}
+
+// An inference answer is charged to the process's in-flight budget before
+// it is built (issue 22): one the budget cannot take now is 503
+// overloaded, one it never could is 413 response_too_large, and the
+// charge is given back once the answer is written.
+func TestInferResponseChargedToBudget(t *testing.T) {
+	budget := admission.NewBudget(64<<10, nil) // 56 KiB for large bodies and answers
+	h := New(newFakeModels(), Options{MaxBodyBytes: 1 << 20, Budget: budget}, nil, nil)
+	ok := do(t, h, "POST", "/v2/models/identity/infer", identityRequest(64), nil)
+	require.Equal(t, 200, ok.Code)
+	require.Zero(t, budget.InUse(), "released once written")
+
+	// 4,096 values as JSON: far more than the budget could ever hold.
+	rec := do(t, h, "POST", "/v2/models/identity/infer", identityRequest(1024), nil)
+	requireError(t, rec, 413, "response_too_large")
+
+	// The budget taken by others: a small answer is refused for now.
+	require.True(t, budget.TryAcquire(64<<10))
+	rec = do(t, h, "POST", "/v2/models/identity/infer", identityRequest(64), nil)
+	requireError(t, rec, 503, "overloaded")
+	budget.Release(64 << 10)
+	require.Equal(t, 200, do(t, h, "POST", "/v2/models/identity/infer", identityRequest(64), nil).Code)
 }
