@@ -47,23 +47,7 @@ func ChargeResponse(ctx context.Context, n int64) error {
 	if a.b.max > 0 && n > a.b.bulk {
 		return responseTooLarge(n, a.b.bulk)
 	}
-	return a.chargeResponse(n)
-}
-
-// chargeResponse is charge for response bytes: a small response may take
-// the reserve.
-func (a *account) chargeResponse(n int64) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed || !a.b.acquire(n, n > SmallBytes) {
-		if !a.rejected {
-			a.rejected = true
-			a.rej.overloaded.Inc()
-		}
-		return ErrOverloaded
-	}
-	a.charged += n
-	return nil
+	return a.take(n, n > SmallBytes) // a small response may take the reserve
 }
 
 func responseTooLarge(n, limit int64) error {
