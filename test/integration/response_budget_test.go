@@ -12,9 +12,16 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
 
 // responseRepo has issue 22's two models: big_echo answers its FP32
@@ -111,6 +118,29 @@ func TestResponsesInsideBudget(t *testing.T) {
 	// The server still serves.
 	if code, body := echoRequest(t, client, base, 1000); code != http.StatusOK {
 		t.Fatalf("small echo after: %d %s", code, body)
+	}
+
+	// Over gRPC (with compression, as tritonclient's
+	// compression_algorithm; this client has grpc-go's gzip, deflate is
+	// checked in internal/grpcapi): the same refusal, and a valid answer.
+	gc := inferencepb.NewGRPCInferenceServiceClient(dialGRPC(t, s.grpc))
+	for _, alg := range []string{"gzip", "identity"} {
+		_, err := gc.ModelInfer(t.Context(), &inferencepb.ModelInferRequest{
+			ModelName: "expand",
+			Inputs: []*inferencepb.ModelInferRequest_InferInputTensor{{Name: "N", Datatype: "INT64", Shape: []int64{1},
+				Contents: &inferencepb.InferTensorContents{Int64Contents: []int64{60 << 20}}}},
+		}, grpc.UseCompressor(alg))
+		if st := status.Convert(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "max_output_bytes") {
+			t.Errorf("gRPC expand of 240 MB (%s): %v, want ResourceExhausted naming max_output_bytes", alg, err)
+		}
+		resp, err := gc.ModelInfer(t.Context(), &inferencepb.ModelInferRequest{
+			ModelName: "expand",
+			Inputs: []*inferencepb.ModelInferRequest_InferInputTensor{{Name: "N", Datatype: "INT64", Shape: []int64{1},
+				Contents: &inferencepb.InferTensorContents{Int64Contents: []int64{4096}}}},
+		}, grpc.UseCompressor(alg))
+		if err != nil || len(resp.GetRawOutputContents()) != 1 || len(resp.GetRawOutputContents()[0]) != 4*4096 {
+			t.Errorf("gRPC expand of 4096 values (%s): %v", alg, err)
+		}
 	}
 }
 
