@@ -74,9 +74,10 @@ func (b *Budget) acquire(n int64, bulk bool) bool {
 }
 
 // Release gives back n bytes taken by TryAcquire. Releasing more than was
-// acquired is a bug in the caller and panics.
+// acquired is a bug in the caller and panics. A nil Budget releases
+// nothing.
 func (b *Budget) Release(n int64) {
-	if n <= 0 {
+	if b == nil || n <= 0 {
 		return
 	}
 	if b.used.Add(-n) < 0 {

@@ -57,6 +57,7 @@ func GRPCServerOptions(listener string, l Limits, b *Budget, m *Metrics) []grpc.
 		grpc.InTapHandle(g.tap),
 		grpc.ChainUnaryInterceptor(g.unary),
 		grpc.ChainStreamInterceptor(g.stream),
+		grpc.StatsHandler(responseAccounts{g}),
 	}
 	if l.MaxBodyBytes > 0 {
 		opts = append(opts, grpc.MaxRecvMsgSize(int(min(l.MaxBodyBytes, math.MaxInt32))))

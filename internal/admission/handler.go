@@ -161,13 +161,17 @@ type account struct {
 // charge takes n bytes from the budget for the rest of the request, or
 // returns ErrOverloaded. The bytes are a body's of unknown length or a
 // decoded body's growth: they may not take the budget's reserve.
-func (a *account) charge(n int64) error {
+func (a *account) charge(n int64) error { return a.take(n, true) }
+
+// take is charge; bulk bytes may not take the budget's reserve (a small
+// response's may).
+func (a *account) take(n int64, bulk bool) error {
 	if n <= 0 {
 		return nil
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed || !a.b.tryAcquireBulk(n) {
+	if a.closed || !a.b.acquire(n, bulk) {
 		if !a.rejected {
 			a.rejected = true
 			a.rej.overloaded.Inc()

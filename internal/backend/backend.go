@@ -33,6 +33,12 @@ type LoadOptions struct {
 	// siblings from the instances of a reload loading beside them. 0
 	// means unknown.
 	LoadID uint64
+	// MaxOutputBytes is the most output bytes (all outputs' tensor data)
+	// one request may get; the model repository refuses larger outputs
+	// whatever the backend does, and a backend that can tell the size
+	// before it holds the outputs (the Python backend, from a worker's
+	// frame header) refuses them without reading them. 0: no limit.
+	MaxOutputBytes int64
 }
 
 // Backend is one execution engine, e.g. ONNX Runtime.

@@ -33,6 +33,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/shm"
 	"github.com/sluice-ml/sluice/internal/telemetry"
 	"github.com/sluice-ml/sluice/internal/tritonsettings"
+	"github.com/sluice-ml/sluice/internal/zpool"
 )
 
 // serveFlags are the model server's flags. Names follow tritonserver's.
@@ -62,6 +63,8 @@ type serveFlags struct {
 	serverVersion   string
 	httpForward     string
 	grpcForward     string
+	compressMin     int
+	maxOutputBytes  int64
 	// levelVar holds the model server's log level and sampling its root
 	// trace sampling, so that Triton's logging and trace extensions can
 	// change them; nil under serve -c.
@@ -140,6 +143,8 @@ func newServeCmd(use, short string) *cobra.Command {
 	fl.StringVar(&f.serverName, "server-name", "sluice", "name in the server metadata (GET /v2, ServerMetadata); \"triton\" for clients that check it")
 	fl.StringVar(&f.serverVersion, "server-version", "", "version in the server metadata; default: this build's version")
 	fl.StringVar(&f.httpForward, "http-header-forward-pattern", "", "regular expression: HTTP inference request headers whose lower-case names match reach the model as string request parameters (as Triton's flag)")
+	fl.IntVar(&f.compressMin, "compress-min-bytes", zpool.DefaultMinBytes, "smallest inference response compressed for a client that accepts gzip or deflate (HTTP Accept-Encoding, a compressed gRPC request); smaller ones go out uncompressed; -1: never compress")
+	fl.Int64Var(&f.maxOutputBytes, "max-output-bytes", modelrepo.DefaultMaxOutputBytes, "most output bytes one request may get from a model whose config.pbtxt sets no max_output_bytes parameter; larger outputs are refused with 413 response_too_large")
 	fl.StringVar(&f.grpcForward, "grpc-header-forward-pattern", "", "regular expression: gRPC request metadata whose keys match reach the model as string request parameters (as Triton's flag)")
 	if use == "serve" { // model-server is the model server alone: no sluice.yaml
 		fl.StringVarP(&f.configFile, "config", "c", "", "sluice.yaml: run the whole chain it describes (model server, feature server, gateway); the model-server flags are then ignored except --backend-config, --strict-readiness, --log-format and --log-level")
@@ -447,6 +452,7 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 		ExpectedCommits: commits,
 		StrictReadiness: f.strictReadiness,
 		CacheSizeBytes:  f.cacheSize,
+		MaxOutputBytes:  f.maxOutputBytes,
 
 		DisableTritonMetrics: !f.tritonMetrics,
 		HoldSchedulerUntil:   hold,
@@ -533,9 +539,9 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	if f.levelVar != nil {
 		extSettings = tritonsettings.New(f.levelVar, f.logFormat, f.sampling)
 	}
-	kh := httpapi.New(ms.models, httpapi.Options{MaxBodyBytes: limits.MaxBodyBytes, ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings, HeaderForward: httpForward}, logger, reg)
+	kh := httpapi.New(ms.models, httpapi.Options{MaxBodyBytes: limits.MaxBodyBytes, ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings, HeaderForward: httpForward, CompressMinBytes: f.compressMin, Budget: gd.budget}, logger, reg)
 	ms.httpSrv = gd.httpServer("models_http", limits, httpPolicy.RequireKServe(gd.audit, "models_http", telemetry.TraceHTTP("models.http", kh)))
-	ms.grpcSvc = grpcapi.New(ms.models, grpcapi.Options{ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings, HeaderForward: grpcForward}, logger, reg)
+	ms.grpcSvc = grpcapi.New(ms.models, grpcapi.Options{ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings, HeaderForward: grpcForward, CompressMinBytes: f.compressMin}, logger, reg)
 	ms.grpcSrv = grpcapi.NewServer(ms.grpcSvc, grpcapi.ServerOptions{
 		MaxRecvMsgSize: int(limits.MaxBodyBytes),
 		DelayNonInfer:  grpcDelay,

@@ -11,9 +11,13 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
@@ -57,6 +61,10 @@ type Options struct {
 	// it matches as string request parameters named by the key (Triton's
 	// --grpc-header-forward-pattern). A parameter the request sets wins.
 	HeaderForward *regexp.Regexp
+	// CompressMinBytes is the smallest response message compressed when
+	// the client compressed its request; smaller ones are answered
+	// uncompressed. 0: zpool.DefaultMinBytes (1 KiB); negative: never.
+	CompressMinBytes int
 }
 
 // Service implements inference.GRPCInferenceService on top of
@@ -188,10 +196,31 @@ func tensorMetadata(specs []modelrepo.TensorMeta) []*pb.ModelMetadataResponse_Te
 // ModelInfer implements the KServe v2 ModelInfer RPC.
 func (s *Service) ModelInfer(ctx context.Context, req *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
 	resp, err := s.infer(ctx, req)
+	if err == nil {
+		// The response is charged to the in-flight budget before grpc-go
+		// marshals it, and held until the call ends: a model's output can
+		// be far larger than its request (issue 22).
+		err = admission.ChargeResponse(ctx, responseBytes(ctx, resp))
+	}
 	if err != nil {
 		return nil, s.fail(ctx, "ModelInfer", err)
 	}
+	plainIfSmall(ctx, resp, s.opts.CompressMinBytes)
 	return resp, nil
+}
+
+// responseBytes is what a response message holds while it is sent: the
+// outputs it refers to, the marshalled message and, when the call is
+// compressed, the compressed copy (never much larger than its input).
+func responseBytes(ctx context.Context, msg proto.Message) int64 {
+	size := int64(proto.Size(msg))
+	n := 2 * size
+	if st, ok := grpc.ServerTransportStreamFromContext(ctx).(interface{ SendCompress() string }); ok {
+		if c := st.SendCompress(); c != "" && c != encoding.Identity {
+			n += size + size/8
+		}
+	}
+	return n
 }
 
 func (s *Service) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
@@ -264,11 +293,17 @@ func (s *Service) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInf
 	sent := make(chan error, 1)
 	go func() { // answers in arrival order; a request's responses in order
 		var err error
+		first := true
 		for ch := range pending {
 			for msg := range ch {
-				if err == nil {
-					err = stream.Send(msg)
+				if err != nil {
+					continue
 				}
+				if first {
+					plainIfSmall(ctx, msg, s.opts.CompressMinBytes)
+					first = false
+				}
+				err = s.sendCharged(stream, msg)
 			}
 		}
 		sent <- err
@@ -301,6 +336,24 @@ func (s *Service) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInf
 		case <-done:
 		}
 	}
+}
+
+// sendCharged sends one answer of a stream, charged to the in-flight
+// budget until it is sent (issue 22); an answer the budget refuses is
+// replaced by an error answer naming why, and the stream goes on.
+func (s *Service) sendCharged(stream pb.GRPCInferenceService_ModelStreamInferServer, msg *pb.ModelStreamInferResponse) error {
+	ctx := stream.Context()
+	release, err := admission.ReserveStreamResponse(ctx, responseBytes(ctx, msg))
+	if err != nil {
+		r := msg.GetInferResponse()
+		msg = &pb.ModelStreamInferResponse{
+			ErrorMessage:  err.Error(),
+			InferResponse: &pb.ModelInferResponse{ModelName: r.GetModelName(), ModelVersion: r.GetModelVersion(), Id: r.GetId(), Parameters: r.GetParameters()},
+		}
+		return stream.Send(msg)
+	}
+	defer release()
+	return stream.Send(msg)
 }
 
 // paramEmptyFinal is the request parameter that asks for an empty

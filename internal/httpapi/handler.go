@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
 	"github.com/sluice-ml/sluice/internal/shm"
@@ -58,6 +59,16 @@ type Options struct {
 	// named by the header (Triton's --http-header-forward-pattern). A
 	// parameter the body sets wins.
 	HeaderForward *regexp.Regexp
+	// CompressMinBytes is the smallest inference response body compressed
+	// for a client that accepts gzip or deflate; smaller ones go out as
+	// they are. 0: zpool.DefaultMinBytes (1 KiB); negative: never.
+	CompressMinBytes int
+	// Budget is the process's in-flight byte budget: every inference
+	// response is charged to it (its outputs and their encoding) before it
+	// is built, and refused with 503 overloaded when it cannot be, or 413
+	// response_too_large when it never could. nil: responses are not
+	// charged.
+	Budget *admission.Budget
 }
 
 // Handler serves the KServe v2 HTTP protocol and Triton's HTTP extensions

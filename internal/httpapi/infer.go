@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"compress/gzip"
 	"compress/zlib"
 	"context"
@@ -16,6 +15,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
+	"github.com/sluice-ml/sluice/internal/zpool"
 )
 
 // headerLength is the binary extension's header naming the JSON part's
@@ -91,7 +91,8 @@ func (h *Handler) handleInfer(w http.ResponseWriter, r *http.Request) {
 // readBody reads the whole request body, decompressing gzip or deflate
 // bodies, and enforces MaxBodyBytes on the result. The buffer grows with
 // the bytes that arrive; a claimed Content-Length only sizes the first
-// allocation, and at most 1 MiB of it.
+// allocation, and at most 1 MiB of it unless the process's admission
+// (Options.Budget) has reserved it whole.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	limit := h.opts.MaxBodyBytes
 	if r.ContentLength > limit {
@@ -124,7 +125,13 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 			"Content-Encoding %q is not supported (use gzip, deflate or none)", enc)
 	}
 	size := 512
-	if r.ContentLength > 0 {
+	switch {
+	case r.ContentLength > 0 && enc == "" && h.opts.Budget != nil:
+		// Behind admission the declared length is already reserved in the
+		// budget: one buffer of that size, not a series of doublings that
+		// leave up to twice as much garbage behind.
+		size = int(r.ContentLength + 1)
+	case r.ContentLength > 0:
 		size = int(min(r.ContentLength+1, 1<<20))
 	}
 	var buf []byte
@@ -430,6 +437,18 @@ func (h *Handler) writeInferResponse(w http.ResponseWriter, r *http.Request, req
 			binBytes += len(resp.Outputs[i].Data)
 		}
 	}
+	enc := ""
+	if h.opts.CompressMinBytes >= 0 {
+		enc = acceptedEncoding(r.Header.Get("Accept-Encoding"))
+	}
+	// The response is charged to the in-flight budget before it is built:
+	// a model's output can be far larger than its request (issue 22).
+	charge := responseBytes(resp, isBinary, enc != "")
+	if err := h.opts.Budget.ReserveResponse(charge); err != nil {
+		h.writeError(w, r, requestID, err)
+		return
+	}
+	defer h.opts.Budget.Release(charge)
 	bufp := h.getBuf()
 	defer h.putBuf(bufp)
 	js, err := appendInferResponse((*bufp)[:0], resp, isBinary)
@@ -449,7 +468,7 @@ func (h *Handler) writeInferResponse(w http.ResponseWriter, r *http.Request, req
 	} else {
 		hdr.Set("Content-Type", "application/json")
 	}
-	if enc := acceptedEncoding(r.Header.Get("Accept-Encoding")); enc != "" {
+	if enc != "" && zpool.ShouldCompress(len(js)+binBytes, h.opts.CompressMinBytes) {
 		h.writeCompressed(w, enc, js, resp.Outputs, isBinary)
 		return
 	}
@@ -494,28 +513,36 @@ func acceptedEncoding(header string) string {
 
 // writeCompressed answers with the JSON and the binary outputs compressed
 // as one body; Inference-Header-Content-Length stays the length of the
-// uncompressed JSON, as in Triton.
+// uncompressed JSON, as in Triton. The compressor and the buffer the
+// compressed body is written to come from pools.
 func (h *Handler) writeCompressed(w http.ResponseWriter, enc string, js []byte, outs []infer.Tensor, isBinary []bool) {
-	var buf bytes.Buffer
-	var zw io.WriteCloser
-	if enc == "gzip" {
-		zw = gzip.NewWriter(&buf)
-	} else {
-		zw = zlib.NewWriter(&buf)
-	}
-	_, _ = zw.Write(js) // writes to a bytes.Buffer do not fail
+	outp := h.getBuf()
+	defer h.putBuf(outp)
+	out := appendWriter{b: (*outp)[:0]}
+	zw := zpool.Get(enc, &out)
+	_, _ = zw.Write(js) // writes to an appendWriter do not fail
 	for i := range outs {
 		if isBinary[i] {
 			_, _ = zw.Write(outs[i].Data)
 		}
 	}
 	_ = zw.Close()
+	zpool.Put(zw)
+	*outp = out.b
 	hdr := w.Header()
 	hdr.Set("Content-Encoding", enc)
 	hdr.Add("Vary", "Accept-Encoding")
-	hdr.Set("Content-Length", itoa(buf.Len()))
+	hdr.Set("Content-Length", itoa(len(out.b)))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(out.b)
+}
+
+// appendWriter is an io.Writer appending to a byte slice.
+type appendWriter struct{ b []byte }
+
+func (a *appendWriter) Write(p []byte) (int, error) {
+	a.b = append(a.b, p...)
+	return len(p), nil
 }
 
 // forwardHeaders adds the headers whose lower-case names match re to the

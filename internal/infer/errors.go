@@ -21,6 +21,12 @@ const (
 	KindPermissionDenied              // 403 / PermissionDenied
 )
 
+// ReasonResponseTooLarge is a response larger than its model's maximum
+// output (config.pbtxt parameter max_output_bytes, or the server's
+// default) or than the process's in-flight budget could ever hold: the
+// client must ask for less. The edges answer 413 / ResourceExhausted.
+const ReasonResponseTooLarge = "response_too_large"
+
 // Error is a domain error with a stable, snake_case reason code that
 // clients can match on, e.g. "invalid_shape" or "model_not_found".
 type Error struct {

@@ -107,6 +107,9 @@ func (m *Manager) serve(ctx context.Context, lv *loaded, req *infer.Request, sta
 		traceExecution(ctx, lv, enqueued, times, batch, ierr)
 		lv.clientShapes(outs)
 	}
+	if ierr == nil {
+		ierr = lv.checkOutputSize(outs)
+	}
 	if lv.cached {
 		t0 := time.Now()
 		if ierr == nil {

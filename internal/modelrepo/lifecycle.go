@@ -650,6 +650,9 @@ func (m *Manager) loadVersion(ctx context.Context, p *plan, v int64, replacing b
 	if err := lv.readLabels(); err != nil {
 		return fail(causeConfig, err)
 	}
+	if lv.maxOutput, err = maxOutputBytes(cfg, m.maxOutputDefault()); err != nil {
+		return fail(causeConfig, err)
+	}
 	count := instanceCount(cfg)
 	params := map[string]string{}
 	for k, pv := range cfg.GetParameters() {
@@ -658,7 +661,7 @@ func (m *Manager) loadVersion(ctx context.Context, p *plan, v int64, replacing b
 	for range count {
 		in, err := p.be.Load(ctx, backend.LoadOptions{
 			Model: p.name, Version: v, Path: path, Parameters: params, InstanceCount: count,
-			Config: cfg, LoadID: lv.id,
+			Config: cfg, LoadID: lv.id, MaxOutputBytes: lv.maxOutput,
 		})
 		if err != nil {
 			_ = lv.closeInstances()
@@ -779,6 +782,13 @@ func (m *Manager) newLoaded(p *plan, v int64, cfg *inferencepb.ModelConfig, prov
 			}
 			lv.outShapes[out.GetName()] = batchShape(lv.maxBatch, out.GetDims())
 		}
+	}
+	// A value that does not parse fails the load (loadVersion); an
+	// ensemble, which has no such check, takes the server's default.
+	if n, err := maxOutputBytes(cfg, m.maxOutputDefault()); err == nil {
+		lv.maxOutput = n
+	} else {
+		lv.maxOutput = m.maxOutputDefault()
 	}
 	return lv
 }

@@ -93,6 +93,11 @@ type Options struct {
 	// many requests of backlogged sequences are queued
 	// (sequence.Options.HoldUntilBacklogged).
 	HoldBacklogUntil int
+	// MaxOutputBytes is the most output bytes one request may get from a
+	// model whose config sets no max_output_bytes parameter
+	// (--max-output-bytes); larger outputs are refused with 413
+	// response_too_large. 0 means DefaultMaxOutputBytes.
+	MaxOutputBytes int64
 }
 
 // Manager owns the models of the repositories: it loads, swaps, drains and

@@ -157,6 +157,7 @@ type loaded struct {
 	outShapes map[string]infer.Shape
 	labels    map[string][]string // output -> label_filename lines
 	maxBatch  int64               // 0 = the model does not batch
+	maxOutput int64               // the most output bytes one request may get
 
 	instances []backend.Instance
 	health    []backend.HealthReporter // the instances that report their health; fixed once loaded

@@ -27,8 +27,9 @@
 //	KindInternal          500 Internal Server Error    Internal
 //
 // KindResourceExhausted splits over HTTP by what ran out. The request's
-// own size (ReasonBodyTooLarge, ReasonTooManyEntityRows) is 413: the
-// client must send less. The process's in-flight budget
+// own size (ReasonBodyTooLarge, ReasonTooManyEntityRows) and a response
+// too large to build (ReasonResponseTooLarge) are 413: the client must
+// ask for less. The process's in-flight budget
 // (ReasonOverloaded) is 503 with Retry-After: 1, as Envoy's overload
 // manager answers: the refusal is about this moment, not the request.
 // Anything else (a rate limit, a full queue) is 429. Over gRPC all three

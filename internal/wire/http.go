@@ -50,7 +50,7 @@ func KindHTTPStatus(kind infer.Kind, reason string) int {
 		return http.StatusServiceUnavailable
 	case infer.KindResourceExhausted:
 		switch reason {
-		case ReasonBodyTooLarge, ReasonTooManyEntityRows:
+		case ReasonBodyTooLarge, ReasonTooManyEntityRows, ReasonResponseTooLarge:
 			return http.StatusRequestEntityTooLarge
 		case ReasonOverloaded:
 			return http.StatusServiceUnavailable

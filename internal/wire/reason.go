@@ -1,5 +1,7 @@
 package wire
 
+import "github.com/sluice-ml/sluice/internal/infer"
+
 // ErrorDomain is the ErrorInfo domain of every gRPC error status Sluice
 // sends. Clients match ErrorInfo.Reason within it.
 const ErrorDomain = "sluice"
@@ -16,6 +18,9 @@ const (
 	ReasonOverloaded = "overloaded"
 	// ReasonBodyTooLarge is a request body over its listener's limit: 413.
 	ReasonBodyTooLarge = "body_too_large"
+	// ReasonResponseTooLarge is a response over its model's maximum output
+	// or over what the in-flight budget could ever hold: 413.
+	ReasonResponseTooLarge = infer.ReasonResponseTooLarge
 	// ReasonTooManyEntityRows is a feature request naming more entities
 	// than the feature server takes in one request: 413.
 	ReasonTooManyEntityRows = "too_many_entity_rows"

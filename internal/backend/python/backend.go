@@ -299,6 +299,22 @@ type initArgs struct {
 	Builtin   string            `json:"builtin,omitempty"`
 }
 
+// resultSlack is what a result frame holds beside the tensor data of its
+// outputs: names, shapes, datatypes, parameters, per response.
+const resultSlack = 1 << 20
+
+// resultLimit is the largest result frame a worker may send for one call:
+// the model's maximum output per request times the requests one call may
+// carry, plus slack for the metadata, within maxMessage. 0 (no maximum
+// output) is maxMessage.
+func resultLimit(maxOutput int64, maxBatch int32, maxMessage int) int {
+	if maxOutput <= 0 {
+		return maxMessage
+	}
+	n := maxOutput*int64(max(maxBatch, 1)) + resultSlack
+	return int(min(n, int64(maxMessage)))
+}
+
 // load starts one instance's worker.
 func (b *Backend) load(ctx context.Context, opts backend.LoadOptions, t target) (*Instance, error) {
 	cfg := opts.Config
@@ -351,6 +367,7 @@ func (b *Backend) load(ctx context.Context, opts backend.LoadOptions, t target) 
 		env:         workerEnv(os.Environ(), opts.InstanceCount, runtime.NumCPU()),
 		init:        init,
 		maxMessage:  b.opts.MaxMessageBytes,
+		maxResult:   resultLimit(opts.MaxOutputBytes, cfg.GetMaxBatchSize(), b.opts.MaxMessageBytes),
 		logger:      logger,
 		bls:         func(w *worker, f frame) { b.serveBLS(opts.Model, w, f) },
 		metric:      func(p []byte) { b.custom.apply(opts.Model, vstr, p, logger) },

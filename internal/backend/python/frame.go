@@ -32,6 +32,11 @@ const (
 	opBLS       = 12
 	opBLSResult = 13 // → worker: the BLS request's response (see frameWriter.blsResponse)
 	opMetric    = 14 // ← worker: JSON customMsg, a custom metric's change; not answered
+
+	// opOversize never travels: the reader makes it of an opResult frame
+	// over the result limit, whose payload it skipped unread (size says
+	// how large the frame was).
+	opOversize = 0xff
 )
 
 // protocolVersion is the framing the embedded worker speaks; the worker
@@ -72,11 +77,20 @@ type frame struct {
 	op      byte
 	id      uint64
 	payload []byte
+	size    uint32 // the frame's size on the wire, header included
 }
 
 // readFrame reads one frame. A frame larger than limit is refused before
 // anything is allocated for it.
 func readFrame(r io.Reader, hdr *[headerSize]byte, limit int) (frame, error) {
+	return readFrameResult(r, hdr, limit, limit)
+}
+
+// readFrameResult is readFrame where an opResult frame larger than
+// resultLimit (but within limit) is skipped without being held: its
+// payload is read and dropped, and an opOversize frame is returned in its
+// place, so that the stream stays in step and the worker keeps serving.
+func readFrameResult(r io.Reader, hdr *[headerSize]byte, limit, resultLimit int) (frame, error) {
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return frame{}, err
 	}
@@ -90,7 +104,17 @@ func readFrame(r io.Reader, hdr *[headerSize]byte, limit int) (frame, error) {
 	if hdr[5] != 0 || hdr[6] != 0 || hdr[7] != 0 {
 		return frame{}, errors.New("frame header has non-zero reserved bytes")
 	}
-	f := frame{op: hdr[4], id: binary.LittleEndian.Uint64(hdr[8:])}
+	f := frame{op: hdr[4], id: binary.LittleEndian.Uint64(hdr[8:]), size: size}
+	if f.op == opResult && uint64(size) > uint64(resultLimit) {
+		if _, err := io.CopyN(io.Discard, r, int64(size)-headerSize); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return frame{}, err
+		}
+		f.op = opOversize
+		return f, nil
+	}
 	if n := int(size) - headerSize; n > 0 {
 		f.payload = make([]byte, n)
 		if _, err := io.ReadFull(r, f.payload); err != nil {

@@ -156,6 +156,29 @@ func TestReadFrame(t *testing.T) {
 	}
 }
 
+// A result frame over the result limit is skipped unread: the reader
+// returns opOversize with the frame's size and the next frame is read in
+// step, so the worker keeps serving (issue 22: a model's huge answer).
+func TestReadFrameResultSkipsOversize(t *testing.T) {
+	var hdr [headerSize]byte
+	var stream []byte
+	stream = append(stream, smallFrame(opResult, 7, make([]byte, 1000))...)
+	stream = append(stream, smallFrame(opResult, 8, []byte("ok"))...)
+	r := bytes.NewReader(stream)
+	got, err := readFrameResult(r, &hdr, 1<<20, 100)
+	if err != nil || got.op != opOversize || got.id != 7 || got.size != 1000+headerSize || got.payload != nil {
+		t.Fatalf("oversized result = %+v, %v", got, err)
+	}
+	got, err = readFrameResult(r, &hdr, 1<<20, 100)
+	if err != nil || got.op != opResult || got.id != 8 || string(got.payload) != "ok" {
+		t.Fatalf("next frame = %+v, %v", got, err)
+	}
+	// Other frames keep the message limit.
+	if got, err := readFrameResult(bytes.NewReader(smallFrame(opLog, 0, make([]byte, 1000))), &hdr, 1<<20, 100); err != nil || got.op != opLog {
+		t.Fatalf("log frame = %+v, %v", got, err)
+	}
+}
+
 func TestFrameWriterLimit(t *testing.T) {
 	var w frameWriter
 	w.reset(opExecute, 1)
@@ -206,12 +229,15 @@ func FuzzReadFrame(f *testing.F) {
 		var hdr [headerSize]byte
 		r := bytes.NewReader(data)
 		for range 16 {
-			fr, err := readFrame(r, &hdr, 1<<16)
+			fr, err := readFrameResult(r, &hdr, 1<<16, 64)
 			if err != nil {
 				return
 			}
 			if len(fr.payload) > 1<<16 {
 				t.Fatalf("payload of %d bytes over the limit", len(fr.payload))
+			}
+			if fr.op == opResult && len(fr.payload) > 64-headerSize {
+				t.Fatalf("result of %d bytes over the result limit", len(fr.payload))
 			}
 		}
 	})

@@ -445,6 +445,12 @@ func (in *Instance) run(ctx context.Context, inputs [][]infer.Tensor, outputs []
 			Kind: infer.KindInternal, Reason: ReasonModelException,
 			Msg: fmt.Sprintf("model '%s' version %d: %s", in.key.model, in.key.version, we.Message),
 		}
+	case f.op == opOversize:
+		err = &infer.Error{
+			Kind: infer.KindResourceExhausted, Reason: infer.ReasonResponseTooLarge,
+			Msg: fmt.Sprintf("model '%s' version %d: the worker's answer is %d bytes, over the %d bytes its maximum output allows (config.pbtxt parameter max_output_bytes, or the server's --max-output-bytes); it was dropped unread",
+				in.key.model, in.key.version, f.size, in.spec.maxResult),
+		}
 	case f.op != opResult:
 		w.kill()
 		err = fmt.Errorf("python worker %d answered op %d to execute", w.pid, f.op)

@@ -2,6 +2,7 @@ package python
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,6 +33,9 @@ type workerSpec struct {
 	bls func(w *worker, f frame)
 	// metric records a custom metric frame; nil drops them.
 	metric func(payload []byte)
+	// maxResult is the largest result frame read: one over it is skipped
+	// and its call fails (opOversize). At most maxMessage.
+	maxResult int
 }
 
 // worker is one running Python process and its end of the socket.
@@ -326,7 +330,7 @@ func (w *worker) read() {
 	var hdr [headerSize]byte
 	var cause error
 	for {
-		f, err := readFrame(r, &hdr, w.spec.maxMessage)
+		f, err := readFrameResult(r, &hdr, w.spec.maxMessage, cmp.Or(w.spec.maxResult, w.spec.maxMessage))
 		if err != nil {
 			cause = err
 			break
