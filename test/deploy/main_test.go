@@ -52,6 +52,7 @@ func TestMain(m *testing.M) {
 	}
 	tmpRoot = dir
 	code := m.Run()
+	stopCluster()
 	_ = os.RemoveAll(tmpRoot)
 	os.Exit(code)
 }
