@@ -14,7 +14,10 @@
 # version) and does nothing. A cold build takes about 20 minutes on a loaded
 # 2-core machine; it runs under nice.
 #
-# Usage: scripts/install-kube.sh [--print-dir]
+# Usage: scripts/install-kube.sh [--print-dir | --check]
+#   --print-dir  print the install folder at the end
+#   --check      print it if everything is installed, else fail (no build;
+#                the tests use this, so a cold build never runs inside one)
 #   SLUICE_KUBE_DIR  where to install (default: ${XDG_CACHE_HOME:-~/.cache}/sluice/kube-$KUBE_VERSION)
 # Layout: $dir/bin/{kube-apiserver,kube-controller-manager,kubectl},
 #         $dir/crds/*.yaml (prometheus-operator), $dir/stamp
@@ -36,8 +39,12 @@ done_already() {
 }
 
 if done_already; then
-  [ "${1:-}" = "--print-dir" ] && echo "$dest"
+  case "${1:-}" in --print-dir|--check) echo "$dest" ;; esac
   exit 0
+fi
+if [ "${1:-}" = "--check" ]; then
+  say "not installed in $dest: run scripts/install-kube.sh (make deps; ~20 minutes cold)"
+  exit 1
 fi
 
 command -v go >/dev/null 2>&1 || { say "Go is required"; exit 1; }

@@ -113,9 +113,9 @@ func (p *process) tail() string {
 
 func startControlPlane() (*controlPlane, error) {
 	start := time.Now()
-	out, err := command(context.Background(), repoRoot, nil, filepath.Join(repoRoot, "scripts/install-kube.sh"), "--print-dir")
+	out, err := command(context.Background(), repoRoot, nil, filepath.Join(repoRoot, "scripts/install-kube.sh"), "--check")
 	if err != nil {
-		return nil, fmt.Errorf("scripts/install-kube.sh (make deps builds the control plane into the user cache): %w\n%s", err, out)
+		return nil, fmt.Errorf("the control plane's binaries (make deps builds them into the user cache with scripts/install-kube.sh): %w\n%s", err, out)
 	}
 	kubeDir := strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:])
 	etcd, err := exec.LookPath("etcd")
