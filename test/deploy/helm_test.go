@@ -31,9 +31,9 @@ const (
 	prodValue = "deploy/helm/production-values.yaml"
 	release   = "sluice"
 	namespace = "ml"
-	// kubeVersion is the cluster version helm renders for: a helm built
-	// with go install reports v1.20 by default, below the chart's floor.
-	kubeVersion = "1.33.0"
+	// kubeVersion is the cluster version helm lint checks against (the
+	// control plane the API server tests run).
+	kubeVersion = "1.37.2"
 )
 
 // manifest is one rendered object: its kind and name, and the typed value
@@ -112,21 +112,36 @@ func stripComments(doc string) string {
 	return b.String()
 }
 
-// render runs helm template on the chart with the values files.
+// render runs helm template on the chart with the values files, with
+// helm's defaults otherwise (no --kube-version: a helm built with go
+// install assumes Kubernetes v1.20, and the chart must render there too).
 func render(t *testing.T, values ...string) []manifest {
 	t.Helper()
-	args := []string{"template", release, filepath.Join(repoRoot, chartDir), "--namespace", namespace, "--kube-version", kubeVersion}
+	var args []string
 	for _, v := range values {
 		args = append(args, "-f", filepath.Join(repoRoot, v))
 	}
+	return renderWith(t, release, args...)
+}
+
+// renderWith runs helm template for the release with more arguments
+// (-f FILE, --set K=V) and decodes the result.
+func renderWith(t *testing.T, rel string, args ...string) []manifest {
+	t.Helper()
+	out, err := helmTemplate(t, rel, args...)
+	if err != nil {
+		t.Fatalf("helm template %s %s: %v\n%s", rel, strings.Join(args, " "), err, out)
+	}
+	return decodeStrict(t, out, newObject)
+}
+
+func helmTemplate(t *testing.T, rel string, args ...string) (string, error) {
+	t.Helper()
+	args = append([]string{"template", rel, filepath.Join(repoRoot, chartDir), "--namespace", namespace}, args...)
 	helm := helmBinary(t) // built once, on a fresh machine for minutes: before the deadline starts
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := command(ctx, "", nil, helm, args...)
-	if err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return decodeStrict(t, out, newObject)
+	return command(ctx, "", nil, helm, args...)
 }
 
 func find[T any](t *testing.T, ms []manifest, kind, name string) T {

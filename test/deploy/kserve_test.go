@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -140,6 +141,27 @@ func TestKServeRuntime(t *testing.T) {
 	}
 	if sc := c.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 		t.Errorf("security context %+v: want non-root and a read-only root", c.SecurityContext)
+	}
+	// Pod Security "restricted" wants the runtime's default seccomp profile
+	// (TestKServeRuntimePodRestricted has the API server judge it).
+	if sc := c.SecurityContext; sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("security context %+v: want seccompProfile RuntimeDefault", c.SecurityContext)
+	}
+	// The root is read-only; the model server and the Python backend
+	// write temporary files under /tmp: an emptyDir there.
+	tmp := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/tmp" })
+	if tmp < 0 || !slices.ContainsFunc(rt.Spec.Volumes, func(v corev1.Volume) bool {
+		return v.Name == c.VolumeMounts[tmp].Name && v.EmptyDir != nil
+	}) {
+		t.Errorf("no emptyDir mounted at /tmp: mounts %+v, volumes %+v", c.VolumeMounts, rt.Spec.Volumes)
+	}
+	// Every port the arguments serve is declared (grpc-v2 included).
+	for _, a := range c.Args {
+		for _, flag := range []string{"--http-port=", "--grpc-port="} {
+			if v, ok := strings.CutPrefix(a, flag); ok && !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return fmt.Sprint(p.ContainerPort) == v }) {
+				t.Errorf("%s served but not among the ports %+v", a, c.Ports)
+			}
+		}
 	}
 	// The same image and version as the chart's default.
 	chart, err := os.ReadFile(filepath.Join(repoRoot, chartDir, "Chart.yaml"))

@@ -16,9 +16,16 @@
 {{- end -}}
 {{- end -}}
 
-{{/* Object names of the components (short enough for the 63-character label limit). */}}
-{{- define "sluice.gateway" -}}{{ include "sluice.fullname" . | trunc 55 | trimSuffix "-" }}-gateway{{- end -}}
-{{- define "sluice.model" -}}{{ include "sluice.fullname" . | trunc 57 | trimSuffix "-" }}-model{{- end -}}
+{{/* Object names of the components. The release part is cut so that the
+     longest name derived from each fits its limit, suffix included (a
+     53-character release name, helm's maximum, works):
+     - gateway: NAME-gateway-admin is a Service name (DNS label, 63);
+     - model: a StatefulSet's pods carry the label
+       controller-revision-hash=NAME-model-<hash of up to 10> (label value,
+       63), so NAME-model stays within 52;
+     - features: NAME-features is a Service name (63). */}}
+{{- define "sluice.gateway" -}}{{ include "sluice.fullname" . | trunc 49 | trimSuffix "-" }}-gateway{{- end -}}
+{{- define "sluice.model" -}}{{ include "sluice.fullname" . | trunc 46 | trimSuffix "-" }}-model{{- end -}}
 {{- define "sluice.features" -}}{{ include "sluice.fullname" . | trunc 54 | trimSuffix "-" }}-features{{- end -}}
 {{- define "sluice.secret" -}}{{ default (printf "%s-secrets" (include "sluice.fullname" .)) .Values.secrets.existingSecret }}{{- end -}}
 
@@ -53,6 +60,15 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "sluice.componentLabels" -}}
 {{ include "sluice.labels" .root }}
 app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Labels of a pod template: the component's, without helm.sh/chart, so a
+     chart version bump alone does not roll every pod. */}}
+{{- define "sluice.podLabels" -}}
+{{ include "sluice.selector" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: sluice
 {{- end -}}
 
 {{/* The environment every Sluice container gets: tokens, API keys, extra secret env. */}}
