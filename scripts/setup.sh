@@ -9,10 +9,6 @@
 #     podman and uidmap (container images), when root
 #   - the system Python's numpy and torch (python3-numpy, python3-torch),
 #     which the python and pytorch backends' workers run with, when root
-#   - the Kubernetes control plane the deploy tests run against: etcd
-#     (Debian package "etcd-server", when root) and kube-apiserver,
-#     kube-controller-manager and kubectl built from the Go module proxy
-#     into the user cache (scripts/install-kube.sh; ~20 minutes cold)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,8 +36,6 @@ command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
 command -v buildah >/dev/null 2>&1 || need_apt+=(buildah)
 command -v podman >/dev/null 2>&1 || need_apt+=(podman)
 command -v newuidmap >/dev/null 2>&1 || need_apt+=(uidmap)
-# etcd for the deploy tests' Kubernetes control plane.
-command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     say "installing Debian packages: ${need_apt[*]}"
@@ -71,7 +65,3 @@ if [ "${#need_py[@]}" -gt 0 ]; then
     say "missing: ${need_py[*]} (Python and PyTorch models need them; their tests will fail loudly)"
   fi
 fi
-
-# kube-apiserver, kube-controller-manager and kubectl for test/deploy, and
-# prometheus-operator's CRDs: built once into the user cache (a no-op after).
-scripts/install-kube.sh

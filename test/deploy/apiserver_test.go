@@ -1,3 +1,5 @@
+//go:build kubeapi
+
 package deploy_test
 
 import (
@@ -22,11 +24,6 @@ import (
 
 // The chart and the KServe runtime on a real API server (cluster_test.go):
 // every namespace enforces Pod Security "restricted".
-
-const docsK8s = "docs/deploy-kubernetes.md"
-
-// longRelease is 53 characters, the longest release name helm accepts.
-var longRelease = "r" + strings.Repeat("0123456789", 5) + "ab"
 
 // namespace creates ns enforcing (and warning and auditing) the
 // restricted Pod Security level.
@@ -345,7 +342,7 @@ func docsValues(t *testing.T) []docsValue {
 
 // k8sMark precedes the console blocks this test runs; the docs command
 // test (test/docs) leaves them alone as illustrative.
-const k8sMark = "test/deploy runs it against a real API server"
+const k8sMark = "test/deploy -tags kubeapi applies it to a real API server"
 
 // docsCommands returns the "$ " commands of the console blocks after a
 // line containing k8sMark, continuation lines joined.

@@ -222,3 +222,8 @@ func TestChartPodTemplates(t *testing.T) {
 		t.Errorf("gateway readiness probe %+v drops a pod after one failure", p)
 	}
 }
+
+// longRelease is 53 characters, the longest release name helm accepts.
+var longRelease = "r" + strings.Repeat("0123456789", 5) + "ab"
+
+const docsK8s = "docs/deploy-kubernetes.md"

@@ -1,3 +1,5 @@
+//go:build kubeapi
+
 package deploy_test
 
 import (
