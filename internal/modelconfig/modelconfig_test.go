@@ -189,6 +189,10 @@ func TestParseJSON(t *testing.T) {
 		{name: "proto names", in: `{"name":"m","max_batch_size":4,"input":[{"name":"x","data_type":"TYPE_FP32","dims":[3]}]}`},
 		{name: "json names and quoted int64", in: `{"name":"m","maxBatchSize":4,"input":[{"name":"x","dataType":"TYPE_FP32","dims":["3"]}]}`},
 		{name: "unknown field", in: `{"name":"m","max_batch_sizee":4}`, wantErr: "max_batch_sizee"},
+		// What GET .../config answers (with Sluice's loaded_at) loads back
+		// unchanged as an override.
+		{name: "sluice extension dropped", in: `{"name":"m","max_batch_size":4,"input":[{"name":"x","data_type":"TYPE_FP32","dims":[3]}],"loaded_at":"2026-12-07T04:00:00Z"}`},
+		{name: "unknown field beside an extension", in: `{"name":"m","loaded_at":"x","max_batch_sizee":4}`, wantErr: "max_batch_sizee"},
 		{name: "bad enum", in: `{"input":[{"data_type":"FP32"}]}`, wantErr: "FP32"},
 		{name: "not json", in: `name: "m"`, wantErr: "parse model configuration JSON"},
 	} {

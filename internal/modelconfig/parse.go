@@ -2,6 +2,7 @@ package modelconfig
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -171,6 +172,7 @@ func offsetOf(data []byte, line, col int) int {
 // "config" parameter carries it. Proto field names and JSON names are both
 // accepted; unknown fields are an error of kind KindInvalid.
 func ParseJSON(data []byte) (*inferencepb.ModelConfig, error) {
+	data = withoutExtensions(data)
 	cfg := &inferencepb.ModelConfig{}
 	if err := protojson.Unmarshal(data, cfg); err != nil {
 		return nil, &infer.Error{
@@ -180,6 +182,40 @@ func ParseJSON(data []byte) (*inferencepb.ModelConfig, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// extensionFields are the members Sluice adds beside Triton's fields in
+// the configuration it answers (GET .../config). A client that reads the
+// configuration, edits it and sends it back as a load override (as
+// tritonclient users do) sends them too, so they are dropped before the
+// strict decode.
+var extensionFields = []string{"loaded_at"}
+
+// withoutExtensions returns data with extensionFields removed from its
+// top-level object; data as given when it has none (or is not an object,
+// which the strict decode then reports with its position).
+func withoutExtensions(data []byte) []byte {
+	found := false
+	for _, f := range extensionFields {
+		if bytes.Contains(data, []byte(`"`+f+`"`)) {
+			found = true
+		}
+	}
+	if !found {
+		return data
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(data, &obj); err != nil {
+		return data
+	}
+	for _, f := range extensionFields {
+		delete(obj, f)
+	}
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return data
+	}
+	return out
 }
 
 // MarshalJSON encodes cfg the way Triton answers GET .../config: proto

@@ -483,6 +483,7 @@ var monConditional = map[string]string{
 	"sluice_tls_reloads_total":                        "only for listeners served over TLS",
 	"sluice_audit_events_total":                       "only after a state-changing call (reload, rollout, load, push)",
 	"sluice_cluster_connected":                        "only with a cluster section (TestFleetDrill runs one)",
+	"sluice_gateway_fallback_answers_total":           "only after the fallback rule answers a request (drift, or a model that cannot be reached with on_upstream_failure)",
 }
 
 // monExampleFallback is the example service's fallback block.
@@ -565,10 +566,13 @@ func TestMonitoringPrometheusAlerts(t *testing.T) {
 	gateway := map[string]any{
 		"accuracy":     map[string]any{"path": filepath.Join(accDir, "pending.db"), "log": map[string]any{"dir": filepath.Join(accDir, "log")}},
 		"drain_period": "100ms",
-		"clients":      []any{map[string]any{"id": "it-main", "api_key": "${" + gwMainKeyEnv + "}"}},
-		"anonymous":    map[string]any{"allowed": false},
-		"services":     []any{svc},
-		"recording":    map[string]any{"sink": "jsonl", "dir": t.TempDir()},
+		"clients": []any{map[string]any{"id": "it-main", "api_key": "${" + gwMainKeyEnv + "}",
+			// A limit far above the test's traffic, so the quota gauge the
+			// alert rules use has a series.
+			"rate_limit": map[string]any{"requests_per_second": 100000, "burst": 100000}}},
+		"anonymous": map[string]any{"allowed": false},
+		"services":  []any{svc},
+		"recording": map[string]any{"sink": "jsonl", "dir": t.TempDir()},
 	}
 	c := gwStart(t, gwFeatureRepo(t, gwRedisStore(fmt.Sprintf("mon_%d", redisPort), redisAddr)), gateway, gwKeyEnv...)
 	var chainCfg struct {
