@@ -174,7 +174,7 @@ func (g *Gateway) ingestOutcomes(w http.ResponseWriter, r *http.Request, s *serv
 	if s.rollout != nil && counts[accuracy.ResultJoined] > 0 && s.cfg.Rollout.Gates.Accuracy != nil {
 		// The accuracy gate is judged as outcomes arrive, not only on the
 		// next tick.
-		s.rollout.ctrl.Tick(g.opts.Now())
+		s.rollout.ctrl.Tick(r.Context(), g.opts.Now())
 	}
 	if n := counts[accuracy.ResultNotPermitted]; n > 0 && n == len(results) {
 		// Nothing was stored: the predictions were served to another

@@ -284,15 +284,15 @@ func (g *Gateway) rolloutAction(w http.ResponseWriter, r *http.Request) {
 	var err error
 	switch r.PathValue("action") {
 	case "promote":
-		err = c.Promote(reason)
+		err = c.Promote(r.Context(), reason)
 	case "rollback":
-		err = c.Rollback(reason)
+		err = c.Rollback(r.Context(), reason)
 	case "pause":
-		err = c.Pause(reason)
+		err = c.Pause(r.Context(), reason)
 	case "resume":
-		err = c.Resume(reason)
+		err = c.Resume(r.Context(), reason)
 	case "reset":
-		err = c.Reset(reason)
+		err = c.Reset(r.Context(), reason)
 	default:
 		writeError(w, "", http.StatusNotFound, ReasonNotFound, "unknown rollout action "+r.PathValue("action")+": want promote, rollback, pause, resume or reset")
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -162,11 +163,18 @@ func (g *Gateway) superviseHealth(ctx context.Context) {
 }
 
 // tick runs once a second until ctx ends: the rollout controllers' clock,
-// the closers of retired clients whose grace period is over, and the
-// expiry of idle proxy connections.
+// the fleet's baselines, the closers of retired clients whose grace period
+// is over, and the expiry of idle proxy connections. Each rollout's Tick
+// and the fleet's share run on goroutines of their own, one at a time
+// each: a Tick or a write to the fleet that waits on the network (a hung
+// NATS) holds back neither the other services' rollouts nor the rest of
+// the tick. tick waits for them before it returns.
 func (g *Gateway) tick(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var fleetBusy atomic.Bool
 	for {
 		select {
 		case <-ctx.Done():
@@ -176,11 +184,19 @@ func (g *Gateway) tick(ctx context.Context) {
 		st := g.state.Load()
 		now := g.opts.Now()
 		for _, s := range st.byName {
-			if s.rollout != nil {
-				s.rollout.ctrl.Tick(now)
+			if r := s.rollout; r != nil && r.ticking.CompareAndSwap(false, true) {
+				wg.Go(func() {
+					defer r.ticking.Store(false)
+					r.ctrl.Tick(ctx, now)
+				})
 			}
 		}
-		g.fleetTick(ctx)
+		if fleetBusy.CompareAndSwap(false, true) {
+			wg.Go(func() {
+				defer fleetBusy.Store(false)
+				g.fleetTick(ctx)
+			})
+		}
 		wall := time.Now()
 		g.life.closeRetired(wall)
 		g.http.closeExpired(wall)

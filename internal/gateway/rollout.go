@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/config"
@@ -24,7 +25,8 @@ type serviceRollout struct {
 	ctrl       *rollout.Controller
 	groups     map[string]*drift.Monitor
 	vars       []rolloutVar
-	confidence string // the model output the confidence gate reads
+	confidence string      // the model output the confidence gate reads
+	ticking    atomic.Bool // a Tick of ctrl runs (on Run's tick)
 }
 
 type rolloutVar struct {

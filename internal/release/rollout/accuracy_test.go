@@ -28,7 +28,7 @@ func TestAccuracyGateRollsBackNamingTheSlice(t *testing.T) {
 	}
 	// Too few outcomes: pending, no transition.
 	slices = []AccuracySlice{{Slice: "all", Candidate: 9, Stable: 3, CandidateN: 49, StableN: 500}}
-	if tr := c.Tick(now); tr != nil {
+	if tr := c.Tick(t.Context(), now); tr != nil {
 		t.Fatalf("transition %+v with 49 candidate outcomes", tr)
 	}
 	if asked != "mae" {
@@ -39,7 +39,7 @@ func TestAccuracyGateRollsBackNamingTheSlice(t *testing.T) {
 		{Slice: "all", Candidate: 3.5, Stable: 3, CandidateN: 200, StableN: 200},
 		{Slice: "x-region=eu", Candidate: 3.3, Stable: 3, CandidateN: 100, StableN: 100},
 	}
-	if tr := c.Tick(now); tr != nil {
+	if tr := c.Tick(t.Context(), now); tr != nil {
 		t.Fatalf("transition %+v within the margin", tr)
 	}
 	st := c.Status()
@@ -54,7 +54,7 @@ func TestAccuracyGateRollsBackNamingTheSlice(t *testing.T) {
 		{Slice: "x-region=sa", Candidate: 12, Stable: 3, CandidateN: 60, StableN: 60},
 		{Slice: "x-region=us", Candidate: 30, Stable: 3, CandidateN: 10, StableN: 100}, // too few
 	}
-	tr := c.Tick(now)
+	tr := c.Tick(t.Context(), now)
 	if tr == nil || tr.Kind != KindRollback {
 		t.Fatalf("transition %+v, want a rollback", tr)
 	}

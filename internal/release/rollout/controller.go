@@ -2,9 +2,9 @@ package rollout
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -146,9 +146,13 @@ type Controller struct {
 
 	route atomic.Pointer[routing]
 
+	// ops lets one transition (a Tick's or a command's) run at a time: it
+	// is held while the new state is written, mu is not.
+	ops        gate
 	fleet      Fleet
-	mu         sync.Mutex // protects st, rev, pending, driftSeen and the state file
+	mu         sync.Mutex // protects st, gen, rev, pending, driftSeen and accSeen
 	st         SavedState
+	gen        uint64                     // counts the changes of st
 	rev        uint64                     // the fleet state's revision st was read or saved at
 	pending    bool                       // a rollback the fleet has not stored yet (it was unreachable)
 	driftSeen  map[string][]Suspect       // the last Drift answer per group
@@ -193,6 +197,7 @@ func New(service string, cfg Config, opts Options, logger *slog.Logger, reg prom
 		m:           newMetrics(reg),
 		driftSeen:   map[string][]Suspect{},
 		accSeen:     map[string][]AccuracySlice{},
+		ops:         make(gate, 1),
 	}
 	if c.minRequests == 0 {
 		c.minRequests = DefaultMinRequests
@@ -296,9 +301,9 @@ func (c *Controller) start() error {
 	defer c.mu.Unlock()
 	switch {
 	case saved == nil:
-		c.fresh(now, "rollout started")
+		c.st = c.fresh(now, nil, "rollout started")
 	case saved.Stable != c.stable || saved.Candidate != c.candidate:
-		c.fresh(now, fmt.Sprintf("new rollout of %s over %s replaces the saved one of %s over %s",
+		c.st = c.fresh(now, nil, fmt.Sprintf("new rollout of %s over %s replaces the saved one of %s over %s",
 			versionName(c.candidate), versionName(c.stable), versionName(saved.Candidate), versionName(saved.Stable)))
 	default:
 		c.st = *saved
@@ -309,8 +314,9 @@ func (c *Controller) start() error {
 		c.log.Info("rollout resumed", "state", string(c.st.State), "stage", c.st.StageName)
 		return nil
 	}
+	c.log.Info("rollout started", "stage", c.stages[0].name, "candidate", c.candidate.Version)
 	c.publishLocked()
-	if err := c.persistLocked(); err != nil {
+	if err := c.persistFile(&c.st); err != nil { // New: nothing else uses the controller yet
 		return fmt.Errorf("rollout of %s: %w", c.service, err)
 	}
 	return nil
@@ -338,21 +344,14 @@ func versionName(t Target) string {
 	return v
 }
 
-// fresh starts the rollout over at stage 0, keeping the history.
-func (c *Controller) fresh(now time.Time, reason string) {
-	c.st = SavedState{
+// fresh is the state of a rollout started over at stage 0 at now, after
+// history.
+func (c *Controller) fresh(now time.Time, history []Transition, reason string) SavedState {
+	return SavedState{
 		Schema: StateSchema, Service: c.service, Stable: c.stable, Candidate: c.candidate,
 		State: StateProgressing, Stage: 0, StageName: c.stages[0].name,
-		StageSince: now, StateSince: now, History: c.st.History,
-	}
-	c.appendHistory(Transition{Time: now, Kind: KindStart, To: c.stages[0].name, State: StateProgressing, Reason: reason})
-	c.log.Info("rollout started", "stage", c.stages[0].name, "candidate", c.candidate.Version)
-}
-
-func (c *Controller) appendHistory(t Transition) {
-	c.st.History = append(c.st.History, t)
-	if n := len(c.st.History); n > MaxHistory {
-		c.st.History = append(c.st.History[:0:0], c.st.History[n-MaxHistory:]...)
+		StageSince: now, StateSince: now,
+		History: withHistory(history, Transition{Time: now, Kind: KindStart, To: c.stages[0].name, State: StateProgressing, Reason: reason}),
 	}
 }
 
@@ -463,48 +462,56 @@ func (c *Controller) Observe(arm Arm, group string, o Outcome) {
 //
 // A group's gates are judged once its candidate traffic in the current stage
 // reaches min_requests. It returns the transition made, or nil.
-func (c *Controller) Tick(now time.Time) *Transition {
-	now = now.UTC()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.pending {
-		c.retryPendingLocked()
+//
+// ctx bounds the wait for another transition of this controller in
+// progress and the write of the new state (at most FleetTimeout); Status
+// and Decide never wait for a Tick.
+func (c *Controller) Tick(ctx context.Context, now time.Time) *Transition {
+	if !c.ops.acquire(ctx) {
+		return nil
 	}
-	st := c.st.State
+	defer c.ops.release()
+	now = now.UTC()
+	c.retryPending(ctx)
+
+	// Read under the lock; ask the drift and accuracy sources outside it.
+	c.mu.Lock()
+	st, stage, gen := c.st.State, c.st.Stage, c.gen
+	c.mu.Unlock()
 	if st != StateProgressing && st != StatePaused {
 		return nil
 	}
-	if c.drift != nil {
-		for i := range c.groups {
-			if c.serving(i, st, c.st.Stage) {
-				c.driftSeen[c.groups[i].name] = c.drift(c.groups[i].name)
-			}
-		}
-	}
-	if c.accuracy != nil && c.gates.accuracy != nil {
-		for i := range c.groups {
-			if c.serving(i, st, c.st.Stage) {
-				c.accSeen[c.groups[i].name] = c.accuracy(c.groups[i].name, c.gates.accuracy.metric)
-			}
-		}
-	}
-	ev := c.evaluate(st, c.st.Stage)
-	if len(ev.failures) > 0 {
-		r := c.failureReason(ev.failures)
-		t, err := c.rollbackLocked(now, r, false)
-		if err != nil && t.Kind != "" {
-			c.log.Error("rollout state not saved", "err", err)
-		}
-		if t.Kind == "" {
-			return nil
-		}
-		return &t
-	}
-	s := &c.stages[c.st.Stage]
-	if st != StateProgressing || !ev.ready || now.Sub(c.st.StageSince) < s.minDuration {
+	drift, acc := c.sources(st, stage)
+
+	c.mu.Lock()
+	if c.gen != gen {
+		// Another replica's state arrived meanwhile: the sources were asked
+		// about another stage. The next Tick judges the new one.
+		c.mu.Unlock()
 		return nil
 	}
-	t, err := c.promoteLocked(now, false, fmt.Sprintf("gates held in stage %q for %s", s.name, s.minDuration))
+	maps.Copy(c.driftSeen, drift)
+	maps.Copy(c.accSeen, acc)
+	ev := c.evaluate(st, stage)
+	stageSince := c.st.StageSince
+	c.mu.Unlock()
+
+	var p *proposal
+	switch s := &c.stages[stage]; {
+	case len(ev.failures) > 0:
+		r := c.failureReason(stage, ev.failures) // Diagnose runs outside the lock
+		p = &proposal{kind: KindRollback, state: StateRolledBack, stage: stage, reason: r.Message, why: r}
+	case st == StateProgressing && ev.ready && now.Sub(stageSince) >= s.minDuration:
+		p = c.promotion(stage, fmt.Sprintf("gates held in stage %q for %s", s.name, s.minDuration))
+	default:
+		return nil
+	}
+	t, err := c.do(ctx, now, func(cur *SavedState) (*proposal, error) {
+		if c.gen != gen {
+			return nil, nil // judged on a state that is gone
+		}
+		return p, nil
+	})
 	if err != nil && t.Kind != "" {
 		c.log.Error("rollout state not saved", "err", err)
 	}
@@ -514,18 +521,24 @@ func (c *Controller) Tick(now time.Time) *Transition {
 	return &t
 }
 
-// retryPendingLocked saves a rollback the fleet could not store when it
-// was made; if another replica changed the state meanwhile, that state is
-// taken (and the gates judge again). Callers hold mu.
-func (c *Controller) retryPendingLocked() {
-	err := c.saveFleetLocked()
-	switch {
-	case err == nil:
-		c.pending = false
-		c.log.Info("rollback stored in the fleet's state", "revision", c.rev)
-	case errors.Is(err, ErrConflict):
-		c.reloadFleetLocked()
+// sources asks the drift and accuracy sources about every group the
+// candidate serves in state at stage. Callers do not hold mu: the sources
+// may take their time.
+func (c *Controller) sources(state State, stage int) (drift map[string][]Suspect, acc map[string][]AccuracySlice) {
+	drift, acc = map[string][]Suspect{}, map[string][]AccuracySlice{}
+	for i := range c.groups {
+		if !c.serving(i, state, stage) {
+			continue
+		}
+		name := c.groups[i].name
+		if c.drift != nil {
+			drift[name] = c.drift(name)
+		}
+		if c.accuracy != nil && c.gates.accuracy != nil {
+			acc[name] = c.accuracy(name, c.gates.accuracy.metric)
+		}
 	}
+	return drift, acc
 }
 
 // Run calls Tick every interval until ctx is done, and returns nil then.
@@ -537,85 +550,87 @@ func (c *Controller) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			c.Tick(c.now())
+			c.Tick(ctx, c.now())
 		}
 	}
 }
 
+// The manual commands. Each reads the state under the lock, writes the
+// new one outside it (bounded by ctx and FleetTimeout), then commits it.
+
 // Promote moves a progressing or paused rollout to its next stage now,
 // whatever the gates say (after the last stage it completes). A paused
 // rollout stays paused.
-func (c *Controller) Promote(reason string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err := c.mustBeActive("promote"); err != nil {
-		return err
-	}
-	if reason == "" {
-		reason = "promoted by an operator"
-	}
-	_, err := c.promoteLocked(c.now().UTC(), true, reason)
-	return err
+func (c *Controller) Promote(ctx context.Context, reason string) error {
+	return c.command(ctx, func(cur *SavedState) (*proposal, error) {
+		if err := c.mustBeActive(cur, "promote"); err != nil {
+			return nil, err
+		}
+		return c.promotion(cur.Stage, orDefault(reason, "promoted by an operator")), nil
+	})
 }
 
 // Rollback sends every request to the stable version now, recording reason.
 // It fails only for a rollout already rolled back.
-func (c *Controller) Rollback(reason string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.st.State == StateRolledBack {
-		return infer.Errorf(infer.KindConflict, "rollout_rolled_back", "rollout of %s is already rolled back", c.service)
-	}
-	msg := "manual rollback"
-	if reason != "" {
-		msg += ": " + reason
-	}
-	r := &Reason{Gate: GateManual, Stage: c.st.StageName, StageIndex: c.st.Stage, Message: msg}
-	_, err := c.rollbackLocked(c.now().UTC(), r, true)
-	return err
+func (c *Controller) Rollback(ctx context.Context, reason string) error {
+	return c.command(ctx, func(cur *SavedState) (*proposal, error) {
+		if cur.State == StateRolledBack {
+			return nil, infer.Errorf(infer.KindConflict, "rollout_rolled_back", "rollout of %s is already rolled back", c.service)
+		}
+		msg := "manual rollback"
+		if reason != "" {
+			msg += ": " + reason
+		}
+		r := &Reason{Gate: GateManual, Stage: cur.StageName, StageIndex: cur.Stage, Message: msg}
+		return &proposal{kind: KindRollback, state: StateRolledBack, stage: cur.Stage, reason: msg, why: r}, nil
+	})
 }
 
 // Pause stops automatic promotion; gates keep rolling back. Pausing a paused
 // rollout does nothing.
-func (c *Controller) Pause(reason string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err := c.mustBeActive("pause"); err != nil {
-		return err
-	}
-	if c.st.State == StatePaused {
-		return nil
-	}
-	_, err := c.transitionLocked(c.now().UTC(), KindPause, true, StatePaused, c.st.Stage, orDefault(reason, "paused by an operator"), nil)
-	return err
+func (c *Controller) Pause(ctx context.Context, reason string) error {
+	return c.command(ctx, func(cur *SavedState) (*proposal, error) {
+		if err := c.mustBeActive(cur, "pause"); err != nil || cur.State == StatePaused {
+			return nil, err
+		}
+		return &proposal{kind: KindPause, state: StatePaused, stage: cur.Stage, reason: orDefault(reason, "paused by an operator")}, nil
+	})
 }
 
 // Resume restarts automatic promotion of a paused rollout. Resuming a
 // progressing rollout does nothing.
-func (c *Controller) Resume(reason string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err := c.mustBeActive("resume"); err != nil {
-		return err
-	}
-	if c.st.State == StateProgressing {
-		return nil
-	}
-	_, err := c.transitionLocked(c.now().UTC(), KindResume, true, StateProgressing, c.st.Stage, orDefault(reason, "resumed by an operator"), nil)
-	return err
+func (c *Controller) Resume(ctx context.Context, reason string) error {
+	return c.command(ctx, func(cur *SavedState) (*proposal, error) {
+		if err := c.mustBeActive(cur, "resume"); err != nil || cur.State == StateProgressing {
+			return nil, err
+		}
+		return &proposal{kind: KindResume, state: StateProgressing, stage: cur.Stage, reason: orDefault(reason, "resumed by an operator")}, nil
+	})
 }
 
 // Reset starts the rollout over at its first stage, whatever its state
 // (the only way out of rolled back), and clears every window.
-func (c *Controller) Reset(reason string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t, err := c.transitionLocked(c.now().UTC(), KindReset, true, StateProgressing, 0, orDefault(reason, "reset by an operator"), nil)
-	if t.Kind != "" {
-		c.windowsMu.Lock()
-		c.base = window{}
-		c.windowsMu.Unlock()
+func (c *Controller) Reset(ctx context.Context, reason string) error {
+	return c.command(ctx, func(*SavedState) (*proposal, error) {
+		return &proposal{kind: KindReset, state: StateProgressing, stage: 0, reason: orDefault(reason, "reset by an operator")}, nil
+	})
+}
+
+// command runs an operator's transition, waiting (bounded by ctx) for one
+// in progress.
+func (c *Controller) command(ctx context.Context, plan func(cur *SavedState) (*proposal, error)) error {
+	if !c.ops.acquire(ctx) {
+		return &infer.Error{Kind: infer.KindUnavailable, Reason: "rollout_busy",
+			Msg: fmt.Sprintf("the rollout of %s is busy with another transition", c.service), Err: context.Cause(ctx)}
 	}
+	defer c.ops.release()
+	_, err := c.do(ctx, c.now().UTC(), func(cur *SavedState) (*proposal, error) {
+		p, err := plan(cur)
+		if p != nil {
+			p.manual = true
+		}
+		return p, err
+	})
 	return err
 }
 
@@ -626,8 +641,8 @@ func orDefault(s, d string) string {
 	return s
 }
 
-func (c *Controller) mustBeActive(verb string) error {
-	switch c.st.State {
+func (c *Controller) mustBeActive(cur *SavedState, verb string) error {
+	switch cur.State {
 	case StateRolledBack:
 		return infer.Errorf(infer.KindConflict, "rollout_rolled_back", "cannot %s the rollout of %s: it is rolled back (reset it to start over)", verb, c.service)
 	case StateComplete:
@@ -637,112 +652,13 @@ func (c *Controller) mustBeActive(verb string) error {
 	return nil
 }
 
-func (c *Controller) promoteLocked(now time.Time, manual bool, reason string) (Transition, error) {
-	if c.st.Stage+1 < len(c.stages) {
-		return c.transitionLocked(now, KindPromote, manual, c.st.State, c.st.Stage+1, reason, nil)
+// promotion proposes the move from stage to the next one, or to complete
+// after the last (a paused rollout stays paused).
+func (c *Controller) promotion(stage int, reason string) *proposal {
+	if stage+1 < len(c.stages) {
+		return &proposal{kind: KindPromote, keepState: true, stage: stage + 1, reason: reason}
 	}
-	return c.transitionLocked(now, KindPromote, manual, StateComplete, c.st.Stage, reason+"; rollout complete", nil)
-}
-
-func (c *Controller) rollbackLocked(now time.Time, r *Reason, manual bool) (Transition, error) {
-	return c.transitionLocked(now, KindRollback, manual, StateRolledBack, c.st.Stage, r.Message, r)
-}
-
-// transitionLocked moves to state and stage, records the transition,
-// publishes the routing and metrics and writes the state file. A new stage,
-// completion and reset restart the stage windows. The transition happens
-// even when the state file cannot be written; the error says so.
-//
-// With a Fleet the new state is saved there first, by compare-and-set on
-// the revision: when another replica changed the state first, its state is
-// taken instead and the transition does not happen (zero Transition, an
-// error of kind conflict). When the fleet cannot be reached, a rollback
-// still happens here (serving the stable version is always safe) and is
-// saved when the fleet is back; any other transition does not happen (an
-// error of kind unavailable).
-func (c *Controller) transitionLocked(now time.Time, kind TransitionKind, manual bool, state State, stage int, reason string, why *Reason) (Transition, error) {
-	prev := c.st
-	from := c.st.StageName
-	restart := stage != c.st.Stage || kind == KindReset || (state == StateComplete && c.st.State != StateComplete)
-	if stage != c.st.Stage || kind == KindReset {
-		c.st.StageSince = now
-	}
-	if state != c.st.State {
-		c.st.StateSince = now
-	}
-	c.st.State, c.st.Stage, c.st.StageName = state, stage, c.stages[stage].name
-	c.st.Reason = nil
-	if state == StateRolledBack {
-		c.st.Reason = why
-	}
-	t := Transition{Time: now, Kind: kind, From: from, To: c.st.StageName, State: state, Manual: manual, Reason: reason}
-	c.appendHistory(t)
-	if c.fleet != nil {
-		if err := c.saveFleetLocked(); err != nil {
-			if errors.Is(err, ErrConflict) {
-				c.st = prev
-				c.reloadFleetLocked()
-				c.log.Info("rollout transition not made: another replica changed the rollout first",
-					"kind", string(kind), "state", string(c.st.State), "stage", c.st.StageName)
-				return Transition{}, &infer.Error{Kind: infer.KindConflict, Reason: "rollout_changed",
-					Msg: fmt.Sprintf("the rollout of %s changed on another replica first; it is now %s at stage %q", c.service, c.st.State, c.st.StageName), Err: err}
-			}
-			if kind != KindRollback {
-				c.st = prev
-				return Transition{}, &infer.Error{Kind: infer.KindUnavailable, Reason: "rollout_fleet_unavailable",
-					Msg: fmt.Sprintf("the fleet's rollout state of %s cannot be written", c.service), Err: err}
-			}
-			c.pending = true
-			c.log.Warn("rollback made here but not yet stored in the fleet's state; retried every tick", "err", err)
-		}
-	}
-	if restart {
-		c.windowsMu.Lock()
-		c.cand = make([]window, len(c.groups))
-		c.stab = make([]window, len(c.groups))
-		c.windowsMu.Unlock()
-		clear(c.driftSeen)
-		clear(c.accSeen)
-	}
-	c.publishLocked()
-	c.m.transitions.WithLabelValues(c.service, string(kind)).Inc()
-	level := slog.LevelInfo
-	if kind == KindRollback {
-		level = slog.LevelWarn
-	}
-	c.log.Log(context.Background(), level, "rollout transition", "kind", string(kind), "from", from, "to", t.To,
-		"state", string(state), "manual", manual, "reason", reason)
-	return t, c.persistLocked()
-}
-
-// publishLocked makes the current state visible to Decide and the metrics.
-func (c *Controller) publishLocked() {
-	c.route.Store(&routing{state: c.st.State, stage: c.st.Stage, stageSince: c.st.StageSince})
-	c.m.stage.WithLabelValues(c.service).Set(float64(c.st.Stage))
-	for _, s := range states {
-		v := 0.0
-		if s == c.st.State {
-			v = 1
-		}
-		c.m.state.WithLabelValues(c.service, string(s)).Set(v)
-	}
-}
-
-func (c *Controller) persistLocked() error {
-	if c.stateFile == "" || c.fleet != nil {
-		return nil
-	}
-	data, err := c.st.Marshal()
-	if err == nil {
-		err = writeFileAtomic(c.stateFile, data)
-	}
-	if err != nil {
-		return &infer.Error{
-			Kind: infer.KindInternal, Reason: "rollout_state_not_saved",
-			Msg: fmt.Sprintf("save rollout state of %s to %s", c.service, c.stateFile), Err: err,
-		}
-	}
-	return nil
+	return &proposal{kind: KindPromote, state: StateComplete, stage: stage, reason: reason + "; rollout complete"}
 }
 
 // Forget deletes the controller's metric series, for a service whose
@@ -1065,11 +981,11 @@ func (c *Controller) judge(cand, base *window, baseP95 time.Duration, drift []Su
 	return out
 }
 
-// failureReason builds the rollback reason from the first failure, asking
-// Diagnose for suspects in its group. Callers hold mu (not windowsMu).
-func (c *Controller) failureReason(failures []GateFailure) *Reason {
+// failureReason builds the rollback reason from the first failure at
+// stage, asking Diagnose for suspects in its group. Callers hold neither
+// mu nor windowsMu: Diagnose may take its time.
+func (c *Controller) failureReason(stage int, failures []GateFailure) *Reason {
 	f := failures[0]
-	stage := c.st.Stage
 	r := &Reason{
 		Gate: f.Gate, Value: f.Value, Threshold: f.Threshold, Stage: c.stages[stage].name, StageIndex: stage,
 		Group: f.Group, Slice: f.Slice, Requests: f.Requests, Failed: failures,

@@ -201,8 +201,8 @@ func TestStageProgression(t *testing.T) {
 	require.Equal(t, AllGroup, group)
 
 	h.drive(2000, healthy)
-	require.Nil(t, c.Tick(t0.Add(59*time.Minute)), "no promotion before min_duration")
-	tr := c.Tick(t0.Add(time.Hour))
+	require.Nil(t, c.Tick(t.Context(), t0.Add(59*time.Minute)), "no promotion before min_duration")
+	tr := c.Tick(t.Context(), t0.Add(time.Hour))
 	require.NotNil(t, tr)
 	require.Equal(t, KindPromote, tr.Kind)
 	require.Equal(t, "premium", tr.From)
@@ -227,8 +227,8 @@ func TestStageProgression(t *testing.T) {
 	require.Equal(t, ArmStable, arm)
 
 	h.drive(2000, healthy)
-	require.Nil(t, c.Tick(t0.Add(119*time.Minute)))
-	tr = c.Tick(t0.Add(2 * time.Hour))
+	require.Nil(t, c.Tick(t.Context(), t0.Add(119*time.Minute)))
+	tr = c.Tick(t.Context(), t0.Add(2 * time.Hour))
 	require.NotNil(t, tr)
 	require.Equal(t, AllGroup, tr.To, "the implicit final stage")
 
@@ -240,11 +240,11 @@ func TestStageProgression(t *testing.T) {
 	h.drive(2000, healthy)
 	st = c.Status()
 	require.GreaterOrEqual(t, st.Baseline.Requests, uint64(100))
-	tr = c.Tick(t0.Add(3 * time.Hour))
+	tr = c.Tick(t.Context(), t0.Add(3 * time.Hour))
 	require.NotNil(t, tr)
 	require.Equal(t, StateComplete, tr.State)
 	require.Equal(t, StateComplete, c.Status().State)
-	require.Nil(t, c.Tick(t0.Add(10*time.Hour)), "nothing happens after completion")
+	require.Nil(t, c.Tick(t.Context(), t0.Add(10*time.Hour)), "nothing happens after completion")
 
 	require.InDelta(t, 2, h.metric("stage"), 0)
 	require.InDelta(t, 1, h.metric("state", "complete"), 0)
@@ -309,10 +309,10 @@ func TestRollbackWhenOneRegionFails(t *testing.T) {
 			b := worseIn("region-sa", tt.bad)
 
 			h.drive(2000, b)
-			require.Equal(t, KindPromote, c.Tick(t0.Add(time.Hour)).Kind, "stage 1 does not serve the region: healthy")
+			require.Equal(t, KindPromote, c.Tick(t.Context(), t0.Add(time.Hour)).Kind, "stage 1 does not serve the region: healthy")
 
 			h.drive(2000, b)
-			tr := c.Tick(t0.Add(time.Hour + time.Minute))
+			tr := c.Tick(t.Context(), t0.Add(time.Hour + time.Minute))
 			require.NotNil(t, tr, "the region's failure rolls back at once, before min_duration")
 			require.Equal(t, KindRollback, tr.Kind)
 			require.Equal(t, StateRolledBack, tr.State)
@@ -341,7 +341,7 @@ func TestRollbackWhenOneRegionFails(t *testing.T) {
 				arm, _ := h.arm(p[0], p[1])
 				require.Equal(t, ArmStable, arm, "after a rollback every request goes to stable (%v)", p)
 			}
-			require.Nil(t, c.Tick(t0.Add(5*time.Hour)), "a rolled-back rollout stays rolled back")
+			require.Nil(t, c.Tick(t.Context(), t0.Add(5*time.Hour)), "a rolled-back rollout stays rolled back")
 			require.InDelta(t, 1, h.metric("transitions", "rollback"), 0)
 			require.InDelta(t, 1, h.metric("state", "rolled_back"), 0)
 		})
@@ -354,7 +354,7 @@ func TestNoRollbackOnHealthyNoise(t *testing.T) {
 	h := newHarness(t, cfg, Options{})
 	for k := range 20 {
 		h.drive(1000, healthy)
-		require.Nil(t, h.c.Tick(t0.Add(time.Duration(k)*time.Minute)), "tick %d", k)
+		require.Nil(t, h.c.Tick(t.Context(), t0.Add(time.Duration(k)*time.Minute)), "tick %d", k)
 	}
 	st := h.c.Status()
 	require.Equal(t, StateProgressing, st.State)
@@ -387,12 +387,12 @@ func TestMinRequests(t *testing.T) {
 		for i := range 99 {
 			h.send(premium(i), clean, i)
 		}
-		require.Nil(t, c.Tick(t0.Add(2*time.Hour)))
+		require.Nil(t, c.Tick(t.Context(), t0.Add(2*time.Hour)))
 		st := c.Status()
 		require.Equal(t, GatePending, st.Groups[0].Gates[0].Status)
 		require.Equal(t, uint64(99), st.Groups[0].Gates[0].Requests)
 		h.send(premium(99), clean, 99)
-		tr := c.Tick(t0.Add(2 * time.Hour))
+		tr := c.Tick(t.Context(), t0.Add(2 * time.Hour))
 		require.NotNil(t, tr)
 		require.Equal(t, "long-tail", tr.To)
 	})
@@ -406,9 +406,9 @@ func TestMinRequests(t *testing.T) {
 		for i := range 99 {
 			h.send(sa(i), bad, i)
 		}
-		require.Nil(t, c.Tick(t0.Add(2*time.Hour+time.Minute)), "99 failures are not judged")
+		require.Nil(t, c.Tick(t.Context(), t0.Add(2*time.Hour+time.Minute)), "99 failures are not judged")
 		h.send(sa(99), bad, 99)
-		tr := c.Tick(t0.Add(2*time.Hour + 2*time.Minute))
+		tr := c.Tick(t.Context(), t0.Add(2*time.Hour + 2*time.Minute))
 		require.NotNil(t, tr)
 		require.Equal(t, KindRollback, tr.Kind)
 		require.Equal(t, uint64(100), c.Status().Reason.Requests)
@@ -419,7 +419,7 @@ func TestLatencyGate(t *testing.T) {
 	h := newHarness(t, testConfig(t), Options{})
 	slow := worseIn("premium", func(o Outcome, _ int) Outcome { o.Latency *= 2; return o })
 	h.drive(2000, slow)
-	tr := h.c.Tick(t0.Add(time.Minute))
+	tr := h.c.Tick(t.Context(), t0.Add(time.Minute))
 	require.NotNil(t, tr)
 	r := h.c.Status().Reason
 	require.Equal(t, GateP95LatencyRatio, r.Gate)
@@ -451,9 +451,9 @@ func TestDriftGates(t *testing.T) {
 			cfg.Gates = tt.gates
 			h := newHarness(t, cfg, Options{Drift: drift})
 			h.drive(2000, healthy)
-			require.Equal(t, KindPromote, h.c.Tick(t0.Add(time.Hour)).Kind)
+			require.Equal(t, KindPromote, h.c.Tick(t.Context(), t0.Add(time.Hour)).Kind)
 			h.drive(2000, healthy)
-			tr := h.c.Tick(t0.Add(time.Hour + time.Minute))
+			tr := h.c.Tick(t.Context(), t0.Add(time.Hour + time.Minute))
 			require.NotNil(t, tr)
 			r := h.c.Status().Reason
 			require.Equal(t, tt.gate, r.Gate)
@@ -466,7 +466,7 @@ func TestDriftGates(t *testing.T) {
 		cfg.Gates.MaxDriftPSI = new(0.2)
 		h := newHarness(t, cfg, Options{Drift: func(string) []Suspect { return nil }})
 		h.drive(2000, healthy)
-		require.Nil(t, h.c.Tick(t0.Add(2*time.Hour)))
+		require.Nil(t, h.c.Tick(t.Context(), t0.Add(2*time.Hour)))
 		gates := h.c.Status().Groups[0].Gates
 		require.Equal(t, GateDriftPSI, gates[len(gates)-1].Gate)
 		require.Equal(t, GatePending, gates[len(gates)-1].Status)
@@ -499,7 +499,7 @@ func TestTrafficPercent(t *testing.T) {
 	require.InDelta(t, 0.30, float64(cand)/float64(n), 0.02)
 	require.InDelta(t, 30, h.c.Status().Groups[0].TrafficPercent, 0)
 
-	require.NoError(t, h.c.Promote(""))
+	require.NoError(t, h.c.Promote(t.Context(), ""))
 	for i := range 100 {
 		a := attrs(i * 5) // region eu
 		_, _, arm := h.c.Decide(a)
@@ -513,7 +513,7 @@ func TestControlShareAfterCompletion(t *testing.T) {
 		cfg := Config{Stable: Target{Version: "1"}, Candidate: Target{Version: "2"}, HashKey: hashKey}
 		c, err := New("parcel-eta", cfg, Options{}, nil, nil)
 		require.NoError(t, err)
-		require.NoError(t, c.Promote("ship it"))
+		require.NoError(t, c.Promote(t.Context(), "ship it"))
 		require.Equal(t, StateComplete, c.Status().State)
 		return c
 	}
@@ -552,7 +552,7 @@ func TestControlShareAfterCompletion(t *testing.T) {
 		cfg := Config{Stable: Target{Version: "1"}, Candidate: Target{Version: "2"}, ControlPercent: new(0.0)}
 		c, err := New("parcel-eta", cfg, Options{}, nil, nil)
 		require.NoError(t, err)
-		require.NoError(t, c.Promote(""))
+		require.NoError(t, c.Promote(t.Context(), ""))
 		for i := range 2000 {
 			_, _, arm := c.Decide(Attributes{RequestID: strconv.Itoa(i)})
 			require.Equal(t, ArmCandidate, arm)
@@ -571,22 +571,22 @@ func TestManualCommands(t *testing.T) {
 		require.Equal(t, reason, ie.Reason)
 	}
 
-	require.NoError(t, c.Pause("investigating"))
-	require.NoError(t, c.Pause(""), "pausing twice is harmless")
+	require.NoError(t, c.Pause(t.Context(), "investigating"))
+	require.NoError(t, c.Pause(t.Context(), ""), "pausing twice is harmless")
 	require.Equal(t, StatePaused, c.Status().State)
 	h.drive(2000, healthy)
-	require.Nil(t, c.Tick(t0.Add(2*time.Hour)), "a paused rollout is not promoted")
+	require.Nil(t, c.Tick(t.Context(), t0.Add(2*time.Hour)), "a paused rollout is not promoted")
 	arm, _ := h.arm("premium", "eu")
 	require.Equal(t, ArmCandidate, arm, "a paused rollout keeps its routing")
 
-	require.NoError(t, c.Resume(""))
-	require.NoError(t, c.Resume(""), "resuming twice is harmless")
-	tr := c.Tick(t0.Add(2 * time.Hour))
+	require.NoError(t, c.Resume(t.Context(), ""))
+	require.NoError(t, c.Resume(t.Context(), ""), "resuming twice is harmless")
+	tr := c.Tick(t.Context(), t0.Add(2 * time.Hour))
 	require.NotNil(t, tr)
 	require.Equal(t, KindPromote, tr.Kind)
 
 	h.clock.Set(t0.Add(3 * time.Hour))
-	require.NoError(t, c.Promote("trust me"), "manual promotion ignores the gates")
+	require.NoError(t, c.Promote(t.Context(), "trust me"), "manual promotion ignores the gates")
 	st := c.Status()
 	require.Equal(t, AllGroup, st.StageName)
 	require.Equal(t, t0.Add(3*time.Hour), st.StageSince)
@@ -595,21 +595,21 @@ func TestManualCommands(t *testing.T) {
 	require.Equal(t, "trust me", last.Reason)
 
 	t.Run("gates roll back a paused rollout", func(t *testing.T) {
-		require.NoError(t, c.Pause(""))
+		require.NoError(t, c.Pause(t.Context(), ""))
 		h.drive(1000, worseIn(AllGroup, func(o Outcome, _ int) Outcome { o.Status = 502; return o }))
-		tr := c.Tick(t0.Add(3*time.Hour + time.Minute))
+		tr := c.Tick(t.Context(), t0.Add(3*time.Hour + time.Minute))
 		require.NotNil(t, tr)
 		require.Equal(t, KindRollback, tr.Kind)
 		require.Equal(t, GateErrorRate, c.Status().Reason.Gate)
 	})
 
-	conflict(t, c.Promote(""), "rollout_rolled_back")
-	conflict(t, c.Pause(""), "rollout_rolled_back")
-	conflict(t, c.Resume(""), "rollout_rolled_back")
-	conflict(t, c.Rollback("again"), "rollout_rolled_back")
+	conflict(t, c.Promote(t.Context(), ""), "rollout_rolled_back")
+	conflict(t, c.Pause(t.Context(), ""), "rollout_rolled_back")
+	conflict(t, c.Resume(t.Context(), ""), "rollout_rolled_back")
+	conflict(t, c.Rollback(t.Context(), "again"), "rollout_rolled_back")
 
 	h.clock.Set(t0.Add(4 * time.Hour))
-	require.NoError(t, c.Reset("fixed v2"))
+	require.NoError(t, c.Reset(t.Context(), "fixed v2"))
 	st = c.Status()
 	require.Equal(t, StateProgressing, st.State)
 	require.Equal(t, 0, st.Stage)
@@ -617,7 +617,7 @@ func TestManualCommands(t *testing.T) {
 	require.Equal(t, t0.Add(4*time.Hour), st.StageSince)
 	require.Zero(t, st.Baseline.Requests, "reset clears every window")
 
-	require.NoError(t, c.Rollback("customer complaints"))
+	require.NoError(t, c.Rollback(t.Context(), "customer complaints"))
 	r := c.Status().Reason
 	require.Equal(t, GateManual, r.Gate)
 	require.Equal(t, "manual rollback: customer complaints", r.Message)
@@ -630,10 +630,10 @@ func TestManualCommands(t *testing.T) {
 	t.Run("complete", func(t *testing.T) {
 		c, err := New("x", Config{Candidate: Target{Version: "2"}}, Options{}, nil, nil)
 		require.NoError(t, err)
-		require.NoError(t, c.Promote(""))
-		conflict(t, c.Promote(""), "rollout_complete")
-		conflict(t, c.Pause(""), "rollout_complete")
-		require.NoError(t, c.Rollback("regression found after the rollout"), "a complete rollout can still be rolled back")
+		require.NoError(t, c.Promote(t.Context(), ""))
+		conflict(t, c.Promote(t.Context(), ""), "rollout_complete")
+		conflict(t, c.Pause(t.Context(), ""), "rollout_complete")
+		require.NoError(t, c.Rollback(t.Context(), "regression found after the rollout"), "a complete rollout can still be rolled back")
 		_, _, arm := c.Decide(Attributes{RequestID: "a"})
 		require.Equal(t, ArmStable, arm)
 	})
@@ -652,7 +652,7 @@ func TestStateSurvivesRestart(t *testing.T) {
 
 	h := newHarness(t, cfg, Options{})
 	h.drive(2000, healthy)
-	require.NotNil(t, h.c.Tick(t0.Add(time.Hour)))
+	require.NotNil(t, h.c.Tick(t.Context(), t0.Add(time.Hour)))
 
 	t.Run("mid-stage", func(t *testing.T) {
 		h2 := restart(t, cfg, t0.Add(time.Hour+50*time.Minute))
@@ -661,15 +661,15 @@ func TestStateSurvivesRestart(t *testing.T) {
 		require.Equal(t, "long-tail", st.StageName)
 		require.Equal(t, t0.Add(time.Hour), st.StageSince, "min_duration counts from the stage's start")
 		require.InDelta(t, 1, h2.metric("stage"), 0)
-		require.Nil(t, h2.c.Tick(t0.Add(2*time.Hour)), "windows start empty after a restart")
+		require.Nil(t, h2.c.Tick(t.Context(), t0.Add(2*time.Hour)), "windows start empty after a restart")
 		h2.drive(2000, healthy)
-		require.NotNil(t, h2.c.Tick(t0.Add(2*time.Hour)))
+		require.NotNil(t, h2.c.Tick(t.Context(), t0.Add(2*time.Hour)))
 	})
 
 	// The first controller is stale now; start again from the file.
 	h = restart(t, cfg, t0.Add(3*time.Hour))
 	h.drive(2000, worseIn(AllGroup, func(o Outcome, _ int) Outcome { o.Confidence = 0.1; return o }))
-	require.NotNil(t, h.c.Tick(t0.Add(3*time.Hour+time.Minute)))
+	require.NotNil(t, h.c.Tick(t.Context(), t0.Add(3*time.Hour+time.Minute)))
 	want := h.c.Status().Reason
 	require.Equal(t, GateLowConfidenceShare, want.Gate)
 
@@ -794,15 +794,15 @@ func TestConcurrentObserveAndTick(t *testing.T) {
 				return
 			default:
 			}
-			c.Tick(t0.Add(time.Duration(k) * time.Minute)) // every tick passes min_duration
+			c.Tick(t.Context(), t0.Add(time.Duration(k) * time.Minute)) // every tick passes min_duration
 			_, err := json.Marshal(c.Status())
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			if k%50 == 0 {
-				_ = c.Pause("")
-				_ = c.Resume("")
+				_ = c.Pause(t.Context(), "")
+				_ = c.Resume(t.Context(), "")
 			}
 			if k > 100000 {
 				t.Error("ticker ran too long")
@@ -831,7 +831,7 @@ func TestStatusJSON(t *testing.T) {
 		Drift:    func(string) []Suspect { return []Suspect{{Feature: "nan", PSI: nan(), KS: posInf(), PValue: nan()}} },
 	})
 	h.drive(2000, healthy)
-	require.Nil(t, h.c.Tick(t0))
+	require.Nil(t, h.c.Tick(t.Context(), t0))
 	data, err := json.Marshal(h.c.Status())
 	require.NoError(t, err, "non-finite drift values must not break the admin API")
 	require.Contains(t, string(data), `"drift":[{"feature":"nan","psi":0,"ks":1.7976931348623157e+308,"p_value":0}]`)
@@ -839,7 +839,7 @@ func TestStatusJSON(t *testing.T) {
 	require.Equal(t, GatePending, gates[len(gates)-1].Status, "non-finite drift values are not judged")
 
 	h.drive(2000, worseIn("premium", func(o Outcome, _ int) Outcome { o.Status = 500; return o }))
-	require.NotNil(t, h.c.Tick(t0.Add(time.Minute)))
+	require.NotNil(t, h.c.Tick(t.Context(), t0.Add(time.Minute)))
 	data, err = json.Marshal(h.c.Status())
 	require.NoError(t, err, "non-finite suspect values must not break the admin API")
 	var m map[string]any
@@ -1057,7 +1057,7 @@ func decodeStrict(data []byte) (Config, error) {
 func TestMessageNamesStageOfTotal(t *testing.T) {
 	h := newHarness(t, testConfig(t), Options{})
 	h.drive(2000, worseIn("premium", func(o Outcome, _ int) Outcome { o.Status = 500; return o }))
-	require.NotNil(t, h.c.Tick(t0.Add(time.Minute)))
+	require.NotNil(t, h.c.Tick(t.Context(), t0.Add(time.Minute)))
 	msg := h.c.Status().Reason.Message
 	require.True(t, strings.HasPrefix(msg, `gate error_rate failed in stage "premium" (1 of 3), group "premium": 1 > 0.01`), msg)
 }

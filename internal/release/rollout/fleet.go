@@ -39,12 +39,10 @@ type Fleet interface {
 // revision moved.
 var ErrConflict = errors.New("rollout: another replica changed the rollout first")
 
-// fleetTimeout bounds one Load or Save.
-const fleetTimeout = 2 * time.Second
-
-// loadFleet reads the fleet's state: nil when there is none.
-func (c *Controller) loadFleet() (*SavedState, uint64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), fleetTimeout)
+// loadFleet reads the fleet's state, bounded by ctx and FleetTimeout: nil
+// when there is none. Callers do not hold mu.
+func (c *Controller) loadFleet(ctx context.Context) (*SavedState, uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, FleetTimeout)
 	defer cancel()
 	data, rev, err := c.fleet.Load(ctx)
 	if err != nil || data == nil {
@@ -57,52 +55,52 @@ func (c *Controller) loadFleet() (*SavedState, uint64, error) {
 	return s, rev, nil
 }
 
-// saveFleetLocked writes the state at the known revision. Callers hold mu.
-func (c *Controller) saveFleetLocked() error {
-	data, err := c.st.Marshal()
+// saveFleet writes st if the fleet's revision is still rev, bounded by ctx
+// and FleetTimeout, and returns the new revision. Callers do not hold mu.
+func (c *Controller) saveFleet(ctx context.Context, st *SavedState, rev uint64) (uint64, error) {
+	data, err := st.Marshal()
 	if err != nil {
-		return err
+		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), fleetTimeout)
+	ctx, cancel := context.WithTimeout(ctx, FleetTimeout)
 	defer cancel()
-	rev, err := c.fleet.Save(ctx, data, c.rev)
-	if err != nil {
-		return err
-	}
-	c.rev = rev
-	return nil
+	return c.fleet.Save(ctx, data, rev)
 }
 
 // startFleet resumes the fleet's state or starts one, racing the other
 // replicas that start at the same time: the first to create it wins and
 // the others resume it.
 func (c *Controller) startFleet(now time.Time) error {
+	ctx := context.Background() // New has no context; each call is bounded by FleetTimeout
 	for range 5 {
-		saved, rev, err := c.loadFleet()
+		saved, rev, err := c.loadFleet(ctx)
 		if err != nil {
 			return fmt.Errorf("rollout of %s: load fleet state: %w", c.service, err)
 		}
-		c.mu.Lock()
-		c.rev = rev
 		if saved != nil && saved.Stable == c.stable && saved.Candidate == c.candidate {
+			c.mu.Lock()
+			c.rev = rev
 			c.adoptLocked(saved)
+			state, stage := c.st.State, c.st.StageName
 			c.mu.Unlock()
-			c.log.Info("rollout resumed from the fleet", "state", string(c.st.State), "stage", c.st.StageName, "revision", rev)
+			c.log.Info("rollout resumed from the fleet", "state", string(state), "stage", stage, "revision", rev)
 			return nil
 		}
+		var st SavedState
 		if saved != nil {
-			c.st.History = saved.History
-			c.fresh(now, fmt.Sprintf("new rollout of %s over %s replaces the fleet's one of %s over %s",
+			st = c.fresh(now, saved.History, fmt.Sprintf("new rollout of %s over %s replaces the fleet's one of %s over %s",
 				versionName(c.candidate), versionName(c.stable), versionName(saved.Candidate), versionName(saved.Stable)))
 		} else {
-			c.fresh(now, "rollout started")
+			st = c.fresh(now, nil, "rollout started")
 		}
-		err = c.saveFleetLocked()
+		newRev, err := c.saveFleet(ctx, &st, rev)
 		if err == nil {
+			c.mu.Lock()
+			c.st, c.rev = st, newRev
+			c.gen++
 			c.publishLocked()
-		}
-		c.mu.Unlock()
-		if err == nil {
+			c.mu.Unlock()
+			c.log.Info("rollout started", "stage", c.stages[0].name, "candidate", c.candidate.Version)
 			return nil
 		}
 		if !errors.Is(err, ErrConflict) {
@@ -118,6 +116,7 @@ func (c *Controller) adoptLocked(saved *SavedState) {
 	restart := saved.Stage != c.st.Stage || !saved.StageSince.Equal(c.st.StageSince) ||
 		(saved.State == StateComplete && c.st.State != StateComplete)
 	c.st = *saved
+	c.gen++
 	c.st.Service = c.service
 	c.st.Stage = c.resolveStage(saved.StageName, saved.Stage)
 	c.st.StageName = c.stages[c.st.Stage].name
@@ -131,15 +130,21 @@ func (c *Controller) adoptLocked(saved *SavedState) {
 	c.publishLocked()
 }
 
-// reloadFleetLocked takes the fleet's current state after a lost
-// compare-and-set. Callers hold mu.
-func (c *Controller) reloadFleetLocked() {
-	saved, rev, err := c.loadFleet()
+// reloadFleet takes the fleet's current state after a lost
+// compare-and-set: read without mu, adopted under it unless the watcher
+// brought it (or a newer one) first.
+func (c *Controller) reloadFleet(ctx context.Context) {
+	saved, rev, err := c.loadFleet(ctx)
 	if err != nil {
 		c.log.Warn("rollout: fleet state not read", "err", err)
 		return
 	}
 	if saved == nil || saved.Stable != c.stable || saved.Candidate != c.candidate {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rev <= c.rev {
 		return
 	}
 	c.rev = rev
@@ -150,7 +155,9 @@ func (c *Controller) reloadFleetLocked() {
 // ApplyFleet applies a state another replica saved (data at revision
 // rev), as the fleet's watcher delivers it: Decide follows it at once.
 // Older revisions, states of other versions (another configuration's
-// rollout) and states that do not parse are ignored.
+// rollout) and states that do not parse are ignored. It never waits for
+// a transition in progress: that one commits only if its revision is
+// newer.
 func (c *Controller) ApplyFleet(data []byte, rev uint64) {
 	if c.fleet == nil {
 		return

@@ -127,10 +127,10 @@ func TestFleetGateSeesFleetTraffic(t *testing.T) {
 		st := c.Status()
 		require.Less(t, st.Groups[0].Candidate.Requests, uint64(100), "each replica alone is below min_requests")
 	}
-	require.Nil(t, cs[0].Tick(clock.Now()), "before the replicas published, replica 0 sees only its own windows")
+	require.Nil(t, cs[0].Tick(t.Context(), clock.Now()), "before the replicas published, replica 0 sees only its own windows")
 
 	f.publish(cs)
-	tr := cs[0].Tick(clock.Now())
+	tr := cs[0].Tick(t.Context(), clock.Now())
 	require.NotNil(t, tr, "the fleet's windows trip the gate")
 	require.Equal(t, KindRollback, tr.Kind)
 	st := cs[0].Status()
@@ -142,7 +142,7 @@ func TestFleetGateSeesFleetTraffic(t *testing.T) {
 	// Tick of theirs decides nothing again.
 	for _, c := range cs[1:] {
 		require.Eventually(t, func() bool { return c.Status().State == StateRolledBack }, time.Second, time.Millisecond)
-		require.Nil(t, c.Tick(clock.Now()))
+		require.Nil(t, c.Tick(t.Context(), clock.Now()))
 		v, _, arm := c.Decide(attrs(0))
 		require.Equal(t, "1", v)
 		require.Equal(t, ArmStable, arm)
@@ -172,7 +172,7 @@ func TestFleetOneDecisionPerTransition(t *testing.T) {
 	var wg sync.WaitGroup
 	made := make([]*Transition, len(cs))
 	for i, c := range cs {
-		wg.Go(func() { made[i] = c.Tick(clock.Now()) })
+		wg.Go(func() { made[i] = c.Tick(t.Context(), clock.Now()) })
 	}
 	wg.Wait()
 	n := 0
@@ -200,15 +200,15 @@ func TestFleetManualCommandLosesRace(t *testing.T) {
 	f.mu.Lock()
 	f.subs = nil // no watcher: replica 1 does not hear of replica 0's change
 	f.mu.Unlock()
-	require.NoError(t, cs[0].Promote("go"))
-	err := cs[1].Pause("hold")
+	require.NoError(t, cs[0].Promote(t.Context(), "go"))
+	err := cs[1].Pause(t.Context(), "hold")
 	var ie *infer.Error
 	require.ErrorAs(t, err, &ie)
 	require.Equal(t, infer.KindConflict, ie.Kind)
 	st := cs[1].Status()
 	require.Equal(t, "long-tail", st.StageName, "replica 1 took the fleet's state")
 	require.Equal(t, StateProgressing, st.State)
-	require.NoError(t, cs[1].Pause("hold"), "now at the fleet's revision")
+	require.NoError(t, cs[1].Pause(t.Context(), "hold"), "now at the fleet's revision")
 }
 
 // TestFleetDown: with the fleet unreachable a failing gate still rolls
@@ -221,7 +221,7 @@ func TestFleetDown(t *testing.T) {
 	f.down = true
 	f.mu.Unlock()
 	var ie *infer.Error
-	require.ErrorAs(t, cs[1].Promote(""), &ie)
+	require.ErrorAs(t, cs[1].Promote(t.Context(), ""), &ie)
 	require.Equal(t, infer.KindUnavailable, ie.Kind)
 	require.Equal(t, 0, cs[1].Status().Stage)
 
@@ -230,7 +230,7 @@ func TestFleetDown(t *testing.T) {
 		_, g, arm := cs[0].Decide(attrs(i))
 		cs[0].Observe(arm, g, failing(arm, g, i))
 	}
-	tr := cs[0].Tick(clock.Now())
+	tr := cs[0].Tick(t.Context(), clock.Now())
 	require.NotNil(t, tr)
 	require.Equal(t, StateRolledBack, cs[0].Status().State)
 	require.True(t, cs[0].Status().Fleet.Pending)
@@ -239,7 +239,7 @@ func TestFleetDown(t *testing.T) {
 	f.mu.Lock()
 	f.down = false
 	f.mu.Unlock()
-	require.Nil(t, cs[0].Tick(clock.Now()))
+	require.Nil(t, cs[0].Tick(t.Context(), clock.Now()))
 	require.False(t, cs[0].Status().Fleet.Pending, "saved at the next tick")
 	require.Eventually(t, func() bool { return cs[1].Status().State == StateRolledBack }, time.Second, time.Millisecond)
 }
@@ -249,7 +249,7 @@ func TestFleetDown(t *testing.T) {
 func TestFleetStartResumes(t *testing.T) {
 	cfg := testConfig(t)
 	f, cs, clock := fleetOf(t, 1, cfg)
-	require.NoError(t, cs[0].Promote(""))
+	require.NoError(t, cs[0].Promote(t.Context(), ""))
 	late, err := New("parcel-eta", cfg, Options{Now: clock.Now, Fleet: f.replica("late")}, nil, nil)
 	require.NoError(t, err)
 	require.Equal(t, "long-tail", late.Status().StageName)
