@@ -63,6 +63,11 @@ const (
 
 // breaker is a consecutive-failure circuit breaker. Closed, it counts
 // failed calls in a row; at failures it opens and refuses every call.
+// Calls that were in flight together when one of them failed count as one
+// failure: a stall of the process or of Redis (a loaded machine, a slow
+// command) that times out every call then in flight is one event, not
+// Redis down. Only a call started after the last counted failure counts
+// again, so the breaker opens on failures that last, not on concurrency.
 // After probe it lets a single call through: if that call succeeds the
 // breaker closes, if it fails the breaker stays open for another probe
 // interval. It stops a hung or dead Redis from costing every request the
@@ -76,6 +81,7 @@ type breaker struct {
 
 	mu       sync.Mutex // protects the fields below
 	fails    int        // consecutive failures while closed
+	failSeq  uint64     // counts the failures counted, ever: a call's ticket
 	open     bool
 	openedAt time.Time // when it opened, or when the last probe failed
 	probing  bool      // a probe call is in flight
@@ -86,26 +92,42 @@ func newBreaker(failures int, probe time.Duration, logger *slog.Logger) *breaker
 	return &breaker{failures: failures, probe: probe, logger: logger}
 }
 
+// noTicket is the ticket of a call whose failure always counts (done).
+const noTicket = ^uint64(0)
+
 // allow reports whether a call may go to Redis now; probe is true when the
-// call is the open breaker's probe and must be reported with done.
+// call is the open breaker's probe and must be reported with done. Its
+// failure always counts (begin and end discount overlapping failures).
 func (b *breaker) allow() (probe bool, err error) {
+	_, probe, err = b.begin()
+	return probe, err
+}
+
+// done records how an allowed call ended.
+func (b *breaker) done(probe bool, o outcome, err error) { b.end(noTicket, probe, o, err) }
+
+// begin is allow that also returns the call's ticket for end: the
+// number of failures counted when it started.
+func (b *breaker) begin() (ticket uint64, probe bool, err error) {
 	if b.failures < 1 {
-		return false, nil
+		return noTicket, false, nil
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.open {
-		return false, nil
+		return b.failSeq, false, nil
 	}
 	if b.probing || time.Since(b.openedAt) < b.probe {
-		return false, fmt.Errorf("%w after %d failed calls in a row; it lets one call through every %s", ErrBreakerOpen, b.failures, b.probe)
+		return noTicket, false, fmt.Errorf("%w after %d failed calls in a row; it lets one call through every %s", ErrBreakerOpen, b.failures, b.probe)
 	}
 	b.probing = true
-	return true, nil
+	return b.failSeq, true, nil
 }
 
-// done records how an allowed call ended.
-func (b *breaker) done(probe bool, o outcome, err error) {
+// end records how a call allowed by begin with ticket ended. A failure
+// of a call that started before the last counted failure is the same
+// stall as that one and is not counted again.
+func (b *breaker) end(ticket uint64, probe bool, o outcome, err error) {
 	if b.failures < 1 {
 		return
 	}
@@ -126,15 +148,19 @@ func (b *breaker) done(probe bool, o outcome, err error) {
 		switch {
 		case probe:
 			b.openedAt = time.Now() // still down: wait another interval
-		case !b.open:
+		case b.open: // a call let in before the breaker opened
+		case ticket != noTicket && ticket != b.failSeq:
+			// In flight when another call's failure was counted: the same
+			// stall.
+		default:
 			b.fails++
+			b.failSeq++
 			if b.fails >= b.failures {
 				b.open, b.openedAt = true, time.Now()
 				b.isOpen.Store(true)
 				b.opened++
 				b.logger.Warn("online store circuit breaker opened", "failures", b.fails, "probe_interval", b.probe, "err", err)
 			}
-		default: // a call let in before the breaker opened
 		}
 	case outcomeNeutral:
 	}
@@ -169,7 +195,7 @@ func timed(ctx context.Context, d time.Duration) (context.Context, context.Cance
 // not as the store being unavailable: the caller gave up, Redis may be
 // fine.
 func (s *Store) guard(ctx context.Context, op string, timeout time.Duration, fn func(context.Context) error) error {
-	probe, err := s.breaker.allow()
+	ticket, probe, err := s.breaker.begin()
 	if err != nil {
 		return unavailable(op, err)
 	}
@@ -194,7 +220,7 @@ func (s *Store) guard(ctx context.Context, op string, timeout time.Duration, fn 
 	} else if err != nil && ctx.Err() != nil {
 		o = outcomeNeutral
 	}
-	s.breaker.done(probe, o, err)
+	s.breaker.end(ticket, probe, o, err)
 	return err
 }
 

@@ -80,6 +80,31 @@ func TestBreakerStates(t *testing.T) {
 	})
 }
 
+// TestBreakerCountsOneStallOnce: calls in flight together that all fail
+// (one stall of a loaded machine times out every call then waiting) are
+// one failure; failures of calls started one after another open it.
+func TestBreakerCountsOneStallOnce(t *testing.T) {
+	b := newBreaker(3, time.Second, slog.New(slog.DiscardHandler))
+	boom := errors.New("boom")
+	var tickets []uint64
+	for range 64 {
+		tk, probe, err := b.begin()
+		require.NoError(t, err)
+		require.False(t, probe)
+		tickets = append(tickets, tk)
+	}
+	for _, tk := range tickets {
+		b.end(tk, false, outcomeFailure, boom)
+	}
+	require.Equal(t, BreakerState{Failures: 1}, b.state(), "one stall, one failure")
+	for range 2 {
+		tk, _, err := b.begin()
+		require.NoError(t, err)
+		b.end(tk, false, outcomeFailure, boom)
+	}
+	require.Equal(t, BreakerState{Open: true, Opened: 1, Failures: 3}, b.state(), "failures one after another open it")
+}
+
 func TestBreakerDisabled(t *testing.T) {
 	b := newBreaker(-1, time.Second, slog.New(slog.DiscardHandler))
 	for range 10 {
