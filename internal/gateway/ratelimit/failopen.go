@@ -2,7 +2,9 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 )
@@ -34,10 +36,21 @@ type FailOpen struct {
 	logger   *slog.Logger
 	metrics  *Metrics
 
-	mu        sync.Mutex // protects down and nextProbe
+	mu        sync.Mutex // protects down, nextProbe, timeouts and timeoutSeq
 	down      bool
 	nextProbe time.Time // while down, when the next caller may try Redis
+	// timeouts is the run of timed-out calls while up, and timeoutSeq
+	// counts the timeouts counted, ever: a call's ticket. A call in flight
+	// when another's timeout was counted is the same stall.
+	timeouts   int
+	timeoutSeq uint64
 }
+
+// DownAfterTimeouts is how many calls in a row must time out before
+// FailOpen takes Redis for down. One slow answer (a stall of a loaded
+// machine, a slow command on the server) falls back for that call only; an
+// error that is no timeout (refused, reset) takes it down at once.
+const DownAfterTimeouts = 3
 
 // NewFailOpen wraps r and l. Redis is assumed up until a call fails.
 func NewFailOpen(r *Redis, l *Local, opts FailOpenOptions) *FailOpen {
@@ -71,7 +84,7 @@ func (f *FailOpen) Allow(ctx context.Context, key string, limit Limit) (Decision
 	if err := limit.Validate(); err != nil {
 		return Decision{}, err
 	}
-	if f.tryRedis() {
+	if ticket, ok := f.tryRedis(); ok {
 		d, err := f.redis.Allow(ctx, key, limit)
 		if err == nil {
 			f.markUp()
@@ -81,7 +94,7 @@ func (f *FailOpen) Allow(ctx context.Context, key string, limit Limit) (Decision
 			// The caller gave up; that says nothing about Redis.
 			return Decision{}, context.Cause(ctx)
 		}
-		f.markDown(err)
+		f.failed(ticket, err)
 	}
 	f.metrics.fallbacks.Inc()
 	return f.local.Allow(ctx, key, limit)
@@ -94,26 +107,51 @@ func (f *FailOpen) RedisUp() bool {
 	return !f.down
 }
 
-// tryRedis reports whether this call should use Redis; while Redis is down
-// it lets one caller through per probe interval.
-func (f *FailOpen) tryRedis() bool {
+// tryRedis reports whether this call should use Redis, with its ticket
+// for failed; while Redis is down it lets one caller through per probe
+// interval.
+func (f *FailOpen) tryRedis() (ticket uint64, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.down {
-		return true
+		return f.timeoutSeq, true
 	}
 	now := f.now()
 	if now.Before(f.nextProbe) {
-		return false
+		return 0, false
 	}
 	f.nextProbe = now.Add(f.interval)
-	return true
+	return f.timeoutSeq, true
+}
+
+// failed records a failed Redis call that started with ticket: Redis is
+// down after an error that is no timeout, or after DownAfterTimeouts
+// timeouts of calls made one after another.
+func (f *FailOpen) failed(ticket uint64, err error) {
+	if isTimeout(err) {
+		f.mu.Lock()
+		if !f.down && ticket == f.timeoutSeq {
+			f.timeouts++
+			f.timeoutSeq++
+		}
+		n, down := f.timeouts, f.down
+		f.mu.Unlock()
+		if !down && n < DownAfterTimeouts {
+			return
+		}
+	}
+	f.markDown(err)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 func (f *FailOpen) markUp() {
 	f.mu.Lock()
 	was := f.down
-	f.down = false
+	f.down, f.timeouts = false, 0
 	if was {
 		f.metrics.redisUp.Set(1)
 	}

@@ -202,3 +202,85 @@ func TestFailOpenCallerCancelled(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.True(t, f.RedisUp(), "a cancelled caller does not mark redis down")
 }
+
+// stallHook makes every command wait until release is closed, then time
+// out, while stall is set: a Redis (or a process) that stalled.
+type stallHook struct {
+	stall   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *stallHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *stallHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.stall.Load() {
+			h.entered <- struct{}{}
+			<-h.release
+			cmd.SetErr(context.DeadlineExceeded)
+			return context.DeadlineExceeded
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *stallHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestFailOpenToleratesAStall: calls that time out together in one stall
+// fall back to the local bucket one by one, but Redis stays up; timeouts
+// of calls made one after another take it down.
+func TestFailOpenToleratesAStall(t *testing.T) {
+	c, prefix := sharedRedis(t)
+	hook := &stallHook{entered: make(chan struct{}), release: make(chan struct{})}
+	c.AddHook(hook)
+	t.Cleanup(func() { hook.stall.Store(false) }) // before sharedRedis deletes the keys
+	m := NewMetrics(nil)
+	f := NewFailOpen(NewRedis(c, RedisOptions{Prefix: prefix, Metrics: m}), NewLocal(LocalOptions{Metrics: m}), FailOpenOptions{Metrics: m})
+	limit := Limit{Rate: 1000, Burst: 1000}
+	d, err := f.Allow(t.Context(), "k", limit)
+	require.NoError(t, err)
+	require.Equal(t, BackendRedis, d.Backend)
+
+	hook.stall.Store(true)
+	const inFlight = 8
+	backends := make(chan string, inFlight)
+	for range inFlight {
+		go func() {
+			d, err := f.Allow(t.Context(), "k", limit)
+			if err != nil {
+				backends <- err.Error()
+				return
+			}
+			backends <- d.Backend
+		}()
+	}
+	for range inFlight {
+		<-hook.entered
+	}
+	close(hook.release)
+	for range inFlight {
+		require.Equal(t, BackendLocal, <-backends)
+	}
+	require.True(t, f.RedisUp(), "one stall is not Redis down")
+
+	hook.release = make(chan struct{})
+	close(hook.release)
+	go func() {
+		for range DownAfterTimeouts - 1 {
+			<-hook.entered
+		}
+	}()
+	// The stall counted as one timeout: DownAfterTimeouts-1 more in a row.
+	for range DownAfterTimeouts - 2 {
+		d, err := f.Allow(t.Context(), "k", limit)
+		require.NoError(t, err)
+		require.Equal(t, BackendLocal, d.Backend)
+	}
+	require.True(t, f.RedisUp())
+	_, err = f.Allow(t.Context(), "k", limit)
+	require.NoError(t, err)
+	require.False(t, f.RedisUp(), "timeouts one after another are Redis down")
+}

@@ -120,7 +120,7 @@ func (c *Controller) do(ctx context.Context, now time.Time, plan func(cur *Saved
 		c.mu.Lock()
 		c.commitLocked(&next, restart, p.kind)
 		c.mu.Unlock()
-		c.logTransition(&t)
+		c.made(&t)
 		return t, c.persistFile(&next)
 	}
 	newRev, err := c.saveFleet(ctx, &next, rev)
@@ -128,13 +128,17 @@ func (c *Controller) do(ctx context.Context, now time.Time, plan func(cur *Saved
 	case err == nil:
 		c.mu.Lock()
 		if newRev > c.rev {
-			// Not yet here through the watcher (which would have adopted it).
+			// Not yet here through the watcher (which adopts it otherwise).
 			c.rev = newRev
 			c.commitLocked(&next, restart, p.kind)
+		} else if p.kind == KindReset {
+			c.windowsMu.Lock()
+			c.base = window{}
+			c.windowsMu.Unlock()
 		}
 		c.pending = false
 		c.mu.Unlock()
-		c.logTransition(&t)
+		c.made(&t)
 		return t, nil
 	case errors.Is(err, ErrConflict):
 		c.reloadFleet(ctx)
@@ -164,7 +168,7 @@ func (c *Controller) do(ctx context.Context, now time.Time, plan func(cur *Saved
 	c.pending = true
 	c.mu.Unlock()
 	c.log.Warn("rollback made here but not yet stored in the fleet's state; retried every tick", "err", err)
-	c.logTransition(&t)
+	c.made(&t)
 	return t, nil
 }
 
@@ -186,10 +190,13 @@ func (c *Controller) commitLocked(st *SavedState, restart bool, kind TransitionK
 		clear(c.accSeen)
 	}
 	c.publishLocked()
-	c.m.transitions.WithLabelValues(c.service, string(kind)).Inc()
 }
 
-func (c *Controller) logTransition(t *Transition) {
+// made counts and logs a transition made here (committed here, or
+// adopted from the fleet's watcher, which delivered this replica's own
+// write first).
+func (c *Controller) made(t *Transition) {
+	c.m.transitions.WithLabelValues(c.service, string(t.Kind)).Inc()
 	level := slog.LevelInfo
 	if t.Kind == KindRollback {
 		level = slog.LevelWarn

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-ml/sluice/internal/infer"
@@ -149,4 +151,38 @@ func TestAdoptWhileWriting(t *testing.T) {
 		require.Equal(t, StateProgressing, st.State, "replica %d", i)
 		require.Equal(t, "long-tail", st.StageName, "replica %d", i)
 	}
+}
+
+// echoReplica is a replica whose watcher delivers its own writes before
+// Save returns, as NATS may.
+type echoReplica struct {
+	*memReplica
+	self *Controller
+}
+
+func (r *echoReplica) Save(ctx context.Context, data []byte, rev uint64) (uint64, error) {
+	n, err := r.memReplica.Save(ctx, data, rev)
+	if err == nil && r.self != nil {
+		r.self.ApplyFleet(data, n)
+	}
+	return n, err
+}
+
+// TestOwnWriteFromTheWatcherFirst: a transition whose write comes back
+// through the watcher before Save returns is made once: one transition
+// counted, the state the one written.
+func TestOwnWriteFromTheWatcherFirst(t *testing.T) {
+	f := &memFleet{}
+	clock := &fakeClock{t: t0}
+	r := &echoReplica{memReplica: f.replica("0")}
+	c, err := New("parcel-eta", testConfig(t), Options{Now: clock.Now, Fleet: r}, nil, prometheus.NewRegistry())
+	require.NoError(t, err)
+	r.self = c
+	require.NoError(t, c.Rollback(t.Context(), "echo"))
+	require.Equal(t, StateRolledBack, c.Status().State)
+	require.InDelta(t, 1.0, promtestutil.ToFloat64(c.m.transitions.WithLabelValues("parcel-eta", string(KindRollback))), 0)
+	require.NoError(t, c.Reset(t.Context(), "again"))
+	require.Equal(t, StateProgressing, c.Status().State)
+	require.InDelta(t, 1.0, promtestutil.ToFloat64(c.m.transitions.WithLabelValues("parcel-eta", string(KindReset))), 0)
+	require.Equal(t, f.rev, c.Status().Fleet.Revision)
 }
