@@ -228,7 +228,7 @@ func TestStageProgression(t *testing.T) {
 
 	h.drive(2000, healthy)
 	require.Nil(t, c.Tick(t.Context(), t0.Add(119*time.Minute)))
-	tr = c.Tick(t.Context(), t0.Add(2 * time.Hour))
+	tr = c.Tick(t.Context(), t0.Add(2*time.Hour))
 	require.NotNil(t, tr)
 	require.Equal(t, AllGroup, tr.To, "the implicit final stage")
 
@@ -240,7 +240,7 @@ func TestStageProgression(t *testing.T) {
 	h.drive(2000, healthy)
 	st = c.Status()
 	require.GreaterOrEqual(t, st.Baseline.Requests, uint64(100))
-	tr = c.Tick(t.Context(), t0.Add(3 * time.Hour))
+	tr = c.Tick(t.Context(), t0.Add(3*time.Hour))
 	require.NotNil(t, tr)
 	require.Equal(t, StateComplete, tr.State)
 	require.Equal(t, StateComplete, c.Status().State)
@@ -312,7 +312,7 @@ func TestRollbackWhenOneRegionFails(t *testing.T) {
 			require.Equal(t, KindPromote, c.Tick(t.Context(), t0.Add(time.Hour)).Kind, "stage 1 does not serve the region: healthy")
 
 			h.drive(2000, b)
-			tr := c.Tick(t.Context(), t0.Add(time.Hour + time.Minute))
+			tr := c.Tick(t.Context(), t0.Add(time.Hour+time.Minute))
 			require.NotNil(t, tr, "the region's failure rolls back at once, before min_duration")
 			require.Equal(t, KindRollback, tr.Kind)
 			require.Equal(t, StateRolledBack, tr.State)
@@ -392,7 +392,7 @@ func TestMinRequests(t *testing.T) {
 		require.Equal(t, GatePending, st.Groups[0].Gates[0].Status)
 		require.Equal(t, uint64(99), st.Groups[0].Gates[0].Requests)
 		h.send(premium(99), clean, 99)
-		tr := c.Tick(t.Context(), t0.Add(2 * time.Hour))
+		tr := c.Tick(t.Context(), t0.Add(2*time.Hour))
 		require.NotNil(t, tr)
 		require.Equal(t, "long-tail", tr.To)
 	})
@@ -408,7 +408,7 @@ func TestMinRequests(t *testing.T) {
 		}
 		require.Nil(t, c.Tick(t.Context(), t0.Add(2*time.Hour+time.Minute)), "99 failures are not judged")
 		h.send(sa(99), bad, 99)
-		tr := c.Tick(t.Context(), t0.Add(2*time.Hour + 2*time.Minute))
+		tr := c.Tick(t.Context(), t0.Add(2*time.Hour+2*time.Minute))
 		require.NotNil(t, tr)
 		require.Equal(t, KindRollback, tr.Kind)
 		require.Equal(t, uint64(100), c.Status().Reason.Requests)
@@ -453,7 +453,7 @@ func TestDriftGates(t *testing.T) {
 			h.drive(2000, healthy)
 			require.Equal(t, KindPromote, h.c.Tick(t.Context(), t0.Add(time.Hour)).Kind)
 			h.drive(2000, healthy)
-			tr := h.c.Tick(t.Context(), t0.Add(time.Hour + time.Minute))
+			tr := h.c.Tick(t.Context(), t0.Add(time.Hour+time.Minute))
 			require.NotNil(t, tr)
 			r := h.c.Status().Reason
 			require.Equal(t, tt.gate, r.Gate)
@@ -581,7 +581,7 @@ func TestManualCommands(t *testing.T) {
 
 	require.NoError(t, c.Resume(t.Context(), ""))
 	require.NoError(t, c.Resume(t.Context(), ""), "resuming twice is harmless")
-	tr := c.Tick(t.Context(), t0.Add(2 * time.Hour))
+	tr := c.Tick(t.Context(), t0.Add(2*time.Hour))
 	require.NotNil(t, tr)
 	require.Equal(t, KindPromote, tr.Kind)
 
@@ -597,7 +597,7 @@ func TestManualCommands(t *testing.T) {
 	t.Run("gates roll back a paused rollout", func(t *testing.T) {
 		require.NoError(t, c.Pause(t.Context(), ""))
 		h.drive(1000, worseIn(AllGroup, func(o Outcome, _ int) Outcome { o.Status = 502; return o }))
-		tr := c.Tick(t.Context(), t0.Add(3*time.Hour + time.Minute))
+		tr := c.Tick(t.Context(), t0.Add(3*time.Hour+time.Minute))
 		require.NotNil(t, tr)
 		require.Equal(t, KindRollback, tr.Kind)
 		require.Equal(t, GateErrorRate, c.Status().Reason.Gate)
@@ -794,7 +794,7 @@ func TestConcurrentObserveAndTick(t *testing.T) {
 				return
 			default:
 			}
-			c.Tick(t.Context(), t0.Add(time.Duration(k) * time.Minute)) // every tick passes min_duration
+			c.Tick(t.Context(), t0.Add(time.Duration(k)*time.Minute)) // every tick passes min_duration
 			_, err := json.Marshal(c.Status())
 			if err != nil {
 				t.Error(err)
