@@ -25,7 +25,10 @@
 //     default) instead of being taken for a dead Redis.
 //   - [FailOpen] asks Redis and, when Redis errors or times out, decides with
 //     the Local bucket instead (it fails open to the local bucket, not to
-//     "allow everything"). While Redis is down it probes Redis at most once per
+//     "allow everything"). Redis counts as down after an error that is no
+//     timeout, or after DownAfterTimeouts timeouts of calls made one after
+//     another (calls in flight together count once): one stall of a busy
+//     machine or server does not take it down. While Redis is down it probes Redis at most once per
 //     ProbeInterval (1 s by default) so a dead Redis does not add a timeout to
 //     every request, and it switches back by itself after a successful probe.
 //

@@ -75,7 +75,20 @@
 // it, Promote moves to the next stage whatever the gates say, Rollback
 // rolls back with the operator's reason, and Reset starts over from the
 // first stage, the only way out of a rollback. Commands that make no sense
-// in the current state return an *infer.Error of kind KindConflict.
+// in the current state return an *infer.Error of kind KindConflict. Each
+// takes a context: it bounds the wait for a transition in progress (an
+// error of kind unavailable, reason rollout_busy, when it ends first) and
+// the write of the new state.
+//
+// # State machine and driver
+//
+// A transition (a Tick's or a command's) reads the state under the
+// controller's lock and computes the next one there, a pure step; it
+// writes the new state outside the lock, bounded by the caller's context
+// and FleetTimeout; then it commits it under the lock, or takes the state
+// another replica wrote first. Transitions run one at a time. So Status,
+// Decide, Observe and ApplyFleet never wait for the network or the disk: a
+// hung fleet store delays only the transition that writes to it.
 //
 // # State
 //
