@@ -49,17 +49,7 @@ import (
 //     waits on it (every answer 200 within a second), the replicas notice
 //     by their pings and say so, and once it runs again they converge.
 func TestFleetDrill(t *testing.T) {
-	gwNeedRedis(t, gwSharedRedis)
-	project := fmt.Sprintf("fleetit_%d", time.Now().UnixNano())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := gwScan(ctx, gwSharedRedis, "sluice:"+project+":*", true); err != nil {
-			t.Errorf("clean up: %v", err)
-		}
-	})
-	nats := natstest.Start(t)
-	repo := gwFeatureRepo(t, gwRedisStore(project, gwSharedRedis))
+	nats, repo := flSharedState(t, "fleetit")
 
 	const minRequests = 150
 	base := gwExample(t)
@@ -90,17 +80,7 @@ func TestFleetDrill(t *testing.T) {
 		"anonymous":    map[string]any{"allowed": false},
 		"services":     []any{ro, steady, probe},
 	}
-	fleet := fmt.Sprintf("drill%d", time.Now().UnixNano()%1e9)
-	var chains []*gwChain
-	for i := range 3 {
-		cluster := map[string]any{
-			"name": fleet, "replica": fmt.Sprintf("gw-%d", i), "nats": map[string]any{"url": nats.URL()},
-			"publish_interval": "250ms", "replica_ttl": "2s",
-		}
-		chains = append(chains, gwStartWith(t, "examples/models", "parcel_eta", repo, gateway, gwOptions{
-			env: gwKeyEnv, mutate: func(cfg map[string]any) { cfg["cluster"] = cluster },
-		}))
-	}
+	chains := flReplicas(t, 3, "drill", nats, repo, gateway)
 	var cs flCluster
 	chains[0].adminJSON(t, "/cluster", &cs)
 	if cs.Mode != "fleet" || !cs.Connected || cs.Replica != "gw-0" {
@@ -314,6 +294,42 @@ func TestFleetDrill(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+}
+
+// flSharedState starts a private nats-server and copies the example
+// feature repository with its online store in the shared Redis, under a
+// project named after prefix whose keys are deleted when the test ends.
+func flSharedState(t *testing.T, prefix string) (*natstest.Server, string) {
+	t.Helper()
+	gwNeedRedis(t, gwSharedRedis)
+	project := fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := gwScan(ctx, gwSharedRedis, "sluice:"+project+":*", true); err != nil {
+			t.Errorf("clean up: %v", err)
+		}
+	})
+	return natstest.Start(t), gwFeatureRepo(t, gwRedisStore(project, gwSharedRedis))
+}
+
+// flReplicas starts n `sluice serve -c` replicas gw-0, gw-1, … of one
+// fleet (named after prefix) on nats, each with gateway and the feature
+// repository repo.
+func flReplicas(t *testing.T, n int, prefix string, nats *natstest.Server, repo string, gateway map[string]any) []*gwChain {
+	t.Helper()
+	fleet := fmt.Sprintf("%s%d", prefix, time.Now().UnixNano()%1e9)
+	var chains []*gwChain
+	for i := range n {
+		cluster := map[string]any{
+			"name": fleet, "replica": fmt.Sprintf("gw-%d", i), "nats": map[string]any{"url": nats.URL()},
+			"publish_interval": "250ms", "replica_ttl": "2s",
+		}
+		chains = append(chains, gwStartWith(t, "examples/models", "parcel_eta", repo, gateway, gwOptions{
+			env: gwKeyEnv, mutate: func(cfg map[string]any) { cfg["cluster"] = cluster },
+		}))
+	}
+	return chains
 }
 
 // flWatchStale polls every replica's GET /cluster for d and returns the

@@ -1,14 +1,11 @@
 package integration_test
 
 import (
-	"context"
-	"fmt"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/sluice-ml/sluice/internal/release/record/natstest"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
 )
 
@@ -26,17 +23,7 @@ import (
 //     follows: both replicas agree on the state and its revision, with
 //     one rollback in their history.
 func TestRolloutNATSHung(t *testing.T) {
-	gwNeedRedis(t, gwSharedRedis)
-	project := fmt.Sprintf("hangit_%d", time.Now().UnixNano())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := gwScan(ctx, gwSharedRedis, "sluice:"+project+":*", true); err != nil {
-			t.Errorf("clean up: %v", err)
-		}
-	})
-	nats := natstest.Start(t)
-	repo := gwFeatureRepo(t, gwRedisStore(project, gwSharedRedis))
+	nats, repo := flSharedState(t, "hangit")
 	const svcA, svcB = "hang-a", "hang-b"
 	base := gwExample(t)
 	var services []any
@@ -57,17 +44,7 @@ func TestRolloutNATSHung(t *testing.T) {
 		"anonymous":    map[string]any{"allowed": false},
 		"services":     services,
 	}
-	fleet := fmt.Sprintf("hang%d", time.Now().UnixNano()%1e9)
-	var chains []*gwChain
-	for i := range 2 {
-		cluster := map[string]any{
-			"name": fleet, "replica": fmt.Sprintf("gw-%d", i), "nats": map[string]any{"url": nats.URL()},
-			"publish_interval": "250ms", "replica_ttl": "2s",
-		}
-		chains = append(chains, gwStartWith(t, "examples/models", "parcel_eta", repo, gateway, gwOptions{
-			env: gwKeyEnv, mutate: func(cfg map[string]any) { cfg["cluster"] = cluster },
-		}))
-	}
+	chains := flReplicas(t, 2, "hang", nats, repo, gateway)
 	ids := chains[0].presentIDs(t)
 	body := gwBody(ids.users[0], ids.packages[0], ids.routes[0], 30, 0.5)
 	if res := chains[0].mustPredict(t, svcB, body, gwAuth); res.code != http.StatusOK {

@@ -60,17 +60,22 @@ func hungFleet(t *testing.T) (*memFleet, *hungReplica, []*Controller, *fakeClock
 	return f, h, cs, clock
 }
 
+// failPremium sends c enough failing premium traffic to trip its gate.
+func failPremium(c *Controller) {
+	failing := worseIn("premium", func(o Outcome, _ int) Outcome { o.Status = 503; return o })
+	for i := range 1500 {
+		_, g, arm := c.Decide(attrs(i))
+		c.Observe(arm, g, failing(arm, g, i))
+	}
+}
+
 // TestHungFleetDoesNotHoldTheLock: while replica 0's rollback is being
 // written to a fleet that does not answer, its status answers at once, an operator's command gives up when its context ends, and once
 // the write goes through the rollback is committed here and adopted by
 // the other replica.
 func TestHungFleetDoesNotHoldTheLock(t *testing.T) {
 	_, h, cs, clock := hungFleet(t)
-	failing := worseIn("premium", func(o Outcome, _ int) Outcome { o.Status = 503; return o })
-	for i := range 1500 {
-		_, g, arm := cs[0].Decide(attrs(i))
-		cs[0].Observe(arm, g, failing(arm, g, i))
-	}
+	failPremium(cs[0])
 	h.hang.Store(true)
 	ticked := make(chan *Transition, 1)
 	go func() { ticked <- cs[0].Tick(t.Context(), clock.Now()) }()
@@ -103,11 +108,7 @@ func TestHungFleetDoesNotHoldTheLock(t *testing.T) {
 // and stored by the next Tick.
 func TestHungWriteTimesOut(t *testing.T) {
 	_, h, cs, clock := hungFleet(t)
-	failing := worseIn("premium", func(o Outcome, _ int) Outcome { o.Status = 503; return o })
-	for i := range 1500 {
-		_, g, arm := cs[0].Decide(attrs(i))
-		cs[0].Observe(arm, g, failing(arm, g, i))
-	}
+	failPremium(cs[0])
 	h.hang.Store(true)
 	ctx, cancel := context.WithCancel(t.Context())
 	ticked := make(chan *Transition, 1)
