@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/release/record/natstest"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // TestFleetDrill is issue 15's multi-replica drill with real processes:
@@ -355,18 +356,11 @@ func flWatchStale(t *testing.T, chains []*gwChain, d time.Duration) map[int]bool
 func flWaitInSync(t *testing.T, chains []*gwChain, after string) {
 	t.Helper()
 	for i, c := range chains {
-		deadline := time.Now().Add(15 * time.Second)
-		for {
+		harness.WaitFor(t, 15*time.Second, 100*time.Millisecond, fmt.Sprintf("replica %d in sync after %s", i, after), func() (bool, string) {
 			var s flCluster
 			c.adminJSON(t, "/cluster", &s)
-			if s.Connected && !s.Stale {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("replica %d not in sync 15s after %s: %+v", i, after, s)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return s.Connected && !s.Stale, fmt.Sprintf("%+v", s)
+		})
 	}
 }
 

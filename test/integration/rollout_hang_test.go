@@ -1,12 +1,14 @@
 package integration_test
 
 import (
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/release/rollout"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // TestRolloutNATSHung: two `sluice serve -c` replicas share the rollouts
@@ -128,31 +130,25 @@ func TestRolloutNATSHung(t *testing.T) {
 
 	nats.Resume()
 	paused = false
-	resumed := time.Now()
-	deadline := resumed.Add(20 * time.Second)
-	for {
-		s0, s1 := hangStatus(t, chains[0], svcA), hangStatus(t, chains[1], svcA)
-		if s0.State == rollout.StateRolledBack && s1.State == rollout.StateRolledBack &&
-			!s0.Fleet.Pending && s0.Fleet.Revision == s1.Fleet.Revision {
-			for i, s := range []flRolloutStatus{s0, s1} {
-				n := 0
-				for _, h := range s.History {
-					if h.Kind == rollout.KindRollback {
-						n++
-					}
-				}
-				if n != 1 || s.Reason == nil || s.Reason.Message != "manual rollback: hung" {
-					t.Errorf("replica %d: %d rollbacks in its history, reason %+v; want the one made while NATS hung", i, n, s.Reason)
-				}
+	var s0, s1 flRolloutStatus
+	took := harness.WaitFor(t, 20*time.Second, 100*time.Millisecond, "convergence after NATS ran again", func() (bool, string) {
+		s0, s1 = hangStatus(t, chains[0], svcA), hangStatus(t, chains[1], svcA)
+		return s0.State == rollout.StateRolledBack && s1.State == rollout.StateRolledBack &&
+				!s0.Fleet.Pending && s0.Fleet.Revision == s1.Fleet.Revision,
+			fmt.Sprintf("replica 0 %s %+v, replica 1 %s %+v", s0.State, s0.Fleet, s1.State, s1.Fleet)
+	})
+	for i, s := range []flRolloutStatus{s0, s1} {
+		n := 0
+		for _, h := range s.History {
+			if h.Kind == rollout.KindRollback {
+				n++
 			}
-			t.Logf("converged at revision %d, %v after SIGCONT", s0.Fleet.Revision, time.Since(resumed).Round(time.Millisecond))
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no convergence 20s after NATS ran again: replica 0 %s %+v, replica 1 %s %+v", s0.State, s0.Fleet, s1.State, s1.Fleet)
+		if n != 1 || s.Reason == nil || s.Reason.Message != "manual rollback: hung" {
+			t.Errorf("replica %d: %d rollbacks in its history, reason %+v; want the one made while NATS hung", i, n, s.Reason)
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
+	t.Logf("converged at revision %d, %v after SIGCONT", s0.Fleet.Revision, took.Round(time.Millisecond))
 	if st := hangStatus(t, chains[1], svcB); st.State != rollout.StateProgressing {
 		t.Errorf("%s on replica 1: %s, want progressing (nothing touched it)", svcB, st.State)
 	}

@@ -3,8 +3,11 @@
 // tests and the gateway's recording drills. It is test support: nothing
 // outside tests imports it.
 //
-// A server belongs to the test that started it: it listens on a free
-// loopback port with its store in the test's temporary directory, is
+// A server belongs to the test that started it: it listens on a loopback
+// port the server picks itself (-p -1) and reports in its ports file, so no
+// other process can take the port between a test's pick and the bind; a
+// restart binds the same port again. Its store is in the test's temporary
+// directory; it is
 // signalled by its pid only, and is stopped when the test ends. A missing
 // nats-server binary fails the test; it never skips.
 package natstest
@@ -12,8 +15,9 @@ package natstest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
-	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,9 +46,9 @@ type Server struct {
 	done chan struct{} // closed when cmd has been waited for
 }
 
-// Start starts a server on a free loopback port with its store in a new
-// temporary directory, waits until JetStream answers, and stops it when
-// the test ends.
+// Start starts a server on a loopback port of its choosing (read back
+// from its ports file) with its store in a new temporary directory, waits
+// until JetStream answers, and stops it when the test ends.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
 	bin, err := exec.LookPath("nats-server")
@@ -59,13 +63,7 @@ func Start(tb testing.TB) *Server {
 	if err != nil {
 		tb.Fatalf("natstest: nats-server binary not found: %v", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("natstest: %v", err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
-	s := &Server{tb: tb, bin: bin, port: port, dir: tb.TempDir()}
+	s := &Server{tb: tb, bin: bin, dir: tb.TempDir()}
 	s.Restart()
 	tb.Cleanup(s.Stop)
 	return s
@@ -82,13 +80,18 @@ func (s *Server) Port() int { return s.port }
 func (s *Server) Running() bool { return s.cmd != nil }
 
 // Restart runs the server (again) on its port and store and waits until
-// JetStream answers. The server must not be running.
+// JetStream answers. The server must not be running. The first run lets
+// the server pick the port and reads it from the ports file.
 func (s *Server) Restart() {
 	s.tb.Helper()
 	if s.cmd != nil {
 		s.tb.Fatalf("natstest: server on port %d is already running", s.port)
 	}
-	cmd := exec.Command(s.bin, "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(s.port),
+	port := "-1" // the server picks a free one
+	if s.port != 0 {
+		port = strconv.Itoa(s.port)
+	}
+	cmd := exec.Command(s.bin, "-js", "-a", "127.0.0.1", "-p", port, "--ports_file_dir", s.dir,
 		"-sd", s.dir, "-l", filepath.Join(s.dir, "server.log"))
 	if err := cmd.Start(); err != nil {
 		s.tb.Fatalf("natstest: start nats-server: %v", err)
@@ -97,7 +100,10 @@ func (s *Server) Restart() {
 	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(cmd, s.done)
 	deadline := time.Now().Add(startTimeout)
 	for {
-		err := s.ping()
+		err := s.readPort()
+		if err == nil {
+			err = s.ping()
+		}
 		if err == nil {
 			return
 		}
@@ -112,6 +118,36 @@ func (s *Server) Restart() {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// readPort learns the port the running server bound from its ports file
+// (<binary>_<pid>.ports in the store directory, JSON with the client
+// URLs), once.
+func (s *Server) readPort() error {
+	if s.port != 0 {
+		return nil
+	}
+	path := filepath.Join(s.dir, filepath.Base(s.bin)+"_"+strconv.Itoa(s.cmd.Process.Pid)+".ports")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("ports file: %w", err)
+	}
+	var ports struct {
+		Nats []string `json:"nats"`
+	}
+	if err := json.Unmarshal(b, &ports); err != nil || len(ports.Nats) == 0 {
+		return fmt.Errorf("ports file %s: %q: %v", path, b, err) // written but maybe not yet whole: read again
+	}
+	u, err := url.Parse(ports.Nats[0])
+	if err != nil {
+		return fmt.Errorf("ports file %s: %w", path, err)
+	}
+	p, err := strconv.Atoi(u.Port())
+	if err != nil || p <= 0 {
+		return fmt.Errorf("ports file %s: no port in %q", path, ports.Nats[0])
+	}
+	s.port = p
+	return nil
 }
 
 // ping connects and asks JetStream for the account's information.
