@@ -27,16 +27,20 @@ func (o Outcome) Reason() string {
 	return "evaluation_failed"
 }
 
-// Eval computes every output of one row. in holds the inputs' values in
+// Eval computes the outputs of one row that want marks (all when want is
+// nil). in holds the inputs' values in
 // the order of v.Inputs; a Null value marks an absent input (a missing
 // request field, a feature that was not found). out and outcomes (one
 // per output) receive the results; an output whose outcome is not OK is
-// Null. Serving and historical retrieval both call Eval, so training
+// Null, one that is not wanted is left as it was. Serving and historical retrieval both call Eval, so training
 // rows and served values are computed by the same code.
-func (v *View) Eval(in []feature.Value, out []feature.Value, outcomes []Outcome) {
+func (v *View) Eval(in []feature.Value, want []bool, out []feature.Value, outcomes []Outcome) {
 	e := v.envs.Get().(*evalEnv)
 	defer v.envs.Put(e)
 	for oi := range v.Outputs {
+		if want != nil && !want[oi] {
+			continue
+		}
 		o := &v.Outputs[oi]
 		out[oi], outcomes[oi] = v.evalOne(e, o, in)
 	}
