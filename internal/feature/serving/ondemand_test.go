@@ -5,8 +5,10 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -220,4 +222,46 @@ func TestOnDemandGRPC(t *testing.T) {
 	require.Equal(t, feastpb.FieldStatus_PRESENT, eta.GetStatuses()[0])
 	require.Equal(t, feastpb.FieldStatus_NULL_VALUE, eta.GetStatuses()[1], "NaN request data gives NULL_VALUE")
 	require.Equal(t, feastpb.FieldStatus_NULL_VALUE, resp.GetResults()[3].GetStatuses()[1], "0 clicks: +Inf")
+}
+
+// FuzzOnDemandRequest feeds arbitrary request data to an on-demand view
+// over the HTTP edge: never a panic or a 500, 200 or a JSON error with a
+// reason, and every computed value that is not PRESENT is null.
+func FuzzOnDemandRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"features":["adj:eta_x","adj:per_click","adj:mod"],"entities":{"user_id":[1,2],"route_id":["r1","r2"],"factor":[1.5,2],"divisor":[0,3]}}`,
+		`{"feature_service":"adj_svc","entities":{"route_id":["r1"],"factor":[1e308],"label":["x"]}}`,
+		`{"features":["adj:tag","adj:flagged"],"entities":{"user_id":[4],"label":[null],"factor":[-1e-320]}}`,
+		`{"features":["adj:mod"],"entities":{"user_id":[1],"divisor":[9223372036854775807]}}`,
+		`{"features":["adj:eta_x"],"entities":{"route_id":["r1"],"factor":[[1],{"a":1}]}}`,
+		`{"features":["adj:eta_x"],"entities":{"route_id":["r1"],"factor":"x"}}`,
+		`{"features":["adj:const"],"entities":{"factor":[1,2,3]}}`,
+	} {
+		f.Add(s)
+	}
+	fx := newODFixture(f)
+	f.Fuzz(func(t *testing.T, body string) {
+		rec := httptest.NewRecorder()
+		fx.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/get-online-features", strings.NewReader(body)))
+		switch rec.Code {
+		case http.StatusOK:
+			var a feastAnswer
+			if err := json.Unmarshal(rec.Body.Bytes(), &a); err != nil {
+				t.Fatalf("answer is not JSON: %v", err)
+			}
+			for _, r := range a.Results {
+				for i, st := range r.Statuses {
+					if st != "PRESENT" && st != "OUTSIDE_MAX_AGE" && r.Values[i] != nil {
+						t.Fatalf("value %v with status %s", r.Values[i], st)
+					}
+				}
+			}
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+			if !strings.Contains(rec.Body.String(), `"reason":`) {
+				t.Fatalf("error without a reason: %s", rec.Body.String())
+			}
+		default:
+			t.Fatalf("status %d for %q: %s", rec.Code, body, rec.Body.String())
+		}
+	})
 }
