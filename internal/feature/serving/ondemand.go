@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/feature"
@@ -34,10 +35,20 @@ type onDemandPlan struct {
 
 // odView is one on-demand view of a request.
 type odView struct {
-	name   string
-	prog   *transform.View
-	inputs []odInput // one per prog.Inputs
-	want   []bool    // the outputs the request reads
+	name    string
+	prog    *transform.View
+	inputs  []odInput  // one per prog.Inputs
+	want    []bool     // the outputs the request reads
+	scratch *sync.Pool // *odScratch: one row's inputs and outputs, reused across requests
+}
+
+// odScratch is computeView's per-row working memory.
+type odScratch struct {
+	in       []feature.Value
+	inSt     []Status
+	inTS     []time.Time
+	out      []feature.Value
+	outcomes []transform.Outcome
 }
 
 // odInput says where an input's value comes from: a feature column of
@@ -93,7 +104,13 @@ func compileOnDemand(repo *registry.Repo, sels []selection, full bool) (p *plan,
 					return nil, true, infer.Errorf(infer.KindInternal, ReasonInternal, "on-demand feature view '%s' is not compiled", odv.Name)
 				}
 				vi = len(od.views)
-				od.views = append(od.views, odView{name: odv.Name, prog: prog, want: make([]bool, len(prog.Outputs))})
+				nIn, nOut := len(prog.Inputs), len(prog.Outputs)
+				od.views = append(od.views, odView{name: odv.Name, prog: prog, want: make([]bool, nOut), scratch: &sync.Pool{New: func() any {
+					return &odScratch{
+						in: make([]feature.Value, nIn), inSt: make([]Status, nIn), inTS: make([]time.Time, nIn),
+						out: make([]feature.Value, nOut), outcomes: make([]transform.Outcome, nOut),
+					}
+				}}})
 				viewIdx[sel.view] = vi
 			}
 		}
@@ -336,11 +353,13 @@ func (s *Server) computeView(v *odView, base *Response, reqCols [][]feature.Valu
 	for oi := range cols {
 		cols[oi] = Column{Values: values[oi*n : (oi+1)*n : (oi+1)*n], Statuses: statuses[oi*n : (oi+1)*n : (oi+1)*n], EventTimestamps: stamps[oi*n : (oi+1)*n : (oi+1)*n]}
 	}
-	in := make([]feature.Value, len(v.inputs))
-	inSt := make([]Status, len(v.inputs))
-	inTS := make([]time.Time, len(v.inputs))
-	out := make([]feature.Value, len(outs))
-	outcomes := make([]transform.Outcome, len(outs))
+	sc := v.scratch.Get().(*odScratch)
+	defer func() {
+		clear(sc.in) // drop references to the request's strings and lists
+		clear(sc.out)
+		v.scratch.Put(sc)
+	}()
+	in, inSt, inTS, out, outcomes := sc.in, sc.inSt, sc.inTS, sc.out, sc.outcomes
 	var failed [4]int
 	for r := range n {
 		for i, src := range v.inputs {
