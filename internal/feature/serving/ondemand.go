@@ -39,6 +39,7 @@ type odView struct {
 	prog    *transform.View
 	inputs  []odInput  // one per prog.Inputs
 	want    []bool     // the outputs the request reads
+	active  []int      // the inputs the wanted outputs read: the only ones filled per row
 	scratch *sync.Pool // *odScratch: one row's inputs and outputs, reused across requests
 }
 
@@ -203,6 +204,7 @@ func (od *onDemandPlan) addInputs(repo *registry.Repo, v *odView, addBase func(v
 			v.inputs[i] = odInput{col: -1, field: -1}
 			continue
 		}
+		v.active = append(v.active, i)
 		view, feat, isFeature := strings.Cut(in.Name, "__")
 		if isFeature && repo.Views[view] != nil {
 			v.inputs[i] = odInput{col: addBase(view, feat), field: -1}
@@ -346,12 +348,23 @@ func (s *Server) readOnDemand(ctx context.Context, p *plan, entities map[string]
 // computeView computes all outputs of one on-demand view for n rows.
 func (s *Server) computeView(v *odView, base *Response, reqCols [][]feature.Value, reqSet []bool, n int) []Column {
 	outs := v.prog.Outputs
-	cols := make([]Column, len(outs))
-	values := make([]feature.Value, n*len(outs))
-	statuses := make([]Status, n*len(outs))
-	stamps := make([]time.Time, n*len(outs))
+	cols := make([]Column, len(outs)) // only the wanted ones get storage
+	wanted := 0
+	for _, w := range v.want {
+		if w {
+			wanted++
+		}
+	}
+	values := make([]feature.Value, n*wanted)
+	statuses := make([]Status, n*wanted)
+	stamps := make([]time.Time, n*wanted)
+	k := 0
 	for oi := range cols {
-		cols[oi] = Column{Values: values[oi*n : (oi+1)*n : (oi+1)*n], Statuses: statuses[oi*n : (oi+1)*n : (oi+1)*n], EventTimestamps: stamps[oi*n : (oi+1)*n : (oi+1)*n]}
+		if !v.want[oi] {
+			continue
+		}
+		cols[oi] = Column{Values: values[k*n : (k+1)*n : (k+1)*n], Statuses: statuses[k*n : (k+1)*n : (k+1)*n], EventTimestamps: stamps[k*n : (k+1)*n : (k+1)*n]}
+		k++
 	}
 	sc := v.scratch.Get().(*odScratch)
 	defer func() {
@@ -362,7 +375,8 @@ func (s *Server) computeView(v *odView, base *Response, reqCols [][]feature.Valu
 	in, inSt, inTS, out, outcomes := sc.in, sc.inSt, sc.inTS, sc.out, sc.outcomes
 	var failed [4]int
 	for r := range n {
-		for i, src := range v.inputs {
+		for _, i := range v.active {
+			src := v.inputs[i]
 			inTS[i] = epoch
 			switch {
 			case src.col >= 0:
