@@ -195,17 +195,20 @@ func parseFeatureKind(s string) (string, error) {
 		return "views", nil
 	case "services", "service", "feature-services", "feature-service":
 		return "services", nil
+	case "on-demand-views", "on-demand-view", "on-demand-feature-views", "on-demand-feature-view":
+		return onDemandKind, nil
 	}
 	return "", fmt.Errorf("unknown kind %q: want one of %s", s, strings.Join(featureKinds, ", "))
 }
 
 // listing is what `features list` prints.
 type listing struct {
-	Project  string        `json:"project"`
-	Entities []entityInfo  `json:"entities,omitempty"`
-	Sources  []sourceInfo  `json:"sources,omitempty"`
-	Views    []viewInfo    `json:"feature_views,omitempty"`
-	Services []serviceInfo `json:"feature_services,omitempty"`
+	Project  string         `json:"project"`
+	Entities []entityInfo   `json:"entities,omitempty"`
+	Sources  []sourceInfo   `json:"sources,omitempty"`
+	Views    []viewInfo     `json:"feature_views,omitempty"`
+	Services []serviceInfo  `json:"feature_services,omitempty"`
+	OnDemand []onDemandInfo `json:"on_demand_feature_views,omitempty"`
 	kinds    map[string]bool
 }
 
@@ -224,6 +227,7 @@ type sourceInfo struct {
 	TimestampField         string            `json:"timestamp_field,omitempty"`
 	CreatedTimestampColumn string            `json:"created_timestamp_column,omitempty"`
 	FieldMapping           map[string]string `json:"field_mapping,omitempty"`
+	Schema                 []fieldInfo       `json:"schema,omitempty"` // request sources
 }
 
 type fieldInfo struct {
@@ -273,10 +277,16 @@ func buildListing(ctx context.Context, repo *registry.Repo, kinds []string, fr *
 		for _, n := range sortedNames(repo.Sources) {
 			l.Sources = append(l.Sources, describeSource(repo.Sources[n]))
 		}
+		for _, n := range sortedNames(repo.RequestSources) {
+			l.Sources = append(l.Sources, describeRequestSource(repo.RequestSources[n]))
+		}
 	}
 	if l.kinds["views"] {
 		for _, n := range sortedNames(repo.Views) {
 			l.Views = append(l.Views, describeView(ctx, repo.Views[n], fr))
+		}
+		for _, n := range sortedNames(repo.OnDemandViews) {
+			l.OnDemand = append(l.OnDemand, describeOnDemand(repo, repo.OnDemandViews[n]))
 		}
 	}
 	if l.kinds["services"] {
@@ -328,6 +338,10 @@ func describeService(repo *registry.Repo, s *feature.Service) serviceInfo {
 		if len(names) == 0 {
 			if v := repo.Views[ref.View]; v != nil {
 				for _, f := range v.Schema {
+					names = append(names, f.Name)
+				}
+			} else if od := repo.OnDemandViews[ref.View]; od != nil {
+				for _, f := range od.Schema {
 					names = append(names, f.Name)
 				}
 			}
@@ -415,6 +429,7 @@ func (l *listing) writeTable(w io.Writer) {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", v.Name, strings.Join(v.Entities, ","), len(v.Features), v.TTL, v.Source, last, newest, fresh)
 		}
+		l.writeOnDemandTable(tw, gap)
 	}
 	if l.kinds["services"] {
 		gap()
@@ -465,7 +480,7 @@ When several kinds share the name, --kind picks one.`,
 			if _, ok := repo.Entities[name]; ok {
 				found = append(found, "entities")
 			}
-			if _, ok := repo.Sources[name]; ok {
+			if _, ok := repo.Sources[name]; ok || repo.RequestSources[name] != nil {
 				found = append(found, "sources")
 			}
 			if _, ok := repo.Views[name]; ok {
@@ -473,6 +488,9 @@ When several kinds share the name, --kind picks one.`,
 			}
 			if _, ok := repo.Services[name]; ok {
 				found = append(found, "services")
+			}
+			if _, ok := repo.OnDemandViews[name]; ok {
+				found = append(found, onDemandKind)
 			}
 			if kind != "" {
 				k, err := parseFeatureKind(kind)
@@ -496,6 +514,10 @@ When several kinds share the name, --kind picks one.`,
 			case "entities":
 				obj = describeEntity(repo.Entities[name])
 			case "sources":
+				if rs := repo.RequestSources[name]; rs != nil {
+					obj = describeRequestSource(rs)
+					break
+				}
 				obj = describeSource(repo.Sources[name])
 			case "views":
 				fr, closeStore := openFreshness(cmd.Context(), repo, f.noFreshness)
@@ -503,6 +525,8 @@ When several kinds share the name, --kind picks one.`,
 				obj = describeView(cmd.Context(), repo.Views[name], fr)
 			case "services":
 				obj = describeService(repo, repo.Services[name])
+			case onDemandKind:
+				obj = describeOnDemand(repo, repo.OnDemandViews[name])
 			}
 			out := cmd.OutOrStdout()
 			if f.output == "json" {
@@ -528,6 +552,8 @@ func writeDescription(w io.Writer, kind string, obj any) {
 		}
 	}
 	switch o := obj.(type) {
+	case onDemandInfo:
+		writeOnDemandDescription(w, o)
 	case entityInfo:
 		fmt.Fprintf(w, "entity: %s\njoin_key: %s\nvalue_type: %s\n", o.Name, o.JoinKey, o.ValueType)
 		if len(o.Tags) > 0 {
@@ -544,6 +570,12 @@ func writeDescription(w io.Writer, kind string, obj any) {
 		if len(o.FieldMapping) > 0 {
 			fmt.Fprintln(w, "field_mapping:")
 			tags(o.FieldMapping)
+		}
+		if len(o.Schema) > 0 {
+			fmt.Fprintln(w, "schema:")
+			for _, f := range o.Schema {
+				fmt.Fprintf(w, "  %s: %s\n", f.Name, f.Dtype)
+			}
 		}
 	case viewInfo:
 		fmt.Fprintf(w, "feature view: %s\nentities: %s\nsource: %s\nttl: %s\nonline: %v\nstale_policy: %s\n",

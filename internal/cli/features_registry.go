@@ -99,9 +99,13 @@ reported by the server and by plan, and not served.`,
 			if err := registry.WriteSnapshot(path, snap); err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "Applied: registry %s (%s, %s, %s, %s).\n", r.Config.Registry,
-				nouns(len(r.Entities), "entity", "entities"), plural(len(r.Sources), "source"),
-				plural(len(r.Views), "feature view"), plural(len(r.Services), "feature service"))
+			odViews := ""
+			if len(r.OnDemandViews) > 0 {
+				odViews = ", " + plural(len(r.OnDemandViews), "on-demand feature view")
+			}
+			fmt.Fprintf(out, "Applied: registry %s (%s, %s, %s%s, %s).\n", r.Config.Registry,
+				nouns(len(r.Entities), "entity", "entities"), plural(len(r.Sources)+len(r.RequestSources), "source"),
+				plural(len(r.Views), "feature view"), odViews, plural(len(r.Services), "feature service"))
 			return nil
 		},
 	}

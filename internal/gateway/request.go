@@ -332,7 +332,7 @@ func (s *service) featureRequest(vals []value) *serving.Request {
 		}
 		ents[k.joinKey] = []feature.Value{fv}
 	}
-	return &serving.Request{Features: s.features, Entities: ents, FullFeatureNames: true}
+	return &serving.Request{Features: s.features, Entities: ents, FullFeatureNames: true, RequestContext: s.requestContextOf(vals)}
 }
 
 // featureCell returns the value of feature column col, and whether it is

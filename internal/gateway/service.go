@@ -134,6 +134,7 @@ type service struct {
 	// entityKeys are the join keys the feature read needs (fields with
 	// entity set), with the kind the feature store keys them by.
 	entityKeys []entityKey
+	reqCtx     []ctxField // request data for on-demand features
 	inputs     []input
 	outputs    []output
 	requested  []infer.RequestedOutput
@@ -185,6 +186,7 @@ func compileService(c config.Service, repo *registry.Repo, opts ...route.Option)
 	sc.entityKeys()
 	sc.shadow()
 	sc.accuracy()
+	sc.requestContext()
 	sc.routes(opts)
 	sc.s.spanOpts = []trace.SpanStartOption{
 		trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attribute.String("service", c.Name)),
@@ -495,13 +497,13 @@ func serviceFeatures(repo *registry.Repo, name string) (map[string]feature.Type,
 	}
 	out := map[string]feature.Type{}
 	for _, ref := range fs.Features {
-		v, ok := repo.Views[ref.View]
+		schema, ok := viewSchema(repo, ref.View)
 		if !ok {
 			return nil, fmt.Errorf("feature service %q: unknown feature view %q", name, ref.View)
 		}
-		for _, f := range v.Schema {
+		for _, f := range schema {
 			if len(ref.Features) == 0 || slices.Contains(ref.Features, f.Name) {
-				out[v.Name+":"+f.Name] = f.Type
+				out[ref.View+":"+f.Name] = f.Type
 			}
 		}
 	}

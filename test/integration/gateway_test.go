@@ -628,7 +628,9 @@ func (c *gwChain) modelETA(t *testing.T, base map[string]any, version string, us
 	t.Helper()
 	rows := c.onlineFeatures(t, map[string]any{
 		"feature_service": base["feature_service"], "full_feature_names": true,
-		"entities": map[string]any{"user_id": []int64{user}, "package_id": []int64{pkg}, "route_id": []int64{rt}},
+		// route_delay_factor is request data for the service's on-demand
+		// feature eta_adjustments:route_delay_min.
+		"entities": map[string]any{"user_id": []int64{user}, "package_id": []int64{pkg}, "route_id": []int64{rt}, "route_delay_factor": []float64{0.5}},
 	})
 	byName := map[string]any{}
 	for i, name := range rows.Metadata.FeatureNames {
@@ -803,7 +805,9 @@ func TestGatewayChain(t *testing.T) {
 		"output": "eta_prediction", "baseline_window": "1s", "history": 60, "window": "1s",
 		"trigger":    map[string]any{"band": 15, "duration": "2s", "clear_duration": "1s"},
 		"confidence": map[string]any{"output": "confidence_score", "below": 1},
-		"rule":       "base_eta + route_delay_factor * distance_km",
+		// route_delay_min is the example's on-demand feature: distance_km ×
+		// route_delay_factor, computed by the feature server.
+		"rule": "base_eta + route_delay_min",
 	}
 	gateway := map[string]any{
 		"drain_period": "1s",
@@ -1121,7 +1125,7 @@ func (c *gwChain) checkFallback(t *testing.T, ids gwIDs) {
 	checkRule := func(a gwAnswer, eta, want float64) {
 		t.Helper()
 		if math.Abs(eta-want) > 1e-4*math.Max(1, want) {
-			t.Fatalf("fallback answer eta_minutes %v, want base_eta + route_delay_factor*distance_km = %v (%+v)", eta, want, a)
+			t.Fatalf("fallback answer eta_minutes %v, want base_eta + route_delay_min (route_delay_factor*distance_km) = %v (%+v)", eta, want, a)
 		}
 		if _, ok := a.Outputs["confidence"].(float64); !ok {
 			t.Errorf("fallback answer lost the model's confidence: %+v", a.Outputs)

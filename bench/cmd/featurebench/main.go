@@ -401,6 +401,9 @@ func run(ctx context.Context, c config) error {
 		hs.Close()
 	}
 	report := render(c, rows, matRows, rs != nil)
+	if c.out != "-" {
+		report += keptSections(c.out)
+	}
 	fmt.Print(report)
 	if c.out != "-" {
 		//nolint:gosec // G306: the report is a Markdown file meant to be committed and read by everyone (bench/results/), like any file an editor writes

@@ -60,8 +60,14 @@ func viewSource(repo *registry.Repo, view *feature.View) (*feature.Source, error
 // or view__feature when two requested features (or an entity column)
 // share a name. Memory stays bounded by Options.MemoryBudget: inputs are
 // hash-partitioned by entity key into temporary files and joined one
-// partition at a time.
+// partition at a time. Features of on-demand views are computed per row
+// from the joined features they read and the row's request data (entity
+// columns named after the request fields) by the expressions serving
+// runs; a value that cannot be computed is null.
 func Historical(ctx context.Context, repo *registry.Repo, entities string, refs []feature.FeatureRef, out string, opts Options) error {
+	if hasOnDemand(repo, refs) {
+		return historicalOnDemand(ctx, repo, entities, refs, out, opts)
+	}
 	var plans []*viewPlan
 	byView := map[string]*viewPlan{}
 	for _, ref := range refs {

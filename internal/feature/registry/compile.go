@@ -74,6 +74,7 @@ func (c *compiler) compile(d *defs) {
 	c.entities(d.entities)
 	c.sources(d.sources)
 	c.views(d.views)
+	c.onDemandViews(d.onDemand)
 	c.services(d.services)
 }
 
@@ -127,6 +128,14 @@ func (c *compiler) sources(items []item[rawSource]) {
 			CreatedTimestampColumn: r.CreatedTimestampColumn, FieldMapping: r.FieldMapping, BatchSource: r.BatchSource,
 		}
 		ok := true
+		if r.Type == "request" {
+			c.requestSource(it)
+			continue
+		}
+		if r.Schema != nil {
+			c.errorf(it.file, lineOf(n, "schema"), obj, "schema is only for request sources (type: request)")
+			ok = false
+		}
 		switch r.Type {
 		case "file", "":
 			s.Kind = feature.SourceFile
@@ -152,7 +161,7 @@ func (c *compiler) sources(items []item[rawSource]) {
 				pending[r.Name] = it
 			}
 		default:
-			c.errorf(it.file, lineOf(n, "type"), obj, "type %q is not supported (want file or push)", r.Type)
+			c.errorf(it.file, lineOf(n, "type"), obj, "type %q is not supported (want file, push or request)", r.Type)
 			ok = false
 		}
 		if ok {
@@ -260,6 +269,8 @@ func (c *compiler) views(items []item[rawView]) {
 		switch {
 		case r.Source == "":
 			bad(n.Line, "source is required")
+		case c.repo.RequestSources[r.Source] != nil:
+			bad(lineOf(n, "source"), "source '%s' is a request source: only on-demand feature views read request data", r.Source)
 		case c.repo.Sources[r.Source] == nil && !c.defined("source", r.Source):
 			bad(lineOf(n, "source"), "source '%s' is not defined (sources: %s)", r.Source, keyList(c.repo.Sources))
 		}
@@ -419,7 +430,10 @@ func (c *compiler) services(items []item[rawService]) {
 			view, feat, hasFeat := strings.Cut(ref, ":")
 			v := c.repo.Views[view]
 			if v == nil {
-				if c.defined("feature view", view) {
+				v = c.repo.onDemandAsView(view)
+			}
+			if v == nil {
+				if c.defined("feature view", view) || c.defined(onDemandKind, view) {
 					ok = false // the view is defined but broken: reported there
 					continue
 				}

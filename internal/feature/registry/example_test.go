@@ -74,7 +74,9 @@ func TestLoadExample(t *testing.T) {
 	for _, ref := range refs {
 		total += len(ref.Features)
 	}
-	require.Equal(t, 50+1+7+9, total)
-	require.Equal(t, []string{"user_stats", "user_embedding", "package_features", "route_features"},
-		[]string{refs[0].View, refs[1].View, refs[2].View, refs[3].View})
+	require.Equal(t, 50+1+7+9+1, total)
+	require.Equal(t, []string{"user_stats", "user_embedding", "package_features", "route_features", "eta_adjustments"},
+		[]string{refs[0].View, refs[1].View, refs[2].View, refs[3].View, refs[4].View})
+	require.Equal(t, []string{"route_delay_min"}, refs[4].Features)
+	require.NotNil(t, r.OnDemand("eta_adjustments"), "compiled once, with the snapshot")
 }

@@ -35,6 +35,7 @@ type (
 		FieldMapping           map[string]string `yaml:"field_mapping"`
 		BatchSource            string            `yaml:"batch_source"`
 		Description            string            `yaml:"description"`
+		Schema                 []rawField        `yaml:"schema"` // request sources
 	}
 	rawField struct {
 		Name  string `yaml:"name"`
@@ -82,6 +83,7 @@ type defs struct {
 	sources  []item[rawSource]
 	views    []item[rawView]
 	services []item[rawService]
+	onDemand []item[rawOnDemandView]
 }
 
 // The top-level keys of a definitions document, and the object kind each
@@ -91,6 +93,7 @@ var sectionKinds = map[string]string{
 	"sources":          "source",
 	"feature_views":    "feature view",
 	"feature_services": "feature service",
+	onDemandSection:    onDemandKind,
 }
 
 // parseDefinitions decodes one definitions file into d. A file holds one
@@ -163,6 +166,8 @@ func parseSections(file string, m *yaml.Node, d *defs, errs *[]Error) {
 				decodeItem(file, obj, n, &d.views, errs)
 			case "feature_services":
 				decodeItem(file, obj, n, &d.services, errs)
+			case onDemandSection:
+				decodeItem(file, obj, n, &d.onDemand, errs)
 			}
 		}
 	}

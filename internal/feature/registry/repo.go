@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/feature/transform"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -41,6 +42,11 @@ type Repo struct {
 	Sources  map[string]*feature.Source
 	Views    map[string]*feature.View
 	Services map[string]*feature.Service
+	// RequestSources and OnDemandViews are the request sources and
+	// on-demand feature views (nil maps when there are none).
+	RequestSources map[string]*feature.RequestSource
+	OnDemandViews  map[string]*feature.OnDemandView
+	onDemand       map[string]*transform.View // compiled, by view name
 
 	positions map[string]feature.Position // "kind/name" -> where it is defined
 	files     []string                    // every file read (config, definitions, hot key files)
@@ -203,7 +209,7 @@ func (r *Repo) Position(kind, name string) (feature.Position, bool) {
 func (r *Repo) JoinKeys(view string) ([]string, []feature.Kind) {
 	v := r.Views[view]
 	if v == nil {
-		return nil, nil
+		return r.onDemandJoinKeys(view)
 	}
 	names := make([]string, len(v.Entities))
 	kinds := make([]feature.Kind, len(v.Entities))
@@ -255,6 +261,9 @@ func (r *Repo) ResolveFeatures(refs []string, service string) ([]feature.Feature
 			return nil, infer.Errorf(infer.KindInvalid, "invalid_feature_ref", "feature ref %q: want view:feature", ref)
 		}
 		v := r.Views[view]
+		if v == nil {
+			v = r.onDemandAsView(view)
+		}
 		if v == nil {
 			return nil, infer.Errorf(infer.KindInvalid, "unknown_feature_view", "feature view '%s' (in %q) is not defined (feature views: %s)", view, ref, keyList(r.Views))
 		}

@@ -27,6 +27,9 @@ type Snapshot struct {
 	Sources  []SnapshotSource  `json:"sources"`
 	Views    []SnapshotView    `json:"feature_views"`
 	Services []SnapshotService `json:"feature_services"`
+	// OnDemandViews are absent from registries written before they
+	// existed, which reads as none.
+	OnDemandViews []SnapshotOnDemandView `json:"on_demand_feature_views,omitempty"`
 }
 
 // SnapshotEntity is an entity in the registry file.
@@ -46,6 +49,7 @@ type SnapshotSource struct {
 	CreatedTimestampColumn string            `json:"created_timestamp_column,omitempty"`
 	FieldMapping           map[string]string `json:"field_mapping,omitempty"`
 	BatchSource            string            `json:"batch_source,omitempty"`
+	Schema                 []SnapshotField   `json:"schema,omitempty"` // request sources
 }
 
 // SnapshotField is one schema field in the registry file.
@@ -128,6 +132,7 @@ func (r *Repo) Snapshot() *Snapshot {
 		}
 		s.Services = append(s.Services, ss)
 	}
+	r.snapshotOnDemand(s)
 	return s
 }
 
@@ -221,6 +226,7 @@ func Diff(old, cur *Snapshot) []Change {
 	out = diffKind(out, "source", old.Sources, cur.Sources, func(s SnapshotSource) string { return s.Name }, fieldDiff[SnapshotSource])
 	out = diffKind(out, "feature view", old.Views, cur.Views, func(v SnapshotView) string { return v.Name }, viewDiff)
 	out = diffKind(out, "feature service", old.Services, cur.Services, func(s SnapshotService) string { return s.Name }, serviceDiff)
+	out = diffKind(out, onDemandKind, old.OnDemandViews, cur.OnDemandViews, func(v SnapshotOnDemandView) string { return v.Name }, onDemandDiff)
 	return out
 }
 

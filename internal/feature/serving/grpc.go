@@ -104,6 +104,14 @@ func (g *GRPCService) getOnline(ctx context.Context, req *feastpb.GetOnlineFeatu
 	if err != nil {
 		return nil, err
 	}
+	if p.od != nil {
+		if err := fromProtoRequest(p, req.GetEntities(), g.opts.MaxEntityRows, ents); err != nil {
+			return nil, err
+		}
+		if err := fromProtoRequest(p, req.GetRequestContext(), g.opts.MaxEntityRows, ents); err != nil {
+			return nil, err
+		}
+	}
 	return g.s.read(ctx, p, ents, nil)
 }
 

@@ -330,6 +330,14 @@ func decodeEntities(p *plan, raw map[string]json.RawMessage, maxRows int) (map[s
 	out := make(map[string][]feature.Value, len(raw))
 	for name, msg := range raw {
 		ki := p.keyIndex(name)
+		if t, isReq := p.requestField(name); ki < 0 && isReq {
+			vals, err := decodeRequestColumn(name, msg, t, maxRows)
+			if err != nil {
+				return nil, err
+			}
+			out[name] = vals
+			continue
+		}
 		if ki < 0 {
 			out[name] = nil
 			continue

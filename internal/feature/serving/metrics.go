@@ -17,6 +17,7 @@ type metrics struct {
 	fresh       *prometheus.GaugeVec
 	hotReads    *prometheus.CounterVec
 	unreadable  *prometheus.CounterVec // values of existing rows answered NOT_FOUND, by view and reason
+	odFailures  *prometheus.CounterVec // on-demand values not computed from inputs that were there, by view and reason
 	pushedRows  *prometheus.CounterVec
 	httpReqs    *prometheus.CounterVec
 	httpDur     *prometheus.HistogramVec
@@ -60,6 +61,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "sluice", Subsystem: "feature", Name: "hot_reads_total",
 			Help: "Reads of a view's hot subset: hit (a fresh hot row answered) or miss (fell back to the cold view).",
 		}, []string{"view", "outcome"}),
+		odFailures: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sluice", Subsystem: "feature", Name: "on_demand_failures_total",
+			Help: "On-demand feature values answered NULL_VALUE because their expression failed on the inputs (evaluation_failed: e.g. integer division by zero) or gave NaN or ±Inf (not_finite), by on-demand view and reason.",
+		}, []string{"view", "reason"}),
 		unreadable: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "sluice", Subsystem: "feature", Name: "unreadable_values_total",
 			Help: "Values answered NOT_FOUND although the entity's row exists, by view and reason: the row was written under another schema that lacks the feature (not_in_row) or has it with another type (retyped), the row's schema is not recorded (unknown_schema), or the row does not decode (corrupt_row). Re-materializing or pushing the view rewrites such rows.",

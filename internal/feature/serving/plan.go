@@ -22,6 +22,7 @@ type plan struct {
 	cols     []outCol         // feature columns, in request order
 	names    []string         // all column names: keys, then features
 	types    []feature.Type
+	od       *onDemandPlan // nil unless the request names on-demand views
 }
 
 type keyCol struct {
@@ -163,6 +164,9 @@ func compile(repo *registry.Repo, features []string, service string, full bool) 
 		}
 	default:
 		return nil, invalidf(ReasonInvalidRequest, "the request names no features: give features or feature_service")
+	}
+	if p, ok, err := compileOnDemand(repo, sels, full); ok {
+		return p, err
 	}
 
 	p := &plan{}

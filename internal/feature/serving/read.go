@@ -16,6 +16,9 @@ import (
 // entity) row in one store call, then fill the response columns view by
 // view.
 func (s *Server) read(ctx context.Context, p *plan, entities map[string][]feature.Value, eventTS *time.Time) (*Response, error) {
+	if p.od != nil {
+		return s.readOnDemand(ctx, p, entities, eventTS)
+	}
 	n, err := checkEntities(p, entities)
 	if err != nil {
 		return nil, err

@@ -98,6 +98,11 @@ type Request struct {
 	// feature whose event timestamp is later than it (plus the tolerance)
 	// makes the request fail with event_timestamp_too_old.
 	EventTimestamp *time.Time
+	// RequestContext is request data for on-demand feature views, by
+	// field name, one value per entity row (Feast's request_context;
+	// request fields may also be given in Entities). Fields that no
+	// requested on-demand view reads are ignored.
+	RequestContext map[string][]feature.Value
 }
 
 // Column is one response column; element j belongs to entity row j.
@@ -235,7 +240,7 @@ func (s *Server) getOnlineFeatures(ctx context.Context, req *Request) (*Response
 	if err != nil {
 		return nil, err
 	}
-	return s.read(ctx, p, req.Entities, req.EventTimestamp)
+	return s.read(ctx, p, p.withContext(req.Entities, req.RequestContext), req.EventTimestamp)
 }
 
 // plan returns the compiled plan of a feature selection against the

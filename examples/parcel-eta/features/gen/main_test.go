@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/parquet-go/parquet-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-ml/sluice/internal/feature/offline"
@@ -20,7 +22,7 @@ import (
 // and runs a point-in-time join over it with the parcel_eta service.
 func TestGenerateAndJoin(t *testing.T) {
 	repoDir := t.TempDir()
-	for _, f := range []string{"feature_store.yaml", "entities.yaml", "sources.yaml", "feature_views.yaml", "feature_services.yaml"} {
+	for _, f := range []string{"feature_store.yaml", "entities.yaml", "sources.yaml", "feature_views.yaml", "on_demand_feature_views.yaml", "feature_services.yaml"} {
 		b, err := os.ReadFile(filepath.Join("..", f))
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(repoDir, f), b, 0o644))
@@ -61,9 +63,15 @@ func TestGenerateAndJoin(t *testing.T) {
 	require.Positive(t, dups, "some duplicate rows")
 
 	var csv strings.Builder
-	csv.WriteString("user_id,package_id,route_id,event_timestamp,label\n")
+	// route_delay_factor is request data for the on-demand feature
+	// eta_adjustments:route_delay_min (empty: not given).
+	csv.WriteString("user_id,package_id,route_id,event_timestamp,label,route_delay_factor\n")
 	for i := range 20 {
-		fmt.Fprintf(&csv, "%d,%d,%d,%s,%d\n", 1+i%50, 1+i%40, 1+i%30, end.Add(-time.Duration(i)*time.Hour).Format(time.RFC3339), i)
+		factor := ""
+		if i%5 != 4 {
+			factor = fmt.Sprint(0.25 * float64(1+i%4))
+		}
+		fmt.Fprintf(&csv, "%d,%d,%d,%s,%d,%s\n", 1+i%50, 1+i%40, 1+i%30, end.Add(-time.Duration(i)*time.Hour).Format(time.RFC3339), i, factor)
 	}
 	ents := filepath.Join(repoDir, "entities.csv")
 	require.NoError(t, os.WriteFile(ents, []byte(csv.String()), 0o644))
@@ -74,6 +82,30 @@ func TestGenerateAndJoin(t *testing.T) {
 	st, err := os.Stat(dst)
 	require.NoError(t, err)
 	require.Positive(t, st.Size())
+
+	// The on-demand feature is computed from each row's joined distance
+	// and its request data: null where either is missing.
+	type trainRow struct {
+		Distance *float32 `parquet:"distance_km,optional"`
+		Factor   *string  `parquet:"route_delay_factor,optional"`
+		Delay    *float64 `parquet:"route_delay_min,optional"`
+	}
+	rows2, err := parquet.ReadFile[trainRow](dst)
+	require.NoError(t, err)
+	require.Len(t, rows2, 20)
+	computed := 0
+	for i, r := range rows2 {
+		if r.Distance == nil || r.Factor == nil || *r.Factor == "" {
+			require.Nil(t, r.Delay, "row %d", i)
+			continue
+		}
+		f, err := strconv.ParseFloat(*r.Factor, 64)
+		require.NoError(t, err)
+		require.NotNil(t, r.Delay, "row %d", i)
+		require.InDelta(t, float64(*r.Distance)*float64(float32(f)), *r.Delay, 1e-12, "row %d", i)
+		computed++
+	}
+	require.Positive(t, computed)
 }
 
 // TestEveryEntityFresh checks what the demo relies on: every entity's
@@ -81,7 +113,7 @@ func TestGenerateAndJoin(t *testing.T) {
 // generator promises) of -end, so every id in range gets a value.
 func TestEveryEntityFresh(t *testing.T) {
 	repoDir := t.TempDir()
-	for _, f := range []string{"feature_store.yaml", "entities.yaml", "sources.yaml", "feature_views.yaml", "feature_services.yaml"} {
+	for _, f := range []string{"feature_store.yaml", "entities.yaml", "sources.yaml", "feature_views.yaml", "on_demand_feature_views.yaml", "feature_services.yaml"} {
 		b, err := os.ReadFile(filepath.Join("..", f))
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(repoDir, f), b, 0o644))
