@@ -1,5 +1,3 @@
-//go:build kubeapi
-
 package deploy_test
 
 import (
@@ -342,7 +340,7 @@ func docsValues(t *testing.T) []docsValue {
 
 // k8sMark precedes the console blocks this test runs; the docs command
 // test (test/docs) leaves them alone as illustrative.
-const k8sMark = "test/deploy -tags kubeapi applies it to a real API server"
+const k8sMark = "test/deploy applies it to a real API server"
 
 // docsCommands returns the "$ " commands of the console blocks after a
 // line containing k8sMark, continuation lines joined.
