@@ -10,8 +10,9 @@
 #     of the deploy tests), when root
 #   - the system Python's numpy and torch (python3-numpy, python3-torch),
 #     which the python and pytorch backends' workers run with, when root
-#   - kube-apiserver, kube-controller-manager and kubectl built from the Go
-#     module proxy, and prometheus-operator's CRDs (scripts/install-kube.sh)
+#   - helm, kube-apiserver, kube-controller-manager and kubectl built from
+#     the Go module proxy, and prometheus-operator's CRDs
+#     (scripts/install-kube.sh), for test/deploy
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -69,6 +70,18 @@ if [ "${#need_py[@]}" -gt 0 ]; then
   else
     say "missing: ${need_py[*]} (Python and PyTorch models need them; their tests will fail loudly)"
   fi
+fi
+
+# helm for test/deploy, built once from its Go module into the user cache,
+# where the tests look for it (test/deploy/main_test.go: helmVersion; they
+# build it themselves when it is missing). Cold: 3 CPU minutes, 10-20
+# minutes of wall time on a loaded 2-core machine, too long to happen
+# inside a test binary's timeout.
+helm_version=v3.22.0
+helm_dir="${XDG_CACHE_HOME:-$HOME/.cache}/sluice/helm-$helm_version"
+if ! "$helm_dir/helm" version --short >/dev/null 2>&1; then
+  say "building helm $helm_version from its Go module into $helm_dir (cold: 10-20 minutes on a loaded machine)"
+  GOBIN="$helm_dir" GOFLAGS=-mod=mod go install "helm.sh/helm/v3/cmd/helm@$helm_version"
 fi
 
 # kube-apiserver, kube-controller-manager and kubectl for test/deploy's

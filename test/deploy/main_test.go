@@ -29,7 +29,8 @@ import (
 	"time"
 )
 
-// helmModule is the Helm release the tests run, built with go install.
+// helmModule is the Helm release the tests run, built with go install
+// (scripts/setup.sh builds the same version into the same folder).
 const (
 	helmModule  = "helm.sh/helm/v3/cmd/helm"
 	helmVersion = "v3.22.0"
