@@ -50,6 +50,18 @@ fi
 command -v go >/dev/null 2>&1 || { say "Go is required"; exit 1; }
 command -v python3 >/dev/null 2>&1 || { say "python3 is required (to read kubernetes' go.mod)"; exit 1; }
 
+# One build at a time: a second make deps waits for the first, then finds
+# everything installed.
+mkdir -p "$(dirname "$dest")"
+exec 9>"$dest.lock"
+if command -v flock >/dev/null 2>&1; then
+  flock 9
+  if done_already; then
+    [ "${1:-}" = "--print-dir" ] && echo "$dest"
+    exit 0
+  fi
+fi
+
 mkdir -p "$dest/bin" "$dest/crds"
 work="$(mktemp -d "${TMPDIR:-/tmp}/sluice-kube-build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT

@@ -6,9 +6,13 @@
 #     (private Redis servers and clusters for the online-store tests),
 #     chromium (headless, for the console and diff-report tests) and
 #     prometheus-alertmanager (alert delivery test), mmdebstrap, buildah,
-#     podman and uidmap (container images), when root
+#     podman and uidmap (container images), etcd-server (the control plane
+#     of the deploy tests), when root
 #   - the system Python's numpy and torch (python3-numpy, python3-torch),
 #     which the python and pytorch backends' workers run with, when root
+#   - helm, kube-apiserver, kube-controller-manager and kubectl built from
+#     the Go module proxy, and prometheus-operator's CRDs
+#     (scripts/install-kube.sh), for test/deploy
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +40,8 @@ command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
 command -v buildah >/dev/null 2>&1 || need_apt+=(buildah)
 command -v podman >/dev/null 2>&1 || need_apt+=(podman)
 command -v newuidmap >/dev/null 2>&1 || need_apt+=(uidmap)
+# etcd for the Kubernetes control plane test/deploy starts.
+command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     say "installing Debian packages: ${need_apt[*]}"
@@ -65,3 +71,21 @@ if [ "${#need_py[@]}" -gt 0 ]; then
     say "missing: ${need_py[*]} (Python and PyTorch models need them; their tests will fail loudly)"
   fi
 fi
+
+# helm for test/deploy, built once from its Go module into the user cache,
+# where the tests look for it (test/deploy/main_test.go: helmVersion; they
+# build it themselves when it is missing). Cold: 3 CPU minutes, 10-20
+# minutes of wall time on a loaded 2-core machine, too long to happen
+# inside a test binary's timeout.
+helm_version=v3.22.0
+helm_dir="${XDG_CACHE_HOME:-$HOME/.cache}/sluice/helm-$helm_version"
+if ! "$helm_dir/helm" version --short >/dev/null 2>&1; then
+  say "building helm $helm_version from its Go module into $helm_dir (cold: 10-20 minutes on a loaded machine)"
+  GOBIN="$helm_dir" GOFLAGS=-mod=mod go install "helm.sh/helm/v3/cmd/helm@$helm_version"
+fi
+
+# kube-apiserver, kube-controller-manager and kubectl for test/deploy's
+# control plane, built from the Go module proxy into the user cache, with
+# prometheus-operator's CRDs. Cold: about 20 minutes on a loaded 2-core
+# machine; afterwards it finds them and returns at once.
+scripts/install-kube.sh

@@ -1,5 +1,3 @@
-//go:build kubeapi
-
 package deploy_test
 
 import (
@@ -261,6 +259,8 @@ func (c *controlPlane) start(name, bin string, args ...string) error {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
+	// A test binary killed by its timeout takes the control plane with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		lf.Close()
 		return fmt.Errorf("start %s: %w", name, err)

@@ -9,12 +9,11 @@
 // Helm is built from its Go module once and cached under the user's cache
 // folder; a machine where it cannot be built fails these tests.
 //
-// With the build tag kubeapi (go test -tags kubeapi ./test/deploy/) the
-// chart and the runtime are also applied to a real control plane (etcd,
-// kube-apiserver and kube-controller-manager, namespaces enforcing Pod
-// Security "restricted"; cluster_test.go, apiserver_test.go), whose
-// binaries scripts/install-kube.sh builds. That tier is not yet part of
-// make test: its cold build is long and it has not yet been run to the end.
+// The chart and the runtime are also applied to a real control plane
+// (etcd, kube-apiserver and kube-controller-manager, namespaces enforcing
+// Pod Security "restricted"; cluster_test.go, apiserver_test.go), whose
+// binaries scripts/install-kube.sh builds into the user cache (make deps
+// runs it); a machine without them fails those tests.
 package deploy_test
 
 import (
@@ -30,7 +29,8 @@ import (
 	"time"
 )
 
-// helmModule is the Helm release the tests run, built with go install.
+// helmModule is the Helm release the tests run, built with go install
+// (scripts/setup.sh builds the same version into the same folder).
 const (
 	helmModule  = "helm.sh/helm/v3/cmd/helm"
 	helmVersion = "v3.22.0"
