@@ -28,8 +28,9 @@ type onDemandPlan struct {
 	req   []feature.Field // request fields the views read
 	views []odView
 	outs  []odOut // the answer's feature columns, in request order
-	// spare are join keys of the views' sources that the read does not
-	// need (no wanted output reads their features): accepted, unused.
+	// spare are join keys and request fields of the views' sources that
+	// the read does not need (no wanted output reads them): accepted,
+	// unused.
 	spare map[string]bool
 }
 
@@ -156,6 +157,11 @@ func compileOnDemand(repo *registry.Repo, sels []selection, full bool) (p *plan,
 		keys, _ := repo.JoinKeys(od.views[vi].name)
 		for _, k := range keys {
 			od.spare[k] = true
+		}
+		for _, in := range od.views[vi].prog.Inputs {
+			if view, _, isFeature := strings.Cut(in.Name, "__"); !isFeature || repo.Views[view] == nil {
+				od.spare[in.Name] = true // a request field: needed or not, it may come
+			}
 		}
 	}
 	if len(baseRefs) > 0 {

@@ -194,7 +194,7 @@ func TestOnDemandGoAPIRequestContext(t *testing.T) {
 	f := newODFixture(t)
 	resp, err := f.srv.GetOnlineFeatures(t.Context(), &Request{
 		Features:       []string{"adj:eta_x", "route_stats:eta"},
-		Entities:       map[string][]feature.Value{"route_id": {str("r1")}},
+		Entities:       map[string][]feature.Value{"route_id": {str("r1")}, "label": {str("not read by eta_x")}},
 		RequestContext: map[string][]feature.Value{"factor": {f64(0.25)}, "unused": {f64(1)}},
 	})
 	require.NoError(t, err)
