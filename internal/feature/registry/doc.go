@@ -1,6 +1,8 @@
 // Package registry loads a feature repository: feature_store.yaml and the
-// YAML definitions of entities, sources, feature views and feature
-// services next to it. Load validates everything at once and returns
+// YAML definitions of entities, sources (request sources included),
+// feature views, on-demand feature views and feature services next to
+// it; on-demand views' expressions are type-checked and compiled here,
+// once per loaded Repo. Load validates everything at once and returns
 // every problem, each naming file:line and the object, as Errors.
 //
 // A loaded Repo is immutable: serving plans compiled from it can be

@@ -13,4 +13,9 @@
 // last materialization or push is older than its ttl fails reads with 503
 // feature_view_stale, and a request carrying an event timestamp is refused
 // when a feature it would get is from that request's future.
+//
+// Features of on-demand views are computed per request from the stored
+// features they read and the request's data, by the expressions the
+// registry snapshot compiled (package transform); bad request data gives
+// a value's status, never an error.
 package serving

@@ -28,8 +28,9 @@ type onDemandPlan struct {
 	req   []feature.Field // request fields the views read
 	views []odView
 	outs  []odOut // the answer's feature columns, in request order
-	// spare are join keys of the views' sources that the read does not
-	// need (no wanted output reads their features): accepted, unused.
+	// spare are join keys and request fields of the views' sources that
+	// the read does not need (no wanted output reads them): accepted,
+	// unused.
 	spare map[string]bool
 }
 
@@ -156,6 +157,11 @@ func compileOnDemand(repo *registry.Repo, sels []selection, full bool) (p *plan,
 		keys, _ := repo.JoinKeys(od.views[vi].name)
 		for _, k := range keys {
 			od.spare[k] = true
+		}
+		for _, in := range od.views[vi].prog.Inputs {
+			if view, _, isFeature := strings.Cut(in.Name, "__"); !isFeature || repo.Views[view] == nil {
+				od.spare[in.Name] = true // a request field: needed or not, it may come
+			}
 		}
 	}
 	if len(baseRefs) > 0 {
@@ -324,7 +330,7 @@ func (s *Server) readOnDemand(ctx context.Context, p *plan, entities map[string]
 	computed := make([][]Column, len(od.views))
 	var counts [len(statusNames)]int
 	for vi := range od.views {
-		computed[vi] = s.computeView(&od.views[vi], base, reqCols, reqSet, n)
+		computed[vi] = s.computeView(&od.views[vi], base, reqCols, reqSet, od.req, n)
 	}
 	for i, o := range od.outs {
 		ci := len(p.keys) + i
@@ -346,7 +352,7 @@ func (s *Server) readOnDemand(ctx context.Context, p *plan, entities map[string]
 }
 
 // computeView computes all outputs of one on-demand view for n rows.
-func (s *Server) computeView(v *odView, base *Response, reqCols [][]feature.Value, reqSet []bool, n int) []Column {
+func (s *Server) computeView(v *odView, base *Response, reqCols [][]feature.Value, reqSet []bool, req []feature.Field, n int) []Column {
 	outs := v.prog.Outputs
 	cols := make([]Column, len(outs)) // only the wanted ones get storage
 	wanted := 0
@@ -388,6 +394,9 @@ func (s *Server) computeView(v *odView, base *Response, reqCols [][]feature.Valu
 				in[i], inSt[i] = reqCols[src.field][r], StatusPresent
 				if in[i].Null {
 					inSt[i] = StatusNullValue
+				} else if t := req[src.field].Type; t.Kind == feature.KindFloat32 && !t.List {
+					// As every edge decodes a Float32 (Go API callers too).
+					in[i].F64 = float64(float32(in[i].F64))
 				}
 			}
 			if inSt[i] == StatusNotFound {

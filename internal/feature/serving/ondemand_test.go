@@ -35,6 +35,7 @@ sources:
       - {name: factor, dtype: Float64}
       - {name: divisor, dtype: Int64}
       - {name: label, dtype: String}
+      - {name: f32, dtype: Float32}
 feature_views:
   - name: user_stats
     entities: [user]
@@ -61,6 +62,7 @@ on_demand_feature_views:
       - {name: flagged, dtype: Bool, expression: "active && factor > 1.0"}
       - {name: tag, dtype: String, expression: "label + '!'"}
       - {name: const, dtype: Float32, expression: "1.5"}
+      - {name: f32x, dtype: Float64, expression: "f32 * 1"}
 feature_services:
   - name: adj_svc
     features: [route_stats, adj]
@@ -192,7 +194,7 @@ func TestOnDemandGoAPIRequestContext(t *testing.T) {
 	f := newODFixture(t)
 	resp, err := f.srv.GetOnlineFeatures(t.Context(), &Request{
 		Features:       []string{"adj:eta_x", "route_stats:eta"},
-		Entities:       map[string][]feature.Value{"route_id": {str("r1")}},
+		Entities:       map[string][]feature.Value{"route_id": {str("r1")}, "label": {str("not read by eta_x")}},
 		RequestContext: map[string][]feature.Value{"factor": {f64(0.25)}, "unused": {f64(1)}},
 	})
 	require.NoError(t, err)
@@ -200,6 +202,16 @@ func TestOnDemandGoAPIRequestContext(t *testing.T) {
 	require.Equal(t, 7.5, resp.Results[1].Values[0].F64)
 	require.Equal(t, StatusPresent, resp.Results[1].Statuses[0])
 	require.Equal(t, now.AddDate(0, -1, 0), resp.Results[1].EventTimestamps[0], "a computed value has its newest input's timestamp")
+
+	// A Float32 request field is rounded to float32 as the JSON and gRPC
+	// edges and historical retrieval round it.
+	resp, err = f.srv.GetOnlineFeatures(t.Context(), &Request{
+		Features:       []string{"adj:f32x"},
+		RequestContext: map[string][]feature.Value{"f32": {f64(0.1)}},
+	})
+	require.NoError(t, err)
+	require.Equal(t, float64(float32(0.1)), resp.Results[0].Values[0].F64)
+	require.Equal(t, epoch, resp.Results[0].EventTimestamps[0], "request data only: the epoch")
 }
 
 func TestOnDemandGRPC(t *testing.T) {
