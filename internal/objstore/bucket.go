@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	awscreds "github.com/aws/aws-sdk-go-v2/credentials"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"gocloud.dev/blob"
@@ -113,7 +114,7 @@ func Open(ctx context.Context, loc Location, creds Credentials, opts Options) (*
 	var err error
 	switch loc.Scheme {
 	case SchemeS3:
-		bk.b, err = openS3(ctx, loc, creds, ct)
+		bk.b, err = openS3(ctx, loc, creds, ct, timeout)
 	case SchemeGCS:
 		bk.b, bk.closeFn, err = openGCS(ctx, loc, creds, ct, getenv)
 	case SchemeAzure:
@@ -127,14 +128,17 @@ func Open(ctx context.Context, loc Location, creds Credentials, opts Options) (*
 	return bk, nil
 }
 
-func openS3(ctx context.Context, loc Location, c Credentials, rt http.RoundTripper) (*blob.Bucket, error) {
+func openS3(ctx context.Context, loc Location, c Credentials, ct *countingTransport, timeout time.Duration) (*blob.Bucket, error) {
 	region := c.Region
 	if region == "" {
 		region = "us-east-1"
 	}
 	lo := []func(*awsconfig.LoadOptions) error{
 		awsconfig.WithRegion(region),
-		awsconfig.WithHTTPClient(&http.Client{Transport: rt}),
+		// The SDK's own client, so that AWS_CA_BUNDLE still applies.
+		awsconfig.WithHTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+			tr.ResponseHeaderTimeout = timeout
+		})),
 		// S3-compatible stores do not all know the newer checksums.
 		awsconfig.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
 		awsconfig.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
@@ -150,6 +154,7 @@ func openS3(ctx context.Context, loc Location, c Credentials, rt http.RoundTripp
 		return nil, err
 	}
 	client := s3.NewFromConfig(cfg, func(o *s3.Options) {
+		o.HTTPClient = &countingDoer{next: o.HTTPClient, ct: ct}
 		if loc.Endpoint != "" {
 			o.BaseEndpoint = aws.String(loc.Endpoint)
 			o.UsePathStyle = true
@@ -409,6 +414,24 @@ func (t *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	resp.Body = &countingBody{ReadCloser: resp.Body, n: &t.bytes}
+	return resp, nil
+}
+
+// countingDoer counts for clients that take a Do method.
+type countingDoer struct {
+	next interface {
+		Do(*http.Request) (*http.Response, error)
+	}
+	ct *countingTransport
+}
+
+func (d *countingDoer) Do(r *http.Request) (*http.Response, error) {
+	d.ct.requests.Add(1)
+	resp, err := d.next.Do(r)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = &countingBody{ReadCloser: resp.Body, n: &d.ct.bytes}
 	return resp, nil
 }
 

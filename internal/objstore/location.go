@@ -55,35 +55,51 @@ func IsURI(s string) bool {
 // with user information is refused, so that no secret can reach a log
 // line through it.
 func Parse(uri string) (Location, error) {
+	loc, err := parse(uri)
+	if err != nil {
+		// Never repeat user information ("key:secret@host") in an error.
+		shown := uri
+		if i := strings.LastIndex(uri, "@"); i >= 0 {
+			shown = uri[:strings.Index(uri, "://")+3] + "…" + uri[i:]
+		}
+		return Location{}, fmt.Errorf("object storage location %q: %w", shown, err)
+	}
+	return loc, nil
+}
+
+func parse(uri string) (Location, error) {
 	scheme, rest, ok := strings.Cut(uri, "://")
 	if !ok || !IsURI(uri) {
-		return Location{}, fmt.Errorf("object storage location %q: want s3://, gs:// or as://", uri)
+		return Location{}, errors.New("want s3://, gs:// or as://")
 	}
 	loc := Location{Scheme: scheme}
+	if strings.ContainsAny(rest, "@?#\\") || strings.ContainsRune(rest, 0) {
+		return Location{}, errors.New("'@', '?', '#' and '\\' are not allowed (credentials go in the environment or TRITON_CLOUD_CREDENTIAL_PATH)")
+	}
 	if scheme == SchemeS3 {
 		ep, after, err := s3Endpoint(rest)
 		if err != nil {
-			return Location{}, fmt.Errorf("object storage location %q: %w", uri, err)
+			return Location{}, err
 		}
 		loc.Endpoint, rest = ep, after
 	}
-	if strings.ContainsAny(rest, "@?#\\") || strings.ContainsRune(rest, 0) {
-		return Location{}, fmt.Errorf("object storage location %q: '@', '?', '#' and '\\' are not allowed (credentials go in the environment or TRITON_CLOUD_CREDENTIAL_PATH)", uri)
+	if strings.HasPrefix(rest, "/") {
+		return Location{}, errors.New("no bucket")
 	}
 	parts := strings.Split(strings.Trim(rest, "/"), "/")
 	if scheme == SchemeAzure {
 		if len(parts) < 2 || parts[0] == "" || parts[1] == "" {
-			return Location{}, fmt.Errorf("object storage location %q: want as://account/container[/path]", uri)
+			return Location{}, errors.New("want as://account/container[/path]")
 		}
 		loc.Account, parts = parts[0], parts[1:]
 	}
 	if parts[0] == "" {
-		return Location{}, fmt.Errorf("object storage location %q: no bucket", uri)
+		return Location{}, errors.New("no bucket")
 	}
 	loc.Bucket = parts[0]
 	for _, p := range parts[1:] {
 		if p == "" || p == "." || p == ".." {
-			return Location{}, fmt.Errorf("object storage location %q: empty, '.' or '..' path segment", uri)
+			return Location{}, errors.New("empty, '.' or '..' path segment")
 		}
 	}
 	loc.Prefix = strings.Join(parts[1:], "/")
