@@ -51,6 +51,8 @@ type mirror struct {
 	settle   time.Duration // least time between the two listings of a changed folder
 	poll     time.Duration // back-off base
 	logger   *slog.Logger
+	// beforeRelist, when set, runs between the two listings (tests).
+	beforeRelist func()
 
 	mu      sync.Mutex         // serializes syncs; protects the fields below
 	prev    map[string]objMeta // the previous sync's listing
@@ -275,6 +277,9 @@ func (mr *mirror) syncLocked(ctx context.Context) ([]string, error) {
 				return nil, ctx.Err()
 			case <-time.After(wait):
 			}
+		}
+		if mr.beforeRelist != nil {
+			mr.beforeRelist()
 		}
 		second, err := mr.list(ctx)
 		if err != nil {
