@@ -779,6 +779,9 @@ func (m *Manager) Index(_ context.Context, readyOnly bool) []IndexEntry {
 	if readyOnly {
 		out = slices.DeleteFunc(out, func(e IndexEntry) bool { return e.State != StateReady })
 	}
+	for i := range out {
+		out[i].Reason = m.showRemotePaths(out[i].Reason)
+	}
 	return out
 }
 

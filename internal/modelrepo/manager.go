@@ -712,6 +712,7 @@ func (m *Manager) load(ctx context.Context, name string, opts LoadOptions, visit
 		for _, f := range fails[1:] {
 			e.Msg += "; " + oneLine(f.Error())
 		}
+		e.Msg = m.showRemotePaths(e.Msg)
 		return e
 	}
 	if depErr != nil {

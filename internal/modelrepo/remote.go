@@ -543,3 +543,15 @@ func (m *Manager) repoWarning(repo, err string) string {
 	}
 	return fmt.Sprintf("repository %s unreadable: %s; serving what was loaded before", repo, err)
 }
+
+// showRemotePaths replaces the folders of local copies in a message with
+// the locations they copy, so that reasons name the object
+// (s3://bucket/models/m/3/SHA256SUMS), not the cache.
+func (m *Manager) showRemotePaths(msg string) string {
+	for tree, mr := range m.remotes {
+		if strings.Contains(msg, tree) {
+			msg = strings.ReplaceAll(msg, tree, strings.TrimRight(mr.uri, "/"))
+		}
+	}
+	return msg
+}

@@ -118,7 +118,7 @@ func TestRemoteCorruptedObjectRefused(t *testing.T) {
 	require.NoError(t, h.m.Poll(t.Context()))
 	require.Equal(t, int32(1000), servedBy(t, h))
 	got := strings.Join(entries(h, "m"), "\n")
-	require.Contains(t, got, "SHA256SUMS")
+	require.Contains(t, got, srv.URI("repo")+"/m/2/SHA256SUMS", "the reason names the object, not the cache")
 
 	require.NoError(t, b.WriteAll(t.Context(), "m/2/model.fake", []byte(good)))
 	require.NoError(t, h.m.Poll(t.Context()))

@@ -209,3 +209,30 @@ func TestErrorsHideCredentials(t *testing.T) {
 		require.NotContains(t, err.Error(), s)
 	}
 }
+
+// FuzzCredentialFile: any credential file content gives credentials or an
+// error that does not repeat the content.
+func FuzzCredentialFile(f *testing.F) {
+	f.Add([]byte(`{"s3": {"": {"key_id": "k", "secret_key": "s"}}}`))
+	f.Add([]byte(`{"gs": {"gs://b": "/p"}, "as": {"": {"account_str": "a", "account_key": "k"}}}`))
+	f.Add([]byte(`{"s3": []}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file := filepath.Join(t.TempDir(), "c.json")
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		getenv := func(k string) string {
+			if k == objstore.CredentialFileEnv {
+				return file
+			}
+			return ""
+		}
+		for _, uri := range []string{"s3://b/p", "gs://b/p", "as://a/c/p"} {
+			loc, _ := objstore.Parse(uri)
+			_, err := objstore.ResolveCredentials(loc, getenv)
+			if err != nil && len(data) > 8 && strings.Contains(err.Error(), string(data)) {
+				t.Fatalf("error %q repeats the file", err)
+			}
+		}
+	})
+}

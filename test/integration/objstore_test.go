@@ -257,7 +257,7 @@ func TestBucketReloadUnderLoad(t *testing.T) {
 func TestBucketOutage(t *testing.T) {
 	srv := objstoretest.StartS3(t)
 	b := srv.Open(t, "")
-	osUpload(t, b, "models", "parcel_eta", "1")
+	osUpload(t, b, "models", "parcel_eta") // the example's service runs version 2
 	c := conStartExampleWith(t, "examples/parcel-eta/sluice.yaml", srv.URI("models"), map[string]any{
 		"control_mode": "poll", "repository_poll_interval": "1s", "repository_cache_dir": t.TempDir(),
 	}, srv.Env)
@@ -289,16 +289,26 @@ func TestBucketOutage(t *testing.T) {
 	srv.Start(t)
 	t.Logf("status during the outage:\n%s", status)
 
-	// Polling resumes: a new version uploaded after the outage serves.
-	osUpload(t, b, "models", "parcel_eta", "2")
+	// Polling resumes: a new version (version 2's files as version 3)
+	// uploaded after the outage serves.
+	v2 := filepath.Join(repoDir, "examples/models/parcel_eta/2")
+	for _, f := range []string{"SHA256SUMS", "model_config.json", "model.onnx"} {
+		data, err := os.ReadFile(filepath.Join(v2, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.WriteAll(t.Context(), "models/parcel_eta/3/"+f, data); err != nil {
+			t.Fatal(err)
+		}
+	}
 	up := time.Now()
-	for load.version("2") == 0 {
+	for load.version("3") == 0 {
 		if time.Since(up) > 30*time.Second {
 			t.Fatalf("polling did not resume within 30s; index %+v", repoIndex(t, base))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Logf("version 2 serving %v after the store came back", time.Since(up).Round(10*time.Millisecond))
+	t.Logf("version 3 serving %v after its upload, once the store came back", time.Since(up).Round(10*time.Millisecond))
 	for _, e := range repoIndex(t, base) {
 		if strings.Contains(e.Reason, "unreachable") {
 			t.Errorf("index still says unreachable after the outage: %+v", e)
@@ -338,6 +348,7 @@ func osLoad(t *testing.T, base string, rate int) *osLoadGen {
 	for _, v := range []string{"1", "2"} {
 		refs[v], _ = loadReference(t, v)
 	}
+	refs["3"] = refs["2"] // TestBucketOutage's version 3 is version 2's files
 	g := &osLoadGen{versions: map[string]int{}}
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	t.Cleanup(client.CloseIdleConnections)
