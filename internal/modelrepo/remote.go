@@ -538,7 +538,8 @@ func (m *Manager) fingerprint(src modelSource) (fingerprint, error) {
 func (m *Manager) repoWarning(repo, err string) string {
 	if mr := m.remotes[repo]; mr != nil {
 		since, fails := mr.outage()
-		return fmt.Sprintf("repository %s unreachable since %s (%d failed polls): %s; serving what was loaded before (stale)",
+		// "stale" first: status lines cut long reasons short.
+		return fmt.Sprintf("stale: repository %s unreachable since %s (%d failed polls), serving what was loaded before: %s",
 			mr.uri, since.UTC().Format(time.RFC3339), fails, err)
 	}
 	return fmt.Sprintf("repository %s unreadable: %s; serving what was loaded before", repo, err)

@@ -143,7 +143,7 @@ func TestRemoteOutageKeepsServing(t *testing.T) {
 	got := strings.Join(entries(h, "m"), "\n")
 	require.Contains(t, got, "1 READY")
 	require.Contains(t, got, "unreachable since")
-	require.Contains(t, got, "(stale)")
+	require.Contains(t, got, "READY: stale: repository "+srv.URI("repo")+" unreachable since")
 	require.Equal(t, 0.0, testutil.ToFloat64(h.m.metrics.repoUp.WithLabelValues(srv.URI("repo"))))
 	require.Len(t, h.logs.logLines(t, "model repository unreadable; its models keep serving"), 1, "logged once")
 	for _, s := range srv.Secrets {

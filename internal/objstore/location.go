@@ -60,7 +60,13 @@ func Parse(uri string) (Location, error) {
 		// Never repeat user information ("key:secret@host") in an error.
 		shown := uri
 		if i := strings.LastIndex(uri, "@"); i >= 0 {
-			shown = uri[:strings.Index(uri, "://")+3] + "…" + uri[i:]
+			scheme, _, _ := strings.Cut(uri[:i], "://")
+			if scheme == uri[:i] {
+				scheme = ""
+			} else {
+				scheme += "://"
+			}
+			shown = scheme + "…" + uri[i:]
 		}
 		return Location{}, fmt.Errorf("object storage location %q: %w", shown, err)
 	}

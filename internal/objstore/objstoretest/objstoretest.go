@@ -133,25 +133,12 @@ func freePort(t testing.TB) string {
 	return addr
 }
 
-// serveHTTP serves h on addr (127.0.0.1:0 picks a port) and returns the
-// address and start and stop functions for restarts on that address.
-func serveHTTP(t testing.TB, h http.Handler) (addr string, start func() error, stop func()) {
+// serveHTTP serves h on addr (host:port) and returns start and stop
+// functions for restarts on that address.
+func serveHTTP(t testing.TB, addr string, h http.Handler) (start func() error, stop func()) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr = ln.Addr().String()
-	var mu sync.Mutex
+	var mu sync.Mutex // protects srv
 	var srv *http.Server
-	run := func(ln net.Listener) {
-		s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-		mu.Lock()
-		srv = s
-		mu.Unlock()
-		go func() { _ = s.Serve(ln) }()
-	}
-	run(ln)
 	start = func() error {
 		var ln net.Listener
 		var err error
@@ -165,16 +152,25 @@ func serveHTTP(t testing.TB, h http.Handler) (addr string, start func() error, s
 		if err != nil {
 			return err
 		}
-		run(ln)
+		s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		mu.Lock()
+		srv = s
+		mu.Unlock()
+		go func() { _ = s.Serve(ln) }()
 		return nil
 	}
 	stop = func() {
 		mu.Lock()
 		defer mu.Unlock()
-		_ = srv.Close()
+		if srv != nil {
+			_ = srv.Close()
+		}
+	}
+	if err := start(); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	return addr, start, stop
+	return start, stop
 }
 
 // StartS3 starts an S3-compatible server (gofakes3, in memory) with one
@@ -188,7 +184,8 @@ func StartS3(t testing.TB) *Server {
 		t.Fatal(err)
 	}
 	faker := gofakes3.New(be, gofakes3.WithTimeSkewLimit(0))
-	addr, start, stop := serveHTTP(t, faker.Server())
+	addr := freePort(t)
+	start, stop := serveHTTP(t, addr, faker.Server())
 	s := &Server{Scheme: objstore.SchemeS3, Bucket: bucket, addr: addr, start: start, stop: stop, running: true}
 	key, secret, token := "AKIA"+strings.ToUpper(randomHex(8)), randomHex(20), "tok"+randomHex(16)
 	s.Env = []string{"AWS_ACCESS_KEY_ID=" + key, "AWS_SECRET_ACCESS_KEY=" + secret, "AWS_SESSION_TOKEN=" + token, "AWS_DEFAULT_REGION=us-east-1",
@@ -210,39 +207,7 @@ func StartGCS(t testing.TB) *Server {
 		t.Fatal(err)
 	}
 	fs.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: bucket})
-	h := fs.HTTPHandler()
-	var mu sync.Mutex
-	var srv *http.Server
-	start := func() error {
-		var ln net.Listener
-		var err error
-		for range 50 {
-			if ln, err = net.Listen("tcp", addr); err == nil {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if err != nil {
-			return err
-		}
-		s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-		mu.Lock()
-		srv = s
-		mu.Unlock()
-		go func() { _ = s.Serve(ln) }()
-		return nil
-	}
-	stop := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if srv != nil {
-			_ = srv.Close()
-		}
-	}
-	if err := start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
+	start, stop := serveHTTP(t, addr, fs.HTTPHandler())
 	t.Cleanup(fs.Stop)
 	return &Server{Scheme: objstore.SchemeGCS, Bucket: bucket, addr: addr, start: start, stop: stop, running: true,
 		Env: []string{"STORAGE_EMULATOR_HOST=" + addr}}
