@@ -236,3 +236,36 @@ func FuzzCredentialFile(f *testing.F) {
 		}
 	})
 }
+
+// TestCredentialFileOpensAzurite: Triton's credential file alone (no key
+// in the environment) opens a store that checks its key (Azurite), and a
+// wrong key is refused without showing it.
+func TestCredentialFileOpensAzurite(t *testing.T) {
+	srv := objstoretest.StartAzurite(t)
+	uri := srv.URI("repo")
+	loc, err := objstore.Parse(uri)
+	require.NoError(t, err)
+	open := func(key string) error {
+		file := filepath.Join(t.TempDir(), "cloud_credential.json")
+		require.NoError(t, os.WriteFile(file, []byte(`{"as": {"as://`+loc.Account+`": {"account_str": "`+loc.Account+`", "account_key": "`+key+`"}}}`), 0o600))
+		getenv := func(k string) string {
+			switch k {
+			case "AZURE_STORAGE_KEY", "AZURE_STORAGE_ACCOUNT":
+				return ""
+			case objstore.CredentialFileEnv:
+				return file
+			}
+			return srv.Getenv(k)
+		}
+		b, err := objstore.OpenURI(t.Context(), uri, objstore.Options{Getenv: getenv})
+		require.NoError(t, err)
+		defer b.Close()
+		return b.WriteAll(t.Context(), "x", []byte("x"))
+	}
+	require.NoError(t, open(srv.Getenv("AZURE_STORAGE_KEY")))
+	wrong := "d3JvbmdrZXl3cm9uZ2tleXdyb25na2V5d3Jvbmdr"
+	err = open(wrong)
+	require.Error(t, err, "a wrong key must be refused")
+	require.NotContains(t, err.Error(), wrong)
+	require.NotContains(t, err.Error(), srv.Getenv("AZURE_STORAGE_KEY"))
+}
