@@ -89,3 +89,20 @@ fi
 # prometheus-operator's CRDs. Cold: about 20 minutes on a loaded 2-core
 # machine; afterwards it finds them and returns at once.
 scripts/install-kube.sh
+
+# Azurite (Azure Blob Storage emulator, from npm) for the as:// model
+# repository tests, pinned, into the cache folder the tests look in
+# (internal/objstore/objstoretest). The S3 and GCS test servers are Go
+# modules and need no install.
+AZURITE_VERSION=3.37.0
+azurite_dir="${XDG_CACHE_HOME:-$HOME/.cache}/sluice/azurite-$AZURITE_VERSION"
+if [ ! -x "$azurite_dir/node_modules/.bin/azurite-blob" ]; then
+  if command -v npm >/dev/null 2>&1; then
+    say "installing azurite@$AZURITE_VERSION from npm into $azurite_dir"
+    mkdir -p "$azurite_dir"
+    npm install --silent --no-audit --no-fund --prefix "$azurite_dir" "azurite@$AZURITE_VERSION" >/dev/null 2>&1 ||
+      say "npm install azurite@$AZURITE_VERSION failed (the as:// tests will fail loudly)"
+  else
+    say "missing: npm (Azurite for the as:// tests)"
+  fi
+fi

@@ -88,6 +88,10 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 		mf.controlMode = m.ControlMode
 		mf.loadModels = m.LoadModel
 		mf.pollSecs = max(1, int(m.RepositoryPollInterval.Std()/time.Second))
+		mf.cacheDir = m.RepositoryCacheDir
+		if m.RepositoryCacheBytes > 0 {
+			mf.cacheBytes = m.RepositoryCacheBytes
+		}
 		mf.strictConfig = m.StrictModelConfig
 		mf.strictReadiness = chainStrictReadiness(cmd, m)
 		mf.address = m.Address

@@ -14,8 +14,8 @@ func newRepoCmd() *cobra.Command {
 	var strict bool
 	var backendConfig []string
 	check := &cobra.Command{
-		Use:   "check DIR...",
-		Short: "Validate model repositories offline and print every problem as path:line:col: message",
+		Use:   "check DIR|URI...",
+		Short: "Validate model repositories (folders or s3://, gs://, as:// locations) without serving them and print every problem as path:line:col: message",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, dirs []string) error {
 			settings, err := backendSettings(backendConfig)

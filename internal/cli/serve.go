@@ -42,6 +42,8 @@ type serveFlags struct {
 	controlMode     string
 	loadModels      []string
 	pollSecs        int
+	cacheDir        string // --repository-cache-dir
+	cacheBytes      int64  // --repository-cache-bytes
 	strictConfig    bool
 	exitOnError     bool
 	strictReadiness bool
@@ -114,7 +116,9 @@ func newServeCmd(use, short string) *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringArrayVar(&f.repos, "model-repository", nil, "model repository folder (Triton layout); may repeat")
+	fl.StringArrayVar(&f.repos, "model-repository", nil, "model repository folder (Triton layout) or object-storage location (s3://bucket/path, s3://https://host:port/bucket/path, gs://bucket/path, as://account/container/path); may repeat")
+	fl.StringVar(&f.cacheDir, "repository-cache-dir", "", "folder for the local copies of object-storage model repositories (default: the user cache folder's sluice/model-repositories)")
+	fl.Int64Var(&f.cacheBytes, "repository-cache-bytes", modelrepo.DefaultRemoteCacheBytes, "largest object-storage model repository the local copy holds, in bytes")
 	fl.StringArrayVar(&f.modelStore, "model-store", nil, "Triton's old name for --model-repository")
 	_ = fl.MarkDeprecated("model-store", "use --model-repository")
 	fl.StringVar(&f.controlMode, "model-control-mode", "none", "model control mode: none, poll or explicit")
@@ -443,16 +447,18 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 		}
 	}()
 	mgr, err := modelrepo.New(modelrepo.Options{
-		Repositories:    f.repos,
-		ControlMode:     mode,
-		StartupModels:   f.loadModels,
-		PollInterval:    time.Duration(f.pollSecs) * time.Second,
-		StrictConfig:    f.strictConfig,
-		ExitOnError:     f.exitOnError,
-		ExpectedCommits: commits,
-		StrictReadiness: f.strictReadiness,
-		CacheSizeBytes:  f.cacheSize,
-		MaxOutputBytes:  f.maxOutputBytes,
+		Repositories:     f.repos,
+		ControlMode:      mode,
+		StartupModels:    f.loadModels,
+		PollInterval:     time.Duration(f.pollSecs) * time.Second,
+		RemoteCacheDir:   f.cacheDir,
+		RemoteCacheBytes: f.cacheBytes,
+		StrictConfig:     f.strictConfig,
+		ExitOnError:      f.exitOnError,
+		ExpectedCommits:  commits,
+		StrictReadiness:  f.strictReadiness,
+		CacheSizeBytes:   f.cacheSize,
+		MaxOutputBytes:   f.maxOutputBytes,
 
 		DisableTritonMetrics: !f.tritonMetrics,
 		HoldSchedulerUntil:   hold,

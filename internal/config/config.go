@@ -92,6 +92,13 @@ type ModelServer struct {
 	LoadModel []string `yaml:"load_model"`
 	// RepositoryPollInterval is the time between repository polls in poll mode. Default 15s.
 	RepositoryPollInterval Duration `yaml:"repository_poll_interval"`
+	// RepositoryCacheDir holds the local copies of object-storage model
+	// repositories (s3://, gs://, as://). Default: the user cache folder's
+	// sluice/model-repositories.
+	RepositoryCacheDir string `yaml:"repository_cache_dir"`
+	// RepositoryCacheBytes is the largest object-storage repository the
+	// local copy holds. Default 20 GiB.
+	RepositoryCacheBytes int64 `yaml:"repository_cache_bytes"`
 	// StrictModelConfig requires a complete config.pbtxt (no auto-complete).
 	StrictModelConfig bool `yaml:"strict_model_config"`
 	// StrictReadiness makes /v2/health/ready answer 503 while any model

@@ -140,7 +140,12 @@ func (c *Config) ResolvePaths(dir string) {
 	}
 	if m := c.ModelServer; m != nil {
 		for i, r := range m.ModelRepository {
-			m.ModelRepository[i] = abs(r)
+			if !isObjectStorage(r) {
+				m.ModelRepository[i] = abs(r)
+			}
+		}
+		if m.RepositoryCacheDir != "" {
+			m.RepositoryCacheDir = abs(m.RepositoryCacheDir)
 		}
 		tls(m.TLS)
 	}
@@ -535,3 +540,9 @@ func validEnvName(s string) bool {
 
 // quote is strconv.Quote, named for readability in messages.
 func quote(s string) string { return strconv.Quote(s) }
+
+// isObjectStorage reports whether a model repository is an object-storage
+// location (s3://, gs://, as://) rather than a folder.
+func isObjectStorage(r string) bool {
+	return strings.HasPrefix(r, "s3://") || strings.HasPrefix(r, "gs://") || strings.HasPrefix(r, "as://")
+}

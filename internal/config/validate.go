@@ -40,6 +40,9 @@ func (c *Config) Validate() error {
 		if m.RepositoryPollInterval <= 0 {
 			v.add("model_server.repository_poll_interval", "must be positive")
 		}
+		if m.RepositoryCacheBytes < 0 {
+			v.add("model_server.repository_cache_bytes", "must not be negative")
+		}
 		if m.HTTPPort == m.GRPCPort || m.HTTPPort == m.MetricsPort || m.GRPCPort == m.MetricsPort {
 			v.add("model_server", "http_port, grpc_port and metrics_port must differ")
 		}

@@ -5,17 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
+	"github.com/sluice-ml/sluice/internal/objstore"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
 
@@ -28,8 +31,39 @@ import (
 // problem found, in repository, model and version order, each with the
 // file and, where it has one, the line and column. It builds no instances.
 // An empty result means the repositories would load.
+//
+// A repository given as an object-storage location is copied into a
+// temporary folder first (see Options.Repositories); its problems name the
+// objects by their location.
 func Check(ctx context.Context, repos []string, backends *backend.Registry, strict bool) []modelconfig.Error {
+	repos = slices.Clone(repos)
 	var ps []modelconfig.Error
+	rename := map[string]string{} // local copy -> location
+	for i, r := range repos {
+		if !objstore.IsURI(r) {
+			continue
+		}
+		dir, cleanup, err := copyForCheck(ctx, r)
+		if err != nil {
+			ps = append(ps, modelconfig.Error{Pos: modelconfig.Position{File: r}, Msg: fmt.Sprintf("read model repository: %v", err)})
+			repos[i] = ""
+			continue
+		}
+		defer cleanup()
+		repos[i] = dir
+		rename[dir] = strings.TrimRight(r, "/")
+	}
+	repos = slices.DeleteFunc(repos, func(r string) bool { return r == "" })
+	defer func() {
+		for i := range ps {
+			for dir, uri := range rename {
+				if f := ps[i].Pos.File; f == dir || strings.HasPrefix(f, dir+string(filepath.Separator)) {
+					ps[i].Pos.File = uri + filepath.ToSlash(strings.TrimPrefix(f, dir))
+				}
+				ps[i].Msg = strings.ReplaceAll(ps[i].Msg, dir, uri)
+			}
+		}
+	}()
 	where := map[string][]string{}
 	var order []string
 	for _, repo := range repos {
@@ -291,4 +325,26 @@ func checkWarmupFiles(cfg *inferencepb.ModelConfig, vdir string, src *modelconfi
 	}
 	sort.SliceStable(ps, func(i, j int) bool { return ps[i].Msg < ps[j].Msg })
 	return ps
+}
+
+// copyForCheck copies an object-storage repository into a temporary
+// folder and returns the folder of the copy.
+func copyForCheck(ctx context.Context, uri string) (string, func(), error) {
+	tmp, err := os.MkdirTemp("", "sluice-repo-check-")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup := func() { _ = os.RemoveAll(tmp) }
+	mr, err := newMirror(ctx, uri, tmp, 0, time.Second, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	defer func() { _ = mr.close() }()
+	mr.settle = 0
+	if _, err := mr.sync(ctx); err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	return mr.tree, cleanup, nil
 }

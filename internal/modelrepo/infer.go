@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -742,7 +741,9 @@ func (m *Manager) Statistics(_ context.Context, name, version string) ([]ModelSt
 func (m *Manager) Index(_ context.Context, readyOnly bool) []IndexEntry {
 	m.mu.Lock()
 	repoErr := make(map[string]string, len(m.repoErr))
-	maps.Copy(repoErr, m.repoErr)
+	for repo, e := range m.repoErr {
+		repoErr[repo] = m.repoWarning(repo, e)
+	}
 	m.mu.Unlock()
 
 	var out []IndexEntry
@@ -778,6 +779,9 @@ func (m *Manager) Index(_ context.Context, readyOnly bool) []IndexEntry {
 	if readyOnly {
 		out = slices.DeleteFunc(out, func(e IndexEntry) bool { return e.State != StateReady })
 	}
+	for i := range out {
+		out[i].Reason = m.showRemotePaths(out[i].Reason)
+	}
 	return out
 }
 
@@ -805,8 +809,8 @@ func (mdl *model) index(repoErr map[string]string) []IndexEntry {
 	mdl.mu.Lock()
 	defer mdl.mu.Unlock()
 	warn := ""
-	if e := repoErr[mdl.repo]; e != "" && mdl.repo != "" {
-		warn = fmt.Sprintf("repository %s unreadable: %s; serving what was loaded before", mdl.repo, e)
+	if mdl.repo != "" {
+		warn = repoErr[mdl.repo]
 	}
 	versions := map[int64]bool{}
 	for _, lv := range set.all() {

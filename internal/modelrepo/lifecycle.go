@@ -80,7 +80,7 @@ func (m *Manager) plan(name string, src modelSource) (*plan, *loadError) {
 		return fail(causeDuplicate, src.dupErr)
 	}
 	if src.fp.model == "" {
-		fp, err := fingerprintDir(src.dir)
+		fp, err := m.fingerprint(src)
 		if err != nil {
 			return fail(causeUnreadable, err)
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/batch/sequence"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
+	"github.com/sluice-ml/sluice/internal/objstore"
 )
 
 // ControlMode is Triton's --model-control-mode.
@@ -51,8 +52,21 @@ const maxParallelLoads = 4
 // Options configure a Manager.
 type Options struct {
 	// Repositories are the model repository folders (--model-repository,
-	// may repeat).
+	// may repeat), or object-storage locations in Triton's forms
+	// (s3://bucket/path, s3://https://host:port/bucket/path, gs://bucket/path,
+	// as://account/container/path), served from a local copy.
 	Repositories []string
+	// RemoteCacheDir holds the local copies of object-storage
+	// repositories (--repository-cache-dir); empty means the user cache
+	// folder's sluice/model-repositories.
+	RemoteCacheDir string
+	// RemoteCacheBytes bounds each local copy (--repository-cache-bytes);
+	// a repository that holds more is refused. 0 means
+	// DefaultRemoteCacheBytes.
+	RemoteCacheBytes int64
+	// Getenv reads credentials and emulator settings for object storage;
+	// os.Getenv when nil.
+	Getenv func(string) string
 	// ControlMode is none (the default when empty), poll or explicit.
 	ControlMode ControlMode
 	// StartupModels are the models to load at start in explicit mode
@@ -128,6 +142,12 @@ type Manager struct {
 	// them answer as Triton's do for an unloaded model.
 	removed map[string]bool
 
+	// remotes are the object-storage repositories, by the folder of
+	// their local copy (which stands for them in opts.Repositories).
+	remotes map[string]*mirror
+	// repoNames maps a repository folder to the name users gave it.
+	repoNames map[string]string
+
 	pollMu    sync.Mutex            // serializes Start and polls; protects pollState
 	pollState map[string]pollRecord // model name -> what polls have seen
 
@@ -167,12 +187,40 @@ func New(opts Options, backends *backend.Registry, logger *slog.Logger, reg prom
 	if opts.CacheSizeBytes < 0 {
 		return nil, fmt.Errorf("cache size %d bytes is negative", opts.CacheSizeBytes)
 	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.RemoteCacheBytes == 0 {
+		opts.RemoteCacheBytes = DefaultRemoteCacheBytes
+	}
 	// As in Triton, a repository named twice is one repository, not two
 	// holding the same models.
 	var repos []string
+	remotes := map[string]*mirror{}
+	names := map[string]string{}
 	for _, r := range opts.Repositories {
-		if r = filepath.Clean(r); !slices.Contains(repos, r) {
+		name := r
+		if objstore.IsURI(r) {
+			mr, err := openMirror(r, opts, logger)
+			if err != nil {
+				for _, o := range remotes {
+					_ = o.close()
+				}
+				return nil, err
+			}
+			if remotes[mr.tree] != nil {
+				_ = mr.close()
+				continue
+			}
+			remotes[mr.tree] = mr
+			r = mr.tree
+		} else {
+			r = filepath.Clean(r)
+			name = r
+		}
+		if !slices.Contains(repos, r) {
 			repos = append(repos, r)
+			names[r] = name
 		}
 	}
 	opts.Repositories = repos
@@ -180,9 +228,6 @@ func New(opts Options, backends *backend.Registry, logger *slog.Logger, reg prom
 	commits := make(map[string]string, len(opts.ExpectedCommits))
 	maps.Copy(commits, opts.ExpectedCommits)
 	opts.ExpectedCommits = commits
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	stopCtx, stop := context.WithCancel(context.Background())
 	m := &Manager{
 		opts:         opts,
@@ -197,6 +242,8 @@ func New(opts Options, backends *backend.Registry, logger *slog.Logger, reg prom
 		repoErr:      map[string]string{},
 		removed:      map[string]bool{},
 		pollState:    map[string]pollRecord{},
+		remotes:      remotes,
+		repoNames:    names,
 	}
 	m.models.Store(&map[string]*model{})
 	if opts.CacheSizeBytes > 0 {
@@ -228,6 +275,10 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	found := map[string][]string{}
 	for _, repo := range m.opts.Repositories {
+		if _, err := m.syncRemote(ctx, repo); err != nil {
+			m.repoDown(repo, err)
+			return fmt.Errorf("read model repository: %w", err)
+		}
 		names, err := listRepository(repo)
 		if err != nil {
 			m.repoDown(repo, err)
@@ -302,7 +353,7 @@ func (m *Manager) Start(ctx context.Context) error {
 			src := m.sourceFor(name, found[name])
 			wg.Go(func() {
 				key := ""
-				if fp, err := fingerprintDir(src.dir); err == nil {
+				if fp, err := m.fingerprint(src); err == nil {
 					src.fp = fp
 					key = src.key()
 				}
@@ -367,7 +418,16 @@ func (m *Manager) pollOnce(ctx context.Context) {
 	}
 	found := map[string][]string{}
 	readable := map[string]bool{}
+	settled := map[string]bool{} // remote model folders that held still
 	for _, repo := range m.opts.Repositories {
+		changed, err := m.syncRemote(ctx, repo)
+		if err != nil {
+			m.repoDown(repo, err)
+			continue
+		}
+		for _, n := range changed {
+			settled[n] = true
+		}
 		names, err := listRepository(repo)
 		if err != nil {
 			m.repoDown(repo, err)
@@ -383,7 +443,7 @@ func (m *Manager) pollOnce(ctx context.Context) {
 	var wg sync.WaitGroup
 	for name, repos := range found {
 		src := m.sourceFor(name, repos)
-		fp, err := fingerprintDir(src.dir)
+		fp, err := m.fingerprint(src)
 		if err != nil {
 			// Probably changing under us; the next poll will tell.
 			m.logger.Debug("model folder not fingerprinted", "model", name, "err", err)
@@ -392,6 +452,11 @@ func (m *Manager) pollOnce(ctx context.Context) {
 		src.fp = fp
 		key := src.key()
 		rec := m.pollState[name]
+		if settled[name] && m.remotes[src.repo] != nil {
+			// The copy of a remote folder changes only once its listing
+			// held still: no need to wait for a second poll.
+			rec.pending = key
+		}
 		switch {
 		case key == rec.applied:
 			rec.pending = ""
@@ -422,27 +487,38 @@ func (m *Manager) pollOnce(ctx context.Context) {
 
 // repoDown records that a repository could not be read.
 func (m *Manager) repoDown(repo string, err error) {
-	m.metrics.repoUp.WithLabelValues(repo).Set(0)
-	m.metrics.repoErrors.WithLabelValues(repo).Inc()
+	name := m.repoName(repo)
+	m.metrics.repoUp.WithLabelValues(name).Set(0)
+	m.metrics.repoErrors.WithLabelValues(name).Inc()
 	m.mu.Lock()
 	first := m.repoErr[repo] == ""
 	m.repoErr[repo] = err.Error()
 	m.mu.Unlock()
 	if first {
-		m.logger.Warn("model repository unreadable; its models keep serving", "repository", repo, "err", err)
+		m.logger.Warn("model repository unreadable; its models keep serving", "repository", name, "err", err)
 	}
 }
 
 // repoUp records that a repository was read.
 func (m *Manager) repoUp(repo string) {
-	m.metrics.repoUp.WithLabelValues(repo).Set(1)
+	name := m.repoName(repo)
+	m.metrics.repoUp.WithLabelValues(name).Set(1)
 	m.mu.Lock()
 	was := m.repoErr[repo]
 	delete(m.repoErr, repo)
 	m.mu.Unlock()
 	if was != "" {
-		m.logger.Info("model repository readable again", "repository", repo)
+		m.logger.Info("model repository readable again", "repository", name)
 	}
+}
+
+// repoName returns the name users gave a repository: its object-storage
+// location for a remote one, else its folder.
+func (m *Manager) repoName(repo string) string {
+	if n := m.repoNames[repo]; n != "" {
+		return n
+	}
+	return repo
 }
 
 // sourceFor describes where a model found in repos loads from.
@@ -450,7 +526,11 @@ func (m *Manager) sourceFor(name string, repos []string) modelSource {
 	src := modelSource{repo: repos[0], dir: filepath.Join(repos[0], name)}
 	src.pinDir = src.dir
 	if len(repos) > 1 {
-		src.dupErr = fmt.Errorf("model '%s' is in more than one model repository (%s); remove all but one", name, strings.Join(repos, ", "))
+		shown := make([]string, len(repos))
+		for i, r := range repos {
+			shown[i] = m.repoName(r)
+		}
+		src.dupErr = fmt.Errorf("model '%s' is in more than one model repository (%s); remove all but one", name, strings.Join(shown, ", "))
 	}
 	return src
 }
@@ -580,6 +660,13 @@ func (m *Manager) load(ctx context.Context, name string, opts LoadOptions, visit
 	if len(opts.Files) > 0 && opts.Config == nil {
 		return infer.Errorf(infer.KindInvalid, ReasonInvalidLoadRequest, "load model '%s': file overrides need a config override", name)
 	}
+	// As Triton does, a load reads the repositories again; a remote one
+	// that cannot be read loads from its local copy.
+	for repo := range m.remotes {
+		if _, err := m.syncRemote(ctx, repo); err != nil {
+			m.repoDown(repo, err)
+		}
+	}
 	repos := m.findModel(name)
 	if len(repos) == 0 && len(opts.Files) == 0 {
 		return infer.Errorf(infer.KindNotFound, ReasonModelNotFound, "failed to load '%s', failed to poll from model repository: model '%s' not found in any model repository", name, name)
@@ -625,6 +712,7 @@ func (m *Manager) load(ctx context.Context, name string, opts LoadOptions, visit
 		for _, f := range fails[1:] {
 			e.Msg += "; " + oneLine(f.Error())
 		}
+		e.Msg = m.showRemotePaths(e.Msg)
 		return e
 	}
 	if depErr != nil {
@@ -777,6 +865,9 @@ func (m *Manager) Close(ctx context.Context) error {
 	m.stop()
 	for _, mdl := range m.sortedModels() {
 		m.unloadModel(ctx, mdl)
+	}
+	for _, mr := range m.remotes {
+		_ = mr.close()
 	}
 	done := make(chan struct{})
 	go func() {

@@ -227,3 +227,46 @@ func TestChartPodTemplates(t *testing.T) {
 var longRelease = "r" + strings.Repeat("0123456789", 5) + "ab"
 
 const docsK8s = "docs/deploy-kubernetes.md"
+
+// TestChartRepositoryLocation: with modelServer.repository.location the
+// model server reads the bucket directly: no models volume and no init
+// container, a bounded cache emptyDir, the credentials Secret as
+// environment; a location together with a volume is refused.
+func TestChartRepositoryLocation(t *testing.T) {
+	ms := renderWith(t, release, "--set", "modelServer.repository.location=gs://bucket/models",
+		"--set", "modelServer.repository.credentialsSecret=bucket-creds", "--set", "modelServer.repository.cacheSizeLimit=2Gi")
+	sts := find[*appsv1.StatefulSet](t, ms, "StatefulSet", "sluice-model")
+	pod := sts.Spec.Template.Spec
+	if len(pod.InitContainers) != 0 {
+		t.Errorf("init containers %v, want none", pod.InitContainers)
+	}
+	var cache *corev1.Volume
+	for i, v := range pod.Volumes {
+		if v.Name == "models" {
+			t.Errorf("a models volume is rendered beside the location: %+v", v)
+		}
+		if v.Name == "cache" {
+			cache = &pod.Volumes[i]
+		}
+	}
+	if cache == nil || cache.EmptyDir == nil || cache.EmptyDir.SizeLimit == nil || cache.EmptyDir.SizeLimit.String() != "2Gi" {
+		t.Fatalf("cache volume %+v, want an emptyDir bounded at 2Gi", cache)
+	}
+	c := pod.Containers[0]
+	for _, want := range []string{"--model-repository=gs://bucket/models", "--repository-cache-dir=/cache", "--repository-cache-bytes=2147483648"} {
+		if !slices.Contains(c.Args, want) {
+			t.Errorf("args %v lack %s", c.Args, want)
+		}
+	}
+	if len(c.EnvFrom) != 1 || c.EnvFrom[0].SecretRef == nil || c.EnvFrom[0].SecretRef.Name != "bucket-creds" {
+		t.Errorf("envFrom %+v, want the Secret bucket-creds", c.EnvFrom)
+	}
+	for _, bad := range [][]string{
+		{"--set", "modelServer.repository.location=gs://bucket/models", "--set", "modelServer.repository.volume.persistentVolumeClaim.claimName=models"},
+		{"--set", "modelServer.repository.location=/models"},
+	} {
+		if out, err := helmTemplate(t, release, bad...); err == nil {
+			t.Errorf("%v rendered, want a refusal:\n%s", bad, out)
+		}
+	}
+}

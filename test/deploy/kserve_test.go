@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -198,5 +199,50 @@ func TestKServeInferenceService(t *testing.T) {
 	}
 	if m.StorageURI == nil || *m.StorageURI == "" {
 		t.Errorf("no storageUri")
+	}
+}
+
+// TestKServeBucketRuntime: the runtime that reads a bucket itself has the
+// base runtime's spec except for the repository flags and a bounded cache
+// volume, and its example InferenceService names a location (no
+// storageUri) that, with the runtime's arguments, the CLI accepts.
+func TestKServeBucketRuntime(t *testing.T) {
+	base := readKServe(t, "servingruntime.yaml").obj.(*servingRuntime)
+	rt := readKServe(t, "servingruntime-bucket.yaml").obj.(*servingRuntime)
+	isvc := readKServe(t, "inferenceservice-bucket.yaml").obj.(*inferenceService)
+	m := isvc.Spec.Predictor.Model
+	if m == nil || m.Runtime == nil || *m.Runtime != rt.Name {
+		t.Fatalf("predictor model %+v does not name the runtime %q", m, rt.Name)
+	}
+	if m.StorageURI != nil {
+		t.Errorf("storageUri %q: the runtime reads the bucket itself, KServe must not copy it", *m.StorageURI)
+	}
+	c := rt.Spec.Containers[0]
+	if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--model-repository") }) {
+		t.Errorf("runtime args %v name a repository; the InferenceService does", c.Args)
+	}
+	if !slices.ContainsFunc(m.Args, func(a string) bool { return strings.HasPrefix(a, "--model-repository=gs://") }) {
+		t.Errorf("InferenceService args %v name no gs:// repository", m.Args)
+	}
+	cache := slices.IndexFunc(c.VolumeMounts, func(v corev1.VolumeMount) bool { return v.MountPath == "/cache" })
+	if cache < 0 || !slices.Contains(c.Args, "--repository-cache-dir=/cache") || !slices.ContainsFunc(rt.Spec.Volumes, func(v corev1.Volume) bool {
+		return v.Name == c.VolumeMounts[cache].Name && v.EmptyDir != nil && v.EmptyDir.SizeLimit != nil
+	}) {
+		t.Errorf("no bounded emptyDir at /cache for the copy: mounts %+v, volumes %+v", c.VolumeMounts, rt.Spec.Volumes)
+	}
+	// Apart from those, the same container as the base runtime.
+	strip := func(c corev1.Container) corev1.Container {
+		c.Args = slices.DeleteFunc(slices.Clone(c.Args), func(a string) bool {
+			return strings.HasPrefix(a, "--model-repository") || strings.HasPrefix(a, "--repository-cache")
+		})
+		c.VolumeMounts = slices.DeleteFunc(slices.Clone(c.VolumeMounts), func(v corev1.VolumeMount) bool { return v.MountPath == "/cache" })
+		return c
+	}
+	if !reflect.DeepEqual(strip(c), strip(base.Spec.Containers[0])) {
+		t.Errorf("the bucket runtime's container differs from the base runtime's beyond the repository flags")
+	}
+	args := append(slices.Clone(c.Args), m.Args...)
+	if out, err := command(context.Background(), "", nil, sluiceBinary(t), append(args, "--help")...); err != nil {
+		t.Errorf("sluice %s: the CLI refuses it: %v\n%s", strings.Join(args, " "), err, out)
 	}
 }

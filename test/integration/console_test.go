@@ -118,6 +118,14 @@ func conStart(t *testing.T) *gwChain {
 // the module root) whose model repository is models.
 func conStartExample(t *testing.T, file, models string) *gwChain {
 	t.Helper()
+	return conStartExampleWith(t, file, models, nil, nil)
+}
+
+// conStartExampleWith is conStartExample with a model repository that may
+// be an object-storage location, changes to the model_server section and
+// extra environment variables (NAME=value) for the process.
+func conStartExampleWith(t *testing.T, file, models string, msSet map[string]any, env []string) *gwChain {
+	t.Helper()
 	addr := func() string { return fmt.Sprintf("127.0.0.1:%d", freePort(t)) }
 	port := func(a string) int {
 		_, p, _ := strings.Cut(a, ":")
@@ -135,9 +143,17 @@ func conStartExample(t *testing.T, file, models string) *gwChain {
 	if ms == nil || fs == nil || gw == nil {
 		t.Fatalf("%s lacks a model_server, feature_server or gateway section", file)
 	}
-	ms["model_repository"] = []string{filepath.Join(repoDir, models)}
+	if strings.Contains(models, "://") {
+		ms["model_repository"] = []string{models}
+	} else {
+		ms["model_repository"] = []string{filepath.Join(repoDir, models)}
+	}
+	for k, v := range msSet {
+		ms[k] = v
+	}
 	ms["address"] = "127.0.0.1"
-	ms["http_port"], ms["grpc_port"], ms["metrics_port"] = port(c.models), freePort(t), freePort(t)
+	c.modelsMetrics = addr()
+	ms["http_port"], ms["grpc_port"], ms["metrics_port"] = port(c.models), freePort(t), port(c.modelsMetrics)
 	ms["backend_config"] = map[string]any{"onnxruntime": map[string]any{"library": ortLib}}
 	fs["repo"] = gwFeatureRepo(t, "")
 	fs["address"], fs["port"] = "127.0.0.1", port(c.features)
@@ -155,7 +171,7 @@ func conStartExample(t *testing.T, file, models string) *gwChain {
 	c.server = &server{http: c.listen, logs: &syncBuffer{}, done: make(chan struct{})}
 	c.cmd = exec.Command(binPath, "serve", "-c", path, "--log-format", "text")
 	c.cmd.Dir = t.TempDir()
-	c.cmd.Env = append(os.Environ(), "SLUICE_DEMO_API_KEY=demo-key")
+	c.cmd.Env = append(append(os.Environ(), "SLUICE_DEMO_API_KEY=demo-key"), env...)
 	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
 	c.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}, Timeout: 10 * time.Second}
 	if err := c.cmd.Start(); err != nil {

@@ -74,6 +74,13 @@ func startServer(t *testing.T, args ...string) *server {
 // reached on 127.0.0.1.
 func startServerCmd(t *testing.T, sub string, args ...string) *server {
 	t.Helper()
+	return startServerEnv(t, nil, sub, args...)
+}
+
+// startServerEnv is startServerCmd with extra environment variables
+// (NAME=value) for the sluice process.
+func startServerEnv(t *testing.T, env []string, sub string, args ...string) *server {
+	t.Helper()
 	hp, gp, mp := freePort(t), freePort(t), freePort(t)
 	all := append([]string{
 		sub, "--address", "127.0.0.1",
@@ -86,6 +93,9 @@ func startServerCmd(t *testing.T, sub string, args ...string) *server {
 	}
 	s.cmd = exec.Command(binPath, all...)
 	s.cmd.Dir = repoDir
+	if env != nil {
+		s.cmd.Env = append(os.Environ(), env...)
+	}
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	begin := time.Now()
 	if err := s.cmd.Start(); err != nil {

@@ -162,3 +162,17 @@ imagePullSecrets:
 securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
 {{- end -}}
+
+{{/* A Kubernetes quantity with a binary suffix (Ki, Mi, Gi, Ti) or none, in bytes. */}}
+{{- define "sluice.quantityBytes" -}}
+{{- $q := toString . -}}
+{{- $n := $q -}}
+{{- $mul := 1 -}}
+{{- range $u, $m := dict "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
+{{- if hasSuffix $u $q -}}{{- $n = trimSuffix $u $q -}}{{- $mul = $m -}}{{- end -}}
+{{- end -}}
+{{- if not (regexMatch "^[0-9]+$" $n) -}}
+{{- fail (printf "%q: want a whole number of bytes with Ki, Mi, Gi or Ti" $q) -}}
+{{- end -}}
+{{- mul (int64 $n) $mul -}}
+{{- end -}}

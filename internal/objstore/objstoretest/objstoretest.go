@@ -1,0 +1,332 @@
+// Package objstoretest starts real object-storage servers for tests: an
+// S3-compatible server (gofakes3), the GCS emulator (fake-gcs-server) and
+// Azurite (installed by scripts/setup.sh), each on 127.0.0.1. Each Server
+// can be stopped and started again on the same port with its data kept,
+// for outage drills. Credentials are random per server, so a test can look
+// for them in logs.
+package objstoretest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+	"github.com/fsouza/fake-gcs-server/fakestorage"
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/sluice-ml/sluice/internal/objstore"
+)
+
+// Server is one running object-storage server with one bucket.
+type Server struct {
+	// Scheme is objstore.SchemeS3, SchemeGCS or SchemeAzure.
+	Scheme string
+	// Bucket is the bucket (Azure container) the server was started with.
+	Bucket string
+	// Env holds the variables that reach the server: credentials and
+	// emulator endpoints, as NAME=value.
+	Env []string
+	// Secrets are the credential values in Env.
+	Secrets []string
+
+	addr    string
+	account string // Azure only
+	start   func() error
+	stop    func()
+	mu      sync.Mutex // protects running
+	running bool
+}
+
+// URI returns the location of prefix inside the server's bucket, in the
+// form --model-repository takes.
+func (s *Server) URI(prefix string) string {
+	prefix = strings.Trim(prefix, "/")
+	var u string
+	switch s.Scheme {
+	case objstore.SchemeS3:
+		u = "s3://" + s.addr + "/" + s.Bucket
+	case objstore.SchemeGCS:
+		u = "gs://" + s.Bucket
+	default:
+		u = "as://" + s.account + "/" + s.Bucket
+	}
+	if prefix != "" {
+		u += "/" + prefix
+	}
+	return u
+}
+
+// Getenv reads the server's Env, for objstore.Options.
+func (s *Server) Getenv(name string) string {
+	for _, kv := range s.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
+
+// Open opens prefix of the server's bucket.
+func (s *Server) Open(t testing.TB, prefix string) *objstore.Bucket {
+	t.Helper()
+	b, err := objstore.OpenURI(t.Context(), s.URI(prefix), objstore.Options{Getenv: s.Getenv})
+	if err != nil {
+		t.Fatalf("open %s: %v", s.URI(prefix), err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// Stop stops the server; connections to it are refused until Start.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running {
+		s.stop()
+		s.running = false
+	}
+}
+
+// Start starts a stopped server again on the same port, with its data.
+func (s *Server) Start(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running {
+		return
+	}
+	if err := s.start(); err != nil {
+		t.Fatalf("start %s server again: %v", s.Scheme, err)
+	}
+	s.running = true
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// freePort returns a loopback port nothing listens on now.
+func freePort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// serveHTTP serves h on addr (host:port) and returns start and stop
+// functions for restarts on that address.
+func serveHTTP(t testing.TB, addr string, h http.Handler) (start func() error, stop func()) {
+	t.Helper()
+	var mu sync.Mutex // protects srv
+	var srv *http.Server
+	start = func() error {
+		var ln net.Listener
+		var err error
+		// The port was ours a moment ago; another listener rarely takes it.
+		for range 50 {
+			if ln, err = net.Listen("tcp", addr); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil {
+			return err
+		}
+		s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		mu.Lock()
+		srv = s
+		mu.Unlock()
+		go func() { _ = s.Serve(ln) }()
+		return nil
+	}
+	stop = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if srv != nil {
+			_ = srv.Close()
+		}
+	}
+	if err := start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return start, stop
+}
+
+// StartS3 starts an S3-compatible server (gofakes3, in memory) with one
+// bucket. Credentials are random; the server accepts any signature, so
+// tests of what the client sends them for cannot rely on refusals.
+func StartS3(t testing.TB) *Server {
+	t.Helper()
+	be := s3mem.New()
+	bucket := "models-" + randomHex(4)
+	if err := be.CreateBucket(bucket); err != nil {
+		t.Fatal(err)
+	}
+	faker := gofakes3.New(be, gofakes3.WithTimeSkewLimit(0))
+	addr := freePort(t)
+	start, stop := serveHTTP(t, addr, faker.Server())
+	s := &Server{Scheme: objstore.SchemeS3, Bucket: bucket, addr: addr, start: start, stop: stop, running: true}
+	key, secret, token := "AKIA"+strings.ToUpper(randomHex(8)), randomHex(20), "tok"+randomHex(16)
+	s.Env = []string{"AWS_ACCESS_KEY_ID=" + key, "AWS_SECRET_ACCESS_KEY=" + secret, "AWS_SESSION_TOKEN=" + token, "AWS_DEFAULT_REGION=us-east-1",
+		// Keep the SDK away from instance metadata and profiles.
+		"AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE=" + os.DevNull, "AWS_SHARED_CREDENTIALS_FILE=" + os.DevNull}
+	s.Secrets = []string{key, secret, token}
+	return s
+}
+
+// StartGCS starts the GCS emulator (fake-gcs-server, in memory) with one
+// bucket, reached through STORAGE_EMULATOR_HOST.
+func StartGCS(t testing.TB) *Server {
+	t.Helper()
+	bucket := "models-" + randomHex(4)
+	// The emulator needs to know its own address for upload sessions.
+	addr := freePort(t)
+	fs, err := fakestorage.NewServerWithOptions(fakestorage.Options{NoListener: true, Scheme: "http", ExternalURL: "http://" + addr, PublicHost: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: bucket})
+	start, stop := serveHTTP(t, addr, fs.HTTPHandler())
+	t.Cleanup(fs.Stop)
+	return &Server{Scheme: objstore.SchemeGCS, Bucket: bucket, addr: addr, start: start, stop: stop, running: true,
+		Env: []string{"STORAGE_EMULATOR_HOST=" + addr}}
+}
+
+// AzuriteBinary finds azurite-blob: $AZURITE_BLOB, then the copy
+// scripts/setup.sh installs under the user cache folder, then $PATH.
+func AzuriteBinary() (string, error) {
+	if p := os.Getenv("AZURITE_BLOB"); p != "" {
+		return p, nil
+	}
+	if cache, err := os.UserCacheDir(); err == nil {
+		p := filepath.Join(cache, "sluice", "azurite-"+AzuriteVersion, "node_modules", ".bin", "azurite-blob")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("azurite-blob"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("azurite-blob not found: run make deps (scripts/setup.sh installs Azurite from npm)")
+}
+
+// AzuriteVersion is the Azurite release scripts/setup.sh installs.
+const AzuriteVersion = "3.37.0"
+
+// StartAzurite starts Azurite's blob service with a random account and
+// key and one container, keeping its data in a temporary folder so that a
+// restart finds it.
+func StartAzurite(t testing.TB) *Server {
+	t.Helper()
+	bin, err := AzuriteBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	account := "acct" + randomHex(4)
+	keyBytes := make([]byte, 32)
+	_, _ = rand.Read(keyBytes)
+	key := base64.StdEncoding.EncodeToString(keyBytes)
+	dir := t.TempDir()
+	addr := freePort(t)
+	host, port, _ := net.SplitHostPort(addr)
+	var mu sync.Mutex
+	var cmd *exec.Cmd
+	start := func() error {
+		c := exec.Command(bin, "--blobHost", host, "--blobPort", port, "--location", dir, "--skipApiVersionCheck", "--silent", "--disableTelemetry")
+		c.Env = append(os.Environ(), "AZURITE_ACCOUNTS="+account+":"+key)
+		c.Stdout, c.Stderr = nil, nil
+		if err := c.Start(); err != nil {
+			return err
+		}
+		mu.Lock()
+		cmd = c
+		mu.Unlock()
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			if conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+				_ = conn.Close()
+				return nil
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = c.Process.Kill()
+		_ = c.Wait()
+		return fmt.Errorf("azurite did not listen on %s within 30s", addr)
+	}
+	stop := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if cmd != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			cmd = nil
+		}
+	}
+	if err := start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	s := &Server{Scheme: objstore.SchemeAzure, Bucket: "models" + randomHex(4), addr: addr, account: account, start: start, stop: stop, running: true,
+		Env:     []string{"AZURE_STORAGE_ACCOUNT=" + account, "AZURE_STORAGE_KEY=" + key, "AZURE_STORAGE_IS_LOCAL_EMULATOR=true", "AZURE_STORAGE_DOMAIN=" + addr},
+		Secrets: []string{key}}
+	createContainer(t, s)
+	return s
+}
+
+// createContainer creates the server's Azure container.
+func createContainer(t testing.TB, s *Server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cred, err := container.NewSharedKeyCredential(s.account, s.Getenv("AZURE_STORAGE_KEY"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := container.NewClientWithSharedKeyCredential("http://"+s.addr+"/"+s.account+"/"+s.Bucket, cred, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Create(ctx, nil); err != nil {
+		t.Fatalf("create azurite container: %v", err)
+	}
+}
+
+// Upload copies a local folder into the bucket under prefix.
+func Upload(t testing.TB, b *objstore.Bucket, dir, prefix string) {
+	t.Helper()
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return b.WriteAll(context.Background(), strings.TrimPrefix(prefix+"/"+filepath.ToSlash(rel), "/"), data)
+	})
+	if err != nil {
+		t.Fatalf("upload %s: %v", dir, err)
+	}
+}
