@@ -309,7 +309,6 @@ func TestDecodeRawBodyBytes(t *testing.T) {
 		batching bool
 		want     infer.Shape
 	}{
-		{"variable", md(-1), false, infer.Shape{1}},
 		{"batching", md(-1, 1), true, infer.Shape{1, 1}},
 		{"fixed one", md(1), false, infer.Shape{1}},
 	} {
@@ -322,8 +321,22 @@ func TestDecodeRawBodyBytes(t *testing.T) {
 		})
 	}
 	_, err := decodeRawBody(md(2), false, []byte("ab"))
-	require.ErrorContains(t, err, "input 'X': a raw binary body is one BYTES element, but shape [2] holds more than one")
-	b, err := decodeRawBody(md(-1), false, nil)
+	require.ErrorContains(t, err, "For BYTE datatype raw input 'X', the model must have input shape [1]: a raw binary body is one BYTES element, but input 'X' has shape [2]")
+	// A variable dimension is refused, as Triton refuses it
+	// (qa/L0_http/http_test.py test_byte_too_many_elements: dims [-1],
+	// 400 with these words); only dims [1] take a raw BYTES body.
+	for _, c := range []struct {
+		md       *modelrepo.Metadata
+		batching bool
+	}{{md(-1), false}, {md(-1, -1), true}, {md(-1, 1), false}} {
+		_, err = decodeRawBody(c.md, c.batching, []byte("427"))
+		var ie *infer.Error
+		require.ErrorAs(t, err, &ie, "%v", c.md.Inputs[0].Shape)
+		require.Equal(t, infer.KindInvalid, ie.Kind)
+		require.Equal(t, reasonRawInput, ie.Reason)
+		require.ErrorContains(t, err, "For BYTE datatype raw input 'X', the model must have input shape [1]")
+	}
+	b, err := decodeRawBody(md(1), false, nil)
 	require.NoError(t, err, "an empty body is one empty string")
 	require.Equal(t, le32(0), b.req.Inputs[0].Data)
 }

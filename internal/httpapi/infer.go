@@ -399,15 +399,16 @@ func decodeRawBody(md *modelrepo.Metadata, batching bool, body []byte) (*inferBo
 
 // rawBytesBody is the raw body of a BYTES input: as Triton reads it, the
 // whole body is one element, without a length prefix, so the input's
-// shape must hold exactly one element (variable dimensions become 1).
+// dims must hold exactly one element. A variable dimension is refused, as
+// Triton refuses it (qa/L0_http test_byte_too_many_elements: dims [-1]),
+// since the body cannot say how many elements it holds. shape has the
+// batch dimension, if any, already set to 1.
 func rawBytesBody(spec infer.TensorSpec, shape infer.Shape, body []byte) (*inferBody, error) {
-	for i, d := range shape {
-		switch {
-		case d < 0:
-			shape[i] = 1
-		case d != 1:
-			return nil, invalidf(reasonRawInput, "input '%s': a raw binary body is one BYTES element, but shape %s holds more than one; send a JSON header",
-				spec.Name, spec.Shape)
+	for _, d := range shape {
+		if d != 1 {
+			// Triton's words first: clients match on them.
+			return nil, invalidf(reasonRawInput, "For BYTE datatype raw input '%s', the model must have input shape [1]: a raw binary body is one BYTES element, but input '%s' has shape %s; send a JSON header to give its shape",
+				spec.Name, spec.Name, spec.Shape)
 		}
 	}
 	if len(body) > math.MaxUint32 {
