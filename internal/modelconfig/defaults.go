@@ -21,10 +21,14 @@ const defaultSequenceIdle = 1_000_000
 // ApplyDefaults fills the fields a configuration may leave out:
 //   - name, from modelName (the model's folder) when empty;
 //   - version_policy, latest { num_versions: 1 };
-//   - instance_group, one KIND_CPU instance; in each group a count of 0
-//     becomes 1 and KIND_AUTO becomes KIND_CPU, since Sluice has no GPU
-//     execution provider; unnamed groups are named "<model>_<i>".
-//     Ensembles get no instance groups: they run no model themselves;
+//   - instance_group, one KIND_CPU group; KIND_AUTO becomes KIND_CPU,
+//     since Sluice has no GPU execution provider; in each group a count
+//     of 0 becomes the backend's default (DefaultInstanceCount: 2 for
+//     ONNX Runtime, 1 for the others, as Triton) once the configuration
+//     names its backend or platform, and stays 0 until then (call
+//     ApplyDefaults again after setting the backend); unnamed groups are
+//     named "<model>_<i>". Ensembles get no instance groups: they run no
+//     model themselves;
 //   - sequence_batching, where set: max_sequence_idle_microseconds of 1 s.
 //
 // It never overwrites a value the configuration set.
@@ -54,15 +58,32 @@ func ApplyDefaults(cfg *inferencepb.ModelConfig, modelName string) {
 		if g.Name == "" {
 			g.Name = fmt.Sprintf("%s_%d", cfg.Name, i)
 		}
-		if g.Count == 0 {
-			g.Count = 1
-		}
 		if g.Kind == inferencepb.ModelInstanceGroup_KIND_AUTO {
 			g.Kind = inferencepb.ModelInstanceGroup_KIND_CPU
+		}
+		if g.Count == 0 {
+			g.Count = DefaultInstanceCount(cfg.GetBackend(), cfg.GetPlatform(), g.Kind)
 		}
 	}
 	if sb := cfg.GetSequenceBatching(); sb != nil && sb.MaxSequenceIdleMicroseconds == 0 {
 		sb.MaxSequenceIdleMicroseconds = defaultSequenceIdle
+	}
+}
+
+// DefaultInstanceCount is the count of an instance group that gives
+// none, as Triton sets it: 2 for a KIND_CPU group of ONNX Runtime (its
+// model configuration guide: "the default instance count will be 2 for
+// selected backends (Onnxruntime)"), 1 for every other backend and kind,
+// and 0 (not known yet) while neither backend nor platform is named.
+func DefaultInstanceCount(backend, platform string, kind inferencepb.ModelInstanceGroup_Kind) int32 {
+	switch {
+	case backend == "" && platform == "":
+		return 0
+	case (backend == "onnxruntime" || (backend == "" && platform == "onnxruntime_onnx")) &&
+		kind == inferencepb.ModelInstanceGroup_KIND_CPU:
+		return 2
+	default:
+		return 1
 	}
 }
 

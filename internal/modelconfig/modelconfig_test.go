@@ -245,8 +245,38 @@ func TestApplyDefaults(t *testing.T) {
 		require.EqualValues(t, 1, cfg.GetVersionPolicy().GetLatest().GetNumVersions())
 		require.Len(t, cfg.InstanceGroup, 1)
 		require.Equal(t, inferencepb.ModelInstanceGroup_KIND_CPU, cfg.InstanceGroup[0].Kind)
-		require.EqualValues(t, 1, cfg.InstanceGroup[0].Count)
+		require.Zero(t, cfg.InstanceGroup[0].Count, "the count waits for the backend")
 		require.Equal(t, "folder_0", cfg.InstanceGroup[0].Name)
+		cfg.Backend = "onnxruntime"
+		ApplyDefaults(cfg, "folder")
+		require.EqualValues(t, 2, cfg.InstanceGroup[0].Count, "Triton's CPU default for ONNX Runtime")
+	})
+	// Triton's default count of a KIND_CPU group without one is 2 for
+	// ONNX Runtime and 1 for the other backends (its model configuration
+	// guide, "CPU Model Instance"; qa/L0_model_config
+	// autofill_noplatform_success/onnx/cpu_instance expects count: 2).
+	t.Run("count by backend", func(t *testing.T) {
+		for _, c := range []struct {
+			backend, platform string
+			kind              inferencepb.ModelInstanceGroup_Kind
+			want              int32
+		}{
+			{"onnxruntime", "", inferencepb.ModelInstanceGroup_KIND_CPU, 2},
+			{"", "onnxruntime_onnx", inferencepb.ModelInstanceGroup_KIND_CPU, 2},
+			{"onnxruntime", "", inferencepb.ModelInstanceGroup_KIND_AUTO, 2},
+			{"onnxruntime", "", inferencepb.ModelInstanceGroup_KIND_MODEL, 1},
+			{"python", "", inferencepb.ModelInstanceGroup_KIND_CPU, 1},
+			{"pytorch", "pytorch_libtorch", inferencepb.ModelInstanceGroup_KIND_CPU, 1},
+		} {
+			cfg := &inferencepb.ModelConfig{Backend: c.backend, Platform: c.platform,
+				InstanceGroup: []*inferencepb.ModelInstanceGroup{{Kind: c.kind}, {Kind: c.kind, Count: 3}}}
+			ApplyDefaults(cfg, "m")
+			require.Equal(t, c.want, cfg.InstanceGroup[0].Count, "%+v", c)
+			require.EqualValues(t, 3, cfg.InstanceGroup[1].Count, "a count given is kept")
+		}
+		cfg := &inferencepb.ModelConfig{Backend: "onnxruntime"}
+		ApplyDefaults(cfg, "m")
+		require.EqualValues(t, 2, cfg.InstanceGroup[0].Count, "no instance_group at all")
 	})
 	t.Run("keeps user values", func(t *testing.T) {
 		cfg := &inferencepb.ModelConfig{
@@ -263,7 +293,7 @@ func TestApplyDefaults(t *testing.T) {
 		require.NotNil(t, cfg.GetVersionPolicy().GetAll())
 		require.Equal(t, "g", cfg.InstanceGroup[0].Name)
 		require.Equal(t, inferencepb.ModelInstanceGroup_KIND_CPU, cfg.InstanceGroup[0].Kind)
-		require.EqualValues(t, 1, cfg.InstanceGroup[0].Count)
+		require.Zero(t, cfg.InstanceGroup[0].Count, "no backend named yet")
 		require.Equal(t, inferencepb.ModelInstanceGroup_KIND_GPU, cfg.InstanceGroup[1].Kind, "an explicit GPU stays for Validate to reject")
 		require.EqualValues(t, 3, cfg.InstanceGroup[1].Count)
 		require.Zero(t, cfg.GetDynamicBatching().DefaultPriorityLevel, "no default priority level is made up: Validate refuses a missing one, as Triton does")

@@ -175,6 +175,9 @@ func (m *Manager) plan(name string, src modelSource) (*plan, *loadError) {
 	if p.base.GetBackend() == "" {
 		p.base.Backend = be.Name()
 	}
+	// With the backend known, instance groups without a count get the
+	// backend's default (2 for ONNX Runtime on CPU, as Triton).
+	modelconfig.ApplyDefaults(p.base, name)
 	if p.autoComplete {
 		if pl := m.backends.Platform(be.Name()); p.base.GetPlatform() == "" && pl != "" {
 			p.base.Platform = pl

@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -234,6 +235,59 @@ sequence_batching {
 			`{"parameters":{"sequence_id":42,%s},"inputs":[{"name":"INPUT","datatype":"INT32","shape":[1,1],"data":[%d]}]}`, st.flags, st.value))
 		if code != http.StatusOK || len(out.Outputs) != 1 || len(out.Outputs[0].Data) != 1 || out.Outputs[0].Data[0] != st.want {
 			t.Fatalf("value %d: %d %s, want running sum %v", st.value, code, raw, st.want)
+		}
+	}
+}
+
+// An ONNX Runtime instance group without a count gets 2 CPU instances, as
+// Triton's default for that backend (qa/L0_model_config
+// autofill_noplatform_success/onnx/cpu_instance expects count: 2), with
+// or without config.pbtxt; a Python model's stays 1; a count given is kept.
+func TestOnnxDefaultCPUInstanceCountIsTwo(t *testing.T) {
+	repo := t.TempDir()
+	onnx := readFile(t, "examples/models/simple/1/model.onnx")
+	pyCfg := `backend: "python"
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] } ]
+`
+	writeFiles(t, repo, map[string]string{
+		"grouped/config.pbtxt": "platform: \"onnxruntime_onnx\"\nmax_batch_size: 8\ninstance_group [ { kind: KIND_CPU } ]\n",
+		"grouped/1/model.onnx": string(onnx),
+		"bare/1/model.onnx":    string(onnx),
+		"given/config.pbtxt":   "backend: \"onnxruntime\"\nmax_batch_size: 8\ninstance_group [ { kind: KIND_CPU count: 1 } ]\n",
+		"given/1/model.onnx":   string(onnx),
+		"py/config.pbtxt":      pyCfg,
+		"py/1/model.py":        partialAddSubPy,
+	})
+	s := startServer(t, "--model-repository", repo)
+	base := "http://" + s.http
+	for model, want := range map[string]float64{"grouped": 2, "bare": 2, "given": 1, "py": 1} {
+		code, _, body := do(t, http.MethodGet, base+"/v2/models/"+model+"/config", nil, nil)
+		if code != http.StatusOK {
+			t.Fatalf("config of %s = %d %s", model, code, body)
+		}
+		var cfg struct {
+			InstanceGroup []struct {
+				Count float64 `json:"count"`
+				Kind  string  `json:"kind"`
+			} `json:"instance_group"`
+		}
+		if err := json.Unmarshal(body, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if len(cfg.InstanceGroup) != 1 || cfg.InstanceGroup[0].Count != want || cfg.InstanceGroup[0].Kind != "KIND_CPU" {
+			t.Errorf("%s: instance_group %+v, want one KIND_CPU group of count %v", model, cfg.InstanceGroup, want)
+		}
+	}
+	in := `{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":[` + strings.Repeat("1,", 15) + `1]},` +
+		`{"name":"INPUT1","datatype":"INT32","shape":[1,16],"data":[` + strings.Repeat("2,", 15) + `2]}]}`
+	for _, model := range []string{"grouped", "bare"} {
+		code, _, body := do(t, http.MethodPost, base+"/v2/models/"+model+"/infer", []byte(in), nil)
+		if code != http.StatusOK {
+			t.Fatalf("infer %s = %d %s", model, code, body)
+		}
+		if r := decodeV2(t, body); r.Outputs[0].Data[0] != 3 {
+			t.Errorf("infer %s: %s", model, body)
 		}
 	}
 }
