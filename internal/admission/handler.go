@@ -15,7 +15,8 @@ import (
 // Handler wraps next with listener's limits and the process budget b:
 //
 //   - more header fields than l.MaxHeaderCount: 431 too_many_headers;
-//   - a Content-Length over l.MaxBodyBytes: 413 body_too_large, nothing
+//   - a Content-Length over l.MaxBodyBytes: 413 body_too_large (see
+//     HandlerAnswering for another answer), nothing
 //     of the body kept; a body at most maxDrainBytes over the limit is
 //     read and discarded first (for at most drainTimeout), so that a
 //     client that sends the whole body before reading, as Triton's Python
@@ -40,17 +41,40 @@ import (
 // listener names the port in the rejections metric. b and m may be nil:
 // an unlimited budget, unregistered metrics.
 func Handler(listener string, l Limits, b *Budget, m *Metrics, next http.Handler) http.Handler {
+	return HandlerAnswering(listener, l, b, m, nil, next)
+}
+
+// TooLarge writes the answer to a request whose Content-Length (length)
+// is over the listener's limit (limit). The handler has already drained
+// what it drains and set Connection: close.
+type TooLarge func(w http.ResponseWriter, r *http.Request, length, limit int64)
+
+// HandlerAnswering is Handler with the answer to a Content-Length over
+// the limit written by tooLarge (nil: 413 body_too_large), for a listener
+// whose protocol answers it otherwise (the KServe HTTP port answers 400,
+// as Triton does).
+func HandlerAnswering(listener string, l Limits, b *Budget, m *Metrics, tooLarge TooLarge, next http.Handler) http.Handler {
 	if b == nil {
 		b = NewBudget(0, nil)
 	}
-	return &handler{limits: l, budget: b, rej: orUnregistered(m).forListener(listener), next: next}
+	if tooLarge == nil {
+		tooLarge = answerTooLarge
+	}
+	return &handler{limits: l, budget: b, rej: orUnregistered(m).forListener(listener), tooLarge: tooLarge, next: next}
+}
+
+// answerTooLarge is the default TooLarge: 413 body_too_large.
+func answerTooLarge(w http.ResponseWriter, _ *http.Request, length, limit int64) {
+	wire.WriteError(w, http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
+		"request body of "+strconv.FormatInt(length, 10)+" bytes exceeds the limit of "+strconv.FormatInt(limit, 10)+" bytes")
 }
 
 type handler struct {
-	limits Limits
-	budget *Budget
-	rej    *rejectCounters
-	next   http.Handler
+	limits   Limits
+	budget   *Budget
+	rej      *rejectCounters
+	tooLarge TooLarge
+	next     http.Handler
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -69,8 +93,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The body is not used: have the server close the connection
 		// rather than drain what is left.
 		w.Header().Set("Connection", "close")
-		wire.WriteError(w, http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
-			"request body of "+strconv.FormatInt(cl, 10)+" bytes exceeds the limit of "+strconv.FormatInt(limit, 10)+" bytes")
+		h.tooLarge(w, r, cl, limit)
 		return
 	}
 	if cl > 0 {

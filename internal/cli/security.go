@@ -240,6 +240,13 @@ func (g *guard) httpServer(name string, l config.Limits, h http.Handler) *http.S
 	return httpapi.NewServer(g.handler(name, l, h), httpapi.ServerOptions{MaxHeaderBytes: l.MaxHeaderBytes})
 }
 
+// kserveServer is httpServer for the KServe HTTP port: a body over its
+// limit is answered 400 in Triton's words (httpapi.AnswerBodyTooLarge).
+func (g *guard) kserveServer(name string, l config.Limits, h http.Handler) *http.Server {
+	ah := admission.HandlerAnswering(name, l, g.budget, g.admit, httpapi.AnswerBodyTooLarge, h)
+	return httpapi.NewServer(ah, httpapi.ServerOptions{MaxHeaderBytes: l.MaxHeaderBytes})
+}
+
 // grpcOptions are a gRPC listener's server options: TLS credentials, the
 // admission bounds and, when p is not nil, authorization by classify.
 func (g *guard) grpcOptions(name string, l config.Limits, t *tlsconfig.Server, p *authz.Policy, classify func(string) (string, authz.Role)) []grpc.ServerOption {

@@ -16,10 +16,15 @@ import (
 	"github.com/sluice-ml/sluice/internal/admission"
 )
 
-// TestAdmission runs the inference endpoint behind admission.Handler on a
-// real server and checks that readBody answers the wrapped body's errors:
-// 413 past the listener's limit, 503 overloaded past the process budget,
-// including when a gzip body inflates past it.
+// TestAdmission runs the inference endpoint behind admission's handler
+// with AnswerBodyTooLarge, as the KServe HTTP port runs it, on a real
+// server and checks the answers: 400 body_too_large in Triton's words past
+// the listener's limit, whether the Content-Length says so up front or a
+// chunked body runs over (qa/L0_http http_input_size_limit_test.py wants
+// 400, "request JSON size of ... bytes exceeds the maximum allowed input
+// size of" for JSON and "exceeds the maximum allowed value" for a raw
+// body), 503 overloaded past the process budget, including when a gzip
+// body inflates past it.
 func TestAdmission(t *testing.T) {
 	const kib = 1 << 10
 	req := simpleRequest(seq(0, 16), seq(0, 16))
@@ -39,6 +44,7 @@ func TestAdmission(t *testing.T) {
 		body    []byte
 		chunked bool
 		enc     string
+		raw     bool // Inference-Header-Content-Length: 0
 		status  int
 		reason  string
 		want    string // in the error message
@@ -46,7 +52,15 @@ func TestAdmission(t *testing.T) {
 		{name: "within everything", limits: admission.DefaultLimits(64 * kib), budget: 1024 * kib, body: padded(4 * kib), status: http.StatusOK},
 		{name: "chunked within everything", limits: admission.DefaultLimits(64 * kib), budget: 1024 * kib, body: padded(20 * kib), chunked: true, status: http.StatusOK},
 		{name: "chunked over the listener limit", limits: admission.DefaultLimits(16 * kib), budget: 1024 * kib, body: padded(20 * kib), chunked: true,
-			status: http.StatusRequestEntityTooLarge, reason: reasonBodyTooLarge, want: "16384"},
+			status: http.StatusBadRequest, reason: reasonBodyTooLarge, want: "request JSON size of over 16384 bytes exceeds the maximum allowed input size of 16384 bytes. Use --max-request-bytes"},
+		{name: "length over the listener limit", limits: admission.DefaultLimits(16 * kib), budget: 1024 * kib, body: padded(20 * kib),
+			status: http.StatusBadRequest, reason: reasonBodyTooLarge, want: "request JSON size of 20480 bytes exceeds the maximum allowed input size of 16384 bytes. Use --max-request-bytes"},
+		{name: "raw body over the listener limit", limits: admission.DefaultLimits(16 * kib), budget: 1024 * kib, body: padded(20 * kib), raw: true,
+			status: http.StatusBadRequest, reason: reasonBodyTooLarge, want: "Raw input has a byte_size (20480 bytes) that exceeds the maximum allowed value of 16384 bytes."},
+		{name: "chunked raw body over the listener limit", limits: admission.DefaultLimits(16 * kib), budget: 1024 * kib, body: padded(20 * kib), raw: true, chunked: true,
+			status: http.StatusBadRequest, reason: reasonBodyTooLarge, want: "Raw input has a byte_size (over 16384 bytes) that exceeds the maximum allowed value of 16384 bytes."},
+		{name: "gzip inflating past the limit", limits: admission.DefaultLimits(64 * kib), budget: 1024 * kib, body: gz(padded(80 * kib)), enc: "gzip",
+			status: http.StatusBadRequest, reason: reasonBodyTooLarge, want: "Decompressed data size exceeds the maximum allowed value of 65536 bytes."},
 		{name: "chunked past the budget", limits: admission.DefaultLimits(64 * kib), budget: 8 * kib, body: padded(20 * kib), chunked: true,
 			status: http.StatusServiceUnavailable, reason: reasonOverloaded},
 		{name: "gzip that fits", limits: admission.DefaultLimits(64 * kib), budget: 1024 * kib, body: gz(padded(60 * kib)), enc: "gzip", status: http.StatusOK},
@@ -59,7 +73,7 @@ func TestAdmission(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h, _ := newTestHandler(t, newFakeModels())
 			budget := admission.NewBudget(tt.budget, nil)
-			srv := httptest.NewServer(admission.Handler("kserve_http", tt.limits, budget, nil, h))
+			srv := httptest.NewServer(admission.HandlerAnswering("kserve_http", tt.limits, budget, nil, AnswerBodyTooLarge, h))
 			defer srv.Close()
 			var body io.Reader = bytes.NewReader(tt.body)
 			if tt.chunked {
@@ -69,6 +83,9 @@ func TestAdmission(t *testing.T) {
 			require.NoError(t, err)
 			if tt.enc != "" {
 				r.Header.Set("Content-Encoding", tt.enc)
+			}
+			if tt.raw {
+				r.Header.Set(headerLength, "0")
 			}
 			resp, err := srv.Client().Do(r)
 			require.NoError(t, err)

@@ -560,7 +560,7 @@ func TestInferErrors(t *testing.T) {
 			name: "unsupported encoding", body: simpleRequest(good, good), hdr: map[string]string{"Content-Encoding": "br"},
 			status: 400, reason: "unsupported_content_encoding", want: []string{"br"},
 		},
-		{name: "oversized body", body: `{"inputs":[` + strings.Repeat(" ", 1<<16) + `]}`, status: 413, reason: "body_too_large", want: []string{"65536"}},
+		{name: "oversized body", body: `{"inputs":[` + strings.Repeat(" ", 1<<16) + `]}`, status: 400, reason: "body_too_large", want: []string{"exceeds the maximum allowed input size of 65536 bytes"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			model := tc.model
@@ -638,7 +638,7 @@ func TestInferGzip(t *testing.T) {
 	require.NoError(t, zw.Close())
 	require.Less(t, buf.Len(), 1<<16)
 	requireError(t, do(t, h, "POST", "/v2/models/simple/infer", buf.Bytes(), map[string]string{"Content-Encoding": "gzip"}),
-		413, "body_too_large")
+		400, "body_too_large", "Decompressed data size exceeds the maximum allowed value of 65536 bytes")
 	requireError(t, do(t, h, "POST", "/v2/models/simple/infer", []byte("not gzip"), map[string]string{"Content-Encoding": "gzip"}),
 		400, "invalid_request", "decompress")
 }
@@ -727,13 +727,13 @@ func TestOverHTTP(t *testing.T) {
 	require.Equal(t, int32Bytes(sum), buf.Bytes()[n:n+64])
 	require.Equal(t, make([]byte, 64), buf.Bytes()[n+64:], "OUTPUT1 = INPUT0-INPUT1 = 0")
 
-	// An oversized body over a real connection: 413, JSON.
+	// An oversized body over a real connection: 400, JSON (as Triton).
 	big := bytes.Repeat([]byte(" "), 1<<17)
 	req, err = http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/v2/models/simple/infer", bytes.NewReader(big))
 	require.NoError(t, err)
 	resp2, err := srv.Client().Do(req)
 	require.NoError(t, err)
 	defer resp2.Body.Close()
-	require.Equal(t, 413, resp2.StatusCode)
+	require.Equal(t, 400, resp2.StatusCode)
 	srv.Client().CloseIdleConnections()
 }

@@ -45,7 +45,7 @@ func TestBadInputAnswers(t *testing.T) {
 		{name: "missing input", model: "simple", body: []byte(`{"inputs":[` + good0 + `]}`), wantStatus: 400, wantReason: "missing_input", wantInMsg: "INPUT1"},
 		{name: "unknown output", model: "simple", body: []byte(`{"inputs":[` + good0 + `,` + strings.Replace(good0, "INPUT0", "INPUT1", 1) + `],"outputs":[{"name":"OUTPUT9"}]}`), wantStatus: 400, wantReason: "unknown_output", wantInMsg: "OUTPUT9"},
 		{name: "unknown model", model: "nope", body: []byte(simple(good0)), wantStatus: 404, wantReason: "model_not_found", wantInMsg: "nope"},
-		{name: "oversized body", model: "simple", body: bytes.Repeat([]byte(" "), 2<<20), wantStatus: 413, wantReason: "body_too_large"},
+		{name: "oversized body", model: "simple", body: bytes.Repeat([]byte(" "), 2<<20), wantStatus: 400, wantReason: "body_too_large", wantInMsg: "exceeds the maximum allowed input size of"},
 	}
 	b, hl := binBody(60)
 	cases = append(cases, struct {

@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -466,10 +467,14 @@ type attackTarget struct {
 	name string
 	url  string
 	hdr  map[string]string
-	// reads is set where the endpoint reads the body: it must answer 413
-	// body_too_large or 503 overloaded. Elsewhere (no endpoint on the port
-	// takes a body) it must answer an error without reading the body.
+	// reads is set where the endpoint reads the body: it must answer
+	// tooLarge (413 where it is 0) body_too_large or 503 overloaded.
+	// Elsewhere (no endpoint on the port takes a body) it must answer an
+	// error without reading the body.
 	reads bool
+	// tooLarge is the port's status for a body over its limit: 0 is 413;
+	// the KServe HTTP port answers 400, as Triton.
+	tooLarge int
 }
 
 // attackTally counts one port's attacking bodies by outcome.
@@ -566,9 +571,10 @@ func attackOnce(ctx context.Context, client *http.Client, tgt attackTarget, chun
 	switch {
 	case resp.StatusCode < 400:
 		tally.add(resp.StatusCode, e.Reason, sent, fmt.Sprintf("answered %d %s after %d bytes", resp.StatusCode, bytes.TrimSpace(b), sent))
-	case tgt.reads && !(resp.StatusCode == http.StatusRequestEntityTooLarge && e.Reason == "body_too_large") &&
+	case tgt.reads && !(resp.StatusCode == cmp.Or(tgt.tooLarge, http.StatusRequestEntityTooLarge) && e.Reason == "body_too_large") &&
 		!(resp.StatusCode == http.StatusServiceUnavailable && e.Reason == "overloaded"):
-		tally.add(resp.StatusCode, e.Reason, sent, fmt.Sprintf("answered %d %s, want 413 body_too_large or 503 overloaded", resp.StatusCode, bytes.TrimSpace(b)))
+		tally.add(resp.StatusCode, e.Reason, sent, fmt.Sprintf("answered %d %s, want %d body_too_large or 503 overloaded",
+			resp.StatusCode, bytes.TrimSpace(b), cmp.Or(tgt.tooLarge, http.StatusRequestEntityTooLarge)))
 	default:
 		tally.add(resp.StatusCode, e.Reason, sent, "")
 	}
@@ -584,7 +590,7 @@ func (c *gwChain) checkChunkedBodies(t *testing.T, ids gwIDs) {
 		// The admin port has no endpoint that reads a body: the attack
 		// goes to a write route, which answers without reading it.
 		{name: "admin", url: "http://" + c.admin + "/rollout/parcel-eta/pause"},
-		{name: "models_http", url: "http://" + c.models + "/v2/models/parcel_eta/infer", reads: true},
+		{name: "models_http", url: "http://" + c.models + "/v2/models/parcel_eta/infer", reads: true, tooLarge: http.StatusBadRequest},
 		{name: "features", url: "http://" + c.features + "/get-online-features", reads: true},
 		// The metrics port serves GET /metrics only: a POST is answered
 		// 405 without reading the body.
