@@ -250,7 +250,7 @@ func TestRepositoryRPCs(t *testing.T) {
 					ModelName:  "echo",
 					Parameters: map[string]*pb.ModelRepositoryParameter{"config": strParam(`{"name":`)},
 				},
-				codes.InvalidArgument, modelconfig.ReasonInvalidConfig, "model 'echo': load parameter 'config'",
+				codes.InvalidArgument, modelconfig.ReasonInvalidConfig, "failed to load 'echo': load parameter 'config'",
 			},
 			{
 				"unknown config field", &pb.RepositoryModelLoadRequest{
@@ -264,7 +264,15 @@ func TestRepositoryRPCs(t *testing.T) {
 					ModelName:  "echo",
 					Parameters: map[string]*pb.ModelRepositoryParameter{"file:1/model.onnx": bytesParam([]byte{1})},
 				},
-				codes.InvalidArgument, modelrepo.ReasonInvalidLoadRequest, "require a 'config'",
+				codes.InvalidArgument, modelrepo.ReasonInvalidLoadRequest, "failed to load 'echo', failed to poll from model repository: file overrides need a config override",
+			},
+			{
+				// The HTTP edge's check: a path leaving the model folder.
+				"path escapes", &pb.RepositoryModelLoadRequest{
+					ModelName:  "echo",
+					Parameters: map[string]*pb.ModelRepositoryParameter{"config": strParam(`{}`), "file:../x/m": bytesParam([]byte{1})},
+				},
+				codes.InvalidArgument, modelrepo.ReasonInvalidLoadRequest, "failed to load 'echo': file override 'file:../x/m' is not a relative path inside the model folder",
 			},
 			{
 				"file as string", &pb.RepositoryModelLoadRequest{

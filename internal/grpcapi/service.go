@@ -569,7 +569,7 @@ func decodeLoad(req *pb.RepositoryModelLoadRequest) (modelrepo.LoadOptions, erro
 			}
 			cfg, err := modelconfig.ParseJSON([]byte(js.StringParam))
 			if err != nil {
-				return opts, invalidf(modelconfig.ReasonInvalidConfig, "model '%s': load parameter 'config': %v", name, err)
+				return opts, modelrepo.ConfigParamError(name, err)
 			}
 			opts.Config = cfg
 		case strings.HasPrefix(k, loadParamFile):
@@ -579,21 +579,14 @@ func decodeLoad(req *pb.RepositoryModelLoadRequest) (modelrepo.LoadOptions, erro
 				return opts, invalidf(modelrepo.ReasonInvalidLoadRequest,
 					"model '%s': load parameter '%s' must be a bytes_param", name, shorten(k))
 			}
-			if path == "" {
-				return opts, invalidf(modelrepo.ReasonInvalidLoadRequest,
-					"model '%s': load parameter 'file:' names no file", name)
-			}
 			if opts.Files == nil {
 				opts.Files = make(map[string][]byte)
 			}
 			opts.Files[path] = b.BytesParam
 		}
 	}
-	if len(opts.Files) > 0 && opts.Config == nil {
-		return opts, invalidf(modelrepo.ReasonInvalidLoadRequest,
-			"model '%s': load parameters 'file:...' require a 'config' parameter", name)
-	}
-	return opts, nil
+	// The checks are the HTTP edge's, so both take the same requests.
+	return opts, opts.Check(name)
 }
 
 // shorten bounds a client-chosen string before it goes into a message.

@@ -257,16 +257,28 @@ func TestRepositoryLoad(t *testing.T) {
 		require.Equal(t, int32(4), f.lastLoad.Config.GetMaxBatchSize())
 		require.Equal(t, map[string][]byte{"1/model.onnx": []byte("onnx bytes")}, f.lastLoad.Files)
 	})
+	// A file at the model folder's top ("file:foo") is taken, as the gRPC
+	// edge and Triton take it.
+	t.Run("file at the folder's top", func(t *testing.T) {
+		rec := do(t, h, "POST", "/v2/repository/models/simple/load", []byte(`{"parameters":{"config":"{}","file:foo":"AAAA"}}`), nil)
+		require.Equal(t, 200, rec.Code, rec.Body.String())
+		require.Equal(t, map[string][]byte{"foo": {0, 0, 0}}, f.lastLoad.Files)
+	})
 	for _, tc := range []struct {
 		name, body, reason string
 		want               []string
 	}{
-		{"file without config", `{"parameters":{"file:1/model.onnx":"AAAA"}}`, "invalid_parameter", []string{"config"}},
+		// Triton's opening words, which its clients and QA match on
+		// (qa/L0_lifecycle test_file_override: "failed to load '<m>',
+		// failed to poll from model repository"; test_file_override_security,
+		// paths that leave the folder: "failed to load").
+		{"file without config", `{"parameters":{"file:1/model.onnx":"AAAA"}}`, "invalid_load_request", []string{"failed to load 'simple', failed to poll from model repository", "config"}},
 		{"bad base64", `{"parameters":{"config":"{}","file:1/model.onnx":"!!"}}`, "invalid_parameter", []string{"file:1/model.onnx", "base64"}},
-		{"path escapes", `{"parameters":{"config":"{}","file:../x/model.onnx":"AAAA"}}`, "invalid_parameter", []string{"file:../x/model.onnx"}},
+		{"path escapes", `{"parameters":{"config":"{}","file:../x/model.onnx":"AAAA"}}`, "invalid_load_request", []string{"failed to load 'simple'", "file:../x/model.onnx"}},
+		{"no file name", `{"parameters":{"config":"{}","file:":"AAAA"}}`, "invalid_load_request", []string{"failed to load 'simple'", "'file:'"}},
 		{"unknown parameter", `{"parameters":{"confg":"{}"}}`, "invalid_parameter", []string{"confg"}},
 		{"non-string parameter", `{"parameters":{"config":5}}`, "invalid_parameter", []string{"config"}},
-		{"bad config", `{"parameters":{"config":"{\"max_batch_size\": \"x\"}"}}`, "invalid_model_config", []string{"model configuration"}},
+		{"bad config", `{"parameters":{"config":"{\"max_batch_size\": \"x\"}"}}`, "invalid_model_config", []string{"failed to load 'simple': load parameter 'config'", "model configuration"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			requireError(t, do(t, h, "POST", "/v2/repository/models/simple/load", []byte(tc.body), nil), 400, tc.reason, tc.want...)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"path"
 	"strings"
 	"time"
 
@@ -269,7 +268,7 @@ func (h *Handler) handleLoad(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, r.Header.Get("X-Request-Id"), err)
 		return
 	}
-	opts, err := loadOptions(req.Parameters)
+	opts, err := loadOptions(r.PathValue("model"), req.Parameters)
 	if err != nil {
 		h.writeError(w, r, r.Header.Get("X-Request-Id"), err)
 		return
@@ -281,10 +280,12 @@ func (h *Handler) handleLoad(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// loadOptions turns load parameters into modelrepo.LoadOptions: "config" is
-// a JSON model configuration in a string, each "file:<version>/<name>" a
-// base64 file. As in Triton, files need a config.
-func loadOptions(params map[string]json.RawMessage) (modelrepo.LoadOptions, error) {
+// loadOptions turns the load parameters of model name into
+// modelrepo.LoadOptions: "config" is a JSON model configuration in a
+// string, each "file:<path>" a base64 file at that path in the model
+// folder. As in Triton, files need a config; the checks are the gRPC
+// edge's (LoadOptions.Check), so both take the same requests.
+func loadOptions(name string, params map[string]json.RawMessage) (modelrepo.LoadOptions, error) {
 	var opts modelrepo.LoadOptions
 	for key, raw := range params {
 		var s string
@@ -295,14 +296,11 @@ func loadOptions(params map[string]json.RawMessage) (modelrepo.LoadOptions, erro
 		case key == "config":
 			cfg, err := modelconfig.ParseJSON([]byte(s))
 			if err != nil {
-				return opts, err
+				return opts, modelrepo.ConfigParamError(name, err)
 			}
 			opts.Config = cfg
 		case strings.HasPrefix(key, loadParamPrefix):
 			p := strings.TrimPrefix(key, loadParamPrefix)
-			if p == "" || path.IsAbs(p) || path.Clean(p) != p || p == ".." || strings.HasPrefix(p, "../") || !strings.Contains(p, "/") {
-				return opts, invalidf(reasonInvalidParameter, "load parameter %q must name a file as %s<version>/<path> inside the model folder", key, loadParamPrefix)
-			}
 			data, err := base64.StdEncoding.DecodeString(s)
 			if err != nil {
 				return opts, invalidf(reasonInvalidParameter, "load parameter %q: content is not valid base64: %v", key, err)
@@ -315,10 +313,7 @@ func loadOptions(params map[string]json.RawMessage) (modelrepo.LoadOptions, erro
 			return opts, invalidf(reasonInvalidParameter, "unknown load parameter %q (expected \"config\" or \"%s<version>/<path>\")", key, loadParamPrefix)
 		}
 	}
-	if len(opts.Files) > 0 && opts.Config == nil {
-		return opts, invalidf(reasonInvalidParameter, "load parameters with files need a \"config\" parameter too")
-	}
-	return opts, nil
+	return opts, opts.Check(name)
 }
 
 func (h *Handler) handleUnload(w http.ResponseWriter, r *http.Request) {

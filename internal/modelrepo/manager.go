@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
@@ -657,8 +658,8 @@ func (m *Manager) load(ctx context.Context, name string, opts LoadOptions, visit
 	if err := checkModelName(name); err != nil {
 		return err
 	}
-	if len(opts.Files) > 0 && opts.Config == nil {
-		return infer.Errorf(infer.KindInvalid, ReasonInvalidLoadRequest, "load model '%s': file overrides need a config override", name)
+	if err := opts.Check(name); err != nil {
+		return err
 	}
 	// As Triton does, a load reads the repositories again; a remote one
 	// that cannot be read loads from its local copy.
@@ -702,7 +703,7 @@ func (m *Manager) load(ctx context.Context, name string, opts LoadOptions, visit
 	if len(opts.Files) > 0 {
 		dir, err := writeOverrideFiles(name, opts.Files)
 		if err != nil {
-			return infer.Errorf(infer.KindInvalid, ReasonInvalidLoadRequest, "load model '%s': %v", name, err)
+			return infer.Errorf(infer.KindInvalid, ReasonInvalidLoadRequest, "failed to load '%s': %v", name, err)
 		}
 		mdl.addTmpDir(dir)
 		src.dir, src.dupErr = dir, nil
@@ -833,22 +834,30 @@ func (m *Manager) findModel(name string) []string {
 func writeOverrideFiles(name string, files map[string][]byte) (string, error) {
 	for rel := range files {
 		if !filepath.IsLocal(filepath.FromSlash(rel)) || strings.Contains(rel, `\`) {
-			return "", fmt.Errorf("file override %q is not a relative path inside the model folder", rel)
+			return "", fmt.Errorf("file override 'file:%s' is not a relative path inside the model folder", shortName(rel))
 		}
 	}
 	dir, err := os.MkdirTemp("", "sluice-model-"+name+"-")
 	if err != nil {
 		return "", fmt.Errorf("create folder for file overrides: %w", err)
 	}
+	// The client's words, never the server's folder: an error names the
+	// file as the request did (a too-long name would otherwise show the
+	// temporary path in the answer).
+	fail := func(rel string, err error) (string, error) {
+		_ = os.RemoveAll(dir)
+		if pe, ok := errors.AsType[*fs.PathError](err); ok {
+			err = pe.Err
+		}
+		return "", fmt.Errorf("write file override 'file:%s': %w", shortName(rel), err)
+	}
 	for rel, data := range files {
 		path := filepath.Join(dir, filepath.FromSlash(rel))
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			_ = os.RemoveAll(dir)
-			return "", fmt.Errorf("write file override %q: %w", rel, err)
+			return fail(rel, err)
 		}
 		if err := os.WriteFile(path, data, 0o600); err != nil {
-			_ = os.RemoveAll(dir)
-			return "", fmt.Errorf("write file override %q: %w", rel, err)
+			return fail(rel, err)
 		}
 	}
 	return dir, nil

@@ -322,6 +322,33 @@ func TestExplicitMode(t *testing.T) {
 		require.DirExists(t, tmp[0])
 		require.NoError(t, h.m.Unload(t.Context(), "a", UnloadOptions{}))
 		require.NoDirExists(t, tmp[0], "the override folder goes with the unload")
+
+		// A file at the folder's top is written there, as Triton does.
+		require.NoError(t, h.m.Load(t.Context(), "a", LoadOptions{
+			Config: cfg,
+			Files:  map[string][]byte{"3/model.fake": []byte(fakeFile(4)), "labels.txt": []byte("x\n")},
+		}))
+		tmp = h.m.lookup("a").tmpDirs
+		require.FileExists(t, filepath.Join(tmp[len(tmp)-1], "labels.txt"))
+
+		// Refusals start with Triton's "failed to load" and name the file
+		// as the client did, never the server's temporary folder
+		// (qa/L0_lifecycle test_file_override_security; a 256-character
+		// file name is too long for the file system).
+		long := strings.Repeat("n", 256)
+		for rel, want := range map[string]string{
+			"3/" + long:       "failed to load 'a': write file override 'file:3/" + long[:62] + "...': file name too long",
+			"../escape/x":     "failed to load 'a': file override 'file:../escape/x' is not a relative path inside the model folder",
+			"/abs/model.fake": "failed to load 'a': file override 'file:/abs/model.fake' is not a relative path",
+		} {
+			err := h.m.Load(t.Context(), "a", LoadOptions{Config: cfg, Files: map[string][]byte{rel: []byte(fakeFile(5))}})
+			requireInferError(t, err, infer.KindInvalid, ReasonInvalidLoadRequest, want)
+			require.NotContains(t, err.Error(), os.TempDir(), "the answer shows no server path")
+			require.NotContains(t, err.Error(), "sluice-model-")
+		}
+		resp, err = h.infer(t.Context(), "a", "")
+		require.NoError(t, err)
+		require.Equal(t, int32(4), servedAdd(t, resp), "a refused load leaves the last one serving")
 	})
 }
 
