@@ -16,9 +16,11 @@ import (
 // Bounds that keep a configuration (which the repository-load API accepts
 // from clients) from asking for unbounded resources.
 const (
-	MaxInstanceCount  = 1024    // instances in one instance group
-	MaxPriorityLevels = 1 << 16 // dynamic batching priority levels
-	MaxWarmupCount    = 1000    // repetitions of one warmup request
+	MaxInstanceCount = 1024 // instances in one instance group
+	MaxWarmupCount   = 1000 // repetitions of one warmup request
+	// MaxPriorityQueuePolicies bounds the priority_queue_policy entries
+	// (each a queue of its own); priority_levels itself is unbounded.
+	MaxPriorityQueuePolicies = 1 << 16
 )
 
 // validator collects problems with the position of the field each is about.
@@ -272,10 +274,11 @@ func (v *validator) dynamicBatching() {
 			v.add(path, "dynamic_batching: preferred_batch_size %d exceeds max_batch_size %d", s, maxBatch)
 		}
 	}
+	// Any number of levels, as Triton takes any uint64 (its QA loads
+	// 2^64-1: qa/L0_model_queue test_max_priority_levels); the model
+	// server maps many levels onto fewer queues.
 	levels := db.PriorityLevels
 	switch {
-	case levels > MaxPriorityLevels:
-		v.add("dynamic_batching.priority_levels", "dynamic_batching: priority_levels %d exceeds the limit of %d", levels, MaxPriorityLevels)
 	case levels == 0:
 		if db.DefaultPriorityLevel != 0 {
 			v.add("dynamic_batching.default_priority_level", "dynamic_batching: default_priority_level %d is set but priority_levels is 0", db.DefaultPriorityLevel)
@@ -286,6 +289,10 @@ func (v *validator) dynamicBatching() {
 		v.add("dynamic_batching.default_priority_level", "dynamic_batching: default_priority_level %d must be in [1, %d] (priority_levels is %d; 1 is the highest level)", db.DefaultPriorityLevel, levels, levels)
 	}
 	v.queuePolicy("dynamic_batching.default_queue_policy", db.DefaultQueuePolicy)
+	if n := len(db.PriorityQueuePolicy); n > MaxPriorityQueuePolicies {
+		v.add("dynamic_batching.priority_queue_policy", "dynamic_batching: %d priority_queue_policy entries exceed the limit of %d", n, MaxPriorityQueuePolicies)
+		return
+	}
 	keys := make([]uint64, 0, len(db.PriorityQueuePolicy))
 	for k := range db.PriorityQueuePolicy {
 		keys = append(keys, k)

@@ -157,7 +157,7 @@ func (lv *loaded) response(req *infer.Request, outs []infer.Tensor, classes map[
 
 // schedParams are the request parameters the scheduler honours.
 type schedParams struct {
-	priority int           // 0 = the model's default level
+	priority uint64        // 0 = the model's default level
 	timeout  time.Duration // 0 = the queue policy's default
 	// model are the parameters the model sees (a Python model's
 	// request.parameters()); nil when there are none.
@@ -208,10 +208,10 @@ func scheduleParams(p infer.Parameters) (schedParams, *infer.Error) {
 	s := schedParams{model: modelParams(p)}
 	if v, ok := p[paramPriority]; ok {
 		n, ok := paramUint(v)
-		if !ok || n > math.MaxInt32 {
+		if !ok {
 			return s, infer.Errorf(infer.KindInvalid, ReasonInvalidParameter, "request parameter '%s' must be a non-negative integer, got %v", paramPriority, v)
 		}
-		s.priority = int(n)
+		s.priority = n
 	}
 	if v, ok := p[paramTimeout]; ok {
 		n, ok := paramUint(v)

@@ -162,11 +162,13 @@ type loaded struct {
 	instances []backend.Instance
 	health    []backend.HealthReporter // the instances that report their health; fixed once loaded
 	batcher   *batch.Batcher           // schedules requests onto the instances; nil for ensembles and sequence models
-	seq       *sequence.Scheduler      // the sequence batcher of a sequence_batching model; else nil
-	obs       versionObservers
-	stats     *versionStats // set when the version is published
-	ens       *ensemble     // nil unless the model is an ensemble
-	cached    bool          // response_cache is on and the server has a cache
+	// priorities maps request priorities onto the batcher's levels.
+	priorities priorityMap
+	seq        *sequence.Scheduler // the sequence batcher of a sequence_batching model; else nil
+	obs        versionObservers
+	stats      *versionStats // set when the version is published
+	ens        *ensemble     // nil unless the model is an ensemble
+	cached     bool          // response_cache is on and the server has a cache
 	// cacheTooBig is set once a response did not fit the whole cache (the
 	// warning is logged once per loaded version).
 	cacheTooBig atomic.Bool

@@ -58,15 +58,22 @@ func schedulerOptions(model, version string, cfg *inferencepb.ModelConfig) batch
 	// stretch so a 100–500 µs max_queue_delay means what it says.
 	o.SpinBelow = spinBelow
 	o.PreserveOrdering = db.GetPreserveOrdering()
-	// modelconfig.Validate bounds the levels, so these fit an int.
-	o.PriorityLevels = int(db.GetPriorityLevels())
-	o.DefaultPriority = int(db.GetDefaultPriorityLevel())
+	// The configuration's levels go through the same map as the
+	// requests' priorities (priorityMap).
+	pm := newPriorityMap(db)
+	o.PriorityLevels = pm.batchLevels()
+	if d := db.GetDefaultPriorityLevel(); d > 0 && d <= pm.levels {
+		o.DefaultPriority = pm.level(d)
+	}
 	o.DefaultQueuePolicy = queuePolicy(db.GetDefaultQueuePolicy())
 	for level, qp := range db.GetPriorityQueuePolicy() {
+		if level < 1 || level > pm.levels {
+			continue // modelconfig.Validate refuses these
+		}
 		if o.PriorityQueuePolicy == nil {
 			o.PriorityQueuePolicy = map[int]batch.QueuePolicy{}
 		}
-		o.PriorityQueuePolicy[int(level)] = queuePolicy(qp)
+		o.PriorityQueuePolicy[pm.level(level)] = queuePolicy(qp)
 	}
 	return o
 }
@@ -131,17 +138,22 @@ func (m *Manager) startScheduler(lv *loaded) error {
 		return err
 	}
 	lv.batcher = b
+	lv.priorities = newPriorityMap(lv.cfg.GetDynamicBatching())
 	return nil
 }
 
 // execute runs validated inputs through the version's batcher and returns
 // the request's outputs and its share of the times.
 func (lv *loaded) execute(ctx context.Context, inputs []infer.Tensor, outputs []string, batchSize int64, sched schedParams) ([]infer.Tensor, execTimes, *infer.Error) {
+	priority, ierr := lv.priorities.request(lv.model, sched.priority)
+	if ierr != nil {
+		return nil, execTimes{}, ierr
+	}
 	res, err := lv.batcher.Submit(ctx, &batch.Request{
 		Inputs:    inputs,
 		Outputs:   outputs,
 		BatchSize: int(batchSize),
-		Priority:  sched.priority,
+		Priority:  priority,
 		Timeout:   sched.timeout,
 		Params:    sched.model,
 	})

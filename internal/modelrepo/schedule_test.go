@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/batch"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
+	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
 
 func TestSchedulerOptionsFromConfig(t *testing.T) {
@@ -165,4 +166,107 @@ func TestStatisticsAddUpUnderBatching(t *testing.T) {
 	require.Less(t, s.ExecutionCount, uint64(clients), "requests sent together are batched")
 	require.InDelta(t, float64(s.ExecutionCount), testutil.ToFloat64(h.m.metrics.executions.WithLabelValues("m", "1")), 0)
 	require.InDelta(t, float64(want), testutil.ToFloat64(h.m.metrics.inferences.WithLabelValues("m", "1")), 0)
+}
+
+// A configuration with 2^64-1 priority levels loads and serves as in
+// Triton (qa/L0_model_queue test_max_priority_levels: priority_levels
+// 2^64-1, default_priority_level 2^32, requests at the default, at 2^32
+// and at 1): the priority-1 request goes ahead of the two queued before
+// it and makes a preferred batch of 4 with the first; the other runs
+// alone.
+func TestMaxPriorityLevels(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{
+		"m/config.pbtxt": fakeConfig(`dynamic_batching {
+  preferred_batch_size: [ 4, 8 ]
+  max_queue_delay_microseconds: 100000
+  priority_levels: 18446744073709551615
+  default_priority_level: 4294967296
+}`),
+		"m/1/model.fake": fakeFile(1),
+	})
+	h := newHarness(t, Options{Repositories: []string{repo}, HoldSchedulerUntil: 3})
+	h.start(t)
+	pending := func() float64 {
+		mfs, err := h.reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() == "sluice_model_pending_requests" {
+				for _, m := range mf.GetMetric() {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+		return 0
+	}
+	send := func(bs int64, priority uint64, errs chan<- error) {
+		vals := make([]int32, 4*bs)
+		r := &infer.Request{Model: "m", Inputs: []infer.Tensor{int32Tensor("IN", []int64{bs, 4}, vals...)}}
+		if priority > 0 {
+			r.Parameters = infer.Parameters{"priority": priority}
+		}
+		_, err := h.m.Infer(context.Background(), r)
+		errs <- err
+	}
+	errs := make(chan error, 3)
+	for i, s := range []struct {
+		bs       int64
+		priority uint64
+	}{{2, 0}, {1, 1 << 32}, {2, 1}} {
+		go send(s.bs, s.priority, errs)
+		if i < 2 {
+			require.Eventually(t, func() bool { return pending() == float64(i+1) }, 10*time.Second, time.Millisecond, "request %d queued", i)
+		}
+	}
+	for range 3 {
+		require.NoError(t, <-errs)
+	}
+	st, err := h.m.Statistics(t.Context(), "m", "1")
+	require.NoError(t, err)
+	sizes := map[uint64]uint64{}
+	for _, b := range st[0].BatchStats {
+		sizes[b.BatchSize] = b.ComputeInfer.Count
+	}
+	require.Equal(t, map[uint64]uint64{4: 1, 1: 1}, sizes, "executions by batch size")
+
+	// The lowest level serves too; nothing lies past it.
+	errs = make(chan error, 3)
+	for _, p := range []uint64{1<<64 - 1, 1<<32 + 1, 5000} {
+		go send(1, p, errs)
+	}
+	for range 3 {
+		require.NoError(t, <-errs)
+	}
+}
+
+// The map of many levels onto the batcher's keeps their order: anchors
+// (the first levels, the default and those with a policy) keep a level of
+// their own; levels between two anchors share the one after the higher.
+func TestPriorityMapOrder(t *testing.T) {
+	cfg, _, err := modelconfig.Parse("config.pbtxt", []byte(fakeConfig(`dynamic_batching {
+  priority_levels: 18446744073709551615
+  default_priority_level: 4294967296
+  priority_queue_policy { key: 1099511627776 value: { max_queue_size: 2 } }
+}`)))
+	require.NoError(t, err)
+	pm := newPriorityMap(cfg.GetDynamicBatching())
+	prev := 0
+	for _, p := range []uint64{1, 2, anchorLevels, anchorLevels + 1, 1 << 32, 1<<32 + 1, 1 << 40, 1<<64 - 1} {
+		l := pm.level(p)
+		require.Greater(t, l, prev, "level %d", p)
+		require.LessOrEqual(t, l, pm.batchLevels())
+		prev = l
+	}
+	require.Equal(t, pm.level(anchorLevels+1), pm.level(1<<32-1), "levels between two anchors share a queue")
+	require.Equal(t, pm.level(1<<40+1), pm.level(1<<64-1), "so do the levels after the last anchor")
+	o := schedulerOptions("m", "1", cfg)
+	require.Equal(t, pm.batchLevels(), o.PriorityLevels)
+	require.Equal(t, pm.level(1<<32), o.DefaultPriority)
+	require.Equal(t, map[int]batch.QueuePolicy{pm.level(1 << 40): {TimeoutAction: batch.Reject, MaxQueueSize: 2}}, o.PriorityQueuePolicy)
+	// Up to 65,536 levels each is the batcher's own.
+	small := newPriorityMap(&inferencepb.ModelDynamicBatching{PriorityLevels: 3})
+	require.Equal(t, 3, small.batchLevels())
+	require.Equal(t, 2, small.level(2))
+	_, ierr := small.request("m", 4)
+	require.Equal(t, batch.ReasonInvalidPriority, ierr.Reason)
 }

@@ -111,6 +111,10 @@ func (m *Manager) stream(ctx context.Context, lv *loaded, req *infer.Request, se
 	if ierr != nil {
 		return ierr
 	}
+	priority, ierr := lv.priorities.request(lv.model, sched.priority)
+	if ierr != nil {
+		return ierr
+	}
 	classes, ierr := lv.classifications(req)
 	if ierr != nil {
 		return ierr
@@ -155,7 +159,7 @@ func (m *Manager) stream(ctx context.Context, lv *loaded, req *infer.Request, se
 		Inputs:    inputs,
 		Outputs:   outputs,
 		BatchSize: int(batchSize),
-		Priority:  sched.priority,
+		Priority:  priority,
 		Timeout:   sched.timeout,
 		Params:    sched.model,
 		Sender:    sender,
