@@ -20,7 +20,7 @@
 //     is charged chunk by chunk as the handler reads it; the read that
 //     would pass the per-request limit or the budget fails with
 //     ErrBodyTooLarge or ErrOverloaded, and the handler's body reader
-//     answers 413 or 503;
+//     answers 413 (400 on the KServe HTTP port, as Triton) or 503;
 //   - what a handler holds beyond the wire bytes is charged with Charge:
 //     httpapi charges a gzip or deflate body's decompressed buffer where it
 //     outgrows the bytes already counted, since a small compressed body

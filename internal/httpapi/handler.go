@@ -37,7 +37,8 @@ func implementedExtensions() []string {
 // Options configure a Handler. The zero value is usable.
 type Options struct {
 	// MaxBodyBytes bounds a request body, after decompression. Larger
-	// bodies are answered 413. Default DefaultMaxBodyBytes (64 MiB).
+	// bodies are answered 400 body_too_large, as Triton answers them. Default
+	// DefaultMaxBodyBytes (64 MiB).
 	MaxBodyBytes int64
 	// ServerName is the name in the server metadata. Default "sluice".
 	ServerName string

@@ -33,7 +33,7 @@ func readSettings(r *http.Request, v any) error {
 		return invalidf(reasonInvalidRequest, "read body: %v", err)
 	}
 	if len(body) > maxSettingsBody {
-		return infer.Errorf(infer.KindResourceExhausted, reasonBodyTooLarge, "a settings update is at most %d bytes", maxSettingsBody)
+		return invalidf(reasonBodyTooLarge, "a settings update is at most %d bytes", maxSettingsBody)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"log/slog"
 	"net/http"
 	"testing"
@@ -30,6 +31,8 @@ func TestSettingsHTTP(t *testing.T) {
 	requireError(t, do(t, h, http.MethodPost, "/v2/logging", []byte(`{"log_info":"no"}`), nil), http.StatusBadRequest, tritonsettings.ReasonInvalid, "'log_info'")
 	requireError(t, do(t, h, http.MethodPost, "/v2/logging", []byte(`{"log_verbose_level":1.5}`), nil), http.StatusBadRequest, reasonInvalidParameter)
 	requireError(t, do(t, h, http.MethodPost, "/v2/logging", []byte(`[`), nil), http.StatusBadRequest, reasonInvalidJSON)
+	// A body over its limit is 400 on this port, as every body is (Triton).
+	requireError(t, do(t, h, http.MethodPost, "/v2/logging", bytes.Repeat([]byte(" "), maxSettingsBody+1), nil), http.StatusBadRequest, reasonBodyTooLarge, "at most 65536 bytes")
 
 	rec = do(t, h, http.MethodGet, "/v2/trace/setting", nil, nil)
 	require.Equal(t, http.StatusOK, rec.Code)

@@ -69,7 +69,7 @@ func (h *Handler) handleSHMRegister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(body) > maxRegisterBody {
-		h.writeError(w, r, id, infer.Errorf(infer.KindResourceExhausted, reasonBodyTooLarge, "a register request is at most %d bytes", maxRegisterBody))
+		h.writeError(w, r, id, invalidf(reasonBodyTooLarge, "a register request is at most %d bytes", maxRegisterBody))
 		return
 	}
 	var req struct {

@@ -53,6 +53,8 @@ func TestSharedMemoryHTTP(t *testing.T) {
 		http.StatusBadRequest, shm.ReasonInvalid, "exceeds the 64 bytes")
 	requireError(t, do(t, h, http.MethodPost, "/v2/systemsharedmemory/region/nokey/register", []byte(`{"byte_size":16}`), nil),
 		http.StatusBadRequest, "invalid_request", `"key" is required`)
+	requireError(t, do(t, h, http.MethodPost, "/v2/systemsharedmemory/region/huge/register", bytes.Repeat([]byte(" "), maxRegisterBody+1), nil),
+		http.StatusBadRequest, reasonBodyTooLarge, "at most 65536 bytes")
 
 	rec := do(t, h, http.MethodGet, "/v2/systemsharedmemory/status", nil, nil)
 	require.Equal(t, http.StatusOK, rec.Code)

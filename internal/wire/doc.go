@@ -29,7 +29,9 @@
 // KindResourceExhausted splits over HTTP by what ran out. The request's
 // own size (ReasonBodyTooLarge, ReasonTooManyEntityRows) and a response
 // too large to build (ReasonResponseTooLarge) are 413: the client must
-// ask for less. The process's in-flight budget
+// ask for less (the KServe HTTP port answers a body over its limit 400
+// instead, as Triton does: httpapi builds that error as KindInvalid). The
+// process's in-flight budget
 // (ReasonOverloaded) is 503 with Retry-After: 1, as Envoy's overload
 // manager answers: the refusal is about this moment, not the request.
 // Anything else (a rate limit, a full queue) is 429. Over gRPC all three
