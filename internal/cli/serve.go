@@ -91,6 +91,9 @@ type serveFlags struct {
 	// limits come from sluice.yaml's model_server.limits; without -c,
 	// from --max-request-bytes and the defaults.
 	limits *config.Limits
+	// httpMaxBody is Triton's --http-max-input-size: the KServe HTTP
+	// port's body limit, over limits' (0: limits' own).
+	httpMaxBody int64
 
 	// stayUpOnInitError is --exit-on-error=false given explicitly: a
 	// model server that cannot start its repository stays up, not live
@@ -545,8 +548,12 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	if f.levelVar != nil {
 		extSettings = tritonsettings.New(f.levelVar, f.logFormat, f.sampling)
 	}
-	kh := httpapi.New(ms.models, httpapi.Options{MaxBodyBytes: limits.MaxBodyBytes, ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings, HeaderForward: httpForward, CompressMinBytes: f.compressMin, Budget: gd.budget}, logger, reg)
-	ms.httpSrv = gd.kserveServer("models_http", limits, httpPolicy.RequireKServe(gd.audit, "models_http", telemetry.TraceHTTP("models.http", kh)))
+	httpLimits := limits
+	if f.httpMaxBody > 0 {
+		httpLimits.MaxBodyBytes = f.httpMaxBody
+	}
+	kh := httpapi.New(ms.models, httpapi.Options{MaxBodyBytes: httpLimits.MaxBodyBytes, ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings, HeaderForward: httpForward, CompressMinBytes: f.compressMin, Budget: gd.budget}, logger, reg)
+	ms.httpSrv = gd.kserveServer("models_http", httpLimits, httpPolicy.RequireKServe(gd.audit, "models_http", telemetry.TraceHTTP("models.http", kh)))
 	ms.grpcSvc = grpcapi.New(ms.models, grpcapi.Options{ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings, HeaderForward: grpcForward, CompressMinBytes: f.compressMin}, logger, reg)
 	ms.grpcSrv = grpcapi.NewServer(ms.grpcSvc, grpcapi.ServerOptions{
 		MaxRecvMsgSize: int(limits.MaxBodyBytes),

@@ -16,6 +16,7 @@ type tritonCompatFlags struct {
 	allowCPUMetrics bool
 	logVerbose      int
 	metricsInterval int
+	httpMaxInput    int64
 }
 
 func (c *tritonCompatFlags) register(fl *pflag.FlagSet) {
@@ -23,6 +24,7 @@ func (c *tritonCompatFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&c.allowGPUMetrics, "allow-gpu-metrics", false, "accepted for Triton start commands; does nothing: Sluice runs models on CPU and has no GPU metrics (a line at start-up says so)")
 	fl.BoolVar(&c.allowCPUMetrics, "allow-cpu-metrics", true, "accepted for Triton start commands; the process CPU and memory metrics (process_*, go_*) are always exported")
 	fl.IntVar(&c.logVerbose, "log-verbose", 0, "Triton's verbose logging level: any value above 0 sets --log-level debug (Sluice has one debug level)")
+	fl.Int64Var(&c.httpMaxInput, "http-max-input-size", 0, "largest HTTP request body, in bytes (Triton's flag; default: --max-request-bytes, which also bounds gRPC messages)")
 	fl.IntVar(&c.metricsInterval, "metrics-interval-ms", 2000, "accepted for Triton start commands; Sluice's gauges are set when what they measure changes or read when /metrics is scraped, so there is no polling interval and the value changes nothing")
 }
 
@@ -39,6 +41,13 @@ func (c *tritonCompatFlags) apply(fl *pflag.FlagSet, f *serveFlags) error {
 			return fmt.Errorf("--log-verbose %d asks for debug logging, --log-level %s for less: give one", c.logVerbose, f.logLevel)
 		}
 		f.logLevel = "debug"
+	}
+	if fl.Changed("http-max-input-size") {
+		if c.httpMaxInput <= 0 {
+			// Triton's words.
+			return fmt.Errorf("--http-max-input-size must be greater than 0, not %d", c.httpMaxInput)
+		}
+		f.httpMaxBody = c.httpMaxInput
 	}
 	f.noMetrics = !c.allowMetrics
 	return nil

@@ -72,3 +72,49 @@ func TestTritonStartFlagErrors(t *testing.T) {
 		require.Contains(t, errOut, c.want, "%v", c.args)
 	}
 }
+
+// TestHTTPMaxInputSize: Triton's --http-max-input-size sets the KServe
+// HTTP port's body limit, and a body over it is answered 400 in Triton's
+// words, naming the flag (qa/L0_http http_input_size_limit_test.py, whose
+// test.sh starts the server with --http-max-input-size); a value of 0 is
+// refused as Triton refuses it.
+func TestHTTPMaxInputSize(t *testing.T) {
+	var out, errb bytes.Buffer
+	require.NotEqual(t, 0, Run(t.Context(), []string{"model-server", "--model-repository=" + t.TempDir(), "--http-max-input-size=0"}, &out, &errb))
+	require.Contains(t, errb.String(), "--http-max-input-size must be greater than 0")
+
+	p := freePorts(t, 3)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan int, 1)
+	errb.Reset()
+	go func() {
+		done <- Run(ctx, []string{"model-server", "--model-repository=" + t.TempDir(), "--address", "127.0.0.1",
+			"--http-max-input-size=1024", "--http-port", p[0], "--grpc-port", p[1], "--metrics-port", p[2]}, &out, &errb)
+	}()
+	base := "http://127.0.0.1:" + p[0]
+	get := getter(t, base)
+	require.Eventually(t, func() bool { code, _ := get("/v2/health/ready"); return code == http.StatusOK }, 30*time.Second, 20*time.Millisecond)
+	post := func(n int) (int, string) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v2/models/m/infer", bytes.NewReader(bytes.Repeat([]byte(" "), n)))
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	code, body := post(2048)
+	require.Equal(t, http.StatusBadRequest, code, body)
+	require.Contains(t, body, "request JSON size of 2048 bytes exceeds the maximum allowed input size of 1024 bytes. Use --http-max-input-size to increase the limit.")
+	code, body = post(1000)
+	require.NotContains(t, body, "body_too_large", "a body within the limit is read: %d %s", code, body)
+	cancel()
+	select {
+	case c := <-done:
+		require.Equal(t, 0, c, "stderr: %s", errb.String())
+	case <-time.After(60 * time.Second):
+		t.Fatal("server did not stop")
+	}
+}

@@ -231,7 +231,7 @@ func bodyTooLarge(r *http.Request, length, limit int64, decompressed bool) error
 	default:
 		msg = fmt.Sprintf("request JSON size of %s bytes exceeds the maximum allowed input size of %d bytes.", size, limit)
 	}
-	return infer.Errorf(infer.KindInvalid, reasonBodyTooLarge, "%s Use --max-request-bytes (model_server.limits.max_body_bytes under serve -c) to increase the limit.", msg)
+	return infer.Errorf(infer.KindInvalid, reasonBodyTooLarge, "%s Use --http-max-input-size to increase the limit.", msg)
 }
 
 // AnswerBodyTooLarge answers a request whose Content-Length is over the
