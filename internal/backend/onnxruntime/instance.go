@@ -313,6 +313,24 @@ func (in *Instance) wantedOutputs(outputs []string, buf []int) ([]int, error) {
 func (in *Instance) preallocate(inputs []*infer.Tensor, outs []ort.Value, likeInputs bool) (guessed bool, err error) {
 	batch := int64(-2) // not yet computed
 	for j, spec := range in.sig.Outputs {
+		if len(spec.Shape) == 0 && likeInputs {
+			// A rank-0 output the binding could not wrap once ONNX Runtime
+			// made it: a scalar value of ours for it to fill. A model whose
+			// signature says rank 0 for an output of unknown rank fails
+			// this run, and the run again without guesses goes on as
+			// before.
+			v, err := newEmptyScalar(spec.DataType)
+			if err != nil {
+				return guessed, &infer.Error{
+					Kind: infer.KindInternal, Reason: "backend_error",
+					Msg: in.where(fmt.Sprintf("allocate output '%s'", spec.Name)), Err: err,
+				}
+			}
+			if v != nil {
+				outs[j], guessed = v, true
+			}
+			continue
+		}
 		if spec.DataType != infer.FP16 && spec.DataType != infer.BF16 {
 			continue
 		}
@@ -371,9 +389,20 @@ func (in *Instance) likeInputShape(j int, out infer.TensorSpec, inputs []*infer.
 // not copied, when it is aligned.
 func newValue(t *infer.Tensor) (ort.Value, error) {
 	if len(t.Shape) == 0 {
-		// onnxruntime_go v1.27.0 refuses shapes without dimensions.
-		return nil, infer.Errorf(infer.KindUnsupported, "scalar_input",
-			"input '%s' is a scalar (rank 0) in the model: this server's ONNX Runtime binding cannot pass rank-0 tensors (a batching model whose input is [batch] with dims [1] works)", t.Name)
+		// onnxruntime_go v1.27.0 refuses shapes without dimensions; its
+		// Scalar values carry rank-0 tensors of the numeric types.
+		v, ok, err := newScalarValue(t)
+		if !ok {
+			return nil, infer.Errorf(infer.KindUnsupported, "scalar_input",
+				"input '%s' is a %s scalar (rank 0) in the model: this server's ONNX Runtime binding passes rank-0 tensors of numeric and BOOL types only (a batching model whose input is [batch] with dims [1] works)", t.Name, t.DataType)
+		}
+		if err != nil {
+			return nil, &infer.Error{
+				Kind: infer.KindInternal, Reason: "backend_error",
+				Msg: fmt.Sprintf("input '%s': create onnxruntime scalar", t.Name), Err: err,
+			}
+		}
+		return v, nil
 	}
 	shape := ort.Shape(t.Shape)
 	var v ort.Value
@@ -450,6 +479,9 @@ func newStrings(t *infer.Tensor) (ort.Value, error) {
 // Go slice onnxruntime_go copied them into, reinterpreted without a second
 // copy; that slice is plain Go memory, so it outlives the Value.
 func tensorFromValue(name string, v ort.Value) (infer.Tensor, error) {
+	if dt, data, ok := scalarBytes(v); ok {
+		return infer.Tensor{Name: name, DataType: dt, Shape: infer.Shape{}, Data: data}, nil
+	}
 	t := infer.Tensor{Name: name, Shape: infer.Shape(v.GetShape())}
 	switch x := v.(type) {
 	case *ort.Tensor[float32]:
