@@ -197,3 +197,35 @@ func (l Location) key(rel string) string {
 	}
 	return l.Prefix + "/" + rel
 }
+
+// WithEndpoint returns l, an s3:// location on AWS, reached at endpoint
+// instead: an S3-compatible store's base URL as Feast's
+// s3_endpoint_override writes it ("http://host:port", "https://host[:port]",
+// or "host:port", which means HTTP). Errors never repeat user information.
+func (l Location) WithEndpoint(endpoint string) (Location, error) {
+	if l.Scheme != SchemeS3 {
+		return Location{}, fmt.Errorf("an endpoint override is only for s3:// locations, not %s://", l.Scheme)
+	}
+	if l.Endpoint != "" {
+		return Location{}, fmt.Errorf("location %s already names its endpoint", l)
+	}
+	if strings.ContainsAny(endpoint, "@?#\\ ") {
+		return Location{}, errors.New("endpoint override: '@', '?', '#', '\\' and spaces are not allowed (credentials go in the environment)")
+	}
+	rest := strings.TrimSuffix(endpoint, "/")
+	proto := "http"
+	explicit := false
+	for _, p := range []string{"http://", "https://"} {
+		if strings.HasPrefix(rest, p) {
+			proto, rest, explicit = strings.TrimSuffix(p, "://"), rest[len(p):], true
+		}
+	}
+	if rest == "" || strings.Contains(rest, "/") {
+		return Location{}, fmt.Errorf("endpoint override %q: want http://host:port or https://host[:port]", endpoint)
+	}
+	if err := checkHostPort(rest, !explicit); err != nil {
+		return Location{}, fmt.Errorf("endpoint override: %w", err)
+	}
+	l.Endpoint = proto + "://" + rest
+	return l, nil
+}
