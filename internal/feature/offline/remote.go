@@ -51,7 +51,8 @@ func (f dataFile) open(ctx context.Context, specs []colSpec) (*fileScanner, erro
 //
 // In a bucket, a path names one object, or a folder: the .parquet objects
 // directly under it, in key order. A folder with no objects lists nothing
-// (buckets have no empty folders), which readers take as "no rows yet".
+// (buckets have no empty folders), which readers take as "no rows yet"; a
+// path ending in .parquet that names no object is an error.
 func sourceData(ctx context.Context, dir string, src *feature.Source) (files []dataFile, release func(), err error) {
 	release = func() {}
 	if !objstore.IsURI(src.Path) {
@@ -83,7 +84,7 @@ func sourceData(ctx context.Context, dir string, src *feature.Source) (files []d
 		switch {
 		case err == nil:
 			return []dataFile{{display: src.Path, bucket: b, key: "", size: a.Size}}, release, nil
-		case !errors.Is(err, objstore.ErrNotExist):
+		case !errors.Is(err, objstore.ErrNotExist) || strings.HasSuffix(src.Path, ".parquet"):
 			release()
 			return nil, func() {}, fmt.Errorf("source %s: %w", src.Name, err)
 		}
