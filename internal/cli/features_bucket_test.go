@@ -3,8 +3,8 @@ package cli
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"maps"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
