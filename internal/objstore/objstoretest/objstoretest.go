@@ -278,8 +278,18 @@ func StartAzurite(t testing.TB) *Server {
 		mu.Lock()
 		defer mu.Unlock()
 		if cmd != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+			// An interrupt lets Azurite save its metadata (containers
+			// included) so that a restart finds them; a kill can lose
+			// what it has not saved yet.
+			_ = cmd.Process.Signal(os.Interrupt)
+			waited := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(waited) }()
+			select {
+			case <-waited:
+			case <-time.After(10 * time.Second):
+				_ = cmd.Process.Kill()
+				<-waited
+			}
 			cmd = nil
 		}
 	}
