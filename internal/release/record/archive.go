@@ -345,3 +345,51 @@ func (a *Archiver) verify(ctx context.Context, key string, size int64, sum []byt
 	}
 	return nil
 }
+
+// archiveCloseTimeout bounds Close's last upload when its context has no
+// deadline.
+const archiveCloseTimeout = 30 * time.Second
+
+// ArchivedFileSink is a FileSink whose finished files an Archiver moves to
+// object storage.
+type ArchivedFileSink struct {
+	*FileSink
+	arch *Archiver
+}
+
+// NewArchivedFileSink opens a FileSink (fopts) and an Archiver of its
+// files (aopts; Dir and Base are the sink's) and starts the archiver.
+func NewArchivedFileSink(ctx context.Context, fopts FileOptions, aopts ArchiveOptions, logger *slog.Logger, reg prometheus.Registerer) (*ArchivedFileSink, error) {
+	if fopts.Base == "" {
+		fopts.Base = "records"
+	}
+	aopts.Dir, aopts.Base = fopts.Dir, fopts.Base
+	arch, err := NewArchiver(ctx, aopts, logger, reg)
+	if err != nil {
+		return nil, err
+	}
+	fopts.OnRotate = arch.Kick
+	fs, err := NewFileSink(fopts, logger)
+	if err != nil {
+		_ = arch.bucket.Close() // never started
+		return nil, err
+	}
+	arch.Start(fs.Current)
+	return &ArchivedFileSink{FileSink: fs, arch: arch}, nil
+}
+
+// Archiver returns the sink's archiver.
+func (s *ArchivedFileSink) Archiver() *Archiver { return s.arch }
+
+// Close closes the file sink, then the archiver, which uploads the last
+// file (bounded by ctx, or by 30s when ctx has no deadline); what it
+// cannot upload stays on disk for the next start.
+func (s *ArchivedFileSink) Close(ctx context.Context) error {
+	err := s.FileSink.Close(ctx)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, archiveCloseTimeout)
+		defer cancel()
+	}
+	return errors.Join(err, s.arch.Close(ctx))
+}
