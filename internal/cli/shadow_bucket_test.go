@@ -1,0 +1,83 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/objstore/objstoretest"
+	"github.com/sluice-ml/sluice/internal/release/diff"
+	"github.com/sluice-ml/sluice/internal/release/record"
+)
+
+// TestShadowFromBucket archives a gateway recording (rotated files) to a
+// bucket of each store with the archiver the gateway runs, then replays
+// and diffs it straight from the bucket: the same records as from the
+// local files, and the same diff verdict. The local files are gone once
+// archived; nothing reads a copy.
+func TestShadowFromBucket(t *testing.T) {
+	addr := startShadowModel(t)
+	orig := shadowRecords(120)
+	for _, tt := range []struct {
+		name  string
+		start func(testing.TB) *objstoretest.Server
+	}{
+		{"s3", objstoretest.StartS3},
+		{"gcs", objstoretest.StartGCS},
+		{"azure", objstoretest.StartAzurite},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := tt.start(t)
+			for _, kv := range srv.Env {
+				k, v, _ := strings.Cut(kv, "=")
+				t.Setenv(k, v)
+			}
+			uri := srv.URI("recordings/gw-1")
+			dir := t.TempDir()
+			line, err := record.Encode(orig[0])
+			require.NoError(t, err)
+			sink, err := record.NewArchivedFileSink(t.Context(), record.FileOptions{Dir: dir, MaxBytes: int64(len(line)+1) * 25},
+				record.ArchiveOptions{Location: uri, Interval: time.Hour, Label: "recordings"}, nil, nil)
+			require.NoError(t, err)
+			_, err = sink.Write(t.Context(), orig)
+			require.NoError(t, err)
+			require.NoError(t, sink.Close(t.Context()))
+			files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+			require.NoError(t, err)
+			require.Empty(t, files, "archived files are removed locally")
+			st := sink.Archiver().Stats()
+			require.GreaterOrEqual(t, st.Uploaded, int64(4))
+			require.Zero(t, st.Pending)
+
+			out := filepath.Join(t.TempDir(), "replay")
+			_, stderr, code := runShadow(t.Context(), t, false, "replay", "--from", uri, "--to-grpc", addr, "--rate", "0", "--out", out)
+			require.Zero(t, code, stderr)
+			require.Contains(t, stderr, "replayed 120 records")
+
+			report := filepath.Join(t.TempDir(), "report")
+			stdout, stderr, code := runShadow(t.Context(), t, false, "diff", "--recording", uri, "--against", out,
+				"--labels", "recorded,replay", "--max-p95-regression", "-1", "--out", report)
+			require.Zero(t, code, stderr)
+			require.Contains(t, stdout, "PASSED: recorded (primary) vs replay (primary), 120 pairs compared")
+			f, err := os.Open(filepath.Join(report, diff.JSONFile))
+			require.NoError(t, err)
+			defer f.Close()
+			res, err := diff.ReadJSON(f)
+			require.NoError(t, err)
+			require.True(t, res.Passed)
+
+			// A bucket folder without recordings is an error naming it,
+			// without credentials.
+			_, stderr, code = runShadow(t.Context(), t, false, "replay", "--from", srv.URI("nothing-here"), "--to-grpc", addr, "--out", out)
+			require.NotZero(t, code)
+			require.Contains(t, stderr, "nothing-here")
+			for _, s := range srv.Secrets {
+				require.NotContains(t, stderr+stdout, s)
+			}
+		})
+	}
+}
