@@ -228,23 +228,13 @@ func TestFeaturesFromBuckets(t *testing.T) {
 	localPITBytes, err := os.ReadFile(localPIT)
 	require.NoError(t, err)
 
-	for _, tt := range []struct {
-		name  string
-		start func(testing.TB) *objstoretest.Server
-	}{
-		{"s3", objstoretest.StartS3},
-		{"gcs", objstoretest.StartGCS},
-		{"azure", objstoretest.StartAzurite},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			srv := tt.start(t)
-			for _, kv := range srv.Env {
-				k, v, _ := strings.Cut(kv, "=")
-				t.Setenv(k, v)
-			}
+	for _, tt := range objstoretest.Stores {
+		t.Run(tt.Name, func(t *testing.T) {
+			srv := tt.Start(t)
+			srv.Setenv(t)
 			objstoretest.Upload(t, srv.Open(t, ""), data, "offline")
 			users, routes, override := srv.URI("offline/users.parquet"), srv.URI("offline/routes")+"/", ""
-			if tt.name == "s3" {
+			if tt.Name == "s3" {
 				// Feast's form: the endpoint beside an AWS-style path.
 				endpoint, _, _ := strings.Cut(strings.TrimPrefix(users, "s3://"), "/")
 				users, override = "s3://"+srv.Bucket+"/offline/users.parquet", "http://"+endpoint
@@ -264,7 +254,7 @@ func TestFeaturesFromBuckets(t *testing.T) {
 			require.Equal(t, 1, code, out)
 			require.Contains(t, out, "nope.parquet")
 			outputs = append(outputs, out)
-			if tt.name == "azure" {
+			if tt.Name == "azure" {
 				t.Setenv("AZURE_STORAGE_KEY", "d3Jvbmcta2V5LXdyb25nLWtleS13cm9uZy1rZXk=")
 				code, out := run(repo, "features", "materialize", "2026-03-01", "2026-03-02", "--overwrite")
 				require.Equal(t, 1, code, out)

@@ -3,7 +3,6 @@ package cli
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -22,20 +21,10 @@ import (
 func TestShadowFromBucket(t *testing.T) {
 	addr := startShadowModel(t)
 	orig := shadowRecords(120)
-	for _, tt := range []struct {
-		name  string
-		start func(testing.TB) *objstoretest.Server
-	}{
-		{"s3", objstoretest.StartS3},
-		{"gcs", objstoretest.StartGCS},
-		{"azure", objstoretest.StartAzurite},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			srv := tt.start(t)
-			for _, kv := range srv.Env {
-				k, v, _ := strings.Cut(kv, "=")
-				t.Setenv(k, v)
-			}
+	for _, tt := range objstoretest.Stores {
+		t.Run(tt.Name, func(t *testing.T) {
+			srv := tt.Start(t)
+			srv.Setenv(t)
 			uri := srv.URI("recordings/gw-1")
 			dir := t.TempDir()
 			line, err := record.Encode(orig[0])

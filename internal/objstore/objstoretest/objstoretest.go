@@ -340,3 +340,26 @@ func Upload(t testing.TB, b *objstore.Bucket, dir, prefix string) {
 		t.Fatalf("upload %s: %v", dir, err)
 	}
 }
+
+// Store names one kind of server and starts it.
+type Store struct {
+	Name  string
+	Start func(testing.TB) *Server
+}
+
+// Stores are the three kinds, for tests that run against each.
+var Stores = []Store{
+	{"s3", StartS3},
+	{"gcs", StartGCS},
+	{"azure", StartAzurite},
+}
+
+// Setenv sets the server's Env in the test's environment (t.Setenv), for
+// code that reads credentials and emulator hosts from it.
+func (s *Server) Setenv(t *testing.T) {
+	t.Helper()
+	for _, kv := range s.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+}

@@ -25,16 +25,9 @@ import (
 // location) yields every record written, in order, none lost; no
 // credential value appears in the log.
 func TestArchiverToBuckets(t *testing.T) {
-	for _, tt := range []struct {
-		name  string
-		start func(testing.TB) *objstoretest.Server
-	}{
-		{"s3", objstoretest.StartS3},
-		{"gcs", objstoretest.StartGCS},
-		{"azure", objstoretest.StartAzurite},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			srv := tt.start(t)
+	for _, tt := range objstoretest.Stores {
+		t.Run(tt.Name, func(t *testing.T) {
+			srv := tt.Start(t)
 			dir := t.TempDir()
 			uri := srv.URI("recordings/gw-1")
 			var logBuf bytes.Buffer
