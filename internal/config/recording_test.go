@@ -76,4 +76,3 @@ func TestRecordingSpoolSettings(t *testing.T) {
 		})
 	}
 }
-
