@@ -27,7 +27,9 @@ type countingProxy struct {
 	bytes, largest atomic.Int64
 }
 
-func (c *countingProxy) start(t *testing.T, target string) string {
+func (c *countingProxy) start(t *testing.T, target string) string { return c.startTB(t, target) }
+
+func (c *countingProxy) startTB(t testing.TB, target string) string {
 	t.Helper()
 	u, err := url.Parse("http://" + target)
 	require.NoError(t, err)
