@@ -1,14 +1,12 @@
 package offline
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
 	"github.com/sluice-ml/sluice/internal/objstore/objstoretest"
 )
@@ -19,44 +17,7 @@ import (
 // counting proxy). Results: bench/results/objstore.md.
 func BenchmarkScanBucket(b *testing.B) {
 	dir := b.TempDir()
-	cols := []Column{{"ts", tTS}, {"user_id", tInt64}}
-	var schema []feature.Field
-	for i := range 24 {
-		cols = append(cols, Column{fmt.Sprintf("f%02d", i), feature.Type{Kind: feature.KindFloat64}})
-		schema = append(schema, feature.Field{Name: fmt.Sprintf("f%02d", i), Type: feature.Type{Kind: feature.KindFloat64}})
-	}
-	path := filepath.Join(dir, "data", "wide.parquet")
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		b.Fatal(err)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	w, err := NewWriter(f, cols)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for i := range 60_000 {
-		r := []feature.Value{{I64: sec(i)}, {I64: int64(i % 1000)}}
-		for j := range 24 {
-			r = append(r, feature.Value{F64: float64(i*24+j) * 1.0001})
-		}
-		if err := w.Write(r); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		b.Fatal(err)
-	}
-	_ = f.Close()
-	repo := func(p string) *registry.Repo {
-		return &registry.Repo{Dir: dir,
-			Entities: map[string]*feature.Entity{"user": {Name: "user", JoinKey: "user_id", ValueType: tInt64}},
-			Sources:  map[string]*feature.Source{"src": {Name: "src", Kind: feature.SourceFile, Path: p, TimestampField: "ts"}},
-			Views:    map[string]*feature.View{"v": {Name: "v", Entities: []string{"user"}, Source: "src", Schema: schema[7:8]}},
-		}
-	}
+	_, repo := wideSource(b, dir)
 	scan := func(b *testing.B, r *registry.Repo) {
 		b.Helper()
 		for b.Loop() {
