@@ -1,12 +1,18 @@
 package cli
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/accuracy/accuracyspec"
+	"github.com/sluice-ml/sluice/internal/config"
 
 	"github.com/sluice-ml/sluice/internal/objstore/objstoretest"
 	"github.com/sluice-ml/sluice/internal/release/diff"
@@ -69,4 +75,51 @@ func TestShadowFromBucket(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRecorderArchivesToBucket checks the gateway's wiring: with
+// recording.archive (and accuracy.log.archive) set, the recorder's and
+// the prediction log's files end up in the bucket, none left locally, and
+// read back whole.
+func TestRecorderArchivesToBucket(t *testing.T) {
+	srv := objstoretest.StartS3(t)
+	srv.Setenv(t)
+	dir := t.TempDir()
+	gc := &config.Gateway{
+		Services: []config.Service{{Name: "parcel-eta", Shadow: &config.Shadow{}}},
+		Recording: config.Recording{Sink: "jsonl", Dir: filepath.Join(dir, "rec"), MaxBytes: 4 << 10, MaxAge: config.Duration(time.Hour),
+			QueueSize: 1024, Archive: accuracyspec.Archive{Location: srv.URI("recordings"), Interval: config.Duration(time.Hour)}},
+		Accuracy: &accuracyspec.Gateway{QueueSize: 1024, Log: accuracyspec.Log{Sink: "jsonl", Dir: filepath.Join(dir, "pred"),
+			Archive: accuracyspec.Archive{Location: srv.URI("predictions"), Interval: config.Duration(time.Hour)}}},
+	}
+	reg := prometheus.NewRegistry()
+	logger := slog.New(slog.DiscardHandler)
+	rec, err := openRecorder(t.Context(), gc, logger, reg)
+	require.NoError(t, err)
+	pred, err := openPredictionLog(t.Context(), gc, logger, reg)
+	require.NoError(t, err)
+	recs := shadowRecords(60)
+	for _, w := range []*record.Writer{rec, pred} {
+		go w.Run()
+		for _, r := range recs {
+			require.True(t, w.Offer(r))
+		}
+		require.NoError(t, w.Close(t.Context()))
+	}
+	for _, sub := range []string{"rec", "pred"} {
+		left, err := filepath.Glob(filepath.Join(dir, sub, "*.jsonl"))
+		require.NoError(t, err)
+		require.Empty(t, left, "%s: archived files are removed locally", sub)
+	}
+	for _, loc := range []string{"recordings", "predictions"} {
+		src, err := record.Open(t.Context(), srv.URI(loc), record.ReadOptions{})
+		require.NoError(t, err)
+		got, err := record.ReadAll(t.Context(), src)
+		require.NoError(t, err)
+		require.Len(t, got, 60, loc)
+		require.Equal(t, recs[59].RequestID, got[59].RequestID)
+	}
+	files, err := testutil.GatherAndCount(reg, "sluice_release_archive_files_total")
+	require.NoError(t, err)
+	require.Equal(t, 4, files, "uploaded and failed series for recordings and predictions")
 }
