@@ -161,10 +161,13 @@ func (l Location) String() string {
 	b.WriteString(l.Scheme)
 	b.WriteString("://")
 	if l.Endpoint != "" {
-		if strings.HasPrefix(l.Endpoint, "https://") {
-			b.WriteString(l.Endpoint)
+		// "host:port" alone means HTTP; an HTTP endpoint without a port
+		// keeps its scheme, or it would read back as a bucket.
+		hostPort, isHTTP := strings.CutPrefix(l.Endpoint, "http://")
+		if _, port, err := net.SplitHostPort(hostPort); isHTTP && err == nil && port != "" {
+			b.WriteString(hostPort)
 		} else {
-			b.WriteString(strings.TrimPrefix(l.Endpoint, "http://"))
+			b.WriteString(l.Endpoint)
 		}
 		b.WriteByte('/')
 	}
@@ -223,8 +226,16 @@ func (l Location) WithEndpoint(endpoint string) (Location, error) {
 	if rest == "" || strings.Contains(rest, "/") {
 		return Location{}, fmt.Errorf("endpoint override %q: want http://host:port or https://host[:port]", endpoint)
 	}
+	for _, c := range rest {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune(".-:[]_", c)) {
+			return Location{}, fmt.Errorf("endpoint override %q: %q is not allowed in a host", endpoint, c)
+		}
+	}
 	if err := checkHostPort(rest, !explicit); err != nil {
 		return Location{}, fmt.Errorf("endpoint override: %w", err)
+	}
+	if _, _, err := net.SplitHostPort(rest); err != nil && strings.Contains(rest, ":") {
+		return Location{}, fmt.Errorf("endpoint override %q: want host:port (an IPv6 address in brackets)", endpoint)
 	}
 	l.Endpoint = proto + "://" + rest
 	return l, nil
