@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/sluice-ml/sluice/internal/objstore/objstoretest"
 )
 
 func TestReadOutcomeFile(t *testing.T) {
@@ -38,9 +40,8 @@ func TestReadOutcomeFile(t *testing.T) {
 		{write("o.csv", "order_id,time,actual_minutes\no-1,2026-12-01T10:00:00Z,42.5\no-2,2026-12-01T10:01:00Z,17\n"), ImportOptions{KeyColumn: "order_id"}},
 		{pq, ImportOptions{KeyColumn: "order_id"}},
 	} {
-		t.Run(filepath.Ext(tc.path), func(t *testing.T) {
-			var got []Outcome
-			err := ReadOutcomeFile(tc.path, "eta", tc.opts, func(b []Outcome) error { got = append(got, b...); return nil })
+		check := func(t *testing.T, got []Outcome, err error) {
+			t.Helper()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -48,6 +49,27 @@ func TestReadOutcomeFile(t *testing.T) {
 				got[1].Key != "o-2" || got[1].Values["actual_minutes"] != 17 || !got[1].Time.Equal(at.Add(time.Minute)) || len(got[1].Values) != 1 {
 				t.Fatalf("read %+v", got)
 			}
+		}
+		t.Run(filepath.Ext(tc.path), func(t *testing.T) {
+			var got []Outcome
+			err := ReadOutcomeFile(tc.path, "eta", tc.opts, func(b []Outcome) error { got = append(got, b...); return nil })
+			check(t, got, err)
+		})
+		// The same file as an object in a bucket, read in place.
+		t.Run("bucket"+filepath.Ext(tc.path), func(t *testing.T) {
+			srv := objstoretest.StartS3(t)
+			srv.Setenv(t)
+			data, err := os.ReadFile(tc.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.Open(t, "").WriteAll(t.Context(), "outcomes/"+filepath.Base(tc.path), data); err != nil {
+				t.Fatal(err)
+			}
+			var got []Outcome
+			err = ReadOutcomeObject(t.Context(), srv.URI("outcomes/"+filepath.Base(tc.path)), "eta", tc.opts,
+				func(b []Outcome) error { got = append(got, b...); return nil })
+			check(t, got, err)
 		})
 	}
 	for _, tc := range []struct{ name, text, want string }{

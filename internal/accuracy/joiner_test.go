@@ -18,7 +18,10 @@ import (
 	"github.com/sluice-ml/sluice/internal/accuracy/accuracyspec"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The GCS emulator (objstoretest) starts a pubsub worker at init.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
+}
 
 func etaSpec() accuracyspec.Service {
 	s := accuracyspec.Service{

@@ -187,7 +187,17 @@ func openPredictionLog(ctx context.Context, gc *config.Gateway, logger *slog.Log
 		wopts.Spool, wopts.CloseTimeout = spool, rc.CloseTimeout.Std()
 		return record.NewWriter(ns, wopts, logger, reg), nil
 	default:
-		fs, err := record.NewFileSink(record.FileOptions{Dir: ac.Log.Dir, Base: "predictions"}, logger)
+		fopts := record.FileOptions{Dir: ac.Log.Dir, Base: "predictions"}
+		if a := ac.Log.Archive; a.Location != "" {
+			as, err := record.NewArchivedFileSink(ctx, fopts, record.ArchiveOptions{
+				Location: a.Location, Interval: a.Interval.Std(), Label: "predictions",
+			}, logger, reg)
+			if err != nil {
+				return nil, fmt.Errorf("gateway.accuracy.log.archive: %w", err)
+			}
+			return record.NewWriter(as, wopts, logger, reg), nil
+		}
+		fs, err := record.NewFileSink(fopts, logger)
 		if err != nil {
 			return nil, fmt.Errorf("gateway.accuracy.log: %w", err)
 		}

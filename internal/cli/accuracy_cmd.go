@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/accuracy/accuracyspec"
 	"github.com/sluice-ml/sluice/internal/accuracy/report"
 	"github.com/sluice-ml/sluice/internal/config"
+	"github.com/sluice-ml/sluice/internal/objstore"
 	"github.com/sluice-ml/sluice/internal/release/record"
 )
 
@@ -38,7 +39,7 @@ func newAccuracyCmd() *cobra.Command {
 	var opts accuracy.ImportOptions
 	imp := &cobra.Command{
 		Use:   "import FILE",
-		Short: "Post the outcomes of a .jsonl, .csv or .parquet file to the gateway (operate token)",
+		Short: "Post the outcomes of a .jsonl, .csv or .parquet file (or s3://, gs://, as:// object) to the gateway (operate token)",
 		Long: `Post the outcomes of a file to a running gateway's admin port, in batches
 of up to 10000. A .jsonl file holds one outcome object per line, as
 POST /v1/services/NAME/outcomes takes them; a .csv file has a header row and
@@ -55,9 +56,14 @@ observed values (every other numeric column, by name).`,
 				return err
 			}
 			totals := map[string]int{}
-			err = accuracy.ReadOutcomeFile(args[0], service, opts, func(outs []accuracy.Outcome) error {
+			post := func(outs []accuracy.Outcome) error {
 				return postOutcomes(cmd.Context(), client, admin, service, outs, totals)
-			})
+			}
+			if objstore.IsURI(args[0]) {
+				err = accuracy.ReadOutcomeObject(cmd.Context(), args[0], service, opts, post)
+			} else {
+				err = accuracy.ReadOutcomeFile(args[0], service, opts, post)
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "joined %d, held %d, duplicate %d, too_late %d, invalid %d\n",
 				totals["joined"], totals["held"], totals["duplicate"], totals["too_late"], totals["invalid"])
 			return err
@@ -121,7 +127,7 @@ observed values (every other numeric column, by name).`,
 			if logDir == "" {
 				logDir = accuracyspec.DefaultLogDir
 			}
-			src, err := record.OpenFiles(logDir, record.ReadOptions{Service: service, SkipBad: true})
+			src, err := record.Open(cmd.Context(), logDir, record.ReadOptions{Service: service, SkipBad: true})
 			if err != nil {
 				return err
 			}

@@ -496,7 +496,19 @@ func openRecorder(ctx context.Context, gc *config.Gateway, logger *slog.Logger, 
 			"spool", rc.Spool.Dir, "spool_max_bytes", rc.Spool.MaxBytes, "spool_full", rc.Spool.Full,
 			"duplicate_window", ns.DuplicateWindow().String())
 	default:
-		fsink, err := record.NewFileSink(record.FileOptions{Dir: rc.Dir, MaxBytes: rc.MaxBytes, MaxAge: rc.MaxAge.Std()}, logger)
+		fopts := record.FileOptions{Dir: rc.Dir, MaxBytes: rc.MaxBytes, MaxAge: rc.MaxAge.Std()}
+		if rc.Archive.Location != "" {
+			asink, err := record.NewArchivedFileSink(ctx, fopts, record.ArchiveOptions{
+				Location: rc.Archive.Location, Interval: rc.Archive.Interval.Std(), Label: "recordings",
+			}, logger, reg)
+			if err != nil {
+				return nil, fmt.Errorf("gateway.recording.archive: %w", err)
+			}
+			sink = asink
+			logger.Info("recording shadow traffic", "sink", rc.Sink, "dir", rc.Dir, "archive", rc.Archive.Location)
+			break
+		}
+		fsink, err := record.NewFileSink(fopts, logger)
 		if err != nil {
 			return nil, fmt.Errorf("gateway.recording: %w", err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-ml/sluice/internal/kserve"
+	"github.com/sluice-ml/sluice/internal/objstore"
 	"github.com/sluice-ml/sluice/internal/release/diff"
 	"github.com/sluice-ml/sluice/internal/release/record"
 	"github.com/sluice-ml/sluice/internal/release/replay"
@@ -147,16 +148,17 @@ func parseNATSLocation(spec, defaultStream string) (loc natsLocation, ok bool, e
 	}, true, nil
 }
 
-// openRecording opens the recording named by spec: a nats:// stream, or
-// a JSONL file, directory or glob. A service in the nats URL applies
-// unless ro names one.
+// openRecording opens the recording named by spec: a nats:// stream, a
+// JSONL file, directory or glob, or the same on object storage (s3://,
+// gs://, as://, read in place). A service in the nats URL applies unless
+// ro names one.
 func openRecording(ctx context.Context, spec string, ro record.ReadOptions) (record.Source, error) {
 	loc, isNATS, err := parseNATSLocation(spec, record.DefaultStream)
 	if err != nil {
 		return nil, err
 	}
 	if !isNATS {
-		return record.OpenFiles(spec, ro)
+		return record.Open(ctx, spec, ro)
 	}
 	if ro.Service == "" {
 		ro.Service = loc.service
@@ -177,6 +179,9 @@ func openRecordingSink(ctx context.Context, spec string, logger *slog.Logger) (r
 		}
 		return record.NewNATSSink(ctx, loc.opts, logger, nil)
 	}
+	if objstore.IsURI(spec) {
+		return nil, fmt.Errorf("--out %s: a replay writes to a local directory or a nats:// stream; archive the directory to object storage with gateway.recording.archive or copy it", spec)
+	}
 	if fi, err := os.Stat(spec); err == nil && !fi.IsDir() {
 		return nil, fmt.Errorf("--out %s is a file; want a directory", spec)
 	}
@@ -190,6 +195,9 @@ func sameLocation(a, b string) bool {
 	lb, nb, _ := parseNATSLocation(b, replayStream)
 	if na || nb {
 		return na && nb && la.opts.URL == lb.opts.URL && la.opts.Stream == lb.opts.Stream
+	}
+	if objstore.IsURI(a) || objstore.IsURI(b) {
+		return strings.TrimSuffix(a, "/") == strings.TrimSuffix(b, "/")
 	}
 	abs := func(p string) string {
 		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {

@@ -406,6 +406,10 @@ type Recording struct {
 	// the records still queued or spooled before it leaves them in the
 	// spool [5s]. JSONL writes are always finished.
 	CloseTimeout Duration `yaml:"close_timeout"`
+	// Archive moves sink jsonl's rotated files to object storage: each is
+	// uploaded, verified there and then deleted locally; while the bucket
+	// is unreachable they wait on disk.
+	Archive accuracyspec.Archive `yaml:"archive"`
 }
 
 // RecordingSpool is sink nats's local disk spool.

@@ -33,6 +33,9 @@ func TestLoadTestdata(t *testing.T) {
 			`accuracy.bad.yaml:18:33: gateway.services[0].accuracy.outputs[1].kind: "poisson": want regression or binary`,
 			`accuracy.bad.yaml:13:9: gateway.services[0].accuracy.key: "parcel_id" is not an entity join_key or request field of the service`,
 			`accuracy.bad.yaml:22:5: gateway.accuracy.store: "redis": want embedded or nats`,
+			`accuracy.bad.yaml:26:17: gateway.accuracy.log.archive.location: want s3://, gs:// or as://`,
+			`accuracy.bad.yaml:26:7: gateway.accuracy.log.archive: archives the jsonl sink's files; log.sink is "off"`,
+			`accuracy.bad.yaml:26:53: gateway.accuracy.log.archive.interval: must be at least 1s`,
 			`accuracy.bad.yaml:23:5: gateway.accuracy.lookback: must be positive`,
 		}},
 		{file: "weights.bad.yaml", want: []string{

@@ -58,6 +58,9 @@ func (c *Config) applyDefaults() {
 	rc.QueueSize = or(rc.QueueSize, 4096)
 	rc.Workers = or(rc.Workers, 4)
 	rc.Spool.Dir = or(rc.Spool.Dir, filepath.Join(rc.Dir, "spool"))
+	if rc.Archive.Location != "" {
+		rc.Archive.Interval = or(rc.Archive.Interval, Duration(accuracyspec.DefaultArchiveInterval))
+	}
 	rc.Spool.MaxBytes = or(rc.Spool.MaxBytes, 1<<30)
 	rc.Spool.Full = or(rc.Spool.Full, "drop_newest")
 	rc.CloseTimeout = or(rc.CloseTimeout, Duration(5*time.Second))

@@ -35,6 +35,16 @@ func TestRecordingSpoolSettings(t *testing.T) {
 			`gateway.recording.spool.full: "drop_oldest" is not one of drop_newest, block`,
 			"gateway.recording.close_timeout: must be positive",
 		}},
+		{name: "archive", yaml: "{archive: {location: 's3://127.0.0.1:9000/recordings/gw-1'}}"},
+		{name: "archive with interval", yaml: "{archive: {location: 'gs://bucket/rec', interval: 5m}}"},
+		{name: "bad archive", yaml: "{sink: nats, archive: {location: 'https://key:secret@host/bucket', interval: 10ms}}", wantErr: []string{
+			"gateway.recording.archive.location: want s3://, gs:// or as://",
+			`gateway.recording.archive: archives sink jsonl's files; the sink is "nats"`,
+			"gateway.recording.archive.interval: must be at least 1s",
+		}},
+		{name: "archive credentials", yaml: "{archive: {location: 's3://AKIA:secret@bucket/rec'}}", wantErr: []string{
+			"gateway.recording.archive.location: '@', '?', '#' and '\\' are not allowed",
+		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -46,6 +56,7 @@ func TestRecordingSpoolSettings(t *testing.T) {
 				for _, want := range tt.wantErr {
 					require.ErrorContains(t, err, want)
 				}
+				require.NotContains(t, err.Error(), "secret", "a credential in a location is not repeated")
 				return
 			}
 			require.NoError(t, err)
@@ -56,6 +67,11 @@ func TestRecordingSpoolSettings(t *testing.T) {
 				require.Equal(t, 3*time.Second, rc.CloseTimeout.Std())
 			case "relative dir":
 				require.Equal(t, filepath.Join(dir, "spool-a"), rc.Spool.Dir)
+			case "archive":
+				require.Equal(t, "s3://127.0.0.1:9000/recordings/gw-1", rc.Archive.Location)
+				require.Equal(t, 30*time.Second, rc.Archive.Interval.Std())
+			case "archive with interval":
+				require.Equal(t, 5*time.Minute, rc.Archive.Interval.Std())
 			}
 		})
 	}

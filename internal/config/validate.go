@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/expr-lang/expr"
 
@@ -317,6 +318,17 @@ func (v *validator) recording(rc Recording) {
 	}
 	v.oneOf("gateway.recording.spool.full", rc.Spool.Full, "drop_newest", "block")
 	v.positive("gateway.recording.close_timeout", rc.CloseTimeout)
+	if a := rc.Archive; a.Location != "" {
+		if msg := accuracyspec.CheckArchiveLocation(a.Location); msg != "" {
+			v.add("gateway.recording.archive.location", "%s", msg)
+		}
+		if rc.Sink != "jsonl" {
+			v.add("gateway.recording.archive", "archives sink jsonl's files; the sink is %q", rc.Sink)
+		}
+		if a.Interval < Duration(time.Second) {
+			v.add("gateway.recording.archive.interval", "must be at least 1s")
+		}
+	}
 	for i, h := range rc.Headers {
 		switch strings.ToLower(h) {
 		case "authorization", "x-api-key", "cookie", "proxy-authorization":

@@ -32,6 +32,7 @@ type Source struct {
 	Name                   string
 	Kind                   SourceKind
 	Path                   string            // file sources: a .parquet file or a folder of them, relative paths resolved against the repository
+	S3EndpointOverride     string            // file sources at s3://: the S3-compatible endpoint (Feast's s3_endpoint_override)
 	TimestampField         string            // event timestamp column
 	CreatedTimestampColumn string            // optional tie-breaker column
 	FieldMapping           map[string]string // source column -> feature/join key name

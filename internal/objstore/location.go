@@ -161,10 +161,13 @@ func (l Location) String() string {
 	b.WriteString(l.Scheme)
 	b.WriteString("://")
 	if l.Endpoint != "" {
-		if strings.HasPrefix(l.Endpoint, "https://") {
-			b.WriteString(l.Endpoint)
+		// "host:port" alone means HTTP; an HTTP endpoint without a port
+		// keeps its scheme, or it would read back as a bucket.
+		hostPort, isHTTP := strings.CutPrefix(l.Endpoint, "http://")
+		if _, port, err := net.SplitHostPort(hostPort); isHTTP && err == nil && port != "" {
+			b.WriteString(hostPort)
 		} else {
-			b.WriteString(strings.TrimPrefix(l.Endpoint, "http://"))
+			b.WriteString(l.Endpoint)
 		}
 		b.WriteByte('/')
 	}
@@ -196,4 +199,44 @@ func (l Location) key(rel string) string {
 		return l.Prefix
 	}
 	return l.Prefix + "/" + rel
+}
+
+// WithEndpoint returns l, an s3:// location on AWS, reached at endpoint
+// instead: an S3-compatible store's base URL as Feast's
+// s3_endpoint_override writes it ("http://host:port", "https://host[:port]",
+// or "host:port", which means HTTP). Errors never repeat user information.
+func (l Location) WithEndpoint(endpoint string) (Location, error) {
+	if l.Scheme != SchemeS3 {
+		return Location{}, fmt.Errorf("an endpoint override is only for s3:// locations, not %s://", l.Scheme)
+	}
+	if l.Endpoint != "" {
+		return Location{}, fmt.Errorf("location %s already names its endpoint", l)
+	}
+	if strings.ContainsAny(endpoint, "@?#\\ ") {
+		return Location{}, errors.New("endpoint override: '@', '?', '#', '\\' and spaces are not allowed (credentials go in the environment)")
+	}
+	rest := strings.TrimSuffix(endpoint, "/")
+	proto := "http"
+	explicit := false
+	for _, p := range []string{"http://", "https://"} {
+		if strings.HasPrefix(rest, p) {
+			proto, rest, explicit = strings.TrimSuffix(p, "://"), rest[len(p):], true
+		}
+	}
+	if rest == "" || strings.Contains(rest, "/") {
+		return Location{}, fmt.Errorf("endpoint override %q: want http://host:port or https://host[:port]", endpoint)
+	}
+	for _, c := range rest {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune(".-:[]_", c)) {
+			return Location{}, fmt.Errorf("endpoint override %q: %q is not allowed in a host", endpoint, c)
+		}
+	}
+	if err := checkHostPort(rest, !explicit); err != nil {
+		return Location{}, fmt.Errorf("endpoint override: %w", err)
+	}
+	if _, _, err := net.SplitHostPort(rest); err != nil && strings.Contains(rest, ":") {
+		return Location{}, fmt.Errorf("endpoint override %q: want host:port (an IPv6 address in brackets)", endpoint)
+	}
+	l.Endpoint = proto + "://" + rest
+	return l, nil
 }

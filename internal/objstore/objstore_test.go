@@ -27,6 +27,9 @@ func TestParse(t *testing.T) {
 		{in: "s3://127.0.0.1:9000/bucket/m", want: objstore.Location{Scheme: "s3", Endpoint: "http://127.0.0.1:9000", Bucket: "bucket", Prefix: "m"}},
 		{in: "s3://https://minio.local:9000/bucket/m", want: objstore.Location{Scheme: "s3", Endpoint: "https://minio.local:9000", Bucket: "bucket", Prefix: "m"}},
 		{in: "s3://http://minio.local:9000/bucket", want: objstore.Location{Scheme: "s3", Endpoint: "http://minio.local:9000", Bucket: "bucket"}, back: "s3://minio.local:9000/bucket"},
+		// Without a port, an HTTP endpoint keeps its scheme: "minio.local"
+		// alone would read back as the bucket.
+		{in: "s3://http://minio.local/bucket", want: objstore.Location{Scheme: "s3", Endpoint: "http://minio.local", Bucket: "bucket"}},
 		{in: "as://account/container/path/x", want: objstore.Location{Scheme: "as", Account: "account", Bucket: "container", Prefix: "path/x"}},
 	} {
 		t.Run(tt.in, func(t *testing.T) {
@@ -73,6 +76,39 @@ func FuzzParse(f *testing.F) {
 		}
 		if strings.Contains(loc.String(), "@") {
 			t.Fatalf("%q: location %q has user information", s, loc.String())
+		}
+	})
+}
+
+// FuzzWithEndpoint: an endpoint override (Feast's s3_endpoint_override,
+// from a feature repository) either is refused or gives a location that
+// parses back the same and shows no user information.
+func FuzzWithEndpoint(f *testing.F) {
+	for _, s := range []string{"http://127.0.0.1:9000", "https://minio.local", "h:1", "http://u:p@h:1", "https://h:x", "http://", "h"} {
+		f.Add("s3://bucket/data/x.parquet", s)
+	}
+	f.Fuzz(func(t *testing.T, uri, endpoint string) {
+		loc, err := objstore.Parse(uri)
+		if err != nil {
+			return
+		}
+		with, err := loc.WithEndpoint(endpoint)
+		if err != nil {
+			// User information ("key:secret@host") is never repeated.
+			if user, _, ok := strings.Cut(endpoint, "@"); ok && len(user) >= 4 && strings.Contains(err.Error(), user) {
+				t.Fatalf("error %q repeats the user information of %q", err, endpoint)
+			}
+			return
+		}
+		again, err := objstore.Parse(with.String())
+		if err != nil {
+			t.Fatalf("%q with %q: %q does not parse: %v", uri, endpoint, with.String(), err)
+		}
+		if again != with {
+			t.Fatalf("%q with %q: %+v, after String %+v", uri, endpoint, with, again)
+		}
+		if strings.Contains(with.String(), "@") {
+			t.Fatalf("%q with %q: location %q has user information", uri, endpoint, with.String())
 		}
 	})
 }

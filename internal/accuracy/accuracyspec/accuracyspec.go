@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/config/duration"
@@ -174,6 +175,38 @@ type Log struct {
 	Sink string `yaml:"sink"`
 	// Dir is the JSONL folder [./data/accuracy/predictions].
 	Dir string `yaml:"dir"`
+	// Archive moves the rotated JSONL files to object storage.
+	Archive Archive `yaml:"archive"`
+}
+
+// Archive is where rotated JSONL files go: a folder on object storage,
+// with credentials from the environment.
+type Archive struct {
+	// Location is s3://bucket/path, s3://host:port/bucket/path,
+	// gs://bucket/path or as://account/container/path; empty: files stay
+	// local.
+	Location string `yaml:"location"`
+	// Interval is how often the folder is scanned for rotated files
+	// (a rotation also starts a scan) [30s].
+	Interval duration.Duration `yaml:"interval"`
+}
+
+// DefaultArchiveInterval is Archive.Interval's default.
+const DefaultArchiveInterval = 30 * time.Second
+
+// CheckArchiveLocation returns what is wrong with an archive location, or
+// "" when it names object storage without credentials in it.
+func CheckArchiveLocation(loc string) string {
+	scheme, rest, ok := strings.Cut(loc, "://")
+	switch {
+	case !ok || (scheme != "s3" && scheme != "gs" && scheme != "as"):
+		return "want s3://, gs:// or as://"
+	case strings.ContainsAny(rest, "@?#\\"):
+		return "'@', '?', '#' and '\\' are not allowed (credentials go in the environment)"
+	case strings.Trim(rest, "/") == "":
+		return "no bucket"
+	}
+	return ""
 }
 
 // ApplyDefaults fills the zero fields of s.
@@ -231,6 +264,9 @@ func (g *Gateway) ApplyDefaults() {
 	}
 	if g.Log.Dir == "" {
 		g.Log.Dir = DefaultLogDir
+	}
+	if g.Log.Archive.Location != "" && g.Log.Archive.Interval == 0 {
+		g.Log.Archive.Interval = duration.Duration(DefaultArchiveInterval)
 	}
 }
 
@@ -342,6 +378,17 @@ func (g *Gateway) Validate() error {
 	case "jsonl", "nats", "off":
 	default:
 		add("log.sink", "%q: want jsonl, nats or off", g.Log.Sink)
+	}
+	if a := g.Log.Archive; a.Location != "" {
+		if msg := CheckArchiveLocation(a.Location); msg != "" {
+			add("log.archive.location", "%s", msg)
+		}
+		if g.Log.Sink != "jsonl" {
+			add("log.archive", "archives the jsonl sink's files; log.sink is %q", g.Log.Sink)
+		}
+		if a.Interval < duration.Duration(time.Second) {
+			add("log.archive.interval", "must be at least 1s")
+		}
 	}
 	if g.Lookback <= 0 {
 		add("lookback", "must be positive")

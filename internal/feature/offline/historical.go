@@ -92,7 +92,7 @@ func historical(ctx context.Context, dir string, plans []*viewPlan, entities, ou
 		}
 		p.parts = opts.partitions
 		if p.parts <= 0 {
-			est := inflation * (er.size + sourceSize(dir, p.src))
+			est := inflation * (er.size + sourceSize(ctx, dir, p.src))
 			p.parts = int(min(max(1, (est+budget-1)/budget), maxPartitions))
 		}
 	}
@@ -221,14 +221,17 @@ func assignOutputNames(plans []*viewPlan, cols []Column) error {
 }
 
 // sourceSize is the total size of a source's files (0 when unknown).
-func sourceSize(dir string, src *feature.Source) int64 {
-	files, _, err := sourceFiles(dir, src.Path)
+func sourceSize(ctx context.Context, dir string, src *feature.Source) int64 {
+	files, release, err := sourceData(ctx, dir, src)
 	if err != nil {
 		return 0
 	}
+	defer release()
 	var n int64
 	for _, f := range files {
-		if st, err := os.Stat(f); err == nil {
+		if f.bucket != nil {
+			n += f.size
+		} else if st, err := os.Stat(f.path); err == nil {
 			n += st.Size()
 		}
 	}

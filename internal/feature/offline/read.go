@@ -351,42 +351,56 @@ var errNoColumn = errors.New("no such column")
 // fileScanner reads projected columns of one Parquet file.
 type fileScanner struct {
 	display string
-	f       *os.File
+	f       io.ReaderAt
+	closer  io.Closer // nil when there is nothing to close
 	pf      *parquet.File
 	cols    []*colReader
 }
 
-// openScanner opens a Parquet file and resolves the columns to read.
+// openScanner opens a Parquet file on disk and resolves the columns to
+// read.
 func openScanner(path, display string, specs []colSpec) (s *fileScanner, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", display, err)
 	}
+	st, err := f.Stat()
+	if err != nil {
+		_ = f.Close() // best effort: err is already being returned
+		return nil, fmt.Errorf("stat %s: %w", display, err)
+	}
+	return openScannerAt(f, f, st.Size(), display, specs, 0)
+}
+
+// openScannerAt opens the Parquet file r of size bytes and resolves the
+// columns to read; closer (may be nil) is closed with the scanner, or on
+// error. bufSize is parquet-go's read buffer per column (0: its default).
+func openScannerAt(r io.ReaderAt, closer io.Closer, size int64, display string, specs []colSpec, bufSize int) (s *fileScanner, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%s: corrupt Parquet file: %v", display, r)
 		}
-		if err != nil {
-			_ = f.Close() // best effort: err is already being returned
+		if err != nil && closer != nil {
+			_ = closer.Close() // best effort: err is already being returned
 		}
 	}()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("stat %s: %w", display, err)
-	}
 	// Check the footer before parquet-go decodes it: parquet-go allocates
 	// whatever lengths the metadata declares.
-	if _, err := readMetadata(f, st.Size()); err != nil {
+	if _, err := readMetadata(r, size); err != nil {
 		return nil, fmt.Errorf("%s: corrupt Parquet file: %w", display, err)
 	}
 	// Synchronous reads: the async mode reads pages on goroutines, where a
 	// panic on corrupt data could not be recovered.
-	pf, err := parquet.OpenFile(f, st.Size(), parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true),
-		parquet.FileReadMode(parquet.ReadModeSync))
+	popts := []parquet.FileOption{parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true),
+		parquet.FileReadMode(parquet.ReadModeSync)}
+	if bufSize > 0 {
+		popts = append(popts, parquet.ReadBufferSize(bufSize))
+	}
+	pf, err := parquet.OpenFile(r, size, popts...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: corrupt Parquet file: %w", display, err)
 	}
-	s = &fileScanner{display: display, f: f, pf: pf}
+	s = &fileScanner{display: display, f: r, closer: closer, pf: pf}
 	schema := pf.Schema()
 	for _, sp := range specs {
 		c := &colReader{file: display, name: sp.name, typ: sp.typ, buf: make([]parquet.Value, 256)}
@@ -492,7 +506,12 @@ func (s *fileScanner) scan(ctx context.Context, fn func(vals []feature.Value) er
 	return nil
 }
 
-func (s *fileScanner) close() error { return s.f.Close() }
+func (s *fileScanner) close() error {
+	if s.closer == nil {
+		return nil
+	}
+	return s.closer.Close()
+}
 
 // columnNames lists a file's top-level column names.
 func (s *fileScanner) columnNames() []string {

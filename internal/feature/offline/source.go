@@ -35,10 +35,11 @@ func sourceColumn(src *feature.Source, name string) string {
 func scanSource(ctx context.Context, dir string, src *feature.Source, keys []string, keyKinds []feature.Kind,
 	schema []feature.Field, start, end int64, fn func(Row) error,
 ) error {
-	files, display, err := sourceFiles(dir, src.Path)
+	files, release, err := sourceData(ctx, dir, src)
 	if err != nil {
 		return err
 	}
+	defer release()
 	tsField := src.TimestampField
 	if tsField == "" {
 		tsField = defaultTimestampField
@@ -58,8 +59,8 @@ func scanSource(ctx context.Context, dir string, src *feature.Source, keys []str
 		specs = append(specs, colSpec{name: sourceColumn(src, f.Name), typ: f.Type})
 	}
 	row := Row{Keys: make([]feature.Value, len(keys)), Values: make([]feature.Value, len(schema))}
-	for i, path := range files {
-		s, err := openScanner(path, display[i], specs)
+	for _, file := range files {
+		s, err := file.open(ctx, specs)
 		if err != nil {
 			return err
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/parquet-go/parquet-go/encoding/thrift"
 	"github.com/parquet-go/parquet-go/format"
@@ -342,7 +341,7 @@ func checkChunk(m *format.ColumnMetaData, dataEnd int64) error {
 
 // checkPages walks the page headers of a column chunk (as parquet-go will
 // read them) and checks each page's declared sizes and counts.
-func checkPages(f *os.File, m *format.ColumnMetaData) error {
+func checkPages(f io.ReaderAt, m *format.ColumnMetaData) error {
 	off := m.DataPageOffset
 	if m.DictionaryPageOffset != 0 {
 		off = m.DictionaryPageOffset

@@ -124,7 +124,7 @@ func (c *compiler) sources(items []item[rawSource]) {
 		}
 		obj := fmt.Sprintf("source '%s'", r.Name)
 		s := &feature.Source{
-			Name: r.Name, Path: r.Path, TimestampField: r.TimestampField,
+			Name: r.Name, Path: r.Path, S3EndpointOverride: r.S3EndpointOverride, TimestampField: r.TimestampField,
 			CreatedTimestampColumn: r.CreatedTimestampColumn, FieldMapping: r.FieldMapping, BatchSource: r.BatchSource,
 		}
 		ok := true
@@ -151,10 +151,18 @@ func (c *compiler) sources(items []item[rawSource]) {
 				c.errorf(it.file, lineOf(n, "batch_source"), obj, "batch_source is only for push sources")
 				ok = false
 			}
+			if msg := checkRemotePath(r.Path, r.S3EndpointOverride); msg != "" {
+				c.errorf(it.file, lineOf(n, "path"), obj, "%s", msg)
+				ok = false
+			}
 		case "push":
 			s.Kind = feature.SourcePush
 			if r.Path != "" {
 				c.errorf(it.file, lineOf(n, "path"), obj, "path is only for file sources (a push source's offline data is its batch_source)")
+				ok = false
+			}
+			if r.S3EndpointOverride != "" {
+				c.errorf(it.file, lineOf(n, "s3_endpoint_override"), obj, "s3_endpoint_override is only for file sources")
 				ok = false
 			}
 			if r.BatchSource != "" {

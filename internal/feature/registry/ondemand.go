@@ -45,7 +45,7 @@ func (c *compiler) requestSource(it item[rawSource]) {
 		ok = false
 	}
 	for key, set := range map[string]bool{"path": r.Path != "", "timestamp_field": r.TimestampField != "",
-		"created_timestamp_column": r.CreatedTimestampColumn != "", "field_mapping": r.FieldMapping != nil, "batch_source": r.BatchSource != ""} {
+		"created_timestamp_column": r.CreatedTimestampColumn != "", "field_mapping": r.FieldMapping != nil, "batch_source": r.BatchSource != "", "s3_endpoint_override": r.S3EndpointOverride != ""} {
 		if set {
 			bad(lineOf(n, key), "%s is not for request sources (a request source has only a schema)", key)
 		}

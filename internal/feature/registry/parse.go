@@ -30,6 +30,7 @@ type (
 		Name                   string            `yaml:"name"`
 		Type                   string            `yaml:"type"`
 		Path                   string            `yaml:"path"`
+		S3EndpointOverride     string            `yaml:"s3_endpoint_override"`
 		TimestampField         string            `yaml:"timestamp_field"`
 		CreatedTimestampColumn string            `yaml:"created_timestamp_column"`
 		FieldMapping           map[string]string `yaml:"field_mapping"`

@@ -49,6 +49,7 @@ func snapshotDefinitions(snap *Snapshot) ([]byte, error) {
 			}
 		}
 		set("path", s.Path)
+		set("s3_endpoint_override", s.S3EndpointOverride)
 		set("timestamp_field", s.TimestampField)
 		set("created_timestamp_column", s.CreatedTimestampColumn)
 		set("batch_source", s.BatchSource)

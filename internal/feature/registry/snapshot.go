@@ -45,6 +45,7 @@ type SnapshotSource struct {
 	Name                   string            `json:"name"`
 	Type                   string            `json:"type"`
 	Path                   string            `json:"path,omitempty"`
+	S3EndpointOverride     string            `json:"s3_endpoint_override,omitempty"`
 	TimestampField         string            `json:"timestamp_field,omitempty"`
 	CreatedTimestampColumn string            `json:"created_timestamp_column,omitempty"`
 	FieldMapping           map[string]string `json:"field_mapping,omitempty"`
@@ -99,7 +100,7 @@ func (r *Repo) Snapshot() *Snapshot {
 			typ = "push"
 		}
 		s.Sources = append(s.Sources, SnapshotSource{
-			Name: src.Name, Type: typ, Path: src.Path, TimestampField: src.TimestampField,
+			Name: src.Name, Type: typ, Path: src.Path, S3EndpointOverride: src.S3EndpointOverride, TimestampField: src.TimestampField,
 			CreatedTimestampColumn: src.CreatedTimestampColumn, FieldMapping: src.FieldMapping, BatchSource: src.BatchSource,
 		})
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature/offline"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/objstore"
 )
 
 // pushFilePrefix starts the names of the files offline pushes append.
@@ -39,6 +40,11 @@ func resolveOfflineTarget(repo *registry.Repo, src *feature.Source) (offlineTarg
 	if !ok || b.Kind != feature.SourceFile {
 		return offlineTarget{}, invalidf(ReasonPushOfflineNoBatchSource,
 			"push source '%s': batch source '%s' is not a file source", src.Name, src.BatchSource)
+	}
+	if objstore.IsURI(b.Path) {
+		return offlineTarget{}, invalidf(ReasonPushOfflineNeedsFolder,
+			"push source '%s': batch source '%s' is on object storage (%s); an offline push appends a Parquet file to a local folder only, so push to the online store or write the file to the bucket",
+			src.Name, b.Name, b.Path)
 	}
 	p := filepath.FromSlash(b.Path)
 	if !filepath.IsAbs(p) {

@@ -203,6 +203,22 @@ func TestPushOfflineNeedsFolderSource(t *testing.T) {
 	}
 }
 
+// An offline push to a batch source on object storage is refused: it
+// would otherwise append to a local folder named after the URI.
+func TestPushOfflineRefusesBucketSource(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.repo.Dir = t.TempDir()
+	f.repo.Sources["user_file"].Path = "s3://features/users/"
+	code, out := f.post(t, "/push", `{"push_source_name":"user_push","to":"offline","df":{
+		"user_id":[1],"level":[10],"event_timestamp":["2026-01-02T11:50:00Z"]}}`)
+	require.Equal(t, http.StatusBadRequest, code, string(out))
+	var e map[string]string
+	require.NoError(t, json.Unmarshal(out, &e))
+	require.Equal(t, ReasonPushOfflineNeedsFolder, e["reason"])
+	require.Contains(t, e["error"], "is on object storage (s3://features/users/)")
+	require.Empty(t, folderNames(t, f.repo.Dir), "nothing created locally")
+}
+
 func TestPushOfflineCreatesMissingFolder(t *testing.T) {
 	f := newFixture(t, Options{})
 	f.repo.Dir = t.TempDir()

@@ -278,8 +278,18 @@ func StartAzurite(t testing.TB) *Server {
 		mu.Lock()
 		defer mu.Unlock()
 		if cmd != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+			// An interrupt lets Azurite save its metadata (containers
+			// included) so that a restart finds them; a kill can lose
+			// what it has not saved yet.
+			_ = cmd.Process.Signal(os.Interrupt)
+			waited := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(waited) }()
+			select {
+			case <-waited:
+			case <-time.After(10 * time.Second):
+				_ = cmd.Process.Kill()
+				<-waited
+			}
 			cmd = nil
 		}
 	}
@@ -328,5 +338,28 @@ func Upload(t testing.TB, b *objstore.Bucket, dir, prefix string) {
 	})
 	if err != nil {
 		t.Fatalf("upload %s: %v", dir, err)
+	}
+}
+
+// Store names one kind of server and starts it.
+type Store struct {
+	Name  string
+	Start func(testing.TB) *Server
+}
+
+// Stores are the three kinds, for tests that run against each.
+var Stores = []Store{
+	{"s3", StartS3},
+	{"gcs", StartGCS},
+	{"azure", StartAzurite},
+}
+
+// Setenv sets the server's Env in the test's environment (t.Setenv), for
+// code that reads credentials and emulator hosts from it.
+func (s *Server) Setenv(t *testing.T) {
+	t.Helper()
+	for _, kv := range s.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
 	}
 }

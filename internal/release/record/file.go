@@ -36,6 +36,10 @@ type FileOptions struct {
 	// MaxAge rotates to a new file on the first write after the current one
 	// is this old. 0 disables age rotation.
 	MaxAge time.Duration
+	// OnRotate, when set, is called (with the sink's lock held: it must
+	// not block or call the sink) each time a file is finished: on
+	// rotation and on Close. An Archiver's Kick.
+	OnRotate func()
 }
 
 // FileSink writes records as JSON lines to size- and age-rotated files.
@@ -228,7 +232,22 @@ func (s *FileSink) closeFile() error {
 	if err != nil {
 		return fmt.Errorf("file sink: close %s: %w", name, err)
 	}
-	return syncDir(s.opts.Dir)
+	err = syncDir(s.opts.Dir)
+	if s.opts.OnRotate != nil {
+		s.opts.OnRotate()
+	}
+	return err
+}
+
+// Current returns the path of the file being written, or "" when none is
+// open.
+func (s *FileSink) Current() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return ""
+	}
+	return s.name
 }
 
 // Close flushes, fsyncs and closes the current file. It does not wait on

@@ -70,8 +70,10 @@ func (e *LineError) Unwrap() error { return e.Err }
 type FileReader struct {
 	files   []string
 	opts    ReadOptions
-	idx     int // index into files of the open file
-	f       *os.File
+	idx     int                                      // index into files of the open file
+	open    func(name string) (io.ReadCloser, error) // nil: os.Open
+	release func() error                             // closes a bucket client; nil when none
+	f       io.ReadCloser
 	br      *bufio.Reader
 	line    int
 	buf     []byte
@@ -172,7 +174,13 @@ func (r *FileReader) readLine() ([]byte, error) {
 				return nil, io.EOF
 			}
 			r.idx++
-			f, err := os.Open(r.files[r.idx])
+			var f io.ReadCloser
+			var err error
+			if r.open != nil {
+				f, err = r.open(r.files[r.idx])
+			} else {
+				f, err = os.Open(r.files[r.idx])
+			}
 			if err != nil {
 				return nil, fmt.Errorf("open recording: %w", err)
 			}
@@ -244,7 +252,12 @@ func (r *FileReader) closeFile() error {
 // Close closes the open file, if any.
 func (r *FileReader) Close() error {
 	r.idx = len(r.files)
-	return r.closeFile()
+	err := r.closeFile()
+	if r.release != nil {
+		err = errors.Join(err, r.release())
+		r.release = nil
+	}
+	return err
 }
 
 // ReadAll returns every record src yields, in order, and closes src.

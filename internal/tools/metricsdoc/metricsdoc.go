@@ -199,6 +199,13 @@ func Collect(ctx context.Context, dir string) (fams []Family, err error) {
 		return nil, fmt.Errorf("recording sink: %w", err)
 	}
 	recorder := record.NewWriter(sink, record.WriterOptions{QueueSize: rc.QueueSize, SinkLabel: rc.Sink}, nil, rec)
+	// The archiver of rotated JSONL files (gateway.recording.archive,
+	// gateway.accuracy.log.archive); it opens its bucket without
+	// contacting it, and is never started here.
+	if _, err := record.NewArchiver(ctx, record.ArchiveOptions{Dir: rc.Dir, Location: "s3://127.0.0.1:9/metricsdoc", Label: "recordings"}, nil, rec); err != nil {
+		_ = recorder.Close(ctx)
+		return nil, fmt.Errorf("recording archive: %w", err)
+	}
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
 	if ns, err := record.NewNATSSink(canceled, record.NATSOptions{URL: "nats://127.0.0.1:4222", Stream: "SLUICE_RECORDINGS"}, nil, rec); err == nil {
