@@ -1,0 +1,189 @@
+package aggregate
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+)
+
+// ErrCorrupt reports stored tiles that do not decode.
+var ErrCorrupt = errors.New("corrupt stream tiles")
+
+const stateTag = 1
+
+// Append appends st's storage form to dst: a tag, the layout id, the
+// version, newest event time and prune floor, then each tile with its
+// sequence numbers (delta-coded) and column aggregates.
+func (st *State) Append(dst []byte, s *Spec) []byte {
+	dst = append(dst, stateTag)
+	dst = binary.LittleEndian.AppendUint64(dst, s.id)
+	dst = binary.AppendUvarint(dst, st.Version)
+	dst = binary.AppendVarint(dst, st.Newest)
+	dst = binary.AppendVarint(dst, st.floor)
+	dst = binary.AppendUvarint(dst, uint64(len(st.tiles)))
+	for i := range st.tiles {
+		t := &st.tiles[i]
+		dst = binary.AppendVarint(dst, t.idx)
+		dst = binary.AppendUvarint(dst, uint64(t.events))
+		dst = binary.AppendUvarint(dst, uint64(len(t.seqs)))
+		prev := uint64(0)
+		for _, q := range t.seqs {
+			dst = binary.AppendUvarint(dst, q-prev)
+			prev = q
+		}
+		for c := range t.cols {
+			cs := &t.cols[c]
+			dst = binary.AppendUvarint(dst, uint64(cs.n))
+			if cs.n == 0 {
+				continue
+			}
+			dst = appendPartials(dst, cs.sum)
+			dst = appendPartials(dst, cs.sq)
+			dst = appendF64(dst, cs.min)
+			dst = appendF64(dst, cs.max)
+			dst = binary.AppendVarint(dst, cs.lastTS)
+			dst = binary.AppendUvarint(dst, cs.lastSeq)
+			dst = appendF64(dst, cs.last)
+		}
+	}
+	return dst
+}
+
+func appendF64(dst []byte, x float64) []byte {
+	return binary.LittleEndian.AppendUint64(dst, math.Float64bits(x))
+}
+
+func appendPartials(dst []byte, p partials) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(p)))
+	for _, x := range p {
+		dst = appendF64(dst, x)
+	}
+	return dst
+}
+
+// Decode parses a stored state. Tiles of another layout (the view's tile
+// size or columns changed) are dropped: the state keeps its version, so
+// the next write still replaces the stored one, and starts over.
+func Decode(b []byte, s *Spec) (*State, error) {
+	d := dec{b: b}
+	if d.byte() != stateTag {
+		return nil, ErrCorrupt
+	}
+	id := d.u64()
+	st := NewState()
+	st.Version = d.uvarint()
+	if d.bad {
+		return nil, ErrCorrupt
+	}
+	if id != s.id {
+		return st, nil
+	}
+	st.Newest = d.varint()
+	st.floor = d.varint()
+	nt := d.count(2)
+	st.tiles = make([]tile, 0, nt)
+	for range nt {
+		t := tile{idx: d.varint(), events: int64(d.uvarint())}
+		ns := d.count(1)
+		t.seqs = make([]uint64, ns)
+		prev := uint64(0)
+		for i := range ns {
+			prev += d.uvarint()
+			t.seqs[i] = prev
+		}
+		t.cols = make([]colState, len(s.Columns))
+		for c := range t.cols {
+			cs := &t.cols[c]
+			cs.n = int64(d.uvarint())
+			if cs.n == 0 {
+				continue
+			}
+			cs.sum = d.partials()
+			cs.sq = d.partials()
+			cs.min, cs.max = d.f64(), d.f64()
+			cs.lastTS, cs.lastSeq, cs.last = d.varint(), d.uvarint(), d.f64()
+		}
+		if d.bad || t.events < 0 {
+			return nil, ErrCorrupt
+		}
+		if n := len(st.tiles); n > 0 && st.tiles[n-1].idx >= t.idx {
+			return nil, ErrCorrupt
+		}
+		st.tiles = append(st.tiles, t)
+	}
+	if d.bad || len(d.b) != 0 {
+		return nil, ErrCorrupt
+	}
+	return st, nil
+}
+
+type dec struct {
+	b   []byte
+	bad bool
+}
+
+func (d *dec) byte() byte {
+	if len(d.b) < 1 {
+		d.bad = true
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *dec) u64() uint64 {
+	if len(d.b) < 8 {
+		d.bad = true
+		d.b = nil
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *dec) f64() float64 { return math.Float64frombits(d.u64()) }
+
+func (d *dec) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.bad = true
+		d.b = nil
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.bad = true
+		d.b = nil
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// count reads a length whose elements take at least min bytes each, so
+// a corrupt length cannot allocate more than the input could hold.
+func (d *dec) count(minBytes int) int {
+	n := d.uvarint()
+	if n > uint64(len(d.b)/minBytes) {
+		d.bad = true
+		d.b = nil
+		return 0
+	}
+	return int(n)
+}
+
+func (d *dec) partials() partials {
+	n := d.count(8)
+	p := make(partials, n)
+	for i := range p {
+		p[i] = d.f64()
+	}
+	return p
+}
