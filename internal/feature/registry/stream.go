@@ -80,8 +80,8 @@ func (c *compiler) streamSource(it item[rawSource], s *feature.Source) bool {
 	default:
 		bad(lineOf(n, "format"), "format %q is not supported (want json)", r.Format)
 	}
-	if r.CreatedTimestampColumn != "" && r.BatchSource == "" {
-		bad(lineOf(n, "created_timestamp_column"), "created_timestamp_column names the batch source's arrival column: set batch_source too")
+	if r.CreatedTimestampColumn != "" {
+		bad(lineOf(n, "created_timestamp_column"), "created_timestamp_column belongs on the batch source (there it names each event's arrival time)")
 	}
 	consumer := r.Consumer
 	if consumer == "" {
