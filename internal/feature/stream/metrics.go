@@ -35,3 +35,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"view"})),
 	}
 }
+
+// RegisterMetrics registers the aggregator's collectors with reg (the
+// metrics inventory lists them from here); New does the same.
+func RegisterMetrics(reg prometheus.Registerer) { newMetrics(reg) }
