@@ -166,12 +166,18 @@ func TestEncodeRoundTripAndPrune(t *testing.T) {
 	if got.Version != 42 || string(got.Append(nil, s)) != string(b) {
 		t.Fatal("decode(encode(state)) differs")
 	}
+	ro, err := DecodeForRead(b, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roVals := make([]feature.Value, s.Features())
+	ro.Values(s, at, roVals)
 	want := make([]feature.Value, s.Features())
 	full := valuesAt(s, evs, at)
 	got.Values(s, at, want)
 	for i := range want {
-		if !same(want[i], full[i]) {
-			t.Errorf("feature %d after prune: %+v, unpruned %+v", i, want[i], full[i])
+		if !same(want[i], full[i]) || !same(roVals[i], full[i]) {
+			t.Errorf("feature %d after prune: %+v (read-only decode %+v), unpruned %+v", i, want[i], roVals[i], full[i])
 		}
 	}
 	// A replayed event whose tile was pruned is not counted again.

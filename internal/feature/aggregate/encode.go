@@ -64,7 +64,14 @@ func appendPartials(dst []byte, p partials) []byte {
 // Decode parses a stored state. Tiles of another layout (the view's tile
 // size or columns changed) are dropped: the state keeps its version, so
 // the next write still replaces the stored one, and starts over.
-func Decode(b []byte, s *Spec) (*State, error) {
+func Decode(b []byte, s *Spec) (*State, error) { return decode(b, s, false) }
+
+// DecodeForRead is Decode for a state that is only read (Values): it
+// skips the applied sequence numbers and allocates the tiles in a few
+// blocks. Apply must not be called on its result.
+func DecodeForRead(b []byte, s *Spec) (*State, error) { return decode(b, s, true) }
+
+func decode(b []byte, s *Spec, readOnly bool) (*State, error) {
 	d := dec{b: b}
 	if d.byte() != stateTag {
 		return nil, ErrCorrupt
@@ -82,24 +89,44 @@ func Decode(b []byte, s *Spec) (*State, error) {
 	st.floor = d.varint()
 	nt := d.count(2)
 	st.tiles = make([]tile, 0, nt)
-	for range nt {
+	var cols []colState
+	var floats []float64
+	if readOnly {
+		cols = make([]colState, nt*len(s.Columns))
+		floats = make([]float64, 0, len(d.b)/8)
+	}
+	for ti := range nt {
 		t := tile{idx: d.varint(), events: int64(d.uvarint())}
 		ns := d.count(1)
-		t.seqs = make([]uint64, ns)
+		if !readOnly {
+			t.seqs = make([]uint64, ns)
+		}
 		prev := uint64(0)
 		for i := range ns {
 			prev += d.uvarint()
-			t.seqs[i] = prev
+			if !readOnly {
+				t.seqs[i] = prev
+			}
 		}
-		t.cols = make([]colState, len(s.Columns))
+		if readOnly {
+			n := len(s.Columns)
+			t.cols = cols[ti*n : (ti+1)*n : (ti+1)*n]
+		} else {
+			t.cols = make([]colState, len(s.Columns))
+		}
 		for c := range t.cols {
 			cs := &t.cols[c]
 			cs.n = int64(d.uvarint())
 			if cs.n == 0 {
 				continue
 			}
-			cs.sum = d.partials()
-			cs.sq = d.partials()
+			if readOnly {
+				cs.sum, floats = d.partialsInto(floats)
+				cs.sq, floats = d.partialsInto(floats)
+			} else {
+				cs.sum = d.partials()
+				cs.sq = d.partials()
+			}
 			cs.min, cs.max = d.f64(), d.f64()
 			cs.lastTS, cs.lastSeq, cs.last = d.varint(), d.uvarint(), d.f64()
 		}
@@ -177,6 +204,17 @@ func (d *dec) count(minBytes int) int {
 		return 0
 	}
 	return int(n)
+}
+
+// partialsInto reads partials into the free capacity of arena, returning
+// them (capped, so appending to them copies) and the grown arena.
+func (d *dec) partialsInto(arena []float64) (partials, []float64) {
+	n := d.count(8)
+	start := len(arena)
+	for range n {
+		arena = append(arena, d.f64())
+	}
+	return partials(arena[start:len(arena):len(arena)]), arena
 }
 
 func (d *dec) partials() partials {

@@ -31,6 +31,10 @@ func FuzzDecodeEvent(f *testing.F) {
 		if _, err := d.Decode(b, &ev, nil); err == nil && len(ev.Values) != len(s.Columns) {
 			t.Fatalf("decoded %d values for %d columns", len(ev.Values), len(s.Columns))
 		}
+		if st, err := DecodeForRead(b, s); err == nil {
+			out := make([]feature.Value, s.Features())
+			st.Values(s, 0, out)
+		}
 		if st, err := Decode(b, s); err == nil {
 			_ = st.Append(nil, s)
 			out := make([]feature.Value, s.Features())

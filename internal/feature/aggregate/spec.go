@@ -63,6 +63,9 @@ type Spec struct {
 	// carry one value per column.
 	Columns []string
 	feats   []feat
+	// groups are the distinct (column, window) pairs of feats: the tiles
+	// of each are combined once per read, whatever functions read them.
+	groups []group
 	// maxTiles is the longest window in tiles.
 	maxTiles int64
 	// id identifies the tile layout (tile size and columns): stored
@@ -73,6 +76,12 @@ type Spec struct {
 type feat struct {
 	fn    Func
 	col   int // index into Columns; -1 for a count of events
+	tiles int64
+	group int // index into Spec.groups
+}
+
+type group struct {
+	col   int
 	tiles int64
 }
 
@@ -104,6 +113,12 @@ func NewSpec(v *feature.StreamView) (*Spec, error) {
 			}
 		case fn != Count:
 			return nil, fmt.Errorf("aggregation '%s': %s needs a column", a.Name, fn)
+		}
+		g := group{col: f.col, tiles: f.tiles}
+		f.group = slices.Index(s.groups, g)
+		if f.group < 0 {
+			f.group = len(s.groups)
+			s.groups = append(s.groups, g)
 		}
 		s.feats = append(s.feats, f)
 		s.maxTiles = max(s.maxTiles, f.tiles)

@@ -150,22 +150,23 @@ func (st *State) Prune(s *Spec, now int64, margin int64) {
 // are null there, and stddev below two values.
 func (st *State) Values(s *Spec, t int64, out []feature.Value) {
 	cur := s.tileOf(t)
-	var acc colState
-	for fi, f := range s.feats {
-		lo := cur - f.tiles + 1
-		acc = colState{sum: acc.sum[:0], sq: acc.sq[:0]}
-		var events int64
+	accs := make([]colState, len(s.groups))
+	events := make([]int64, len(s.groups))
+	for gi, g := range s.groups {
+		lo := cur - g.tiles + 1
 		for ti := range st.tiles {
 			tl := &st.tiles[ti]
 			if tl.idx < lo || tl.idx > cur {
 				continue
 			}
-			events += tl.events
-			if f.col >= 0 {
-				acc.merge(&tl.cols[f.col])
+			events[gi] += tl.events
+			if g.col >= 0 {
+				accs[gi].merge(&tl.cols[g.col])
 			}
 		}
-		out[fi] = value(f, events, &acc)
+	}
+	for fi, f := range s.feats {
+		out[fi] = value(f, events[f.group], &accs[f.group])
 	}
 }
 

@@ -26,7 +26,7 @@ func (s *Server) combineTiles(p *plan, results []online.Result, n int, now time.
 			if !res.Found {
 				continue
 			}
-			st, err := aggregate.Decode(res.Record.Payload, vp.stream)
+			st, err := aggregate.DecodeForRead(res.Record.Payload, vp.stream)
 			if err != nil || st.Empty() {
 				if err != nil {
 					s.logger.Warn("stream feature view tiles do not decode", "view", vp.view.Name, "err", err)
