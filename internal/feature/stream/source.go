@@ -111,27 +111,39 @@ func OpenJetStream(ctx context.Context, src *feature.Source, opts JetStreamOptio
 	return &JetStream{nc: nc, cons: cons}, nil
 }
 
-// Fetch implements Source.
+// Fetch implements Source. It takes what the consumer has at once
+// (FetchNoWait) and, when that is nothing, polls again every 20 ms until
+// wait has passed: a pull that waits for a whole batch would hold the
+// first events of a slow stream until the batch fills.
 func (j *JetStream) Fetch(ctx context.Context, n int, wait time.Duration) ([]Message, error) {
-	if d, ok := ctx.Deadline(); ok && time.Until(d) < wait {
-		wait = max(time.Until(d), time.Millisecond)
-	}
-	batch, err := j.cons.Fetch(n, jetstream.FetchMaxWait(wait))
-	if err != nil {
-		return nil, fmt.Errorf("fetch events: %w", err)
-	}
-	var out []Message
-	for m := range batch.Messages() {
-		md, err := m.Metadata()
+	deadline := time.Now().Add(wait)
+	for {
+		batch, err := j.cons.FetchNoWait(n)
 		if err != nil {
-			continue // not a stream message; never acknowledged, never applied
+			return nil, fmt.Errorf("fetch events: %w", err)
 		}
-		out = append(out, Message{Data: m.Data(), Seq: md.Sequence.Stream, Arrival: md.Timestamp.UnixNano(), ack: m.Ack})
+		var out []Message
+		for m := range batch.Messages() {
+			md, err := m.Metadata()
+			if err != nil {
+				continue // not a stream message; never acknowledged, never applied
+			}
+			out = append(out, Message{Data: m.Data(), Seq: md.Sequence.Stream, Arrival: md.Timestamp.UnixNano(), ack: m.Ack})
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && len(out) == 0 {
+			return nil, fmt.Errorf("fetch events: %w", err)
+		}
+		if len(out) > 0 || !time.Now().Before(deadline) {
+			return out, nil
+		}
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
 	}
-	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && len(out) == 0 {
-		return nil, fmt.Errorf("fetch events: %w", err)
-	}
-	return out, nil
 }
 
 // Ack implements Source.
