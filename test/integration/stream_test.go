@@ -524,3 +524,110 @@ func TestStreamAggregationsOnlineEqualOffline(t *testing.T) {
 		t.Fatalf("only %d events counted over the moments: the test exercised too little", counted)
 	}
 }
+
+// TestStreamExampleInFeatureServer runs the example repository's stream
+// feature view (route_live) with the embedded store, aggregated inside
+// the feature server (feature-server --aggregate): deliveries published on
+// parcel.deliveries, two of them late, are served as the route's count,
+// mean and max.
+func TestStreamExampleInFeatureServer(t *testing.T) {
+	ns := natstest.Start(t)
+	dir := t.TempDir()
+	src := filepath.Join(repoDir, "examples/parcel-eta/features")
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".yaml") {
+			continue
+		}
+		b := readFile(t, filepath.Join("examples/parcel-eta/features", e.Name()))
+		if e.Name() == "stream_feature_views.yaml" {
+			b = []byte(strings.Replace(string(b), "    stream: PARCEL_DELIVERIES\n", "    stream: PARCEL_DELIVERIES\n    url: "+ns.URL()+"\n", 1))
+		}
+		mustWrite(t, filepath.Join(dir, e.Name()), b)
+	}
+	// Without --aggregate nothing keeps the view: it serves NOT_FOUND.
+	base := startFeatureServer(t, dir)
+	code, _, resp := do(t, http.MethodPost, base+"/get-online-features",
+		[]byte(`{"features":["route_live:deliveries_10m"],"entities":{"route_id":[29]}}`), map[string]string{"Content-Type": "application/json"})
+	if code != http.StatusOK || !strings.Contains(string(resp), `"NOT_FOUND"`) {
+		t.Fatalf("before any event: %d %s, want NOT_FOUND", code, resp)
+	}
+
+	agg := t.TempDir()
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".yaml") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustWrite(t, filepath.Join(agg, e.Name()), b)
+	}
+	aggBase, _ := startFeatureServerArgs(t, agg, "--aggregate")
+	nc, err := nats.Connect(ns.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	delays := []float64{3, 5, 10, 2}
+	for _, d := range delays {
+		b, _ := json.Marshal(map[string]any{"event_ts": now.Add(-30 * time.Second).Format(time.RFC3339Nano), "route_id": 29, "delay_min": d})
+		if _, err := js.Publish(t.Context(), "parcel.deliveries", b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 { // late: older than the 2 minutes allowed
+		b, _ := json.Marshal(map[string]any{"event_ts": now.Add(-5 * time.Minute).Format(time.RFC3339Nano), "route_id": 29, "delay_min": 99})
+		if _, err := js.Publish(t.Context(), "parcel.deliveries", b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	caughtUpStream(t, js, "PARCEL_DELIVERIES", "sluice-route_deliveries")
+	code, _, resp = do(t, http.MethodPost, aggBase+"/get-online-features",
+		[]byte(`{"features":["route_live:deliveries_10m","route_live:delay_mean_10m","route_live:delay_max_1h"],"entities":{"route_id":[29, 30]}}`),
+		map[string]string{"Content-Type": "application/json"})
+	if code != http.StatusOK {
+		t.Fatalf("get-online-features = %d %s", code, resp)
+	}
+	var got struct {
+		Results []struct {
+			Values   []any    `json:"values"`
+			Statuses []string `json:"statuses"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(resp, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Results) != 4 || got.Results[1].Values[0] != float64(4) || got.Results[2].Values[0] != float64(5) || got.Results[3].Values[0] != float64(10) {
+		t.Fatalf("route 29: want 4 deliveries (two late ones dropped), mean delay 5, max 10; got %s", resp)
+	}
+	if got.Results[1].Statuses[1] != "NOT_FOUND" {
+		t.Fatalf("route 30 has no events: want NOT_FOUND, got %s", resp)
+	}
+}
+
+// caughtUpStream is caughtUp for any stream and consumer.
+func caughtUpStream(t *testing.T, js jetstream.JetStream, stream, consumer string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if c, err := js.Consumer(t.Context(), stream, consumer); err == nil {
+			if info, err := c.Info(t.Context()); err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream > 0 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("consumer %s of %s did not catch up in 60s", consumer, stream)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
