@@ -172,6 +172,16 @@ func TestEncodeRoundTripAndPrune(t *testing.T) {
 	}
 	roVals := make([]feature.Value, s.Features())
 	ro.Values(s, at, roVals)
+	atVals := make([]feature.Value, s.Features())
+	newest, found, err := ValuesAt(b, s, at, atVals)
+	if err != nil || !found || newest != got.Newest {
+		t.Fatalf("ValuesAt: newest %d found %v err %v", newest, found, err)
+	}
+	for i := range atVals {
+		if !same(atVals[i], roVals[i]) {
+			t.Errorf("feature %d: ValuesAt %+v, Values %+v", i, atVals[i], roVals[i])
+		}
+	}
 	want := make([]feature.Value, s.Features())
 	full := valuesAt(s, evs, at)
 	got.Values(s, at, want)

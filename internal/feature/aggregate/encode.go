@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+
+	"github.com/sluice-ml/sluice/internal/feature"
 )
 
 // ErrCorrupt reports stored tiles that do not decode.
@@ -224,4 +226,83 @@ func (d *dec) partials() partials {
 		p[i] = d.f64()
 	}
 	return p
+}
+
+// ValuesAt computes the features of a stored state at time t (ns), as
+// Decode followed by State.Values would, in one pass over the bytes and
+// without building the tiles: the read path. found is false when no event
+// was ever applied (or the tiles are of another layout); newest is the
+// newest applied event time.
+func ValuesAt(b []byte, s *Spec, t int64, out []feature.Value) (newest int64, found bool, err error) {
+	d := dec{b: b}
+	if d.byte() != stateTag {
+		return 0, false, ErrCorrupt
+	}
+	id := d.u64()
+	d.uvarint() // version
+	if d.bad {
+		return 0, false, ErrCorrupt
+	}
+	if id != s.id {
+		return 0, false, nil
+	}
+	newest = d.varint()
+	d.varint() // floor
+	nt := d.count(2)
+	cur := s.tileOf(t)
+	accs := make([]colState, len(s.groups))
+	events := make([]int64, len(s.groups))
+	var scratch [2][]float64
+	prev, first := int64(0), true
+	for range nt {
+		idx := d.varint()
+		ev := int64(d.uvarint())
+		if !first && idx <= prev {
+			return 0, false, ErrCorrupt
+		}
+		prev, first = idx, false
+		for range d.count(1) {
+			d.uvarint()
+		}
+		for gi, g := range s.groups {
+			if idx > cur-g.tiles && idx <= cur {
+				events[gi] += ev
+			}
+		}
+		for c := range s.Columns {
+			var cs colState
+			cs.n = int64(d.uvarint())
+			if cs.n == 0 {
+				continue
+			}
+			for k := range 2 {
+				n := d.count(8)
+				scratch[k] = scratch[k][:0]
+				for range n {
+					scratch[k] = append(scratch[k], d.f64())
+				}
+			}
+			cs.sum, cs.sq = scratch[0], scratch[1]
+			cs.min, cs.max = d.f64(), d.f64()
+			cs.lastTS, cs.lastSeq, cs.last = d.varint(), d.uvarint(), d.f64()
+			for gi, g := range s.groups {
+				if g.col == c && idx > cur-g.tiles && idx <= cur {
+					accs[gi].merge(&cs)
+				}
+			}
+		}
+		if d.bad || ev < 0 {
+			return 0, false, ErrCorrupt
+		}
+	}
+	if d.bad || len(d.b) != 0 {
+		return 0, false, ErrCorrupt
+	}
+	if newest == 0 && nt == 0 {
+		return 0, false, nil
+	}
+	for fi, f := range s.feats {
+		out[fi] = value(f, events[f.group], &accs[f.group])
+	}
+	return newest, true, nil
 }

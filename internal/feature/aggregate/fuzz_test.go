@@ -34,6 +34,10 @@ func FuzzDecodeEvent(f *testing.F) {
 		if st, err := DecodeForRead(b, s); err == nil {
 			out := make([]feature.Value, s.Features())
 			st.Values(s, 0, out)
+			at := make([]feature.Value, s.Features())
+			if _, found, err := ValuesAt(b, s, 0, at); err != nil || (found && !st.Empty() && !sameAll(out, at)) {
+				t.Fatalf("ValuesAt disagrees with Decode+Values: %v %+v %+v", err, at, out)
+			}
 		}
 		if st, err := Decode(b, s); err == nil {
 			_ = st.Append(nil, s)
@@ -41,4 +45,13 @@ func FuzzDecodeEvent(f *testing.F) {
 			st.Values(s, 0, out)
 		}
 	})
+}
+
+func sameAll(a, b []feature.Value) bool {
+	for i := range a {
+		if !same(a[i], b[i]) && !(a[i].F64 != a[i].F64 && b[i].F64 != b[i].F64) {
+			return false
+		}
+	}
+	return true
 }

@@ -26,21 +26,20 @@ func (s *Server) combineTiles(p *plan, results []online.Result, n int, now time.
 			if !res.Found {
 				continue
 			}
-			st, err := aggregate.DecodeForRead(res.Record.Payload, vp.stream)
-			if err != nil || st.Empty() {
+			newest, found, err := aggregate.ValuesAt(res.Record.Payload, vp.stream, now.UnixNano(), vals)
+			if err != nil || !found {
 				if err != nil {
 					s.logger.Warn("stream feature view tiles do not decode", "view", vp.view.Name, "err", err)
 				}
 				res.Found = false
 				continue
 			}
-			st.Values(vp.stream, now.UnixNano(), vals)
 			payload, err := feature.AppendValues(nil, vp.view.Schema, vals)
 			if err != nil {
 				res.Found = false
 				continue
 			}
-			res.Record = feature.Record{EventTS: st.Newest, Schema: vp.schema, Payload: payload}
+			res.Record = feature.Record{EventTS: newest, Schema: vp.schema, Payload: payload}
 		}
 	}
 }
