@@ -154,20 +154,7 @@ func (p *publisher) publish(t *testing.T, n int) {
 // delivered event is acknowledged (so its tiles are written).
 func caughtUp(t *testing.T, js jetstream.JetStream, consumer string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ci, err := js.Consumer(t.Context(), "DELIVERIES", consumer)
-		if err == nil {
-			info, err := ci.Info(t.Context())
-			if err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream > 0 {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("consumer %s did not catch up in 60s", consumer)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	caughtUpStream(t, js, "DELIVERIES", consumer)
 }
 
 // servedRow is one route's served values (nil for null).

@@ -1,7 +1,6 @@
 package offline
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"errors"
@@ -215,79 +214,50 @@ func loadStreamEvents(ctx context.Context, repo *registry.Repo, hv *streamHistVi
 // writeStream writes out: each entity row's columns, then its stream
 // features at its timestamp.
 func writeStream(ctx context.Context, out string, er *entityReader, outCols []Column, views []*streamHistView) (err error) {
-	tmpOut, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("create output: %w", err)
-	}
-	defer func() {
+	return writeAtomic(out, outCols, func(w *Writer) error {
+		vals := make([][]feature.Value, len(views))
+		for i, hv := range views {
+			vals[i] = make([]feature.Value, hv.spec.Features())
+		}
+		row := make([]feature.Value, 0, len(outCols))
+		var key []byte
+		kv := []feature.Value{}
+		err := er.each(ctx, func(in []feature.Value) error {
+			row = append(row[:0], in...)
+			tsv := in[er.ts]
+			for vi, hv := range views {
+				kv = kv[:0]
+				for _, c := range hv.keyCol {
+					kv = append(kv, in[c])
+				}
+				var ok bool
+				key, ok = appendKey(key[:0], hv.kinds, kv)
+				st := aggregate.NewState()
+				if ok && !tsv.Null {
+					for i, evs := 0, hv.events[string(key)]; i < len(evs) && evs[i].Arrival <= tsv.I64; i++ {
+						st.Apply(hv.spec, &evs[i])
+					}
+				}
+				stale := hv.view.TTL > 0 && hv.view.StalePolicy == feature.StaleWithhold && tsv.I64-st.Newest > int64(hv.view.TTL)
+				if st.Empty() || stale {
+					for range hv.pick {
+						row = append(row, feature.Value{Null: true})
+					}
+					continue
+				}
+				st.Values(hv.spec, tsv.I64, vals[vi])
+				for _, p := range hv.pick {
+					row = append(row, vals[vi][p])
+				}
+			}
+			if err := w.Write(row); err != nil {
+				return fmt.Errorf("write output: %w", err)
+			}
+			return nil
+		})
 		if err != nil {
-			_ = tmpOut.Close() // best effort: err is already being returned
-			_ = os.Remove(tmpOut.Name())
-		}
-	}()
-	bw := bufio.NewWriterSize(tmpOut, 1<<20)
-	w, err := NewWriter(bw, outCols)
-	if err != nil {
-		return fmt.Errorf("write output: %w", err)
-	}
-	vals := make([][]feature.Value, len(views))
-	for i, hv := range views {
-		vals[i] = make([]feature.Value, hv.spec.Features())
-	}
-	row := make([]feature.Value, 0, len(outCols))
-	var key []byte
-	kv := []feature.Value{}
-	err = er.each(ctx, func(in []feature.Value) error {
-		row = append(row[:0], in...)
-		tsv := in[er.ts]
-		for vi, hv := range views {
-			kv = kv[:0]
-			for _, c := range hv.keyCol {
-				kv = append(kv, in[c])
-			}
-			var ok bool
-			key, ok = appendKey(key[:0], hv.kinds, kv)
-			st := aggregate.NewState()
-			if ok && !tsv.Null {
-				for i, evs := 0, hv.events[string(key)]; i < len(evs) && evs[i].Arrival <= tsv.I64; i++ {
-					st.Apply(hv.spec, &evs[i])
-				}
-			}
-			stale := hv.view.TTL > 0 && hv.view.StalePolicy == feature.StaleWithhold && tsv.I64-st.Newest > int64(hv.view.TTL)
-			if st.Empty() || stale {
-				for range hv.pick {
-					row = append(row, feature.Value{Null: true})
-				}
-				continue
-			}
-			st.Values(hv.spec, tsv.I64, vals[vi])
-			for _, p := range hv.pick {
-				row = append(row, vals[vi][p])
-			}
-		}
-		if err := w.Write(row); err != nil {
-			return fmt.Errorf("write output: %w", err)
+			return err
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	if err := w.Close(); err != nil {
-		return fmt.Errorf("write output: %w", err)
-	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("write output: %w", err)
-	}
-	if err := tmpOut.Close(); err != nil {
-		return fmt.Errorf("write output: %w", err)
-	}
-	//nolint:gosec // G302: the output is a dataset for the operator's training jobs and gets the usual 0644 of a created file
-	if err := os.Chmod(tmpOut.Name(), 0o644); err != nil {
-		return fmt.Errorf("write output: %w", err)
-	}
-	if err := os.Rename(tmpOut.Name(), out); err != nil {
-		return fmt.Errorf("write output: %w", err)
-	}
-	return nil
 }
