@@ -58,7 +58,7 @@ func BenchmarkStreamRead(b *testing.B) {
 	}
 }
 
-func streamBenchServer(b *testing.B) *Server {
+func streamBenchServer(b testing.TB) *Server {
 	b.Helper()
 	dir := b.TempDir()
 	var defs strings.Builder
