@@ -238,7 +238,10 @@ func Diff(old, cur *Snapshot) []Change {
 	var out []Change
 	out = diffKind(out, "entity", old.Entities, cur.Entities, func(e SnapshotEntity) string { return e.Name }, fieldDiff[SnapshotEntity])
 	out = diffKind(out, "source", old.Sources, cur.Sources, func(s SnapshotSource) string { return s.Name }, fieldDiff[SnapshotSource])
-	out = diffKind(out, "feature view", old.Views, cur.Views, func(v SnapshotView) string { return v.Name }, viewDiff)
+	oldPlain, oldStream := splitStreamViews(old.Views)
+	curPlain, curStream := splitStreamViews(cur.Views)
+	out = diffKind(out, "feature view", oldPlain, curPlain, func(v SnapshotView) string { return v.Name }, viewDiff)
+	out = diffKind(out, streamKind, oldStream, curStream, func(v SnapshotView) string { return v.Name }, streamViewDiff)
 	out = diffKind(out, "feature service", old.Services, cur.Services, func(s SnapshotService) string { return s.Name }, serviceDiff)
 	out = diffKind(out, onDemandKind, old.OnDemandViews, cur.OnDemandViews, func(v SnapshotOnDemandView) string { return v.Name }, onDemandDiff)
 	return out

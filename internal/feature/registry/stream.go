@@ -291,3 +291,16 @@ func streamViewDiff(a, b SnapshotView) []string {
 	}
 	return append(out, fieldDiff(a, b)...)
 }
+
+// splitStreamViews splits views into feature views and stream feature
+// views, so plan names each by its kind.
+func splitStreamViews(views []SnapshotView) (plain, streams []SnapshotView) {
+	for _, v := range views {
+		if v.Stream != nil {
+			streams = append(streams, v)
+		} else {
+			plain = append(plain, v)
+		}
+	}
+	return plain, streams
+}

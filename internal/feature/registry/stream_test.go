@@ -44,7 +44,7 @@ func TestStreamViewCompilesAndDiffs(t *testing.T) {
 		Consumer: "sluice-deliveries", SequenceField: "seq"}, src.Stream)
 
 	before := r.Snapshot()
-	require.Contains(t, Diff(nil, before), Change{Op: OpAdd, Kind: "feature view", Name: "route_live"})
+	require.Contains(t, Diff(nil, before), Change{Op: OpAdd, Kind: streamKind, Name: "route_live"})
 	edited := strings.Replace(string(good), "{name: delay_max_1h, column: delay_min, function: max, time_window: 1h}",
 		"{name: delay_max_1h, column: delay_min, function: max, time_window: 2h}", 1)
 	edited = strings.Replace(edited, "      - {name: delay_sd_1h, column: delay_min, function: stddev, time_window: 1h}\n",
