@@ -37,6 +37,7 @@ type featureServerFlags struct {
 	port            int
 	grpcPort        int
 	metricsPort     int
+	aggregate       bool
 	pollSecs        int
 	maxBodyBytes    int64
 	tolerance       time.Duration
@@ -67,6 +68,7 @@ func newFeatureServerCmd() *cobra.Command {
 	fl.IntVar(&f.port, "port", 6566, "HTTP port (Feast's default); /metrics is served here too")
 	fl.IntVar(&f.grpcPort, "grpc-port", 0, "port serving Feast's gRPC API (feast.serving.ServingService); 0 for none")
 	fl.IntVar(&f.metricsPort, "metrics-port", 0, "extra port serving only /metrics; 0 for none")
+	fl.BoolVar(&f.aggregate, "aggregate", false, "also run the stream aggregators (as sluice features aggregate does) in this process, against its online store: the way to keep stream feature views with the embedded store, which one process owns")
 	fl.IntVar(&f.pollSecs, "registry-poll-secs", 10, "seconds between checks of the definitions and the registry for changes; 0 disables reloading (once applied, the registry serves: unapplied edits and refused type changes are reported, not served)")
 	fl.Int64Var(&f.maxBodyBytes, "max-request-bytes", serving.DefaultMaxBodyBytes, "largest request body accepted")
 	fl.DurationVar(&f.tolerance, "event-time-tolerance", serving.DefaultEventTimeTolerance, "how far past a request's event_timestamp a feature may be before the request is refused")
@@ -143,6 +145,15 @@ func runFeatureServer(ctx context.Context, cmd *cobra.Command, f *featureServerF
 		gd.guardMetrics("features_metrics", ml, ms)
 		gd.record("features_metrics", ms.Addr().String(), tlsOpts, "open (reads only)")
 		g.Go(func() error { return ms.Run(gctx) })
+	}
+	if f.aggregate {
+		agg := aggregateFlags{ackWait: 30 * time.Second, batch: 500}
+		closeAgg, err := agg.startAggregators(ctx, gctx, g, fsrv.holder.Current(), fsrv.store, logger, reg)
+		if err != nil {
+			_ = fsrv.ln.Close()
+			return err
+		}
+		defer closeAgg()
 	}
 	gd.writeListeners(cmd.OutOrStdout())
 	fsrv.run(ctx, gctx, g, nil)

@@ -12,6 +12,6 @@ func newFeaturesCmd() *cobra.Command {
 		Short: "Work with a feature repository (Feast-style definitions in YAML)",
 	}
 	cmd.AddCommand(newFeaturesPlanCmd(), newFeaturesApplyCmd(), newFeaturesListCmd(), newFeaturesDescribeCmd(),
-		newFeaturesHistoricalCmd(), newFeaturesMaterializeCmd(), newFeaturesMaterializeIncrementalCmd())
+		newFeaturesHistoricalCmd(), newFeaturesMaterializeCmd(), newFeaturesMaterializeIncrementalCmd(), newFeaturesAggregateCmd())
 	return cmd
 }

@@ -228,6 +228,11 @@ type sourceInfo struct {
 	CreatedTimestampColumn string            `json:"created_timestamp_column,omitempty"`
 	FieldMapping           map[string]string `json:"field_mapping,omitempty"`
 	Schema                 []fieldInfo       `json:"schema,omitempty"` // request sources
+	// Stream sources.
+	URL      string `json:"url,omitempty"`
+	Stream   string `json:"stream,omitempty"`
+	Subject  string `json:"subject,omitempty"`
+	Consumer string `json:"consumer,omitempty"`
 }
 
 type fieldInfo struct {
@@ -246,6 +251,7 @@ type viewInfo struct {
 	HotView     string            `json:"hot_view,omitempty"`
 	Tags        map[string]string `json:"tags,omitempty"`
 	Freshness   *viewFreshness    `json:"freshness,omitempty"`
+	Stream      *streamInfo       `json:"stream,omitempty"`
 }
 
 type serviceInfo struct {
@@ -306,8 +312,12 @@ func describeSource(s *feature.Source) sourceInfo {
 	if s.Kind == feature.SourcePush {
 		kind = "push"
 	}
-	return sourceInfo{Name: s.Name, Type: kind, Path: s.Path, BatchSource: s.BatchSource, TimestampField: s.TimestampField,
+	si := sourceInfo{Name: s.Name, Type: kind, Path: s.Path, BatchSource: s.BatchSource, TimestampField: s.TimestampField,
 		CreatedTimestampColumn: s.CreatedTimestampColumn, FieldMapping: s.FieldMapping}
+	if st := s.Stream; st != nil {
+		si.Type, si.URL, si.Stream, si.Subject, si.Consumer = "stream", st.URL, st.Stream, st.Subject, st.Consumer
+	}
+	return si
 }
 
 func describeView(ctx context.Context, v *feature.View, fr *freshnessReader) viewInfo {
@@ -324,10 +334,13 @@ func describeView(ctx context.Context, v *feature.View, fr *freshnessReader) vie
 	for _, fld := range v.Schema {
 		vi.Features = append(vi.Features, fieldInfo{Name: fld.Name, Dtype: fld.Type.String()})
 	}
+	now := time.Now().UTC()
 	if fr != nil {
 		st := fr.of(ctx, v)
 		vi.Freshness = &st
+		now = fr.now
 	}
+	vi.Stream = describeStream(v, vi.Freshness, now)
 	return vi
 }
 
@@ -562,7 +575,8 @@ func writeDescription(w io.Writer, kind string, obj any) {
 		}
 	case sourceInfo:
 		fmt.Fprintf(w, "source: %s\ntype: %s\n", o.Name, o.Type)
-		for _, kv := range [][2]string{{"path", o.Path}, {"batch_source", o.BatchSource}, {"timestamp_field", o.TimestampField}, {"created_timestamp_column", o.CreatedTimestampColumn}} {
+		for _, kv := range [][2]string{{"path", o.Path}, {"batch_source", o.BatchSource}, {"timestamp_field", o.TimestampField}, {"created_timestamp_column", o.CreatedTimestampColumn},
+			{"url", o.URL}, {"stream", o.Stream}, {"subject", o.Subject}, {"consumer", o.Consumer}} {
 			if kv[1] != "" {
 				fmt.Fprintf(w, "%s: %s\n", kv[0], kv[1])
 			}
@@ -602,6 +616,7 @@ func writeDescription(w io.Writer, kind string, obj any) {
 				fmt.Fprintf(w, "  last update: %s\n  newest event: %s\n  watermark: %s\n", stamp(fs.LastUpdate), stamp(fs.NewestEvent), stamp(fs.Watermark))
 			}
 		}
+		writeStreamDescription(w, o.Stream)
 		if len(o.Tags) > 0 {
 			fmt.Fprintln(w, "tags:")
 			tags(o.Tags)

@@ -108,6 +108,12 @@ const featureDefs = `entities:
 sources:
   - {name: user_source, type: file, path: data/user.parquet, timestamp_field: event_timestamp}
   - {name: route_source, type: file, path: data/route.parquet, timestamp_field: event_timestamp}
+  - {name: route_events, type: stream, stream: E, subject: route.events, timestamp_field: ts}
+stream_feature_views:
+  - name: route_live
+    entities: [route]
+    source: route_events
+    aggregations: [{name: deliveries_10m, function: count, time_window: 10m}]
 feature_views:
   - name: user_stats
     entities: [user]
@@ -242,6 +248,7 @@ func newChain(t *testing.T, opts ...func(*console.Sources)) *chain {
 	putState(t, c, "route_features", now.Add(-2*time.Hour), 500)
 	putState(t, c, "route_features__hot", now.Add(-5*time.Minute), 3)
 	putState(t, c, "old_view", now.Add(-3*time.Hour), 10)
+	putState(t, c, "route_live", now.Add(-2*time.Minute), 40)
 	c.srv = serving.New(c.holder, c.store, serving.Options{}, nil, c.reg)
 
 	cfg, err := config.Parse("sluice.yaml", []byte(gatewayConfig), func(k string) (string, bool) {

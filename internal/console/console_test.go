@@ -39,6 +39,7 @@ func TestPagesShowTheComponents(t *testing.T) {
 		{path: "/console/features", want: []string{
 			"user_stats", "route_features", "old_view", "archive_view", "offline only",
 			"3 keys · ttl 1h", "never materialized or pushed", "more than its ttl 1h0m0s", `<meter`, "hot", "cold",
+			"route_live", "stream lag 3m",
 			`data-series="features"`, `data-series="view"`,
 		}, not: []string{"no hot reads yet"}},
 		{path: "/console/services", want: []string{
@@ -110,6 +111,8 @@ func TestAPI(t *testing.T) {
 	require.True(t, byName["old_view"].Stale)
 	require.Contains(t, byName["old_view"].StaleReason, "more than its ttl 1h0m0s")
 	require.False(t, byName["archive_view"].Online)
+	require.True(t, byName["route_live"].Stream)
+	require.InDelta(t, 180, byName["route_live"].StreamLagSeconds, 30, "now minus the newest applied event")
 	require.True(t, byName["signup_view"].Stale)
 	require.False(t, byName["signup_view"].Materialized)
 	require.Equal(t, "never materialized or pushed", byName["signup_view"].StaleReason)
@@ -154,7 +157,7 @@ func TestAPI(t *testing.T) {
 	c.getJSON(t, "/console/api/summary", &sum)
 	require.False(t, sum.Healthy(), "a failed model and a stale view are critical")
 	require.Equal(t, &console.Count{OK: 2, Total: 3}, sum.Models)
-	require.Equal(t, &console.Count{OK: 2, Total: 4}, sum.Views)
+	require.Equal(t, &console.Count{OK: 3, Total: 5}, sum.Views) // route_live, a stream view, counts as the others
 	var subjects []string
 	for _, p := range sum.Problems {
 		subjects = append(subjects, p.Area+":"+p.Subject)

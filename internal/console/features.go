@@ -61,6 +61,12 @@ func (a storeFeatures) Views(ctx context.Context) ([]View, error) {
 		if v.Online {
 			cv.Freshness = a.freshness(ctx, v.Name, v.TTL, now)
 		}
+		if v.Stream != nil {
+			cv.Stream, cv.StreamLagSeconds = true, -1
+			if !cv.NewestEvent.IsZero() {
+				cv.StreamLagSeconds = now.Sub(cv.NewestEvent).Seconds()
+			}
+		}
 		if h := v.Hot; h != nil {
 			cv.Hot = &HotSubset{View: h.View, Keys: len(h.Keys), TTLSeconds: h.TTL.Seconds()}
 			if v.Online {

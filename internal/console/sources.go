@@ -126,6 +126,11 @@ type View struct {
 	Freshness
 	// Hot is the view's hot subset, nil when it has none.
 	Hot *HotSubset `json:"hot,omitempty"`
+	// Stream is true for a stream feature view; StreamLagSeconds is then
+	// its stream's lag (now minus the newest applied event time), -1
+	// before any event.
+	Stream           bool    `json:"stream,omitempty"`
+	StreamLagSeconds float64 `json:"stream_lag_seconds,omitempty"`
 }
 
 // Freshness is what the online store remembers of a view's data

@@ -22,8 +22,9 @@ type SourceKind uint8
 
 // The source kinds.
 const (
-	SourceFile SourceKind = iota + 1 // Parquet file(s)
-	SourcePush                       // rows pushed over the API; BatchSource backs it offline
+	SourceFile   SourceKind = iota + 1 // Parquet file(s)
+	SourcePush                         // rows pushed over the API; BatchSource backs it offline
+	SourceStream                       // events read from a NATS JetStream subject; BatchSource is its event log offline
 )
 
 // Source is a data source: a Parquet file (or folder of files) with an
@@ -36,7 +37,45 @@ type Source struct {
 	TimestampField         string            // event timestamp column
 	CreatedTimestampColumn string            // optional tie-breaker column
 	FieldMapping           map[string]string // source column -> feature/join key name
-	BatchSource            string            // push sources: the file source that backs it offline (optional)
+	BatchSource            string            // push and stream sources: the file source that backs it offline (optional)
+	Stream                 *StreamSource     // stream sources only
+}
+
+// StreamSource is where a stream source's events come from: a NATS
+// JetStream stream and subject carrying one JSON object per event, with
+// the event time in the source's TimestampField and the entities' join
+// keys and the aggregated columns as fields.
+type StreamSource struct {
+	URL     string // NATS server URL (default nats://127.0.0.1:4222)
+	Stream  string // JetStream stream name
+	Subject string // subject (or wildcard) the events are published on
+	Format  string // "json"
+	// Consumer is the durable consumer's name; every aggregator process
+	// of the source binds to it, so they share the events.
+	Consumer string
+	// SequenceField is the batch source's column holding each event's
+	// stream sequence number (the tie-breaker of last and the identity
+	// that makes a replay idempotent); empty: the row's position.
+	SequenceField string
+}
+
+// Aggregation is one feature of a stream feature view: Function over
+// Column in the last Window (Feast's Aggregation).
+type Aggregation struct {
+	Name     string
+	Column   string // empty for count: count the events
+	Function string // count, sum, mean, min, max, last, stddev
+	Window   time.Duration
+}
+
+// StreamView is what makes a view a stream feature view: its features
+// are window aggregations over a stream source's events, kept as time
+// tiles in the online store and combined at read time.
+type StreamView struct {
+	Tile            time.Duration // tile size; every window is a multiple of it
+	AllowedLateness time.Duration // an event older than its arrival minus this is late
+	LatePolicy      string        // "drop" (counted)
+	Aggregations    []Aggregation // Schema[i] is Aggregations[i]
 }
 
 // StalePolicy says what an online read does with a value older than the
@@ -72,6 +111,9 @@ type View struct {
 	Tags        map[string]string
 	StalePolicy StalePolicy
 	Hot         *HotSubset // nil when the view has no hot subset
+	// Stream is set for stream feature views: Schema lists their
+	// aggregation features, computed from tiles, never stored as rows.
+	Stream *StreamView
 }
 
 // FeatureRef names some features of one view.

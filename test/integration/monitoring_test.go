@@ -476,14 +476,15 @@ func monRuleMetrics(t *testing.T) []string {
 // monConditional are metrics the rules use that a healthy chain does not
 // export: their series appear with the event an alert is about.
 var monConditional = map[string]string{
-	"sluice_model_load_failures_total":                "only after a model load fails",
-	"sluice_feature_stale_alerts_total":               "only after a feature view goes stale",
-	"sluice_drift_psi":                                "drift monitors of serve -c are not registered (internal/gateway/rollout.go)",
-	"sluice_tls_certificate_expiry_timestamp_seconds": "only for listeners served over TLS",
-	"sluice_tls_reloads_total":                        "only for listeners served over TLS",
-	"sluice_audit_events_total":                       "only after a state-changing call (reload, rollout, load, push)",
-	"sluice_cluster_connected":                        "only with a cluster section (TestFleetDrill runs one)",
-	"sluice_gateway_fallback_answers_total":           "only after the fallback rule answers a request (drift, or a model that cannot be reached with on_upstream_failure)",
+	"sluice_model_load_failures_total":                     "only after a model load fails",
+	"sluice_feature_stale_alerts_total":                    "only after a feature view goes stale",
+	"sluice_feature_stream_newest_event_timestamp_seconds": "only where stream aggregators run (sluice features aggregate; TestStreamAggregationsOnlineEqualOffline runs them)",
+	"sluice_drift_psi":                                     "drift monitors of serve -c are not registered (internal/gateway/rollout.go)",
+	"sluice_tls_certificate_expiry_timestamp_seconds":      "only for listeners served over TLS",
+	"sluice_tls_reloads_total":                             "only for listeners served over TLS",
+	"sluice_audit_events_total":                            "only after a state-changing call (reload, rollout, load, push)",
+	"sluice_cluster_connected":                             "only with a cluster section (TestFleetDrill runs one)",
+	"sluice_gateway_fallback_answers_total":                "only after the fallback rule answers a request (drift, or a model that cannot be reached with on_upstream_failure)",
 }
 
 // monExampleFallback is the example service's fallback block.

@@ -276,6 +276,10 @@ func (m *Materializer) runEach(ctx context.Context, sel []*feature.View, fn func
 			rep.Views = append(rep.Views, ViewReport{View: v.Name, Note: "offline-only view (online: false), skipped"})
 			continue
 		}
+		if v.Stream != nil {
+			rep.Views = append(rep.Views, ViewReport{View: v.Name, Note: "stream feature view (sluice features aggregate keeps it online), skipped"})
+			continue
+		}
 		vr, err := fn(v)
 		vr.View = v.Name
 		if err != nil {

@@ -1,7 +1,6 @@
 package offline
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -219,80 +218,51 @@ func historicalOnDemand(ctx context.Context, repo *registry.Repo, entities strin
 // writeOnDemand writes out: each row of er's entity columns, then the
 // requested columns, stored ones copied and on-demand ones computed.
 func writeOnDemand(ctx context.Context, out string, er *entityReader, outCols []Column, nEnt int, cols []odHistCol, views []*odHistView) (err error) {
-	tmpOut, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("create output: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tmpOut.Close() // best effort: err is already being returned
-			_ = os.Remove(tmpOut.Name())
-		}
-	}()
-	bw := bufio.NewWriterSize(tmpOut, 1<<20)
-	w, err := NewWriter(bw, outCols)
-	if err != nil {
-		return fmt.Errorf("write output: %w", err)
-	}
-	ins := make([][]feature.Value, len(views))
-	outs := make([][]feature.Value, len(views))
-	outcomes := make([][]transform.Outcome, len(views))
-	for vi, hv := range views {
-		ins[vi] = make([]feature.Value, len(hv.prog.Inputs))
-		outs[vi] = make([]feature.Value, len(hv.prog.Outputs))
-		outcomes[vi] = make([]transform.Outcome, len(hv.prog.Outputs))
-	}
-	row := make([]feature.Value, 0, len(outCols))
-	line := 0
-	err = er.each(ctx, func(vals []feature.Value) error {
-		line++
+	return writeAtomic(out, outCols, func(w *Writer) error {
+		ins := make([][]feature.Value, len(views))
+		outs := make([][]feature.Value, len(views))
+		outcomes := make([][]transform.Outcome, len(views))
 		for vi, hv := range views {
-			for i, c := range hv.inputs {
-				if c < 0 {
-					ins[vi][i] = feature.Value{Null: true}
+			ins[vi] = make([]feature.Value, len(hv.prog.Inputs))
+			outs[vi] = make([]feature.Value, len(hv.prog.Outputs))
+			outcomes[vi] = make([]transform.Outcome, len(hv.prog.Outputs))
+		}
+		row := make([]feature.Value, 0, len(outCols))
+		line := 0
+		err := er.each(ctx, func(vals []feature.Value) error {
+			line++
+			for vi, hv := range views {
+				for i, c := range hv.inputs {
+					if c < 0 {
+						ins[vi][i] = feature.Value{Null: true}
+						continue
+					}
+					v, err := coerce(vals[c], er.cols[c].Type, hv.prog.Inputs[i].Type)
+					if err != nil {
+						return fmt.Errorf("entity row %d: column '%s': %w", line, er.cols[c].Name, err)
+					}
+					ins[vi][i] = v
+				}
+				hv.prog.Eval(ins[vi], hv.want, outs[vi], outcomes[vi])
+			}
+			row = append(row[:0], vals[:nEnt]...)
+			for _, c := range cols {
+				if c.base >= 0 {
+					row = append(row, vals[c.base])
 					continue
 				}
-				v, err := coerce(vals[c], er.cols[c].Type, hv.prog.Inputs[i].Type)
-				if err != nil {
-					return fmt.Errorf("entity row %d: column '%s': %w", line, er.cols[c].Name, err)
-				}
-				ins[vi][i] = v
+				row = append(row, outs[c.view][c.out])
 			}
-			hv.prog.Eval(ins[vi], hv.want, outs[vi], outcomes[vi])
-		}
-		row = append(row[:0], vals[:nEnt]...)
-		for _, c := range cols {
-			if c.base >= 0 {
-				row = append(row, vals[c.base])
-				continue
+			if err := w.Write(row); err != nil {
+				return fmt.Errorf("write output: %w", err)
 			}
-			row = append(row, outs[c.view][c.out])
-		}
-		if err := w.Write(row); err != nil {
-			return fmt.Errorf("write output: %w", err)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	if err := w.Close(); err != nil {
-		return fmt.Errorf("write output: %w", err)
-	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("write output: %w", err)
-	}
-	if err := tmpOut.Close(); err != nil {
-		return fmt.Errorf("write output: %w", err)
-	}
-	//nolint:gosec // G302: the output is a dataset for the operator's training jobs and gets the usual 0644 of a created file
-	if err := os.Chmod(tmpOut.Name(), 0o644); err != nil {
-		return fmt.Errorf("write output: %w", err)
-	}
-	if err := os.Rename(tmpOut.Name(), out); err != nil {
-		return fmt.Errorf("write output: %w", err)
-	}
-	return nil
 }
 
 // coerce converts a value of an entity column (type from) into request

@@ -63,8 +63,13 @@ func viewSource(repo *registry.Repo, view *feature.View) (*feature.Source, error
 // partition at a time. Features of on-demand views are computed per row
 // from the joined features they read and the row's request data (entity
 // columns named after the request fields) by the expressions serving
-// runs; a value that cannot be computed is null.
+// runs; a value that cannot be computed is null. Features of stream
+// feature views are computed from their stream's event log by the tile
+// arithmetic serving runs (see historicalStream).
 func Historical(ctx context.Context, repo *registry.Repo, entities string, refs []feature.FeatureRef, out string, opts Options) error {
+	if hasStream(repo, refs) {
+		return historicalStream(ctx, repo, entities, refs, out, opts)
+	}
 	if hasOnDemand(repo, refs) {
 		return historicalOnDemand(ctx, repo, entities, refs, out, opts)
 	}

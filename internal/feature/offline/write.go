@@ -1,8 +1,11 @@
 package offline
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 
 	"github.com/parquet-go/parquet-go"
 
@@ -249,4 +252,44 @@ func listElem(k feature.Kind, v *feature.Value, j int) parquet.Value {
 	default:
 		return parquet.BooleanValue(v.Bools[j])
 	}
+}
+
+// writeAtomic writes out, a Parquet file of cols, with the rows fill
+// writes, through a temporary file renamed over out once complete.
+func writeAtomic(out string, cols []Column, fill func(w *Writer) error) (err error) {
+	tmpOut, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("create output: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tmpOut.Close() // best effort: err is already being returned
+			_ = os.Remove(tmpOut.Name())
+		}
+	}()
+	bw := bufio.NewWriterSize(tmpOut, 1<<20)
+	w, err := NewWriter(bw, cols)
+	if err != nil {
+		return fmt.Errorf("write output: %w", err)
+	}
+	if err := fill(w); err != nil {
+		return err
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("write output: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("write output: %w", err)
+	}
+	if err := tmpOut.Close(); err != nil {
+		return fmt.Errorf("write output: %w", err)
+	}
+	//nolint:gosec // G302: the output is a dataset for the operator's training jobs and gets the usual 0644 of a created file
+	if err := os.Chmod(tmpOut.Name(), 0o644); err != nil {
+		return fmt.Errorf("write output: %w", err)
+	}
+	if err := os.Rename(tmpOut.Name(), out); err != nil {
+		return fmt.Errorf("write output: %w", err)
+	}
+	return nil
 }

@@ -74,6 +74,7 @@ func (c *compiler) compile(d *defs) {
 	c.entities(d.entities)
 	c.sources(d.sources)
 	c.views(d.views)
+	c.streamViews(d.streams)
 	c.onDemandViews(d.onDemand)
 	c.services(d.services)
 }
@@ -132,6 +133,22 @@ func (c *compiler) sources(items []item[rawSource]) {
 			c.requestSource(it)
 			continue
 		}
+		if r.Type == "stream" {
+			if c.streamSource(it, s) {
+				c.repo.Sources[r.Name] = s
+				if r.BatchSource != "" {
+					pending[r.Name] = it
+				}
+			}
+			continue
+		}
+		for key, set := range map[string]bool{"url": r.URL != "", "stream": r.Stream != "", "subject": r.Subject != "",
+			"format": r.Format != "", "consumer": r.Consumer != "", "sequence_field": r.SequenceField != ""} {
+			if set {
+				c.errorf(it.file, lineOf(n, key), obj, "%s is only for stream sources (type: stream)", key)
+				ok = false
+			}
+		}
 		if r.Schema != nil {
 			c.errorf(it.file, lineOf(n, "schema"), obj, "schema is only for request sources (type: request)")
 			ok = false
@@ -169,7 +186,7 @@ func (c *compiler) sources(items []item[rawSource]) {
 				pending[r.Name] = it
 			}
 		default:
-			c.errorf(it.file, lineOf(n, "type"), obj, "type %q is not supported (want file, push or request)", r.Type)
+			c.errorf(it.file, lineOf(n, "type"), obj, "type %q is not supported (want file, push, stream or request)", r.Type)
 			ok = false
 		}
 		if ok {
@@ -189,7 +206,11 @@ func (c *compiler) sources(items []item[rawSource]) {
 			c.errorf(p.file, lineOf(p.node, "batch_source"), obj, "batch_source '%s' is not defined (sources: %s)", p.raw.BatchSource, keyList(c.repo.Sources))
 			drop = append(drop, p.raw.Name)
 		case b.Kind != feature.SourceFile:
-			c.errorf(p.file, lineOf(p.node, "batch_source"), obj, "batch_source '%s' is a push source (want a file source)", p.raw.BatchSource)
+			kind := "push"
+			if b.Kind == feature.SourceStream {
+				kind = "stream"
+			}
+			c.errorf(p.file, lineOf(p.node, "batch_source"), obj, "batch_source '%s' is a %s source (want a file source)", p.raw.BatchSource, kind)
 			drop = append(drop, p.raw.Name)
 		}
 	}
@@ -279,6 +300,8 @@ func (c *compiler) views(items []item[rawView]) {
 			bad(n.Line, "source is required")
 		case c.repo.RequestSources[r.Source] != nil:
 			bad(lineOf(n, "source"), "source '%s' is a request source: only on-demand feature views read request data", r.Source)
+		case c.repo.Sources[r.Source] != nil && c.repo.Sources[r.Source].Kind == feature.SourceStream:
+			bad(lineOf(n, "source"), "source '%s' is a stream source: only stream feature views (%s) read streams", r.Source, streamSection)
 		case c.repo.Sources[r.Source] == nil && !c.defined("source", r.Source):
 			bad(lineOf(n, "source"), "source '%s' is not defined (sources: %s)", r.Source, keyList(c.repo.Sources))
 		}

@@ -37,6 +37,13 @@ type (
 		BatchSource            string            `yaml:"batch_source"`
 		Description            string            `yaml:"description"`
 		Schema                 []rawField        `yaml:"schema"` // request sources
+		// Stream sources.
+		URL           string `yaml:"url"`
+		Stream        string `yaml:"stream"`
+		Subject       string `yaml:"subject"`
+		Format        string `yaml:"format"`
+		Consumer      string `yaml:"consumer"`
+		SequenceField string `yaml:"sequence_field"`
 	}
 	rawField struct {
 		Name  string `yaml:"name"`
@@ -85,6 +92,7 @@ type defs struct {
 	views    []item[rawView]
 	services []item[rawService]
 	onDemand []item[rawOnDemandView]
+	streams  []item[rawStreamView]
 }
 
 // The top-level keys of a definitions document, and the object kind each
@@ -95,6 +103,7 @@ var sectionKinds = map[string]string{
 	"feature_views":    "feature view",
 	"feature_services": "feature service",
 	onDemandSection:    onDemandKind,
+	streamSection:      streamKind,
 }
 
 // parseDefinitions decodes one definitions file into d. A file holds one
@@ -169,6 +178,8 @@ func parseSections(file string, m *yaml.Node, d *defs, errs *[]Error) {
 				decodeItem(file, obj, n, &d.services, errs)
 			case onDemandSection:
 				decodeItem(file, obj, n, &d.onDemand, errs)
+			case streamSection:
+				decodeItem(file, obj, n, &d.streams, errs)
 			}
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/feature/aggregate"
 	"github.com/sluice-ml/sluice/internal/feature/transform"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
@@ -47,6 +48,7 @@ type Repo struct {
 	RequestSources map[string]*feature.RequestSource
 	OnDemandViews  map[string]*feature.OnDemandView
 	onDemand       map[string]*transform.View // compiled, by view name
+	streams        map[string]*aggregate.Spec // stream feature views' tile arithmetic, by view name
 
 	positions map[string]feature.Position // "kind/name" -> where it is defined
 	files     []string                    // every file read (config, definitions, hot key files)

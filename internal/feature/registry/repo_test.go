@@ -198,7 +198,7 @@ func TestPlanAndApply(t *testing.T) {
 }
 
 func FuzzLoadDefinitions(f *testing.F) {
-	for _, p := range []string{"testdata/good/minimal.good.yaml", "testdata/good/multidoc.good.yaml", "testdata/bad/many.yaml", "testdata/bad/types.yaml", "testdata/good/ondemand.good.yaml", "testdata/bad/ondemand.yaml", "testdata/bad/remote.yaml"} {
+	for _, p := range []string{"testdata/good/minimal.good.yaml", "testdata/good/multidoc.good.yaml", "testdata/bad/many.yaml", "testdata/bad/types.yaml", "testdata/good/ondemand.good.yaml", "testdata/bad/ondemand.yaml", "testdata/good/stream.good.yaml", "testdata/bad/stream.yaml", "testdata/bad/remote.yaml"} {
 		data, err := os.ReadFile(p)
 		if err != nil {
 			f.Fatal(err)

@@ -37,7 +37,7 @@ func FromSnapshot(ctx context.Context, dir string, cfgData []byte, snap *Snapsho
 // snapshotDefinitions writes snap as a definitions file.
 func snapshotDefinitions(snap *Snapshot) ([]byte, error) {
 	type m = map[string]any
-	var ents, srcs, views, svcs []m
+	var ents, srcs, views, streams, svcs []m
 	for _, e := range snap.Entities {
 		ents = append(ents, m{"name": e.Name, "join_keys": []string{e.JoinKey}, "value_type": e.ValueType, "tags": e.Tags})
 	}
@@ -53,12 +53,34 @@ func snapshotDefinitions(snap *Snapshot) ([]byte, error) {
 		set("timestamp_field", s.TimestampField)
 		set("created_timestamp_column", s.CreatedTimestampColumn)
 		set("batch_source", s.BatchSource)
+		set("url", s.URL)
+		set("stream", s.Stream)
+		set("subject", s.Subject)
+		set("format", s.Format)
+		set("consumer", s.Consumer)
+		set("sequence_field", s.SequenceField)
 		if len(s.FieldMapping) > 0 {
 			x["field_mapping"] = s.FieldMapping
 		}
 		srcs = append(srcs, x)
 	}
 	for _, v := range snap.Views {
+		if st := v.Stream; st != nil {
+			aggs := make([]m, len(st.Aggregations))
+			for i, a := range st.Aggregations {
+				aggs[i] = m{"name": a.Name, "function": a.Function, "time_window": a.TimeWindow}
+				if a.Column != "" {
+					aggs[i]["column"] = a.Column
+				}
+			}
+			x := m{"name": v.Name, "entities": v.Entities, "source": v.Source, "ttl": v.TTL, "online": v.Online,
+				"tile": st.Tile, "allowed_lateness": st.AllowedLateness, "late_policy": st.LatePolicy, "aggregations": aggs}
+			if len(v.Tags) > 0 {
+				x["tags"] = v.Tags
+			}
+			streams = append(streams, x)
+			continue
+		}
 		schema := make([]m, len(v.Schema))
 		for i, f := range v.Schema {
 			schema[i] = m{"name": f.Name, "dtype": f.Dtype}
@@ -81,7 +103,7 @@ func snapshotDefinitions(snap *Snapshot) ([]byte, error) {
 		svcs = append(svcs, x)
 	}
 	doc := m{}
-	for k, v := range map[string][]m{"entities": ents, "sources": srcs, "feature_views": views, "feature_services": svcs} {
+	for k, v := range map[string][]m{"entities": ents, "sources": srcs, "feature_views": views, streamSection: streams, "feature_services": svcs} {
 		if len(v) > 0 {
 			doc[k] = v
 		}

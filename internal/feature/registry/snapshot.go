@@ -51,6 +51,13 @@ type SnapshotSource struct {
 	FieldMapping           map[string]string `json:"field_mapping,omitempty"`
 	BatchSource            string            `json:"batch_source,omitempty"`
 	Schema                 []SnapshotField   `json:"schema,omitempty"` // request sources
+	// Stream sources.
+	URL           string `json:"url,omitempty"`
+	Stream        string `json:"stream,omitempty"`
+	Subject       string `json:"subject,omitempty"`
+	Format        string `json:"format,omitempty"`
+	Consumer      string `json:"consumer,omitempty"`
+	SequenceField string `json:"sequence_field,omitempty"`
 }
 
 // SnapshotField is one schema field in the registry file.
@@ -77,6 +84,8 @@ type SnapshotView struct {
 	Tags        map[string]string `json:"tags,omitempty"`
 	StalePolicy string            `json:"stale_policy"`
 	Hot         *SnapshotHot      `json:"hot,omitempty"`
+	// Stream is set for stream feature views.
+	Stream *SnapshotStream `json:"stream,omitempty"`
 }
 
 // SnapshotService is a feature service in the registry file.
@@ -99,14 +108,19 @@ func (r *Repo) Snapshot() *Snapshot {
 		if src.Kind == feature.SourcePush {
 			typ = "push"
 		}
-		s.Sources = append(s.Sources, SnapshotSource{
+		ss := SnapshotSource{
 			Name: src.Name, Type: typ, Path: src.Path, S3EndpointOverride: src.S3EndpointOverride, TimestampField: src.TimestampField,
 			CreatedTimestampColumn: src.CreatedTimestampColumn, FieldMapping: src.FieldMapping, BatchSource: src.BatchSource,
-		})
+		}
+		if st := src.Stream; st != nil {
+			ss.Type = "stream"
+			ss.URL, ss.Stream, ss.Subject, ss.Format, ss.Consumer, ss.SequenceField = st.URL, st.Stream, st.Subject, st.Format, st.Consumer, st.SequenceField
+		}
+		s.Sources = append(s.Sources, ss)
 	}
 	for _, name := range slices.Sorted(maps.Keys(r.Views)) {
 		v := r.Views[name]
-		sv := SnapshotView{Name: v.Name, Entities: v.Entities, TTL: v.TTL.String(), Online: v.Online, Source: v.Source, Tags: v.Tags, StalePolicy: "withhold"}
+		sv := SnapshotView{Name: v.Name, Entities: v.Entities, TTL: v.TTL.String(), Online: v.Online, Source: v.Source, Tags: v.Tags, StalePolicy: "withhold", Stream: snapshotStream(v.Stream)}
 		if v.StalePolicy == feature.StaleFlag {
 			sv.StalePolicy = "flag"
 		}
@@ -225,7 +239,10 @@ func Diff(old, cur *Snapshot) []Change {
 	var out []Change
 	out = diffKind(out, "entity", old.Entities, cur.Entities, func(e SnapshotEntity) string { return e.Name }, fieldDiff[SnapshotEntity])
 	out = diffKind(out, "source", old.Sources, cur.Sources, func(s SnapshotSource) string { return s.Name }, fieldDiff[SnapshotSource])
-	out = diffKind(out, "feature view", old.Views, cur.Views, func(v SnapshotView) string { return v.Name }, viewDiff)
+	oldPlain, oldStream := splitStreamViews(old.Views)
+	curPlain, curStream := splitStreamViews(cur.Views)
+	out = diffKind(out, "feature view", oldPlain, curPlain, func(v SnapshotView) string { return v.Name }, viewDiff)
+	out = diffKind(out, streamKind, oldStream, curStream, func(v SnapshotView) string { return v.Name }, streamViewDiff)
 	out = diffKind(out, "feature service", old.Services, cur.Services, func(s SnapshotService) string { return s.Name }, serviceDiff)
 	out = diffKind(out, onDemandKind, old.OnDemandViews, cur.OnDemandViews, func(v SnapshotOnDemandView) string { return v.Name }, onDemandDiff)
 	return out
@@ -312,6 +329,9 @@ func orNone(s string) string {
 // but an added or retyped feature has no readable value in the stored
 // rows (NOT_FOUND) until the view is materialized or pushed again.
 func viewDiff(a, b SnapshotView) []string {
+	if a.Stream != nil || b.Stream != nil {
+		return streamViewDiff(a, b)
+	}
 	var out []string
 	old := make(map[string]string, len(a.Schema))
 	for _, f := range a.Schema {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/feature/aggregate"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
 )
 
@@ -51,6 +52,9 @@ type viewPlan struct {
 	// fieldCols maps each schema field to its feature column (an index
 	// into plan.cols), or -1 when the field is not requested.
 	fieldCols []int
+	// stream is the tile arithmetic of a stream feature view: its
+	// stored row holds tiles, combined at read time (nil otherwise).
+	stream *aggregate.Spec
 }
 
 // hotPlan is a view's hot subset as serving uses it.
@@ -255,7 +259,10 @@ func compile(repo *registry.Repo, features []string, service string, full bool) 
 
 // addView resolves v's join keys into p's entity columns.
 func (p *plan) addView(repo *registry.Repo, v *feature.View) (viewPlan, error) {
-	vp := viewPlan{view: v, schema: feature.Fingerprint(v.Schema)}
+	vp := viewPlan{view: v, schema: feature.Fingerprint(v.Schema), stream: repo.StreamSpec(v.Name)}
+	if v.Stream != nil && vp.stream == nil {
+		return vp, fmt.Errorf("stream feature view '%s' is not compiled", v.Name)
+	}
 	set := make([]int, 0, len(v.Entities))
 	for _, en := range v.Entities {
 		e, ok := repo.Entities[en]

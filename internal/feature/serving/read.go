@@ -40,6 +40,7 @@ func (s *Server) read(ctx context.Context, p *plan, entities map[string][]featur
 	if err != nil {
 		return nil, err
 	}
+	s.combineTiles(p, results, sc.rows, now)
 
 	f := filler{s: s, p: p, sc: sc, now: now, eventTS: eventTS, results: results, resp: newResponse(p, entities, n)}
 	if eventTS != nil {

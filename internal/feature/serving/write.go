@@ -33,6 +33,9 @@ func (s *Server) WriteToOnlineStore(ctx context.Context, view string, df map[str
 	if !v.Online {
 		return PushReport{}, invalidf(ReasonViewNotOnline, "feature view '%s' is not online", view)
 	}
+	if v.Stream != nil {
+		return PushReport{}, invalidf(ReasonInvalidRequest, "feature view '%s' is a stream feature view: its aggregator keeps its tiles; publish events to its stream instead", view)
+	}
 	src := repo.Sources[v.Source]
 	if src == nil {
 		src = &feature.Source{Name: v.Source}

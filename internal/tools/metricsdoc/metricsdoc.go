@@ -34,6 +34,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature/online/connect"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/feature/stream"
 	"github.com/sluice-ml/sluice/internal/gateway"
 	"github.com/sluice-ml/sluice/internal/grpcapi"
 	"github.com/sluice-ml/sluice/internal/httpapi"
@@ -181,6 +182,9 @@ func Collect(ctx context.Context, dir string) (fams []Family, err error) {
 	// (internal/cli/chain.go, feature_server.go); its collectors are part
 	// of the feature server's vocabulary all the same.
 	materialize.New(repo, store, materialize.Options{}, nil, rec)
+	// The stream aggregators: sluice features aggregate
+	// (internal/cli/features_aggregate.go), or feature-server --aggregate.
+	stream.RegisterMetrics(rec)
 
 	// Release safety: the recording writer the gateway mirrors shadow
 	// traffic to (internal/cli/chain.go), the NATS recording sink (its
