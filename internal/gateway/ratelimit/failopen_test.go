@@ -80,13 +80,21 @@ func (p *privateRedis) stop() {
 	p.cmd = nil
 }
 
+// TestFailOpenFallsBackAndRecovers: with Redis gone the local bucket
+// decides; when Redis is back (its script cache empty) decisions go back
+// to it. The budgets are generous here: this test is about falling back
+// and coming back, and on a loaded machine a decision may take longer
+// than the product's 50 ms (warm) or 500 ms (cold) budget, which the
+// product answers locally, as it should (TestRedisColdCallGetsConnectBudget
+// and TestFailOpenToleratesAStall test the budgets). Redis being gone is
+// a refused connection, no timeout, so nothing here waits for a budget.
 func TestFailOpenFallsBackAndRecovers(t *testing.T) {
 	srv := newPrivateRedis(t)
 	client := newTestClient(t, srv.addr())
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	f := NewFailOpen(
-		NewRedis(client, RedisOptions{Prefix: "t:", Metrics: m}),
+		NewRedis(client, RedisOptions{Prefix: "t:", Metrics: m, Timeout: 10 * time.Second, ConnectTimeout: 10 * time.Second}),
 		NewLocal(LocalOptions{Metrics: m}),
 		FailOpenOptions{ProbeInterval: 50 * time.Millisecond, Metrics: m},
 	)
