@@ -29,6 +29,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-ml/sluice/internal/gateway/route"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // The gateway tests run `sluice serve -c` on a generated sluice.yaml: the
@@ -1398,13 +1399,10 @@ func gwStartRedis(t *testing.T, port int, dir string) *redisServer {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
 	defer rdb.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for rdb.Ping(t.Context()).Err() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on port %d did not answer PING", port)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	harness.WaitFor(t, 10*time.Second, 20*time.Millisecond, fmt.Sprintf("redis-server on port %d to answer PING", port), func() (bool, string) {
+		err := rdb.Ping(t.Context()).Err()
+		return err == nil, fmt.Sprint(err)
+	})
 	return r
 }
 
