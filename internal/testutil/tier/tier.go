@@ -1,13 +1,13 @@
 // Package tier draws the line between the test tiers. `make test-short`
 // (go test -short) is the unit tier: it runs in seconds and builds no
 // binary, Helm chart or container image and starts no browser. The
-// end-to-end, deploy and browser tiers run under `make test`, which never
-// passes -short, so every test still runs in CI.
+// integration, end-to-end docs, deploy, browser and drill tiers run under
+// `make test`, which never passes -short, so every test still runs in CI.
 //
 // A package that is a tier of its own (test/integration, test/deploy,
 // test/docs) calls LeftOut first in its TestMain; a test of another tier in
-// a unit-test package (a browser test beside the console's unit tests)
-// calls Skip. Nothing else skips: a test that needs a service it cannot
+// a unit-test package (a browser test beside the console's unit tests, a
+// drill that runs tens of seconds by design) calls Skip. Nothing else skips: a test that needs a service it cannot
 // reach fails.
 package tier
 
