@@ -7,8 +7,9 @@
 // A package that is a tier of its own (test/integration, test/deploy,
 // test/docs) calls LeftOut first in its TestMain; a test of another tier in
 // a unit-test package (a browser test beside the console's unit tests, a
-// drill that runs tens of seconds by design) calls Skip. Nothing else skips: a test that needs a service it cannot
-// reach fails.
+// drill that runs tens of seconds by design) calls Skip. -short decides
+// tiers only: a test that needs a service it cannot reach fails rather
+// than skips.
 package tier
 
 import (
