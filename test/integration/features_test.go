@@ -120,8 +120,7 @@ func startFeatureServerProc(t *testing.T, repo string, args ...string) (string, 
 		}
 	})
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	harness.WaitFor(t, 30*time.Second, 20*time.Millisecond, "the feature server healthy", func() (bool, string) {
 		select {
 		case <-done:
 			t.Fatalf("feature server exited during start-up; logs:\n%s", logs)
@@ -130,14 +129,12 @@ func startFeatureServerProc(t *testing.T, repo string, args ...string) (string, 
 		if resp, err := http.Get(base + "/health"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return base, logs, cmd.Process
+				return true, ""
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("feature server not healthy after 30s; logs:\n%s", logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false, "logs:\n" + logs.String()
+	})
+	return base, logs, cmd.Process
 }
 
 // pushRoutes pushes one row per route id through the route_push source.

@@ -335,23 +335,17 @@ func (c *gwChain) launch(t *testing.T, path string, o gwOptions, timeout time.Du
 		c.stop(t)
 		c.client.CloseIdleConnections()
 	})
-	deadline := time.Now().Add(timeout)
-	for {
+	harness.WaitFor(t, timeout, 20*time.Millisecond, "the gateway ready", func() (bool, string) {
 		select {
 		case <-c.done:
 			t.Fatalf("sluice serve -c exited during start-up (%v); config:\n%s\nlogs:\n%s", c.waitErr, c.config, c.logs)
 		default:
 		}
-		if res, err := c.get(t.Context(), c.url(c.listen, "/ready")); err == nil && res.code == http.StatusOK {
-			c.startup = time.Since(begin)
-			t.Logf("sluice serve -c ready in %v", c.startup.Round(time.Millisecond))
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway not ready after %v; logs:\n%s", timeout, c.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		res, err := c.get(t.Context(), c.url(c.listen, "/ready"))
+		return err == nil && res.code == http.StatusOK, "logs:\n" + c.logs.String()
+	})
+	c.startup = time.Since(begin)
+	t.Logf("sluice serve -c ready in %v", c.startup.Round(time.Millisecond))
 }
 
 // url is the URL of path on the chain's listener addr.
