@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"syscall"
 	"testing"
@@ -308,4 +310,76 @@ func TestPoolTimeoutIsNotCounted(t *testing.T) {
 	<-held
 	_, err := s.Read(context.Background(), []online.Key{k})
 	require.NoError(t, err)
+}
+
+// firstConnSilent listens on a free loopback port and forwards every
+// connection to target, except the first, which it accepts and never
+// answers: the first exchange of a new client that misses its read
+// timeout, as on a loaded machine.
+func firstConnSilent(t *testing.T, target string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	var conns []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for n := 0; ; n++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			if n == 0 {
+				continue // accepted, never answered
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, up)
+			mu.Unlock()
+			wg.Go(func() { _, _ = io.Copy(up, c); _ = up.Close() })
+			wg.Go(func() { _, _ = io.Copy(c, up); _ = c.Close() })
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestOpenSurvivesASlowFirstExchange: Open's first ping also dials and
+// shakes hands; when that exchange misses the read timeout (the first
+// connection never answers), Open pings again on a new connection and
+// succeeds, with the breaker closed and no failures counted.
+func TestOpenSurvivesASlowFirstExchange(t *testing.T) {
+	needRedis(t, sharedAddr())
+	addr := firstConnSilent(t, sharedAddr())
+	s, err := Open(t.Context(), "", Options{
+		Addrs: []string{addr}, KeyPrefix: randomPrefix(t),
+		ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond,
+	})
+	require.NoError(t, err, "one slow exchange does not fail the start-up")
+	t.Cleanup(func() { _ = s.Close() })
+	require.Equal(t, BreakerState{}, s.BreakerState())
+	require.NoError(t, s.Ping(t.Context()))
+}
+
+// TestOpenFailsAtOnceWhenRefused: a refused connection is no slow
+// exchange: Open fails on the first ping.
+func TestOpenFailsAtOnceWhenRefused(t *testing.T) {
+	_, err := Open(t.Context(), "", Options{Addrs: []string{"127.0.0.1:" + freePort(t)}, KeyPrefix: randomPrefix(t)})
+	require.ErrorIs(t, err, online.ErrUnavailable)
+	require.NotErrorIs(t, err, errStoreTimeout)
 }

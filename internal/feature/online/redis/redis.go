@@ -248,11 +248,31 @@ func Open(ctx context.Context, project string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open redis online store: unknown mode %q (want standalone, cluster or sentinel)", opts.Mode)
 	}
 	s.writeSHA = goredis.NewScript(writeScript).Hash()
-	if err := s.Ping(ctx); err != nil {
+	if err := s.openPing(ctx); err != nil {
 		_ = s.c.Close()
 		return nil, fmt.Errorf("open redis online store: %w", err)
 	}
 	return s, nil
+}
+
+// openPings is how many pings Open sends before it gives up on a Redis
+// that does not answer in time.
+const openPings = DefaultBreakerFailures
+
+// openPing is Open's check that Redis answers. The first ping also dials
+// and shakes hands, and on a loaded machine one exchange may miss the read
+// timeout without anything being wrong with Redis; a start-up must not fail
+// on that. So a ping that timed out is sent again, up to openPings in all
+// (as many as open the breaker); any other failure (a refused connection,
+// a wrong password) fails at once.
+func (s *Store) openPing(ctx context.Context) error {
+	var err error
+	for range openPings {
+		if err = s.Ping(ctx); err == nil || !errors.Is(err, errStoreTimeout) {
+			return err
+		}
+	}
+	return err
 }
 
 func unavailable(op string, err error) error {
