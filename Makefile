@@ -23,7 +23,7 @@ test: deps ## unit + integration tests with -race, then each fuzz target briefly
 	$(GO) test -count=1 -run 'Allocations' ./internal/batch/ ./internal/httpapi/
 	@scripts/fuzz.sh $(FUZZTIME)
 
-test-short: ## unit tests only, no race detector
+test-short: ## the unit tier, no race detector: the integration, docs, deploy, browser and drill tiers are left out (docs/architecture.md, Test tiers)
 	$(GO) test -short -count=1 $(PKGS)
 
 fuzz: ## run every fuzz target for FUZZTIME each

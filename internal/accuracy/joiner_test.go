@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluice-ml/sluice/internal/accuracy/accuracyspec"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // The GCS emulator (objstoretest) starts a pubsub worker at init.
@@ -358,9 +359,10 @@ func TestStoreFailuresRetried(t *testing.T) {
 	if !j.Offer(pred("late", "1", "eu", 30, c.t), nil) {
 		t.Fatal("offer refused")
 	}
-	for testutil.ToFloat64(j.m.storeFails) < 4 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	harness.WaitFor(t, 10*time.Second, 5*time.Millisecond, "4 failed store calls", func() (bool, string) {
+		n := testutil.ToFloat64(j.m.storeFails)
+		return n >= 4, fmt.Sprintf("%v failed", n)
+	})
 	if err := j.Close(ctx); err != nil {
 		t.Fatal(err)
 	}

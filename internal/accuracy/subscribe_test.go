@@ -3,6 +3,7 @@ package accuracy
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-ml/sluice/internal/release/record/natstest"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 func TestSubscriberJoinsOutcomes(t *testing.T) {
@@ -39,16 +41,12 @@ func TestSubscriberJoinsOutcomes(t *testing.T) {
 	ask := func(body string) map[string]any {
 		t.Helper()
 		var m *nats.Msg
-		var err error
-		for range 50 { // the subscription may not be in place yet
-			if m, err = nc.Request("sluice.outcomes.eta", []byte(body), time.Second); err == nil {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		// The subscription may not be in place yet.
+		harness.WaitFor(t, 50*time.Second, 20*time.Millisecond, "an answer on sluice.outcomes.eta", func() (bool, string) {
+			var err error
+			m, err = nc.Request("sluice.outcomes.eta", []byte(body), time.Second)
+			return err == nil, fmt.Sprint(err)
+		})
 		var out map[string]any
 		if err := json.Unmarshal(m.Data, &out); err != nil {
 			t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 	"github.com/sluice-ml/sluice/internal/wire"
 )
 
@@ -109,13 +110,7 @@ func requireAnswer(t *testing.T, resp *http.Response, status int, reason string)
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	harness.WaitFor(t, 10*time.Second, 5*time.Millisecond, what, func() (bool, string) { return cond(), "not yet" })
 }
 
 func manyHeaders(n int) http.Header {

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/gateway"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // TestAdmissionBodyErrors serves the gateway behind admission.Handler on a
@@ -78,11 +80,10 @@ func TestAdmissionBodyErrors(t *testing.T) {
 					require.Equal(t, "1", resp.Header.Get("Retry-After"))
 				}
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for budget.InUse() != 0 {
-				require.True(t, time.Now().Before(deadline), "budget still holds %d bytes", budget.InUse())
-				time.Sleep(5 * time.Millisecond)
-			}
+			harness.WaitFor(t, 10*time.Second, 5*time.Millisecond, "the budget released", func() (bool, string) {
+				n := budget.InUse()
+				return n == 0, fmt.Sprintf("budget still holds %d bytes", n)
+			})
 		})
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/gateway/auth"
 	"github.com/sluice-ml/sluice/internal/kserve"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 	"github.com/sluice-ml/sluice/internal/testutil/tlsrun"
 	"github.com/sluice-ml/sluice/internal/tlsconfig"
 )
@@ -149,11 +150,10 @@ func TestBackendTLSGRPC(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- e.g.Run(ctx) }()
-			deadline := time.Now().Add(10 * time.Second)
-			for metricValue(t, e.reg, "sluice_gateway_health_checks_total", map[string]string{"backend": "remote", "result": tc.result}) == 0 {
-				require.True(t, time.Now().Before(deadline), "no %s health check within 10s", tc.result)
-				time.Sleep(20 * time.Millisecond)
-			}
+			harness.WaitFor(t, 10*time.Second, 20*time.Millisecond, "a "+tc.result+" health check", func() (bool, string) {
+				n := metricValue(t, e.reg, "sluice_gateway_health_checks_total", map[string]string{"backend": "remote", "result": tc.result})
+				return n > 0, fmt.Sprintf("%v checks", n)
+			})
 			cancel()
 			require.NoError(t, <-done)
 		}
@@ -254,12 +254,13 @@ func TestRateLimitRedisTLS(t *testing.T) {
 		// A decision has 50ms for its Redis round trip, and the first one
 		// also dials and shakes hands (slow under the race detector): until
 		// Redis answers in time, the local buckets decide (fail open).
-		deadline := time.Now().Add(15 * time.Second)
-		for decisions(e, "redis") == 0 {
-			require.True(t, time.Now().Before(deadline), "Redis never decided over TLS")
+		harness.WaitFor(t, 15*time.Second, 50*time.Millisecond, "Redis deciding over TLS", func() (bool, string) {
+			if n := decisions(e, "redis"); n > 0 {
+				return true, ""
+			}
 			requireOK(t, e.post(t, plainBody, "Authorization", "Bearer warm-key"))
-			time.Sleep(50 * time.Millisecond)
-		}
+			return false, "only local decisions"
+		})
 		before := decisions(e, "redis")
 		for _, want := range []int{http.StatusOK, http.StatusOK, http.StatusTooManyRequests} {
 			res := e.post(t, plainBody, "Authorization", "Bearer alice-key")

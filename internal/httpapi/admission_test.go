@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-ml/sluice/internal/admission"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // TestAdmission runs the inference endpoint behind admission's handler
@@ -102,11 +104,10 @@ func TestAdmission(t *testing.T) {
 					require.Equal(t, "1", resp.Header.Get("Retry-After"))
 				}
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for budget.InUse() != 0 {
-				require.True(t, time.Now().Before(deadline), "budget still holds %d bytes", budget.InUse())
-				time.Sleep(5 * time.Millisecond)
-			}
+			harness.WaitFor(t, 10*time.Second, 5*time.Millisecond, "the budget released", func() (bool, string) {
+				n := budget.InUse()
+				return n == 0, fmt.Sprintf("budget still holds %d bytes", n)
+			})
 		})
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 	"github.com/sluice-ml/sluice/internal/tlsconfig/tlstest"
 )
 
@@ -176,11 +177,5 @@ func runServer(t *testing.T, s *Server) {
 // eventually polls cond every 10 ms for up to 10 s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	harness.WaitFor(t, 10*time.Second, 10*time.Millisecond, what, func() (bool, string) { return cond(), "not yet" })
 }

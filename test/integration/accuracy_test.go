@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/release/record"
 	"github.com/sluice-ml/sluice/internal/release/record/natstest"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // The accuracy tests run `sluice serve -c` on the release scenario's model
@@ -249,18 +250,11 @@ func TestAccuracyEndToEnd(t *testing.T) {
 	// The early outcomes join when their predictions reach the store
 	// (asynchronously): wait until every pair is counted.
 	var got map[string]float64
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	harness.WaitFor(t, 10*time.Second, 50*time.Millisecond, fmt.Sprintf("%d pairs joined", n), func() (bool, string) {
 		got = accMetrics(t, c)
 		total := got[accKey("sluice_accuracy_joined_total", "1", "all", "")] + got[accKey("sluice_accuracy_joined_total", "2", "all", "")]
-		if total == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%v pairs joined after 10s, want %d; logs:\n%s", total, n, c.tail())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return total == n, fmt.Sprintf("%v pairs joined; logs:\n%s", total, c.tail())
+	})
 	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(1, math.Abs(b)) }
 	for k, w := range want {
 		v, sl, _ := strings.Cut(k, "|")
@@ -478,13 +472,10 @@ func TestAccuracyFleetJoin(t *testing.T) {
 	answers := accPredict(t, a, tr, 0, 40)
 	// A's worker stores the predictions in the bucket off the request
 	// path: wait until they are there.
-	deadline := time.Now().Add(10 * time.Second)
-	for accMetrics(t, a)["sluice_accuracy_pending_entries{}"] < 40 {
-		if time.Now().After(deadline) {
-			t.Fatalf("A's pending store holds %v entries after 10s, want 40; logs:\n%s", accMetrics(t, a)["sluice_accuracy_pending_entries{}"], a.tail())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	harness.WaitFor(t, 10*time.Second, 50*time.Millisecond, "40 entries in A's pending store", func() (bool, string) {
+		n := accMetrics(t, a)["sluice_accuracy_pending_entries{}"]
+		return n >= 40, fmt.Sprintf("%v entries; logs:\n%s", n, a.tail())
+	})
 	var outs []accOutcome
 	var sumAbs float64
 	for i, k := range slices.Sorted(maps.Keys(answers)) {

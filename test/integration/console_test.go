@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-ml/sluice/internal/console/consoletest"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // TestConsole runs the parcel-eta demo (examples/parcel-eta/sluice.yaml:
@@ -249,17 +250,13 @@ func conDrive(t *testing.T, c *gwChain, n int) {
 // model's and the service's throughput, so the charts have lines.
 func conWaitCharts(t *testing.T, c *gwChain) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	harness.WaitFor(t, 30*time.Second, 500*time.Millisecond, "the console's series showing parcel_eta's throughput", func() (bool, string) {
 		if conSeriesHas(t, c, "model", "model/parcel_eta") && conSeriesHas(t, c, "service", "service/parcel-eta") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the console's series never showed parcel_eta's throughput; logs:\n%s", c.tail())
+			return true, ""
 		}
 		conDrive(t, c, 10)
-		time.Sleep(500 * time.Millisecond)
-	}
+		return false, "logs:\n" + c.tail()
+	})
 }
 
 // conSeriesHas reports whether series id of kind has a positive rps among

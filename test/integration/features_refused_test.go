@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // TestRefusedRetypeNeverGoesLive is issue 22 item 3 against a real
@@ -91,13 +93,10 @@ func TestRefusedRetypeNeverGoesLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wait for the refusal to be reported (SIGHUP and the poll).
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(logs.String(), "definition files differ from the applied registry") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no refusal logged; logs:\n%s", logs)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	harness.WaitFor(t, 30*time.Second, 50*time.Millisecond, "the refusal logged", func() (bool, string) {
+		l := logs.String()
+		return strings.Contains(l, "definition files differ from the applied registry"), "logs:\n" + l
+	})
 	end := time.Now().Add(8 * time.Second)
 	reads := 0
 	for time.Now().Before(end) {

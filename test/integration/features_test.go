@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // redisServer is a private redis-server on a loopback port, stopped by pid.
@@ -32,17 +34,11 @@ func startRedis(t *testing.T, port int) *redisServer {
 	}
 	r := &redisServer{port: port, cmd: cmd}
 	t.Cleanup(r.kill)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	harness.WaitFor(t, 10*time.Second, 20*time.Millisecond, fmt.Sprintf("redis-server on port %d to answer PING", port), func() (bool, string) {
 		out, err := exec.Command("redis-cli", "-p", strconv.Itoa(port), "ping").Output()
-		if err == nil && strings.TrimSpace(string(out)) == "PONG" {
-			return r
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on port %d did not answer PING", port)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && strings.TrimSpace(string(out)) == "PONG", fmt.Sprintf("%q %v", out, err)
+	})
+	return r
 }
 
 func (r *redisServer) kill() {
@@ -124,8 +120,7 @@ func startFeatureServerProc(t *testing.T, repo string, args ...string) (string, 
 		}
 	})
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	harness.WaitFor(t, 30*time.Second, 20*time.Millisecond, "the feature server healthy", func() (bool, string) {
 		select {
 		case <-done:
 			t.Fatalf("feature server exited during start-up; logs:\n%s", logs)
@@ -134,14 +129,12 @@ func startFeatureServerProc(t *testing.T, repo string, args ...string) (string, 
 		if resp, err := http.Get(base + "/health"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return base, logs, cmd.Process
+				return true, ""
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("feature server not healthy after 30s; logs:\n%s", logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false, "logs:\n" + logs.String()
+	})
+	return base, logs, cmd.Process
 }
 
 // pushRoutes pushes one row per route id through the route_push source.
@@ -221,17 +214,10 @@ func TestFeatureServerSurvivesRedisRestart(t *testing.T) {
 	}
 
 	startRedis(t, port) // the same port, empty: the server reconnects by itself
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	harness.WaitFor(t, 15*time.Second, 100*time.Millisecond, "a push after Redis returned", func() (bool, string) {
 		code, resp = pushRoutes(t, base, 1)
-		if code == http.StatusOK || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if code != http.StatusOK {
-		t.Fatalf("push after Redis returned = %d %s", code, resp)
-	}
+		return code == http.StatusOK, fmt.Sprintf("%d %s", code, resp)
+	})
 	if code, resp = readRoutes(t, base, 1); code != http.StatusOK || !strings.Contains(string(resp), `"PRESENT"`) {
 		t.Fatalf("read after recovery = %d %s", code, resp)
 	}

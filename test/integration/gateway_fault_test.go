@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/sluice-ml/sluice/internal/testutil/faultkserve"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // The gateway fault tests run `sluice serve -c` with a gateway-only file in
@@ -364,17 +365,14 @@ func (g *faultGateway) endpoints(t *testing.T) (map[string]faultEndpoint, []byte
 // and returns that row, failing the test after timeout.
 func (g *faultGateway) waitEndpoint(t *testing.T, addr, what string, timeout time.Duration, ok func(faultEndpoint) bool) faultEndpoint {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	var e faultEndpoint
+	harness.WaitFor(t, timeout, 50*time.Millisecond, "endpoint "+addr+" "+what, func() (bool, string) {
 		eps, raw := g.endpoints(t)
-		if e, found := eps[addr]; found && ok(e) {
-			return e
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("endpoint %s not %s within %v; admin /endpoints: %s", addr, what, timeout, raw)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		var found bool
+		e, found = eps[addr]
+		return found && ok(e), "admin /endpoints: " + string(raw)
+	})
+	return e
 }
 
 // faultRoutable reports whether the gateway may pick e: healthy, not ejected.

@@ -29,6 +29,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-ml/sluice/internal/gateway/route"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // The gateway tests run `sluice serve -c` on a generated sluice.yaml: the
@@ -334,23 +335,17 @@ func (c *gwChain) launch(t *testing.T, path string, o gwOptions, timeout time.Du
 		c.stop(t)
 		c.client.CloseIdleConnections()
 	})
-	deadline := time.Now().Add(timeout)
-	for {
+	harness.WaitFor(t, timeout, 20*time.Millisecond, "the gateway ready", func() (bool, string) {
 		select {
 		case <-c.done:
 			t.Fatalf("sluice serve -c exited during start-up (%v); config:\n%s\nlogs:\n%s", c.waitErr, c.config, c.logs)
 		default:
 		}
-		if res, err := c.get(t.Context(), c.url(c.listen, "/ready")); err == nil && res.code == http.StatusOK {
-			c.startup = time.Since(begin)
-			t.Logf("sluice serve -c ready in %v", c.startup.Round(time.Millisecond))
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway not ready after %v; logs:\n%s", timeout, c.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		res, err := c.get(t.Context(), c.url(c.listen, "/ready"))
+		return err == nil && res.code == http.StatusOK, "logs:\n" + c.logs.String()
+	})
+	c.startup = time.Since(begin)
+	t.Logf("sluice serve -c ready in %v", c.startup.Round(time.Millisecond))
 }
 
 // url is the URL of path on the chain's listener addr.
@@ -1398,13 +1393,10 @@ func gwStartRedis(t *testing.T, port int, dir string) *redisServer {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
 	defer rdb.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for rdb.Ping(t.Context()).Err() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on port %d did not answer PING", port)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	harness.WaitFor(t, 10*time.Second, 20*time.Millisecond, fmt.Sprintf("redis-server on port %d to answer PING", port), func() (bool, string) {
+		err := rdb.Ping(t.Context()).Err()
+		return err == nil, fmt.Sprint(err)
+	})
 	return r
 }
 

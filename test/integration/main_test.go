@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/testutil/harness"
+	"github.com/sluice-ml/sluice/internal/testutil/tier"
 )
 
 var (
@@ -32,6 +33,9 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	if tier.LeftOut("integration") {
+		return 0
+	}
 	env, cleanup, err := harness.Setup("it")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "integration:", err)
@@ -103,8 +107,7 @@ func startServerEnv(t *testing.T, env []string, sub string, args ...string) *ser
 	}
 	go func() { s.waitErr = s.cmd.Wait(); close(s.done) }()
 	t.Cleanup(func() { s.stop(t) })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	harness.WaitFor(t, 30*time.Second, 20*time.Millisecond, "sluice live", func() (bool, string) {
 		select {
 		case <-s.done:
 			t.Fatalf("sluice exited during start-up (%v); logs:\n%s", s.waitErr, s.logs)
@@ -114,15 +117,13 @@ func startServerEnv(t *testing.T, env []string, sub string, args ...string) *ser
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				s.startup = time.Since(begin)
-				return s
+				return true, ""
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sluice not live after 30s; logs:\n%s", s.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false, "logs:\n" + s.logs.String()
+	})
+	s.startup = time.Since(begin)
+	return s
 }
 
 func (s *server) stop(t *testing.T) {

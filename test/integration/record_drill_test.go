@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/release/record"
 	"github.com/sluice-ml/sluice/internal/release/record/natstest"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // The recording drills (issue 12) run `sluice serve -c` with the
@@ -239,17 +240,13 @@ func drShadow(t *testing.T, c *gwChain) relShadowStats {
 // drWait polls GET /shadow until cond holds, for at most timeout.
 func drWait(t *testing.T, c *gwChain, what string, timeout time.Duration, cond func(record.WriterStats) bool) record.WriterStats {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	var got record.WriterStats
+	harness.WaitFor(t, timeout, 100*time.Millisecond, what, func() (bool, string) {
 		st := drShadow(t, c)
-		if st.Queued == 0 && cond(*st.Recorder) {
-			return *st.Recorder
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; recorder %+v, %d shadow calls queued; logs:\n%s", what, timeout, *st.Recorder, st.Queued, c.tail())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		got = *st.Recorder
+		return st.Queued == 0 && cond(got), fmt.Sprintf("recorder %+v, %d shadow calls queued; logs:\n%s", got, st.Queued, c.tail())
+	})
+	return got
 }
 
 // drDrained: nothing spooled, everything accepted (or recovered) written.

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // Issue 22 item 1: a client that registers a system shared-memory region
@@ -88,13 +89,7 @@ func TestSharedMemoryShrunkObject(t *testing.T) {
 	defer stopLegit()
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		harness.WaitFor(t, 60*time.Second, 10*time.Millisecond, what, func() (bool, string) { return cond(), "not yet" })
 	}
 	waitFor("the other clients' first answers", func() bool { return sent.Load() >= 8 })
 

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
+	"github.com/sluice-ml/sluice/internal/testutil/tier"
 )
 
 // torchTestdata is the integration tests' PyTorch models, written by
@@ -152,6 +153,7 @@ func TestCheckVersionWithoutInterpreter(t *testing.T) {
 // and of sluice_check.py (testdata/torch/test_builtins.py) with Debian's
 // interpreter and torch.
 func TestTorchBuiltins(t *testing.T) {
+	tier.Skip(t, "drill") // a Python test suite: about 20 s of torch
 	checkNeedTorch(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()

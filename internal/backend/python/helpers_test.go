@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // logBuffer collects a backend's logs for assertions.
@@ -188,13 +189,7 @@ func pidGone(pid int) bool {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	harness.WaitFor(t, d, 10*time.Millisecond, what, func() (bool, string) { return cond(), "not yet" })
 }
 
 // contains reports whether s contains every part.

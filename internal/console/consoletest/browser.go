@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/sluice-ml/sluice/internal/testutil/tier"
 )
 
 // Browser is one headless Chromium; each Visit opens a new tab.
@@ -35,8 +37,11 @@ func FindChromium() (string, error) {
 // NewBrowser starts a headless Chromium with --headless --no-sandbox
 // --disable-gpu --disable-background-networking, stopped when the test
 // ends. Without Chromium the test is skipped, or fails when CI=true.
+// Under -short (make test-short) it skips: browser tests are a tier
+// `make test` runs.
 func NewBrowser(tb testing.TB) *Browser {
 	tb.Helper()
+	tier.Skip(tb, "browser")
 	path, err := FindChromium()
 	if err != nil {
 		if os.Getenv("CI") == "true" {

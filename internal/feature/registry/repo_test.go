@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -138,11 +139,9 @@ func TestHolderWatch(t *testing.T) {
 	require.Same(t, first, h.Current())
 	// A new definitions file is picked up.
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "more.yaml"), []byte("entities: [{name: shop, join_keys: [shop_id], value_type: String}]\n"), 0o644))
-	deadline := time.Now().Add(5 * time.Second)
-	for h.Current().Entities["shop"] == nil && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	require.NotNil(t, h.Current().Entities["shop"])
+	harness.WaitFor(t, 5*time.Second, 5*time.Millisecond, "the new entity shop", func() (bool, string) {
+		return h.Current().Entities["shop"] != nil, "not picked up"
+	})
 	cancel()
 	require.NoError(t, <-done)
 }

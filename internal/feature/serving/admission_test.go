@@ -2,6 +2,7 @@ package serving
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-ml/sluice/internal/admission"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // TestAdmissionBodyErrors serves /get-online-features behind
@@ -54,11 +56,10 @@ func TestAdmissionBodyErrors(t *testing.T) {
 				require.NoError(t, json.Unmarshal(got, &e), "body: %s", got)
 				require.Equal(t, tt.reason, e.Reason, "error: %s", e.Error)
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for budget.InUse() != 0 {
-				require.True(t, time.Now().Before(deadline), "budget still holds %d bytes", budget.InUse())
-				time.Sleep(5 * time.Millisecond)
-			}
+			harness.WaitFor(t, 10*time.Second, 5*time.Millisecond, "the budget released", func() (bool, string) {
+				n := budget.InUse()
+				return n == 0, fmt.Sprintf("budget still holds %d bytes", n)
+			})
 		})
 	}
 }

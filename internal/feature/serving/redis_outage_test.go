@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-ml/sluice/internal/feature/online/redis"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // failMargin is how much later than the store timeout a failing request
@@ -47,18 +49,15 @@ func startPrivateRedis(t *testing.T) (string, *exec.Cmd) {
 		<-done
 	})
 	addr := "127.0.0.1:" + port
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	harness.WaitFor(t, 10*time.Second, 20*time.Millisecond, "redis-server on "+addr+" to start", func() (bool, string) {
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			_ = c.Close()
-			return addr, cmd
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %s did not start: %v", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		_ = c.Close()
+		return true, ""
+	})
+	return addr, cmd
 }
 
 // TestHungRedis runs the feature server's HTTP API on a real Redis that
@@ -128,17 +127,12 @@ func TestHungRedis(t *testing.T) {
 	require.NotRegexp(t, internals, rec.Body.String())
 
 	cont()
-	resumed := time.Now()
-	for {
+	resumed := harness.WaitFor(t, 5*time.Second, 20*time.Millisecond, "a 200 after SIGCONT", func() (bool, string) {
 		code, body, _ = get()
-		if code == http.StatusOK || time.Since(resumed) > 5*time.Second {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	require.Equal(t, http.StatusOK, code, body)
-	t.Logf("answering again %s after SIGCONT", time.Since(resumed))
-	require.Less(t, time.Since(resumed), time.Second, "recovery within a second of SIGCONT")
+		return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
+	})
+	t.Logf("answering again %s after SIGCONT", resumed)
+	require.Less(t, resumed, time.Second, "recovery within a second of SIGCONT")
 	require.Contains(t, logs.String(), "no answer within the store timeout", "the log keeps the detail the body leaves out")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

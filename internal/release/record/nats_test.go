@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-ml/sluice/internal/release/record/natstest"
+	"github.com/sluice-ml/sluice/internal/testutil/tier"
 )
 
 // natsURL is the shared NATS server: SLUICE_NATS_URL or the local default.
@@ -308,6 +309,7 @@ func steadyLoad(ctx context.Context, w *Writer, first, n, rate int) []string {
 // broker is killed (SIGKILL) for 15 s and restarted on the same port and
 // store. Every accepted record ends up in the stream exactly once.
 func TestNATSWriterSurvivesABrokerKill(t *testing.T) {
+	tier.Skip(t, "drill") // 25 s of load by design
 	t.Parallel()
 	srv := natstest.Start(t)
 	opts := isolated(t, srv.URL())

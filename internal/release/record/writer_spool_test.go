@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // flakySink stores records while up and refuses every write while down.
@@ -72,13 +74,7 @@ func (s *flakySink) requireExactlyOnce(t *testing.T, want []string) {
 // waitFor polls cond every 10ms until it holds or 20s pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	harness.WaitFor(t, 20*time.Second, 10*time.Millisecond, what, func() (bool, string) { return cond(), "not yet" })
 }
 
 // requireAddsUp checks the writer's accounting identity.

@@ -60,7 +60,10 @@ type RedisConfig struct {
 	DialTimeout  time.Duration `yaml:"dial_timeout"`  // default 1s
 	ReadTimeout  time.Duration `yaml:"read_timeout"`  // default 500ms
 	WriteTimeout time.Duration `yaml:"write_timeout"` // default 500ms
-	PoolSize     int           `yaml:"pool_size"`
+	// PoolTimeout bounds the wait for a pooled connection; it is not part
+	// of read_timeout or write_timeout. Default 1s.
+	PoolTimeout time.Duration `yaml:"pool_timeout"`
+	PoolSize    int           `yaml:"pool_size"`
 	// ConnectionString is Feast's form, "host:port[,host:port...][,password=…][,db=N][,username=…][,ssl=true][,ssl_…=…]",
 	// accepted so Feast repositories load unchanged; it fills the fields
 	// above and below that are not set.
@@ -266,7 +269,7 @@ func (c Config) Validate() error {
 		if m, _ := redisMode(c.Redis.Mode); m == redis.Sentinel && c.Redis.MasterName == "" {
 			return errors.New("redis_type sentinel needs master_name")
 		}
-		for _, d := range []time.Duration{c.Redis.DialTimeout, c.Redis.ReadTimeout, c.Redis.WriteTimeout} {
+		for _, d := range []time.Duration{c.Redis.DialTimeout, c.Redis.ReadTimeout, c.Redis.WriteTimeout, c.Redis.PoolTimeout} {
 			if d < 0 {
 				return fmt.Errorf("negative redis timeout %s", d)
 			}
@@ -326,7 +329,7 @@ func Open(ctx context.Context, cfg Config, project, baseDir string, logger *slog
 			Mode: mode, Addrs: addrs, MasterName: cfg.Redis.MasterName,
 			Username: cfg.Redis.Username, Password: cfg.Redis.Password, DB: cfg.Redis.DB,
 			DialTimeout: cfg.Redis.DialTimeout, ReadTimeout: cfg.Redis.ReadTimeout, WriteTimeout: cfg.Redis.WriteTimeout,
-			PoolSize: cfg.Redis.PoolSize, TLS: tlsCfg, Logger: logger,
+			PoolTimeout: cfg.Redis.PoolTimeout, PoolSize: cfg.Redis.PoolSize, TLS: tlsCfg, Logger: logger,
 		})
 		if err != nil {
 			return nil, err

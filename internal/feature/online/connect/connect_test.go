@@ -38,6 +38,7 @@ db: 2
 dial_timeout: 2s
 read_timeout: 250ms
 write_timeout: 300ms
+pool_timeout: 2s
 `
 	var c Config
 	dec := yaml.NewDecoder(strings.NewReader(src))
@@ -46,6 +47,7 @@ write_timeout: 300ms
 	require.Equal(t, Config{Type: "redis", Redis: RedisConfig{
 		Mode: "cluster", Addrs: []string{"10.0.0.1:6379", "10.0.0.2:6379"}, Username: "u", Password: "p", DB: 2,
 		DialTimeout: 2 * time.Second, ReadTimeout: 250 * time.Millisecond, WriteTimeout: 300 * time.Millisecond,
+		PoolTimeout: 2 * time.Second,
 	}}, c)
 	require.NoError(t, c.Validate())
 }
@@ -64,6 +66,7 @@ func TestValidate(t *testing.T) {
 		{"unknown mode", Config{Type: "redis", Redis: RedisConfig{Mode: "ring"}}, `redis_type "ring"`},
 		{"sentinel without master", Config{Type: "redis", Redis: RedisConfig{Mode: "sentinel"}}, "master_name"},
 		{"negative timeout", Config{Type: "redis", Redis: RedisConfig{ReadTimeout: -time.Second}}, "negative"},
+		{"negative pool timeout", Config{Type: "redis", Redis: RedisConfig{PoolTimeout: -time.Second}}, "negative"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

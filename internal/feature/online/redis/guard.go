@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-ml/sluice/internal/feature/online"
 )
@@ -30,9 +33,13 @@ const (
 // calls refused because the store's circuit breaker is open.
 var ErrBreakerOpen = errors.New("redis circuit breaker open")
 
-// errStoreTimeout is the cause of a round trip's context when the store's
-// own timeout ends it (rather than the caller's deadline).
+// errStoreTimeout is wrapped by the error of a call Redis did not answer
+// within the store's timeout (rather than the caller's deadline).
 var errStoreTimeout = errors.New("no answer within the store timeout")
+
+// errPoolBusy is wrapped by the error of a call that found no free pooled
+// connection within the pool timeout.
+var errPoolBusy = errors.New("every pooled connection busy for the pool timeout")
 
 // BreakerState is a snapshot of the store's circuit breaker.
 type BreakerState struct {
@@ -179,42 +186,33 @@ func (s *Store) BreakerState() BreakerState { return s.breaker.state() }
 // cheap enough to call after every store call.
 func (s *Store) BreakerOpen() bool { return s.breaker.isOpen.Load() }
 
-// timed returns ctx bounded by the store timeout d as well: whichever of
-// the caller's deadline and d comes first ends the round trip. go-redis
-// applies the context's deadline to the socket (ContextTimeoutEnabled),
-// to the wait for a pooled connection and to dials, so no round trip
-// outlives it.
-func timed(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeoutCause(ctx, d, errStoreTimeout)
-}
-
-// guard runs one store call through the breaker. fn gets ctx bounded by
-// timeout when timeout > 0 (calls of one round trip); calls of several
-// round trips pass 0 and bound each trip themselves. An error of a call
-// whose caller's context ended first is reported as that context's error,
-// not as the store being unavailable: the caller gave up, Redis may be
-// fine.
+// guard runs one store call through the breaker. timeout is the one of
+// the store's timeouts the call's commands answer within; guard names it
+// when Redis did not. An error of a call whose caller's context ended
+// first is reported as that context's error, not as the store being
+// unavailable: the caller gave up, Redis may be fine. A call that failed
+// waiting for a pooled connection is reported unavailable but is not
+// counted as Redis's failure: every connection was busy with calls whose
+// own outcome counts.
 func (s *Store) guard(ctx context.Context, op string, timeout time.Duration, fn func(context.Context) error) error {
 	ticket, probe, err := s.breaker.begin()
 	if err != nil {
 		return unavailable(op, err)
 	}
-	cctx := ctx
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		cctx, cancel = timed(ctx, timeout)
-		defer cancel()
-	}
-	err = fn(cctx)
+	err = fn(ctx)
 	o := outcomeSuccess
+	var ne net.Error
 	if errors.Is(err, online.ErrUnavailable) {
 		o = outcomeFailure
 		switch {
-		case ctx.Err() != nil:
+		case ctx.Err() != nil || deadlinePassed(ctx):
 			o = outcomeNeutral
-			err = fmt.Errorf("%s: %w", op, context.Cause(ctx))
-		case timeout > 0 && errors.Is(context.Cause(cctx), errStoreTimeout):
-			// go-redis reports "context deadline exceeded"; say whose.
+			err = fmt.Errorf("%s: %w", op, callerCause(ctx))
+		case errors.Is(err, goredis.ErrPoolTimeout):
+			o = outcomeNeutral
+			err = fmt.Errorf("%w (%w, %s)", err, errPoolBusy, s.poolTimeout)
+		case errors.As(err, &ne) && ne.Timeout():
+			// go-redis reports "i/o timeout"; say whose.
 			err = fmt.Errorf("%w (%w, %s)", err, errStoreTimeout, timeout)
 		}
 	} else if err != nil && ctx.Err() != nil {
@@ -224,9 +222,27 @@ func (s *Store) guard(ctx context.Context, op string, timeout time.Duration, fn 
 	return err
 }
 
+// deadlinePassed reports whether ctx's deadline has passed. go-redis sets
+// the socket's deadline to the caller's when it is the sooner, so the
+// socket can time out a moment before ctx reports its error.
+func deadlinePassed(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
+// callerCause is why the caller's ctx ended (or is ending: see
+// deadlinePassed).
+func callerCause(ctx context.Context) error {
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	return context.DeadlineExceeded
+}
+
 // Read implements online.Store. It fails with online.ErrUnavailable
-// within the read timeout (or the caller's deadline, when sooner) when
-// Redis does not answer, and at once while the breaker is open.
+// when Redis does not answer within the read timeout of the command being
+// sent (or by the caller's deadline, when sooner), and at once while the
+// breaker is open.
 func (s *Store) Read(ctx context.Context, keys []online.Key) ([]online.Result, error) {
 	var out []online.Result
 	err := s.guard(ctx, "read redis", s.readTimeout, func(ctx context.Context) error {
@@ -240,11 +256,10 @@ func (s *Store) Read(ctx context.Context, keys []online.Key) ([]online.Result, e
 	return out, nil
 }
 
-// Write implements online.Store; each pipelined batch is one round trip
-// bounded by the write timeout.
+// Write implements online.Store; each pipelined batch is one round trip.
 func (s *Store) Write(ctx context.Context, entries []online.Entry, opts online.WriteOptions) (online.WriteStats, error) {
 	var st online.WriteStats
-	err := s.guard(ctx, "write redis", 0, func(ctx context.Context) error {
+	err := s.guard(ctx, "write redis", s.writeTimeout, func(ctx context.Context) error {
 		var err error
 		st, err = s.write(ctx, entries, opts)
 		return err
@@ -252,22 +267,15 @@ func (s *Store) Write(ctx context.Context, entries []online.Entry, opts online.W
 	return st, err
 }
 
-// runWritesTimed is runWrites bounded by the write timeout.
-func (s *Store) runWritesTimed(ctx context.Context, keys, vals []string, over string) ([]int64, error) {
-	ctx, cancel := timed(ctx, s.writeTimeout)
-	defer cancel()
-	return s.runWrites(ctx, keys, vals, over)
-}
-
-// DeleteView implements online.Store; each SCAN step and its UNLINKs are
-// bounded by the write timeout.
+// DeleteView implements online.Store; each SCAN and UNLINK batch is a
+// command bounded by the store's timeouts.
 func (s *Store) DeleteView(ctx context.Context, view string) error {
-	return s.guard(ctx, fmt.Sprintf("delete view '%s'", view), 0, func(ctx context.Context) error {
+	return s.guard(ctx, fmt.Sprintf("delete view '%s'", view), s.writeTimeout, func(ctx context.Context) error {
 		return s.deleteView(ctx, view)
 	})
 }
 
-// GetMeta implements online.Store, bounded by the read timeout.
+// GetMeta implements online.Store.
 func (s *Store) GetMeta(ctx context.Context, name string) ([]byte, error) {
 	var v []byte
 	err := s.guard(ctx, fmt.Sprintf("get metadata '%s'", name), s.readTimeout, func(ctx context.Context) error {
@@ -281,15 +289,15 @@ func (s *Store) GetMeta(ctx context.Context, name string) ([]byte, error) {
 	return v, nil
 }
 
-// PutMeta implements online.Store, bounded by the write timeout.
+// PutMeta implements online.Store.
 func (s *Store) PutMeta(ctx context.Context, name string, value []byte) error {
 	return s.guard(ctx, fmt.Sprintf("put metadata '%s'", name), s.writeTimeout, func(ctx context.Context) error {
 		return s.putMeta(ctx, name, value)
 	})
 }
 
-// Ping implements online.Store, bounded by the read timeout; in Cluster
-// mode every master must answer.
+// Ping implements online.Store; in Cluster mode every master must
+// answer.
 func (s *Store) Ping(ctx context.Context) error {
 	return s.guard(ctx, "ping redis", s.readTimeout, s.ping)
 }

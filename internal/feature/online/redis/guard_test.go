@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"syscall"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/online"
 	"github.com/sluice-ml/sluice/internal/feature/online/onlinetest"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // failMargin is how much later than the store timeout a failing call may
@@ -146,7 +149,7 @@ func freeze(t *testing.T, srv *server) (resume func()) {
 
 // TestHungServerFailsFast: a Redis that stops answering (SIGSTOP) fails
 // the very first call within the read timeout (not the timeout twice over
-// for go-redis's retry, nor the pool's wait); after a few failures the
+// for a retry); after a few failures the
 // breaker fails calls at once; after SIGCONT a read succeeds within a
 // second.
 func TestHungServerFailsFast(t *testing.T) {
@@ -188,28 +191,26 @@ func TestHungServerFailsFast(t *testing.T) {
 	require.ErrorIs(t, s.Ping(context.Background()), online.ErrUnavailable)
 
 	resume()
-	resumed := time.Now()
 	var n int
-	for {
+	recovered := harness.WaitFor(t, 5*time.Second, 20*time.Millisecond, "a read after SIGCONT", func() (bool, string) {
 		n++
-		_, err = s.Read(context.Background(), []online.Key{k})
-		if err == nil || time.Since(resumed) > 5*time.Second {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	require.NoError(t, err)
-	recovered := time.Since(resumed)
+		_, err := s.Read(context.Background(), []online.Key{k})
+		return err == nil, fmt.Sprint(err)
+	})
 	t.Logf("recovered %s after SIGCONT (%d reads)", recovered, n)
 	require.Less(t, recovered, time.Second, "recovery within a second of SIGCONT")
 	require.Equal(t, BreakerState{Open: false, Opened: 1}, s.BreakerState())
 }
 
 // TestHungServerConcurrent: with more concurrent callers than pooled
-// connections, the ones waiting for a connection also fail within the
-// timeout (go-redis's pool timeout would be read timeout + 1s, retried).
+// connections, every caller fails: the ones holding a connection within
+// the read timeout, the ones waiting for one within the pool timeout,
+// and a caller whose turn comes just before the pool timeout within the
+// read timeout after it (its new connection's handshake goes unanswered).
+// No call is retried into a second timeout.
 func TestHungServerConcurrent(t *testing.T) {
-	s, k, srv := hungStore(t, Options{PoolSize: 4, BreakerFailures: -1})
+	const poolTimeout = 200 * time.Millisecond
+	s, k, srv := hungStore(t, Options{PoolSize: 4, PoolTimeout: poolTimeout, BreakerFailures: -1})
 	freeze(t, srv)
 	const callers = 32
 	var wg sync.WaitGroup
@@ -218,7 +219,7 @@ func TestHungServerConcurrent(t *testing.T) {
 		wg.Go(func() {
 			start := time.Now()
 			_, err := s.Read(context.Background(), []online.Key{k})
-			if took := time.Since(start); took >= 200*time.Millisecond+failMargin {
+			if took := time.Since(start); took >= poolTimeout+200*time.Millisecond+failMargin {
 				err = fmt.Errorf("took %s: %w", took, err)
 			}
 			errs[i] = err
@@ -246,4 +247,139 @@ func TestHungServerWrites(t *testing.T) {
 	start = time.Now()
 	require.ErrorIs(t, s.DeleteView(context.Background(), "v"), online.ErrUnavailable)
 	require.Less(t, time.Since(start), 200*time.Millisecond+failMargin)
+}
+
+// holdPool takes the store's only pooled connection (PoolSize 1) for d
+// with a BLPOP on an empty list, a command that blocks its connection but
+// not the server, and returns once the pool has no idle connection left.
+// The returned channel closes when the BLPOP ends.
+func holdPool(t *testing.T, s *Store, d time.Duration) <-chan struct{} {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.c.BLPop(context.Background(), d, s.prefix+"hold").Err()
+	}()
+	harness.WaitFor(t, 5*time.Second, time.Millisecond, "the BLPOP holds the only connection", func() (bool, string) {
+		st := s.c.PoolStats()
+		return st.TotalConns == 1 && st.IdleConns == 0, fmt.Sprintf("%+v", *st)
+	})
+	return done
+}
+
+// TestPoolWaitIsNotRedisTime: a call that waits for a pooled connection
+// longer than the read timeout still succeeds once it gets one: the read
+// timeout is Redis's time to answer, counted from when the command is
+// sent, and a busy pool on a loaded machine does not spend it.
+func TestPoolWaitIsNotRedisTime(t *testing.T) {
+	needRedis(t, sharedAddr())
+	s := openIsolated(t, Options{
+		Addrs: []string{sharedAddr()}, PoolSize: 1,
+		ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond, PoolTimeout: 5 * time.Second,
+	})
+	t.Cleanup(func() { _ = s.Close() })
+	k := online.Key{View: "v", Entity: onlinetest.Ent(1)}
+	_, err := s.Write(t.Context(), []online.Entry{{Key: k, Record: feature.Record{EventTS: 1, Payload: []byte("x")}}}, online.WriteOptions{})
+	require.NoError(t, err)
+
+	held := holdPool(t, s, time.Second) // BLPOP's shortest timeout
+	res, err := s.Read(context.Background(), []online.Key{k})
+	require.NoError(t, err, "the read waited for the pool, not for Redis")
+	require.True(t, res[0].Found)
+	<-held
+	require.Equal(t, BreakerState{}, s.BreakerState())
+}
+
+// TestPoolTimeoutIsNotCounted: calls that find every pooled connection
+// busy for the pool timeout fail (503 online_store_unavailable, naming
+// the pool), but they say nothing about Redis, so however many there are
+// the breaker stays closed.
+func TestPoolTimeoutIsNotCounted(t *testing.T) {
+	needRedis(t, sharedAddr())
+	s := openIsolated(t, Options{Addrs: []string{sharedAddr()}, PoolSize: 1, PoolTimeout: 20 * time.Millisecond})
+	t.Cleanup(func() { _ = s.Close() })
+	k := online.Key{View: "v", Entity: onlinetest.Ent(1)}
+
+	held := holdPool(t, s, time.Second)
+	for i := range 2 * DefaultBreakerFailures {
+		_, err := s.Read(context.Background(), []online.Key{k})
+		require.ErrorIs(t, err, online.ErrUnavailable, "read %d", i)
+		require.ErrorIs(t, err, errPoolBusy, "read %d", i)
+	}
+	require.Equal(t, BreakerState{}, s.BreakerState(), "a busy pool is not Redis failing")
+	<-held
+	_, err := s.Read(context.Background(), []online.Key{k})
+	require.NoError(t, err)
+}
+
+// firstConnSilent listens on a free loopback port and forwards every
+// connection to target, except the first, which it accepts and never
+// answers: the first exchange of a new client that misses its read
+// timeout, as on a loaded machine.
+func firstConnSilent(t *testing.T, target string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	var conns []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for n := 0; ; n++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			if n == 0 {
+				continue // accepted, never answered
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, up)
+			mu.Unlock()
+			wg.Go(func() { _, _ = io.Copy(up, c); _ = up.Close() })
+			wg.Go(func() { _, _ = io.Copy(c, up); _ = c.Close() })
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestOpenSurvivesASlowFirstExchange: Open's first ping also dials and
+// shakes hands; when that exchange misses the read timeout (the first
+// connection never answers), Open pings again on a new connection and
+// succeeds, with the breaker closed and no failures counted.
+func TestOpenSurvivesASlowFirstExchange(t *testing.T) {
+	needRedis(t, sharedAddr())
+	addr := firstConnSilent(t, sharedAddr())
+	s, err := Open(t.Context(), "", Options{
+		Addrs: []string{addr}, KeyPrefix: randomPrefix(t),
+		ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond,
+	})
+	require.NoError(t, err, "one slow exchange does not fail the start-up")
+	t.Cleanup(func() { _ = s.Close() })
+	require.Equal(t, BreakerState{}, s.BreakerState())
+	require.NoError(t, s.Ping(t.Context()))
+}
+
+// TestOpenFailsAtOnceWhenRefused: a refused connection is no slow
+// exchange: Open fails on the first ping.
+func TestOpenFailsAtOnceWhenRefused(t *testing.T) {
+	_, err := Open(t.Context(), "", Options{Addrs: []string{"127.0.0.1:" + freePort(t)}, KeyPrefix: randomPrefix(t)})
+	require.ErrorIs(t, err, online.ErrUnavailable)
+	require.NotErrorIs(t, err, errStoreTimeout)
 }

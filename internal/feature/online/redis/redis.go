@@ -17,11 +17,14 @@
 // only on the rare delete, so reads pay nothing (a per-view generation
 // counter would add a round trip to every read).
 //
-// Every round trip is bounded by the store's timeout (the read timeout for
-// reads, metadata reads and pings; the write timeout for writes and
-// deletes) and by the caller's deadline, whichever comes first, so a hung
-// Redis costs a call at most its timeout. Errors from Redis wrap
-// online.ErrUnavailable. A circuit breaker (guard.go) fails calls at once
+// Redis has the store's timeouts to take a command (the write timeout) and
+// to answer it (the read timeout), counted from when the command is sent on
+// a connection, and the caller's deadline bounds the whole call; the wait
+// for a pooled connection (the pool timeout) and the dial (the dial
+// timeout) are bounded on their own and are not part of Redis's budget, so
+// a loaded client machine does not spend it before Redis sees the command.
+// No command is retried, so a hung Redis costs a call at most its timeouts.
+// Errors from Redis wrap online.ErrUnavailable. A circuit breaker (guard.go) fails calls at once
 // after a run of failures and lets one probe through per interval; the
 // client reconnects by itself when Redis comes back. Options.TLS makes the
 // connections TLS (mTLS with a client certificate).
@@ -62,10 +65,22 @@ type Options struct {
 	Password   string
 	DB         int // standalone and sentinel only
 
-	DialTimeout  time.Duration // default 1s
-	ReadTimeout  time.Duration // default 500ms
-	WriteTimeout time.Duration // default 500ms
-	PoolSize     int           // per node; default go-redis's (10 per CPU)
+	// DialTimeout bounds a new connection: the dial and its handshake;
+	// default DefaultDialTimeout.
+	DialTimeout time.Duration
+	// ReadTimeout is how long Redis has to answer a command once it is
+	// sent; default DefaultReadTimeout.
+	ReadTimeout time.Duration
+	// WriteTimeout is how long Redis has to take a command (or a
+	// pipelined batch) once the connection is ours; default
+	// DefaultWriteTimeout.
+	WriteTimeout time.Duration
+	// PoolTimeout is how long a call waits for a pooled connection when
+	// every one is busy; default DefaultPoolTimeout. Such a wait is
+	// congestion of this client, not a fault of Redis: a call that ends
+	// in it fails but does not count towards the circuit breaker.
+	PoolTimeout time.Duration
+	PoolSize    int // per node; default go-redis's (10 per CPU)
 	// TLS, when set, makes every connection (to sentinels too) TLS with
 	// it; an empty ServerName verifies each dialled host. Nil: plaintext.
 	TLS *tls.Config
@@ -85,6 +100,17 @@ type Options struct {
 	KeyPrefix string
 }
 
+// Timeout defaults, used when Options leaves them zero.
+const (
+	DefaultDialTimeout  = time.Second
+	DefaultReadTimeout  = 500 * time.Millisecond
+	DefaultWriteTimeout = 500 * time.Millisecond
+	// DefaultPoolTimeout is longer than the read timeout: a burst of
+	// more concurrent calls than connections on a busy machine waits its
+	// turn instead of failing.
+	DefaultPoolTimeout = time.Second
+)
+
 // Store is a Redis-backed online.Store.
 type Store struct {
 	c         goredis.UniversalClient
@@ -94,10 +120,10 @@ type Store struct {
 	mode      Mode
 	batchSize int
 
-	// Every round trip is bounded by one of these and by the caller's
-	// deadline, whichever comes first (see guard).
-	readTimeout, writeTimeout time.Duration
-	breaker                   *breaker
+	// The timeouts go-redis applies to each command; guard names them
+	// in errors.
+	readTimeout, writeTimeout, poolTimeout time.Duration
+	breaker                                *breaker
 }
 
 // writeScript stores ARGV[1] under KEYS[1] unless ARGV[2] is "0" and the
@@ -150,13 +176,16 @@ func Open(ctx context.Context, project string, opts Options) (*Store, error) {
 		return nil, errors.New("open redis online store: no addresses")
 	}
 	if opts.DialTimeout <= 0 {
-		opts.DialTimeout = time.Second
+		opts.DialTimeout = DefaultDialTimeout
 	}
 	if opts.ReadTimeout <= 0 {
-		opts.ReadTimeout = 500 * time.Millisecond
+		opts.ReadTimeout = DefaultReadTimeout
 	}
 	if opts.WriteTimeout <= 0 {
-		opts.WriteTimeout = 500 * time.Millisecond
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
+	if opts.PoolTimeout <= 0 {
+		opts.PoolTimeout = DefaultPoolTimeout
 	}
 	prefix := opts.KeyPrefix
 	if prefix == "" {
@@ -176,13 +205,16 @@ func Open(ctx context.Context, project string, opts Options) (*Store, error) {
 	}
 	s := &Store{
 		prefix: prefix, mode: opts.Mode, batchSize: 1000,
-		readTimeout: opts.ReadTimeout, writeTimeout: opts.WriteTimeout,
+		readTimeout: opts.ReadTimeout, writeTimeout: opts.WriteTimeout, poolTimeout: opts.PoolTimeout,
 		breaker: newBreaker(opts.BreakerFailures, opts.BreakerProbe, opts.Logger.With("component", "online_store", "store", "redis")),
 	}
-	// The round-trip contexts carry the deadline (see timed); the pool
-	// timeout only matters to a caller without one, and must not be
-	// go-redis's default of read timeout + 1s.
-	poolTimeout := max(opts.ReadTimeout, opts.WriteTimeout)
+	// go-redis applies ReadTimeout and WriteTimeout to the socket from
+	// the moment it reads or writes (and the caller's deadline when it is
+	// sooner: ContextTimeoutEnabled); PoolTimeout bounds the wait for a
+	// connection and DialTimeout a new one. MaxRetries -1: a retried
+	// timeout would cost the caller twice the timeout; a dead pooled
+	// connection is found before use by the pool's health check.
+	poolTimeout := opts.PoolTimeout
 	maint := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	switch opts.Mode {
 	case "", Standalone:
@@ -190,14 +222,14 @@ func Open(ctx context.Context, project string, opts Options) (*Store, error) {
 		s.c = goredis.NewClient(&goredis.Options{
 			Addr: opts.Addrs[0], Username: opts.Username, Password: opts.Password, DB: opts.DB,
 			DialTimeout: opts.DialTimeout, ReadTimeout: opts.ReadTimeout, WriteTimeout: opts.WriteTimeout,
-			PoolSize: opts.PoolSize, PoolTimeout: poolTimeout, ContextTimeoutEnabled: true, MaxRetries: 1, DialerRetries: 1,
+			PoolSize: opts.PoolSize, PoolTimeout: poolTimeout, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
 			DisableIdentity: true, MaintNotificationsConfig: maint, TLSConfig: opts.TLS,
 		})
 	case Cluster:
 		s.cluster = goredis.NewClusterClient(&goredis.ClusterOptions{
 			Addrs: opts.Addrs, Username: opts.Username, Password: opts.Password,
 			DialTimeout: opts.DialTimeout, ReadTimeout: opts.ReadTimeout, WriteTimeout: opts.WriteTimeout,
-			PoolSize: opts.PoolSize, PoolTimeout: poolTimeout, ContextTimeoutEnabled: true, MaxRetries: 1, DialerRetries: 1,
+			PoolSize: opts.PoolSize, PoolTimeout: poolTimeout, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
 			DisableIdentity: true, MaintNotificationsConfig: maint, TLSConfig: opts.TLS,
 		})
 		s.c = s.cluster
@@ -209,18 +241,38 @@ func Open(ctx context.Context, project string, opts Options) (*Store, error) {
 			MasterName: opts.MasterName, SentinelAddrs: opts.Addrs,
 			Username: opts.Username, Password: opts.Password, DB: opts.DB,
 			DialTimeout: opts.DialTimeout, ReadTimeout: opts.ReadTimeout, WriteTimeout: opts.WriteTimeout,
-			PoolSize: opts.PoolSize, PoolTimeout: poolTimeout, ContextTimeoutEnabled: true, MaxRetries: 1, DialerRetries: 1,
+			PoolSize: opts.PoolSize, PoolTimeout: poolTimeout, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
 			DisableIdentity: true, TLSConfig: opts.TLS,
 		})
 	default:
 		return nil, fmt.Errorf("open redis online store: unknown mode %q (want standalone, cluster or sentinel)", opts.Mode)
 	}
 	s.writeSHA = goredis.NewScript(writeScript).Hash()
-	if err := s.Ping(ctx); err != nil {
+	if err := s.openPing(ctx); err != nil {
 		_ = s.c.Close()
 		return nil, fmt.Errorf("open redis online store: %w", err)
 	}
 	return s, nil
+}
+
+// openPings is how many pings Open sends before it gives up on a Redis
+// that does not answer in time.
+const openPings = DefaultBreakerFailures
+
+// openPing is Open's check that Redis answers. The first ping also dials
+// and shakes hands, and on a loaded machine one exchange may miss the read
+// timeout without anything being wrong with Redis; a start-up must not fail
+// on that. So a ping that timed out is sent again, up to openPings in all
+// (as many as open the breaker); any other failure (a refused connection,
+// a wrong password) fails at once.
+func (s *Store) openPing(ctx context.Context) error {
+	var err error
+	for range openPings {
+		if err = s.Ping(ctx); err == nil || !errors.Is(err, errStoreTimeout) {
+			return err
+		}
+	}
+	return err
 }
 
 func unavailable(op string, err error) error {
@@ -331,7 +383,7 @@ func (s *Store) write(ctx context.Context, entries []online.Entry, opts online.W
 			keys[i] = s.rowKey(e.Key.View, e.Key.Entity)
 			vals[i] = string(feature.AppendRecord(make([]byte, 0, feature.RecordHeader+len(e.Record.Payload)), e.Record))
 		}
-		res, err := s.runWritesTimed(ctx, keys, vals, over)
+		res, err := s.runWrites(ctx, keys, vals, over)
 		if err != nil {
 			return st, err
 		}
@@ -417,12 +469,9 @@ func (s *Store) deleteMatchingUniversal(ctx context.Context, pattern string) err
 }
 
 // deleteMatching scans one node. Keys are unlinked one per command so a
-// Cluster node never sees a cross-slot multi-key command. Each SCAN step
-// with its UNLINKs is bounded by the write timeout.
+// Cluster node never sees a cross-slot multi-key command.
 func (s *Store) deleteMatching(ctx context.Context, c *goredis.Client, pattern string) error {
 	step := func(cursor uint64) (uint64, error) {
-		ctx, cancel := timed(ctx, s.writeTimeout)
-		defer cancel()
 		keys, next, err := c.Scan(ctx, cursor, pattern, int64(s.batchSize)).Result()
 		if err != nil {
 			return 0, fmt.Errorf("scan: %w", err)

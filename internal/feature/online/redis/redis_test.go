@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/online"
 	"github.com/sluice-ml/sluice/internal/feature/online/onlinetest"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 func TestMain(m *testing.M) {
@@ -179,15 +180,10 @@ func TestKillAndRecover(t *testing.T) {
 	t.Logf("errors after kill took %s", time.Since(start))
 
 	startServer(t, port, dir) // no persistence: the restarted server is empty
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		_, err = s.Write(t.Context(), []online.Entry{{Key: k, Record: feature.Record{EventTS: 3, Payload: []byte("back")}}}, online.WriteOptions{})
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	require.NoError(t, err, "the store recovers once redis is back")
+	harness.WaitFor(t, 15*time.Second, 100*time.Millisecond, "the store recovers once redis is back", func() (bool, string) {
+		_, err := s.Write(t.Context(), []online.Entry{{Key: k, Record: feature.Record{EventTS: 3, Payload: []byte("back")}}}, online.WriteOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
 	rs, err := s.Read(t.Context(), []online.Key{k})
 	require.NoError(t, err)
 	require.Equal(t, "back", string(rs[0].Record.Payload))
@@ -213,15 +209,10 @@ func TestFrozenServerTimesOut(t *testing.T) {
 	require.Less(t, time.Since(start), 5*time.Second, "bounded by the timeouts")
 	cont()
 
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err = s.Read(t.Context(), []online.Key{k})
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	require.NoError(t, err)
+	harness.WaitFor(t, 10*time.Second, 50*time.Millisecond, "a read after SIGCONT", func() (bool, string) {
+		_, err := s.Read(t.Context(), []online.Key{k})
+		return err == nil, fmt.Sprint(err)
+	})
 }
 
 // --- private redis-server processes ---
@@ -279,18 +270,15 @@ func spawn(t *testing.T, port string, args []string) *server {
 		_ = cmd.Process.Kill()
 		<-s.done
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	harness.WaitFor(t, 10*time.Second, 20*time.Millisecond, "redis-server on port "+port+" to start", func() (bool, string) {
 		c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, 200*time.Millisecond)
-		if err == nil {
-			_ = c.Close()
-			return s
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on port %s did not start: %v", port, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		_ = c.Close()
+		return true, ""
+	})
+	return s
 }
 
 // startCluster starts n masters with cluster mode on and joins them.
@@ -308,19 +296,15 @@ func startCluster(t *testing.T, n int) []string {
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 	out, err := exec.Command("redis-cli", args...).CombinedOutput()
 	require.NoError(t, err, "redis-cli --cluster create: %s", out)
-	deadline := time.Now().Add(20 * time.Second)
-	for _, a := range addrs {
-		for {
+	harness.WaitFor(t, 20*time.Second, 50*time.Millisecond, "every cluster node ok", func() (bool, string) {
+		for _, a := range addrs {
 			info, err := exec.Command("redis-cli", "-p", portOf(t, a), "cluster", "info").Output()
-			if err == nil && strings.Contains(string(info), "cluster_state:ok") {
-				break
+			if err != nil || !strings.Contains(string(info), "cluster_state:ok") {
+				return false, fmt.Sprintf("node %s: %s %v", a, info, err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("cluster node %s not ok: %s %v", a, info, err)
-			}
-			time.Sleep(50 * time.Millisecond)
 		}
-	}
+		return true, ""
+	})
 	return addrs
 }
 
