@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -29,6 +30,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/gateway"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // The tests run the console over real components in one process, as
@@ -349,6 +351,12 @@ func (c *chain) traffic(t *testing.T, n int) {
 	}
 	c.mustPredict(t, http.StatusBadRequest, `{"user_id": 1}`)
 	c.mustPredict(t, http.StatusUnauthorized, `{"user_id": 1, "base_eta": 3}`, "Authorization", "Bearer wrong-key")
+	// The access log (and so the error log) is written after the answer
+	// is sent: wait until both failures are in before the pages are read.
+	harness.WaitFor(t, 10*time.Second, 5*time.Millisecond, "both failed requests in the error log", func() (bool, string) {
+		seen := c.errs.ErrorsSeen()
+		return seen >= 2, fmt.Sprintf("%d failures seen", seen)
+	})
 	_, err := c.srv.GetOnlineFeatures(t.Context(), &serving.Request{
 		Features: []string{"route_features:distance_km"},
 		Entities: map[string][]feature.Value{"route_id": {{I64: 1}, {I64: 2}, {I64: 99}}},
