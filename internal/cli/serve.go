@@ -510,6 +510,8 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	if ms.httpLn, err = gd.listen(ctx, "models_http", net.JoinHostPort(f.address, strconv.Itoa(f.httpPort)), tlsSrv, tlsOpts, auth); err != nil {
 		return nil, err
 	}
+	// Forwarded header values keep their trailing whitespace, as Triton's.
+	ms.httpLn = httpapi.RecordHeads(ms.httpLn)
 	// gRPC does its own handshake through its credentials (grpcOptions).
 	if ms.grpcLn, err = gd.listen(ctx, "models_grpc", net.JoinHostPort(f.address, strconv.Itoa(f.grpcPort)), nil, tlsOpts, auth); err != nil {
 		_ = ms.httpLn.Close()
