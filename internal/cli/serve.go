@@ -76,8 +76,9 @@ type serveFlags struct {
 	traceEndpoint string
 	traceRatio    float64
 	traceService  string
-	traceExporter string // otlp, console, none; empty: OTEL_TRACES_EXPORTER
-	traceFile     string // the console exporter's file; empty: stdout
+	traceExporter string                      // otlp, console, none; empty: OTEL_TRACES_EXPORTER
+	traceFile     string                      // the console exporter's file; empty: stdout
+	traceConfig   *tritonsettings.TraceConfig // Triton's --trace-config; nil: none given
 	materialize   bool
 	// backendSettings come from sluice.yaml's model_server.backend_config;
 	// --backend-config values win.
@@ -549,6 +550,11 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	var extSettings *tritonsettings.Settings // Triton's logging and trace extensions
 	if f.levelVar != nil {
 		extSettings = tritonsettings.New(f.levelVar, f.logFormat, f.sampling)
+		if f.traceConfig != nil {
+			if err := extSettings.ConfigureTrace(*f.traceConfig); err != nil {
+				return nil, err
+			}
+		}
 	}
 	httpLimits := limits
 	if f.httpMaxBody > 0 {

@@ -68,14 +68,14 @@ func (s *Service) TraceSetting(ctx context.Context, req *pb.TraceSettingRequest)
 			}
 		}
 	}
-	got := s.opts.Settings.Trace()
+	got := s.opts.Settings.Trace(req.GetModelName())
 	if len(req.GetSettings()) > 0 {
 		update := make(map[string][]string, len(req.GetSettings()))
 		for k, v := range req.GetSettings() {
 			update[k] = v.GetValue()
 		}
 		var err error
-		if got, err = s.opts.Settings.UpdateTrace(update); err != nil {
+		if got, err = s.opts.Settings.UpdateTrace(req.GetModelName(), update); err != nil {
 			return nil, s.fail(ctx, "TraceSetting", err)
 		}
 	}

@@ -96,10 +96,19 @@ func (h *Handler) handleGetTrace(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	h.writeJSONValue(w, r, traceJSON(h.opts.Settings.Trace()))
+	h.writeJSONValue(w, r, traceJSON(h.opts.Settings.Trace(r.PathValue("model"))))
 }
 
 func (h *Handler) handlePostTrace(w http.ResponseWriter, r *http.Request) {
+	model := r.PathValue("model")
+	if model != "" {
+		if err := h.models.ModelReady(r.Context(), model, ""); err != nil {
+			if ie, ok := err.(*infer.Error); ok && ie.Kind == infer.KindNotFound {
+				h.writeError(w, r, r.Header.Get("X-Request-Id"), err)
+				return
+			}
+		}
+	}
 	var raw map[string]any
 	if err := readSettings(r, &raw); err != nil {
 		h.writeError(w, r, r.Header.Get("X-Request-Id"), err)
@@ -128,7 +137,7 @@ func (h *Handler) handlePostTrace(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	got, err := h.opts.Settings.UpdateTrace(update)
+	got, err := h.opts.Settings.UpdateTrace(model, update)
 	if err != nil {
 		h.writeError(w, r, r.Header.Get("X-Request-Id"), err)
 		return

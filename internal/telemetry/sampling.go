@@ -11,8 +11,9 @@ import (
 // trace-id ratio that can change while the process runs (Triton's trace
 // extension sets it). Its methods are safe for concurrent use.
 type Sampling struct {
-	cur atomic.Pointer[ratioSampler]
-	on  atomic.Bool // set by SetupTracing once spans are exported
+	cur   atomic.Pointer[ratioSampler]
+	on    atomic.Bool  // set by SetupTracing once spans are exported
+	count atomic.Int64 // root traces still to sample; -1: no limit
 }
 
 type ratioSampler struct {
@@ -24,6 +25,7 @@ type ratioSampler struct {
 func NewSampling(ratio float64) *Sampling {
 	s := &Sampling{}
 	s.SetRatio(ratio)
+	s.count.Store(-1)
 	return s
 }
 
@@ -43,9 +45,32 @@ func (s *Sampling) Exporting() bool { return s.on.Load() }
 // SetupTracing sets it when it installs the sampler with an exporter.
 func (s *Sampling) SetExporting(on bool) { s.on.Store(on) }
 
+// SetCount limits the traces sampled at the root from now on to n (Triton's
+// trace_count); -1 (any n < 0) lifts the limit. Each trace sampled counts
+// it down; at 0 no more are sampled.
+func (s *Sampling) SetCount(n int64) { s.count.Store(max(n, -1)) }
+
+// Count is the number of root traces still to sample; -1: no limit.
+func (s *Sampling) Count() int64 { return s.count.Load() }
+
 // ShouldSample implements sdktrace.Sampler.
 func (s *Sampling) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
-	return s.cur.Load().s.ShouldSample(p)
+	r := s.cur.Load().s.ShouldSample(p)
+	if r.Decision != sdktrace.RecordAndSample {
+		return r
+	}
+	for {
+		n := s.count.Load()
+		switch {
+		case n < 0:
+			return r
+		case n == 0:
+			r.Decision = sdktrace.Drop
+			return r
+		case s.count.CompareAndSwap(n, n-1):
+			return r
+		}
+	}
 }
 
 // Description implements sdktrace.Sampler.
