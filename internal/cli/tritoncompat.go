@@ -128,7 +128,7 @@ func parseTraceConfig(args []string) (tritonsettings.TraceConfig, error) {
 			}
 			tc.File = v
 		case section == "opentelemetry":
-			return tc, fmt.Errorf("--trace-config %s: Sluice exports spans over OTLP/gRPC; give the collector with --trace-otlp-endpoint host:port and resources with OTEL_RESOURCE_ATTRIBUTES", a)
+			return tc, fmt.Errorf("--trace-config %s: Sluice exports spans over OTLP/gRPC: use --trace-otlp-endpoint host:port and resources with OTEL_RESOURCE_ATTRIBUTES", a)
 		default:
 			return tc, fmt.Errorf("--trace-config %s: unknown setting (want level, rate, count, log_frequency, mode or triton,file)", a)
 		}

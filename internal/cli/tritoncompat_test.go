@@ -6,6 +6,10 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,5 +120,68 @@ func TestHTTPMaxInputSize(t *testing.T) {
 		require.Equal(t, 0, c, "stderr: %s", errb.String())
 	case <-time.After(60 * time.Second):
 		t.Fatal("server did not stop")
+	}
+}
+
+// TestTritonTraceConfig: qa/L0_trace starts Triton with --trace-config
+// triton,file=global_unittest.log --trace-config level=TIMESTAMPS
+// --trace-config rate=1; the trace settings then read as Triton's
+// (trace_endpoint_test.py check_server_initial_state), and the spans
+// taken go to the file, one JSON object each.
+func TestTritonTraceConfig(t *testing.T) {
+	p := freePorts(t, 3)
+	file := filepath.Join(t.TempDir(), "global_unittest.log")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan int, 1)
+	var out, errb bytes.Buffer
+	go func() {
+		done <- Run(ctx, []string{"model-server", "--model-repository=" + t.TempDir(), "--address", "127.0.0.1",
+			"--trace-config", "triton,file=" + file, "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1",
+			"--http-port", p[0], "--grpc-port", p[1], "--metrics-port", p[2]}, &out, &errb)
+	}()
+	get := getter(t, "http://127.0.0.1:"+p[0])
+	require.Eventually(t, func() bool { code, _ := get("/v2/health/ready"); return code == http.StatusOK }, 30*time.Second, 20*time.Millisecond)
+	code, body := get("/v2/trace/setting")
+	require.Equal(t, http.StatusOK, code)
+	require.JSONEq(t, `{"trace_file":`+strconv.Quote(file)+`,"trace_level":["TIMESTAMPS"],"trace_rate":"1","trace_count":"-1","log_frequency":"0","trace_mode":"triton"}`, string(body))
+	cancel()
+	select {
+	case c := <-done:
+		require.Equal(t, 0, c, "stderr: %s", errb.String())
+	case <-time.After(60 * time.Second):
+		t.Fatal("server did not stop")
+	}
+	spans, err := os.ReadFile(file)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(spans)), "\n")
+	require.NotEmpty(t, lines[0], "rate 1 traces every request")
+	for _, l := range lines {
+		var span struct{ Name string }
+		require.NoError(t, json.Unmarshal([]byte(l), &span), l)
+		require.NotEmpty(t, span.Name)
+	}
+}
+
+func TestParseTraceConfig(t *testing.T) {
+	tc, err := parseTraceConfig([]string{"triton,file=bls_trace.log", "level=TIMESTAMPS", "level=TENSORS", "rate=4", "count=6", "log_frequency=2", "mode=triton"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"TIMESTAMPS", "TENSORS"}, tc.Level)
+	require.Equal(t, uint64(4), tc.Rate)
+	require.Equal(t, int64(6), *tc.Count)
+	require.Equal(t, uint64(2), tc.LogFrequency)
+	require.Equal(t, "bls_trace.log", tc.File)
+	require.Equal(t, "triton", tc.Mode)
+	for arg, want := range map[string]string{
+		"level=ALL":   "level must be OFF, TIMESTAMPS or TENSORS",
+		"rate=0":      "rate must be an integer >= 1",
+		"count=-2":    "count must be an integer >= -1",
+		"mode=zipkin": "mode must be triton or opentelemetry",
+		"opentelemetry,url=localhost:4318/v1/traces": "use --trace-otlp-endpoint",
+		"nope=1": "unknown setting",
+		"level":  "want key=value",
+	} {
+		_, err := parseTraceConfig([]string{arg})
+		require.ErrorContains(t, err, want, arg)
 	}
 }
