@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -94,4 +95,20 @@ func TestHeaderForwardKeepsTrailingSpaces(t *testing.T) {
 		require.Equal(t, want, params["my_header_3"], "trailing whitespace kept")
 		require.Equal(t, "my_value_1  ", params["my_header_1"], "leading whitespace dropped, trailing kept")
 	}
+}
+
+// FuzzRawHeaderValues: whatever bytes a connection recorded, each value
+// comes back as given or with only trailing spaces and tabs added.
+func FuzzRawHeaderValues(f *testing.F) {
+	f.Add([]byte("POST / HTTP/1.1\r\nMy_Header: a b  \r\n\r\n"), "my_header", "a b")
+	f.Add([]byte("x: \t\r\nx:y\t\n"), "x", "y")
+	f.Fuzz(func(t *testing.T, raw []byte, name, val string) {
+		ctx := context.WithValue(context.Background(), rawHeadKey{}, raw)
+		got := rawHeaderValues(ctx, name, []string{val, val})
+		require.Len(t, got, 2)
+		for _, g := range got {
+			require.True(t, strings.HasPrefix(g, val))
+			require.Empty(t, strings.Trim(g[len(val):], " \t"))
+		}
+	})
 }

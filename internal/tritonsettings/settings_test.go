@@ -203,3 +203,30 @@ func TestTraceCount(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, sdktrace.RecordAndSample, sampling.ShouldSample(sdktrace.SamplingParameters{TraceID: trace.TraceID{9}}).Decision)
 }
+
+// FuzzUpdateTrace: any update (the trace extension's request body) is
+// applied or refused whole; the settings always hold the six names.
+func FuzzUpdateTrace(f *testing.F) {
+	f.Add("trace_rate", "12", "", "simple")
+	f.Add("trace_level", "TIMESTAMPS", "TENSORS", "")
+	f.Add("trace_count", "-1", "", "")
+	f.Fuzz(func(t *testing.T, key, v1, v2, model string) {
+		s, _ := tritonStart(t)
+		var v []string
+		for _, x := range []string{v1, v2} {
+			if x != "" {
+				v = append(v, x)
+			}
+		}
+		before := s.Trace(model)
+		got, err := s.UpdateTrace(model, map[string][]string{key: v})
+		if err != nil {
+			require.Equal(t, before, s.Trace(model), "a refused update changes nothing")
+			return
+		}
+		require.Len(t, got, 6)
+		for _, val := range got {
+			require.NotEmpty(t, val)
+		}
+	})
+}
