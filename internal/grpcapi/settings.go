@@ -5,6 +5,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/infer"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
+	"github.com/sluice-ml/sluice/internal/tritonsettings"
 )
 
 const reasonNoSettings = "settings_unavailable"
@@ -64,7 +65,7 @@ func (s *Service) TraceSetting(ctx context.Context, req *pb.TraceSettingRequest)
 	if m := req.GetModelName(); m != "" {
 		if _, err := s.models.Metadata(ctx, m, ""); err != nil {
 			if ie, ok := err.(*infer.Error); ok && ie.Kind == infer.KindNotFound {
-				return nil, s.fail(ctx, "TraceSetting", err)
+				return nil, s.fail(ctx, "TraceSetting", tritonsettings.UnknownModel(m))
 			}
 		}
 	}

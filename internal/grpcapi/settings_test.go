@@ -94,4 +94,6 @@ func TestTraceSettingsGRPCPerModel(t *testing.T) {
 	require.Equal(t, want([]string{"OFF"}, "12", "34"), call("echo"))
 	require.Equal(t, want([]string{"OFF"}, "1", "34"), call("echo", "trace_rate", nil, "trace_level", nil))
 	require.Equal(t, want([]string{"OFF"}, "1", "0"), call(""))
+	_, err = svc.TraceSetting(ctx, &pb.TraceSettingRequest{ModelName: "does-not-exist"})
+	requireStatus(t, err, codes.NotFound, "model_not_found", "Request for unknown model : does-not-exist")
 }

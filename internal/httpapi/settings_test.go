@@ -79,5 +79,7 @@ func TestTraceSettingsHTTPPerModel(t *testing.T) {
 	require.JSONEq(t, want(`["OFF"]`, "12", "34"), do(t, h, http.MethodGet, "/v2/models/simple/trace/setting", nil, nil).Body.String())
 	require.JSONEq(t, want(`["OFF"]`, "1", "34"), post("/v2/models/simple/trace/setting", `{"trace_rate":null,"trace_level":null}`))
 	require.JSONEq(t, want(`["OFF"]`, "1", "0"), do(t, h, http.MethodGet, "/v2/trace/setting", nil, nil).Body.String())
-	requireError(t, do(t, h, http.MethodPost, "/v2/models/nope/trace/setting", []byte(`{"trace_rate":"2"}`), nil), http.StatusNotFound, "model_not_found")
+	// trace_endpoint_test.py looks for Triton's words.
+	requireError(t, do(t, h, http.MethodPost, "/v2/models/does-not-exist/trace/setting", []byte(`{"trace_rate":"2"}`), nil), http.StatusNotFound, "model_not_found", "Request for unknown model : does-not-exist")
+	requireError(t, do(t, h, http.MethodGet, "/v2/models/does-not-exist/trace/setting", nil, nil), http.StatusNotFound, "model_not_found", "Request for unknown model : does-not-exist")
 }

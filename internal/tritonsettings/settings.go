@@ -159,6 +159,17 @@ func asUint(v any) (uint32, bool) {
 	return 0, false
 }
 
+// ReasonModelNotFound is the reason of a per-model trace settings request
+// for a model the server does not have.
+const ReasonModelNotFound = "model_not_found"
+
+// UnknownModel is the error of a per-model trace settings request for a
+// model the server does not have, in Triton's words (qa/L0_trace
+// trace_endpoint_test.py looks for them).
+func UnknownModel(name string) error {
+	return infer.Errorf(infer.KindNotFound, ReasonModelNotFound, "Request for unknown model : %s", name)
+}
+
 // Trace setting names.
 const (
 	traceLevel   = "trace_level"
