@@ -19,9 +19,11 @@
 // model has the global settings unless set for it, and clearing a model's
 // setting (null) makes it follow the global one again; clearing a global
 // one restores its value at start. trace_count (-1: no limit) caps the
-// traces sampled at the root and counts down as they are taken. Per-model
-// settings are kept and reported; the sampler follows the global ones
-// (the root span starts before the model is known). TENSORS is accepted
+// traces sampled at the root and counts down as they are taken. A request
+// for a model with settings of its own is sampled by that model's
+// trace_level, trace_rate and trace_count (the HTTP path or the gRPC
+// request names the model before the server span starts; a model without
+// its own trace_count counts on the global one). TENSORS is accepted
 // as a level; spans carry times, not tensor contents. log_frequency is
 // reported only (spans go out in batches as they end). trace_file is set
 // at start (--trace-config triton,file=: spans as JSON lines) and cannot
@@ -34,6 +36,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/telemetry"
@@ -56,7 +59,8 @@ type Settings struct {
 	// Trace settings: as at start, global now, and set per model.
 	initial, global map[string][]string
 	models          map[string]map[string][]string
-	countSet        bool // an update set trace_count: apply it
+	modelCounts     map[string]*atomic.Int64 // traces still to take, for models that set trace_count
+	countSet        bool                     // an update set trace_count: apply it
 }
 
 // New returns settings over the logger's level and the tracer's root
@@ -289,6 +293,9 @@ func (s *Settings) traceLocked(model string) map[string][]string {
 	for k, v := range s.models[model] {
 		out[k] = slices.Clone(v)
 	}
+	if c := s.modelCounts[model]; c != nil && out[traceCount][0] != "-1" {
+		out[traceCount] = []string{strconv.FormatInt(c.Load(), 10)}
+	}
 	return out
 }
 
@@ -392,6 +399,18 @@ func (s *Settings) UpdateTrace(model string, update map[string][]string) (map[st
 			default:
 				delete(m, k)
 			}
+			if k == traceCount {
+				delete(s.modelCounts, model)
+				if v != nil {
+					n, _ := strconv.ParseInt(v[0], 10, 64)
+					c := new(atomic.Int64)
+					c.Store(n)
+					if s.modelCounts == nil {
+						s.modelCounts = map[string]*atomic.Int64{}
+					}
+					s.modelCounts[model] = c
+				}
+			}
 		}
 		if len(m) == 0 {
 			delete(s.models, model)
@@ -401,6 +420,7 @@ func (s *Settings) UpdateTrace(model string, update map[string][]string) (map[st
 			}
 			s.models[model] = m
 		}
+		s.applyLocked()
 		return s.traceLocked(model), nil
 	}
 	for k, v := range set {
@@ -435,4 +455,15 @@ func (s *Settings) applyLocked() {
 		s.sampling.SetCount(n)
 		s.countSet = false
 	}
+	// Models with settings of their own sample by their effective ones.
+	rules := make(map[string]*telemetry.ModelRule, len(s.models))
+	for m := range s.models {
+		eff := s.traceLocked(m)
+		ratio := 0.0
+		if rate, _ := strconv.ParseUint(eff[traceRate][0], 10, 64); eff[traceLevel][0] != "OFF" && s.sampling.Exporting() {
+			ratio = 1 / float64(max(rate, 1))
+		}
+		rules[m] = s.sampling.NewModelRule(ratio, s.modelCounts[m])
+	}
+	s.sampling.SetModelRules(rules)
 }

@@ -1,6 +1,7 @@
 package tritonsettings
 
 import (
+	"context"
 	"log/slog"
 	"testing"
 
@@ -229,4 +230,27 @@ func FuzzUpdateTrace(f *testing.F) {
 			require.NotEmpty(t, val)
 		}
 	})
+}
+
+// A model's own trace settings decide the sampling of its requests (the
+// request's context names the model); other models follow the global ones.
+func TestTraceSettingsPerModelSampling(t *testing.T) {
+	s, sampling := tritonStart(t)
+	_, err := s.UpdateTrace("", map[string][]string{"trace_level": {"OFF"}})
+	require.NoError(t, err)
+	_, err = s.UpdateTrace("simple", map[string][]string{"trace_level": {"TIMESTAMPS"}, "trace_count": {"1"}})
+	require.NoError(t, err)
+	decide := func(model string, id byte) sdktrace.SamplingDecision {
+		p := sdktrace.SamplingParameters{ParentContext: telemetry.WithModel(context.Background(), model), TraceID: trace.TraceID{id}}
+		return sampling.ShouldSample(p).Decision
+	}
+	require.Equal(t, sdktrace.Drop, decide("other", 1), "global level OFF")
+	require.Equal(t, sdktrace.RecordAndSample, decide("simple", 2), "the model's own level")
+	require.Equal(t, sdktrace.Drop, decide("simple", 3), "the model's count is spent")
+	require.Equal(t, []string{"0"}, s.Trace("simple")["trace_count"])
+	require.Equal(t, []string{"-1"}, s.Trace("")["trace_count"])
+
+	_, err = s.UpdateTrace("simple", map[string][]string{"trace_level": nil, "trace_count": nil})
+	require.NoError(t, err)
+	require.Equal(t, sdktrace.Drop, decide("simple", 4), "cleared: the global level again")
 }
