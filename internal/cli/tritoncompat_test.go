@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
 )
 
 // TestTritonStartFlags: a tritonserver start command with Triton's
@@ -113,6 +114,8 @@ func TestHTTPMaxInputSize(t *testing.T) {
 // taken go to the file, one JSON object each.
 func TestTritonTraceConfig(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "global_unittest.log")
+	prev := otel.GetTracerProvider() // the server installs its own, process-wide
+	t.Cleanup(func() { otel.SetTracerProvider(prev) })
 	_, get, stop := runTritonStart(t, "--trace-config", "triton,file="+file, "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1")
 	code, body := get("/v2/trace/setting")
 	require.Equal(t, http.StatusOK, code)
