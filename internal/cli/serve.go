@@ -76,8 +76,9 @@ type serveFlags struct {
 	traceEndpoint string
 	traceRatio    float64
 	traceService  string
-	traceExporter string // otlp, console, none; empty: OTEL_TRACES_EXPORTER
-	traceFile     string // the console exporter's file; empty: stdout
+	traceExporter string                      // otlp, console, none; empty: OTEL_TRACES_EXPORTER
+	traceFile     string                      // the console exporter's file; empty: stdout
+	traceConfig   *tritonsettings.TraceConfig // Triton's --trace-config; nil: none given
 	materialize   bool
 	// backendSettings come from sluice.yaml's model_server.backend_config;
 	// --backend-config values win.
@@ -510,6 +511,8 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	if ms.httpLn, err = gd.listen(ctx, "models_http", net.JoinHostPort(f.address, strconv.Itoa(f.httpPort)), tlsSrv, tlsOpts, auth); err != nil {
 		return nil, err
 	}
+	// Forwarded header values keep their trailing whitespace, as Triton's.
+	ms.httpLn = httpapi.RecordHeads(ms.httpLn)
 	// gRPC does its own handshake through its credentials (grpcOptions).
 	if ms.grpcLn, err = gd.listen(ctx, "models_grpc", net.JoinHostPort(f.address, strconv.Itoa(f.grpcPort)), nil, tlsOpts, auth); err != nil {
 		_ = ms.httpLn.Close()
@@ -547,6 +550,11 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	var extSettings *tritonsettings.Settings // Triton's logging and trace extensions
 	if f.levelVar != nil {
 		extSettings = tritonsettings.New(f.levelVar, f.logFormat, f.sampling)
+		if f.traceConfig != nil {
+			if err := extSettings.ConfigureTrace(*f.traceConfig); err != nil {
+				return nil, err
+			}
+		}
 	}
 	httpLimits := limits
 	if f.httpMaxBody > 0 {

@@ -3,8 +3,14 @@ package cli
 import (
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/pflag"
+
+	"github.com/sluice-ml/sluice/internal/telemetry"
+	"github.com/sluice-ml/sluice/internal/tritonsettings"
 )
 
 // tritonCompatFlags are tritonserver flags that Sluice accepts so that a
@@ -17,6 +23,7 @@ type tritonCompatFlags struct {
 	logVerbose      int
 	metricsInterval int
 	httpMaxInput    int64
+	traceConfig     []string
 }
 
 func (c *tritonCompatFlags) register(fl *pflag.FlagSet) {
@@ -25,6 +32,7 @@ func (c *tritonCompatFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&c.allowCPUMetrics, "allow-cpu-metrics", true, "accepted for Triton start commands; the process CPU and memory metrics (process_*, go_*) are always exported")
 	fl.IntVar(&c.logVerbose, "log-verbose", 0, "Triton's verbose logging level: any value above 0 sets --log-level debug (Sluice has one debug level)")
 	fl.Int64Var(&c.httpMaxInput, "http-max-input-size", 0, "largest HTTP request body, in bytes (Triton's flag; default: --max-request-bytes, which also bounds gRPC messages)")
+	fl.StringArrayVar(&c.traceConfig, "trace-config", nil, "Triton's trace setting, repeatable: level=OFF|TIMESTAMPS|TENSORS, rate=N (one trace in N), count=N (traces to take, then stop; -1 no limit), log_frequency=N, mode=triton|opentelemetry, triton,file=PATH (spans as JSON lines in PATH). Sets what GET /v2/trace/setting reports and a cleared setting returns to; spans are OpenTelemetry's. For OTLP export use --trace-otlp-endpoint (OTLP/gRPC)")
 	fl.IntVar(&c.metricsInterval, "metrics-interval-ms", 2000, "accepted for Triton start commands; Sluice's gauges are set when what they measure changes or read when /metrics is scraped, so there is no polling interval and the value changes nothing")
 }
 
@@ -50,7 +58,82 @@ func (c *tritonCompatFlags) apply(fl *pflag.FlagSet, f *serveFlags) error {
 		f.httpMaxBody = c.httpMaxInput
 	}
 	f.noMetrics = !c.allowMetrics
+	if len(c.traceConfig) > 0 {
+		tc, err := parseTraceConfig(c.traceConfig)
+		if err != nil {
+			return err
+		}
+		if tc.File != "" && !fl.Changed("trace-otlp-endpoint") && f.traceExporter == "" {
+			f.traceExporter, f.traceFile = telemetry.ExporterConsole, tc.File
+		}
+		if tc.Rate > 0 && !fl.Changed("trace-sample-ratio") {
+			f.traceRatio = 1 / float64(tc.Rate)
+		}
+		f.traceConfig = &tc
+	}
 	return nil
+}
+
+// parseTraceConfig reads Triton's --trace-config values: "key=value" for
+// the global settings, "triton,file=PATH" for the trace file.
+func parseTraceConfig(args []string) (tritonsettings.TraceConfig, error) {
+	tc := tritonsettings.TraceConfig{Mode: tritonsettings.ModeTriton} // Triton's default mode
+	for _, a := range args {
+		section, kv, hasSection := strings.Cut(a, ",")
+		if !hasSection {
+			kv, section = section, ""
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return tc, fmt.Errorf("--trace-config %q: want key=value or triton,file=PATH", a)
+		}
+		bad := func(want string) error { return fmt.Errorf("--trace-config %s: %s must be %s, not %q", a, k, want, v) }
+		switch {
+		case section == "" && k == "level":
+			switch v {
+			case "OFF":
+				tc.Level = []string{"OFF"}
+			case "TIMESTAMPS", "TENSORS":
+				tc.Level = slices.DeleteFunc(tc.Level, func(l string) bool { return l == "OFF" || l == v })
+				tc.Level = append(tc.Level, v)
+			default:
+				return tc, bad("OFF, TIMESTAMPS or TENSORS")
+			}
+		case section == "" && k == "rate":
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil || n < 1 {
+				return tc, bad("an integer >= 1")
+			}
+			tc.Rate = n
+		case section == "" && k == "count":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < -1 {
+				return tc, bad("an integer >= -1")
+			}
+			tc.Count = &n
+		case section == "" && k == "log_frequency":
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return tc, bad("an integer >= 0")
+			}
+			tc.LogFrequency = n
+		case section == "" && k == "mode":
+			if v != tritonsettings.ModeTriton && v != tritonsettings.ModeOpenTelemetry {
+				return tc, bad("triton or opentelemetry")
+			}
+			tc.Mode = v
+		case section == "triton" && k == "file":
+			if v == "" {
+				return tc, bad("a file path")
+			}
+			tc.File = v
+		case section == "opentelemetry":
+			return tc, fmt.Errorf("--trace-config %s: Sluice exports spans over OTLP/gRPC: use --trace-otlp-endpoint host:port and resources with OTEL_RESOURCE_ATTRIBUTES", a)
+		default:
+			return tc, fmt.Errorf("--trace-config %s: unknown setting (want level, rate, count, log_frequency, mode or triton,file)", a)
+		}
+	}
+	return tc, nil
 }
 
 // explain logs, once at start-up, what the accepted no-op flags do.

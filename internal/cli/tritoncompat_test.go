@@ -6,10 +6,15 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
 )
 
 // TestTritonStartFlags: a tritonserver start command with Triton's
@@ -18,18 +23,7 @@ import (
 // --allow-metrics=false leaves no metrics listener, and the flags that do
 // nothing say so.
 func TestTritonStartFlags(t *testing.T) {
-	p := freePorts(t, 3)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan int, 1)
-	var out, errb bytes.Buffer
-	go func() {
-		done <- Run(ctx, []string{"model-server", "--model-repository=" + t.TempDir(), "--address", "127.0.0.1",
-			"--allow-metrics=false", "--allow-gpu-metrics=true", "--allow-cpu-metrics=true", "--log-verbose=1", "--metrics-interval-ms=1000",
-			"--http-port", p[0], "--grpc-port", p[1], "--metrics-port", p[2]}, &out, &errb)
-	}()
-	get := getter(t, "http://127.0.0.1:"+p[0])
-	require.Eventually(t, func() bool { code, _ := get("/v2/health/ready"); return code == http.StatusOK }, 30*time.Second, 20*time.Millisecond)
+	p, get, stop := runTritonStart(t, "--allow-metrics=false", "--allow-gpu-metrics=true", "--allow-cpu-metrics=true", "--log-verbose=1", "--metrics-interval-ms=1000")
 	code, body := get("/v2/logging")
 	require.Equal(t, http.StatusOK, code)
 	var logging struct {
@@ -42,19 +36,13 @@ func TestTritonStartFlags(t *testing.T) {
 		_ = c.Close()
 		t.Fatal("--allow-metrics=false still listens on the metrics port")
 	}
-	cancel()
-	select {
-	case c := <-done:
-		require.Equal(t, 0, c, "stderr: %s", errb.String())
-	case <-time.After(60 * time.Second):
-		t.Fatal("server did not stop")
-	}
+	stderr := stop()
 	for _, want := range []string{
 		"--allow-gpu-metrics does nothing",
 		"--metrics-interval-ms changes nothing",
 		"--allow-metrics=false: no metrics listener",
 	} {
-		require.Contains(t, errb.String(), want)
+		require.Contains(t, stderr, want)
 	}
 }
 
@@ -116,5 +104,82 @@ func TestHTTPMaxInputSize(t *testing.T) {
 		require.Equal(t, 0, c, "stderr: %s", errb.String())
 	case <-time.After(60 * time.Second):
 		t.Fatal("server did not stop")
+	}
+}
+
+// TestTritonTraceConfig: qa/L0_trace starts Triton with --trace-config
+// triton,file=global_unittest.log --trace-config level=TIMESTAMPS
+// --trace-config rate=1; the trace settings then read as Triton's
+// (trace_endpoint_test.py check_server_initial_state), and the spans
+// taken go to the file, one JSON object each.
+func TestTritonTraceConfig(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "global_unittest.log")
+	prev := otel.GetTracerProvider() // the server installs its own, process-wide
+	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+	_, get, stop := runTritonStart(t, "--trace-config", "triton,file="+file, "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1")
+	code, body := get("/v2/trace/setting")
+	require.Equal(t, http.StatusOK, code)
+	require.JSONEq(t, `{"trace_file":`+strconv.Quote(file)+`,"trace_level":["TIMESTAMPS"],"trace_rate":"1","trace_count":"-1","log_frequency":"0","trace_mode":"triton"}`, string(body))
+	stop()
+	spans, err := os.ReadFile(file)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(spans)), "\n")
+	require.NotEmpty(t, lines[0], "rate 1 traces every request")
+	for _, l := range lines {
+		var span struct{ Name string }
+		require.NoError(t, json.Unmarshal([]byte(l), &span), l)
+		require.NotEmpty(t, span.Name)
+	}
+}
+
+func TestParseTraceConfig(t *testing.T) {
+	tc, err := parseTraceConfig([]string{"triton,file=bls_trace.log", "level=TIMESTAMPS", "level=TENSORS", "rate=4", "count=6", "log_frequency=2", "mode=triton"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"TIMESTAMPS", "TENSORS"}, tc.Level)
+	require.Equal(t, uint64(4), tc.Rate)
+	require.Equal(t, int64(6), *tc.Count)
+	require.Equal(t, uint64(2), tc.LogFrequency)
+	require.Equal(t, "bls_trace.log", tc.File)
+	require.Equal(t, "triton", tc.Mode)
+	for arg, want := range map[string]string{
+		"level=ALL":   "level must be OFF, TIMESTAMPS or TENSORS",
+		"rate=0":      "rate must be an integer >= 1",
+		"count=-2":    "count must be an integer >= -1",
+		"mode=zipkin": "mode must be triton or opentelemetry",
+		"opentelemetry,url=localhost:4318/v1/traces": "use --trace-otlp-endpoint",
+		"nope=1": "unknown setting",
+		"level":  "want key=value",
+	} {
+		_, err := parseTraceConfig([]string{arg})
+		require.ErrorContains(t, err, want, arg)
+	}
+}
+
+// runTritonStart starts the model server with an empty repository on free
+// loopback ports and the extra flags, and waits until it is ready. It
+// returns the ports (HTTP, gRPC, metrics), a GET on the HTTP port, and
+// stop, which stops the server, checks it exited 0 and returns its
+// standard error.
+func runTritonStart(t *testing.T, flags ...string) (p []string, get func(string) (int, []byte), stop func() string) {
+	t.Helper()
+	p = freePorts(t, 3)
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	done := make(chan int, 1)
+	var out, errb bytes.Buffer
+	args := append([]string{"model-server", "--model-repository=" + t.TempDir(), "--address", "127.0.0.1",
+		"--http-port", p[0], "--grpc-port", p[1], "--metrics-port", p[2]}, flags...)
+	go func() { done <- Run(ctx, args, &out, &errb) }()
+	get = getter(t, "http://127.0.0.1:"+p[0])
+	require.Eventually(t, func() bool { code, _ := get("/v2/health/ready"); return code == http.StatusOK }, 30*time.Second, 20*time.Millisecond)
+	return p, get, func() string {
+		cancel()
+		select {
+		case c := <-done:
+			require.Equal(t, 0, c, "stderr: %s", errb.String())
+		case <-time.After(60 * time.Second):
+			t.Fatal("server did not stop")
+		}
+		return errb.String()
 	}
 }

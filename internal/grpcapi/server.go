@@ -152,6 +152,9 @@ func streamWorkers() uint32 {
 
 func (s *Service) metricsUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
+	if mr, ok := req.(interface{ GetModelName() string }); ok {
+		ctx = telemetry.WithModel(ctx, mr.GetModelName()) // the model's trace settings
+	}
 	ctx, end := telemetry.TraceGRPC(ctx, info.FullMethod)
 	defer end()
 	resp, err := handler(ctx, req)

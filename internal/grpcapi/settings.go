@@ -5,6 +5,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/infer"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
+	"github.com/sluice-ml/sluice/internal/tritonsettings"
 )
 
 const reasonNoSettings = "settings_unavailable"
@@ -64,18 +65,18 @@ func (s *Service) TraceSetting(ctx context.Context, req *pb.TraceSettingRequest)
 	if m := req.GetModelName(); m != "" {
 		if _, err := s.models.Metadata(ctx, m, ""); err != nil {
 			if ie, ok := err.(*infer.Error); ok && ie.Kind == infer.KindNotFound {
-				return nil, s.fail(ctx, "TraceSetting", err)
+				return nil, s.fail(ctx, "TraceSetting", tritonsettings.UnknownModel(m))
 			}
 		}
 	}
-	got := s.opts.Settings.Trace()
+	got := s.opts.Settings.Trace(req.GetModelName())
 	if len(req.GetSettings()) > 0 {
 		update := make(map[string][]string, len(req.GetSettings()))
 		for k, v := range req.GetSettings() {
 			update[k] = v.GetValue()
 		}
 		var err error
-		if got, err = s.opts.Settings.UpdateTrace(update); err != nil {
+		if got, err = s.opts.Settings.UpdateTrace(req.GetModelName(), update); err != nil {
 			return nil, s.fail(ctx, "TraceSetting", err)
 		}
 	}

@@ -60,7 +60,7 @@ func (h *Handler) generate(w http.ResponseWriter, r *http.Request, stream bool) 
 	}
 	req.Model, req.Version = name, version
 	if h.opts.HeaderForward != nil {
-		forwardHeaders(req, r.Header, h.opts.HeaderForward)
+		forwardHeaders(ctx, req, r.Header, h.opts.HeaderForward)
 	}
 	st, ok := h.models.(modelrepo.Streamer)
 	if !ok {

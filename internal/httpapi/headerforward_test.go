@@ -1,6 +1,11 @@
 package httpapi
 
 import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -54,4 +59,56 @@ func TestHeaderForwardReservedNames(t *testing.T) {
 	f.mu.Lock()
 	require.Equal(t, "my_value_1", f.lastReq.Parameters["my_header_1"])
 	f.mu.Unlock()
+}
+
+// qa/L0_parameters test_headers forwards 'This is a "quoted" string with
+// a backslash\ ' (a trailing space) under --http-header-forward-pattern
+// .* and reads it back unchanged, as Triton keeps header values as they
+// arrive. Sent raw over a real connection (Go's server trims values), on
+// one keep-alive connection twice so the second head is recorded too.
+func TestHeaderForwardKeepsTrailingSpaces(t *testing.T) {
+	f := newFakeModels()
+	h := New(f, Options{HeaderForward: regexp.MustCompile(`.*`)}, nil, prometheus.NewRegistry())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := NewServer(h, ServerOptions{})
+	go func() { _ = srv.Serve(RecordHeads(ln)) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	body := simpleRequest(seq(0, 16), seq(0, 16))
+	for _, want := range []string{`This is a "quoted" string with a backslash\ `, "two trailing tabs\t\t"} {
+		_, err = fmt.Fprintf(conn, "POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+			"My_Header_3: %s\r\nMy_Header_1:   my_value_1  \r\nContent-Length: %d\r\n\r\n%s", want, len(body), body)
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(br, nil)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		f.mu.Lock()
+		params := f.lastReq.Parameters
+		f.mu.Unlock()
+		require.Equal(t, want, params["my_header_3"], "trailing whitespace kept")
+		require.Equal(t, "my_value_1  ", params["my_header_1"], "leading whitespace dropped, trailing kept")
+	}
+}
+
+// FuzzRawHeaderValues: whatever bytes a connection recorded, each value
+// comes back as given or with only trailing spaces and tabs added.
+func FuzzRawHeaderValues(f *testing.F) {
+	f.Add([]byte("POST / HTTP/1.1\r\nMy_Header: a b  \r\n\r\n"), "my_header", "a b")
+	f.Add([]byte("x: \t\r\nx:y\t\n"), "x", "y")
+	f.Fuzz(func(t *testing.T, raw []byte, name, val string) {
+		ctx := context.WithValue(context.Background(), rawHeadKey{}, raw)
+		got := rawHeaderValues(ctx, name, []string{val, val})
+		require.Len(t, got, 2)
+		for _, g := range got {
+			require.True(t, strings.HasPrefix(g, val))
+			require.Empty(t, strings.Trim(g[len(val):], " \t"))
+		}
+	})
 }

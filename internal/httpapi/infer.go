@@ -63,7 +63,7 @@ func (h *Handler) handleInfer(w http.ResponseWriter, r *http.Request) {
 	}
 	ib.req.Model, ib.req.Version = name, version
 	if h.opts.HeaderForward != nil {
-		if err := forwardHeaders(&ib.req, r.Header, h.opts.HeaderForward); err != nil {
+		if err := forwardHeaders(ctx, &ib.req, r.Header, h.opts.HeaderForward); err != nil {
 			h.writeError(w, r, requestID, err)
 			return
 		}
@@ -580,8 +580,9 @@ func (a *appendWriter) Write(p []byte) (int, error) {
 // forwardHeaders adds the headers whose lower-case names match re to the
 // request parameters, as strings (several values joined by ","), unless
 // the body set a parameter of that name. A matching header named as a
-// parameter Triton reserves is refused, as Triton does.
-func forwardHeaders(req *infer.Request, hdr http.Header, re *regexp.Regexp) error {
+// parameter Triton reserves is refused, as Triton does. Values keep their
+// trailing whitespace as Triton's do (see RecordHeads).
+func forwardHeaders(ctx context.Context, req *infer.Request, hdr http.Header, re *regexp.Regexp) error {
 	for name, vals := range hdr {
 		key := strings.ToLower(name)
 		if !re.MatchString(key) {
@@ -596,7 +597,7 @@ func forwardHeaders(req *infer.Request, hdr http.Header, re *regexp.Regexp) erro
 		if req.Parameters == nil {
 			req.Parameters = infer.Parameters{}
 		}
-		req.Parameters[key] = strings.Join(vals, ",")
+		req.Parameters[key] = strings.Join(rawHeaderValues(ctx, name, vals), ",")
 	}
 	return nil
 }

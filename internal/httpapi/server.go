@@ -59,7 +59,8 @@ func NewServer(h http.Handler, opts ServerOptions) *http.Server {
 	}
 	return &http.Server{
 		Addr:              opts.Addr,
-		Handler:           h,
+		Handler:           recordedHeads(h),
+		ConnContext:       connContext,
 		ReadHeaderTimeout: pick(opts.ReadHeaderTimeout, DefaultReadHeaderTimeout),
 		ReadTimeout:       pick(opts.ReadTimeout, DefaultReadTimeout),
 		WriteTimeout:      pick(opts.WriteTimeout, 0),

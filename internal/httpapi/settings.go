@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/tritonsettings"
 )
 
 // maxSettingsBody bounds a settings update.
@@ -87,19 +88,34 @@ func traceJSON(s map[string][]string) map[string]any {
 	return out
 }
 
-func (h *Handler) handleGetTrace(w http.ResponseWriter, r *http.Request) {
-	if m := r.PathValue("model"); m != "" {
-		if err := h.models.ModelReady(r.Context(), m, ""); err != nil {
+// traceModel checks that the model of a per-model trace settings request
+// exists, answering Triton's "Request for unknown model : M" if not.
+func (h *Handler) traceModel(w http.ResponseWriter, r *http.Request) (string, bool) {
+	model := r.PathValue("model")
+	if model != "" {
+		if err := h.models.ModelReady(r.Context(), model, ""); err != nil {
 			if ie, ok := err.(*infer.Error); ok && ie.Kind == infer.KindNotFound {
-				h.writeError(w, r, r.Header.Get("X-Request-Id"), err)
-				return
+				h.writeError(w, r, r.Header.Get("X-Request-Id"), tritonsettings.UnknownModel(model))
+				return "", false
 			}
 		}
 	}
-	h.writeJSONValue(w, r, traceJSON(h.opts.Settings.Trace()))
+	return model, true
+}
+
+func (h *Handler) handleGetTrace(w http.ResponseWriter, r *http.Request) {
+	model, ok := h.traceModel(w, r)
+	if !ok {
+		return
+	}
+	h.writeJSONValue(w, r, traceJSON(h.opts.Settings.Trace(model)))
 }
 
 func (h *Handler) handlePostTrace(w http.ResponseWriter, r *http.Request) {
+	model, ok := h.traceModel(w, r)
+	if !ok {
+		return
+	}
 	var raw map[string]any
 	if err := readSettings(r, &raw); err != nil {
 		h.writeError(w, r, r.Header.Get("X-Request-Id"), err)
@@ -128,7 +144,7 @@ func (h *Handler) handlePostTrace(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	got, err := h.opts.Settings.UpdateTrace(update)
+	got, err := h.opts.Settings.UpdateTrace(model, update)
 	if err != nil {
 		h.writeError(w, r, r.Header.Get("X-Request-Id"), err)
 		return

@@ -35,3 +35,18 @@ func TestSamplingChangesAtRunTime(t *testing.T) {
 		t.Fatalf("ratio %g, want it clamped to 1", s.Ratio())
 	}
 }
+
+func TestPathModel(t *testing.T) {
+	for path, want := range map[string]string{
+		"/v2/models/simple/infer":            "simple",
+		"/v2/models/simple/versions/1/infer": "simple",
+		"/v2/models/simple/trace/setting":    "simple",
+		"/v2/models/simple":                  "simple",
+		"/v2/health/ready":                   "",
+		"/v2/repository/models/simple/load":  "",
+	} {
+		if got := pathModel(path); got != want {
+			t.Errorf("pathModel(%q) = %q, want %q", path, got, want)
+		}
+	}
+}

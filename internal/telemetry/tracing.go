@@ -205,7 +205,7 @@ func TraceHTTP(name string, next http.Handler) http.Handler {
 		// The provider's tracer now, not at wrap time: SetupTracing may
 		// replace the provider after the handler is built.
 		tracer := Tracer("github.com/sluice-ml/sluice/internal/telemetry")
-		ctx := r.Context()
+		ctx := WithModel(r.Context(), pathModel(r.URL.Path))
 		if r.Header.Get("Traceparent") != "" {
 			ctx = Propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
 		}
@@ -258,4 +258,14 @@ func TraceID(ctx context.Context) string {
 		return sc.TraceID().String()
 	}
 	return ""
+}
+
+// pathModel is the model a KServe path names (/v2/models/M/...), or "".
+func pathModel(path string) string {
+	rest, ok := strings.CutPrefix(path, "/v2/models/")
+	if !ok {
+		return ""
+	}
+	m, _, _ := strings.Cut(rest, "/")
+	return m
 }
