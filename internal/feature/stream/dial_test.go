@@ -1,11 +1,9 @@
 package stream
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,25 +13,8 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/release/record/natstest"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
-
-// lockedBuffer is a log sink safe for the dialing goroutine.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // DialJetStream keeps trying while NATS is down — one warning, every
 // failure counted — and returns the source once NATS is up.
@@ -44,7 +25,7 @@ func TestDialJetStreamRetriesUntilNATSIsUp(t *testing.T) {
 		URL: ns.URL(), Stream: "DIAL_TEST", Subject: "dial.test", Format: "json", Consumer: "dial-test",
 	}}
 	reg := prometheus.NewRegistry()
-	logs := &lockedBuffer{}
+	logs := &harness.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	type result struct {
 		js  *JetStream
