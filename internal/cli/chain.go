@@ -134,6 +134,15 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 				return err
 			}
 		}
+		if fc.Aggregate {
+			agg := aggregateFlags{ackWait: 30 * time.Second, batch: 500, background: true}
+			closeAgg, err := agg.startAggregators(ctx, gctx, g, fs.holder.Current(), fs.store, logger, regs.features)
+			if err != nil {
+				_ = fs.ln.Close()
+				return err
+			}
+			defer closeAgg()
+		}
 		banner.features = fs.ln.Addr().String()
 		banner.featuresMetrics = true
 		fs.run(ctx, gctx, g, gatewayDone)

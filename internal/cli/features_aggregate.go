@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,8 @@ type aggregateFlags struct {
 	sources []string
 	ackWait time.Duration
 	batch   int
+	// background connects to NATS without holding up the start (serve -c).
+	background bool
 }
 
 func (f *aggregateFlags) register(cmd *cobra.Command) {
@@ -56,6 +59,10 @@ func (f *aggregateFlags) streamSources(repo *registry.Repo) ([]string, error) {
 
 // startAggregators opens each source's durable consumer and runs its
 // aggregator in g until gctx ends. The returned func closes the sources.
+// With background set (sluice serve -c), nothing waits for NATS: each
+// source connects in g, retrying with back-off (stream.DialJetStream),
+// and its views stay missing or stale until it does; without it, an
+// unreachable source fails the start.
 func (f *aggregateFlags) startAggregators(ctx, gctx context.Context, g *errgroup.Group, repo *registry.Repo, store online.Store,
 	logger *slog.Logger, reg prometheus.Registerer,
 ) (func(), error) {
@@ -63,26 +70,64 @@ func (f *aggregateFlags) startAggregators(ctx, gctx context.Context, g *errgroup
 	if err != nil {
 		return nil, err
 	}
-	var srcs []*stream.JetStream
+	var (
+		mu     sync.Mutex
+		srcs   []*stream.JetStream
+		closed bool
+	)
+	// keep records an open source; false when closeAll has run already.
+	keep := func(js *stream.JetStream) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if closed {
+			return false
+		}
+		srcs = append(srcs, js)
+		return true
+	}
 	closeAll := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		closed = true
 		for _, s := range srcs {
 			_ = s.Close() // closing a NATS connection reports nothing useful
 		}
 	}
-	for _, name := range names {
-		js, err := stream.OpenJetStream(ctx, repo.Sources[name], stream.JetStreamOptions{AckWait: f.ackWait}, logger)
-		if err != nil {
-			closeAll()
-			return nil, err
-		}
-		srcs = append(srcs, js)
+	opts := stream.JetStreamOptions{AckWait: f.ackWait}
+	run := func(name string, js *stream.JetStream) error {
 		a, err := stream.New(repo, name, js, store, stream.Options{Batch: f.batch}, logger.With("source", name), reg)
 		if err != nil {
-			closeAll()
-			return nil, err
+			return err
 		}
 		logger.Info("stream aggregator ready", "source", name, "views", stream.Views(repo, name), "consumer", repo.Sources[name].Stream.Consumer)
 		g.Go(func() error { return a.Run(gctx) })
+		return nil
+	}
+	for _, name := range names {
+		if f.background {
+			g.Go(func() error {
+				js, err := stream.DialJetStream(gctx, repo.Sources[name], opts, logger, reg)
+				if err != nil {
+					return nil // gctx ended: shutting down
+				}
+				if !keep(js) {
+					_ = js.Close()
+					return nil
+				}
+				return run(name, js)
+			})
+			continue
+		}
+		js, err := stream.OpenJetStream(ctx, repo.Sources[name], opts, logger)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		keep(js)
+		if err := run(name, js); err != nil {
+			closeAll()
+			return nil, err
+		}
 	}
 	return closeAll, nil
 }

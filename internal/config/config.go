@@ -133,6 +133,12 @@ type FeatureServer struct {
 	MaxEntityRows int `yaml:"max_entity_rows"`
 	// Limits bound each request [max_body_bytes 16 MiB].
 	Limits Limits `yaml:"limits"`
+	// Aggregate runs the stream aggregators of the repository's stream
+	// feature views in this process, as sluice feature-server --aggregate
+	// does, against its online store. Default false. NATS being
+	// unreachable never holds up or fails the start: each source retries
+	// in the background and its views stay missing or stale meanwhile.
+	Aggregate bool `yaml:"aggregate"`
 }
 
 // Gateway configures the inference gateway.

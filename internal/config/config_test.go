@@ -244,7 +244,7 @@ func TestExampleLoads(t *testing.T) {
 	require.Equal(t, "true", *s.Routes[0].Match.Headers[0].Exact)
 	require.Equal(t, "2", s.Routes[0].Route.Weighted[0].Version)
 	require.Equal(t, 90, s.Routes[1].Route.Weighted[0].Weight)
-	require.Equal(t, "base_eta + route_delay_min", s.Fallback.Rule, "the on-demand feature route_delay_min is route_delay_factor * distance_km")
+	require.Equal(t, "base_eta + route_delay_min + (delay_mean_10m ?? 0)", s.Fallback.Rule, "the on-demand feature route_delay_min is route_delay_factor * distance_km; the stream feature delay_mean_10m is absent without deliveries")
 	require.NotContains(t, cfg.String(), "example-secret-key")
 
 	// The reference's full example is this file, verbatim.

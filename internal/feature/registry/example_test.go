@@ -74,9 +74,10 @@ func TestLoadExample(t *testing.T) {
 	for _, ref := range refs {
 		total += len(ref.Features)
 	}
-	require.Equal(t, 50+1+7+9+1, total)
-	require.Equal(t, []string{"user_stats", "user_embedding", "package_features", "route_features", "eta_adjustments"},
-		[]string{refs[0].View, refs[1].View, refs[2].View, refs[3].View, refs[4].View})
+	require.Equal(t, 50+1+7+9+1+1, total)
+	require.Equal(t, []string{"user_stats", "user_embedding", "package_features", "route_features", "eta_adjustments", "route_live"},
+		[]string{refs[0].View, refs[1].View, refs[2].View, refs[3].View, refs[4].View, refs[5].View})
 	require.Equal(t, []string{"route_delay_min"}, refs[4].Features)
+	require.Equal(t, []string{"delay_mean_10m"}, refs[5].Features, "the fallback rule reads the stream feature")
 	require.NotNil(t, r.OnDemand("eta_adjustments"), "compiled once, with the snapshot")
 }

@@ -13,6 +13,7 @@ type metrics struct {
 	lag      *prometheus.GaugeVec   // view
 	newest   *prometheus.GaugeVec   // view
 	conflict *prometheus.CounterVec // view
+	connect  *prometheus.CounterVec // source
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -33,6 +34,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_feature_stream_write_conflicts_total",
 			Help: "Tile writes retried because another aggregator process wrote the same entity's tiles first.",
 		}, []string{"view"})),
+		connect: telemetry.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_feature_stream_connect_failures_total",
+			Help: "Failed attempts of an aggregator started in the background (sluice serve -c) to reach its stream source's NATS server; it retries with back-off, and the source's stream feature views stay missing or stale meanwhile.",
+		}, []string{"source"})),
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-ml/sluice/internal/feature"
 )
@@ -173,4 +174,42 @@ func (j *JetStream) Pending(ctx context.Context) (pending uint64, ackPending int
 func (j *JetStream) Close() error {
 	j.nc.Close()
 	return nil
+}
+
+// Back-off bounds of DialJetStream.
+const (
+	dialFirstWait = 500 * time.Millisecond
+	dialMaxWait   = 30 * time.Second
+)
+
+// DialJetStream is OpenJetStream for a process whose start must not wait
+// for NATS: it tries until it succeeds or ctx ends, waiting twice as long
+// after each failure (from 0.5s up to 30s). The first failure is logged
+// as a warning, later ones at debug level; each one is counted in
+// sluice_feature_stream_connect_failures_total. It returns ctx's error
+// when ctx ends first.
+func DialJetStream(ctx context.Context, src *feature.Source, opts JetStreamOptions, logger *slog.Logger, reg prometheus.Registerer) (*JetStream, error) {
+	failures := newMetrics(reg).connect.WithLabelValues(src.Name)
+	wait := dialFirstWait
+	for attempt := 1; ; attempt++ {
+		js, err := OpenJetStream(ctx, src, opts, logger)
+		if err == nil {
+			if attempt > 1 {
+				logger.Info("stream source reachable", "source", src.Name, "attempts", attempt)
+			}
+			return js, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		failures.Inc()
+		if attempt == 1 {
+			logger.Warn("stream source unreachable: its stream feature views stay missing or stale; retrying in the background",
+				"source", src.Name, "err", err)
+		} else {
+			logger.Debug("stream source still unreachable", "source", src.Name, "attempt", attempt, "err", err)
+		}
+		sleep(ctx, wait)
+		wait = min(2*wait, dialMaxWait)
+	}
 }

@@ -95,6 +95,7 @@ var allowedBinary = map[string]bool{
 	"==": true, "!=": true, "<": true, "<=": true, ">": true, ">=": true,
 	"&&": true, "||": true, "and": true, "or": true,
 	"contains": true, "startsWith": true, "endsWith": true,
+	"??": true, // a ?? b: b when the variable a is absent (a feature NOT_FOUND or null)
 }
 
 // Rule is a compiled, type-checked fallback expression. It is safe for
@@ -109,6 +110,9 @@ type Rule struct {
 type ruleVar struct {
 	name string
 	typ  VarType
+	// optional: the rule reads it only as the left side of ??, so an
+	// absent value is nil, not an error.
+	optional bool
 }
 
 // Source returns the rule's source text.
@@ -134,7 +138,7 @@ func CompileRule(src string, vars map[string]VarType) (*Rule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compile rule: %w", err)
 	}
-	w := &safetyWalker{src: src, vars: vars, used: map[string]bool{}}
+	w := &safetyWalker{src: src, vars: vars, used: map[string]bool{}, guarded: map[string]int{}, uses: map[string]int{}}
 	// Three passes so the most useful error wins: a disallowed function is
 	// reported as such, not as an unknown variable named like it.
 	for w.pass = passCalls; w.pass <= passIdents; w.pass++ {
@@ -175,7 +179,7 @@ func CompileRule(src string, vars map[string]VarType) (*Rule, error) {
 	}
 	r := &Rule{src: src, program: program}
 	for name := range w.used {
-		r.vars = append(r.vars, ruleVar{name: name, typ: vars[name]})
+		r.vars = append(r.vars, ruleVar{name: name, typ: vars[name], optional: w.guarded[name] == w.uses[name]})
 	}
 	sort.Slice(r.vars, func(i, j int) bool { return r.vars[i].name < r.vars[j].name })
 	r.vms.New = func() any { return new(vm.VM) }
@@ -212,7 +216,10 @@ var ErrEval = errors.New("evaluate rule")
 func (r *Rule) Eval(vars map[string]any) (float64, error) {
 	for _, v := range r.vars {
 		val, ok := vars[v.name]
-		if !ok {
+		if !ok || val == nil {
+			if v.optional {
+				continue // read as nil: the ?? default applies
+			}
 			return 0, fmt.Errorf("%w: variable %q is missing", ErrEval, v.name)
 		}
 		if !v.typ.matches(val) {
@@ -238,12 +245,15 @@ func (r *Rule) Eval(vars map[string]any) (float64, error) {
 // safetyWalker rejects every syntax node outside a small allowlist before the
 // expression reaches expr's compiler, so rules stay scalar formulas.
 type safetyWalker struct {
-	src   string
-	vars  map[string]VarType
-	used  map[string]bool
-	nodes int
-	pass  int
-	err   error
+	src  string
+	vars map[string]VarType
+	used map[string]bool
+	// uses counts each variable's occurrences, guarded those that are the
+	// left side of ??.
+	uses, guarded map[string]int
+	nodes         int
+	pass          int
+	err           error
 }
 
 // Passes of safetyWalker.
@@ -276,6 +286,7 @@ func (w *safetyWalker) Visit(node *ast.Node) {
 		if isIdent {
 			if _, ok := w.vars[id.Value]; ok {
 				w.used[id.Value] = true
+				w.uses[id.Value]++
 			} else if !allowedFuncs[id.Value] {
 				w.fail(n, fmt.Sprintf("unknown variable %q", id.Value))
 			}
@@ -294,6 +305,11 @@ func (w *safetyWalker) Visit(node *ast.Node) {
 	case *ast.BinaryNode:
 		if !allowedBinary[n.Operator] {
 			w.fail(n, fmt.Sprintf("operator %q is not allowed", n.Operator))
+		}
+		if n.Operator == "??" {
+			if id, ok := n.Left.(*ast.IdentifierNode); ok {
+				w.guarded[id.Value]++
+			}
 		}
 	case *ast.BuiltinNode:
 		if !allowedFuncs[n.Name] {

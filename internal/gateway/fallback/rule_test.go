@@ -152,6 +152,7 @@ func FuzzCompileRule(f *testing.F) {
 		"rush_hour ? 1 : 2", "1..10", "len(zone)", "zone.x", "$env", "let x = 1; x",
 		`zone matches "a"`, "[1,2][0]", "{a: 1}.a", "map([1], #)", "base_eta +", "\x00", "(((",
 		"abs(-distance) ** 2 % 3", "min(1, 2, 3)", "max()", "clamp()",
+		"base_eta + (distance ?? 0)", "distance ?? stops ?? 1", "(zone ?? 1) + 2", "nil ?? 1",
 	} {
 		f.Add(s)
 	}
@@ -160,8 +161,10 @@ func FuzzCompileRule(f *testing.F) {
 		if err != nil {
 			return
 		}
-		// A rule that compiled must evaluate without panicking.
+		// A rule that compiled must evaluate without panicking, with
+		// every variable and with none (what ?? lets be absent is nil).
 		_, _ = r.Eval(testValues())
+		_, _ = r.Eval(map[string]any{})
 	})
 }
 
