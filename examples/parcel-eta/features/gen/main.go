@@ -2,7 +2,10 @@
 // repository: user_stats.parquet, user_embedding.parquet,
 // package_features.parquet and route_features/part-00000.parquet (the
 // route source is a folder, so offline pushes can add files), each with the join
-// key, event_timestamp, created and the features. The data has several
+// key, event_timestamp, created and the features, and
+// route_deliveries/part-00000.parquet, the delivery events of the last
+// hours as the stream would have logged them (route_id, event_ts,
+// arrived_ts, seq, delay_min). The data has several
 // rows per entity over the history, some late rows (created hours after
 // their event) and some duplicates (the same key and event timestamp
 // written again later, with corrected values). Every entity's latest row
@@ -94,6 +97,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		// its stream keeps the name of the former single file, so the
 		// data is unchanged.
 		{filepath.Join("route_features", "part-00000.parquet"), "route_features.parquet", genRoutes, routeCols()},
+		// The event log of the stream source route_deliveries (the
+		// stream view route_live's batch source), for training data.
+		{filepath.Join("route_deliveries", "part-00000.parquet"), "route_deliveries.parquet", genDeliveries, deliveryCols()},
 	} {
 		started := time.Now()
 		rng := rand.New(rand.NewPCG(c.seed, hashName(g.seed))) //nolint:gosec // G404: seeded so the synthetic data is reproducible; not a secret
@@ -404,6 +410,47 @@ func genRoutes(_ context.Context, c config, rng *rand.Rand, emit func([]feature.
 		})
 		if err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// deliveryHistory is how far back the delivery event log reaches.
+const deliveryHistory = 6 * time.Hour
+
+func deliveryCols() []offline.Column {
+	return []offline.Column{
+		{Name: "route_id", Type: tInt64}, {Name: "event_ts", Type: tTS}, {Name: "arrived_ts", Type: tTS},
+		{Name: "seq", Type: tInt64}, {Name: "delay_min", Type: feature.Type{Kind: feature.KindFloat64}},
+	}
+}
+
+// genDeliveries emits each route's delivery events over the last
+// deliveryHistory, about one every 20 minutes: the event time, the time the
+// stream stored it (seconds later; one in twenty arrives 3 to 10 minutes
+// late, past the view's allowed lateness, and is dropped by it), a
+// sequence number unique per event as the stream's would be, and the delay
+// in minutes. Nothing arrives after -end.
+func genDeliveries(_ context.Context, c config, rng *rand.Rand, emit func([]feature.Value) error) error {
+	var seq int64
+	start := c.end.Add(-deliveryHistory)
+	for r := range c.routes {
+		typical := math.Exp(1 + 0.5*rng.NormFloat64())
+		for t := start.Add(time.Duration(rng.Int64N(int64(40 * time.Minute)))); t.Before(c.end); t = t.Add(time.Duration(1 + rng.Int64N(int64(40*time.Minute)))) {
+			ev := t.Truncate(time.Millisecond)
+			arrived := ev.Add(time.Duration(rng.Int64N(int64(20 * time.Second))))
+			if rng.IntN(20) == 0 {
+				arrived = ev.Add(3*time.Minute + time.Duration(rng.Int64N(int64(7*time.Minute))))
+			}
+			if arrived.After(c.end) {
+				continue
+			}
+			seq++
+			delay := math.Round(typical*(0.5+rng.Float64())*10) / 10
+			row := []feature.Value{{I64: int64(r + 1)}, {I64: ev.UnixNano()}, {I64: arrived.UnixNano()}, {I64: seq}, {F64: delay}}
+			if err := emit(row); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

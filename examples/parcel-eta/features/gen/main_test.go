@@ -22,11 +22,7 @@ import (
 // and runs a point-in-time join over it with the parcel_eta service.
 func TestGenerateAndJoin(t *testing.T) {
 	repoDir := t.TempDir()
-	for _, f := range []string{"feature_store.yaml", "entities.yaml", "sources.yaml", "feature_views.yaml", "on_demand_feature_views.yaml", "feature_services.yaml"} {
-		b, err := os.ReadFile(filepath.Join("..", f))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(repoDir, f), b, 0o644))
-	}
+	copyDefinitions(t, repoDir)
 	args := []string{"-out", filepath.Join(repoDir, "data"), "-users", "50", "-packages", "40", "-routes", "30", "-days", "20", "-seed", "7", "-end", "2026-02-01T00:00:00Z"}
 	var out bytes.Buffer
 	require.NoError(t, run(t.Context(), args, &out))
@@ -106,6 +102,26 @@ func TestGenerateAndJoin(t *testing.T) {
 		computed++
 	}
 	require.Positive(t, computed)
+
+	// The stream view's feature comes from the generated delivery log:
+	// null where the window holds no delivery (always before the log's
+	// first hours), a value where deliveries arrived in it.
+	type streamRow struct {
+		Mean *float64 `parquet:"delay_mean_10m,optional"`
+	}
+	srows, err := parquet.ReadFile[streamRow](dst)
+	require.NoError(t, err)
+	require.Len(t, srows, 20)
+	recent := 0
+	for i, r := range srows {
+		if time.Duration(i)*time.Hour > deliveryHistory {
+			require.Nil(t, r.Mean, "row %d lies before the delivery log", i)
+		} else if r.Mean != nil {
+			require.Positive(t, *r.Mean, "row %d", i)
+			recent++
+		}
+	}
+	require.Positive(t, recent, "some training rows see deliveries of their last 10 minutes")
 }
 
 // TestEveryEntityFresh checks what the demo relies on: every entity's
@@ -113,11 +129,7 @@ func TestGenerateAndJoin(t *testing.T) {
 // generator promises) of -end, so every id in range gets a value.
 func TestEveryEntityFresh(t *testing.T) {
 	repoDir := t.TempDir()
-	for _, f := range []string{"feature_store.yaml", "entities.yaml", "sources.yaml", "feature_views.yaml", "on_demand_feature_views.yaml", "feature_services.yaml"} {
-		b, err := os.ReadFile(filepath.Join("..", f))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(repoDir, f), b, 0o644))
-	}
+	copyDefinitions(t, repoDir)
 	const users, packages, routes = 300, 400, 200
 	end := time.Date(2026, 3, 1, 12, 34, 56, 0, time.UTC)
 	args := []string{"-out", filepath.Join(repoDir, "data"), "-users", fmt.Sprint(users), "-packages", fmt.Sprint(packages),
@@ -153,5 +165,20 @@ func TestEveryEntityFresh(t *testing.T) {
 			require.LessOrEqual(t, age, v.recent, "%s %d: newest row %s old", v.view, k, age)
 			require.Less(t, v.recent, ttl, v.view)
 		}
+	}
+}
+
+// copyDefinitions copies the example repository's definition files (every
+// *.yaml beside gen/) into dir, so the generated data is joined with the
+// definitions the demo serves.
+func copyDefinitions(t *testing.T, dir string) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("..", "*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644))
 	}
 }
