@@ -8,13 +8,16 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // --http-header-forward-pattern: the headers it matches reach the model as
@@ -111,4 +114,42 @@ func FuzzRawHeaderValues(f *testing.F) {
 			require.Empty(t, strings.Trim(g[len(val):], " \t"))
 		}
 	})
+}
+
+// A head over the server's limit through RecordHeads is answered 431 and
+// the client reads it: the recording connection half-closes as a TCP
+// connection does, so the server's close does not reset the connection
+// under the client's unsent header bytes.
+func TestRecordHeadsOversizedHeadAnswered(t *testing.T) {
+	h := New(newFakeModels(), Options{}, nil, prometheus.NewRegistry())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := NewServer(h, ServerOptions{MaxHeaderBytes: 16 << 10})
+	go func() { _ = srv.Serve(RecordHeads(ln)) }()
+	t.Cleanup(func() {
+		_ = srv.Close()
+		// net/http lingers half a second after the half-close before it
+		// closes a refused connection; those goroutines end on their own.
+		harness.WaitFor(t, 10*time.Second, 20*time.Millisecond, "refused connections closed", func() (bool, string) {
+			buf := make([]byte, 1<<20)
+			stacks := string(buf[:runtime.Stack(buf, true)])
+			return !strings.Contains(stacks, "closeWriteAndWait"), "net/http still lingering"
+		})
+	})
+
+	var c net.Conn = &headConn{}
+	_, ok := c.(interface{ CloseWrite() error })
+	require.True(t, ok, "a recording connection half-closes as its TCP connection does")
+	for range 3 {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+ln.Addr().String()+"/v2/health/live", nil)
+		require.NoError(t, err)
+		req.Header.Set("X-Hostile", strings.Repeat("h", 80<<10))
+		tr := &http.Transport{}
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		require.NoError(t, err, "the 431 answer is read, not lost to a reset")
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		tr.CloseIdleConnections()
+		require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
+	}
 }

@@ -66,6 +66,18 @@ func (c *headConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// CloseWrite half-closes the connection when the underlying one can (TCP).
+// net/http calls it before closing a connection it refuses (a head over
+// the limit answered 431): without it the server closes with the
+// client's unread bytes pending, the kernel resets the connection, and
+// the client may lose the answer.
+func (c *headConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 // take stops recording and returns the bytes recorded.
 func (c *headConn) take() []byte {
 	c.mu.Lock()
