@@ -165,21 +165,12 @@ func (c *chain) startModels(ctx context.Context) error {
 		return nil
 	}
 	mf := *c.f
-	mf.repos = m.ModelRepository
-	mf.controlMode = m.ControlMode
-	mf.loadModels = m.LoadModel
-	mf.pollSecs = max(1, int(m.RepositoryPollInterval.Std()/time.Second))
-	mf.cacheDir = m.RepositoryCacheDir
-	if m.RepositoryCacheBytes > 0 {
-		mf.cacheBytes = m.RepositoryCacheBytes
+	mf.ModelServer = *m
+	if m.RepositoryCacheBytes == 0 {
+		mf.RepositoryCacheBytes = c.f.RepositoryCacheBytes // --repository-cache-bytes
 	}
-	mf.strictConfig = m.StrictModelConfig
+	mf.pollSecs = max(1, int(m.RepositoryPollInterval.Std()/time.Second))
 	mf.strictReadiness = chainStrictReadiness(c.cmd, m)
-	mf.address = m.Address
-	mf.httpPort, mf.grpcPort, mf.metricsPort = m.HTTPPort, m.GRPCPort, m.MetricsPort
-	mf.backendSettings = m.BackendConfig
-	mf.httpRestricted, mf.grpcRestricted = m.HTTPRestrictedAPI, m.GRPCRestrictedProtocol
-	mf.allowClientSHM = m.AllowClientSHM
 	mf.limits = &m.Limits
 	ms, err := startModelServer(ctx, &mf, m.TLS, c.gd, c.logger, c.regs.models, c.undo)
 	if err != nil {

@@ -154,17 +154,9 @@ func TestChainListenerFailureClosesGateway(t *testing.T) {
   anonymous: {allowed: true}
   recording: {dir: %q}
   services:
-    - name: eta
-      path: POST /v1/services/eta:predict
-      entities: [{name: user, join_key: user_id}]
-      request_fields: [{name: base_eta, type: float32, required: true}]
-      model: {name: eta_model, version: "1"}
-      inputs: [{tensor: x, features: [field:user_id, field:base_eta]}]
-      outputs: [{name: eta_minutes, from: eta_prediction}]
-      routes: [{name: default, timeout: 5s, route: {weighted: [{backend: remote, weight: 100}]}}]
-      shadow: {version: "2"}
+%s      shadow: {version: "2"}
   backends: [{name: remote, kind: kserve_grpc, endpoints: [%q]}]
-`, cliFreeAddr(t), held.Addr().String(), filepath.Join(dir, "recordings"), cliFreeAddr(t))
+`, cliFreeAddr(t), held.Addr().String(), filepath.Join(dir, "recordings"), etaServiceYAML, cliFreeAddr(t))
 	path := filepath.Join(dir, "sluice.yaml")
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)

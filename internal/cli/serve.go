@@ -36,22 +36,17 @@ import (
 )
 
 // serveFlags are the model server's flags. Names follow tritonserver's.
+// The settings sluice.yaml's model_server holds are its config.ModelServer,
+// bound to the flags of the same meaning, so that serve -c takes the
+// file's section whole. Its BackendConfig comes from the file alone;
+// --backend-config values win over it.
 type serveFlags struct {
-	repos           []string
-	controlMode     string
-	loadModels      []string
+	config.ModelServer
 	pollSecs        int
-	cacheDir        string // --repository-cache-dir
-	cacheBytes      int64  // --repository-cache-bytes
-	strictConfig    bool
 	exitOnError     bool
 	strictReadiness bool
 	backendConfig   []string
 	gitCommits      []string
-	address         string
-	httpPort        int
-	grpcPort        int
-	metricsPort     int
 	maxBodyBytes    int64
 	exitTimeoutSecs int
 	logFormat       string
@@ -79,15 +74,7 @@ type serveFlags struct {
 	traceFile     string                      // the console exporter's file; empty: stdout
 	traceConfig   *tritonsettings.TraceConfig // Triton's --trace-config; nil: none given
 	materialize   bool
-	// backendSettings come from sluice.yaml's model_server.backend_config;
-	// --backend-config values win.
-	backendSettings map[string]map[string]string
-	sec             securityFlags
-	httpRestricted  []string
-	grpcRestricted  []string
-	// allowClientSHM is --allow-client-shm: clients may register system
-	// shared-memory regions (off by default, as in Triton).
-	allowClientSHM bool
+	sec           securityFlags
 	// limits come from sluice.yaml's model_server.limits; without -c,
 	// from --max-request-bytes and the defaults.
 	limits *config.Limits
@@ -119,28 +106,28 @@ func newServeCmd(use, short string) *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringArrayVar(&f.repos, "model-repository", nil, "model repository folder (Triton layout) or object-storage location (s3://bucket/path, s3://https://host:port/bucket/path, gs://bucket/path, as://account/container/path); may repeat")
-	fl.StringVar(&f.cacheDir, "repository-cache-dir", "", "folder for the local copies of object-storage model repositories (default: the user cache folder's sluice/model-repositories)")
-	fl.Int64Var(&f.cacheBytes, "repository-cache-bytes", modelrepo.DefaultRemoteCacheBytes, "largest object-storage model repository the local copy holds, in bytes")
+	fl.StringArrayVar(&f.ModelRepository, "model-repository", nil, "model repository folder (Triton layout) or object-storage location (s3://bucket/path, s3://https://host:port/bucket/path, gs://bucket/path, as://account/container/path); may repeat")
+	fl.StringVar(&f.RepositoryCacheDir, "repository-cache-dir", "", "folder for the local copies of object-storage model repositories (default: the user cache folder's sluice/model-repositories)")
+	fl.Int64Var(&f.RepositoryCacheBytes, "repository-cache-bytes", modelrepo.DefaultRemoteCacheBytes, "largest object-storage model repository the local copy holds, in bytes")
 	fl.StringArrayVar(&f.modelStore, "model-store", nil, "Triton's old name for --model-repository")
 	_ = fl.MarkDeprecated("model-store", "use --model-repository")
-	fl.StringVar(&f.controlMode, "model-control-mode", config.DefaultControlMode, "model control mode: none, poll or explicit")
-	fl.StringArrayVar(&f.loadModels, "load-model", nil, "model to load at start-up in explicit mode; '*' loads all; may repeat")
+	fl.StringVar(&f.ControlMode, "model-control-mode", config.DefaultControlMode, "model control mode: none, poll or explicit")
+	fl.StringArrayVar(&f.LoadModel, "load-model", nil, "model to load at start-up in explicit mode; '*' loads all; may repeat")
 	fl.IntVar(&f.pollSecs, "repository-poll-secs", int(config.DefaultRepositoryPollInterval/time.Second), "seconds between repository polls in poll mode")
-	fl.BoolVar(&f.strictConfig, "strict-model-config", false, "require a complete config.pbtxt; no auto-complete from the model")
-	fl.BoolVar(&f.strictConfig, "disable-auto-complete-config", false, "Triton's newer name for --strict-model-config")
+	fl.BoolVar(&f.StrictModelConfig, "strict-model-config", false, "require a complete config.pbtxt; no auto-complete from the model")
+	fl.BoolVar(&f.StrictModelConfig, "disable-auto-complete-config", false, "Triton's newer name for --strict-model-config")
 	fl.BoolVar(&f.exitOnError, "exit-on-error", false, "exit at start-up if any model fails to load (Triton's default is true; Sluice keeps serving the others); given as false, a model repository that cannot be read at start leaves the server up, not live and not ready, as Triton does, instead of exiting")
 	fl.BoolVar(&f.strictReadiness, "strict-readiness", true, "server readiness (/v2/health/ready) requires every model to be ready, as Triton's default; with -c the default is false (model_server.strict_readiness), so one broken model does not take the whole process out of rotation")
 	fl.StringArrayVar(&f.backendConfig, "backend-config", nil, "backend setting as <backend>,<setting>=<value>, e.g. onnxruntime,library=/path/libonnxruntime.so.1")
 	fl.StringArrayVar(&f.gitCommits, "model-git-commit", nil, "expected git commit of a model as <model>=<sha>; a mismatch refuses the load; may repeat")
-	fl.StringVar(&f.address, "address", config.DefaultListenAddress, "address the HTTP, gRPC and metrics listeners bind to (Triton's default: every interface; with -c the config's model_server.address, default 127.0.0.1, applies)")
-	fl.StringArrayVar(&f.httpRestricted, "http-restricted-api", nil, "restrict KServe API groups on HTTP as Triton does: <API>[,<API>...]:<key>=<value> (e.g. model-repository:admin-key=secret); may repeat")
-	fl.StringArrayVar(&f.grpcRestricted, "grpc-restricted-protocol", nil, "restrict KServe API groups on gRPC as Triton does: <API>[,<API>...]:<key>=<value>; may repeat")
-	fl.BoolVar(&f.allowClientSHM, "allow-client-shm", false, "let clients register system shared-memory regions (/dev/shm objects the server then reads inputs from and writes outputs to), as Triton's flag; off by default, as in Triton: register and unregister are refused, status lists nothing")
+	fl.StringVar(&f.Address, "address", config.DefaultListenAddress, "address the HTTP, gRPC and metrics listeners bind to (Triton's default: every interface; with -c the config's model_server.address, default 127.0.0.1, applies)")
+	fl.StringArrayVar(&f.HTTPRestrictedAPI, "http-restricted-api", nil, "restrict KServe API groups on HTTP as Triton does: <API>[,<API>...]:<key>=<value> (e.g. model-repository:admin-key=secret); may repeat")
+	fl.StringArrayVar(&f.GRPCRestrictedProtocol, "grpc-restricted-protocol", nil, "restrict KServe API groups on gRPC as Triton does: <API>[,<API>...]:<key>=<value>; may repeat")
+	fl.BoolVar(&f.AllowClientSHM, "allow-client-shm", false, "let clients register system shared-memory regions (/dev/shm objects the server then reads inputs from and writes outputs to), as Triton's flag; off by default, as in Triton: register and unregister are refused, status lists nothing")
 	f.sec.register(fl)
-	fl.IntVar(&f.httpPort, "http-port", config.DefaultModelHTTPPort, "KServe v2 HTTP port")
-	fl.IntVar(&f.grpcPort, "grpc-port", config.DefaultModelGRPCPort, "KServe v2 gRPC port")
-	fl.IntVar(&f.metricsPort, "metrics-port", config.DefaultModelMetricsPort, "Prometheus /metrics port")
+	fl.IntVar(&f.HTTPPort, "http-port", config.DefaultModelHTTPPort, "KServe v2 HTTP port")
+	fl.IntVar(&f.GRPCPort, "grpc-port", config.DefaultModelGRPCPort, "KServe v2 gRPC port")
+	fl.IntVar(&f.MetricsPort, "metrics-port", config.DefaultModelMetricsPort, "Prometheus /metrics port")
 	fl.Int64Var(&f.maxBodyBytes, "max-request-bytes", config.DefaultModelMaxBodyBytes, "largest HTTP body or gRPC message accepted")
 	fl.IntVar(&f.exitTimeoutSecs, "exit-timeout-secs", int(config.DefaultExitTimeout/time.Second), "seconds to wait for in-flight requests at shutdown")
 	fl.Int64Var(&f.cacheSize, "cache-size", 0, "bytes of the response cache shared by models with response_cache { enable: true }; 0 disables it")
@@ -397,15 +384,15 @@ func (ms *modelServer) closeBackends() {
 // when the process ends, or now when the start fails; the caller serves
 // it with add.
 func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, gd *guard, logger *slog.Logger, reg *prometheus.Registry, undo *cleanups) (*modelServer, error) {
-	f.repos = append(f.repos, f.modelStore...)
-	if len(f.repos) == 0 {
+	f.ModelRepository = append(f.ModelRepository, f.modelStore...)
+	if len(f.ModelRepository) == 0 {
 		return nil, errors.New("--model-repository is required")
 	}
-	mode := modelrepo.ControlMode(f.controlMode)
+	mode := modelrepo.ControlMode(f.ControlMode)
 	switch mode {
 	case modelrepo.ControlNone, modelrepo.ControlPoll, modelrepo.ControlExplicit:
 	default:
-		return nil, fmt.Errorf("--model-control-mode %q: want none, poll or explicit", f.controlMode)
+		return nil, fmt.Errorf("--model-control-mode %q: want none, poll or explicit", f.ControlMode)
 	}
 	settings, err := f.mergedBackendSettings()
 	if err != nil {
@@ -429,13 +416,13 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	ms := &modelServer{closeBack: closeBackends, logger: logger, reg: reg, exitTimeout: time.Duration(f.exitTimeoutSecs) * time.Second}
 	undo.push(ms.closeBackends)
 	mgr, err := modelrepo.New(modelrepo.Options{
-		Repositories:     f.repos,
+		Repositories:     f.ModelRepository,
 		ControlMode:      mode,
-		StartupModels:    f.loadModels,
+		StartupModels:    f.LoadModel,
 		PollInterval:     time.Duration(f.pollSecs) * time.Second,
-		RemoteCacheDir:   f.cacheDir,
-		RemoteCacheBytes: f.cacheBytes,
-		StrictConfig:     f.strictConfig,
+		RemoteCacheDir:   f.RepositoryCacheDir,
+		RemoteCacheBytes: f.RepositoryCacheBytes,
+		StrictConfig:     f.StrictModelConfig,
 		ExitOnError:      f.exitOnError,
 		ExpectedCommits:  commits,
 		StrictReadiness:  f.strictReadiness,
@@ -473,7 +460,7 @@ func (f *serveFlags) mergedBackendSettings() (map[string]map[string]string, erro
 	if err != nil {
 		return nil, err
 	}
-	for name, kv := range f.backendSettings {
+	for name, kv := range f.BackendConfig {
 		if settings[name] == nil {
 			settings[name] = map[string]string{}
 		}
@@ -519,23 +506,23 @@ func (ms *modelServer) listen(ctx context.Context, f *serveFlags, tlsOpts *confi
 	// worth a warning (under serve -c the config refuses it instead). HTTP
 	// and gRPC are restricted separately, so either can leave it open.
 	var openProtocols []string
-	if !restrictsRepository(f.httpRestricted) {
+	if !restrictsRepository(f.HTTPRestrictedAPI) {
 		openProtocols = append(openProtocols, "http")
 	}
-	if !restrictsRepository(f.grpcRestricted) {
+	if !restrictsRepository(f.GRPCRestrictedProtocol) {
 		openProtocols = append(openProtocols, "grpc")
 	}
 	openWrites := !gd.hasTokens()
-	if openWrites && len(openProtocols) > 0 && !config.IsLoopback(f.address) {
+	if openWrites && len(openProtocols) > 0 && !config.IsLoopback(f.Address) {
 		logger.Warn("the model repository API (load/unload) is open to the network without a credential",
-			"address", f.address, "protocols", openProtocols,
+			"address", f.Address, "protocols", openProtocols,
 			"fix", "--security-config with an operate token, --http-restricted-api and --grpc-restricted-protocol model-repository:<key>=<value>, or --address 127.0.0.1")
 	}
-	httpPolicy, err := gd.policy(true, openWrites, f.httpRestricted)
+	httpPolicy, err := gd.policy(true, openWrites, f.HTTPRestrictedAPI)
 	if err != nil {
 		return fmt.Errorf("--http-restricted-api: %w", err)
 	}
-	grpcPolicy, err := gd.policy(true, openWrites, f.grpcRestricted)
+	grpcPolicy, err := gd.policy(true, openWrites, f.GRPCRestrictedProtocol)
 	if err != nil {
 		return fmt.Errorf("--grpc-restricted-protocol: %w", err)
 	}
@@ -544,19 +531,19 @@ func (ms *modelServer) listen(ctx context.Context, f *serveFlags, tlsOpts *confi
 		return err
 	}
 	auth := authMode(true, openWrites)
-	if ms.httpLn, err = gd.listen(ctx, "models_http", net.JoinHostPort(f.address, strconv.Itoa(f.httpPort)), tlsSrv, tlsOpts, auth); err != nil {
+	if ms.httpLn, err = gd.listen(ctx, "models_http", net.JoinHostPort(f.Address, strconv.Itoa(f.HTTPPort)), tlsSrv, tlsOpts, auth); err != nil {
 		return err
 	}
 	undo.push(func() { _ = ms.httpLn.Close() })
 	// Forwarded header values keep their trailing whitespace, as Triton's.
 	ms.httpLn = httpapi.RecordHeads(ms.httpLn)
 	// gRPC does its own handshake through its credentials (grpcOptions).
-	if ms.grpcLn, err = gd.listen(ctx, "models_grpc", net.JoinHostPort(f.address, strconv.Itoa(f.grpcPort)), nil, tlsOpts, auth); err != nil {
+	if ms.grpcLn, err = gd.listen(ctx, "models_grpc", net.JoinHostPort(f.Address, strconv.Itoa(f.GRPCPort)), nil, tlsOpts, auth); err != nil {
 		return err
 	}
 	undo.push(func() { _ = ms.grpcLn.Close() })
 	if !f.noMetrics {
-		metricsAddr := net.JoinHostPort(f.address, strconv.Itoa(f.metricsPort))
+		metricsAddr := net.JoinHostPort(f.Address, strconv.Itoa(f.MetricsPort))
 		ms.metrics, err = telemetry.NewMetricsServer(ctx, metricsAddr, reg, logger)
 		if err != nil {
 			return listenError(tritonServices["metrics"], metricsAddr, err)
@@ -573,7 +560,7 @@ func (ms *modelServer) listen(ctx context.Context, f *serveFlags, tlsOpts *confi
 	}
 	// System shared-memory regions, shared by HTTP and gRPC; a request reads
 	// at most what its body could carry. Off unless --allow-client-shm.
-	ms.shm = shm.New(shm.Options{MaxRequestBytes: limits.MaxBodyBytes, Disabled: !f.allowClientSHM})
+	ms.shm = shm.New(shm.Options{MaxRequestBytes: limits.MaxBodyBytes, Disabled: !f.AllowClientSHM})
 	httpForward, err := forwardPattern("--http-header-forward-pattern", f.httpForward)
 	if err != nil {
 		return err
