@@ -230,11 +230,10 @@ func (c *chain) startFeatures(ctx context.Context) error {
 // as sluice feature-server's flags hold them.
 func featureServerSettings(fc *config.FeatureServer, exitTimeoutSecs int) *featureServerFlags {
 	return &featureServerFlags{
-		repo: fc.Repo, address: fc.Address, port: fc.Port, grpcPort: fc.GRPCPort,
-		pollSecs:     int(fc.RegistryPollInterval.Std() / time.Second),
-		maxBodyBytes: fc.Limits.MaxBodyBytes, tolerance: serving.DefaultEventTimeTolerance,
-		exitTimeoutSecs: exitTimeoutSecs, readAuth: fc.ReadAuth, maxEntityRows: fc.MaxEntityRows,
-		limits: &fc.Limits,
+		FeatureServer: *fc,
+		pollSecs:      int(fc.RegistryPollInterval.Std() / time.Second),
+		maxBodyBytes:  fc.Limits.MaxBodyBytes, tolerance: serving.DefaultEventTimeTolerance,
+		exitTimeoutSecs: exitTimeoutSecs, limits: &fc.Limits,
 	}
 }
 
