@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,10 @@ type accuracyParts struct {
 	writer *record.Writer
 	sub    *accuracy.Subscriber // nil without gateway.accuracy.outcome_subject
 	closer []func(context.Context) error
+	// closeOnce makes close idempotent: the gateway's shutdown closes
+	// the parts, and the start-up's cleanups do when the start failed.
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // run runs the joiner and the outcome subscriber until ctx ends (the
@@ -39,7 +44,13 @@ func (a *accuracyParts) run(ctx context.Context) error {
 	return g.Wait()
 }
 
+// close stops the parts once; later calls return the first one's error.
 func (a *accuracyParts) close(ctx context.Context) error {
+	a.closeOnce.Do(func() { a.closeErr = a.closeParts(ctx) })
+	return a.closeErr
+}
+
+func (a *accuracyParts) closeParts(ctx context.Context) error {
 	var errs []error
 	if a.joiner != nil {
 		errs = append(errs, a.joiner.Close(ctx))

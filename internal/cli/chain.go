@@ -13,17 +13,18 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
 	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/authz"
+	"github.com/sluice-ml/sluice/internal/cluster"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/console"
 	"github.com/sluice-ml/sluice/internal/feature/materialize"
@@ -39,7 +40,7 @@ import (
 
 // runChain runs what sluice.yaml describes in one process: the model
 // server, the feature server and the gateway, started in that order and
-// stopped in the reverse one.
+// stopped in the reverse one (group).
 func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan os.Signal) error {
 	start := time.Now()
 	logger, err := telemetry.NewLogger(cmd.ErrOrStderr(), telemetry.LogOptions{Format: f.logFormat, Level: f.logLevel})
@@ -61,17 +62,11 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 	}
 	defer stopTracing()
 	regs := newChainRegistries(cfg)
-	reg := regs.process
-	gd, err := newGuard(cfg.Security, cmd.ErrOrStderr(), logger, reg)
+	gd, err := newGuard(cfg.Security, cmd.ErrOrStderr(), logger, regs.process)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
 	defer gd.close()
-	g, gctx := errgroup.WithContext(ctx)
-	gatewayDone := make(chan struct{})
-	banner := &banner{config: f.configFile, guard: gd}
-	var reloadGateway func(context.Context) error
-
 	if cfg.ModelServer != nil && cfg.Gateway != nil && cfg.Gateway.Proxy != nil {
 		// The gateway's KServe proxy vouches for its clients with a key
 		// only this process holds, so that the model server never takes
@@ -81,378 +76,447 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 			return fmt.Errorf("forwarded-client key: %w", err)
 		}
 	}
-	var ms *modelServer
-	if m := cfg.ModelServer; m != nil {
-		mf := *f
-		mf.repos = m.ModelRepository
-		mf.controlMode = m.ControlMode
-		mf.loadModels = m.LoadModel
-		mf.pollSecs = max(1, int(m.RepositoryPollInterval.Std()/time.Second))
-		mf.cacheDir = m.RepositoryCacheDir
-		if m.RepositoryCacheBytes > 0 {
-			mf.cacheBytes = m.RepositoryCacheBytes
-		}
-		mf.strictConfig = m.StrictModelConfig
-		mf.strictReadiness = chainStrictReadiness(cmd, m)
-		mf.address = m.Address
-		mf.httpPort, mf.grpcPort, mf.metricsPort = m.HTTPPort, m.GRPCPort, m.MetricsPort
-		mf.backendSettings = m.BackendConfig
-		mf.httpRestricted, mf.grpcRestricted = m.HTTPRestrictedAPI, m.GRPCRestrictedProtocol
-		mf.allowClientSHM = m.AllowClientSHM
-		mf.limits = &m.Limits
-		if ms, err = startModelServer(ctx, &mf, m.TLS, gd, logger, regs.models); err != nil {
-			return err
-		}
-		defer ms.closeBackends()
-		banner.models = ms.httpLn.Addr().String()
-		banner.grpc = ms.grpcLn.Addr().String()
-		banner.metrics = ms.metrics.Addr().String()
-		g.Go(func() error { return ms.metrics.Run(gctx) })
-		ms.run(ctx, gctx, g, gatewayDone)
+	// What start-up opens closes at the end, last opened first; a failed
+	// start first stops what the group already serves (abandon, deferred
+	// after, so run before), then closes.
+	var undo cleanups
+	defer undo.run()
+	grp := newGroup(ctx)
+	defer grp.abandon()
+	c := &chain{cmd: cmd, cfg: cfg, f: f, gd: gd, regs: regs, logger: logger, grp: grp, undo: &undo,
+		banner: &banner{config: f.configFile, guard: gd}}
+	// The model server first: the gateway's in-process backends and its
+	// start-up check call it. The group stops it last.
+	if err := c.startModels(ctx); err != nil {
+		return err
 	}
-
-	var fs *featureServer
-	if fc := cfg.FeatureServer; fc != nil {
-		if f.materialize {
-			if err := applyFeatures(ctx, fc.Repo, logger); err != nil {
-				return err
-			}
-		}
-		ff := &featureServerFlags{
-			repo: fc.Repo, address: fc.Address, port: fc.Port, grpcPort: fc.GRPCPort, pollSecs: 10,
-			maxBodyBytes: fc.Limits.MaxBodyBytes, tolerance: serving.DefaultEventTimeTolerance,
-			exitTimeoutSecs: f.exitTimeoutSecs, readAuth: fc.ReadAuth, maxEntityRows: fc.MaxEntityRows,
-			limits: &fc.Limits,
-		}
-		if fs, err = startFeatureServer(ctx, ff, fc.TLS, gd, logger, regs.features); err != nil {
-			return err
-		}
-		defer fs.close()
-		if f.materialize {
-			if err := materializeAtStart(ctx, fs, logger); err != nil {
-				_ = fs.ln.Close()
-				return err
-			}
-		}
-		if fc.Aggregate {
-			agg := aggregateFlags{ackWait: 30 * time.Second, batch: 500, background: true}
-			closeAgg, err := agg.startAggregators(ctx, gctx, g, fs.holder.Current(), fs.store, logger, regs.features)
-			if err != nil {
-				_ = fs.ln.Close()
-				return err
-			}
-			defer closeAgg()
-		}
-		banner.features = fs.ln.Addr().String()
-		banner.featuresMetrics = true
-		fs.run(ctx, gctx, g, gatewayDone)
+	// The feature server next: the gateway's check reads its registry.
+	// It stops after the gateway, before the model server.
+	if err := c.startFeatures(ctx); err != nil {
+		return err
 	}
-
-	if cfg.Gateway != nil {
-		if reloadGateway, err = startGateway(ctx, gctx, g, cfg, f, ms, fs, gd, reg, logger, banner, gatewayDone); err != nil {
-			return err
-		}
-	} else {
-		close(gatewayDone)
+	// The gateway last: it stops first, draining while the servers
+	// behind it still answer what it forwards.
+	if err := c.startGateway(ctx); err != nil {
+		return err
 	}
-	gd.run(gctx, g)
+	gd.run(grp.ctx, grp.eg)
 	// SIGHUP reloads what POST /reload does, plus the certificates and the
 	// feature definitions.
-	g.Go(func() error {
-		return onHangup(gctx, hup, logger, func() error {
-			gd.reloadTLS()
-			var errs []error
-			if fs != nil {
-				if _, err := fs.holder.Reload(gctx); err != nil {
-					errs = append(errs, err)
-				}
-			}
-			if ms != nil {
-				errs = append(errs, ms.mgr.Poll(gctx))
-			}
-			if reloadGateway != nil {
-				errs = append(errs, reloadGateway(gctx))
-			}
-			return errors.Join(errs...)
-		})
-	})
-	logger.Info("sluice ready", "config", f.configFile, "gateway", banner.gateway, "admin", banner.admin,
-		"models_http", banner.models, "models_grpc", banner.grpc, "features", banner.features,
+	grp.Go(func() error { return onHangup(grp.ctx, hup, logger, c.reload) })
+	b := c.banner
+	logger.Info("sluice ready", "config", f.configFile, "gateway", b.gateway, "admin", b.admin,
+		"models_http", b.models, "models_grpc", b.grpc, "features", b.features,
 		"startup_seconds", time.Since(start).Seconds(), "listeners", gd.Listeners())
 	// One write: a reader of stdout sees the whole banner or none of it.
 	var out bytes.Buffer
-	banner.write(&out, cfg)
+	b.write(&out, cfg)
 	_, _ = cmd.OutOrStdout().Write(out.Bytes())
-	err = g.Wait()
-	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		err = nil
+	sigs := notifyStop()
+	defer signal.Stop(sigs)
+	defer grp.hurryOn(sigs)()
+	return grp.run(ctx)
+}
+
+// chain is the assembly of "sluice serve -c": its parts, as they start.
+type chain struct {
+	cmd    *cobra.Command
+	cfg    *config.Config
+	f      *serveFlags
+	gd     *guard
+	regs   chainRegistries
+	logger *slog.Logger
+	grp    *group
+	undo   *cleanups
+	banner *banner
+	ms     *modelServer   // nil without model_server
+	fs     *featureServer // nil without feature_server
+	gw     *gateway.Gateway
+}
+
+// reload is SIGHUP's: certificates, feature definitions, the model
+// repository and the gateway's configuration.
+func (c *chain) reload() error {
+	ctx := c.grp.ctx
+	c.gd.reloadTLS()
+	var errs []error
+	if c.fs != nil {
+		if _, err := c.fs.holder.Reload(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.ms != nil {
+		errs = append(errs, c.ms.mgr.Poll(ctx))
+	}
+	if c.gw != nil {
+		next, err := config.Load(c.f.configFile)
+		if err == nil {
+			err = c.gw.Reload(next)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// startModels starts the model server of model_server, if any.
+func (c *chain) startModels(ctx context.Context) error {
+	m := c.cfg.ModelServer
+	if m == nil {
+		return nil
+	}
+	mf := *c.f
+	mf.ModelServer = *m
+	if m.RepositoryCacheBytes == 0 {
+		mf.RepositoryCacheBytes = c.f.RepositoryCacheBytes // --repository-cache-bytes
+	}
+	mf.pollSecs = max(1, int(m.RepositoryPollInterval.Std()/time.Second))
+	mf.strictReadiness = chainStrictReadiness(c.cmd, m)
+	mf.limits = &m.Limits
+	ms, err := startModelServer(ctx, &mf, m.TLS, c.gd, c.logger, c.regs.models, c.undo)
+	if err != nil {
+		return err
+	}
+	c.ms = ms
+	c.banner.models = ms.httpLn.Addr().String()
+	c.banner.grpc = ms.grpcLn.Addr().String()
+	c.banner.metrics = ms.metrics.Addr().String()
+	c.grp.Go(func() error { return ms.metrics.Run(c.grp.ctx) })
+	ms.add(c.grp)
+	return nil
+}
+
+// startFeatures starts the feature server of feature_server, if any:
+// applied and materialized first with --materialize, its aggregators
+// beside it with aggregate: true.
+func (c *chain) startFeatures(ctx context.Context) error {
+	fc := c.cfg.FeatureServer
+	if fc == nil {
+		return nil
+	}
+	if c.f.materialize {
+		if err := applyFeatures(ctx, fc.Repo, c.logger); err != nil {
+			return err
+		}
+	}
+	ff := featureServerSettings(fc, c.f.exitTimeoutSecs)
+	fs, err := startFeatureServer(ctx, ff, fc.TLS, c.gd, c.logger, c.regs.features)
+	if err != nil {
+		return err
+	}
+	c.undo.push(fs.close)
+	// Until the group serves it, its listener is closed here.
+	c.undo.push(func() { _ = fs.ln.Close() })
+	if c.f.materialize {
+		if err := materializeAtStart(ctx, fs, c.logger); err != nil {
+			return err
+		}
+	}
+	if fc.Aggregate {
+		agg := aggregateFlags{ackWait: defaultAggregateAckWait, batch: defaultAggregateBatch, background: true}
+		closeAgg, err := agg.startAggregators(ctx, c.grp.ctx, c.grp.eg, fs.holder.Current(), fs.store, c.logger, c.regs.features)
+		if err != nil {
+			return err
+		}
+		c.undo.push(closeAgg)
+	}
+	c.fs = fs
+	c.banner.features = fs.ln.Addr().String()
+	c.banner.featuresMetrics = true
+	fs.add(c.grp)
+	return nil
+}
+
+// featureServerSettings are the settings of sluice.yaml's feature_server
+// as sluice feature-server's flags hold them.
+func featureServerSettings(fc *config.FeatureServer, exitTimeoutSecs int) *featureServerFlags {
+	return &featureServerFlags{
+		FeatureServer: *fc,
+		pollSecs:      int(fc.RegistryPollInterval.Std() / time.Second),
+		maxBodyBytes:  fc.Limits.MaxBodyBytes, tolerance: serving.DefaultEventTimeTolerance,
+		exitTimeoutSecs: exitTimeoutSecs, limits: &fc.Limits,
+	}
+}
+
+// chainGateway is the chain's gateway with what serves it.
+type chainGateway struct {
+	gw               *gateway.Gateway
+	srv, adminSrv    *http.Server
+	ln, adminLn      net.Listener
+	grpcSrv          *grpc.Server // nil without gateway.grpc
+	grpcLn           net.Listener
+	fleet            *cluster.Cluster // nil without cluster
+	acc              *accuracyParts   // nil without accuracy
+	con              *console.Console
+	adminPolicy      *authz.Policy
+	drain, exitAfter time.Duration
+	logger           *slog.Logger
+}
+
+// startGateway checks the gateway's services against the in-process
+// servers, builds it and binds its listeners; its shutdown drains first,
+// and the group stops the servers behind it after.
+func (c *chain) startGateway(ctx context.Context) error {
+	gc := c.cfg.Gateway
+	if gc == nil {
+		return nil
+	}
+	remote := kserve.New(kserve.Options{}, c.logger)
+	var repo *registry.Repo
+	if c.fs != nil {
+		repo = c.fs.holder.Current()
+	}
+	if err := checkGateway(ctx, c.cfg, repo, c.signatures(remote), os.Stderr); err != nil {
+		return err
+	}
+	// The console's recent-errors page reads the access log's error lines.
+	errLog := console.NewErrorLog(0)
+	cg, err := c.newGateway(ctx, remote, errLog)
+	if err != nil {
+		return err
+	}
+	if err := c.listenGateway(ctx, cg); err != nil {
+		return err
+	}
+	var adminMux *http.ServeMux
+	cg.con, adminMux = c.console(cg.gw, errLog)
+	// The admin port takes no large body; its header bounds are every
+	// port's defaults.
+	cg.adminSrv = c.gd.httpServer("admin", admission.DefaultLimits(1<<20), adminGuard(cg.adminPolicy, c.gd.audit, adminMux))
+	c.gw = cg.gw
+	cg.add(c.grp)
+	return nil
+}
+
+// add adds the gateway to grp: its listeners and loops serve until the
+// group stops; then it drains (readiness fails so load balancers stop
+// sending while requests keep being served for the drain period; a
+// second stop signal ends the period), its listeners close while
+// in-flight requests finish, and it closes.
+func (cg *chainGateway) add(grp *group) {
+	grp.Go(func() error { return cg.con.Run(grp.ctx) })
+	// Run's control loops (health checks, drift, rollouts) stop with
+	// grp.ctx; its access-log writer and shadow workers go on serving the
+	// requests the listeners drain, until gw.Close in the shutdown waits
+	// for them.
+	grp.Go(func() error { return cg.gw.Run(grp.ctx) })
+	if cg.fleet != nil {
+		// The fleet's watchers and publishers stop with grp.ctx; the
+		// connection closes once the gateway is done (the cleanups).
+		grp.Go(func() error { return cg.fleet.Run(grp.ctx) })
+	}
+	if cg.acc != nil {
+		// The joiner stores what requests log until the shutdown's
+		// acc.close.
+		grp.Go(func() error { return cg.acc.run(grp.ctx) })
+	}
+	if cg.grpcSrv != nil {
+		grp.add(func() error {
+			if err := cg.grpcSrv.Serve(cg.grpcLn); err != nil {
+				return fmt.Errorf("serve gateway grpc: %w", err)
+			}
+			return nil
+		}, nil)
+	}
+	for _, s := range []struct {
+		srv *http.Server
+		ln  net.Listener
+	}{{cg.adminSrv, cg.adminLn}, {cg.srv, cg.ln}} {
+		grp.add(func() error {
+			if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("serve gateway: %w", err)
+			}
+			return nil
+		}, nil)
+	}
+	grp.add(nil, cg.shutdown)
+}
+
+// shutdown drains the gateway and closes it.
+func (cg *chainGateway) shutdown(hurry context.Context) error {
+	cg.gw.SetDraining()
+	cg.logger.Info("gateway draining", "drain_seconds", cg.drain.Seconds())
+	waitDrain(hurry, cg.drain)
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(hurry), cg.exitAfter)
+	defer cancel()
+	err := errors.Join(shutdownServers(shutCtx, cg.srv, cg.grpcSrv), cg.adminSrv.Shutdown(shutCtx), cg.gw.Close(shutCtx))
+	if cg.acc != nil {
+		// After the gateway: no request logs a prediction any more.
+		err = errors.Join(err, cg.acc.close(shutCtx))
 	}
 	return err
 }
 
-// startGateway builds the gateway over the in-process servers and starts
-// its listeners. Its shutdown drains first and closes done when finished,
-// which lets the servers behind it stop.
-func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Config, f *serveFlags,
-	ms *modelServer, fs *featureServer, gd *guard, reg *prometheus.Registry, logger *slog.Logger, b *banner, done chan struct{},
-) (func(context.Context) error, error) {
-	gc := cfg.Gateway
-	remote := kserve.New(kserve.Options{}, logger)
-	var repo *registry.Repo
-	if fs != nil {
-		repo = fs.holder.Current()
-	}
-	sig := func(ctx context.Context, b config.Backend, model, version string) (infer.Signature, error) {
+// signatures looks a model's signature up for the gateway's check: in
+// the model server for in_process backends, else on the remote ones.
+func (c *chain) signatures(remote *kserve.Client) gateway.SignatureFunc {
+	return func(ctx context.Context, b config.Backend, model, version string) (infer.Signature, error) {
 		if b.Kind != gateway.KindInProcess {
 			return remoteSignature(ctx, remote, b, model, version)
 		}
-		if ms == nil {
+		if c.ms == nil {
 			return infer.Signature{}, errors.New("backend is in_process but there is no model_server section")
 		}
-		md, err := ms.mgr.Metadata(ctx, model, version)
+		md, err := c.ms.mgr.Metadata(ctx, model, version)
 		if err != nil {
 			return infer.Signature{}, err
 		}
 		return infer.Signature{Inputs: md.Inputs, Outputs: md.Outputs}, nil
 	}
-	if err := checkGateway(ctx, cfg, repo, sig, os.Stderr); err != nil {
-		return nil, err
-	}
+}
+
+// newGateway opens what the gateway writes to and builds it. The
+// recorder opens last: gateway.New takes it over, and from then on only
+// the gateway closes it (on a failed New as on Close).
+func (c *chain) newGateway(ctx context.Context, remote *kserve.Client, errLog io.Writer) (*chainGateway, error) {
+	gc, logger, reg := c.cfg.Gateway, c.logger, c.regs.process
+	cg := &chainGateway{drain: gc.DrainPeriod.Std(), exitAfter: time.Duration(c.f.exitTimeoutSecs) * time.Second, logger: logger}
 	opts := gateway.Options{
 		Remote: remote,
 		// One client per kserve_grpc backend with a tls block.
-		RemoteTLS:    func(c *tls.Config) gateway.RemoteClient { return kserve.New(kserve.Options{TLS: c}, logger) },
-		Reload:       func(context.Context) (*config.Config, error) { return config.Load(f.configFile) },
+		RemoteTLS:    func(t *tls.Config) gateway.RemoteClient { return kserve.New(kserve.Options{TLS: t}, logger) },
+		Reload:       func(context.Context) (*config.Config, error) { return config.Load(c.f.configFile) },
 		MaxBodyBytes: gc.Limits.MaxBodyBytes,
-		ForwardedKey: gd.forwardedKey,
-		Audit:        gd.audit,
+		ForwardedKey: c.gd.forwardedKey,
+		Audit:        c.gd.audit,
 	}
-	if ms != nil {
-		opts.Models = ms.mgr
+	if c.ms != nil {
+		opts.Models = c.ms.mgr
 	}
-	if fs != nil {
-		opts.Features = fs.srv
-		opts.FeatureRepo = fs.holder.Current
+	if c.fs != nil {
+		opts.Features = c.fs.srv
+		opts.FeatureRepo = c.fs.holder.Current
 	}
 	access, closeAccess, err := openAccessLog(gc.AccessLog, os.Stdout)
 	if err != nil {
 		return nil, err
 	}
-	// The console's recent-errors page reads the access log's error lines.
-	errLog := console.NewErrorLog(0)
+	c.undo.push(closeAccess) // after gw.Close, which flushes into it
 	opts.AccessLog = io.MultiWriter(access, errLog)
+	fleet, cl, err := openFleet(ctx, c.cfg.Cluster, logger, reg)
+	if err != nil {
+		return nil, err
+	}
+	// The connection closes once the gateway is done.
+	c.undo.push(func() { closeFleet(cl) })
+	opts.Fleet, cg.fleet = fleet, cl
+	if cg.acc, err = openAccuracy(ctx, c.cfg, logger, reg); err != nil {
+		return nil, err
+	}
+	if cg.acc != nil {
+		opts.Accuracy = cg.acc.joiner
+		// After the gateway: no request logs a prediction any more.
+		// Closing twice is harmless: the shutdown closes it in time.
+		c.undo.push(func() { _ = cg.acc.close(context.Background()) })
+	}
 	recorder, err := openRecorder(ctx, gc, logger, reg)
 	if err != nil {
-		closeAccess()
 		return nil, err
 	}
 	if recorder != nil {
 		opts.Recorder = recorder
 	}
-	fleet, cl, err := openFleet(ctx, cfg.Cluster, logger, reg)
-	if err != nil {
-		if recorder != nil {
-			_ = recorder.Close(context.Background())
-		}
-		closeAccess()
-		return nil, err
-	}
-	opts.Fleet = fleet
-	acc, err := openAccuracy(ctx, cfg, logger, reg)
-	if err != nil {
-		if recorder != nil {
-			_ = recorder.Close(context.Background())
-		}
-		closeFleet(cl)
-		closeAccess()
-		return nil, err
-	}
-	if acc != nil {
-		opts.Accuracy = acc.joiner
-	}
-	gw, err := gateway.New(cfg, opts, logger, reg)
-	if err != nil {
-		closeFleet(cl)
-		if recorder != nil {
-			_ = recorder.Close(context.Background())
-		}
-		if acc != nil {
-			_ = acc.close(context.Background())
-		}
-		closeAccess()
+	if cg.gw, err = gateway.New(c.cfg, opts, logger, reg); err != nil {
 		return nil, &exitError{code: 2, err: err}
 	}
-	ok := false
-	var closers []func()
-	if cl != nil {
-		closers = append(closers, cl.Close)
-	}
-	if acc != nil {
-		closers = append(closers, func() { _ = acc.close(context.Background()) })
-	}
-	defer func() {
-		if !ok {
-			for _, c := range closers {
-				c()
-			}
-			closeAccess()
-		}
-	}()
+	// Close is idempotent: after the shutdown's, this one does nothing;
+	// a listener that fails to bind leaves it to this one.
+	c.undo.push(func() { _ = cg.gw.Close(context.Background()) })
+	return cg, nil
+}
+
+// listenGateway binds the gateway's public, gRPC and admin listeners.
+func (c *chain) listenGateway(ctx context.Context, cg *chainGateway) error {
+	gc, gd, b := c.cfg.Gateway, c.gd, c.banner
 	pubTLS, err := gd.tlsFor("gateway", gc.TLS)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	adminTLS, err := gd.tlsFor("admin", gc.AdminTLS)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	clientsMode := fmt.Sprintf("api keys (%d clients)", len(gc.Clients))
-	if gc.Anonymous.Allowed {
-		clientsMode += ", anonymous allowed"
+	clientsMode := gatewayClientsMode(gc)
+	if cg.ln, err = gd.listen(ctx, "gateway", gc.Listen, pubTLS, gc.TLS, clientsMode); err != nil {
+		return err
 	}
-	if gc.TLS != nil && gc.TLS.ClientCAFile != "" {
-		clientsMode += ", client certificates"
+	c.undo.push(func() { _ = cg.ln.Close() })
+	if gc.GRPC != "" {
+		// gRPC does its own TLS handshake through its credentials.
+		if cg.grpcLn, err = gd.listen(ctx, "gateway_grpc", gc.GRPC, nil, gc.TLS, clientsMode); err != nil {
+			return err
+		}
+		c.undo.push(func() { _ = cg.grpcLn.Close() })
+		b.gatewayGRPC = cg.grpcLn.Addr().String()
+		cg.grpcSrv = grpc.NewServer(append(gd.grpcOptions("gateway_grpc", gc.Limits, pubTLS, nil, nil), cg.gw.GRPCServerOptions()...)...)
+		cg.gw.RegisterGRPC(cg.grpcSrv)
 	}
-	ln, err := gd.listen(ctx, "gateway", gc.Listen, pubTLS, gc.TLS, clientsMode)
-	if err != nil {
-		return nil, err
-	}
-	closers = append(closers, func() { _ = ln.Close() })
 	// The admin port: reads are open only while it binds loopback; writes
 	// (reload, rollout commands) and the profiler need an operate token
 	// unless it binds loopback and no token exists (Validate refuses a
 	// tokenless admin port beyond loopback).
-	adminAddr := gc.Admin
 	var lc net.ListenConfig
-	rawAdmin, err := lc.Listen(ctx, "tcp", adminAddr)
+	rawAdmin, err := lc.Listen(ctx, "tcp", gc.Admin)
 	if err != nil {
-		return nil, fmt.Errorf("listen gateway admin: %w", err)
+		return fmt.Errorf("listen gateway admin: %w", err)
 	}
-	closers = append(closers, func() { _ = rawAdmin.Close() })
+	c.undo.push(func() { _ = rawAdmin.Close() })
 	adminLoopback := config.IsLoopback(rawAdmin.Addr().String())
 	adminOpenWrites := adminLoopback && !gd.hasTokens()
 	if !adminLoopback && !gd.hasOperateToken() {
-		return nil, &exitError{code: 2, err: fmt.Errorf("gateway.admin %s is reachable beyond loopback but no operate token is configured", rawAdmin.Addr())}
+		return &exitError{code: 2, err: fmt.Errorf("gateway.admin %s is reachable beyond loopback but no operate token is configured", rawAdmin.Addr())}
 	}
 	adminPolicy, err := gd.policy(adminLoopback, adminOpenWrites, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	gd.record("admin", rawAdmin.Addr().String(), gc.AdminTLS, authMode(adminLoopback, adminOpenWrites))
-	adminLn := rawAdmin
+	cg.adminLn = rawAdmin
+	scheme := "http://"
 	if adminTLS != nil {
-		adminLn = adminTLS.Listener(rawAdmin)
+		cg.adminLn = adminTLS.Listener(rawAdmin)
+		scheme = "https://"
 	}
-	b.gateway, b.admin = ln.Addr().String(), rawAdmin.Addr().String()
+	b.gateway, b.admin = cg.ln.Addr().String(), rawAdmin.Addr().String()
 	b.tls, b.adminTLS = pubTLS != nil, adminTLS != nil
-	var grpcSrv *grpc.Server
-	if gc.GRPC != "" {
-		// gRPC does its own TLS handshake through its credentials.
-		gln, err := gd.listen(ctx, "gateway_grpc", gc.GRPC, nil, gc.TLS, clientsMode)
-		if err != nil {
-			return nil, err
-		}
-		b.gatewayGRPC = gln.Addr().String()
-		grpcSrv = grpc.NewServer(append(gd.grpcOptions("gateway_grpc", gc.Limits, pubTLS, nil, nil), gw.GRPCServerOptions()...)...)
-		gw.RegisterGRPC(grpcSrv)
-		g.Go(func() error {
-			if err := grpcSrv.Serve(gln); err != nil {
-				return fmt.Errorf("serve gateway grpc: %w", err)
-			}
-			return nil
-		})
+	b.console = scheme + displayAddr(rawAdmin.Addr().String()) + console.Prefix
+	cg.srv = gd.httpServer("gateway", gc.Limits, cg.gw)
+	cg.adminPolicy = adminPolicy
+	return nil
+}
+
+// gatewayClientsMode is how the gateway's listeners take clients, for the
+// listener table.
+func gatewayClientsMode(gc *config.Gateway) string {
+	mode := fmt.Sprintf("api keys (%d clients)", len(gc.Clients))
+	if gc.Anonymous.Allowed {
+		mode += ", anonymous allowed"
 	}
-	srv := gd.httpServer("gateway", gc.Limits, gw)
+	if gc.TLS != nil && gc.TLS.ClientCAFile != "" {
+		mode += ", client certificates"
+	}
+	return mode
+}
+
+// console builds the admin port's handler: the gateway's admin API and
+// the console over every part of the chain.
+func (c *chain) console(gw *gateway.Gateway, errLog *console.ErrorLog) (*console.Console, *http.ServeMux) {
+	gc, reg := c.cfg.Gateway, c.regs.process
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true, Registry: reg})
 	admin := gw.AdminHandler(metrics)
-	src := console.Sources{Gateway: console.GatewayFromAdmin(admin), Errors: errLog, Metrics: chainGatherers(reg, ms, fs)}
-	if ms != nil {
-		src.Models = console.ModelsFromManager(ms.mgr)
+	src := console.Sources{Gateway: console.GatewayFromAdmin(admin), Errors: errLog, Metrics: chainGatherers(reg, c.ms, c.fs)}
+	if c.ms != nil {
+		src.Models = console.ModelsFromManager(c.ms.mgr)
 	}
-	if fs != nil {
-		src.Features = console.FeaturesFromStore(fs.holder, fs.store, time.Now)
+	if c.fs != nil {
+		src.Features = console.FeaturesFromStore(c.fs.holder, c.fs.store, time.Now)
 	}
 	src.GrafanaURL, src.TraceURL = gc.Console.GrafanaURL, gc.Console.TraceURL
 	src.HistoryFile = gc.Console.HistoryFile
-	con := console.New(src, logger)
-	adminMux := http.NewServeMux()
-	adminMux.Handle(console.Prefix, con)
-	adminMux.Handle("/", admin)
-	// The admin port takes no large body; its header bounds are every
-	// port's defaults.
-	adminSrv := gd.httpServer("admin", admission.DefaultLimits(1<<20), adminGuard(adminPolicy, gd.audit, adminMux))
-	g.Go(func() error { return con.Run(gctx) })
-	scheme := "http://"
-	if adminTLS != nil {
-		scheme = "https://"
-	}
-	b.console = scheme + displayAddr(rawAdmin.Addr().String()) + console.Prefix
-	// Run's control loops (health checks, drift, rollouts) stop with
-	// gctx; its access-log writer and shadow workers go on serving the
-	// requests the listeners drain, until gw.Close below waits for them.
-	g.Go(func() error { return gw.Run(gctx) })
-	if cl != nil {
-		// The fleet's watchers and publishers stop with gctx; the
-		// connection closes once the gateway is done (below).
-		g.Go(func() error { return cl.Run(gctx) })
-	}
-	if acc != nil {
-		// The joiner stores what requests log until acc.close below.
-		g.Go(func() error { return acc.run(gctx) })
-	}
-	ok = true
-	for _, s := range []struct {
-		srv *http.Server
-		ln  net.Listener
-	}{{srv, ln}, {adminSrv, adminLn}} {
-		g.Go(func() error {
-			if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("serve gateway: %w", err)
-			}
-			return nil
-		})
-	}
-	g.Go(func() error {
-		defer close(done)
-		defer closeAccess()
-		if cl != nil {
-			defer cl.Close()
-		}
-		<-gctx.Done()
-		// Drain: readiness fails so load balancers stop sending, requests
-		// keep being served for the drain period, then the listener closes
-		// and in-flight requests finish.
-		gw.SetDraining()
-		drain := gc.DrainPeriod.Std()
-		logger.Info("gateway draining", "drain_seconds", drain.Seconds())
-		time.Sleep(drain)
-		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(f.exitTimeoutSecs)*time.Second)
-		defer cancel()
-		if grpcSrv != nil {
-			stopped := make(chan struct{})
-			go func() { grpcSrv.GracefulStop(); close(stopped) }()
-			select {
-			case <-stopped:
-			case <-shutCtx.Done():
-				grpcSrv.Stop()
-			}
-		}
-		err := srv.Shutdown(shutCtx)
-		err = errors.Join(err, adminSrv.Shutdown(shutCtx), gw.Close(shutCtx))
-		if acc != nil {
-			// After the gateway: no request logs a prediction any more.
-			err = errors.Join(err, acc.close(shutCtx))
-		}
-		return err
-	})
-	reload := func(ctx context.Context) error {
-		next, err := config.Load(f.configFile)
-		if err != nil {
-			return err
-		}
-		return gw.Reload(next)
-	}
-	return reload, nil
+	con := console.New(src, c.logger)
+	mux := http.NewServeMux()
+	mux.Handle(console.Prefix, con)
+	mux.Handle("/", admin)
+	return con, mux
 }
 
 // openRecorder opens the recording sink when a service mirrors traffic:

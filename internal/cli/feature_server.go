@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
 	"github.com/sluice-ml/sluice/internal/admission"
@@ -32,20 +31,16 @@ import (
 
 // featureServerFlags are `sluice feature-server`'s flags.
 type featureServerFlags struct {
-	repo            string
-	address         string
-	port            int
-	grpcPort        int
+	// config.FeatureServer holds the settings sluice.yaml's
+	// feature_server has, bound to the flags of the same meaning.
+	config.FeatureServer
 	metricsPort     int
-	aggregate       bool
 	pollSecs        int
 	maxBodyBytes    int64
 	tolerance       time.Duration
 	exitTimeoutSecs int
 	logFormat       string
 	logLevel        string
-	readAuth        string
-	maxEntityRows   int
 	sec             securityFlags
 	// limits come from sluice.yaml's feature_server.limits; without -c,
 	// from --max-request-bytes and the defaults.
@@ -63,18 +58,18 @@ func newFeatureServerCmd() *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.repo, "repo", ".", "feature repository folder (feature_store.yaml and definitions)")
-	fl.StringVar(&f.address, "address", "0.0.0.0", "address the listeners bind to")
-	fl.IntVar(&f.port, "port", 6566, "HTTP port (Feast's default); /metrics is served here too")
-	fl.IntVar(&f.grpcPort, "grpc-port", 0, "port serving Feast's gRPC API (feast.serving.ServingService); 0 for none")
+	fl.StringVar(&f.Repo, "repo", ".", "feature repository folder (feature_store.yaml and definitions)")
+	fl.StringVar(&f.Address, "address", config.DefaultListenAddress, "address the listeners bind to")
+	fl.IntVar(&f.Port, "port", config.DefaultFeaturePort, "HTTP port (Feast's default); /metrics is served here too")
+	fl.IntVar(&f.GRPCPort, "grpc-port", 0, "port serving Feast's gRPC API (feast.serving.ServingService); 0 for none")
 	fl.IntVar(&f.metricsPort, "metrics-port", 0, "extra port serving only /metrics; 0 for none")
-	fl.BoolVar(&f.aggregate, "aggregate", false, "also run the stream aggregators (as sluice features aggregate does) in this process, against its online store: the way to keep stream feature views with the embedded store, which one process owns")
-	fl.IntVar(&f.pollSecs, "registry-poll-secs", 10, "seconds between checks of the definitions and the registry for changes; 0 disables reloading (once applied, the registry serves: unapplied edits and refused type changes are reported, not served)")
+	fl.BoolVar(&f.Aggregate, "aggregate", false, "also run the stream aggregators (as sluice features aggregate does) in this process, against its online store: the way to keep stream feature views with the embedded store, which one process owns")
+	fl.IntVar(&f.pollSecs, "registry-poll-secs", int(config.DefaultRegistryPollInterval/time.Second), "seconds between checks of the definitions and the registry for changes; 0 disables reloading (once applied, the registry serves: unapplied edits and refused type changes are reported, not served)")
 	fl.Int64Var(&f.maxBodyBytes, "max-request-bytes", serving.DefaultMaxBodyBytes, "largest request body accepted")
 	fl.DurationVar(&f.tolerance, "event-time-tolerance", serving.DefaultEventTimeTolerance, "how far past a request's event_timestamp a feature may be before the request is refused")
-	fl.IntVar(&f.exitTimeoutSecs, "exit-timeout-secs", 30, "seconds to wait for in-flight requests at shutdown")
-	fl.StringVar(&f.readAuth, "read-auth", "open", "reads (/get-online-features, /metrics): open, or token (a read or operate token)")
-	fl.IntVar(&f.maxEntityRows, "max-entity-rows", 10000, "most entity rows one feature request may ask for")
+	fl.IntVar(&f.exitTimeoutSecs, "exit-timeout-secs", int(config.DefaultExitTimeout/time.Second), "seconds to wait for in-flight requests at shutdown")
+	fl.StringVar(&f.ReadAuth, "read-auth", config.DefaultReadAuth, "reads (/get-online-features, /metrics): open, or token (a read or operate token)")
+	fl.IntVar(&f.MaxEntityRows, "max-entity-rows", config.DefaultMaxEntityRows, "most entity rows one feature request may ask for")
 	f.sec.register(fl)
 	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -119,18 +114,11 @@ func runFeatureServer(ctx context.Context, cmd *cobra.Command, f *featureServerF
 		return err
 	}
 	defer fsrv.close()
-	g, gctx := errgroup.WithContext(ctx)
-	gd.run(gctx, g)
-	g.Go(func() error {
-		return onHangup(gctx, hup, logger, func() error {
-			gd.reloadTLS()
-			_, err := fsrv.holder.Reload(gctx)
-			return err
-		})
-	})
+	grp := newGroup(ctx)
 	if f.metricsPort > 0 {
-		ms, err := telemetry.NewMetricsServer(ctx, net.JoinHostPort(f.address, strconv.Itoa(f.metricsPort)), reg, logger)
+		ms, err := telemetry.NewMetricsServer(ctx, net.JoinHostPort(f.Address, strconv.Itoa(f.metricsPort)), reg, logger)
 		if err != nil {
+			grp.abandon()
 			_ = fsrv.ln.Close()
 			return err
 		}
@@ -144,19 +132,28 @@ func runFeatureServer(ctx context.Context, cmd *cobra.Command, f *featureServerF
 		}
 		gd.guardMetrics("features_metrics", ml, ms)
 		gd.record("features_metrics", ms.Addr().String(), tlsOpts, "open (reads only)")
-		g.Go(func() error { return ms.Run(gctx) })
+		grp.Go(func() error { return ms.Run(grp.ctx) })
 	}
-	if f.aggregate {
-		agg := aggregateFlags{ackWait: 30 * time.Second, batch: 500}
-		closeAgg, err := agg.startAggregators(ctx, gctx, g, fsrv.holder.Current(), fsrv.store, logger, reg)
+	if f.Aggregate {
+		agg := aggregateFlags{ackWait: defaultAggregateAckWait, batch: defaultAggregateBatch}
+		closeAgg, err := agg.startAggregators(ctx, grp.ctx, grp.eg, fsrv.holder.Current(), fsrv.store, logger, reg)
 		if err != nil {
+			grp.abandon()
 			_ = fsrv.ln.Close()
 			return err
 		}
 		defer closeAgg()
 	}
+	gd.run(grp.ctx, grp.eg)
+	grp.Go(func() error {
+		return onHangup(grp.ctx, hup, logger, func() error {
+			gd.reloadTLS()
+			_, err := fsrv.holder.Reload(grp.ctx)
+			return err
+		})
+	})
 	gd.writeListeners(cmd.OutOrStdout())
-	fsrv.run(ctx, gctx, g, nil)
+	fsrv.add(grp)
 	repo := fsrv.holder.Current()
 	grpcAddr := ""
 	if fsrv.grpcLn != nil {
@@ -164,11 +161,10 @@ func runFeatureServer(ctx context.Context, cmd *cobra.Command, f *featureServerF
 	}
 	logger.Info("feature server ready", "http", fsrv.ln.Addr().String(), "grpc", grpcAddr, "project", repo.Project,
 		"views", len(repo.Views), "online_store", repo.Config.Online.Type, "listeners", gd.Listeners())
-	err = g.Wait()
-	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		err = nil
-	}
-	return err
+	sigs := notifyStop()
+	defer signal.Stop(sigs)
+	defer grp.hurryOn(sigs)()
+	return grp.run(ctx)
 }
 
 // featureServer is a started feature server: registry loaded, online
@@ -197,7 +193,7 @@ func (fs *featureServer) close() {
 // startFeatureServer loads the feature repository, opens its online store
 // and binds the HTTP listener; the caller runs it with run and closes it.
 func startFeatureServer(ctx context.Context, f *featureServerFlags, tlsOpts *config.TLS, gd *guard, logger *slog.Logger, reg *prometheus.Registry) (*featureServer, error) {
-	holder, err := registry.NewHolder(ctx, f.repo, logger, reg)
+	holder, err := registry.NewHolder(ctx, f.Repo, logger, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -219,21 +215,21 @@ func startFeatureServer(ctx context.Context, f *featureServerFlags, tlsOpts *con
 	}
 	h := serving.NewHandler(fs.srv, serving.HandlerOptions{
 		MaxBodyBytes:  limits.MaxBodyBytes,
-		MaxEntityRows: f.maxEntityRows,
+		MaxEntityRows: f.MaxEntityRows,
 		Materializer:  &holderMaterializer{holder: holder, store: store, reg: reg},
 		Metrics:       metricsHandler,
 	})
 	// Writes (/push, /materialize*) need an operate token whenever the
 	// listener reaches beyond loopback; on loopback without tokens they
 	// stay open so the embedded demo needs no set-up.
-	addr := net.JoinHostPort(f.address, strconv.Itoa(f.port))
+	addr := net.JoinHostPort(f.Address, strconv.Itoa(f.Port))
 	loopback := config.IsLoopback(addr)
 	openWrites := loopback && !gd.hasTokens()
 	if !loopback && !gd.hasOperateToken() {
 		logger.Warn("feature writes (/push, /materialize) are refused: the listener reaches beyond loopback and no operate token is configured",
 			"address", addr, "fix", "--security-config with an operate token, or --address 127.0.0.1")
 	}
-	openReads := f.readAuth != "token"
+	openReads := f.ReadAuth != "token"
 	policy, err := gd.policy(openReads, openWrites, nil)
 	if err != nil {
 		fs.close()
@@ -251,16 +247,16 @@ func startFeatureServer(ctx context.Context, f *featureServerFlags, tlsOpts *con
 		return nil, err
 	}
 	fs.httpSrv = gd.httpServer("features", limits, featureGuard(policy, gd.audit, telemetry.TraceHTTP("features.http", h)))
-	if f.grpcPort > 0 {
+	if f.GRPCPort > 0 {
 		// gRPC does its own handshake through its credentials (grpcOptions).
-		fs.grpcLn, err = gd.listen(ctx, "features_grpc", net.JoinHostPort(f.address, strconv.Itoa(f.grpcPort)), nil, tlsOpts, authMode(openReads, openWrites))
+		fs.grpcLn, err = gd.listen(ctx, "features_grpc", net.JoinHostPort(f.Address, strconv.Itoa(f.GRPCPort)), nil, tlsOpts, authMode(openReads, openWrites))
 		if err != nil {
 			_ = fs.ln.Close()
 			fs.close()
 			return nil, err
 		}
 		fs.grpcSrv = grpc.NewServer(gd.grpcOptions("features_grpc", limits, tlsSrv, policy, featureMethodGroup)...)
-		feastpb.RegisterServingServiceServer(fs.grpcSrv, serving.NewGRPCService(fs.srv, serving.GRPCOptions{MaxEntityRows: f.maxEntityRows, Version: Version}))
+		feastpb.RegisterServingServiceServer(fs.grpcSrv, serving.NewGRPCService(fs.srv, serving.GRPCOptions{MaxEntityRows: f.MaxEntityRows, Version: Version}))
 	}
 	return fs, nil
 }
@@ -277,50 +273,31 @@ func featureMethodGroup(fullMethod string) (string, authz.Role) {
 	return "", authz.RoleOperate
 }
 
-// run serves until gctx ends, then shuts the listener down gracefully,
-// after the after channel closes when it is not nil.
-func (fs *featureServer) run(ctx, gctx context.Context, g *errgroup.Group, after <-chan struct{}) {
+// add adds the feature server to grp: its registry watch and listeners
+// serve until the group stops; then the listeners stop taking requests
+// while in-flight ones finish (for the exit timeout at most). Whatever
+// was added to grp after it (the gateway in front) has stopped by then.
+func (fs *featureServer) add(grp *group) {
 	if fs.pollEvery > 0 {
-		g.Go(func() error { return fs.holder.Watch(gctx, fs.pollEvery) })
+		grp.Go(func() error { return fs.holder.Watch(grp.ctx, fs.pollEvery) })
 	}
-	g.Go(func() error { return fs.srv.Run(gctx) })
-	g.Go(func() error {
-		if err := fs.httpSrv.Serve(fs.ln); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve http: %w", err)
-		}
-		return nil
-	})
+	grp.Go(func() error { return fs.srv.Run(grp.ctx) })
 	if fs.grpcSrv != nil {
-		g.Go(func() error {
+		grp.add(func() error {
 			if err := fs.grpcSrv.Serve(fs.grpcLn); err != nil {
 				return fmt.Errorf("serve grpc: %w", err)
 			}
 			return nil
-		})
+		}, nil)
 	}
-	g.Go(func() error {
-		<-gctx.Done()
-		if after != nil {
-			<-after
+	grp.add(func() error {
+		if err := fs.httpSrv.Serve(fs.ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve http: %w", err)
 		}
-		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fs.exitTimeout)
+		return nil
+	}, func(hurry context.Context) error {
+		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(hurry), fs.exitTimeout)
 		defer cancel()
-		stopped := make(chan struct{})
-		go func() {
-			if fs.grpcSrv != nil {
-				fs.grpcSrv.GracefulStop()
-			}
-			close(stopped)
-		}()
-		err := fs.httpSrv.Shutdown(shutCtx)
-		select {
-		case <-stopped:
-		case <-shutCtx.Done():
-			if fs.grpcSrv != nil {
-				fs.grpcSrv.Stop()
-			}
-			<-stopped
-		}
-		return err
+		return shutdownServers(shutCtx, fs.httpSrv, fs.grpcSrv)
 	})
 }

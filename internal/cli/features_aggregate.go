@@ -34,8 +34,8 @@ type aggregateFlags struct {
 
 func (f *aggregateFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringSliceVar(&f.sources, "source", nil, "stream sources to aggregate, comma separated or repeated (default: every stream source an online stream feature view reads)")
-	cmd.Flags().DurationVar(&f.ackWait, "ack-wait", 30*time.Second, "how long NATS waits for an event's acknowledgement before delivering it again (to this or another aggregator)")
-	cmd.Flags().IntVar(&f.batch, "batch", 500, "events fetched and written per batch")
+	cmd.Flags().DurationVar(&f.ackWait, "ack-wait", defaultAggregateAckWait, "how long NATS waits for an event's acknowledgement before delivering it again (to this or another aggregator)")
+	cmd.Flags().IntVar(&f.batch, "batch", defaultAggregateBatch, "events fetched and written per batch")
 }
 
 // streamSources returns the stream sources to aggregate.
@@ -56,6 +56,13 @@ func (f *aggregateFlags) streamSources(repo *registry.Repo) ([]string, error) {
 	}
 	return f.sources, nil
 }
+
+// The stream aggregators' defaults: "sluice features aggregate" flags'
+// and the aggregators the feature server and the chain run in process.
+const (
+	defaultAggregateAckWait = 30 * time.Second
+	defaultAggregateBatch   = 500
+)
 
 // startAggregators opens each source's durable consumer and runs its
 // aggregator in g until gctx ends. The returned func closes the sources.

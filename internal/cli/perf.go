@@ -89,9 +89,10 @@ the summary table to stdout, and -f writes CSV.`,
 	return cmd
 }
 
-func runPerf(ctx context.Context, cmd *cobra.Command, f *perfFlags) error {
+// options are perf's options from the flags; a bad flag is exit code 2.
+func (f *perfFlags) options(cmd *cobra.Command) (perf.Options, error) {
 	if f.model == "" && f.service == "" {
-		return &exitError{code: 2, err: errors.New("perf: -m MODEL (or --service NAME for a gateway service) is required")}
+		return perf.Options{}, &exitError{code: 2, err: errors.New("perf: -m MODEL (or --service NAME for a gateway service) is required")}
 	}
 	opts := perf.Options{
 		Model: f.model, Version: f.version, URL: f.url, Protocol: f.protocol,
@@ -105,7 +106,7 @@ func runPerf(ctx context.Context, cmd *cobra.Command, f *perfFlags) error {
 		Logger:   slog.New(slog.DiscardHandler),
 	}
 	if f.intervalMs <= 0 || f.batch <= 0 || f.requestCount <= 0 || f.trials <= 0 || f.maxInFlight <= 0 || f.stability <= 0 {
-		return &exitError{code: 2, err: errors.New("perf: measurement interval, batch size, request count, max trials, max in-flight and stability percentage must be positive")}
+		return perf.Options{}, &exitError{code: 2, err: errors.New("perf: measurement interval, batch size, request count, max trials, max in-flight and stability percentage must be positive")}
 	}
 	if f.service != "" {
 		body, err := os.ReadFile(f.serviceBody)
@@ -113,10 +114,18 @@ func runPerf(ctx context.Context, cmd *cobra.Command, f *perfFlags) error {
 			err = errors.New("--service needs --service-body FILE: the JSON request, with {{rand LO HI}} for random ids")
 		}
 		if err != nil {
-			return &exitError{code: 2, err: fmt.Errorf("perf: %w", err)}
+			return perf.Options{}, &exitError{code: 2, err: fmt.Errorf("perf: %w", err)}
 		}
 		opts.ServiceBody = body
 	}
+	if err := f.workload(&opts); err != nil {
+		return perf.Options{}, err
+	}
+	return opts, nil
+}
+
+// workload adds the headers, load levels and input shapes to opts.
+func (f *perfFlags) workload(opts *perf.Options) error {
 	for _, h := range f.headers {
 		name, value, ok := strings.Cut(h, ":")
 		if !ok || strings.TrimSpace(name) == "" {
@@ -152,6 +161,14 @@ func runPerf(ctx context.Context, cmd *cobra.Command, f *perfFlags) error {
 			}
 			opts.Shapes[name] = dims
 		}
+	}
+	return nil
+}
+
+func runPerf(ctx context.Context, cmd *cobra.Command, f *perfFlags) error {
+	opts, err := f.options(cmd)
+	if err != nil {
+		return err
 	}
 	results, runErr := perf.Run(ctx, opts)
 	if len(results) > 0 {

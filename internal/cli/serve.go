@@ -18,7 +18,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
 	"github.com/sluice-ml/sluice/internal/admission"
@@ -37,22 +36,17 @@ import (
 )
 
 // serveFlags are the model server's flags. Names follow tritonserver's.
+// The settings sluice.yaml's model_server holds are its config.ModelServer,
+// bound to the flags of the same meaning, so that serve -c takes the
+// file's section whole. Its BackendConfig comes from the file alone;
+// --backend-config values win over it.
 type serveFlags struct {
-	repos           []string
-	controlMode     string
-	loadModels      []string
+	config.ModelServer
 	pollSecs        int
-	cacheDir        string // --repository-cache-dir
-	cacheBytes      int64  // --repository-cache-bytes
-	strictConfig    bool
 	exitOnError     bool
 	strictReadiness bool
 	backendConfig   []string
 	gitCommits      []string
-	address         string
-	httpPort        int
-	grpcPort        int
-	metricsPort     int
 	maxBodyBytes    int64
 	exitTimeoutSecs int
 	logFormat       string
@@ -80,15 +74,7 @@ type serveFlags struct {
 	traceFile     string                      // the console exporter's file; empty: stdout
 	traceConfig   *tritonsettings.TraceConfig // Triton's --trace-config; nil: none given
 	materialize   bool
-	// backendSettings come from sluice.yaml's model_server.backend_config;
-	// --backend-config values win.
-	backendSettings map[string]map[string]string
-	sec             securityFlags
-	httpRestricted  []string
-	grpcRestricted  []string
-	// allowClientSHM is --allow-client-shm: clients may register system
-	// shared-memory regions (off by default, as in Triton).
-	allowClientSHM bool
+	sec           securityFlags
 	// limits come from sluice.yaml's model_server.limits; without -c,
 	// from --max-request-bytes and the defaults.
 	limits *config.Limits
@@ -120,30 +106,30 @@ func newServeCmd(use, short string) *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringArrayVar(&f.repos, "model-repository", nil, "model repository folder (Triton layout) or object-storage location (s3://bucket/path, s3://https://host:port/bucket/path, gs://bucket/path, as://account/container/path); may repeat")
-	fl.StringVar(&f.cacheDir, "repository-cache-dir", "", "folder for the local copies of object-storage model repositories (default: the user cache folder's sluice/model-repositories)")
-	fl.Int64Var(&f.cacheBytes, "repository-cache-bytes", modelrepo.DefaultRemoteCacheBytes, "largest object-storage model repository the local copy holds, in bytes")
+	fl.StringArrayVar(&f.ModelRepository, "model-repository", nil, "model repository folder (Triton layout) or object-storage location (s3://bucket/path, s3://https://host:port/bucket/path, gs://bucket/path, as://account/container/path); may repeat")
+	fl.StringVar(&f.RepositoryCacheDir, "repository-cache-dir", "", "folder for the local copies of object-storage model repositories (default: the user cache folder's sluice/model-repositories)")
+	fl.Int64Var(&f.RepositoryCacheBytes, "repository-cache-bytes", modelrepo.DefaultRemoteCacheBytes, "largest object-storage model repository the local copy holds, in bytes")
 	fl.StringArrayVar(&f.modelStore, "model-store", nil, "Triton's old name for --model-repository")
 	_ = fl.MarkDeprecated("model-store", "use --model-repository")
-	fl.StringVar(&f.controlMode, "model-control-mode", "none", "model control mode: none, poll or explicit")
-	fl.StringArrayVar(&f.loadModels, "load-model", nil, "model to load at start-up in explicit mode; '*' loads all; may repeat")
-	fl.IntVar(&f.pollSecs, "repository-poll-secs", 15, "seconds between repository polls in poll mode")
-	fl.BoolVar(&f.strictConfig, "strict-model-config", false, "require a complete config.pbtxt; no auto-complete from the model")
-	fl.BoolVar(&f.strictConfig, "disable-auto-complete-config", false, "Triton's newer name for --strict-model-config")
+	fl.StringVar(&f.ControlMode, "model-control-mode", config.DefaultControlMode, "model control mode: none, poll or explicit")
+	fl.StringArrayVar(&f.LoadModel, "load-model", nil, "model to load at start-up in explicit mode; '*' loads all; may repeat")
+	fl.IntVar(&f.pollSecs, "repository-poll-secs", int(config.DefaultRepositoryPollInterval/time.Second), "seconds between repository polls in poll mode")
+	fl.BoolVar(&f.StrictModelConfig, "strict-model-config", false, "require a complete config.pbtxt; no auto-complete from the model")
+	fl.BoolVar(&f.StrictModelConfig, "disable-auto-complete-config", false, "Triton's newer name for --strict-model-config")
 	fl.BoolVar(&f.exitOnError, "exit-on-error", false, "exit at start-up if any model fails to load (Triton's default is true; Sluice keeps serving the others); given as false, a model repository that cannot be read at start leaves the server up, not live and not ready, as Triton does, instead of exiting")
 	fl.BoolVar(&f.strictReadiness, "strict-readiness", true, "server readiness (/v2/health/ready) requires every model to be ready, as Triton's default; with -c the default is false (model_server.strict_readiness), so one broken model does not take the whole process out of rotation")
 	fl.StringArrayVar(&f.backendConfig, "backend-config", nil, "backend setting as <backend>,<setting>=<value>, e.g. onnxruntime,library=/path/libonnxruntime.so.1")
 	fl.StringArrayVar(&f.gitCommits, "model-git-commit", nil, "expected git commit of a model as <model>=<sha>; a mismatch refuses the load; may repeat")
-	fl.StringVar(&f.address, "address", "0.0.0.0", "address the HTTP, gRPC and metrics listeners bind to (Triton's default: every interface; with -c the config's model_server.address, default 127.0.0.1, applies)")
-	fl.StringArrayVar(&f.httpRestricted, "http-restricted-api", nil, "restrict KServe API groups on HTTP as Triton does: <API>[,<API>...]:<key>=<value> (e.g. model-repository:admin-key=secret); may repeat")
-	fl.StringArrayVar(&f.grpcRestricted, "grpc-restricted-protocol", nil, "restrict KServe API groups on gRPC as Triton does: <API>[,<API>...]:<key>=<value>; may repeat")
-	fl.BoolVar(&f.allowClientSHM, "allow-client-shm", false, "let clients register system shared-memory regions (/dev/shm objects the server then reads inputs from and writes outputs to), as Triton's flag; off by default, as in Triton: register and unregister are refused, status lists nothing")
+	fl.StringVar(&f.Address, "address", config.DefaultListenAddress, "address the HTTP, gRPC and metrics listeners bind to (Triton's default: every interface; with -c the config's model_server.address, default 127.0.0.1, applies)")
+	fl.StringArrayVar(&f.HTTPRestrictedAPI, "http-restricted-api", nil, "restrict KServe API groups on HTTP as Triton does: <API>[,<API>...]:<key>=<value> (e.g. model-repository:admin-key=secret); may repeat")
+	fl.StringArrayVar(&f.GRPCRestrictedProtocol, "grpc-restricted-protocol", nil, "restrict KServe API groups on gRPC as Triton does: <API>[,<API>...]:<key>=<value>; may repeat")
+	fl.BoolVar(&f.AllowClientSHM, "allow-client-shm", false, "let clients register system shared-memory regions (/dev/shm objects the server then reads inputs from and writes outputs to), as Triton's flag; off by default, as in Triton: register and unregister are refused, status lists nothing")
 	f.sec.register(fl)
-	fl.IntVar(&f.httpPort, "http-port", 8000, "KServe v2 HTTP port")
-	fl.IntVar(&f.grpcPort, "grpc-port", 8001, "KServe v2 gRPC port")
-	fl.IntVar(&f.metricsPort, "metrics-port", 8002, "Prometheus /metrics port")
-	fl.Int64Var(&f.maxBodyBytes, "max-request-bytes", 64<<20, "largest HTTP body or gRPC message accepted")
-	fl.IntVar(&f.exitTimeoutSecs, "exit-timeout-secs", 30, "seconds to wait for in-flight requests at shutdown")
+	fl.IntVar(&f.HTTPPort, "http-port", config.DefaultModelHTTPPort, "KServe v2 HTTP port")
+	fl.IntVar(&f.GRPCPort, "grpc-port", config.DefaultModelGRPCPort, "KServe v2 gRPC port")
+	fl.IntVar(&f.MetricsPort, "metrics-port", config.DefaultModelMetricsPort, "Prometheus /metrics port")
+	fl.Int64Var(&f.maxBodyBytes, "max-request-bytes", config.DefaultModelMaxBodyBytes, "largest HTTP body or gRPC message accepted")
+	fl.IntVar(&f.exitTimeoutSecs, "exit-timeout-secs", int(config.DefaultExitTimeout/time.Second), "seconds to wait for in-flight requests at shutdown")
 	fl.Int64Var(&f.cacheSize, "cache-size", 0, "bytes of the response cache shared by models with response_cache { enable: true }; 0 disables it")
 	fl.StringArrayVar(&f.cacheConfig, "cache-config", nil, "Triton's spelling of --cache-size: local,size=<bytes> (the local cache is the one supported)")
 	fl.Int64Var(&f.cacheByteSize, "response-cache-byte-size", 0, "Triton's older spelling of --cache-size")
@@ -342,32 +328,32 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 		return err
 	}
 	defer gd.close()
-	ms, err := startModelServer(ctx, f, tlsOpts, gd, logger, reg)
+	var undo cleanups
+	defer undo.run()
+	ms, err := startModelServer(ctx, f, tlsOpts, gd, logger, reg, &undo)
 	if err != nil {
 		return err
 	}
-	defer ms.closeBackends()
 	logger.Info("sluice ready",
 		"http", ms.httpLn.Addr().String(), "grpc", ms.grpcLn.Addr().String(), "metrics", ms.metricsAddr(),
 		"startup_seconds", time.Since(start).Seconds(), "listeners", gd.Listeners())
 	gd.writeListeners(cmd.OutOrStdout())
-	g, gctx := errgroup.WithContext(ctx)
+	sigs := notifyStop()
+	defer signal.Stop(sigs)
+	grp := newGroup(ctx)
+	defer grp.hurryOn(sigs)()
 	if ms.metrics != nil {
-		g.Go(func() error { return ms.metrics.Run(gctx) })
+		grp.Go(func() error { return ms.metrics.Run(grp.ctx) })
 	}
-	gd.run(gctx, g)
-	ms.run(ctx, gctx, g, nil)
-	g.Go(func() error {
-		return onHangup(gctx, hup, logger, func() error {
+	gd.run(grp.ctx, grp.eg)
+	ms.add(grp)
+	grp.Go(func() error {
+		return onHangup(grp.ctx, hup, logger, func() error {
 			gd.reloadTLS()
-			return ms.mgr.Poll(gctx)
+			return ms.mgr.Poll(grp.ctx)
 		})
 	})
-	err = g.Wait()
-	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		err = nil
-	}
-	return err
+	return grp.run(ctx)
 }
 
 // modelServer is a started model server: models loaded, listeners open.
@@ -393,27 +379,88 @@ func (ms *modelServer) closeBackends() {
 	}
 }
 
-// startModelServer loads the models and opens the listeners. The caller
-// runs it with run and closes the backends after.
-func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, gd *guard, logger *slog.Logger, reg *prometheus.Registry) (*modelServer, error) {
-	f.repos = append(f.repos, f.modelStore...)
-	if len(f.repos) == 0 {
+// startModelServer loads the models and opens the listeners. What it
+// opens (backends, listeners) it pushes on undo, which the caller runs
+// when the process ends, or now when the start fails; the caller serves
+// it with add.
+func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, gd *guard, logger *slog.Logger, reg *prometheus.Registry, undo *cleanups) (*modelServer, error) {
+	f.ModelRepository = append(f.ModelRepository, f.modelStore...)
+	if len(f.ModelRepository) == 0 {
 		return nil, errors.New("--model-repository is required")
 	}
-	mode := modelrepo.ControlMode(f.controlMode)
+	mode := modelrepo.ControlMode(f.ControlMode)
 	switch mode {
 	case modelrepo.ControlNone, modelrepo.ControlPoll, modelrepo.ControlExplicit:
 	default:
-		return nil, fmt.Errorf("--model-control-mode %q: want none, poll or explicit", f.controlMode)
+		return nil, fmt.Errorf("--model-control-mode %q: want none, poll or explicit", f.ControlMode)
 	}
-	settings, err := backendSettings(f.backendConfig)
+	settings, err := f.mergedBackendSettings()
 	if err != nil {
 		return nil, err
 	}
 	if f.cacheSize, err = cacheSizeFlags(f.cacheSize, f.cacheByteSize, f.cacheConfig); err != nil {
 		return nil, err
 	}
-	for name, kv := range f.backendSettings {
+	commits, err := parseCommits(f.gitCommits)
+	if err != nil {
+		return nil, err
+	}
+	hooks, err := readTestHooks(logger)
+	if err != nil {
+		return nil, err
+	}
+	backends, closeBackends, err := newBackends(settings, logger, reg)
+	if err != nil {
+		return nil, err
+	}
+	ms := &modelServer{closeBack: closeBackends, logger: logger, reg: reg, exitTimeout: time.Duration(f.exitTimeoutSecs) * time.Second}
+	undo.push(ms.closeBackends)
+	mgr, err := modelrepo.New(modelrepo.Options{
+		Repositories:     f.ModelRepository,
+		ControlMode:      mode,
+		StartupModels:    f.LoadModel,
+		PollInterval:     time.Duration(f.pollSecs) * time.Second,
+		RemoteCacheDir:   f.RepositoryCacheDir,
+		RemoteCacheBytes: f.RepositoryCacheBytes,
+		StrictConfig:     f.StrictModelConfig,
+		ExitOnError:      f.exitOnError,
+		ExpectedCommits:  commits,
+		StrictReadiness:  f.strictReadiness,
+		CacheSizeBytes:   f.cacheSize,
+		MaxOutputBytes:   f.maxOutputBytes,
+
+		DisableTritonMetrics: !f.tritonMetrics,
+		HoldSchedulerUntil:   hooks.hold,
+		HoldBacklogUntil:     hooks.backlogHold,
+	}, backends, logger, reg)
+	if err != nil {
+		return nil, err
+	}
+	ms.mgr = mgr
+	ms.models = &drainingModels{Manager: mgr}
+	if err := ms.listen(ctx, f, tlsOpts, gd, hooks.grpcDelay, undo); err != nil {
+		return nil, err
+	}
+	if err := mgr.Start(ctx); err != nil && f.stayUpOnInitError && !errors.Is(err, context.Canceled) {
+		// Triton with --exit-on-error=false: the endpoints stay up so that
+		// health checks and the server metadata tell what happened
+		// (qa/L0_lifecycle test_parse_error_noexit).
+		logger.Error("model server failed to initialize; serving neither live nor ready (--exit-on-error=false)", "err", err)
+		ms.models.failed.Store(true)
+	} else if err != nil {
+		return nil, &exitError{code: 1, err: err}
+	}
+	return ms, nil
+}
+
+// mergedBackendSettings are --backend-config's settings over sluice.yaml's
+// model_server.backend_config.
+func (f *serveFlags) mergedBackendSettings() (map[string]map[string]string, error) {
+	settings, err := backendSettings(f.backendConfig)
+	if err != nil {
+		return nil, err
+	}
+	for name, kv := range f.BackendConfig {
 		if settings[name] == nil {
 			settings[name] = map[string]string{}
 		}
@@ -423,56 +470,32 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 			}
 		}
 	}
-	commits, err := parseCommits(f.gitCommits)
-	if err != nil {
-		return nil, err
-	}
-	hold, err := delaySchedulerHook(os.LookupEnv, logger)
-	if err != nil {
-		return nil, err
-	}
-	grpcDelay, err := delayGRPCResponseHook(os.LookupEnv, logger)
-	if err != nil {
-		return nil, err
-	}
-	backlogHold, err := backlogDelaySchedulerHook(os.LookupEnv, logger)
-	if err != nil {
-		return nil, err
-	}
-	backends, closeBackends, err := newBackends(settings, logger, reg)
-	if err != nil {
-		return nil, err
-	}
-	ms := &modelServer{closeBack: closeBackends, logger: logger, reg: reg, exitTimeout: time.Duration(f.exitTimeoutSecs) * time.Second}
-	ok := false
-	defer func() {
-		if !ok {
-			ms.closeBackends()
-		}
-	}()
-	mgr, err := modelrepo.New(modelrepo.Options{
-		Repositories:     f.repos,
-		ControlMode:      mode,
-		StartupModels:    f.loadModels,
-		PollInterval:     time.Duration(f.pollSecs) * time.Second,
-		RemoteCacheDir:   f.cacheDir,
-		RemoteCacheBytes: f.cacheBytes,
-		StrictConfig:     f.strictConfig,
-		ExitOnError:      f.exitOnError,
-		ExpectedCommits:  commits,
-		StrictReadiness:  f.strictReadiness,
-		CacheSizeBytes:   f.cacheSize,
-		MaxOutputBytes:   f.maxOutputBytes,
+	return settings, nil
+}
 
-		DisableTritonMetrics: !f.tritonMetrics,
-		HoldSchedulerUntil:   hold,
-		HoldBacklogUntil:     backlogHold,
-	}, backends, logger, reg)
-	if err != nil {
-		return nil, err
+// testHooks are Triton's test hooks read from the environment.
+type testHooks struct {
+	hold, backlogHold int
+	grpcDelay         time.Duration
+}
+
+func readTestHooks(logger *slog.Logger) (testHooks, error) {
+	var h testHooks
+	var err error
+	if h.hold, err = delaySchedulerHook(os.LookupEnv, logger); err != nil {
+		return h, err
 	}
-	ms.mgr = mgr
-	ms.models = &drainingModels{Manager: mgr}
+	if h.grpcDelay, err = delayGRPCResponseHook(os.LookupEnv, logger); err != nil {
+		return h, err
+	}
+	h.backlogHold, err = backlogDelaySchedulerHook(os.LookupEnv, logger)
+	return h, err
+}
+
+// listen opens the model server's listeners and builds the servers on
+// them; what it opens it pushes on undo.
+func (ms *modelServer) listen(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, gd *guard, grpcDelay time.Duration, undo *cleanups) error {
+	logger, reg := ms.logger, ms.reg
 
 	limits := admission.DefaultLimits(f.maxBodyBytes)
 	if f.limits != nil {
@@ -483,48 +506,47 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	// worth a warning (under serve -c the config refuses it instead). HTTP
 	// and gRPC are restricted separately, so either can leave it open.
 	var openProtocols []string
-	if !restrictsRepository(f.httpRestricted) {
+	if !restrictsRepository(f.HTTPRestrictedAPI) {
 		openProtocols = append(openProtocols, "http")
 	}
-	if !restrictsRepository(f.grpcRestricted) {
+	if !restrictsRepository(f.GRPCRestrictedProtocol) {
 		openProtocols = append(openProtocols, "grpc")
 	}
 	openWrites := !gd.hasTokens()
-	if openWrites && len(openProtocols) > 0 && !config.IsLoopback(f.address) {
+	if openWrites && len(openProtocols) > 0 && !config.IsLoopback(f.Address) {
 		logger.Warn("the model repository API (load/unload) is open to the network without a credential",
-			"address", f.address, "protocols", openProtocols,
+			"address", f.Address, "protocols", openProtocols,
 			"fix", "--security-config with an operate token, --http-restricted-api and --grpc-restricted-protocol model-repository:<key>=<value>, or --address 127.0.0.1")
 	}
-	httpPolicy, err := gd.policy(true, openWrites, f.httpRestricted)
+	httpPolicy, err := gd.policy(true, openWrites, f.HTTPRestrictedAPI)
 	if err != nil {
-		return nil, fmt.Errorf("--http-restricted-api: %w", err)
+		return fmt.Errorf("--http-restricted-api: %w", err)
 	}
-	grpcPolicy, err := gd.policy(true, openWrites, f.grpcRestricted)
+	grpcPolicy, err := gd.policy(true, openWrites, f.GRPCRestrictedProtocol)
 	if err != nil {
-		return nil, fmt.Errorf("--grpc-restricted-protocol: %w", err)
+		return fmt.Errorf("--grpc-restricted-protocol: %w", err)
 	}
 	tlsSrv, err := gd.tlsFor("models", tlsOpts)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	auth := authMode(true, openWrites)
-	if ms.httpLn, err = gd.listen(ctx, "models_http", net.JoinHostPort(f.address, strconv.Itoa(f.httpPort)), tlsSrv, tlsOpts, auth); err != nil {
-		return nil, err
+	if ms.httpLn, err = gd.listen(ctx, "models_http", net.JoinHostPort(f.Address, strconv.Itoa(f.HTTPPort)), tlsSrv, tlsOpts, auth); err != nil {
+		return err
 	}
+	undo.push(func() { _ = ms.httpLn.Close() })
 	// Forwarded header values keep their trailing whitespace, as Triton's.
 	ms.httpLn = httpapi.RecordHeads(ms.httpLn)
 	// gRPC does its own handshake through its credentials (grpcOptions).
-	if ms.grpcLn, err = gd.listen(ctx, "models_grpc", net.JoinHostPort(f.address, strconv.Itoa(f.grpcPort)), nil, tlsOpts, auth); err != nil {
-		_ = ms.httpLn.Close()
-		return nil, err
+	if ms.grpcLn, err = gd.listen(ctx, "models_grpc", net.JoinHostPort(f.Address, strconv.Itoa(f.GRPCPort)), nil, tlsOpts, auth); err != nil {
+		return err
 	}
+	undo.push(func() { _ = ms.grpcLn.Close() })
 	if !f.noMetrics {
-		metricsAddr := net.JoinHostPort(f.address, strconv.Itoa(f.metricsPort))
+		metricsAddr := net.JoinHostPort(f.Address, strconv.Itoa(f.MetricsPort))
 		ms.metrics, err = telemetry.NewMetricsServer(ctx, metricsAddr, reg, logger)
 		if err != nil {
-			_ = ms.httpLn.Close()
-			_ = ms.grpcLn.Close()
-			return nil, listenError(tritonServices["metrics"], metricsAddr, err)
+			return listenError(tritonServices["metrics"], metricsAddr, err)
 		}
 		if tlsSrv != nil {
 			ms.metrics.UseTLS(tlsSrv.Config())
@@ -538,21 +560,21 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	}
 	// System shared-memory regions, shared by HTTP and gRPC; a request reads
 	// at most what its body could carry. Off unless --allow-client-shm.
-	ms.shm = shm.New(shm.Options{MaxRequestBytes: limits.MaxBodyBytes, Disabled: !f.allowClientSHM})
+	ms.shm = shm.New(shm.Options{MaxRequestBytes: limits.MaxBodyBytes, Disabled: !f.AllowClientSHM})
 	httpForward, err := forwardPattern("--http-header-forward-pattern", f.httpForward)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	grpcForward, err := forwardPattern("--grpc-header-forward-pattern", f.grpcForward)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var extSettings *tritonsettings.Settings // Triton's logging and trace extensions
 	if f.levelVar != nil {
 		extSettings = tritonsettings.New(f.levelVar, f.logFormat, f.sampling)
 		if f.traceConfig != nil {
 			if err := extSettings.ConfigureTrace(*f.traceConfig); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
@@ -569,19 +591,7 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 		Extra:          gd.grpcOptions("models_grpc", limits, tlsSrv, grpcPolicy, authz.KServeMethodGroup),
 	})
 
-	if err := mgr.Start(ctx); err != nil && f.stayUpOnInitError && !errors.Is(err, context.Canceled) {
-		// Triton with --exit-on-error=false: the endpoints stay up so that
-		// health checks and the server metadata tell what happened
-		// (qa/L0_lifecycle test_parse_error_noexit).
-		logger.Error("model server failed to initialize; serving neither live nor ready (--exit-on-error=false)", "err", err)
-		ms.models.failed.Store(true)
-	} else if err != nil {
-		_ = ms.httpLn.Close()
-		_ = ms.grpcLn.Close()
-		return nil, &exitError{code: 1, err: err}
-	}
-	ok = true
-	return ms, nil
+	return nil
 }
 
 // forwardPattern compiles a header forward pattern; "" is none. Matching
@@ -608,44 +618,61 @@ func restrictsRepository(rules []string) bool {
 	return false
 }
 
-// run serves until gctx ends, then shuts down: readiness fails, listeners
-// stop taking requests while in-flight ones finish, then the models
-// unload. When after is not nil, the shutdown waits for it first (the
-// gateway in front drains before the model server goes).
-func (ms *modelServer) run(ctx, gctx context.Context, g *errgroup.Group, after <-chan struct{}) {
-	g.Go(func() error { return ms.mgr.Run(gctx) })
-	g.Go(func() error {
+// add adds the model server to grp: its repository loop and listeners
+// serve until the group stops; then readiness fails, the listeners stop
+// taking requests while in-flight ones finish, and the models unload.
+// Whatever was added to grp after it (the gateway in front) has stopped
+// by then.
+func (ms *modelServer) add(grp *group) {
+	grp.Go(func() error { return ms.mgr.Run(grp.ctx) })
+	grp.add(func() error {
 		if err := ms.httpSrv.Serve(ms.httpLn); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve http: %w", err)
 		}
 		return nil
-	})
-	g.Go(func() error {
+	}, nil)
+	grp.add(func() error {
 		if err := ms.grpcSrv.Serve(ms.grpcLn); err != nil {
 			return fmt.Errorf("serve grpc: %w", err)
 		}
 		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		if after != nil {
-			<-after
+	}, ms.shutdown)
+}
+
+// shutdown stops the model server: readiness fails, the listeners stop
+// taking requests while in-flight ones finish (for the exit timeout at
+// most), then the models unload.
+func (ms *modelServer) shutdown(hurry context.Context) error {
+	ms.models.draining.Store(true)
+	ms.grpcSvc.Shutdown() // health turns NOT_SERVING; Watch streams end
+	ms.logger.Info("shutting down the model server", "exit_timeout_seconds", ms.exitTimeout.Seconds())
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(hurry), ms.exitTimeout)
+	defer cancel()
+	err := errors.Join(shutdownServers(shutCtx, ms.httpSrv, ms.grpcSrv), ms.mgr.Close(shutCtx), ms.shm.Close())
+	return err
+}
+
+// shutdownServers stops an HTTP server and, when not nil, a gRPC server
+// gracefully, together; when ctx ends first, the gRPC server's calls are
+// cut.
+func shutdownServers(ctx context.Context, httpSrv *http.Server, grpcSrv *grpc.Server) error {
+	stopped := make(chan struct{})
+	go func() {
+		if grpcSrv != nil {
+			grpcSrv.GracefulStop()
 		}
-		ms.models.draining.Store(true)
-		ms.grpcSvc.Shutdown() // health turns NOT_SERVING; Watch streams end
-		ms.logger.Info("shutting down the model server", "exit_timeout_seconds", ms.exitTimeout.Seconds())
-		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ms.exitTimeout)
-		defer cancel()
-		stopped := make(chan struct{})
-		go func() { ms.grpcSrv.GracefulStop(); close(stopped) }()
-		err := ms.httpSrv.Shutdown(shutCtx)
-		select {
-		case <-stopped:
-		case <-shutCtx.Done():
-			ms.grpcSrv.Stop()
+		close(stopped)
+	}()
+	err := httpSrv.Shutdown(ctx)
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		if grpcSrv != nil {
+			grpcSrv.Stop()
 		}
-		return errors.Join(err, ms.mgr.Close(shutCtx), ms.shm.Close())
-	})
+		<-stopped
+	}
+	return err
 }
 
 // setupTracing starts span export when an endpoint is set; the returned

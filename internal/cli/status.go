@@ -211,6 +211,55 @@ func writeStatus(w io.Writer, rep *statusReport) {
 	}
 	fmt.Fprintf(w, "Sluice at %s: %s (%d critical, %s)\n\n", clean(rep.Admin), verdict, crit, plural(warn, "warning"))
 
+	writeStatusSummary(w, rep)
+	if len(rep.Models) > 0 {
+		fmt.Fprintln(w, "\nMODELS")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, m := range rep.Models {
+			var vs []string
+			var n uint64
+			for _, v := range m.Versions {
+				vs = append(vs, versionText(v, s.Time))
+				n += v.InferenceCount
+			}
+			if len(vs) == 0 {
+				vs = append(vs, clean(m.State))
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%d inferences\n", clean(m.Name), strings.Join(vs, "  "), n)
+		}
+		_ = tw.Flush()
+	}
+	if len(rep.Views) > 0 {
+		fmt.Fprintln(w, "\nFEATURE VIEWS")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, v := range rep.Views {
+			state, fresh, hot := viewText(v, s.Time)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", clean(v.Name), state, fresh, hot)
+		}
+		_ = tw.Flush()
+	}
+	if g := rep.Gateway; g != nil && len(g.Services) > 0 {
+		fmt.Fprintln(w, "\nSERVICES")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, svc := range g.Services {
+			routes, extra := serviceText(svc)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", clean(svc.Name), strings.Join(routes, " | "), strings.Join(extra, " · "))
+		}
+		_ = tw.Flush()
+	}
+	if len(s.Problems) > 0 {
+		fmt.Fprintln(w, "\nPROBLEMS")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, p := range s.Problems {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", p.Severity, clean(p.Area), clean(p.Subject), truncate(clean(p.Message), 160))
+		}
+		_ = tw.Flush()
+	}
+}
+
+// writeStatusSummary prints the report's one line per component.
+func writeStatusSummary(w io.Writer, rep *statusReport) {
+	s := &rep.Summary
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if g := rep.Gateway; g != nil {
 		ready := "ready"
@@ -236,101 +285,67 @@ func writeStatus(w io.Writer, rep *statusReport) {
 		fmt.Fprintf(tw, "console\tnot served on this admin port: models, feature views and errors unknown\n")
 	}
 	_ = tw.Flush()
+}
 
-	if len(rep.Models) > 0 {
-		fmt.Fprintln(w, "\nMODELS")
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		for _, m := range rep.Models {
-			var vs []string
-			var n uint64
-			for _, v := range m.Versions {
-				vs = append(vs, versionText(v, s.Time))
-				n += v.InferenceCount
-			}
-			if len(vs) == 0 {
-				vs = append(vs, clean(m.State))
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%d inferences\n", clean(m.Name), strings.Join(vs, "  "), n)
-		}
-		_ = tw.Flush()
+// viewText is a feature view's state, freshness and hot-cache columns.
+func viewText(v console.View, now time.Time) (state, fresh, hot string) {
+	state = "fresh"
+	switch {
+	case !v.Online:
+		state = "offline"
+	case v.Error != "":
+		state = "ERROR"
+	case v.Stale:
+		state = "STALE"
 	}
-	if len(rep.Views) > 0 {
-		fmt.Fprintln(w, "\nFEATURE VIEWS")
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		for _, v := range rep.Views {
-			state, fresh := "fresh", ""
-			switch {
-			case !v.Online:
-				state = "offline"
-			case v.Error != "":
-				state = "ERROR"
-			case v.Stale:
-				state = "STALE"
-			}
-			if v.Online {
-				fresh = "never materialized"
-				if v.Materialized {
-					fresh = "materialized " + ago(s.Time, v.LastSuccess) + " ago"
-				}
-				if v.TTLSeconds > 0 {
-					fresh += ", ttl " + humanDuration(time.Duration(v.TTLSeconds*float64(time.Second)))
-				}
-			}
-			hot := ""
-			if h := v.Hot; h != nil {
-				hot = fmt.Sprintf("hot: %d keys", h.Keys)
-				if share := h.HitShare(); share >= 0 {
-					hot += fmt.Sprintf(", %.0f%% of hot reads hit", share*100)
-				}
-				if h.Stale {
-					hot += ", STALE"
-				}
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", clean(v.Name), state, fresh, hot)
+	if v.Online {
+		fresh = "never materialized"
+		if v.Materialized {
+			fresh = "materialized " + ago(now, v.LastSuccess) + " ago"
 		}
-		_ = tw.Flush()
-	}
-	if g := rep.Gateway; g != nil && len(g.Services) > 0 {
-		fmt.Fprintln(w, "\nSERVICES")
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		for _, svc := range g.Services {
-			var routes []string
-			for _, r := range svc.Routes {
-				var ts []string
-				for _, t := range r.Targets {
-					v := t.Version
-					if v == "" {
-						v = svc.ModelVersion
-					}
-					ts = append(ts, fmt.Sprintf("v%s %d%%", clean(v), t.Weight))
-				}
-				routes = append(routes, clean(r.Name)+"→"+strings.Join(ts, " "))
-			}
-			extra := []string{"rollout none"}
-			if r := svc.Rollout; r != nil {
-				extra[0] = fmt.Sprintf("rollout %s stage %d/%d (%g%% to v%s)", clean(r.State), r.Stage, r.Stages, r.Traffic, clean(r.Candidate))
-			}
-			if sh := svc.Shadow; sh != nil {
-				extra = append(extra, fmt.Sprintf("shadow v%s %g%%", clean(sh.Version), sh.Percent))
-			}
-			if b := svc.Breaker; b != nil {
-				extra = append(extra, "breaker "+map[bool]string{true: "OPEN", false: "closed"}[b.Open])
-			}
-			if fb := svc.Fallback; fb != nil {
-				extra = append(extra, "fallback "+map[bool]string{true: "ON", false: "off"}[fb.Triggered])
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\n", clean(svc.Name), strings.Join(routes, " | "), strings.Join(extra, " · "))
+		if v.TTLSeconds > 0 {
+			fresh += ", ttl " + humanDuration(time.Duration(v.TTLSeconds*float64(time.Second)))
 		}
-		_ = tw.Flush()
 	}
-	if len(s.Problems) > 0 {
-		fmt.Fprintln(w, "\nPROBLEMS")
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		for _, p := range s.Problems {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", p.Severity, clean(p.Area), clean(p.Subject), truncate(clean(p.Message), 160))
+	if h := v.Hot; h != nil {
+		hot = fmt.Sprintf("hot: %d keys", h.Keys)
+		if share := h.HitShare(); share >= 0 {
+			hot += fmt.Sprintf(", %.0f%% of hot reads hit", share*100)
 		}
-		_ = tw.Flush()
+		if h.Stale {
+			hot += ", STALE"
+		}
 	}
+	return state, fresh, hot
+}
+
+// serviceText is a service's routes and its release state.
+func serviceText(svc console.Service) (routes, extra []string) {
+	for _, r := range svc.Routes {
+		var ts []string
+		for _, t := range r.Targets {
+			v := t.Version
+			if v == "" {
+				v = svc.ModelVersion
+			}
+			ts = append(ts, fmt.Sprintf("v%s %d%%", clean(v), t.Weight))
+		}
+		routes = append(routes, clean(r.Name)+"→"+strings.Join(ts, " "))
+	}
+	extra = []string{"rollout none"}
+	if r := svc.Rollout; r != nil {
+		extra[0] = fmt.Sprintf("rollout %s stage %d/%d (%g%% to v%s)", clean(r.State), r.Stage, r.Stages, r.Traffic, clean(r.Candidate))
+	}
+	if sh := svc.Shadow; sh != nil {
+		extra = append(extra, fmt.Sprintf("shadow v%s %g%%", clean(sh.Version), sh.Percent))
+	}
+	if b := svc.Breaker; b != nil {
+		extra = append(extra, "breaker "+map[bool]string{true: "OPEN", false: "closed"}[b.Open])
+	}
+	if fb := svc.Fallback; fb != nil {
+		extra = append(extra, "fallback "+map[bool]string{true: "ON", false: "off"}[fb.Triggered])
+	}
+	return routes, extra
 }
 
 func countText(c *console.Count) string {

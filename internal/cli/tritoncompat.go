@@ -88,40 +88,16 @@ func parseTraceConfig(args []string) (tritonsettings.TraceConfig, error) {
 			return tc, fmt.Errorf("--trace-config %q: want key=value or triton,file=PATH", a)
 		}
 		bad := func(want string) error { return fmt.Errorf("--trace-config %s: %s must be %s, not %q", a, k, want, v) }
-		switch {
-		case section == "" && k == "level":
-			switch v {
-			case "OFF":
-				tc.Level = []string{"OFF"}
-			case "TIMESTAMPS", "TENSORS":
-				tc.Level = slices.DeleteFunc(tc.Level, func(l string) bool { return l == "OFF" || l == v })
-				tc.Level = append(tc.Level, v)
-			default:
-				return tc, bad("OFF, TIMESTAMPS or TENSORS")
-			}
-		case section == "" && k == "rate":
-			n, err := strconv.ParseUint(v, 10, 64)
-			if err != nil || n < 1 {
-				return tc, bad("an integer >= 1")
-			}
-			tc.Rate = n
-		case section == "" && k == "count":
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < -1 {
-				return tc, bad("an integer >= -1")
-			}
-			tc.Count = &n
-		case section == "" && k == "log_frequency":
-			n, err := strconv.ParseUint(v, 10, 64)
+		if section == "" {
+			known, err := setTraceSetting(&tc, k, v, bad)
 			if err != nil {
-				return tc, bad("an integer >= 0")
+				return tc, err
 			}
-			tc.LogFrequency = n
-		case section == "" && k == "mode":
-			if v != tritonsettings.ModeTriton && v != tritonsettings.ModeOpenTelemetry {
-				return tc, bad("triton or opentelemetry")
+			if known {
+				continue
 			}
-			tc.Mode = v
+		}
+		switch {
 		case section == "triton" && k == "file":
 			if v == "" {
 				return tc, bad("a file path")
@@ -134,6 +110,49 @@ func parseTraceConfig(args []string) (tritonsettings.TraceConfig, error) {
 		}
 	}
 	return tc, nil
+}
+
+// setTraceSetting applies one of --trace-config's global settings
+// (key=value); known is false for a key that is none of them.
+func setTraceSetting(tc *tritonsettings.TraceConfig, k, v string, bad func(want string) error) (known bool, err error) {
+	switch k {
+	case "level":
+		switch v {
+		case "OFF":
+			tc.Level = []string{"OFF"}
+		case "TIMESTAMPS", "TENSORS":
+			tc.Level = slices.DeleteFunc(tc.Level, func(l string) bool { return l == "OFF" || l == v })
+			tc.Level = append(tc.Level, v)
+		default:
+			return true, bad("OFF, TIMESTAMPS or TENSORS")
+		}
+	case "rate":
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n < 1 {
+			return true, bad("an integer >= 1")
+		}
+		tc.Rate = n
+	case "count":
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < -1 {
+			return true, bad("an integer >= -1")
+		}
+		tc.Count = &n
+	case "log_frequency":
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return true, bad("an integer >= 0")
+		}
+		tc.LogFrequency = n
+	case "mode":
+		if v != tritonsettings.ModeTriton && v != tritonsettings.ModeOpenTelemetry {
+			return true, bad("triton or opentelemetry")
+		}
+		tc.Mode = v
+	default:
+		return false, nil
+	}
+	return true, nil
 }
 
 // explain logs, once at start-up, what the accepted no-op flags do.

@@ -108,6 +108,18 @@ func cliFreeAddr(t *testing.T) string {
 	return addr
 }
 
+// etaServiceYAML is a gateway service, eta, whose one route calls the
+// backend named remote (model eta_model, input x, output eta_prediction).
+const etaServiceYAML = `    - name: eta
+      path: POST /v1/services/eta:predict
+      entities: [{name: user, join_key: user_id}]
+      request_fields: [{name: base_eta, type: float32, required: true}]
+      model: {name: eta_model, version: "1"}
+      inputs: [{tensor: x, features: [field:user_id, field:base_eta]}]
+      outputs: [{name: eta_minutes, from: eta_prediction}]
+      routes: [{name: default, timeout: 5s, route: {weighted: [{backend: remote, weight: 100}]}}]
+`
+
 // tlsGatewayYAML is a gateway-only sluice.yaml in f.Dir whose one service
 // calls a kserve_grpc backend at addr with the tls block given (paths
 // relative to f.Dir).
@@ -118,16 +130,8 @@ func tlsGatewayYAML(t *testing.T, f *tlsrun.Files, addr, tls string) string {
   admin: %q
   anonymous: {allowed: true}
   services:
-    - name: eta
-      path: POST /v1/services/eta:predict
-      entities: [{name: user, join_key: user_id}]
-      request_fields: [{name: base_eta, type: float32, required: true}]
-      model: {name: eta_model, version: "1"}
-      inputs: [{tensor: x, features: [field:user_id, field:base_eta]}]
-      outputs: [{name: eta_minutes, from: eta_prediction}]
-      routes: [{name: default, timeout: 5s, route: {weighted: [{backend: remote, weight: 100}]}}]
-  backends: [{name: remote, kind: kserve_grpc, endpoints: [%q], tls: %s}]
-`, cliFreeAddr(t), cliFreeAddr(t), addr, tls)
+%s  backends: [{name: remote, kind: kserve_grpc, endpoints: [%q], tls: %s}]
+`, cliFreeAddr(t), cliFreeAddr(t), etaServiceYAML, addr, tls)
 	path := filepath.Join(f.Dir, "sluice.yaml")
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)

@@ -133,6 +133,10 @@ type FeatureServer struct {
 	MaxEntityRows int `yaml:"max_entity_rows"`
 	// Limits bound each request [max_body_bytes 16 MiB].
 	Limits Limits `yaml:"limits"`
+	// RegistryPollInterval is the time between checks of the definitions
+	// and the registry for changes (sluice feature-server
+	// --registry-poll-secs). Default 10s; 0s, written, disables reloading.
+	RegistryPollInterval Duration `yaml:"registry_poll_interval"`
 	// Aggregate runs the stream aggregators of the repository's stream
 	// feature views in this process, as sluice feature-server --aggregate
 	// does, against its online store. Default false. NATS being

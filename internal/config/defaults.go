@@ -10,23 +10,67 @@ import (
 	"time"
 )
 
+// The servers' defaults, each defined here once: sluice.yaml's
+// applyDefaults and the flags of sluice serve and sluice feature-server
+// (internal/cli) both use them, and a test there checks that the docs'
+// tables agree. The standalone commands bind every interface, as Triton
+// and Feast do (DefaultListenAddress); under serve -c only the gateway
+// faces the network (DefaultChainAddress).
+const (
+	// DefaultListenAddress is what the standalone servers bind to.
+	DefaultListenAddress = "0.0.0.0"
+	// DefaultChainAddress is what model_server and feature_server bind to.
+	DefaultChainAddress = "127.0.0.1"
+	// DefaultModelHTTPPort is the model server's KServe v2 HTTP port.
+	DefaultModelHTTPPort = 8000
+	// DefaultModelGRPCPort is the model server's KServe v2 gRPC port.
+	DefaultModelGRPCPort = 8001
+	// DefaultModelMetricsPort is the model server's /metrics port.
+	DefaultModelMetricsPort = 8002
+	// DefaultModelMaxBodyBytes is the model server's largest request.
+	DefaultModelMaxBodyBytes = 64 << 20
+	// DefaultControlMode is the model server's model control mode.
+	DefaultControlMode = "none"
+	// DefaultRepositoryPollInterval is the time between repository polls
+	// in poll mode.
+	DefaultRepositoryPollInterval = 15 * time.Second
+	// DefaultExitTimeout is how long a server waits for in-flight
+	// requests at shutdown.
+	DefaultExitTimeout = 30 * time.Second
+	// DefaultFeaturePort is the feature server's HTTP port (Feast's).
+	DefaultFeaturePort = 6566
+	// DefaultFeatureMaxBodyBytes is the feature server's largest request
+	// under serve -c.
+	DefaultFeatureMaxBodyBytes = 16 << 20
+	// DefaultReadAuth is the feature server's read access: "open".
+	DefaultReadAuth = "open"
+	// DefaultMaxEntityRows caps the entity rows of one feature request.
+	DefaultMaxEntityRows = 10000
+	// DefaultRegistryPollInterval is the time between the feature
+	// server's checks of its definitions and registry.
+	DefaultRegistryPollInterval = 10 * time.Second
+)
+
 // applyDefaults fills the fields the file left unset.
 func (c *Config) applyDefaults() {
 	if m := c.ModelServer; m != nil {
-		m.Address = or(m.Address, "127.0.0.1")
-		m.Limits = limitsOr(m.Limits, 64<<20)
-		m.HTTPPort = or(m.HTTPPort, 8000)
-		m.GRPCPort = or(m.GRPCPort, 8001)
-		m.MetricsPort = or(m.MetricsPort, 8002)
-		m.ControlMode = or(m.ControlMode, "none")
-		m.RepositoryPollInterval = or(m.RepositoryPollInterval, Duration(15*time.Second))
+		m.Address = or(m.Address, DefaultChainAddress)
+		m.Limits = limitsOr(m.Limits, DefaultModelMaxBodyBytes)
+		m.HTTPPort = or(m.HTTPPort, DefaultModelHTTPPort)
+		m.GRPCPort = or(m.GRPCPort, DefaultModelGRPCPort)
+		m.MetricsPort = or(m.MetricsPort, DefaultModelMetricsPort)
+		m.ControlMode = or(m.ControlMode, DefaultControlMode)
+		m.RepositoryPollInterval = or(m.RepositoryPollInterval, Duration(DefaultRepositoryPollInterval))
 	}
 	if f := c.FeatureServer; f != nil {
-		f.Address = or(f.Address, "127.0.0.1")
-		f.Port = or(f.Port, 6566)
-		f.ReadAuth = or(f.ReadAuth, "open")
-		f.MaxEntityRows = or(f.MaxEntityRows, 10000)
-		f.Limits = limitsOr(f.Limits, 16<<20)
+		f.Address = or(f.Address, DefaultChainAddress)
+		f.Port = or(f.Port, DefaultFeaturePort)
+		f.ReadAuth = or(f.ReadAuth, DefaultReadAuth)
+		f.MaxEntityRows = or(f.MaxEntityRows, DefaultMaxEntityRows)
+		f.Limits = limitsOr(f.Limits, DefaultFeatureMaxBodyBytes)
+		if !c.writtenUnder("feature_server")("registry_poll_interval") {
+			f.RegistryPollInterval = or(f.RegistryPollInterval, Duration(DefaultRegistryPollInterval))
+		}
 	}
 	if c.Security == nil {
 		c.Security = &Security{}

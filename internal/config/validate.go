@@ -50,6 +50,9 @@ func (c *Config) Validate() error {
 	}
 	if f := c.FeatureServer; f != nil {
 		v.port("feature_server.port", f.Port)
+		if f.RegistryPollInterval < 0 {
+			v.add("feature_server.registry_poll_interval", "must not be negative (0s disables reloading)")
+		}
 		if f.GRPCPort != 0 {
 			v.port("feature_server.grpc_port", f.GRPCPort)
 			if f.GRPCPort == f.Port {

@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/batch"
 	"github.com/sluice-ml/sluice/internal/batch/sequence"
+	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
 	"github.com/sluice-ml/sluice/internal/objstore"
@@ -44,7 +45,7 @@ const (
 
 // DefaultPollInterval is the poll interval when Options.PollInterval is 0
 // (Triton's --repository-poll-secs default).
-const DefaultPollInterval = 15 * time.Second
+const DefaultPollInterval = config.DefaultRepositoryPollInterval
 
 // maxParallelLoads bounds how many versions load at once (Triton's
 // --model-load-thread-count default).

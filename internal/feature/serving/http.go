@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/admission"
+	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/online"
 	"github.com/sluice-ml/sluice/internal/infer"
@@ -24,7 +25,7 @@ import (
 )
 
 // DefaultMaxBodyBytes bounds a request body when HandlerOptions leaves it 0.
-const DefaultMaxBodyBytes = 16 << 20
+const DefaultMaxBodyBytes = config.DefaultFeatureMaxBodyBytes
 
 // DefaultMaxEntityRows bounds the entity rows of one /get-online-features
 // request when HandlerOptions leaves it 0. Online reads serve one

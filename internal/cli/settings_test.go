@@ -1,0 +1,172 @@
+package cli
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-ml/sluice/internal/config"
+)
+
+// TestServerDefaultsAgree checks that each server setting has one default:
+// the flag of sluice serve or sluice feature-server, sluice.yaml's
+// default (where the file has the setting) and the docs' tables all say
+// the config package's Default constant.
+func TestServerDefaultsAgree(t *testing.T) {
+	cfg, err := config.Parse("sluice.yaml", []byte("model_server: {model_repository: [models]}\nfeature_server: {repo: features}\n"), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, fs := cfg.ModelServer, cfg.FeatureServer
+	secs := func(d time.Duration) string { return strconv.Itoa(int(d / time.Second)) }
+	itoa := strconv.Itoa
+	type doc struct{ file, row, want string }
+	for _, tc := range []struct {
+		cmd, flag string
+		want      string // the default, as the flag set prints it
+		yaml      string // sluice.yaml's default, printed the same way; "" when the file has no such setting
+		docs      []doc
+	}{
+		{
+			cmd: "serve", flag: "repository-poll-secs", want: secs(config.DefaultRepositoryPollInterval),
+			yaml: secs(m.RepositoryPollInterval.Std()),
+			docs: []doc{
+				{"model-server.md", "| `--repository-poll-secs`", "`15`"},
+				{"gateway-config.md", "| `repository_poll_interval`", "(`15s`)"},
+			},
+		},
+		{
+			cmd: "serve", flag: "exit-timeout-secs", want: secs(config.DefaultExitTimeout),
+			docs: []doc{{"model-server.md", "| `--exit-timeout-secs`", "`30`"}},
+		},
+		{
+			cmd: "serve", flag: "model-control-mode", want: config.DefaultControlMode, yaml: m.ControlMode,
+			docs: []doc{
+				{"model-server.md", "| `--model-control-mode`", "`none`"},
+				{"gateway-config.md", "| `control_mode`", "(`none`)"},
+			},
+		},
+		{
+			cmd: "serve", flag: "http-port", want: itoa(config.DefaultModelHTTPPort), yaml: itoa(m.HTTPPort),
+			docs: []doc{
+				{"model-server.md", "| `--http-port` / `--grpc-port` / `--metrics-port`", "`8000` / `8001` / `8002`"},
+				{"gateway-config.md", "| `http_port`, `grpc_port`, `metrics_port`", "HTTP (8000), gRPC (8001), Prometheus (8002)"},
+			},
+		},
+		{cmd: "serve", flag: "grpc-port", want: itoa(config.DefaultModelGRPCPort), yaml: itoa(m.GRPCPort)},
+		{cmd: "serve", flag: "metrics-port", want: itoa(config.DefaultModelMetricsPort), yaml: itoa(m.MetricsPort)},
+		{
+			cmd: "serve", flag: "max-request-bytes", want: itoa(config.DefaultModelMaxBodyBytes), yaml: strconv.FormatInt(m.Limits.MaxBodyBytes, 10),
+			docs: []doc{{"model-server.md", "| `--max-request-bytes`", "`67108864`"}},
+		},
+		{
+			cmd: "serve", flag: "address", want: config.DefaultListenAddress,
+			docs: []doc{{"model-server.md", "| `--address`", "`0.0.0.0`"}},
+		},
+		{
+			cmd: "feature-server", flag: "registry-poll-secs", want: secs(config.DefaultRegistryPollInterval),
+			yaml: secs(fs.RegistryPollInterval.Std()),
+			docs: []doc{
+				{"feature-store.md", "                      [--metrics-port 0]", "[--registry-poll-secs 10]"},
+				{"gateway-config.md", "| `registry_poll_interval`", "(`10s`"},
+			},
+		},
+		{
+			cmd: "feature-server", flag: "port", want: itoa(config.DefaultFeaturePort), yaml: itoa(fs.Port),
+			docs: []doc{
+				{"feature-store.md", "sluice feature-server --repo DIR", "[--port 6566]"},
+				{"gateway-config.md", "| `port`", "(6566, Feast's)"},
+			},
+		},
+		{
+			cmd: "feature-server", flag: "max-entity-rows", want: itoa(config.DefaultMaxEntityRows), yaml: itoa(fs.MaxEntityRows),
+			docs: []doc{
+				{"feature-store.md", "                      [--max-entity-rows", "[--max-entity-rows 10000]"},
+				{"gateway-config.md", "| `max_entity_rows`", "(10000)"},
+			},
+		},
+		{
+			cmd: "feature-server", flag: "read-auth", want: config.DefaultReadAuth, yaml: fs.ReadAuth,
+			docs: []doc{{"gateway-config.md", "| `read_auth`", "(`open`)"}},
+		},
+		{
+			cmd: "feature-server", flag: "max-request-bytes", want: itoa(config.DefaultFeatureMaxBodyBytes), yaml: strconv.FormatInt(fs.Limits.MaxBodyBytes, 10),
+			docs: []doc{{"feature-store.md", "                      [--metrics-port 0]", "[--max-request-bytes 16777216]"}},
+		},
+		{cmd: "feature-server", flag: "exit-timeout-secs", want: secs(config.DefaultExitTimeout)},
+		{cmd: "feature-server", flag: "address", want: config.DefaultListenAddress},
+	} {
+		t.Run(tc.cmd+"/"+tc.flag, func(t *testing.T) {
+			cmd := newServeCmd("serve", "")
+			if tc.cmd == "feature-server" {
+				cmd = newFeatureServerCmd()
+			}
+			fl := cmd.Flags().Lookup(tc.flag)
+			if fl == nil {
+				t.Fatalf("%s has no --%s", tc.cmd, tc.flag)
+			}
+			if fl.DefValue != tc.want {
+				t.Errorf("--%s defaults to %s, the config package's default is %s", tc.flag, fl.DefValue, tc.want)
+			}
+			if tc.yaml != "" && tc.yaml != tc.want {
+				t.Errorf("sluice.yaml defaults to %s, --%s to %s", tc.yaml, tc.flag, tc.want)
+			}
+			for _, d := range tc.docs {
+				line := docLine(t, d.file, d.row)
+				if !strings.Contains(line, d.want) {
+					t.Errorf("docs/%s says\n%s\nwant it to contain %q", d.file, line, d.want)
+				}
+			}
+		})
+	}
+	// sluice.yaml's servers bind loopback: only the gateway faces the
+	// network under serve -c.
+	if m.Address != config.DefaultChainAddress || fs.Address != config.DefaultChainAddress {
+		t.Errorf("model_server.address %s, feature_server.address %s, want %s", m.Address, fs.Address, config.DefaultChainAddress)
+	}
+	for _, row := range []string{"| `address` | the model server's bind address", "| `address` | the feature server's bind address"} {
+		if line := docLine(t, "gateway-config.md", row); !strings.Contains(line, "(`"+config.DefaultChainAddress+"`") {
+			t.Errorf("docs/gateway-config.md says\n%s\nwant the default %s", line, config.DefaultChainAddress)
+		}
+	}
+}
+
+// TestRegistryPollIntervalSettable: feature_server.registry_poll_interval
+// reaches the chain's feature server, and a written 0s turns reloading
+// off, as --registry-poll-secs 0 does.
+func TestRegistryPollIntervalSettable(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want time.Duration
+	}{
+		{"feature_server: {repo: f, registry_poll_interval: 3s}\n", 3 * time.Second},
+		{"feature_server: {repo: f, registry_poll_interval: 0s}\n", 0},
+		{"feature_server: {repo: f}\n", config.DefaultRegistryPollInterval},
+	} {
+		cfg, err := config.Parse("sluice.yaml", []byte(tc.yaml), func(string) (string, bool) { return "", false })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := featureServerSettings(cfg.FeatureServer, 0).pollSecs; time.Duration(got)*time.Second != tc.want {
+			t.Errorf("%s: poll every %ds, want %s", strings.TrimSpace(tc.yaml), got, tc.want)
+		}
+	}
+}
+
+// docLine is the first line of docs/file that starts with prefix.
+func docLine(t *testing.T, file, prefix string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/" + file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if strings.HasPrefix(line, prefix) {
+			return strings.TrimRight(line, "\n")
+		}
+	}
+	t.Fatalf("docs/%s has no line starting %q", file, prefix)
+	return ""
+}
