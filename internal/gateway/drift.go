@@ -6,61 +6,60 @@ import (
 	"math"
 	"reflect"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/config"
-	"github.com/sluice-ml/sluice/internal/feature"
-	"github.com/sluice-ml/sluice/internal/feature/serving"
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/gateway/release"
 	"github.com/sluice-ml/sluice/internal/release/drift"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
 )
 
-// serviceDrift watches a service's live features and outputs against a
-// reference: a file, or the first RecordFor of live traffic.
+// serviceDrift is the release hook of a service with a drift watch: it
+// watches the service's live features and outputs against a reference (a
+// file, or the first RecordFor of live traffic). It is carried over a
+// reload that leaves the drift settings unchanged.
 type serviceDrift struct {
+	release.Base
+	g       *Gateway
 	cfg     config.Drift
 	service string
 	mon     *drift.Monitor
-	feats   []rolloutVar // the watched features
-	outputs []string     // the watched model outputs
+	feats   []release.Feature // the watched features
+	outputs []string          // the watched model outputs
 
 	mu          sync.Mutex // protects the fields below
 	recordUntil time.Time  // zero once a reference is installed
 	drifting    map[string]bool
+	lastCheck   time.Time // of the statistics (Tick)
 }
 
-// driftFor returns the service's drift watch, reusing the running one when
-// its configuration did not change.
-func (g *Gateway) driftFor(sc config.Service, s *service) (*serviceDrift, error) {
-	g.mapsMu.Lock()
-	defer g.mapsMu.Unlock()
-	if d, ok := g.drifts[sc.Name]; ok && reflect.DeepEqual(d.cfg, *sc.Drift) {
+// kindDrift is the drift watch's kind.
+const kindDrift = "drift"
+
+// driftFactory makes the service's drift watch, reusing prev when its
+// configuration did not change.
+func (g *Gateway) driftFactory(svc release.Service, prev release.Hook) (release.Hook, error) {
+	sc := svc.Config()
+	if sc.Drift == nil {
+		return nil, nil
+	}
+	if d, ok := prev.(*serviceDrift); ok && reflect.DeepEqual(d.cfg, *sc.Drift) {
 		return d, nil
 	}
 	dc := *sc.Drift
-	d := &serviceDrift{cfg: dc, service: sc.Name, drifting: map[string]bool{}}
+	d := &serviceDrift{g: g, cfg: dc, service: sc.Name, drifting: map[string]bool{}}
 	var vars []drift.Variable
-	for col, ref := range s.features {
-		t := s.featureTypes[col]
-		if t.List || t.Kind == feature.KindString || t.Kind == feature.KindBytes {
+	for _, f := range svc.Features() {
+		if !f.Scalar() || len(dc.Features) > 0 && !slices.Contains(dc.Features, f.Ref) {
 			continue
 		}
-		if len(dc.Features) > 0 && !slices.Contains(dc.Features, ref) {
-			continue
-		}
-		name := strings.Replace(ref, ":", "__", 1)
-		isInt := t.Kind == feature.KindInt32 || t.Kind == feature.KindInt64 || t.Kind == feature.KindUnixTimestamp
-		d.feats = append(d.feats, rolloutVar{name: name, col: col, isInt: isInt})
-		vars = append(vars, drift.Variable{Name: name})
+		d.feats = append(d.feats, f)
+		vars = append(vars, drift.Variable{Name: driftName(f.Ref)})
 	}
 	d.outputs = dc.Outputs
 	if len(d.outputs) == 0 {
-		for _, o := range s.outputs {
-			d.outputs = append(d.outputs, o.from)
-		}
+		d.outputs = svc.Outputs()
 	}
 	for _, o := range d.outputs {
 		vars = append(vars, drift.Variable{Name: "output__" + o})
@@ -94,36 +93,42 @@ func (g *Gateway) driftFor(sc config.Service, s *service) (*serviceDrift, error)
 	} else {
 		d.recordUntil = g.opts.Now().Add(dc.RecordFor.Std())
 	}
-	if old, ok := g.drifts[sc.Name]; ok {
-		old.mon.Close()
-	}
 	d.mon = mon
-	g.drifts[sc.Name] = d
 	return d, nil
 }
 
-// driftHook is the release hook of a service with a drift watch: every
-// answered call feeds it.
-type driftHook struct {
-	noHook
-	d *serviceDrift
-}
+// Kind is "drift".
+func (d *serviceDrift) Kind() string { return kindDrift }
 
-func (h driftHook) modelDone(x *exchange, err error) {
-	if err == nil {
-		h.d.observe(x.feats, x.resp, x.start)
+// ModelDone feeds every answered call to the watch.
+func (d *serviceDrift) ModelDone(c release.Call, err error) {
+	if err != nil {
+		return
 	}
-}
-
-// observe feeds one answered request.
-func (d *serviceDrift) observe(feats *serving.Response, resp *infer.Response, now time.Time) {
-	observeScalars(d.mon, d.feats, feats, now)
+	now := c.Start()
+	observeScalars(d.mon, d.feats, c, now)
 	for _, o := range d.outputs {
-		if x, ok := outputScalar(resp, o); ok {
+		if x, ok := c.Output(o); ok {
 			d.mon.ObserveAt("output__"+o, x, now)
 		}
 	}
 }
+
+// Tick checks the drift once each of the watch's intervals.
+func (d *serviceDrift) Tick(_ context.Context, now time.Time) {
+	d.mu.Lock()
+	due := now.Sub(d.lastCheck) >= d.cfg.Interval.Std()
+	if due {
+		d.lastCheck = now
+	}
+	d.mu.Unlock()
+	if due {
+		d.check(now, d.g)
+	}
+}
+
+// Close removes the replaced watch's metric series.
+func (d *serviceDrift) Close() { d.mon.Close() }
 
 // check records the reference when its recording period is over, then
 // computes the statistics (gauges and events).
@@ -184,28 +189,4 @@ func (d *serviceDrift) groupDrift(group *drift.Monitor) []rollout.Suspect {
 		out = append(out, rollout.Suspect{Feature: r.Name, PSI: r.PSI, KS: r.KS, PValue: r.PValue})
 	}
 	return out
-}
-
-// runDrift checks every service's drift each of its intervals until ctx
-// ends.
-func (g *Gateway) runDrift(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	last := map[*serviceDrift]time.Time{}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		now := g.opts.Now()
-		for _, s := range g.state.Load().byName {
-			d := s.drift
-			if d == nil || now.Sub(last[d]) < d.cfg.Interval.Std() {
-				continue
-			}
-			last[d] = now
-			d.check(now, g)
-		}
-	}
 }

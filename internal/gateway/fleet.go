@@ -136,15 +136,13 @@ func (g *Gateway) watchFleet() {
 		if deleted {
 			return
 		}
-		g.mapsMu.Lock()
 		var ctrl *rollout.Controller
-		for name, r := range g.rollouts {
-			if cluster.Key(name) == e.Key {
-				ctrl = r.ctrl
+		for name, s := range g.state.Load().byName {
+			if s.rollout != nil && cluster.Key(name) == e.Key {
+				ctrl = s.rollout.ctrl
 				break
 			}
 		}
-		g.mapsMu.Unlock()
 		if ctrl != nil {
 			ctrl.ApplyFleet(e.Value, e.Revision)
 		}

@@ -6,15 +6,18 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-ml/sluice/internal/gateway/release"
 )
 
 // The gateway's goroutines. Run starts them all:
 //
 //   - the control loops: the health checks (one loop per backend of the
 //     current configuration, restarted when Reload publishes another),
-//     the drift checks and the one-second tick (rollout controllers,
-//     retired clients). They stop when Run's ctx ends or Close is
-//     called, and Run waits for them before it returns.
+//     and the one-second tick (the release hooks' Tick, such as the
+//     rollout controllers and drift checks; retired clients). They stop
+//     when Run's ctx ends or Close is called, and Run waits for them
+//     before it returns.
 //   - the request-path workers: the access-log writer and the shadow
 //     workers. They finish what requests handed them, so they outlive
 //     Run's ctx: requests still draining from the listeners after it
@@ -133,7 +136,6 @@ func (g *Gateway) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() { g.superviseHealth(loops) })
-	wg.Go(func() { g.runDrift(loops) })
 	wg.Go(func() { g.tick(loops) })
 	wg.Wait()
 	return nil
@@ -162,19 +164,21 @@ func (g *Gateway) superviseHealth(ctx context.Context) {
 	}
 }
 
-// tick runs once a second until ctx ends: the rollout controllers' clock,
-// the fleet's baselines, the closers of retired clients whose grace period
-// is over, and the expiry of idle proxy connections. Each rollout's Tick
-// and the fleet's share run on goroutines of their own, one at a time
-// each: a Tick or a write to the fleet that waits on the network (a hung
-// NATS) holds back neither the other services' rollouts nor the rest of
-// the tick. tick waits for them before it returns.
+// tick runs once a second until ctx ends: the release hooks' Tick (the
+// rollout controllers' clock, the drift checks), the fleet's baselines,
+// the closers of retired clients whose grace period is over, and the
+// expiry of idle proxy connections. Each hook's Tick and the fleet's share
+// run on goroutines of their own, one at a time each: a Tick or a write to
+// the fleet that waits on the network (a hung NATS) holds back neither the
+// other hooks nor the rest of the tick. tick waits for them before it
+// returns.
 func (g *Gateway) tick(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	var fleetBusy atomic.Bool
+	busy := map[release.Hook]*atomic.Bool{} // a hook's Tick runs
 	for {
 		select {
 		case <-ctx.Done():
@@ -183,14 +187,7 @@ func (g *Gateway) tick(ctx context.Context) {
 		}
 		st := g.state.Load()
 		now := g.opts.Now()
-		for _, s := range st.byName {
-			if r := s.rollout; r != nil && r.ticking.CompareAndSwap(false, true) {
-				wg.Go(func() {
-					defer r.ticking.Store(false)
-					r.ctrl.Tick(ctx, now)
-				})
-			}
-		}
+		busy = g.tickHooks(ctx, &wg, st, now, busy)
 		if fleetBusy.CompareAndSwap(false, true) {
 			wg.Go(func() {
 				defer fleetBusy.Store(false)
@@ -206,6 +203,29 @@ func (g *Gateway) tick(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// tickHooks starts the Tick of each hook of st whose previous Tick is
+// done, and returns the busy flags of st's hooks (those of hooks a reload
+// dropped are forgotten).
+func (g *Gateway) tickHooks(ctx context.Context, wg *sync.WaitGroup, st *state, now time.Time, busy map[release.Hook]*atomic.Bool) map[release.Hook]*atomic.Bool {
+	next := make(map[release.Hook]*atomic.Bool, len(busy))
+	for _, s := range st.byName {
+		for _, h := range s.hooks {
+			b := busy[h]
+			if b == nil {
+				b = new(atomic.Bool)
+			}
+			next[h] = b
+			if b.CompareAndSwap(false, true) {
+				wg.Go(func() {
+					defer b.Store(false)
+					h.Tick(ctx, now)
+				})
+			}
+		}
+	}
+	return next
 }
 
 // Close ends the gateway once its edges stopped sending requests: Run's

@@ -27,7 +27,6 @@ import (
 	"github.com/sluice-ml/sluice/internal/gateway/ratelimit"
 	"github.com/sluice-ml/sluice/internal/gateway/route"
 	"github.com/sluice-ml/sluice/internal/infer"
-	"github.com/sluice-ml/sluice/internal/release/rollout"
 	"github.com/sluice-ml/sluice/internal/telemetry"
 	"github.com/sluice-ml/sluice/internal/wire"
 )
@@ -35,7 +34,7 @@ import (
 // This file is the prediction pipeline, top to bottom: Predict takes a
 // Call that an edge (http.go, grpc.go) decoded and runs the steps of
 // run in order. Each step is a method of its own below; the ports it
-// calls through (modelClient, FeatureReader, releaseHook) are resolved
+// calls through (modelClient, FeatureReader, release.Hook) are resolved
 // when the configuration is loaded, so no step looks at a kind or a name
 // to decide what to call.
 
@@ -142,37 +141,9 @@ type exchange struct {
 	callLatency time.Duration
 	answer      Answer
 
-	// what a rollout decided for the call (steer), for its outcome
-	roGroup string
-	roArm   rollout.Arm
+	// the traffic group and arm a steering release hook put the call in
+	group, arm string
 }
-
-// A releaseHook is a release mechanism that watches a service's calls: a
-// staged rollout (which may steer them), a drift watch, a shadow. Each is
-// built with the configuration, and the pipeline calls every hook of the
-// service at the same points, in order. No hook may block the call.
-type releaseHook interface {
-	// steer runs after routing: it may send the call to another version
-	// or backend.
-	steer(x *exchange)
-	// featuresRead runs after a successful feature read.
-	featuresRead(x *exchange)
-	// modelDone runs after the model call; err is its failure, else
-	// x.resp holds the response.
-	modelDone(x *exchange, err error)
-	// answered runs after the answer is built; ctx carries the call's
-	// trace.
-	answered(ctx context.Context, x *exchange)
-}
-
-// noHook is a releaseHook that does nothing at any point; hooks embed it
-// and override the points they watch.
-type noHook struct{}
-
-func (noHook) steer(*exchange)                     {}
-func (noHook) featuresRead(*exchange)              {}
-func (noHook) modelDone(*exchange, error)          {}
-func (noHook) answered(context.Context, *exchange) {}
 
 // Predict runs one call of the service c.Service: authentication, rate
 // limit, decoding, routing, features, tensors, the model with retries, the
@@ -269,7 +240,7 @@ func (g *Gateway) run(ctx context.Context, x *exchange) error {
 		return err
 	}
 	for _, h := range x.s.hooks {
-		h.answered(ctx, x)
+		h.Answered(ctx, x)
 	}
 	return nil
 }
@@ -309,7 +280,7 @@ func (g *Gateway) route(x *exchange) error {
 	}
 	x.b = x.st.backends[target.Backend]
 	for _, h := range s.hooks {
-		h.steer(x)
+		h.Steer(x)
 	}
 	x.log.Version = x.version
 	x.log.Model = x.model
@@ -328,7 +299,7 @@ func (g *Gateway) readFeatures(ctx context.Context, x *exchange) error {
 	}
 	x.feats = feats
 	for _, h := range x.s.hooks {
-		h.featuresRead(x)
+		h.FeaturesRead(x)
 	}
 	return nil
 }
@@ -369,7 +340,7 @@ func (g *Gateway) callModel(ctx context.Context, x *exchange) error {
 	x.log.Endpoint, x.log.Retries = info.endpoint, info.retries
 	x.resp = resp
 	for _, h := range x.s.hooks {
-		h.modelDone(x, err)
+		h.ModelDone(x, err)
 	}
 	return err
 }

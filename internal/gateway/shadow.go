@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/gateway/release"
 	"github.com/sluice-ml/sluice/internal/gateway/route"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/release/record"
@@ -173,18 +174,42 @@ func (m *mirror) closeRecorder(ctx context.Context, g *Gateway) error {
 
 // shadowHook is the release hook of a service with a shadow: a
 // successful call that falls in the shadow share is mirrored to the
-// shadow's backend, resolved when the configuration was loaded.
+// shadow's backend, resolved when the configuration was loaded. It holds
+// no state of its own (the mirror is the gateway's) and is made anew with
+// each configuration.
 type shadowHook struct {
-	noHook
+	release.Base
 	sh      *serviceShadow
 	b       *backend
 	m       *mirror
 	headers []string // recording.headers: the ones a record keeps
 }
 
-// answered queues a shadow call of the call's exchange when the request
+// kindShadow is the shadow hook's kind.
+const kindShadow = "shadow"
+
+// shadowFactory makes the shadow hooks of st's services.
+func (g *Gateway) shadowFactory(st *state) release.Factory {
+	return func(svc release.Service, _ release.Hook) (release.Hook, error) {
+		s := st.byName[svc.Name()]
+		if s.shadow == nil {
+			return nil, nil
+		}
+		b, ok := st.backends[s.shadow.cfg.Backend]
+		if !ok {
+			return nil, nil
+		}
+		return &shadowHook{sh: s.shadow, b: b, m: g.mirror, headers: st.cfg.Recording.Headers}, nil
+	}
+}
+
+// Kind is "shadow".
+func (h *shadowHook) Kind() string { return kindShadow }
+
+// Answered queues a shadow call of the call's exchange when the request
 // falls in the service's shadow share.
-func (h *shadowHook) answered(ctx context.Context, x *exchange) {
+func (h *shadowHook) Answered(ctx context.Context, c release.Call) {
+	x := c.(*exchange) // a record keeps the whole exchange
 	s, sh := x.s, h.sh
 	key := x.reqID
 	if sh.keyField >= 0 && x.vals[sh.keyField].set {
