@@ -390,7 +390,7 @@ func startGateway(ctx, gctx context.Context, g *errgroup.Group, cfg *config.Conf
 	// Run's control loops (health checks, drift, rollouts) stop with
 	// gctx; its access-log writer and shadow workers go on serving the
 	// requests the listeners drain, until gw.Close below waits for them.
-	g.Go(func() error { return gw.Run(gctx) })
+	g.Go(func() error { return gw.RunBackground(gctx) })
 	if cl != nil {
 		// The fleet's watchers and publishers stop with gctx; the
 		// connection closes once the gateway is done (below).

@@ -209,7 +209,7 @@ func readBounded(path string) ([]byte, error) {
 }
 
 // persistBaselines writes the baselines whose monitors completed a bucket
-// since the last call. It runs on Run's tick.
+// since the last call. It runs on RunBackground's tick.
 func (g *Gateway) persistBaselines(ctx context.Context) {
 	g.mapsMu.Lock()
 	syncs := make(map[string]*baselineSync, len(g.baselines))
@@ -323,7 +323,7 @@ func writeFileAtomic(path string, data []byte) error {
 	return err
 }
 
-// fleetTick is the fleet's share of Run's one-second tick.
+// fleetTick is the fleet's share of RunBackground's one-second tick.
 func (g *Gateway) fleetTick(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

@@ -111,7 +111,7 @@ type Options struct {
 
 // Gateway is the inference gateway. It is safe for concurrent use.
 //
-// Its life: New builds it and starts nothing; Run runs its background
+// Its life: New builds it and starts nothing; RunBackground runs its background
 // work (see lifecycle.go); SetDraining fails /ready; Close, once the
 // edges stopped sending requests, finishes what they handed over and
 // releases the connections.
@@ -130,7 +130,7 @@ type Gateway struct {
 	mirror   *mirror
 
 	mu       sync.Mutex    // serializes Reload
-	reloaded chan struct{} // a new state is published; Run's health checks follow it (capacity 1)
+	reloaded chan struct{} // a new state is published; RunBackground's health checks follow it (capacity 1)
 
 	mapsMu   sync.Mutex                   // protects the maps below
 	monitors map[string]*fallback.Monitor // by service name, kept across reloads
@@ -189,7 +189,7 @@ type limiter interface {
 }
 
 // New builds a gateway from cfg's gateway section. It starts no
-// goroutine: Run does.
+// goroutine: RunBackground does.
 func New(cfg *config.Config, opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Gateway, error) {
 	if cfg == nil || cfg.Gateway == nil {
 		return nil, errors.New("the configuration has no gateway section")
@@ -259,7 +259,7 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 	g.state.Store(st)
 	select {
 	case g.reloaded <- struct{}{}:
-	default: // Run has yet to see the previous one; it will see this state too
+	default: // RunBackground has yet to see the previous one; it will see this state too
 	}
 	g.retire(old, st)
 	g.logger.Info("gateway configuration reloaded", "services", len(st.byName), "backends", len(st.backends))

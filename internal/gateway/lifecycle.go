@@ -10,17 +10,17 @@ import (
 	"github.com/sluice-ml/sluice/internal/gateway/release"
 )
 
-// The gateway's goroutines. Run starts them all:
+// The gateway's goroutines. RunBackground starts them all:
 //
 //   - the control loops: the health checks (one loop per backend of the
 //     current configuration, restarted when Reload publishes another),
 //     and the one-second tick (the release hooks' Tick, such as the
 //     rollout controllers and drift checks; retired clients). They stop
-//     when Run's ctx ends or Close is called, and Run waits for them
+//     when RunBackground's ctx ends or Close is called, and RunBackground waits for them
 //     before it returns.
 //   - the request-path workers: the access-log writer and the shadow
 //     workers. They finish what requests handed them, so they outlive
-//     Run's ctx: requests still draining from the listeners after it
+//     RunBackground's ctx: requests still draining from the listeners after it
 //     ended are logged and mirrored. Close stops them (no request will
 //     hand them more) and waits until they are done.
 //
@@ -28,15 +28,15 @@ import (
 // requests run on the callers' goroutines), and Close does what the
 // workers would have done itself.
 
-// lifecycle is what Run and Close share.
+// lifecycle is what RunBackground and Close share.
 type lifecycle struct {
 	mu      sync.Mutex // protects started, closed and retired
 	started bool
 	closed  bool
 	retired []retiree
 
-	closing   chan struct{} // closed by Close: Run's control loops stop
-	done      chan struct{} // closed when Run returns
+	closing   chan struct{} // closed by Close: RunBackground's control loops stop
+	done      chan struct{} // closed when RunBackground returns
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -58,7 +58,7 @@ func (l *lifecycle) start() (bool, error) {
 	defer l.mu.Unlock()
 	switch {
 	case l.started:
-		return false, errors.New("gateway: Run called twice")
+		return false, errors.New("gateway: RunBackground called twice")
 	case l.closed:
 		return false, nil
 	}
@@ -66,7 +66,7 @@ func (l *lifecycle) start() (bool, error) {
 	return true, nil
 }
 
-// close marks the gateway closed and reports whether Run had started.
+// close marks the gateway closed and reports whether RunBackground had started.
 func (l *lifecycle) close() (started bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -77,7 +77,7 @@ func (l *lifecycle) close() (started bool) {
 	return l.started
 }
 
-// retireAfter runs closeFn after d (on Run's tick), or at Close if that
+// retireAfter runs closeFn after d (on RunBackground's tick), or at Close if that
 // comes first; at once when the gateway is closed already.
 func (l *lifecycle) retireAfter(d time.Duration, closeFn func()) {
 	l.mu.Lock()
@@ -111,12 +111,12 @@ func (l *lifecycle) closeRetired(now time.Time) {
 	}
 }
 
-// Run runs the gateway's background work (see the top of
+// RunBackground runs the gateway's background work (see the top of
 // lifecycle.go) and returns once ctx ends, or Close is called, and its
 // control loops have stopped. The access-log writer and the shadow
-// workers it starts keep going until Close, which waits for them. A Run
-// after Close returns at once; a second Run is an error.
-func (g *Gateway) Run(ctx context.Context) error {
+// workers it starts keep going until Close, which waits for them. A
+// RunBackground after Close returns at once; a second one is an error.
+func (g *Gateway) RunBackground(ctx context.Context) error {
 	if ok, err := g.life.start(); !ok {
 		return err
 	}
@@ -228,7 +228,7 @@ func (g *Gateway) tickHooks(ctx context.Context, wg *sync.WaitGroup, st *state, 
 	return next
 }
 
-// Close ends the gateway once its edges stopped sending requests: Run's
+// Close ends the gateway once its edges stopped sending requests: RunBackground's
 // loops stop, the queued shadow calls finish and their records are
 // flushed, the access log is drained, and every backend's connections
 // close. ctx bounds the wait for the shadow calls (those still running

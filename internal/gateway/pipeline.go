@@ -33,7 +33,7 @@ import (
 
 // This file is the prediction pipeline, top to bottom: Predict takes a
 // Call that an edge (http.go, grpc.go) decoded and runs the steps of
-// run in order. Each step is a method of its own below; the ports it
+// runSteps in order. Each step is a method of its own below; the ports it
 // calls through (modelClient, FeatureReader, release.Hook) are resolved
 // when the configuration is loaded, so no step looks at a kind or a name
 // to decide what to call.
@@ -163,7 +163,7 @@ func (g *Gateway) Predict(ctx context.Context, c Call) (Answer, error) {
 }
 
 // predict is Predict once the edge found the service in st: it traces
-// and records the call around run.
+// and records the call around runSteps.
 func (g *Gateway) predict(ctx context.Context, st *state, s *service, c *Call) (Answer, error) {
 	x := &exchange{st: st, s: s, call: c, reqID: c.RequestID, start: time.Now()}
 	if len(c.Header["Traceparent"]) > 0 {
@@ -184,7 +184,7 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, c *Call) (
 	if c.Traced != nil && x.log.TraceID != "" && (fromCaller || span.SpanContext().IsSampled()) {
 		c.Traced(ctx)
 	}
-	err := g.run(ctx, x)
+	err := g.runSteps(ctx, x)
 	if err == nil {
 		x.log.Source = x.answer.Source
 	}
@@ -213,8 +213,8 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, c *Call) (
 	return x.answer, nil
 }
 
-// run is the pipeline's steps, in order.
-func (g *Gateway) run(ctx context.Context, x *exchange) error {
+// runSteps runs one call through the pipeline's steps, in order.
+func (g *Gateway) runSteps(ctx context.Context, x *exchange) error {
 	if err := g.admitCall(ctx, x); err != nil {
 		return err
 	}
@@ -436,7 +436,7 @@ var tracer = telemetry.Tracer("github.com/sluice-ml/sluice/internal/gateway")
 // clientSpan are the options of a span around an outbound call.
 var clientSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
 
-// The steps' work, in the order run calls them; the retries of the model
+// The steps' work, in the order runSteps calls them; the retries of the model
 // call are in invoke.go, the tensors in request.go.
 
 // admit authenticates a caller and takes a rate-limit token. A refusal is

@@ -24,7 +24,7 @@ import (
 )
 
 // Recorder takes finished records (record.Writer): Offer never blocks.
-// Run does the recorder's background work until Close (Gateway.Run
+// Run does the recorder's background work until Close (Gateway.RunBackground
 // starts it; a recorder never run does that work in Close).
 type Recorder interface {
 	Offer(rec *record.Record) bool
@@ -62,7 +62,7 @@ type shadowJob struct {
 }
 
 // mirror runs shadow calls off the request path: a bounded queue and a
-// fixed set of workers (run, started by Gateway.Run). A full queue drops
+// fixed set of workers (run, started by Gateway.RunBackground). A full queue drops
 // the job and counts it.
 type mirror struct {
 	sendMu   sync.Mutex // orders offers against the close of jobs; protects closed
@@ -133,7 +133,7 @@ func (m *mirror) run(g *Gateway) {
 }
 
 // finish stops taking jobs and finishes the queued ones: run's workers
-// do when Gateway.Run started them, else finish does itself. When ctx
+// do when Gateway.RunBackground started them, else finish does itself. When ctx
 // ends first, the calls in flight are cancelled and the rest dropped.
 // Then it closes the recorder, which flushes every record it accepted.
 func (m *mirror) finish(ctx context.Context, g *Gateway, running bool) error {
