@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/cluster"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/gateway/fallback"
+	"github.com/sluice-ml/sluice/internal/gateway/release/driftwatch"
 	"github.com/sluice-ml/sluice/internal/release/drift"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
 )
@@ -346,6 +347,24 @@ func (g *Gateway) ClusterStatus() ClusterStatus {
 	}
 	st := g.opts.Fleet.Status()
 	return ClusterStatus{Mode: "fleet", Status: &st}
+}
+
+// driftReferences are the fleet's drift references for the drift
+// watches, or nil without a fleet.
+func (g *Gateway) driftReferences() driftwatch.References {
+	if g.opts.Fleet == nil {
+		return nil
+	}
+	return fleetDrift{g}
+}
+
+// fleetDrift is driftwatch.References on the fleet's drift bucket.
+type fleetDrift struct{ g *Gateway }
+
+func (f fleetDrift) Load(service string) []*drift.Reference { return f.g.fleetDriftReference(service) }
+
+func (f fleetDrift) Share(service string, refs []*drift.Reference) []*drift.Reference {
+	return f.g.shareDriftReference(service, refs)
 }
 
 // fleetDriftReference returns the fleet's recorded drift reference of

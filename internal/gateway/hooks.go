@@ -8,6 +8,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/gateway/release"
+	"github.com/sluice-ml/sluice/internal/gateway/release/driftwatch"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -20,7 +21,10 @@ import (
 // called: the drift watch before the rollout (whose drift gates read it),
 // then the shadow, the accuracy log and the hooks of Options.Hooks.
 func (g *Gateway) factories(st *state) []release.Factory {
-	return append([]release.Factory{g.driftFactory, g.rolloutFactory, g.shadowFactory(st), g.accuracyFactory(st)}, g.opts.Hooks...)
+	drifts := driftwatch.Factory(driftwatch.Options{
+		Logger: g.logger, Base: g.base, Registerer: g.reg, Now: g.opts.Now, Fleet: g.driftReferences(),
+	})
+	return append([]release.Factory{drifts, g.rolloutFactory, g.shadowFactory(st), g.accuracyFactory(st)}, g.opts.Hooks...)
 }
 
 // attachHooks makes the release hooks of st's services. On error nothing
@@ -59,7 +63,7 @@ func (g *Gateway) attachHooks(st *state, cfg *config.Gateway, old *state) []erro
 			}
 		}
 		s.rollout, _ = hookOf(s.hooks, kindRollout).(*serviceRollout)
-		s.drift, _ = hookOf(s.hooks, kindDrift).(*serviceDrift)
+		s.drift, _ = hookOf(s.hooks, driftwatch.Kind).(*driftwatch.Watch)
 	}
 	if len(errs) > 0 {
 		return errs

@@ -605,7 +605,7 @@ func (g *Gateway) answerOf(s *service, resp *infer.Response, vals []value, feats
 			if okp && okc {
 				fb.monitor.Observe(g.opts.Now(), pred)
 				use := fb.monitor.UseRule(c, fb.below)
-				if !use && s.drift != nil && s.drift.cfg.FeedFallback && s.drift.outputDrifting(fb.output) {
+				if !use && s.drift != nil && s.drift.FeedsFallback(fb.output) {
 					// The drift watch says the output moved: low-confidence
 					// answers get the rule too.
 					use = fallback.Decide(c, true, fb.below)

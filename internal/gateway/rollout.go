@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
-	"strings"
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/gateway/release"
+	"github.com/sluice-ml/sluice/internal/gateway/release/driftwatch"
 	"github.com/sluice-ml/sluice/internal/release/drift"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
 	"github.com/sluice-ml/sluice/internal/wire"
@@ -50,7 +50,7 @@ func (g *Gateway) rolloutFactory(svc release.Service, prev release.Hook) (releas
 			continue
 		}
 		r.vars = append(r.vars, f)
-		vars = append(vars, drift.Variable{Name: driftName(f.Ref)})
+		vars = append(vars, drift.Variable{Name: driftwatch.VarName(f.Ref)})
 	}
 	groups := []string{rollout.AllGroup}
 	for _, st := range sc.Rollout.Stages {
@@ -70,7 +70,7 @@ func (g *Gateway) rolloutFactory(svc release.Service, prev release.Hook) (releas
 		r.groups[name] = m
 	}
 	opts := rollout.Options{Now: g.opts.Now, Diagnose: r.diagnose, Fleet: g.rolloutFleetFor(sc.Name)}
-	if d, ok := svc.Hook(kindDrift).(*serviceDrift); ok {
+	if d, ok := svc.Hook(driftwatch.Kind).(*driftwatch.Watch); ok {
 		// The drift gates compare each group's live features with the
 		// service's drift reference.
 		opts.Drift = func(group string) []rollout.Suspect {
@@ -78,7 +78,7 @@ func (g *Gateway) rolloutFactory(svc release.Service, prev release.Hook) (releas
 			if !ok {
 				return nil
 			}
-			return d.groupDrift(m)
+			return d.GroupDrift(m)
 		}
 	}
 	if sc.Rollout.Gates.Accuracy != nil && sc.Accuracy != nil && g.opts.Accuracy != nil {
@@ -119,22 +119,6 @@ func (r *serviceRollout) diagnose(group string) []rollout.Suspect {
 	return out
 }
 
-// observeScalars feeds a drift monitor the scalar feature values of one
-// call.
-func observeScalars(m *drift.Monitor, vars []release.Feature, c release.Call, now time.Time) {
-	if c.Features() == nil {
-		return
-	}
-	for _, f := range vars {
-		if v := c.Feature(f.Column); v != nil {
-			m.ObserveAt(driftName(f.Ref), f.Value(v), now)
-		}
-	}
-}
-
-// driftName is a feature's variable name in drift windows: view__feature.
-func driftName(ref string) string { return strings.Replace(ref, ":", "__", 1) }
-
 // Steer lets the controller pick the call's version and, per arm, its
 // backend.
 func (r *serviceRollout) Steer(c release.Call) {
@@ -150,7 +134,7 @@ func (r *serviceRollout) Steer(c release.Call) {
 func (r *serviceRollout) FeaturesRead(c release.Call) {
 	group, _ := c.Group()
 	if m, ok := r.groups[group]; ok {
-		observeScalars(m, r.vars, c, c.Start())
+		driftwatch.Observe(m, r.vars, c, c.Start())
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature/registry"
 	"github.com/sluice-ml/sluice/internal/gateway/fallback"
 	"github.com/sluice-ml/sluice/internal/gateway/release"
+	"github.com/sluice-ml/sluice/internal/gateway/release/driftwatch"
 	"github.com/sluice-ml/sluice/internal/gateway/route"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
@@ -156,7 +157,7 @@ type service struct {
 	// rollout and drift are the rollout's and drift watch's hooks, for
 	// the admin API and the fallback (nil when the service has none).
 	rollout *serviceRollout
-	drift   *serviceDrift
+	drift   *driftwatch.Watch
 
 	// The service's metric series, looked up once: the request duration,
 	// and each output's prediction histogram (by index into outputs).
