@@ -153,6 +153,10 @@ var configLeaves = []string{
 	"internal/accuracy/accuracyspec",
 }
 
+// releaseHookImports are the packages internal/gateway/release may
+// import: the settings, the feature and tensor types of its views.
+var releaseHookImports = []string{"internal/config", "internal/feature", "internal/feature/serving", "internal/infer"}
+
 // protocol are the packages that speak a wire protocol: the edges, the
 // clients and codecs, the status vocabulary.
 var protocol = []string{
@@ -204,6 +208,11 @@ var rules = []rule{
 			return under(q, "internal/modelrepo", "internal/modelconfig", "internal/batch", "internal/backend",
 				"internal/httpapi", "internal/grpcapi", "internal/console")
 		},
+	},
+	{
+		name: "the release-hook interface imports no gateway code: the gateway implements its views, hooks implement it",
+		from: func(p string) bool { return p == "internal/gateway/release" },
+		deny: func(_, q string) bool { return !slices.Contains(releaseHookImports, q) },
 	},
 	{
 		name: "the model server's edges are imported only by the wiring",

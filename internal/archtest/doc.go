@@ -20,6 +20,9 @@
 //     (httpapi, grpcapi). It may use feature/serving's Go API
 //     (Server.GetOnlineFeatures), which is the feature store's in-process
 //     port, not its HTTP edge.
+//   - The release-hook interface (gateway/release) imports no gateway
+//     code: only the settings (config) and the feature and tensor types
+//     its views show (feature, feature/serving, infer).
 //   - httpapi and grpcapi, the model server's edges, are imported only by
 //     the wiring (cli) and the metrics inventory (tools).
 //   - config is data: it imports only leaf packages that own the settings

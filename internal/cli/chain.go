@@ -298,7 +298,7 @@ func (cg *chainGateway) add(grp *group) {
 	// grp.ctx; its access-log writer and shadow workers go on serving the
 	// requests the listeners drain, until gw.Close in the shutdown waits
 	// for them.
-	grp.Go(func() error { return cg.gw.Run(grp.ctx) })
+	grp.Go(func() error { return cg.gw.RunBackground(grp.ctx) })
 	if cg.fleet != nil {
 		// The fleet's watchers and publishers stop with grp.ctx; the
 		// connection closes once the gateway is done (the cleanups).

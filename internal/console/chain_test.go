@@ -266,7 +266,7 @@ func newChain(t *testing.T, opts ...func(*console.Sources)) *chain {
 	// run under Run, as `sluice serve -c` runs them.
 	runCtx, stopRun := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
-	go func() { ran <- c.gw.Run(runCtx) }()
+	go func() { ran <- c.gw.RunBackground(runCtx) }()
 	c.gwHTTP = httptest.NewServer(c.gw)
 	t.Cleanup(func() {
 		c.gwHTTP.Close()

@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
 	"github.com/sluice-ml/sluice/internal/gateway/auth"
+	"github.com/sluice-ml/sluice/internal/gateway/release"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
 	"github.com/sluice-ml/sluice/internal/release/rollout/rolloutspec"
@@ -67,14 +68,35 @@ func (c *compiler) accuracy() {
 }
 
 // accuracyHook logs the answered calls that fall in the service's
-// accuracy share.
+// accuracy share. It holds no state of its own (the joiner is the
+// gateway's) and is made anew with each configuration.
 type accuracyHook struct {
-	noHook
+	release.Base
 	a *serviceAccuracy
 	j Accuracy
 }
 
-func (h *accuracyHook) answered(_ context.Context, x *exchange) {
+// kindAccuracy is the accuracy hook's kind.
+const kindAccuracy = "accuracy"
+
+// accuracyFactory makes the accuracy hooks of st's services.
+func (g *Gateway) accuracyFactory(st *state) release.Factory {
+	return func(svc release.Service, _ release.Hook) (release.Hook, error) {
+		s := st.byName[svc.Name()]
+		if s.accuracy == nil || g.opts.Accuracy == nil {
+			return nil, nil
+		}
+		return &accuracyHook{a: s.accuracy, j: g.opts.Accuracy}, nil
+	}
+}
+
+// Kind is "accuracy".
+func (h *accuracyHook) Kind() string { return kindAccuracy }
+
+// Answered offers the call's prediction to the joiner when it falls in
+// the accuracy share.
+func (h *accuracyHook) Answered(_ context.Context, c release.Call) {
+	x := c.(*exchange) // the answer and the features as recorded
 	s, a := x.s, h.a
 	key := x.reqID
 	if a.keyField >= 0 && x.vals[a.keyField].set {
@@ -92,7 +114,7 @@ func (h *accuracyHook) answered(_ context.Context, x *exchange) {
 	}
 	p := &accuracy.Prediction{
 		Service: s.name, Key: key, RequestID: x.reqID, Model: ans.Model, Version: ans.Version,
-		Route: ans.Route, Group: x.roGroup, Slices: recordHeaders(x.call.Header, a.headers), Outputs: outs, Time: x.start,
+		Route: ans.Route, Group: x.group, Slices: recordHeaders(x.call.Header, a.headers), Outputs: outs, Time: x.start,
 		Client: x.id.ClientID,
 	}
 	var feats map[string]any

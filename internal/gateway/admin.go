@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/gateway/ratelimit"
+	"github.com/sluice-ml/sluice/internal/gateway/release/driftwatch"
 	"github.com/sluice-ml/sluice/internal/gateway/upstream"
 	"github.com/sluice-ml/sluice/internal/release/record"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
@@ -333,49 +334,18 @@ func (g *Gateway) shadowState() map[string]any {
 }
 
 // DriftView is the admin view of one service's drift watch.
-type DriftView struct {
-	Service        string          `json:"service"`
-	ReferenceFrom  string          `json:"reference_from"` // "file", "recording" or "recorded"
-	RecordingUntil time.Time       `json:"recording_until,omitzero"`
-	Variables      []DriftVariable `json:"variables"`
-}
+type DriftView = driftwatch.View
 
 // DriftVariable is one watched variable's last statistics.
-type DriftVariable struct {
-	Name     string   `json:"name"`
-	Samples  int64    `json:"samples"`
-	PSI      *float64 `json:"psi"`
-	KS       *float64 `json:"ks"`
-	PValue   *float64 `json:"p_value"`
-	Drifting bool     `json:"drifting"`
-	Skip     string   `json:"skip,omitempty"`
-}
+type DriftVariable = driftwatch.Variable
 
 func (g *Gateway) driftState() []DriftView {
 	st := g.state.Load()
 	out := []DriftView{}
 	for _, sc := range st.cfg.Services {
-		s, ok := st.byName[sc.Name]
-		if !ok || s.drift == nil {
-			continue
+		if s, ok := st.byName[sc.Name]; ok && s.drift != nil {
+			out = append(out, s.drift.Status().(DriftView))
 		}
-		d := s.drift
-		v := DriftView{Service: sc.Name, ReferenceFrom: "file"}
-		d.mu.Lock()
-		if d.cfg.Reference == "" {
-			v.ReferenceFrom = "recorded"
-			if !d.recordUntil.IsZero() {
-				v.ReferenceFrom, v.RecordingUntil = "recording", d.recordUntil
-			}
-		}
-		d.mu.Unlock()
-		for _, r := range d.mon.Last() {
-			v.Variables = append(v.Variables, DriftVariable{
-				Name: r.Name, Samples: r.Samples, PSI: finite(r.PSI), KS: finite(r.KS), PValue: finite(r.PValue),
-				Drifting: r.Drifting, Skip: r.Skip,
-			})
-		}
-		out = append(out, v)
 	}
 	return out
 }

@@ -36,7 +36,7 @@
 //  9. the release hooks that watch answered calls (drift, shadow), the
 //     answer, and a sampled access-log line (accesslog).
 //
-// New starts no goroutine. Run starts them all and Close stops them: see
+// New starts no goroutine. RunBackground starts them all and Close stops them: see
 // lifecycle.go for who waits for what.
 //
 // The gateway can also pass KServe v2 requests (/v2/...) through to

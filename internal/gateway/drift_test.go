@@ -27,7 +27,7 @@ func TestDriftRecordsReferenceThenFlagsShift(t *testing.T) {
 	e := newEnv(t, parseConfig(t, gatewayYAML(yamlOpts{gateway: []string{anonAllowed}, service: []string{driftYAML}})))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = e.g.Run(ctx) }()
+	go func() { defer close(done); _ = e.g.RunBackground(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
 	rng := rand.New(rand.NewPCG(1, 2))

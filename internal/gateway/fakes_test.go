@@ -471,7 +471,7 @@ func runGateway(tb testing.TB, e *testEnv) {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- e.g.Run(ctx) }()
+	go func() { done <- e.g.RunBackground(ctx) }()
 	tb.Cleanup(func() {
 		cancel()
 		require.NoError(tb, <-done)

@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/cluster"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/gateway/fallback"
+	"github.com/sluice-ml/sluice/internal/gateway/release/driftwatch"
 	"github.com/sluice-ml/sluice/internal/release/drift"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
 )
@@ -136,15 +137,13 @@ func (g *Gateway) watchFleet() {
 		if deleted {
 			return
 		}
-		g.mapsMu.Lock()
 		var ctrl *rollout.Controller
-		for name, r := range g.rollouts {
-			if cluster.Key(name) == e.Key {
-				ctrl = r.ctrl
+		for name, s := range g.state.Load().byName {
+			if s.rollout != nil && cluster.Key(name) == e.Key {
+				ctrl = s.rollout.ctrl
 				break
 			}
 		}
-		g.mapsMu.Unlock()
 		if ctrl != nil {
 			ctrl.ApplyFleet(e.Value, e.Revision)
 		}
@@ -211,7 +210,7 @@ func readBounded(path string) ([]byte, error) {
 }
 
 // persistBaselines writes the baselines whose monitors completed a bucket
-// since the last call. It runs on Run's tick.
+// since the last call. It runs on RunBackground's tick.
 func (g *Gateway) persistBaselines(ctx context.Context) {
 	g.mapsMu.Lock()
 	syncs := make(map[string]*baselineSync, len(g.baselines))
@@ -325,7 +324,7 @@ func writeFileAtomic(path string, data []byte) error {
 	return err
 }
 
-// fleetTick is the fleet's share of Run's one-second tick.
+// fleetTick is the fleet's share of RunBackground's one-second tick.
 func (g *Gateway) fleetTick(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -348,6 +347,24 @@ func (g *Gateway) ClusterStatus() ClusterStatus {
 	}
 	st := g.opts.Fleet.Status()
 	return ClusterStatus{Mode: "fleet", Status: &st}
+}
+
+// driftReferences are the fleet's drift references for the drift
+// watches, or nil without a fleet.
+func (g *Gateway) driftReferences() driftwatch.References {
+	if g.opts.Fleet == nil {
+		return nil
+	}
+	return fleetDrift{g}
+}
+
+// fleetDrift is driftwatch.References on the fleet's drift bucket.
+type fleetDrift struct{ g *Gateway }
+
+func (f fleetDrift) Load(service string) []*drift.Reference { return f.g.fleetDriftReference(service) }
+
+func (f fleetDrift) Share(service string, refs []*drift.Reference) []*drift.Reference {
+	return f.g.shareDriftReference(service, refs)
 }
 
 // fleetDriftReference returns the fleet's recorded drift reference of

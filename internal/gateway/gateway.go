@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/gateway/auth"
 	"github.com/sluice-ml/sluice/internal/gateway/fallback"
 	"github.com/sluice-ml/sluice/internal/gateway/ratelimit"
+	"github.com/sluice-ml/sluice/internal/gateway/release"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/tlsconfig"
 )
@@ -85,6 +86,10 @@ type Options struct {
 	// Accuracy joins the predictions of services with an accuracy block
 	// to their outcomes (accuracy.Joiner); nil refuses such services.
 	Accuracy Accuracy
+	// Hooks are release mechanisms of your own, made for every service
+	// after the built-in ones (drift, rollout, shadow, accuracy) and
+	// called in this order after them.
+	Hooks []release.Factory
 	// Fleet shares the rollouts' state and windows and the fallback
 	// baselines with the other replicas (the cluster section, OpenFleet);
 	// nil keeps them in this process (and local files).
@@ -106,7 +111,7 @@ type Options struct {
 
 // Gateway is the inference gateway. It is safe for concurrent use.
 //
-// Its life: New builds it and starts nothing; Run runs its background
+// Its life: New builds it and starts nothing; RunBackground runs its background
 // work (see lifecycle.go); SetDraining fails /ready; Close, once the
 // edges stopped sending requests, finishes what they handed over and
 // releases the connections.
@@ -125,14 +130,12 @@ type Gateway struct {
 	mirror   *mirror
 
 	mu       sync.Mutex    // serializes Reload
-	reloaded chan struct{} // a new state is published; Run's health checks follow it (capacity 1)
+	reloaded chan struct{} // a new state is published; RunBackground's health checks follow it (capacity 1)
 
 	mapsMu   sync.Mutex                   // protects the maps below
 	monitors map[string]*fallback.Monitor // by service name, kept across reloads
 	fbCfg    map[string]config.Fallback
 	breakers map[string]*breaker
-	rollouts map[string]*serviceRollout
-	drifts   map[string]*serviceDrift
 	// baselines persist the monitors' baselines (fleet or baseline_file)
 	baselines map[string]*baselineSync
 
@@ -186,7 +189,7 @@ type limiter interface {
 }
 
 // New builds a gateway from cfg's gateway section. It starts no
-// goroutine: Run does.
+// goroutine: RunBackground does.
 func New(cfg *config.Config, opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Gateway, error) {
 	if cfg == nil || cfg.Gateway == nil {
 		return nil, errors.New("the configuration has no gateway section")
@@ -213,8 +216,6 @@ func New(cfg *config.Config, opts Options, logger *slog.Logger, reg prometheus.R
 		monitors:  map[string]*fallback.Monitor{},
 		fbCfg:     map[string]config.Fallback{},
 		breakers:  map[string]*breaker{},
-		rollouts:  map[string]*serviceRollout{},
-		drifts:    map[string]*serviceDrift{},
 		baselines: map[string]*baselineSync{},
 		life:      newLifecycle(),
 	}
@@ -258,7 +259,7 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 	g.state.Store(st)
 	select {
 	case g.reloaded <- struct{}{}:
-	default: // Run has yet to see the previous one; it will see this state too
+	default: // RunBackground has yet to see the previous one; it will see this state too
 	}
 	g.retire(old, st)
 	g.logger.Info("gateway configuration reloaded", "services", len(st.byName), "backends", len(st.backends))
@@ -328,7 +329,7 @@ func (g *Gateway) build(cfg *config.Gateway, old *state) (*state, error) {
 		// stateful parts (drift watches, rollouts, breakers, fallback
 		// monitors): a refused reload must leave the running ones and
 		// their gauges alone.
-		errs = g.attachStateful(st, cfg)
+		errs = g.attachStateful(st, cfg, old)
 	}
 	if len(errs) > 0 {
 		g.discard(st, old)
@@ -464,31 +465,10 @@ func (g *Gateway) buildProxy(st *state, cfg *config.Gateway) []error {
 
 // attachStateful gives the compiled services their stateful parts, kept
 // across reloads where their configuration did not change, and their
-// release hooks. Drift watches and rollouts go first: they are the parts
-// that can still fail (a reference file, a state file).
-func (g *Gateway) attachStateful(st *state, cfg *config.Gateway) []error {
-	var errs []error
-	for _, sc := range cfg.Services {
-		s := st.byName[sc.Name]
-		if sc.Drift != nil {
-			d, err := g.driftFor(sc, s)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			s.drift = d
-		}
-		if sc.Rollout == nil {
-			continue
-		}
-		r, err := g.rolloutFor(sc, s)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		s.rollout = r
-	}
-	if len(errs) > 0 {
+// release hooks. The hooks go first: they are the parts that can still
+// fail (a drift reference file, a rollout's state file).
+func (g *Gateway) attachStateful(st *state, cfg *config.Gateway, old *state) []error {
+	if errs := g.attachHooks(st, cfg, old); len(errs) > 0 {
 		return errs
 	}
 	for _, sc := range cfg.Services {
@@ -497,33 +477,12 @@ func (g *Gateway) attachStateful(st *state, cfg *config.Gateway) []error {
 		if s.fallback != nil {
 			s.fallback.monitor = g.monitorFor(sc)
 		}
-		s.hooks = g.hooksOf(st, s)
 		s.routesByValue = s.routes.UsesValues() || s.rollout != nil
 	}
 	if g.opts.Accuracy != nil {
 		g.opts.Accuracy.SetServices(accuracyServices(st))
 	}
 	return nil
-}
-
-// hooksOf lists s's release hooks in the order the pipeline calls them.
-func (g *Gateway) hooksOf(st *state, s *service) []releaseHook {
-	var hooks []releaseHook
-	if s.rollout != nil {
-		hooks = append(hooks, &rolloutHook{r: s.rollout, backends: st.backends})
-	}
-	if s.drift != nil {
-		hooks = append(hooks, driftHook{d: s.drift})
-	}
-	if s.shadow != nil {
-		if b, ok := st.backends[s.shadow.cfg.Backend]; ok {
-			hooks = append(hooks, &shadowHook{sh: s.shadow, b: b, m: g.mirror, headers: st.cfg.Recording.Headers})
-		}
-	}
-	if s.accuracy != nil && g.opts.Accuracy != nil {
-		hooks = append(hooks, &accuracyHook{a: s.accuracy, j: g.opts.Accuracy})
-	}
-	return hooks
 }
 
 // discard releases what a refused build created and old does not share.

@@ -190,7 +190,7 @@ func TestActiveHealthCheck(t *testing.T) {
 	e.remote.setReady(epA, false)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- e.g.Run(ctx) }()
+	go func() { done <- e.g.RunBackground(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		require.NoError(t, <-done)

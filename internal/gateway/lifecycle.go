@@ -6,18 +6,21 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-ml/sluice/internal/gateway/release"
 )
 
-// The gateway's goroutines. Run starts them all:
+// The gateway's goroutines. RunBackground starts them all:
 //
 //   - the control loops: the health checks (one loop per backend of the
 //     current configuration, restarted when Reload publishes another),
-//     the drift checks and the one-second tick (rollout controllers,
-//     retired clients). They stop when Run's ctx ends or Close is
-//     called, and Run waits for them before it returns.
+//     and the one-second tick (the release hooks' Tick, such as the
+//     rollout controllers and drift checks; retired clients). They stop
+//     when RunBackground's ctx ends or Close is called, and RunBackground waits for them
+//     before it returns.
 //   - the request-path workers: the access-log writer and the shadow
 //     workers. They finish what requests handed them, so they outlive
-//     Run's ctx: requests still draining from the listeners after it
+//     RunBackground's ctx: requests still draining from the listeners after it
 //     ended are logged and mirrored. Close stops them (no request will
 //     hand them more) and waits until they are done.
 //
@@ -25,15 +28,15 @@ import (
 // requests run on the callers' goroutines), and Close does what the
 // workers would have done itself.
 
-// lifecycle is what Run and Close share.
+// lifecycle is what RunBackground and Close share.
 type lifecycle struct {
 	mu      sync.Mutex // protects started, closed and retired
 	started bool
 	closed  bool
 	retired []retiree
 
-	closing   chan struct{} // closed by Close: Run's control loops stop
-	done      chan struct{} // closed when Run returns
+	closing   chan struct{} // closed by Close: RunBackground's control loops stop
+	done      chan struct{} // closed when RunBackground returns
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -55,7 +58,7 @@ func (l *lifecycle) start() (bool, error) {
 	defer l.mu.Unlock()
 	switch {
 	case l.started:
-		return false, errors.New("gateway: Run called twice")
+		return false, errors.New("gateway: RunBackground called twice")
 	case l.closed:
 		return false, nil
 	}
@@ -63,7 +66,7 @@ func (l *lifecycle) start() (bool, error) {
 	return true, nil
 }
 
-// close marks the gateway closed and reports whether Run had started.
+// close marks the gateway closed and reports whether RunBackground had started.
 func (l *lifecycle) close() (started bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -74,7 +77,7 @@ func (l *lifecycle) close() (started bool) {
 	return l.started
 }
 
-// retireAfter runs closeFn after d (on Run's tick), or at Close if that
+// retireAfter runs closeFn after d (on RunBackground's tick), or at Close if that
 // comes first; at once when the gateway is closed already.
 func (l *lifecycle) retireAfter(d time.Duration, closeFn func()) {
 	l.mu.Lock()
@@ -108,12 +111,12 @@ func (l *lifecycle) closeRetired(now time.Time) {
 	}
 }
 
-// Run runs the gateway's background work (see the top of
+// RunBackground runs the gateway's background work (see the top of
 // lifecycle.go) and returns once ctx ends, or Close is called, and its
 // control loops have stopped. The access-log writer and the shadow
-// workers it starts keep going until Close, which waits for them. A Run
-// after Close returns at once; a second Run is an error.
-func (g *Gateway) Run(ctx context.Context) error {
+// workers it starts keep going until Close, which waits for them. A
+// RunBackground after Close returns at once; a second one is an error.
+func (g *Gateway) RunBackground(ctx context.Context) error {
 	if ok, err := g.life.start(); !ok {
 		return err
 	}
@@ -133,7 +136,6 @@ func (g *Gateway) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() { g.superviseHealth(loops) })
-	wg.Go(func() { g.runDrift(loops) })
 	wg.Go(func() { g.tick(loops) })
 	wg.Wait()
 	return nil
@@ -162,19 +164,21 @@ func (g *Gateway) superviseHealth(ctx context.Context) {
 	}
 }
 
-// tick runs once a second until ctx ends: the rollout controllers' clock,
-// the fleet's baselines, the closers of retired clients whose grace period
-// is over, and the expiry of idle proxy connections. Each rollout's Tick
-// and the fleet's share run on goroutines of their own, one at a time
-// each: a Tick or a write to the fleet that waits on the network (a hung
-// NATS) holds back neither the other services' rollouts nor the rest of
-// the tick. tick waits for them before it returns.
+// tick runs once a second until ctx ends: the release hooks' Tick (the
+// rollout controllers' clock, the drift checks), the fleet's baselines,
+// the closers of retired clients whose grace period is over, and the
+// expiry of idle proxy connections. Each hook's Tick and the fleet's share
+// run on goroutines of their own, one at a time each: a Tick or a write to
+// the fleet that waits on the network (a hung NATS) holds back neither the
+// other hooks nor the rest of the tick. tick waits for them before it
+// returns.
 func (g *Gateway) tick(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	var fleetBusy atomic.Bool
+	busy := map[release.Hook]*atomic.Bool{} // a hook's Tick runs
 	for {
 		select {
 		case <-ctx.Done():
@@ -183,14 +187,7 @@ func (g *Gateway) tick(ctx context.Context) {
 		}
 		st := g.state.Load()
 		now := g.opts.Now()
-		for _, s := range st.byName {
-			if r := s.rollout; r != nil && r.ticking.CompareAndSwap(false, true) {
-				wg.Go(func() {
-					defer r.ticking.Store(false)
-					r.ctrl.Tick(ctx, now)
-				})
-			}
-		}
+		busy = g.tickHooks(ctx, &wg, st, now, busy)
 		if fleetBusy.CompareAndSwap(false, true) {
 			wg.Go(func() {
 				defer fleetBusy.Store(false)
@@ -208,7 +205,30 @@ func (g *Gateway) tick(ctx context.Context) {
 	}
 }
 
-// Close ends the gateway once its edges stopped sending requests: Run's
+// tickHooks starts the Tick of each hook of st whose previous Tick is
+// done, and returns the busy flags of st's hooks (those of hooks a reload
+// dropped are forgotten).
+func (g *Gateway) tickHooks(ctx context.Context, wg *sync.WaitGroup, st *state, now time.Time, busy map[release.Hook]*atomic.Bool) map[release.Hook]*atomic.Bool {
+	next := make(map[release.Hook]*atomic.Bool, len(busy))
+	for _, s := range st.byName {
+		for _, h := range s.hooks {
+			b := busy[h]
+			if b == nil {
+				b = new(atomic.Bool)
+			}
+			next[h] = b
+			if b.CompareAndSwap(false, true) {
+				wg.Go(func() {
+					defer b.Store(false)
+					h.Tick(ctx, now)
+				})
+			}
+		}
+	}
+	return next
+}
+
+// Close ends the gateway once its edges stopped sending requests: RunBackground's
 // loops stop, the queued shadow calls finish and their records are
 // flushed, the access log is drained, and every backend's connections
 // close. ctx bounds the wait for the shadow calls (those still running

@@ -27,15 +27,14 @@ import (
 	"github.com/sluice-ml/sluice/internal/gateway/ratelimit"
 	"github.com/sluice-ml/sluice/internal/gateway/route"
 	"github.com/sluice-ml/sluice/internal/infer"
-	"github.com/sluice-ml/sluice/internal/release/rollout"
 	"github.com/sluice-ml/sluice/internal/telemetry"
 	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // This file is the prediction pipeline, top to bottom: Predict takes a
 // Call that an edge (http.go, grpc.go) decoded and runs the steps of
-// run in order. Each step is a method of its own below; the ports it
-// calls through (modelClient, FeatureReader, releaseHook) are resolved
+// runSteps in order. Each step is a method of its own below; the ports it
+// calls through (modelClient, FeatureReader, release.Hook) are resolved
 // when the configuration is loaded, so no step looks at a kind or a name
 // to decide what to call.
 
@@ -142,37 +141,9 @@ type exchange struct {
 	callLatency time.Duration
 	answer      Answer
 
-	// what a rollout decided for the call (steer), for its outcome
-	roGroup string
-	roArm   rollout.Arm
+	// the traffic group and arm a steering release hook put the call in
+	group, arm string
 }
-
-// A releaseHook is a release mechanism that watches a service's calls: a
-// staged rollout (which may steer them), a drift watch, a shadow. Each is
-// built with the configuration, and the pipeline calls every hook of the
-// service at the same points, in order. No hook may block the call.
-type releaseHook interface {
-	// steer runs after routing: it may send the call to another version
-	// or backend.
-	steer(x *exchange)
-	// featuresRead runs after a successful feature read.
-	featuresRead(x *exchange)
-	// modelDone runs after the model call; err is its failure, else
-	// x.resp holds the response.
-	modelDone(x *exchange, err error)
-	// answered runs after the answer is built; ctx carries the call's
-	// trace.
-	answered(ctx context.Context, x *exchange)
-}
-
-// noHook is a releaseHook that does nothing at any point; hooks embed it
-// and override the points they watch.
-type noHook struct{}
-
-func (noHook) steer(*exchange)                     {}
-func (noHook) featuresRead(*exchange)              {}
-func (noHook) modelDone(*exchange, error)          {}
-func (noHook) answered(context.Context, *exchange) {}
 
 // Predict runs one call of the service c.Service: authentication, rate
 // limit, decoding, routing, features, tensors, the model with retries, the
@@ -192,7 +163,7 @@ func (g *Gateway) Predict(ctx context.Context, c Call) (Answer, error) {
 }
 
 // predict is Predict once the edge found the service in st: it traces
-// and records the call around run.
+// and records the call around runSteps.
 func (g *Gateway) predict(ctx context.Context, st *state, s *service, c *Call) (Answer, error) {
 	x := &exchange{st: st, s: s, call: c, reqID: c.RequestID, start: time.Now()}
 	if len(c.Header["Traceparent"]) > 0 {
@@ -213,7 +184,7 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, c *Call) (
 	if c.Traced != nil && x.log.TraceID != "" && (fromCaller || span.SpanContext().IsSampled()) {
 		c.Traced(ctx)
 	}
-	err := g.run(ctx, x)
+	err := g.runSteps(ctx, x)
 	if err == nil {
 		x.log.Source = x.answer.Source
 	}
@@ -242,8 +213,8 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, c *Call) (
 	return x.answer, nil
 }
 
-// run is the pipeline's steps, in order.
-func (g *Gateway) run(ctx context.Context, x *exchange) error {
+// runSteps runs one call through the pipeline's steps, in order.
+func (g *Gateway) runSteps(ctx context.Context, x *exchange) error {
 	if err := g.admitCall(ctx, x); err != nil {
 		return err
 	}
@@ -269,7 +240,7 @@ func (g *Gateway) run(ctx context.Context, x *exchange) error {
 		return err
 	}
 	for _, h := range x.s.hooks {
-		h.answered(ctx, x)
+		h.Answered(ctx, x)
 	}
 	return nil
 }
@@ -309,7 +280,7 @@ func (g *Gateway) route(x *exchange) error {
 	}
 	x.b = x.st.backends[target.Backend]
 	for _, h := range s.hooks {
-		h.steer(x)
+		h.Steer(x)
 	}
 	x.log.Version = x.version
 	x.log.Model = x.model
@@ -328,7 +299,7 @@ func (g *Gateway) readFeatures(ctx context.Context, x *exchange) error {
 	}
 	x.feats = feats
 	for _, h := range x.s.hooks {
-		h.featuresRead(x)
+		h.FeaturesRead(x)
 	}
 	return nil
 }
@@ -369,7 +340,7 @@ func (g *Gateway) callModel(ctx context.Context, x *exchange) error {
 	x.log.Endpoint, x.log.Retries = info.endpoint, info.retries
 	x.resp = resp
 	for _, h := range x.s.hooks {
-		h.modelDone(x, err)
+		h.ModelDone(x, err)
 	}
 	return err
 }
@@ -465,7 +436,7 @@ var tracer = telemetry.Tracer("github.com/sluice-ml/sluice/internal/gateway")
 // clientSpan are the options of a span around an outbound call.
 var clientSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
 
-// The steps' work, in the order run calls them; the retries of the model
+// The steps' work, in the order runSteps calls them; the retries of the model
 // call are in invoke.go, the tensors in request.go.
 
 // admit authenticates a caller and takes a rate-limit token. A refusal is
@@ -634,7 +605,7 @@ func (g *Gateway) answerOf(s *service, resp *infer.Response, vals []value, feats
 			if okp && okc {
 				fb.monitor.Observe(g.opts.Now(), pred)
 				use := fb.monitor.UseRule(c, fb.below)
-				if !use && s.drift != nil && s.drift.cfg.FeedFallback && s.drift.outputDrifting(fb.output) {
+				if !use && s.drift != nil && s.drift.FeedsFallback(fb.output) {
 					// The drift watch says the output moved: low-confidence
 					// answers get the rule too.
 					use = fallback.Decide(c, true, fb.below)

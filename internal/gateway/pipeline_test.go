@@ -116,7 +116,7 @@ func TestRunAndCloseOwnEveryGoroutine(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
+	go func() { done <- g.RunBackground(ctx) }()
 	for i := range 20 {
 		requireOK(t, call(t, g, http.MethodPost, etaPath, plainBody, "X-Request-Id", fmt.Sprint("own-", i)))
 	}

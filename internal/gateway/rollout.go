@@ -1,62 +1,56 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"reflect"
-	"strings"
-	"sync/atomic"
 	"time"
 
-	"github.com/sluice-ml/sluice/internal/config"
-	"github.com/sluice-ml/sluice/internal/feature"
-	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/gateway/release"
+	"github.com/sluice-ml/sluice/internal/gateway/release/driftwatch"
 	"github.com/sluice-ml/sluice/internal/release/drift"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
 	"github.com/sluice-ml/sluice/internal/wire"
 )
 
-// serviceRollout is a service's staged rollout: the controller that
-// decides which version serves each request, and per traffic group a drift
-// monitor of the service's scalar features, which the controller's
-// diagnosis ranks when a group fails.
+// serviceRollout is the release hook of a service in a staged rollout:
+// the controller that decides which version (and, per arm, which backend)
+// serves each request, and per traffic group a drift monitor of the
+// service's scalar features, which the controller's diagnosis ranks when a
+// group fails. It is carried over a reload that leaves the rollout's
+// settings unchanged (its state is also on disk, or in the fleet).
 type serviceRollout struct {
+	release.Base
 	cfg        rollout.Config
 	ctrl       *rollout.Controller
 	groups     map[string]*drift.Monitor
-	vars       []rolloutVar
-	confidence string      // the model output the confidence gate reads
-	ticking    atomic.Bool // a Tick of ctrl runs (on Run's tick)
+	vars       []release.Feature // the scalar features the groups watch
+	confidence string            // the model output the confidence gate reads
 }
 
-type rolloutVar struct {
-	name  string // view__feature
-	col   int
-	isInt bool
-}
-
-// rolloutFor returns the service's rollout, reusing the running one when
-// its configuration did not change (its state is also on disk).
-func (g *Gateway) rolloutFor(sc config.Service, s *service) (*serviceRollout, error) {
-	g.mapsMu.Lock()
-	defer g.mapsMu.Unlock()
-	if r, ok := g.rollouts[sc.Name]; ok && reflect.DeepEqual(r.cfg, *sc.Rollout) {
-		return r, nil
+// rolloutFactory makes the service's rollout, reusing prev when its
+// configuration did not change.
+func (g *Gateway) rolloutFactory(svc release.Service, prev release.Hook) (release.Hook, error) {
+	sc := svc.Config()
+	if sc.Rollout == nil {
+		return nil, nil
+	}
+	old, _ := prev.(*serviceRollout)
+	if old != nil && reflect.DeepEqual(old.cfg, *sc.Rollout) {
+		return old, nil
 	}
 	r := &serviceRollout{cfg: *sc.Rollout, groups: map[string]*drift.Monitor{}, confidence: "confidence_score"}
-	if s.fallback != nil {
-		r.confidence = s.fallback.confidence
+	if sc.Fallback != nil {
+		r.confidence = sc.Fallback.Confidence.Output
 	}
 	var vars []drift.Variable
-	for col, ref := range s.features {
-		t := s.featureTypes[col]
-		if t.List || t.Kind == feature.KindString || t.Kind == feature.KindBytes {
+	for _, f := range svc.Features() {
+		if !f.Scalar() {
 			continue
 		}
-		name := strings.Replace(ref, ":", "__", 1)
-		isInt := t.Kind == feature.KindInt32 || t.Kind == feature.KindInt64 || t.Kind == feature.KindUnixTimestamp
-		r.vars = append(r.vars, rolloutVar{name: name, col: col, isInt: isInt})
-		vars = append(vars, drift.Variable{Name: name})
+		r.vars = append(r.vars, f)
+		vars = append(vars, drift.Variable{Name: driftwatch.VarName(f.Ref)})
 	}
 	groups := []string{rollout.AllGroup}
 	for _, st := range sc.Rollout.Stages {
@@ -76,7 +70,7 @@ func (g *Gateway) rolloutFor(sc config.Service, s *service) (*serviceRollout, er
 		r.groups[name] = m
 	}
 	opts := rollout.Options{Now: g.opts.Now, Diagnose: r.diagnose, Fleet: g.rolloutFleetFor(sc.Name)}
-	if d := s.drift; d != nil {
+	if d, ok := svc.Hook(driftwatch.Kind).(*driftwatch.Watch); ok {
 		// The drift gates compare each group's live features with the
 		// service's drift reference.
 		opts.Drift = func(group string) []rollout.Suspect {
@@ -84,7 +78,7 @@ func (g *Gateway) rolloutFor(sc config.Service, s *service) (*serviceRollout, er
 			if !ok {
 				return nil
 			}
-			return d.groupDrift(m)
+			return d.GroupDrift(m)
 		}
 	}
 	if sc.Rollout.Gates.Accuracy != nil && sc.Accuracy != nil && g.opts.Accuracy != nil {
@@ -94,14 +88,16 @@ func (g *Gateway) rolloutFor(sc config.Service, s *service) (*serviceRollout, er
 	if err != nil {
 		return nil, err
 	}
-	if old, ok := g.rollouts[sc.Name]; ok {
-		old.ctrl.Forget()
-	}
 	g.attachRollout(sc.Name, ctrl)
 	r.ctrl = ctrl
-	g.rollouts[sc.Name] = r
 	return r, nil
 }
+
+// kindRollout is the rollout hook's kind.
+const kindRollout = "rollout"
+
+// Kind is "rollout".
+func (r *serviceRollout) Kind() string { return kindRollout }
 
 // diagnose ranks the features whose live distribution in group differs
 // most from the other groups'.
@@ -123,60 +119,42 @@ func (r *serviceRollout) diagnose(group string) []rollout.Suspect {
 	return out
 }
 
-// observeFeatures feeds the group's drift windows.
-func (r *serviceRollout) observeFeatures(group string, feats *serving.Response, now time.Time) {
+// Steer lets the controller pick the call's version and, per arm, its
+// backend.
+func (r *serviceRollout) Steer(c release.Call) {
+	version, group, arm := r.ctrl.Decide(rollout.Attributes{Headers: c.Header(), Values: c.Values(), RequestID: c.RequestID()})
+	c.SetVersion(version)
+	c.SetGroup(group, string(arm))
+	if t := r.ctrl.Target(arm); t.Backend != "" {
+		c.SetBackend(t.Backend)
+	}
+}
+
+// FeaturesRead feeds the call's group's drift windows.
+func (r *serviceRollout) FeaturesRead(c release.Call) {
+	group, _ := c.Group()
 	if m, ok := r.groups[group]; ok {
-		observeScalars(m, r.vars, feats, now)
+		driftwatch.Observe(m, r.vars, c, c.Start())
 	}
 }
 
-// observeScalars feeds a drift monitor the scalar feature values of one
-// request row.
-func observeScalars(m *drift.Monitor, vars []rolloutVar, feats *serving.Response, now time.Time) {
-	if feats == nil {
-		return
-	}
-	for _, v := range vars {
-		fv, _ := featureCell(feats, v.col)
-		if fv == nil {
-			continue
-		}
-		x := fv.F64
-		if v.isInt {
-			x = float64(fv.I64)
-		} else if fv.Bool {
-			x = 1
-		}
-		m.ObserveAt(v.name, x, now)
-	}
-}
-
-// rolloutHook is the release hook of a service in a staged rollout: the
-// controller picks each call's version (and, per arm, its backend), sees
-// its features and learns how the model call went.
-type rolloutHook struct {
-	noHook
-	r        *serviceRollout
-	backends map[string]*backend // the configuration's, for the arms' backends
-}
-
-func (h *rolloutHook) steer(x *exchange) {
-	x.version, x.roGroup, x.roArm = h.r.ctrl.Decide(rollout.Attributes{Headers: x.call.Header, Values: x.values, RequestID: x.reqID})
-	if t := h.r.ctrl.Target(x.roArm); t.Backend != "" {
-		x.b, x.log.Backend = h.backends[t.Backend], t.Backend
-	}
-}
-
-func (h *rolloutHook) featuresRead(x *exchange) {
-	h.r.observeFeatures(x.roGroup, x.feats, x.start)
-}
-
-func (h *rolloutHook) modelDone(x *exchange, err error) {
-	o := rollout.Outcome{Status: http.StatusOK, Latency: x.callLatency}
+// ModelDone tells the controller how the model call went.
+func (r *serviceRollout) ModelDone(c release.Call, err error) {
+	o := rollout.Outcome{Status: http.StatusOK, Latency: c.Latency()}
 	if err != nil {
 		o.Status, _ = wire.HTTPStatus(err)
-	} else if c, ok := outputScalar(x.resp, h.r.confidence); ok {
-		o.Confidence, o.HasConfidence = c, true
+	} else if v, ok := c.Output(r.confidence); ok {
+		o.Confidence, o.HasConfidence = v, true
 	}
-	h.r.ctrl.Observe(x.roArm, x.roGroup, o)
+	group, arm := c.Group()
+	r.ctrl.Observe(rollout.Arm(arm), group, o)
 }
+
+// Tick is the controller's clock.
+func (r *serviceRollout) Tick(ctx context.Context, now time.Time) { r.ctrl.Tick(ctx, now) }
+
+// Status is the rollout's admin view (rollout.Status).
+func (r *serviceRollout) Status() any { return r.ctrl.Status() }
+
+// Close forgets the replaced controller's metric series.
+func (r *serviceRollout) Close() { r.ctrl.Forget() }

@@ -15,6 +15,8 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
 	"github.com/sluice-ml/sluice/internal/gateway/fallback"
+	"github.com/sluice-ml/sluice/internal/gateway/release"
+	"github.com/sluice-ml/sluice/internal/gateway/release/driftwatch"
 	"github.com/sluice-ml/sluice/internal/gateway/route"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
@@ -146,10 +148,16 @@ type service struct {
 	fallback      *serviceFallback
 	breaker       *breaker
 	shadow        *serviceShadow
-	rollout       *serviceRollout
-	drift         *serviceDrift
 	accuracy      *serviceAccuracy
-	hooks         []releaseHook // rollout, drift watch, shadow, accuracy: in that order
+	// hooks are the release hooks in the order the pipeline calls them;
+	// made holds them by factory (nil where a factory made none), for the
+	// next configuration's factories.
+	hooks []release.Hook
+	made  []release.Hook
+	// rollout and drift are the rollout's and drift watch's hooks, for
+	// the admin API and the fallback (nil when the service has none).
+	rollout *serviceRollout
+	drift   *driftwatch.Watch
 
 	// The service's metric series, looked up once: the request duration,
 	// and each output's prediction histogram (by index into outputs).

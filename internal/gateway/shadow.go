@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/gateway/release"
 	"github.com/sluice-ml/sluice/internal/gateway/route"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/release/record"
@@ -23,7 +24,7 @@ import (
 )
 
 // Recorder takes finished records (record.Writer): Offer never blocks.
-// Run does the recorder's background work until Close (Gateway.Run
+// Run does the recorder's background work until Close (Gateway.RunBackground
 // starts it; a recorder never run does that work in Close).
 type Recorder interface {
 	Offer(rec *record.Record) bool
@@ -61,7 +62,7 @@ type shadowJob struct {
 }
 
 // mirror runs shadow calls off the request path: a bounded queue and a
-// fixed set of workers (run, started by Gateway.Run). A full queue drops
+// fixed set of workers (run, started by Gateway.RunBackground). A full queue drops
 // the job and counts it.
 type mirror struct {
 	sendMu   sync.Mutex // orders offers against the close of jobs; protects closed
@@ -132,7 +133,7 @@ func (m *mirror) run(g *Gateway) {
 }
 
 // finish stops taking jobs and finishes the queued ones: run's workers
-// do when Gateway.Run started them, else finish does itself. When ctx
+// do when Gateway.RunBackground started them, else finish does itself. When ctx
 // ends first, the calls in flight are cancelled and the rest dropped.
 // Then it closes the recorder, which flushes every record it accepted.
 func (m *mirror) finish(ctx context.Context, g *Gateway, running bool) error {
@@ -173,18 +174,42 @@ func (m *mirror) closeRecorder(ctx context.Context, g *Gateway) error {
 
 // shadowHook is the release hook of a service with a shadow: a
 // successful call that falls in the shadow share is mirrored to the
-// shadow's backend, resolved when the configuration was loaded.
+// shadow's backend, resolved when the configuration was loaded. It holds
+// no state of its own (the mirror is the gateway's) and is made anew with
+// each configuration.
 type shadowHook struct {
-	noHook
+	release.Base
 	sh      *serviceShadow
 	b       *backend
 	m       *mirror
 	headers []string // recording.headers: the ones a record keeps
 }
 
-// answered queues a shadow call of the call's exchange when the request
+// kindShadow is the shadow hook's kind.
+const kindShadow = "shadow"
+
+// shadowFactory makes the shadow hooks of st's services.
+func (g *Gateway) shadowFactory(st *state) release.Factory {
+	return func(svc release.Service, _ release.Hook) (release.Hook, error) {
+		s := st.byName[svc.Name()]
+		if s.shadow == nil {
+			return nil, nil
+		}
+		b, ok := st.backends[s.shadow.cfg.Backend]
+		if !ok {
+			return nil, nil
+		}
+		return &shadowHook{sh: s.shadow, b: b, m: g.mirror, headers: st.cfg.Recording.Headers}, nil
+	}
+}
+
+// Kind is "shadow".
+func (h *shadowHook) Kind() string { return kindShadow }
+
+// Answered queues a shadow call of the call's exchange when the request
 // falls in the service's shadow share.
-func (h *shadowHook) answered(ctx context.Context, x *exchange) {
+func (h *shadowHook) Answered(ctx context.Context, c release.Call) {
+	x := c.(*exchange) // a record keeps the whole exchange
 	s, sh := x.s, h.sh
 	key := x.reqID
 	if sh.keyField >= 0 && x.vals[sh.keyField].set {

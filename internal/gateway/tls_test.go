@@ -149,7 +149,7 @@ func TestBackendTLSGRPC(t *testing.T) {
 			e := newEnv(t, parseConfig(t, remoteTLSConfig(t, addr, tlsBlock(tc.caFile, f, true))), withKServe(t))
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
-			go func() { done <- e.g.Run(ctx) }()
+			go func() { done <- e.g.RunBackground(ctx) }()
 			harness.WaitFor(t, 10*time.Second, 20*time.Millisecond, "a "+tc.result+" health check", func() (bool, string) {
 				n := metricValue(t, e.reg, "sluice_gateway_health_checks_total", map[string]string{"backend": "remote", "result": tc.result})
 				return n > 0, fmt.Sprintf("%v checks", n)

@@ -206,7 +206,7 @@ func requestCost(dir string, logged bool) (testing.BenchmarkResult, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone := make(chan struct{})
-	go func() { _ = g.Run(ctx); close(runDone) }()
+	go func() { _ = g.RunBackground(ctx); close(runDone) }()
 	var joinDone chan struct{}
 	if joiner != nil {
 		joinDone = make(chan struct{})
