@@ -8,12 +8,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/release/drift"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // serviceRollout is a service's staged rollout: the controller that
@@ -174,7 +174,7 @@ func (h *rolloutHook) featuresRead(x *exchange) {
 func (h *rolloutHook) modelDone(x *exchange, err error) {
 	o := rollout.Outcome{Status: http.StatusOK, Latency: x.callLatency}
 	if err != nil {
-		o.Status, _ = wire.HTTPStatus(err)
+		o.Status, _ = apierr.HTTPStatus(err)
 	} else if c, ok := outputScalar(x.resp, h.r.confidence); ok {
 		o.Confidence, o.HasConfidence = c, true
 	}
