@@ -318,10 +318,10 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 // writeSourceError answers a source's failure, or its absence.
 func writeSourceError(w http.ResponseWriter, what string, err error) {
 	if errors.Is(err, errNotRunning) {
-		apierr.WriteError(w, http.StatusNotFound, "not_running", "this process runs no "+what)
+		apierr.WriteError(w, http.StatusNotFound, ReasonNotRunning, "this process runs no "+what)
 		return
 	}
-	apierr.WriteError(w, http.StatusServiceUnavailable, "source_unavailable", what+": "+err.Error())
+	apierr.WriteError(w, http.StatusServiceUnavailable, ReasonSourceUnavailable, what+": "+err.Error())
 }
 
 var errNotRunning = errors.New("not running")

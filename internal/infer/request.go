@@ -66,5 +66,5 @@ func ReservedParameter(name string) bool {
 // "reserved for Triton usage", which its QA matches; 400 /
 // INVALID_ARGUMENT, reason invalid_parameter.
 func ReservedHeaderError(key string) *apierr.Error {
-	return apierr.Errorf(apierr.KindInvalid, "invalid_parameter", "header '%s': parameter keys starting with 'triton_', and the names sequence_id, sequence_start, sequence_end, priority, timeout, headers and binary_data_output, are reserved for Triton usage and cannot be forwarded as parameters", key)
+	return apierr.Errorf(apierr.KindInvalid, apierr.ReasonInvalidParameter, "header '%s': parameter keys starting with 'triton_', and the names sequence_id, sequence_start, sequence_end, priority, timeout, headers and binary_data_output, are reserved for Triton usage and cannot be forwarded as parameters", key)
 }

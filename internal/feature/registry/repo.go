@@ -241,11 +241,11 @@ func (r *Repo) Path(p string) string {
 func (r *Repo) ResolveFeatures(refs []string, service string) ([]feature.FeatureRef, error) {
 	switch {
 	case service != "" && len(refs) > 0:
-		return nil, apierr.Errorf(apierr.KindInvalid, "invalid_feature_ref", "give features or feature_service '%s', not both", service)
+		return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalidFeatureRef, "give features or feature_service '%s', not both", service)
 	case service != "":
 		s := r.Services[service]
 		if s == nil {
-			return nil, apierr.Errorf(apierr.KindInvalid, "unknown_feature_service", "feature service '%s' is not defined (feature services: %s)", service, keyList(r.Services))
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonUnknownFeatureService, "feature service '%s' is not defined (feature services: %s)", service, keyList(r.Services))
 		}
 		out := make([]feature.FeatureRef, len(s.Features))
 		for i, fr := range s.Features {
@@ -253,24 +253,24 @@ func (r *Repo) ResolveFeatures(refs []string, service string) ([]feature.Feature
 		}
 		return out, nil
 	case len(refs) == 0:
-		return nil, apierr.Errorf(apierr.KindInvalid, "no_features", "no features requested (give features as view:feature or a feature_service)")
+		return nil, apierr.Errorf(apierr.KindInvalid, ReasonNoFeatures, "no features requested (give features as view:feature or a feature_service)")
 	}
 	var out []feature.FeatureRef
 	seen := make(map[string]bool, len(refs))
 	for _, ref := range refs {
 		view, feat, ok := strings.Cut(ref, ":")
 		if !ok || view == "" || feat == "" {
-			return nil, apierr.Errorf(apierr.KindInvalid, "invalid_feature_ref", "feature ref %q: want view:feature", ref)
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalidFeatureRef, "feature ref %q: want view:feature", ref)
 		}
 		v := r.Views[view]
 		if v == nil {
 			v = r.onDemandAsView(view)
 		}
 		if v == nil {
-			return nil, apierr.Errorf(apierr.KindInvalid, "unknown_feature_view", "feature view '%s' (in %q) is not defined (feature views: %s)", view, ref, keyList(r.Views))
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonUnknownFeatureView, "feature view '%s' (in %q) is not defined (feature views: %s)", view, ref, keyList(r.Views))
 		}
 		if !slices.ContainsFunc(v.Schema, func(f feature.Field) bool { return f.Name == feat }) {
-			return nil, apierr.Errorf(apierr.KindInvalid, "unknown_feature", "feature view '%s' has no feature '%s' (features: %s)", view, feat, schemaList(v.Schema))
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonUnknownFeature, "feature view '%s' has no feature '%s' (features: %s)", view, feat, schemaList(v.Schema))
 		}
 		if seen[ref] {
 			continue

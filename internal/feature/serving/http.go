@@ -266,10 +266,10 @@ func (h *Handler) readJSON(w http.ResponseWriter, r *http.Request, v any) error 
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
-		return invalidf("invalid_json", "request body is not valid JSON for this endpoint: %v", err)
+		return invalidf(apierr.ReasonInvalidJSON, "request body is not valid JSON for this endpoint: %v", err)
 	}
 	if dec.More() {
-		return invalidf("invalid_json", "request body has data after the JSON object")
+		return invalidf(apierr.ReasonInvalidJSON, "request body has data after the JSON object")
 	}
 	return nil
 }
