@@ -1,16 +1,32 @@
-// Package wire is Sluice's one error vocabulary on the wire: how a domain
-// error (an *apierr.Error, a context error, an oversized body) becomes an
-// HTTP status and a gRPC status, how a gRPC status read by a client
-// becomes a domain error again, and the JSON error body every HTTP edge
+// Package apierr is Sluice's one error vocabulary: the domain error every
+// component raises (Error, made with Errorf: a Kind and a snake_case
+// reason code), the table of every reason code (Codes), how an error
+// becomes an HTTP status and a gRPC status, how a gRPC status read by a
+// client becomes an Error again, and the JSON error body every HTTP edge
 // writes, {"error": "...", "reason": "snake_case"}. It also holds the
-// reason codes more than one edge produces.
+// reason codes more than one edge produces; each component keeps the
+// constants of the codes only it raises.
 //
 // Every edge uses it: the model server (httpapi, grpcapi), the feature
 // server (feature/serving), the gateway, admission and authz, and the
-// clients that read these answers (kserve, release/replay, perf). It sits
-// on the ground floor of the import graph: it imports infer, scrub and
-// jsonenc and nothing else of Sluice, so no component needs another
+// clients that read these answers (kserve, release/replay, perf); so do
+// the components that raise errors without speaking a protocol (modelrepo,
+// batch, backends, the feature registry). It sits on the ground floor of
+// the import graph: it imports scrub and jsonenc and nothing else of
+// Sluice, so no component needs the tensor package (infer) or another
 // component's edge to speak the vocabulary.
+//
+// # The table
+//
+// Codes has one row a code: the reason, the HTTP statuses and gRPC codes
+// it is answered with, and a one-line meaning. Its tests read the
+// module's source and fail when a Reason constant is not a row, a row is
+// declared by no constant or used nowhere, a reason reaches an error as a
+// string literal, a status fixed in the source is not the row's, or the
+// error tables of the docs disagree with it. docs/errors.md is generated
+// from it:
+//
+//	go test ./internal/apierr -run TestErrorsPageAgrees -update
 //
 // # The mapping
 //

@@ -22,7 +22,7 @@ const (
 	ReasonInvalidField          = "invalid_field"
 	ReasonMissingFeature        = "missing_feature"
 	ReasonFeatureUnreadable     = "feature_unreadable"
-	ReasonRateLimited           = "rate_limited"
+	ReasonRateLimited           = apierr.ReasonRateLimited
 	ReasonFeatureUnavailable    = "feature_service_unavailable"
 	ReasonNoRoute               = "no_route"
 	ReasonNoHealthyUpstream     = "no_healthy_upstream"

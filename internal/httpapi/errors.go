@@ -22,7 +22,6 @@ const (
 	reasonContentsMismatch     = apierr.ReasonContentsMismatch
 	reasonValueOutOfRange      = apierr.ReasonValueOutOfRange
 	reasonInvalidParameter     = apierr.ReasonInvalidParameter
-	reasonUnsupportedParameter = "unsupported_parameter"
 	reasonInvalidBinarySize    = "invalid_binary_size"
 	reasonInvalidHeader        = "invalid_header"
 	reasonUnsupportedEncoding  = "unsupported_content_encoding"
@@ -30,7 +29,6 @@ const (
 	reasonBodyTooLarge         = apierr.ReasonBodyTooLarge
 	reasonOverloaded           = apierr.ReasonOverloaded
 	reasonUnrepresentable      = "unrepresentable_value"
-	reasonInvalidConfig        = "invalid_config"
 	reasonNotFound             = apierr.ReasonNotFound
 	reasonMethodNotAllowed     = apierr.ReasonMethodNotAllowed
 	reasonInternal             = apierr.ReasonInternal
