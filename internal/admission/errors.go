@@ -5,29 +5,28 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/sluice-ml/sluice/internal/infer"
-	"github.com/sluice-ml/sluice/internal/wire"
+	"github.com/sluice-ml/sluice/internal/apierr"
 )
 
 // Reason codes of admission's refusals, as they appear in the JSON error
 // body, the gRPC ErrorInfo and the rejections metric: wire's, since every
 // edge answers them.
 const (
-	ReasonOverloaded     = wire.ReasonOverloaded
-	ReasonBodyTooLarge   = wire.ReasonBodyTooLarge
-	ReasonTooManyHeaders = wire.ReasonTooManyHeaders
+	ReasonOverloaded     = apierr.ReasonOverloaded
+	ReasonBodyTooLarge   = apierr.ReasonBodyTooLarge
+	ReasonTooManyHeaders = apierr.ReasonTooManyHeaders
 )
 
 var (
 	// ErrOverloaded reports that the process's in-flight byte budget could
 	// not take a request's bytes. The request is refused, not queued; the
 	// client may retry (answers carry Retry-After: 1). It is an
-	// *infer.Error of kind ResourceExhausted and reason "overloaded", so
-	// every edge answers it the same way through package wire (HTTP 503,
+	// *apierr.Error of kind ResourceExhausted and reason "overloaded", so
+	// every edge answers it the same way through package apierr (HTTP 503,
 	// gRPC ResourceExhausted) without knowing this package; match it with
 	// errors.Is.
-	ErrOverloaded error = &infer.Error{
-		Kind:   infer.KindResourceExhausted,
+	ErrOverloaded error = &apierr.Error{
+		Kind:   apierr.KindResourceExhausted,
 		Reason: ReasonOverloaded,
 		Msg:    "server overloaded: the in-flight request memory budget is exhausted",
 	}

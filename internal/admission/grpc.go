@@ -6,13 +6,12 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // tapFloor is how much of the budget must be free for a new gRPC stream to
@@ -176,5 +175,5 @@ func tooManyMetadata(md metadata.MD, limit int) bool {
 // refusal is a ResourceExhausted status carrying reason in an ErrorInfo,
 // as every Sluice gRPC error does.
 func refusal(reason, msg string) error {
-	return wire.StatusError(codes.ResourceExhausted, reason, msg)
+	return apierr.StatusError(codes.ResourceExhausted, reason, msg)
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -19,8 +20,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // startGRPC serves the standard health service behind GRPCServerOptions
@@ -52,7 +51,7 @@ func requireRefused(t *testing.T, err error, reason string) {
 	for _, d := range st.Details() {
 		if ei, ok := d.(*errdetails.ErrorInfo); ok {
 			require.Equal(t, reason, ei.GetReason())
-			require.Equal(t, wire.ErrorDomain, ei.GetDomain())
+			require.Equal(t, apierr.ErrorDomain, ei.GetDomain())
 			return
 		}
 	}

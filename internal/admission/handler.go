@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-ml/sluice/internal/wire"
+	"github.com/sluice-ml/sluice/internal/apierr"
 )
 
 // Handler wraps next with listener's limits and the process budget b:
@@ -65,7 +65,7 @@ func HandlerAnswering(listener string, l Limits, b *Budget, m *Metrics, tooLarge
 
 // answerTooLarge is the default TooLarge: 413 body_too_large.
 func answerTooLarge(w http.ResponseWriter, _ *http.Request, length, limit int64) {
-	wire.WriteError(w, http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
+	apierr.WriteError(w, http.StatusRequestEntityTooLarge, ReasonBodyTooLarge,
 		"request body of "+strconv.FormatInt(length, 10)+" bytes exceeds the limit of "+strconv.FormatInt(limit, 10)+" bytes")
 }
 
@@ -80,7 +80,7 @@ type handler struct {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if limit := h.limits.MaxHeaderCount; limit > 0 && tooManyHeaders(r.Header, limit) {
 		h.rej.tooManyHeaders.Inc()
-		wire.WriteError(w, http.StatusRequestHeaderFieldsTooLarge, ReasonTooManyHeaders,
+		apierr.WriteError(w, http.StatusRequestHeaderFieldsTooLarge, ReasonTooManyHeaders,
 			"request has more than "+strconv.Itoa(limit)+" header fields")
 		return
 	}
@@ -290,5 +290,5 @@ func innermost(w http.ResponseWriter) http.ResponseWriter {
 // writeOverloaded answers 503 overloaded with Retry-After: 1: the refusal
 // is about this moment, not about the request.
 func writeOverloaded(w http.ResponseWriter) {
-	wire.WriteError(w, http.StatusServiceUnavailable, ReasonOverloaded, ErrOverloaded.Error())
+	apierr.WriteError(w, http.StatusServiceUnavailable, ReasonOverloaded, ErrOverloaded.Error())
 }

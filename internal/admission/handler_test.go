@@ -22,8 +22,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/testutil/harness"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // testServer is an httptest server with Handler in front of next.
@@ -53,14 +53,14 @@ func startServer(t *testing.T, l Limits, budgetBytes int64, next http.Handler) *
 var readAll = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 	b, err := io.ReadAll(r.Body)
 	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-		wire.WriteError(w, http.StatusRequestEntityTooLarge, ReasonBodyTooLarge, err.Error())
+		apierr.WriteError(w, http.StatusRequestEntityTooLarge, ReasonBodyTooLarge, err.Error())
 		return
 	}
 	switch {
 	case errors.Is(err, ErrOverloaded):
 		writeOverloaded(w)
 	case err != nil:
-		wire.WriteError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		apierr.WriteError(w, http.StatusBadRequest, "invalid_request", err.Error())
 	default:
 		_, _ = w.Write([]byte(strconv.Itoa(len(b))))
 	}

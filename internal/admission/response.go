@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/grpc/stats"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 )
 
 // Responses are charged to the same budget as requests (issue 22): an
@@ -51,7 +51,7 @@ func ChargeResponse(ctx context.Context, n int64) error {
 }
 
 func responseTooLarge(n, limit int64) error {
-	return infer.Errorf(infer.KindResourceExhausted, infer.ReasonResponseTooLarge,
+	return apierr.Errorf(apierr.KindResourceExhausted, apierr.ReasonResponseTooLarge,
 		"the response would need %s bytes of memory, more than the server's in-flight budget lets one request hold (%s bytes); ask for less (fewer or smaller outputs, binary_data_output instead of JSON)",
 		strconv.FormatInt(n, 10), strconv.FormatInt(limit, 10))
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/stats"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 )
 
 // Responses are charged like requests: refused for now (overloaded) when
@@ -20,10 +20,10 @@ func TestReserveResponse(t *testing.T) {
 	none.Release(1 << 40)
 
 	b := NewBudget(16<<20, nil) // 14 MiB for large bodies and answers, 2 MiB reserve
-	var ie *infer.Error
+	var ie *apierr.Error
 	err := b.ReserveResponse(15 << 20)
 	require.True(t, errors.As(err, &ie))
-	require.Equal(t, infer.ReasonResponseTooLarge, ie.Reason)
+	require.Equal(t, apierr.ReasonResponseTooLarge, ie.Reason)
 	require.Zero(t, b.InUse())
 
 	require.NoError(t, b.ReserveResponse(14<<20))
@@ -45,5 +45,5 @@ func TestReserveResponse(t *testing.T) {
 	require.Zero(t, b.InUse())
 	err = ChargeResponse(ctx, 15<<20)
 	require.True(t, errors.As(err, &ie))
-	require.Equal(t, infer.ReasonResponseTooLarge, ie.Reason)
+	require.Equal(t, apierr.ReasonResponseTooLarge, ie.Reason)
 }

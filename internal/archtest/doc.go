@@ -5,8 +5,9 @@
 //
 // The rules, each one a row of rules in archtest_test.go:
 //
-//   - infer imports nothing internal; generated code lives only in
-//     internal/pb.
+//   - infer imports nothing internal but the error vocabulary (apierr);
+//     apierr imports nothing internal but scrub and jsonenc, two leaves;
+//     generated code lives only in internal/pb.
 //   - Backends know no protocol and no scheduler: no edge, KServe client
 //     or codec, no batch or modelrepo (the batcher calls backends, never
 //     the reverse). The model configuration (modelconfig, inferencepb's

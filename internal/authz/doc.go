@@ -81,7 +81,7 @@
 //	 "request_id":"4f1c…"}
 //
 // (one line in the file; gRPC calls add "grpc_code", and their status is the
-// one an HTTP edge answers for the same error, wire.CodeHTTPStatus).
+// one an HTTP edge answers for the same error, apierr.CodeHTTPStatus).
 // component is admin, models_http, models_grpc or
 // features; action is a constant from code; result is ok, denied or error;
 // who is the token id, certificate identity or "anonymous". Each line is

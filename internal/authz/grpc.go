@@ -5,11 +5,10 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // GRPCError turns a *Denied into a gRPC status error carrying an
@@ -22,7 +21,7 @@ func GRPCError(err error) error {
 	if !ok {
 		return err
 	}
-	return wire.StatusError(deniedCode(d), d.Reason, d.Message)
+	return apierr.StatusError(deniedCode(d), d.Reason, d.Message)
 }
 
 func deniedCode(d *Denied) codes.Code {
@@ -122,8 +121,8 @@ func grpcEvent(ctx context.Context, fullMethod, group string, pr Principal, targ
 func recordGRPC(a *Auditor, ev Event, err error) {
 	st := status.Convert(err)
 	ev.GRPCCode = st.Code().String()
-	ev.Reason = wire.StatusReason(st)
-	ev.Status = wire.CodeHTTPStatus(st.Code(), ev.Reason)
+	ev.Reason = apierr.StatusReason(st)
+	ev.Status = apierr.CodeHTTPStatus(st.Code(), ev.Reason)
 	switch {
 	case err == nil:
 		ev.Result = ResultOK

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/sluice-ml/sluice/internal/wire"
+	"github.com/sluice-ml/sluice/internal/apierr"
 )
 
 type principalKey struct{}
@@ -128,7 +128,7 @@ func WriteError(w http.ResponseWriter, err error) {
 		}
 		h.Set("WWW-Authenticate", v)
 	}
-	wire.WriteError(w, d.Status, d.Reason, d.Message)
+	apierr.WriteError(w, d.Status, d.Reason, d.Message)
 }
 
 // asDenied returns err as a *Denied, or a 500 one for any other error.

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -348,10 +349,10 @@ func (p *QueuePolicy) timeout(req time.Duration) time.Duration {
 }
 
 // levelOf maps a request priority to a 0-based level.
-func (b *Batcher) levelOf(priority int) (int, *infer.Error) {
+func (b *Batcher) levelOf(priority int) (int, *apierr.Error) {
 	switch {
 	case priority < 0 || (b.levelsOn && priority > len(b.levels)):
-		return 0, infer.Errorf(infer.KindInvalid, ReasonInvalidPriority,
+		return 0, apierr.Errorf(apierr.KindInvalid, ReasonInvalidPriority,
 			"priority %d outside [1, %d] for model '%s'", priority, len(b.levels), b.model)
 	case priority == 0 || !b.levelsOn:
 		return b.defLevel, nil
@@ -360,7 +361,7 @@ func (b *Batcher) levelOf(priority int) (int, *infer.Error) {
 }
 
 // Submit queues req, waits for its batch to execute and returns its share
-// of the outputs. Errors are *infer.Error values (see the Reason
+// of the outputs. Errors are *apierr.Error values (see the Reason
 // constants). When ctx ends while the request is still queued, the request
 // is dropped and Submit returns at once; once its batch has started,
 // Submit waits for the execution to end. req and its buffers must stay

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -221,10 +222,10 @@ func TestPriorityOrder(t *testing.T) {
 			h := newHarness(t, Options{PriorityLevels: 2}, e)
 			for _, p := range []int{3, -1} {
 				_, err := h.b.Submit(t.Context(), prio(1, p))
-				ie, isInfer := errors.AsType[*infer.Error](err)
+				ie, isInfer := errors.AsType[*apierr.Error](err)
 				require.True(t, isInfer)
 				require.Equal(t, ReasonInvalidPriority, ie.Reason)
-				require.Equal(t, infer.KindInvalid, ie.Kind)
+				require.Equal(t, apierr.KindInvalid, ie.Kind)
 			}
 			require.Empty(t, e.batches())
 			h.close()
@@ -258,7 +259,7 @@ func TestQueueFull(t *testing.T) {
 		full := h.submit(t.Context(), request(3, 1))
 		o := failed(t, full, ReasonQueueFull)
 		require.Zero(t, o.at, "a full queue rejects at once")
-		require.Equal(t, infer.KindUnavailable, asInfer(t, o.err).Kind)
+		require.Equal(t, apierr.KindUnavailable, asInfer(t, o.err).Kind)
 
 		hi := request(4, 1)
 		hi.Priority = 1
@@ -299,7 +300,7 @@ func TestQueueTimeoutReject(t *testing.T) {
 		h.sleepUntil(6 * ms)
 		o := failed(t, r, ReasonQueueTimeout)
 		require.Equal(t, 6*ms, o.at, "answered when its time in queue reached the timeout")
-		require.Equal(t, infer.KindUnavailable, asInfer(t, o.err).Kind)
+		require.Equal(t, apierr.KindUnavailable, asInfer(t, o.err).Kind)
 		failed(t, keep, ReasonQueueTimeout)
 		close(e.hold)
 		ok(t, plug, 100, 1)
@@ -405,7 +406,7 @@ func TestCancelledRequestsAreSkipped(t *testing.T) {
 				h.sleepUntil(3 * ms)
 				o = failed(t, d, ReasonDeadlineExceeded)
 				require.Equal(t, 3*ms, o.at)
-				require.Equal(t, infer.KindTimeout, asInfer(t, o.err).Kind)
+				require.Equal(t, apierr.KindTimeout, asInfer(t, o.err).Kind)
 
 				_, err := h.b.Submit(cctx, request(4, 1))
 				require.Equal(t, ReasonCanceled, asInfer(t, err).Reason, "a request whose context already ended is refused")
@@ -572,15 +573,15 @@ func TestClose(t *testing.T) {
 }
 
 func TestExecutorErrors(t *testing.T) {
-	domain := &infer.Error{Kind: infer.KindInvalid, Reason: "bad_input", Msg: "bad input"}
+	domain := &apierr.Error{Kind: apierr.KindInvalid, Reason: "bad_input", Msg: "bad input"}
 	tests := []struct {
 		name   string
 		fail   error
 		reason string
-		kind   infer.Kind
+		kind   apierr.Kind
 	}{
-		{name: "domain error passes through", fail: domain, reason: "bad_input", kind: infer.KindInvalid},
-		{name: "plain error", fail: errors.New("boom"), reason: ReasonBackendError, kind: infer.KindInternal},
+		{name: "domain error passes through", fail: domain, reason: "bad_input", kind: apierr.KindInvalid},
+		{name: "plain error", fail: errors.New("boom"), reason: ReasonBackendError, kind: apierr.KindInternal},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -719,7 +720,7 @@ func TestConcurrentStress(t *testing.T) {
 						res, err := b.Submit(ctx, req)
 						cancel()
 						if err != nil {
-							ie, isInfer := errors.AsType[*infer.Error](err)
+							ie, isInfer := errors.AsType[*apierr.Error](err)
 							if !isInfer || (ie.Reason != ReasonCanceled && ie.Reason != ReasonQueueTimeout && ie.Reason != ReasonQueueFull) {
 								errs <- err
 								return

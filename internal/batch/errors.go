@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 )
 
-// The reasons of the *infer.Error values the batcher returns.
+// The reasons of the *apierr.Error values the batcher returns.
 const (
 	// ReasonQueueFull: the request's priority level already holds
 	// MaxQueueSize requests (KindUnavailable).
@@ -33,45 +33,45 @@ const (
 )
 
 // ctxError reports a request whose context ended.
-func ctxError(ctx context.Context) *infer.Error {
+func ctxError(ctx context.Context) *apierr.Error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return &infer.Error{Kind: infer.KindTimeout, Reason: ReasonDeadlineExceeded, Msg: "request deadline exceeded", Err: context.Cause(ctx)}
+		return &apierr.Error{Kind: apierr.KindTimeout, Reason: ReasonDeadlineExceeded, Msg: "request deadline exceeded", Err: context.Cause(ctx)}
 	}
-	return &infer.Error{Kind: infer.KindUnavailable, Reason: ReasonCanceled, Msg: "request canceled", Err: context.Cause(ctx)}
+	return &apierr.Error{Kind: apierr.KindUnavailable, Reason: ReasonCanceled, Msg: "request canceled", Err: context.Cause(ctx)}
 }
 
-func (b *Batcher) unloadingError() *infer.Error {
-	return infer.Errorf(infer.KindUnavailable, ReasonModelUnloading, "model '%s' version %s is unloading", b.model, b.version)
+func (b *Batcher) unloadingError() *apierr.Error {
+	return apierr.Errorf(apierr.KindUnavailable, ReasonModelUnloading, "model '%s' version %s is unloading", b.model, b.version)
 }
 
-func (b *Batcher) queueFullError(level, size int) *infer.Error {
-	return infer.Errorf(infer.KindUnavailable, ReasonQueueFull,
+func (b *Batcher) queueFullError(level, size int) *apierr.Error {
+	return apierr.Errorf(apierr.KindUnavailable, ReasonQueueFull,
 		"model '%s' version %s: queue of priority level %d is full (max_queue_size %d)", b.model, b.version, level+1, size)
 }
 
-func (b *Batcher) queueTimeoutError(p *pending) *infer.Error {
-	return infer.Errorf(infer.KindUnavailable, ReasonQueueTimeout,
+func (b *Batcher) queueTimeoutError(p *pending) *apierr.Error {
+	return apierr.Errorf(apierr.KindUnavailable, ReasonQueueTimeout,
 		"model '%s' version %s: request timed out after %s in the queue", b.model, b.version, p.deadline.Sub(p.enq))
 }
 
-// backendError keeps an executor's *infer.Error and wraps anything else.
+// backendError keeps an executor's *apierr.Error and wraps anything else.
 func (b *Batcher) backendError(ctx context.Context, err error) error {
-	if ie, ok := errors.AsType[*infer.Error](err); ok {
+	if ie, ok := errors.AsType[*apierr.Error](err); ok {
 		return ie
 	}
 	if ctx.Err() != nil {
 		return ctxError(ctx)
 	}
-	return &infer.Error{
-		Kind: infer.KindInternal, Reason: ReasonBackendError,
+	return &apierr.Error{
+		Kind: apierr.KindInternal, Reason: ReasonBackendError,
 		Msg: fmt.Sprintf("model '%s' version %s: execute", b.model, b.version), Err: err,
 	}
 }
 
 // outputError reports executor outputs that cannot be split by request.
 func (b *Batcher) outputError(format string, args ...any) error {
-	return &infer.Error{
-		Kind: infer.KindInternal, Reason: ReasonBackendError,
+	return &apierr.Error{
+		Kind: apierr.KindInternal, Reason: ReasonBackendError,
 		Msg: fmt.Sprintf("model '%s' version %s: ", b.model, b.version) + fmt.Sprintf(format, args...),
 	}
 }

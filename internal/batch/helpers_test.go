@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -187,11 +188,11 @@ func ok(t *testing.T, ch <-chan outcome, id int64, bs int) outcome {
 	return o
 }
 
-// asInfer returns err as an *infer.Error.
-func asInfer(t *testing.T, err error) *infer.Error {
+// asInfer returns err as an *apierr.Error.
+func asInfer(t *testing.T, err error) *apierr.Error {
 	t.Helper()
-	ie, isInfer := errors.AsType[*infer.Error](err)
-	require.True(t, isInfer, "error %v is not an *infer.Error", err)
+	ie, isInfer := errors.AsType[*apierr.Error](err)
+	require.True(t, isInfer, "error %v is not an *apierr.Error", err)
 	return ie
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -30,7 +31,7 @@ func (e *requestExec) ExecuteRequests(ctx context.Context, inputs [][]infer.Tens
 	errs := make([]error, len(inputs))
 	for i := range inputs {
 		if inputs[i][0].Data[0] == 13 {
-			errs[i] = infer.Errorf(infer.KindInvalid, "model_error", "unlucky")
+			errs[i] = apierr.Errorf(apierr.KindInvalid, "model_error", "unlucky")
 			continue
 		}
 		outs[i], errs[i] = e.Execute(ctx, inputs[i], outputs[i])
@@ -50,7 +51,7 @@ func TestRequestExecutorKeepsBoundaries(t *testing.T) {
 		d := h.submit(t.Context(), request(3, 1))
 		h.sleepUntil(time.Millisecond)
 		ok(t, a, 1, 2)
-		require.Equal(t, infer.KindInvalid, asInfer(t, failed(t, c, "model_error").err).Kind)
+		require.Equal(t, apierr.KindInvalid, asInfer(t, failed(t, c, "model_error").err).Kind)
 		o := ok(t, d, 3, 1)
 		require.Equal(t, 4, o.res.ExecBatch)
 		require.Equal(t, []int{3}, exec.sizes, "one call with the three requests")

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sluice-ml/sluice/internal/admission"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/cluster"
 	"github.com/sluice-ml/sluice/internal/config"
@@ -832,7 +833,7 @@ func remoteSignature(ctx context.Context, client *kserve.Client, b config.Backen
 		if err == nil {
 			return infer.Signature{Inputs: md.Inputs, Outputs: md.Outputs}, nil
 		}
-		if ie, ok := errors.AsType[*infer.Error](err); ok && ie.Kind == infer.KindNotFound {
+		if ie, ok := errors.AsType[*apierr.Error](err); ok && ie.Kind == apierr.KindNotFound {
 			return infer.Signature{}, fmt.Errorf("%s: %w", ep, err)
 		}
 		last = err

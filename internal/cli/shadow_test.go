@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/grpcapi"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
@@ -47,7 +48,7 @@ func shadowETA(x0, x1 float32, version string) float32 {
 func (shadowModel) Infer(_ context.Context, req *infer.Request) (*infer.Response, error) {
 	in := req.Input("features")
 	if req.Model != "parcel_eta" || in == nil || len(in.Data) != 8 {
-		return nil, infer.Errorf(infer.KindNotFound, "model_not_found", "no model %q with input features", req.Model)
+		return nil, apierr.Errorf(apierr.KindNotFound, "model_not_found", "no model %q with input features", req.Model)
 	}
 	x0 := math.Float32frombits(binary.LittleEndian.Uint32(in.Data))
 	x1 := math.Float32frombits(binary.LittleEndian.Uint32(in.Data[4:]))

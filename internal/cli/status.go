@@ -15,9 +15,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/console"
 	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // statusFlags are `sluice status`'s flags.
@@ -158,7 +158,7 @@ func consoleAPI(ctx context.Context, client *http.Client, url string, v any) (ok
 	if err != nil {
 		return false, false, err
 	}
-	msg, reason, isJSON := wire.ParseError(b)
+	msg, reason, isJSON := apierr.ParseError(b)
 	switch {
 	case code == http.StatusOK:
 		if err := json.Unmarshal(b, v); err != nil {

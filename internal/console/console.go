@@ -19,8 +19,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // Prefix is the path the console is served under.
@@ -307,7 +307,7 @@ func (c *Console) pageErrors(w http.ResponseWriter, r *http.Request) {
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		wire.WriteError(w, http.StatusInternalServerError, wire.ReasonInternal, "encode answer")
+		apierr.WriteError(w, http.StatusInternalServerError, apierr.ReasonInternal, "encode answer")
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -318,10 +318,10 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 // writeSourceError answers a source's failure, or its absence.
 func writeSourceError(w http.ResponseWriter, what string, err error) {
 	if errors.Is(err, errNotRunning) {
-		wire.WriteError(w, http.StatusNotFound, "not_running", "this process runs no "+what)
+		apierr.WriteError(w, http.StatusNotFound, ReasonNotRunning, "this process runs no "+what)
 		return
 	}
-	wire.WriteError(w, http.StatusServiceUnavailable, "source_unavailable", what+": "+err.Error())
+	apierr.WriteError(w, http.StatusServiceUnavailable, ReasonSourceUnavailable, what+": "+err.Error())
 }
 
 var errNotRunning = errors.New("not running")
@@ -379,7 +379,7 @@ func (c *Console) apiErrors(w http.ResponseWriter, r *http.Request) {
 	if q := r.URL.Query().Get("n"); q != "" {
 		v, err := strconv.Atoi(q)
 		if err != nil || v < 0 {
-			wire.WriteError(w, http.StatusBadRequest, wire.ReasonInvalidParameter, "n must be a count, got "+strconv.Quote(q))
+			apierr.WriteError(w, http.StatusBadRequest, apierr.ReasonInvalidParameter, "n must be a count, got "+strconv.Quote(q))
 			return
 		}
 		n = min(v, maxErrors)
@@ -390,7 +390,7 @@ func (c *Console) apiErrors(w http.ResponseWriter, r *http.Request) {
 func (c *Console) apiSeries(w http.ResponseWriter, r *http.Request) {
 	kind := r.URL.Query().Get("kind")
 	if _, ok := columns[kind]; !ok && kind != "" {
-		wire.WriteError(w, http.StatusBadRequest, wire.ReasonInvalidParameter,
+		apierr.WriteError(w, http.StatusBadRequest, apierr.ReasonInvalidParameter,
 			"kind must be one of model, service, features, view; got "+strconv.Quote(kind))
 		return
 	}

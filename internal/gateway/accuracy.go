@@ -8,11 +8,11 @@ import (
 	"strings"
 
 	"github.com/sluice-ml/sluice/internal/accuracy"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
 	"github.com/sluice-ml/sluice/internal/gateway/auth"
 	"github.com/sluice-ml/sluice/internal/gateway/release"
-	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
 	"github.com/sluice-ml/sluice/internal/release/rollout/rolloutspec"
 )
@@ -186,7 +186,7 @@ func (g *Gateway) ingestOutcomes(w http.ResponseWriter, r *http.Request, s *serv
 	results, err := g.opts.Accuracy.Ingest(r.Context(), outs)
 	if err != nil {
 		g.logger.Warn("outcomes not stored", "service", s.name, "outcomes", len(outs), "err", err)
-		writeHTTPError(w, "", infer.Errorf(infer.KindUnavailable, reasonAccuracyStoreFailure, "the pending store did not take the outcomes; retry"))
+		writeHTTPError(w, "", apierr.Errorf(apierr.KindUnavailable, reasonAccuracyStoreFailure, "the pending store did not take the outcomes; retry"))
 		return
 	}
 	counts := map[string]int{}

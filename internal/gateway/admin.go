@@ -85,7 +85,7 @@ func (g *Gateway) AdminHandler(metrics http.Handler) http.Handler {
 	})
 	mux.HandleFunc("POST /reload", func(w http.ResponseWriter, r *http.Request) {
 		if g.opts.Reload == nil {
-			writeError(w, "", http.StatusNotImplemented, "reload_unavailable", "this gateway was not started from a configuration file")
+			writeError(w, "", http.StatusNotImplemented, ReasonReloadUnavailable, "this gateway was not started from a configuration file")
 			return
 		}
 		cfg, err := g.opts.Reload(r.Context())
@@ -94,7 +94,7 @@ func (g *Gateway) AdminHandler(metrics http.Handler) http.Handler {
 		}
 		if err != nil {
 			g.logger.Warn("reload refused; the old configuration keeps serving", "err", err)
-			writeError(w, "", http.StatusBadRequest, "invalid_config", err.Error())
+			writeError(w, "", http.StatusBadRequest, ReasonInvalidConfig, err.Error())
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"reloaded": true})

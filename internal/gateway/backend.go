@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/gateway/upstream"
 	"github.com/sluice-ml/sluice/internal/infer"
@@ -131,7 +132,7 @@ type kserveHTTP struct {
 }
 
 func (c *kserveHTTP) infer(context.Context, string, *infer.Request) (*infer.Response, error) {
-	return nil, infer.Errorf(infer.KindUnsupported, ReasonUpstreamUnavailable, "a kserve_http backend serves only the KServe v2 proxy")
+	return nil, apierr.Errorf(apierr.KindUnsupported, ReasonUpstreamUnavailable, "a kserve_http backend serves only the KServe v2 proxy")
 }
 
 // ready asks the server's /v2/health/ready.

@@ -7,9 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/gateway"
-	"github.com/sluice-ml/sluice/internal/infer"
 )
 
 const breakerYAML = "feature_breaker: {stale_threshold: 3, window: 1m, probe_interval: 5s}"
@@ -93,7 +93,7 @@ func TestFeatureBreakerWindow(t *testing.T) {
 
 func TestFeatureBreakerIgnoresOtherFailures(t *testing.T) {
 	e := newBreakerEnv(t)
-	e.features.setErr(infer.Errorf(infer.KindUnavailable, serving.ReasonStoreUnavailable, "online store: connection refused"))
+	e.features.setErr(apierr.Errorf(apierr.KindUnavailable, serving.ReasonStoreUnavailable, "online store: connection refused"))
 	for range 10 {
 		requireError(t, e.post(t, okBody), http.StatusServiceUnavailable, serving.ReasonStoreUnavailable)
 	}

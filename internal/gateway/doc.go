@@ -6,7 +6,7 @@
 // POST /v1/services/<name>:predict, RegisterGRPC for
 // sluice.gateway.v1.Gateway/Predict) decodes its request into a Call and
 // runs Predict, which returns a protocol-neutral Answer or an
-// *infer.Error that package wire maps to the edge's status. pipeline.go
+// *apierr.Error that package apierr maps to the edge's status. pipeline.go
 // holds the steps, in order:
 //
 //  1. authentication (auth: API keys stored hashed, or a client

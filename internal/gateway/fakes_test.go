@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
@@ -161,7 +162,7 @@ func tensorFloats(t *infer.Tensor) []float64 {
 // status, the domain error (Unwrap) and whether the request never left.
 type rpcError struct {
 	st      *status.Status
-	ie      *infer.Error
+	ie      *apierr.Error
 	connect bool
 }
 
@@ -223,24 +224,24 @@ func (f *fakeRemote) Infer(ctx context.Context, addr string, req *infer.Request)
 	case behaveUnavailable:
 		return nil, &rpcError{
 			st: status.New(codes.Unavailable, "connection reset"),
-			ie: &infer.Error{Kind: infer.KindUnavailable, Reason: "upstream_unavailable", Msg: "ModelInfer " + addr + ": Unavailable: connection reset"},
+			ie: &apierr.Error{Kind: apierr.KindUnavailable, Reason: "upstream_unavailable", Msg: "ModelInfer " + addr + ": Unavailable: connection reset"},
 		}
 	case behaveInvalid:
 		return nil, &rpcError{
 			st: status.New(codes.InvalidArgument, "bad input"),
-			ie: &infer.Error{Kind: infer.KindInvalid, Reason: "invalid_input", Msg: "ModelInfer " + addr + ": InvalidArgument: bad input"},
+			ie: &apierr.Error{Kind: apierr.KindInvalid, Reason: "invalid_input", Msg: "ModelInfer " + addr + ": InvalidArgument: bad input"},
 		}
 	case behaveConnectFail:
 		return nil, &rpcError{
 			st:      status.New(codes.Unavailable, "connection refused"),
-			ie:      &infer.Error{Kind: infer.KindUnavailable, Reason: "upstream_unavailable", Msg: "ModelInfer " + addr + ": Unavailable: connection refused"},
+			ie:      &apierr.Error{Kind: apierr.KindUnavailable, Reason: "upstream_unavailable", Msg: "ModelInfer " + addr + ": Unavailable: connection refused"},
 			connect: true,
 		}
 	case behaveHang:
 		<-ctx.Done()
 		return nil, &rpcError{
 			st: status.FromContextError(ctx.Err()),
-			ie: &infer.Error{Kind: infer.KindTimeout, Reason: "upstream_timeout", Msg: "ModelInfer " + addr + ": DeadlineExceeded"},
+			ie: &apierr.Error{Kind: apierr.KindTimeout, Reason: "upstream_timeout", Msg: "ModelInfer " + addr + ": DeadlineExceeded"},
 		}
 	case behaveOK:
 	}
@@ -381,7 +382,7 @@ func (f *fakeFeatures) GetOnlineFeatures(ctx context.Context, req *serving.Reque
 
 // staleErr is the feature server's answer while a view is stale.
 func staleErr() error {
-	return infer.Errorf(infer.KindUnavailable, serving.ReasonViewStale, "feature view \"user_stats\" is stale: last materialized 2h ago")
+	return apierr.Errorf(apierr.KindUnavailable, serving.ReasonViewStale, "feature view \"user_stats\" is stale: last materialized 2h ago")
 }
 
 // fakeClock is a settable clock for Options.Now.

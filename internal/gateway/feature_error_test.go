@@ -13,11 +13,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature/online"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/gateway"
-	"github.com/sluice-ml/sluice/internal/infer"
 )
 
 // lockedBuffer is a log sink safe for concurrent writes.
@@ -55,7 +55,7 @@ func TestFeatureErrorBodies(t *testing.T) {
 	}{
 		{
 			"store unavailable, as the feature server reports it",
-			&infer.Error{Kind: infer.KindUnavailable, Reason: serving.ReasonStoreUnavailable, Msg: "read online features", Err: fmt.Errorf("read redis: %w: %s", online.ErrUnavailable, cause)},
+			&apierr.Error{Kind: apierr.KindUnavailable, Reason: serving.ReasonStoreUnavailable, Msg: "read online features", Err: fmt.Errorf("read redis: %w: %s", online.ErrUnavailable, cause)},
 			http.StatusServiceUnavailable, serving.ReasonStoreUnavailable, `service "eta": online store unavailable`, true,
 		},
 		{
@@ -65,7 +65,7 @@ func TestFeatureErrorBodies(t *testing.T) {
 		},
 		{
 			"internal",
-			&infer.Error{Kind: infer.KindInternal, Reason: "internal", Msg: "feature view 'user_stats', entity row 0", Err: fmt.Errorf("decode /var/lib/sluice/x: %s", cause)},
+			&apierr.Error{Kind: apierr.KindInternal, Reason: "internal", Msg: "feature view 'user_stats', entity row 0", Err: fmt.Errorf("decode /var/lib/sluice/x: %s", cause)},
 			http.StatusInternalServerError, gateway.ReasonInternal, `service "eta": the feature read failed`, true,
 		},
 		{

@@ -17,10 +17,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/pb/gatewaypb"
 	"github.com/sluice-ml/sluice/internal/telemetry"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // The gRPC edge (sluice.gateway.v1.Gateway): the metadata plays the part
@@ -46,7 +46,7 @@ func (g *Gateway) GRPCServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
 		method, _ := grpc.MethodFromServerStream(stream)
 		g.countUnknown(http.StatusNotImplemented, ReasonNotFound)
-		return wire.StatusError(codes.Unimplemented, ReasonNotFound, "the gateway serves no method "+strconv.Quote(method))
+		return apierr.StatusError(codes.Unimplemented, ReasonNotFound, "the gateway serves no method "+strconv.Quote(method))
 	})}
 }
 
@@ -57,7 +57,7 @@ func (s *grpcService) Predict(ctx context.Context, req *gatewaypb.PredictRequest
 	svc, ok := st.byName[req.GetService()]
 	if !ok {
 		g.countUnknown(http.StatusNotFound, ReasonNotFound)
-		return nil, wire.GRPCStatus(infer.Errorf(infer.KindNotFound, ReasonNotFound, "no service named %q", req.GetService()))
+		return nil, apierr.GRPCStatus(apierr.Errorf(apierr.KindNotFound, ReasonNotFound, "no service named %q", req.GetService()))
 	}
 	c := &Call{Service: svc.name, Header: http.Header{}, Peer: "unknown:0", Body: fieldsBody{req.GetFields()}}
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
@@ -89,7 +89,7 @@ func (s *grpcService) Predict(ctx context.Context, req *gatewaypb.PredictRequest
 	var resp *gatewaypb.PredictResponse
 	c.Respond = func(a *Answer, err error) int64 {
 		if err != nil {
-			return int64(proto.Size(status.Convert(wire.GRPCStatus(err)).Proto()))
+			return int64(proto.Size(status.Convert(apierr.GRPCStatus(err)).Proto()))
 		}
 		resp = predictResponse(a)
 		return int64(proto.Size(resp))
@@ -99,7 +99,7 @@ func (s *grpcService) Predict(ctx context.Context, req *gatewaypb.PredictRequest
 		if rl, ok := asRateLimited(err); ok {
 			_ = grpc.SetTrailer(ctx, metadata.Pairs("retry-after", retryAfter(rl)))
 		}
-		return nil, wire.GRPCStatus(err)
+		return nil, apierr.GRPCStatus(err)
 	}
 	_ = grpc.SetHeader(ctx, metadata.Pairs("x-sluice-route", a.Route, "x-sluice-version", a.Version))
 	return resp, nil
@@ -142,7 +142,7 @@ func (b fieldsBody) decode(s *service, vals []value) (int64, error) {
 		}
 	}
 	if found {
-		return n, infer.Errorf(infer.KindInvalid, ReasonUnknownField, "unknown field %q: service %q takes %s", unknown, s.name, s.fieldList())
+		return n, apierr.Errorf(apierr.KindInvalid, ReasonUnknownField, "unknown field %q: service %q takes %s", unknown, s.name, s.fieldList())
 	}
 	for i := range s.fields {
 		if v, ok := fs[s.fields[i].name]; ok {

@@ -11,10 +11,9 @@ import (
 	"strings"
 
 	"github.com/sluice-ml/sluice/internal/admission"
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
 	"github.com/sluice-ml/sluice/internal/telemetry"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // The HTTP edge: ServeHTTP finds what a request asks for (a service, the
@@ -115,7 +114,7 @@ func (b *httpBody) decode(s *service, vals []value) (int64, error) {
 }
 
 // readBody reads a request body of at most limit bytes. Its errors are
-// *infer.Error values: body_too_large, overloaded (the process's byte
+// *apierr.Error values: body_too_large, overloaded (the process's byte
 // budget, package admission), or invalid_json for a broken stream.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	body, err := readAll(http.MaxBytesReader(w, r.Body, limit), r.ContentLength)
@@ -124,12 +123,12 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	}
 	if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
 		// The listener's limit (admission) may be the smaller one.
-		return body, infer.Errorf(infer.KindResourceExhausted, ReasonBodyTooLarge, "the request body exceeds %d bytes", min(mbe.Limit, limit))
+		return body, apierr.Errorf(apierr.KindResourceExhausted, ReasonBodyTooLarge, "the request body exceeds %d bytes", min(mbe.Limit, limit))
 	}
 	if errors.Is(err, admission.ErrOverloaded) {
-		return body, infer.Errorf(infer.KindUnavailable, admission.ReasonOverloaded, "reading the request body: %v", err)
+		return body, apierr.Errorf(apierr.KindUnavailable, admission.ReasonOverloaded, "reading the request body: %v", err)
 	}
-	return body, infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "reading the request body: %v", err)
+	return body, apierr.Errorf(apierr.KindInvalid, ReasonInvalidJSON, "reading the request body: %v", err)
 }
 
 // presize bounds the buffer readAll allocates for an announced body
@@ -163,7 +162,7 @@ func readAll(rd io.Reader, size int64) ([]byte, error) {
 // writeHTTPError writes err with its status, reason and the headers its
 // kind calls for (WWW-Authenticate, Retry-After, X-RateLimit-Limit).
 func writeHTTPError(w http.ResponseWriter, reqID string, err error) {
-	code, reason := wire.HTTPStatus(err)
+	code, reason := apierr.HTTPStatus(err)
 	if code == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 	}
@@ -179,7 +178,7 @@ func writeHTTPError(w http.ResponseWriter, reqID string, err error) {
 // writeError writes the JSON error body every gateway error uses, with
 // the request id when there is one.
 func writeError(w http.ResponseWriter, reqID string, code int, reason, msg string) {
-	wire.WriteError(w, code, reason, msg, wire.RequestID(reqID))
+	apierr.WriteError(w, code, reason, msg, apierr.RequestID(reqID))
 }
 
 // appendAnswer appends the answer's JSON body.

@@ -11,10 +11,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/gateway/upstream"
 	"github.com/sluice-ml/sluice/internal/infer"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // callInfo is what the retry loop tells the access log.
@@ -89,7 +89,7 @@ func classify(err error, latency time.Duration, perTryExpired bool) (upstream.Ou
 	}](err); ok {
 		f.code = st.GRPCStatus().Code()
 		o.GRPCCode = int(f.code)
-		f.status, _ = wire.HTTPStatus(err)
+		f.status, _ = apierr.HTTPStatus(err)
 		if cf, ok := errors.AsType[interface {
 			error
 			ConnectFailure() bool
@@ -103,7 +103,7 @@ func classify(err error, latency time.Duration, perTryExpired bool) (upstream.Ou
 		}
 		return o, f
 	}
-	f.status, _ = wire.HTTPStatus(err)
+	f.status, _ = apierr.HTTPStatus(err)
 	o.Status = f.status
 	f.refused = err != nil && strings.Contains(err.Error(), "REFUSED_STREAM")
 	return o, f
@@ -112,7 +112,7 @@ func classify(err error, latency time.Duration, perTryExpired bool) (upstream.Ou
 // hasServerReason reports whether a remote error carries a reason the
 // server itself set (a Sluice server refusing, not a broken transport).
 func hasServerReason(err error) bool {
-	ie, ok := errors.AsType[*infer.Error](err)
+	ie, ok := errors.AsType[*apierr.Error](err)
 	return ok && ie.Reason != "" && ie.Reason != "upstream_unavailable"
 }
 
@@ -146,7 +146,7 @@ func (r *retrier) close() {
 func (r *retrier) pick() (*upstream.Endpoint, error) {
 	ep, err := r.b.set.Pick(r.tried...)
 	if err != nil {
-		return nil, infer.Errorf(infer.KindUnavailable, ReasonNoHealthyUpstream, "backend %q has no endpoint to send to: %v", r.b.name, err)
+		return nil, apierr.Errorf(apierr.KindUnavailable, ReasonNoHealthyUpstream, "backend %q has no endpoint to send to: %v", r.b.name, err)
 	}
 	return ep, nil
 }
@@ -224,7 +224,7 @@ func (g *Gateway) call(ctx context.Context, s *service, b *backend, rp *config.R
 			info.retries = r.retries
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				ep.Done(upstream.Outcome{Err: ctx.Err(), Latency: time.Since(start)})
-				return nil, info, infer.Errorf(infer.KindTimeout, ReasonUpstreamTimeout,
+				return nil, info, apierr.Errorf(apierr.KindTimeout, ReasonUpstreamTimeout,
 					"model %q on backend %q did not answer within the route timeout (%d tries)", req.Model, b.name, attempt+1)
 			}
 			ep.Done(upstream.Outcome{Latency: time.Since(start)})
@@ -233,13 +233,13 @@ func (g *Gateway) call(ctx context.Context, s *service, b *backend, rp *config.R
 		outcome, f := classify(err, time.Since(start), perTryExpired)
 		ep.Done(outcome)
 		if perTryExpired {
-			err = infer.Errorf(infer.KindTimeout, ReasonUpstreamTimeout,
+			err = apierr.Errorf(apierr.KindTimeout, ReasonUpstreamTimeout,
 				"model %q did not answer within the per-try timeout %s", req.Model, rp.PerTryTimeout.Std())
 		}
 		if !r.again(ctx, attempt, ep.Addr, f) {
 			info.retries = r.retries
 			if ctx.Err() != nil {
-				return nil, info, infer.Errorf(infer.KindTimeout, ReasonUpstreamTimeout,
+				return nil, info, apierr.Errorf(apierr.KindTimeout, ReasonUpstreamTimeout,
 					"model %q on backend %q: the route timeout passed during the retry back-off", req.Model, b.name)
 			}
 			return nil, info, upstreamError(err)
@@ -252,8 +252,8 @@ func (g *Gateway) call(ctx context.Context, s *service, b *backend, rp *config.R
 // failures become upstream_unavailable, upstream_timeout or keep their
 // 5xx reason.
 func upstreamError(err error) error {
-	if ie, ok := errors.AsType[*infer.Error](err); ok {
+	if ie, ok := errors.AsType[*apierr.Error](err); ok {
 		return ie
 	}
-	return &infer.Error{Kind: infer.KindUnavailable, Reason: ReasonUpstreamUnavailable, Msg: "model call failed", Err: err}
+	return &apierr.Error{Kind: apierr.KindUnavailable, Reason: ReasonUpstreamUnavailable, Msg: "model call failed", Err: err}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/gateway"
 	"github.com/sluice-ml/sluice/internal/infer"
@@ -225,9 +226,9 @@ func TestInProcessModelErrors(t *testing.T) {
 		code   int
 		reason string
 	}{
-		{name: "model refuses the input", err: infer.Errorf(infer.KindInvalid, "invalid_shape", "input x: bad shape"), code: 400, reason: "invalid_shape"},
-		{name: "model not ready", err: infer.Errorf(infer.KindUnavailable, "model_not_ready", "model eta_model is loading"), code: 503, reason: "model_not_ready"},
-		{name: "model unknown", err: infer.Errorf(infer.KindNotFound, "model_not_found", "no model eta_model"), code: 404, reason: "model_not_found"},
+		{name: "model refuses the input", err: apierr.Errorf(apierr.KindInvalid, "invalid_shape", "input x: bad shape"), code: 400, reason: "invalid_shape"},
+		{name: "model not ready", err: apierr.Errorf(apierr.KindUnavailable, "model_not_ready", "model eta_model is loading"), code: 503, reason: "model_not_ready"},
+		{name: "model unknown", err: apierr.Errorf(apierr.KindNotFound, "model_not_found", "no model eta_model"), code: 404, reason: "model_not_found"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

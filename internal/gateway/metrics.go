@@ -4,10 +4,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-ml/sluice/internal/admission"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/gateway/auth"
 	"github.com/sluice-ml/sluice/internal/telemetry"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // metrics are the gateway's own collectors. The building blocks
@@ -91,11 +91,11 @@ var knownReasons = func() map[string]bool {
 		ReasonUnsupportedMediaType, reasonFeatureViewStale, reasonOnlineStoreUnavailble,
 		auth.ReasonMissingAPIKey, auth.ReasonInvalidAPIKey, auth.ReasonCredentialMismatch,
 		admission.ReasonOverloaded,
-		wire.ReasonTooManyHeaders, wire.ReasonDeadlineExceeded, wire.ReasonCanceled,
-		wire.ReasonInvalidRequest, wire.ReasonInvalidInput, wire.ReasonDuplicateInput,
-		wire.ReasonDuplicateOutput, wire.ReasonInvalidDatatype, wire.ReasonInvalidShape,
-		wire.ReasonSizeMismatch, wire.ReasonContentsMismatch, wire.ReasonValueOutOfRange,
-		wire.ReasonInvalidParameter,
+		apierr.ReasonTooManyHeaders, apierr.ReasonDeadlineExceeded, apierr.ReasonCanceled,
+		apierr.ReasonInvalidRequest, apierr.ReasonInvalidInput, apierr.ReasonDuplicateInput,
+		apierr.ReasonDuplicateOutput, apierr.ReasonInvalidDatatype, apierr.ReasonInvalidShape,
+		apierr.ReasonSizeMismatch, apierr.ReasonContentsMismatch, apierr.ReasonValueOutOfRange,
+		apierr.ReasonInvalidParameter,
 		serving.ReasonUnknownFeature, serving.ReasonUnknownView, serving.ReasonUnknownService,
 		serving.ReasonUnknownEntityKey, serving.ReasonMissingEntityKey, serving.ReasonInvalidEntityValue,
 		serving.ReasonViewNotOnline, serving.ReasonRegistryNotLoaded,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/gateway"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
@@ -40,7 +41,7 @@ func TestRequestsReasonLabel(t *testing.T) {
 	// when it is not: a backend may send any string.
 	for _, reason := range []string{"model_not_ready", "made_up_by_a_backend_1", "made_up_by_a_backend_2"} {
 		e.model.setFn(func(context.Context, *infer.Request) (*infer.Response, error) {
-			return nil, infer.Errorf(infer.KindUnavailable, reason, "the model says no")
+			return nil, apierr.Errorf(apierr.KindUnavailable, reason, "the model says no")
 		})
 		res = e.post(t, okBody)
 		require.Equal(t, http.StatusServiceUnavailable, res.Code, "body: %s", res.Body)

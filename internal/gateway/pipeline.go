@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/online"
@@ -28,7 +29,6 @@ import (
 	"github.com/sluice-ml/sluice/internal/gateway/route"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/telemetry"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // This file is the prediction pipeline, top to bottom: Predict takes a
@@ -147,14 +147,14 @@ type exchange struct {
 
 // Predict runs one call of the service c.Service: authentication, rate
 // limit, decoding, routing, features, tensors, the model with retries, the
-// fallback and the release hooks. Its errors are *infer.Error values (a
-// rate-limited one also matches asRateLimited) that package wire maps to
+// fallback and the release hooks. Its errors are *apierr.Error values (a
+// rate-limited one also matches asRateLimited) that package apierr maps to
 // HTTP and gRPC statuses.
 func (g *Gateway) Predict(ctx context.Context, c Call) (Answer, error) {
 	st := g.state.Load()
 	s, ok := st.byName[c.Service]
 	if !ok {
-		return Answer{}, infer.Errorf(infer.KindNotFound, ReasonNotFound, "no service named %q", c.Service)
+		return Answer{}, apierr.Errorf(apierr.KindNotFound, ReasonNotFound, "no service named %q", c.Service)
 	}
 	if c.RequestID == "" {
 		c.RequestID = requestID(c.Header)
@@ -194,7 +194,7 @@ func (g *Gateway) predict(ctx context.Context, st *state, s *service, c *Call) (
 		}
 		span.SetAttributes(attribute.String("route", x.log.Route), attribute.String("version", x.log.Version))
 		if err != nil {
-			_, reason := wire.HTTPStatus(err)
+			_, reason := apierr.HTTPStatus(err)
 			span.SetStatus(codes.Error, reason)
 		}
 	}
@@ -269,7 +269,7 @@ func (g *Gateway) route(x *exchange) error {
 	}
 	target, ok := s.routes.Match(route.Request{Headers: x.call.Header, Values: x.values})
 	if !ok {
-		return infer.Errorf(infer.KindNotFound, ReasonNoRoute, "no route of service %q matches the request", s.name)
+		return apierr.Errorf(apierr.KindNotFound, ReasonNoRoute, "no route of service %q matches the request", s.name)
 	}
 	x.target, x.rc = target, s.routeCfg[target.Route]
 	x.log.Route, x.log.Backend = target.Route, target.Backend
@@ -331,7 +331,7 @@ func (g *Gateway) callModel(ctx context.Context, x *exchange) error {
 	if traced {
 		span.SetAttributes(attribute.String("endpoint", info.endpoint), attribute.Int("retries", info.retries))
 		if err != nil {
-			_, reason := wire.HTTPStatus(err)
+			_, reason := apierr.HTTPStatus(err)
 			span.SetStatus(codes.Error, reason)
 		}
 	}
@@ -377,19 +377,19 @@ func (g *Gateway) upstreamFallback(x *exchange, err error) error {
 	if fb == nil || !fb.onUpstream {
 		return err
 	}
-	_, cause := wire.HTTPStatus(err)
+	_, cause := apierr.HTTPStatus(err)
 	if !slices.Contains(upstreamCauses, cause) {
 		return err
 	}
 	v, rerr := fb.rule.Eval(x.s.ruleVars(x.vals, x.feats))
 	if rerr != nil {
 		g.met.ruleErrors.WithLabelValues(x.s.name).Inc()
-		ie, _ := errors.AsType[*infer.Error](err)
-		kind := infer.KindUnavailable
+		ie, _ := errors.AsType[*apierr.Error](err)
+		kind := apierr.KindUnavailable
 		if ie != nil {
 			kind = ie.Kind
 		}
-		return infer.Errorf(kind, cause, "%v; the fallback rule cannot answer: %v", err, rerr)
+		return apierr.Errorf(kind, cause, "%v; the fallback rule cannot answer: %v", err, rerr)
 	}
 	a := Answer{
 		RequestID: x.reqID, Service: x.s.name, Route: x.target.Route, Model: x.model, Version: x.version,
@@ -414,7 +414,7 @@ func (g *Gateway) record(ctx context.Context, x *exchange, err error) {
 		e.Model = s.cfg.Model.Name
 	}
 	if err != nil {
-		code, reason := wire.HTTPStatus(err)
+		code, reason := apierr.HTTPStatus(err)
 		e.Status, e.Reason, e.Error = code, reason, err.Error()
 		e.Source = ""
 		if code >= 500 {
@@ -440,7 +440,7 @@ var clientSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient
 // call are in invoke.go, the tensors in request.go.
 
 // admit authenticates a caller and takes a rate-limit token. A refusal is
-// an *infer.Error: KindUnauthenticated, or KindResourceExhausted with
+// an *apierr.Error: KindUnauthenticated, or KindResourceExhausted with
 // reason rate_limited wrapped in *rateLimitedError. The proxy admits its
 // requests with it too.
 func (g *Gateway) admit(ctx context.Context, st *state, h http.Header, peer string, ts *tls.ConnectionState, e *accesslog.Entry) (auth.Identity, error) {
@@ -464,11 +464,11 @@ func (g *Gateway) admit(ctx context.Context, st *state, h http.Header, peer stri
 	if err != nil {
 		// Only an invalid limit or a gone client gets here; config
 		// validation rules out the first.
-		return id, infer.Errorf(infer.KindUnavailable, ReasonInternal, "rate limiter: %v", err)
+		return id, apierr.Errorf(apierr.KindUnavailable, ReasonInternal, "rate limiter: %v", err)
 	}
 	if !d.Allowed {
 		return id, &rateLimitedError{
-			err: infer.Errorf(infer.KindResourceExhausted, ReasonRateLimited,
+			err: apierr.Errorf(apierr.KindResourceExhausted, ReasonRateLimited,
 				"rate limit of %s requests/s exceeded for %s; retry after %s",
 				strconv.FormatFloat(limit.Rate, 'g', -1, 64), key, d.RetryAfter.Round(time.Millisecond)),
 			RetryAfter: d.RetryAfter, Limit: limit.Rate,
@@ -495,7 +495,7 @@ func clientIP(peer string) string {
 // rateLimitedError is the error of a refused request; RetryAfter is when
 // one would be admitted.
 type rateLimitedError struct {
-	err        *infer.Error
+	err        *apierr.Error
 	RetryAfter time.Duration
 	Limit      float64
 }
@@ -515,19 +515,19 @@ func (g *Gateway) featureRead(ctx context.Context, s *service, reqID string, val
 	now := g.opts.Now()
 	allowed, probe := s.breaker.allow(now)
 	if !allowed {
-		return nil, infer.Errorf(infer.KindUnavailable, ReasonFeatureUnavailable,
+		return nil, apierr.Errorf(apierr.KindUnavailable, ReasonFeatureUnavailable,
 			"service %q: its features were stale %d times within %s; the breaker lets a probe through every %s",
 			s.name, s.breaker.threshold, s.breaker.window, s.breaker.probe)
 	}
 	fctx, fspan := tracer.Start(ctx, "feature.read", trace.WithAttributes(attribute.Int("features", len(s.features))))
 	feats, err := g.opts.Features.GetOnlineFeatures(fctx, s.featureRequest(vals))
 	if err != nil {
-		_, reason := wire.HTTPStatus(err)
+		_, reason := apierr.HTTPStatus(err)
 		fspan.SetStatus(codes.Error, reason)
 	}
 	fspan.End()
 	if err != nil {
-		if ie, ok := errors.AsType[*infer.Error](err); ok && ie.Reason == reasonFeatureViewStale {
+		if ie, ok := errors.AsType[*apierr.Error](err); ok && ie.Reason == reasonFeatureViewStale {
 			g.met.breakerEvents.WithLabelValues(s.name).Inc()
 			if s.breaker.stale(now) {
 				g.met.breakerOpen.WithLabelValues(s.name).Set(1)
@@ -535,7 +535,7 @@ func (g *Gateway) featureRead(ctx context.Context, s *service, reqID string, val
 			}
 		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, infer.Errorf(infer.KindTimeout, ReasonUpstreamTimeout, "service %q: the feature read did not finish within the route timeout", s.name)
+			return nil, apierr.Errorf(apierr.KindTimeout, ReasonUpstreamTimeout, "service %q: the feature read did not finish within the route timeout", s.name)
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // the client went away
@@ -557,20 +557,20 @@ func (g *Gateway) featureRead(ctx context.Context, s *service, reqID string, val
 // 10.0.0.5:41294->10.0.0.7:6379: i/o timeout"), which go to the log line,
 // with the request id, instead.
 func (g *Gateway) featureError(ctx context.Context, s *service, reqID string, err error) error {
-	ie, ok := errors.AsType[*infer.Error](err)
+	ie, ok := errors.AsType[*apierr.Error](err)
 	storeDown := errors.Is(err, online.ErrUnavailable) || (ok && ie.Reason == reasonOnlineStoreUnavailble)
-	internal := !ok || ie.Kind == infer.KindInternal
+	internal := !ok || ie.Kind == apierr.KindInternal
 	if !storeDown && !internal && ie.Err == nil {
 		return err
 	}
 	g.logger.WarnContext(ctx, "feature read failed", "request_id", reqID, "service", s.name, "err", err)
 	switch {
 	case storeDown:
-		return infer.Errorf(infer.KindUnavailable, reasonOnlineStoreUnavailble, "service %q: online store unavailable", s.name)
+		return apierr.Errorf(apierr.KindUnavailable, reasonOnlineStoreUnavailble, "service %q: online store unavailable", s.name)
 	case internal:
-		return infer.Errorf(infer.KindInternal, ReasonInternal, "service %q: the feature read failed", s.name)
+		return apierr.Errorf(apierr.KindInternal, ReasonInternal, "service %q: the feature read failed", s.name)
 	default:
-		return &infer.Error{Kind: ie.Kind, Reason: ie.Reason, Msg: fmt.Sprintf("service %q: %s", s.name, ie.Msg)}
+		return &apierr.Error{Kind: ie.Kind, Reason: ie.Reason, Msg: fmt.Sprintf("service %q: %s", s.name, ie.Msg)}
 	}
 }
 
@@ -629,11 +629,11 @@ func (g *Gateway) answerOf(s *service, resp *infer.Response, vals []value, feats
 		}
 		t, ok := outputTensor(resp, o.from)
 		if !ok {
-			return Answer{}, infer.Errorf(infer.KindInternal, ReasonInvalidModelOutput, "model %q did not return output %q", model, o.from)
+			return Answer{}, apierr.Errorf(apierr.KindInternal, ReasonInvalidModelOutput, "model %q did not return output %q", model, o.from)
 		}
 		ov, ok := tensorValues(o.name, t)
 		if !ok {
-			return Answer{}, infer.Errorf(infer.KindInternal, ReasonInvalidModelOutput, "model output %q (%s) cannot be written as numbers", o.from, t.DataType)
+			return Answer{}, apierr.Errorf(apierr.KindInternal, ReasonInvalidModelOutput, "model output %q (%s) cannot be written as numbers", o.from, t.DataType)
 		}
 		a.Outputs = append(a.Outputs, ov)
 	}

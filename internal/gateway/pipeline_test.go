@@ -13,10 +13,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/gateway"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/release/record"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // The pipeline without an edge: Predict takes a Call and answers an
@@ -54,7 +54,7 @@ func TestPredictWithoutAnEdge(t *testing.T) {
 	requireOK(t, res)
 	require.InDelta(t, a.Outputs[0].Values[0], res.Outputs["eta_minutes"], 0)
 
-	// Refusals are domain errors, mapped by package wire at the edges.
+	// Refusals are domain errors, mapped by package apierr at the edges.
 	tests := []struct {
 		name   string
 		c      gateway.Call
@@ -69,9 +69,9 @@ func TestPredictWithoutAnEdge(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := e.g.Predict(t.Context(), tt.c)
-			ie, ok := errors.AsType[*infer.Error](err)
+			ie, ok := errors.AsType[*apierr.Error](err)
 			require.True(t, ok, "%T %v", err, err)
-			code, reason := wire.HTTPStatus(ie)
+			code, reason := apierr.HTTPStatus(ie)
 			require.Equal(t, tt.code, code, "%v", err)
 			require.Equal(t, tt.reason, reason, "%v", err)
 		})

@@ -18,12 +18,12 @@ import (
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/admission"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
 	"github.com/sluice-ml/sluice/internal/gateway/auth"
 	"github.com/sluice-ml/sluice/internal/gateway/upstream"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // The KServe v2 proxy: an L7 hop with the service path's admission
@@ -61,7 +61,7 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 	}()
 	id, err := g.admit(r.Context(), st, r.Header, r.RemoteAddr, r.TLS, &e)
 	if err != nil {
-		code, reason := wire.HTTPStatus(err)
+		code, reason := apierr.HTTPStatus(err)
 		e.Status, e.Reason, e.Error = code, reason, err.Error()
 		writeHTTPError(w, reqID, err)
 		return

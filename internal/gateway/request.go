@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/infer"
@@ -21,7 +22,7 @@ const (
 	ReasonInvalidField          = "invalid_field"
 	ReasonMissingFeature        = "missing_feature"
 	ReasonFeatureUnreadable     = "feature_unreadable"
-	ReasonRateLimited           = "rate_limited"
+	ReasonRateLimited           = apierr.ReasonRateLimited
 	ReasonFeatureUnavailable    = "feature_service_unavailable"
 	ReasonNoRoute               = "no_route"
 	ReasonNoHealthyUpstream     = "no_healthy_upstream"
@@ -91,16 +92,16 @@ func (v *value) text(k fieldKind) string {
 func (s *service) parseBody(body []byte, vals []value) error {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
-		return infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "the request body is empty; send a JSON object with %s", s.fieldList())
+		return apierr.Errorf(apierr.KindInvalid, ReasonInvalidJSON, "the request body is empty; send a JSON object with %s", s.fieldList())
 	}
 	if body[0] != '{' || !json.Valid(body) {
 		if string(body) == "null" {
-			return infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "the request body is null; send a JSON object with %s", s.fieldList())
+			return apierr.Errorf(apierr.KindInvalid, ReasonInvalidJSON, "the request body is null; send a JSON object with %s", s.fieldList())
 		}
 		// encoding/json words the problem.
 		var m map[string]json.RawMessage
 		err := json.Unmarshal(body, &m)
-		return infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "the request body is not a JSON object: %v", err)
+		return apierr.Errorf(apierr.KindInvalid, ReasonInvalidJSON, "the request body is not a JSON object: %v", err)
 	}
 	// A valid object: walk its members without building a map.
 	for i := skipSpace(body, 1); body[i] != '}'; {
@@ -114,7 +115,7 @@ func (s *service) parseBody(body []byte, vals []value) error {
 			idx, ok = s.fieldIdx[string(rawKey[1:len(rawKey)-1])]
 		}
 		if !ok {
-			return infer.Errorf(infer.KindInvalid, ReasonUnknownField, "unknown field %q: service %q takes %s", unquote(rawKey), s.name, s.fieldList())
+			return apierr.Errorf(apierr.KindInvalid, ReasonUnknownField, "unknown field %q: service %q takes %s", unquote(rawKey), s.name, s.fieldList())
 		}
 		i = skipSpace(body, skipSpace(body, end)+1) // past the colon
 		end = skipValue(body, i)
@@ -142,7 +143,7 @@ func (s *service) checkRequired(vals []value) error {
 			if s.fields[i].entity {
 				what = "entity key"
 			}
-			return infer.Errorf(infer.KindInvalid, ReasonMissingField, "missing %s %q (%s)", what, s.fields[i].name, s.fields[i].kind)
+			return apierr.Errorf(apierr.KindInvalid, ReasonMissingField, "missing %s %q (%s)", what, s.fields[i].name, s.fields[i].kind)
 		}
 	}
 	return nil
@@ -258,7 +259,7 @@ func parseValue(f *reqField, raw []byte, v *value) error {
 		if len(shown) > 64 {
 			shown = shown[:64] + "…"
 		}
-		return infer.Errorf(infer.KindInvalid, ReasonInvalidField, "field %q: %s is not %s", f.name, shown, want)
+		return apierr.Errorf(apierr.KindInvalid, ReasonInvalidField, "field %q: %s is not %s", f.name, shown, want)
 	}
 	switch f.kind {
 	case kindInt64:
@@ -398,7 +399,7 @@ func (s *service) assemble(resp *serving.Response, vals []value) ([]infer.Tensor
 			}
 			fv, st := featureCell(resp, pt.col)
 			if why := unreadableCell(resp, pt.col); fv == nil && why != "" && !in.unreadableMissing {
-				return nil, infer.Errorf(infer.KindUnavailable, ReasonFeatureUnreadable,
+				return nil, apierr.Errorf(apierr.KindUnavailable, ReasonFeatureUnreadable,
 					"input %q: %q is stored for %s but cannot be read (%s: the view's schema changed since the row was written, or the row is damaged); re-materialize or push the view, or set the input's unreadable: missing to apply its missing policy",
 					in.tensor, pt.ref, s.entityText(vals), why)
 			}
@@ -450,7 +451,7 @@ func (in *input) fillMissing(pt *part, why string) (float64, error) {
 		return 0, nil
 	default:
 	}
-	return 0, infer.Errorf(infer.KindNotFound, ReasonMissingFeature,
+	return 0, apierr.Errorf(apierr.KindNotFound, ReasonMissingFeature,
 		"input %q: %q %s, and the input's missing policy is fail", in.tensor, pt.ref, why)
 }
 
@@ -509,7 +510,7 @@ func putFeature(dst []byte, dt infer.DataType, v *feature.Value, t feature.Type,
 	default:
 	}
 	if n != pt.width {
-		return infer.Errorf(infer.KindInternal, ReasonMissingFeature,
+		return apierr.Errorf(apierr.KindInternal, ReasonMissingFeature,
 			"feature %q has %d elements in the online store, but its type says %d", pt.ref, n, pt.width)
 	}
 	return nil

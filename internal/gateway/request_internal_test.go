@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/config"
-	"github.com/sluice-ml/sluice/internal/infer"
 )
 
 // The request decoders are differential-tested against the gateway's
@@ -36,19 +36,19 @@ type refValue struct {
 func refParseBody(s *service, body []byte, vals []refValue) error {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
-		return infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "the request body is empty; send a JSON object with %s", s.fieldList())
+		return apierr.Errorf(apierr.KindInvalid, ReasonInvalidJSON, "the request body is empty; send a JSON object with %s", s.fieldList())
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil {
-		return infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "the request body is not a JSON object: %v", err)
+		return apierr.Errorf(apierr.KindInvalid, ReasonInvalidJSON, "the request body is not a JSON object: %v", err)
 	}
 	if m == nil {
-		return infer.Errorf(infer.KindInvalid, ReasonInvalidJSON, "the request body is null; send a JSON object with %s", s.fieldList())
+		return apierr.Errorf(apierr.KindInvalid, ReasonInvalidJSON, "the request body is null; send a JSON object with %s", s.fieldList())
 	}
 	for k, raw := range m {
 		i, ok := s.fieldIdx[k]
 		if !ok {
-			return infer.Errorf(infer.KindInvalid, ReasonUnknownField, "unknown field %q: service %q takes %s", k, s.name, s.fieldList())
+			return apierr.Errorf(apierr.KindInvalid, ReasonUnknownField, "unknown field %q: service %q takes %s", k, s.name, s.fieldList())
 		}
 		if err := refParseValue(&s.fields[i], raw, &vals[i]); err != nil {
 			return err
@@ -60,7 +60,7 @@ func refParseBody(s *service, body []byte, vals []refValue) error {
 			if s.fields[i].entity {
 				what = "entity key"
 			}
-			return infer.Errorf(infer.KindInvalid, ReasonMissingField, "missing %s %q (%s)", what, s.fields[i].name, s.fields[i].kind)
+			return apierr.Errorf(apierr.KindInvalid, ReasonMissingField, "missing %s %q (%s)", what, s.fields[i].name, s.fields[i].kind)
 		}
 	}
 	return nil
@@ -77,7 +77,7 @@ func refParseValue(f *reqField, raw json.RawMessage, v *refValue) error {
 		if len(shown) > 64 {
 			shown = shown[:64] + "…"
 		}
-		return infer.Errorf(infer.KindInvalid, ReasonInvalidField, "field %q: %s is not %s", f.name, shown, want)
+		return apierr.Errorf(apierr.KindInvalid, ReasonInvalidField, "field %q: %s is not %s", f.name, shown, want)
 	}
 	switch f.kind {
 	case kindInt64:
@@ -176,7 +176,7 @@ func refCandidates(s *service, body []byte) []error {
 	for k, raw := range m {
 		i, ok := s.fieldIdx[k]
 		if !ok {
-			errs = append(errs, infer.Errorf(infer.KindInvalid, ReasonUnknownField, "unknown field %q: service %q takes %s", k, s.name, s.fieldList()))
+			errs = append(errs, apierr.Errorf(apierr.KindInvalid, ReasonUnknownField, "unknown field %q: service %q takes %s", k, s.name, s.fieldList()))
 			continue
 		}
 		if err := refParseValue(&s.fields[i], raw, &vals[i]); err != nil {
@@ -202,9 +202,9 @@ func sameError(t *testing.T, err error, candidates []error) {
 	if err == nil {
 		return
 	}
-	ie, _ := errors.AsType[*infer.Error](err)
+	ie, _ := errors.AsType[*apierr.Error](err)
 	for _, c := range candidates {
-		ce, _ := errors.AsType[*infer.Error](c)
+		ce, _ := errors.AsType[*apierr.Error](c)
 		if ce.Kind == ie.Kind && ce.Reason == ie.Reason && ce.Msg == ie.Msg {
 			return
 		}

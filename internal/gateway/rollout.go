@@ -7,11 +7,11 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/gateway/release"
 	"github.com/sluice-ml/sluice/internal/gateway/release/driftwatch"
 	"github.com/sluice-ml/sluice/internal/release/drift"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // serviceRollout is the release hook of a service in a staged rollout:
@@ -142,7 +142,7 @@ func (r *serviceRollout) FeaturesRead(c release.Call) {
 func (r *serviceRollout) ModelDone(c release.Call, err error) {
 	o := rollout.Outcome{Status: http.StatusOK, Latency: c.Latency()}
 	if err != nil {
-		o.Status, _ = wire.HTTPStatus(err)
+		o.Status, _ = apierr.HTTPStatus(err)
 	} else if v, ok := c.Output(r.confidence); ok {
 		o.Confidence, o.HasConfidence = v, true
 	}

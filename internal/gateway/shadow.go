@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
@@ -20,7 +21,6 @@ import (
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/release/record"
 	"github.com/sluice-ml/sluice/internal/telemetry"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // Recorder takes finished records (record.Writer): Offer never blocks.
@@ -271,7 +271,7 @@ func (g *Gateway) runShadow(j *shadowJob) {
 	m.met.latency.WithLabelValues(s.name).Observe(lat.Seconds())
 	arm := record.Arm{Model: j.req.Model, Version: j.req.Version, LatencyMS: float64(lat.Microseconds()) / 1000}
 	if err != nil {
-		arm.Status, arm.Reason = wire.HTTPStatus(err)
+		arm.Status, arm.Reason = apierr.HTTPStatus(err)
 		m.met.requests.WithLabelValues(s.name, "error").Inc()
 	} else {
 		arm.Status, arm.Outputs = http.StatusOK, outputMap(resp.Outputs)

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/kservewire"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
@@ -56,7 +57,7 @@ func wireReason(p kservewire.Problem) string {
 // inference input 'X' for model 'M', expecting 16" (Triton stops counting
 // one past the expected number). Other errors are returned unchanged.
 func withTritonSizeWords(err error, model string, in *pb.ModelInferRequest_InferInputTensor, data []byte) error {
-	var ie *infer.Error
+	var ie *apierr.Error
 	if !errors.As(err, &ie) || ie.Reason != reasonSizeMismatch {
 		return err
 	}
@@ -91,7 +92,7 @@ func withTritonSizeWords(err error, model string, in *pb.ModelInferRequest_Infer
 // DecodeInferRequest converts a ModelInferRequest into an infer.Request.
 // Every input's data ends up in the wire layout of package infer, taken
 // either from the typed contents or from raw_input_contents (never both),
-// and its size is checked against its shape. Errors are *infer.Error of
+// and its size is checked against its shape. Errors are *apierr.Error of
 // KindInvalid naming the offending tensor.
 //
 // The returned tensors may alias the byte slices of req.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
@@ -302,9 +303,9 @@ func TestDecodeErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := DecodeInferRequest(tc.req)
-			var ie *infer.Error
-			require.True(t, errors.As(err, &ie), "want *infer.Error, got %v", err)
-			require.Equal(t, infer.KindInvalid, ie.Kind)
+			var ie *apierr.Error
+			require.True(t, errors.As(err, &ie), "want *apierr.Error, got %v", err)
+			require.Equal(t, apierr.KindInvalid, ie.Kind)
 			require.Equal(t, tc.reason, ie.Reason)
 			require.Contains(t, ie.Error(), tc.msg)
 		})

@@ -7,7 +7,7 @@
 // raw_input_contents both become tensors in the KServe binary wire layout,
 // checked against their shapes, and outputs always travel back in
 // raw_output_contents, as Triton does. This package and httpapi are the
-// only places that turn an *infer.Error's Kind into a status code; every
+// only places that turn an *apierr.Error's Kind into a status code; every
 // error status carries an errdetails.ErrorInfo whose Reason is the
 // snake_case reason code (domain "sluice") and whose message names the
 // offending tensor or model.

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
@@ -36,7 +37,7 @@ func newFakeModels() *fakeModels {
 }
 
 func notFound(name string) error {
-	return infer.Errorf(infer.KindNotFound, "model_not_found", "model '%s' is not in the repository", name)
+	return apierr.Errorf(apierr.KindNotFound, "model_not_found", "model '%s' is not in the repository", name)
 }
 
 func (f *fakeModels) Infer(ctx context.Context, req *infer.Request) (*infer.Response, error) {
@@ -55,7 +56,7 @@ func (f *fakeModels) Infer(ctx context.Context, req *infer.Request) (*infer.Resp
 	case "panic":
 		panic("fake model exploded")
 	case "slow":
-		return nil, infer.Errorf(infer.KindTimeout, "queue_timeout", "model 'slow': request timed out in the queue")
+		return nil, apierr.Errorf(apierr.KindTimeout, "queue_timeout", "model 'slow': request timed out in the queue")
 	default:
 		return nil, notFound(req.Model)
 	}
@@ -90,7 +91,7 @@ func (f *fakeModels) Infer(ctx context.Context, req *infer.Request) (*infer.Resp
 	for _, o := range req.Outputs {
 		t, ok := all[o.Name]
 		if !ok {
-			return nil, infer.Errorf(infer.KindInvalid, "unknown_output", "output '%s': model 'echo' has no such output", o.Name)
+			return nil, apierr.Errorf(apierr.KindInvalid, "unknown_output", "output '%s': model 'echo' has no such output", o.Name)
 		}
 		resp.Outputs = append(resp.Outputs, t)
 	}
@@ -122,9 +123,9 @@ func (f *fakeModels) ModelReady(_ context.Context, name, version string) error {
 	case name == "echo" && (version == "" || version == "1"):
 		return nil
 	case name == "echo":
-		return infer.Errorf(infer.KindUnavailable, "model_version_unavailable", "model 'echo' version '%s' is not ready", version)
+		return apierr.Errorf(apierr.KindUnavailable, "model_version_unavailable", "model 'echo' version '%s' is not ready", version)
 	case name == "broken":
-		return infer.Errorf(infer.KindInternal, "oops", "model 'broken': readiness probe crashed")
+		return apierr.Errorf(apierr.KindInternal, "oops", "model 'broken': readiness probe crashed")
 	}
 	return notFound(name)
 }

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
@@ -37,9 +38,9 @@ func FuzzDecodeModelInfer(f *testing.F) {
 		}
 		got, err := DecodeInferRequest(req)
 		if err != nil {
-			var ie *infer.Error
-			if !errors.As(err, &ie) || ie.Kind != infer.KindInvalid || ie.Reason == "" {
-				t.Fatalf("want a KindInvalid *infer.Error with a reason, got %#v", err)
+			var ie *apierr.Error
+			if !errors.As(err, &ie) || ie.Kind != apierr.KindInvalid || ie.Reason == "" {
+				t.Fatalf("want a KindInvalid *apierr.Error with a reason, got %#v", err)
 			}
 			return
 		}

@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
 	"github.com/sluice-ml/sluice/internal/telemetry"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // DefaultMaxRecvMsgSize is the default largest request message, 64 MiB.
@@ -194,7 +194,7 @@ func (s *Service) recoverStream(srv any, ss grpc.ServerStream, info *grpc.Stream
 func (s *Service) panicked(ctx context.Context, method string, r any) error {
 	s.logger.ErrorContext(ctx, "panic in request handler",
 		"method", method, "panic", r, "stack", string(debug.Stack()))
-	return wire.StatusError(codes.Internal, reasonInternal, "internal error while handling "+method)
+	return apierr.StatusError(codes.Internal, reasonInternal, "internal error while handling "+method)
 }
 
 // health serves grpc.health.v1 from the service's readiness: the overall

@@ -21,6 +21,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
@@ -714,17 +715,17 @@ func TestErrorMapping(t *testing.T) {
 		err  error
 		code codes.Code
 	}{
-		{infer.Errorf(infer.KindInvalid, "x", "m"), codes.InvalidArgument},
-		{infer.Errorf(infer.KindNotFound, "x", "m"), codes.NotFound},
-		{infer.Errorf(infer.KindUnavailable, "x", "m"), codes.Unavailable},
-		{infer.Errorf(infer.KindResourceExhausted, "x", "m"), codes.ResourceExhausted},
-		{infer.Errorf(infer.KindConflict, "x", "m"), codes.FailedPrecondition},
-		{infer.Errorf(infer.KindUnsupported, "x", "m"), codes.Unimplemented},
-		{infer.Errorf(infer.KindTimeout, "x", "m"), codes.DeadlineExceeded},
-		{infer.Errorf(infer.KindUnauthenticated, "x", "m"), codes.Unauthenticated},
-		{infer.Errorf(infer.KindPermissionDenied, "x", "m"), codes.PermissionDenied},
-		{infer.Errorf(infer.KindInternal, "x", "m"), codes.Internal},
-		{infer.Errorf(infer.Kind(99), "x", "m"), codes.Internal},
+		{apierr.Errorf(apierr.KindInvalid, "x", "m"), codes.InvalidArgument},
+		{apierr.Errorf(apierr.KindNotFound, "x", "m"), codes.NotFound},
+		{apierr.Errorf(apierr.KindUnavailable, "x", "m"), codes.Unavailable},
+		{apierr.Errorf(apierr.KindResourceExhausted, "x", "m"), codes.ResourceExhausted},
+		{apierr.Errorf(apierr.KindConflict, "x", "m"), codes.FailedPrecondition},
+		{apierr.Errorf(apierr.KindUnsupported, "x", "m"), codes.Unimplemented},
+		{apierr.Errorf(apierr.KindTimeout, "x", "m"), codes.DeadlineExceeded},
+		{apierr.Errorf(apierr.KindUnauthenticated, "x", "m"), codes.Unauthenticated},
+		{apierr.Errorf(apierr.KindPermissionDenied, "x", "m"), codes.PermissionDenied},
+		{apierr.Errorf(apierr.KindInternal, "x", "m"), codes.Internal},
+		{apierr.Errorf(apierr.Kind(99), "x", "m"), codes.Internal},
 		{context.DeadlineExceeded, codes.DeadlineExceeded},
 		{context.Canceled, codes.Canceled},
 		{errors.New("boom"), codes.Internal},
@@ -745,7 +746,7 @@ func TestErrorMapping(t *testing.T) {
 		})
 	}
 	// A wrapped domain error keeps its kind and reason.
-	wrapped := errors.Join(errors.New("ctx"), infer.Errorf(infer.KindConflict, "model_busy", "model 'm' is unloading"))
+	wrapped := errors.Join(errors.New("ctx"), apierr.Errorf(apierr.KindConflict, "model_busy", "model 'm' is unloading"))
 	requireStatus(t, toStatus(wrapped), codes.FailedPrecondition, "model_busy", "model 'm' is unloading")
 }
 

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluice-ml/sluice/internal/admission"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
@@ -147,8 +148,8 @@ func (s *Service) ModelReady(ctx context.Context, req *pb.ModelReadyRequest) (*p
 	if err == nil {
 		return &pb.ModelReadyResponse{Ready: true}, nil
 	}
-	var ie *infer.Error
-	if errors.As(err, &ie) && (ie.Kind == infer.KindNotFound || ie.Kind == infer.KindUnavailable) {
+	var ie *apierr.Error
+	if errors.As(err, &ie) && (ie.Kind == apierr.KindNotFound || ie.Kind == apierr.KindUnavailable) {
 		return &pb.ModelReadyResponse{Ready: false}, nil
 	}
 	return nil, s.fail(ctx, "ModelReady", err)
@@ -518,7 +519,7 @@ func (s *Service) RepositoryIndex(ctx context.Context, req *pb.RepositoryIndexRe
 // serves its repositories as one and cannot address them one by one.
 func checkRepositoryName(name string) error {
 	if name != "" {
-		return infer.Errorf(infer.KindUnsupported, reasonUnsupportedRepo,
+		return apierr.Errorf(apierr.KindUnsupported, reasonUnsupportedRepo,
 			"repository_name %q: addressing one repository is not supported", name)
 	}
 	return nil

@@ -3,7 +3,7 @@ package grpcapi
 import (
 	"context"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
 	"github.com/sluice-ml/sluice/internal/tritonsettings"
 )
@@ -11,7 +11,7 @@ import (
 const reasonNoSettings = "settings_unavailable"
 
 func (s *Service) noSettings() error {
-	return toStatus(infer.Errorf(infer.KindUnsupported, reasonNoSettings, "this server does not expose its log and trace settings"))
+	return toStatus(apierr.Errorf(apierr.KindUnsupported, reasonNoSettings, "this server does not expose its log and trace settings"))
 }
 
 // LogSettings implements Triton's logging extension: with no settings in
@@ -64,7 +64,7 @@ func (s *Service) TraceSetting(ctx context.Context, req *pb.TraceSettingRequest)
 	}
 	if m := req.GetModelName(); m != "" {
 		if _, err := s.models.Metadata(ctx, m, ""); err != nil {
-			if ie, ok := err.(*infer.Error); ok && ie.Kind == infer.KindNotFound {
+			if ie, ok := err.(*apierr.Error); ok && ie.Kind == apierr.KindNotFound {
 				return nil, s.fail(ctx, "TraceSetting", tritonsettings.UnknownModel(m))
 			}
 		}

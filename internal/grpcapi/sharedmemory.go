@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
 	"github.com/sluice-ml/sluice/internal/shm"
 )
@@ -20,15 +20,15 @@ const (
 func shmError(err error) error {
 	switch {
 	case errors.Is(err, shm.ErrNotFound):
-		return infer.Errorf(infer.KindNotFound, reasonSharedMemoryNotFound, "%s", err.Error())
+		return apierr.Errorf(apierr.KindNotFound, reasonSharedMemoryNotFound, "%s", err.Error())
 	case errors.Is(err, shm.ErrExists):
-		return infer.Errorf(infer.KindConflict, reasonSharedMemoryExists, "%s", err.Error())
+		return apierr.Errorf(apierr.KindConflict, reasonSharedMemoryExists, "%s", err.Error())
 	case errors.Is(err, shm.ErrDisabled):
-		return infer.Errorf(infer.KindUnsupported, shm.ReasonDisabled, "%s", err.Error())
+		return apierr.Errorf(apierr.KindUnsupported, shm.ReasonDisabled, "%s", err.Error())
 	case errors.Is(err, shm.ErrRegionInvalid):
-		return infer.Errorf(infer.KindInvalid, shm.ReasonRegionInvalid, "%s", err.Error())
+		return apierr.Errorf(apierr.KindInvalid, shm.ReasonRegionInvalid, "%s", err.Error())
 	}
-	return infer.Errorf(infer.KindInvalid, shm.ReasonInvalid, "%s", err.Error())
+	return apierr.Errorf(apierr.KindInvalid, shm.ReasonInvalid, "%s", err.Error())
 }
 
 // SystemSharedMemoryStatus implements Triton's system shared-memory
@@ -58,7 +58,7 @@ func (s *Service) SystemSharedMemoryRegister(ctx context.Context, req *pb.System
 func (s *Service) SystemSharedMemoryUnregister(ctx context.Context, req *pb.SystemSharedMemoryUnregisterRequest) (*pb.SystemSharedMemoryUnregisterResponse, error) {
 	if err := s.opts.SharedMemory.Unregister(req.GetName()); err != nil {
 		if !errors.Is(err, shm.ErrDisabled) {
-			err = infer.Errorf(infer.KindInternal, reasonInternal, "unregister: %v", err)
+			err = apierr.Errorf(apierr.KindInternal, reasonInternal, "unregister: %v", err)
 		}
 		return nil, s.fail(ctx, "SystemSharedMemoryUnregister", shmError(err))
 	}
@@ -69,7 +69,7 @@ func (s *Service) SystemSharedMemoryUnregister(ctx context.Context, req *pb.Syst
 // as a CPU-only Triton does; a named one is not found.
 func (s *Service) CudaSharedMemoryStatus(ctx context.Context, req *pb.CudaSharedMemoryStatusRequest) (*pb.CudaSharedMemoryStatusResponse, error) {
 	if name := req.GetName(); name != "" {
-		return nil, s.fail(ctx, "CudaSharedMemoryStatus", infer.Errorf(infer.KindNotFound, reasonSharedMemoryNotFound,
+		return nil, s.fail(ctx, "CudaSharedMemoryStatus", apierr.Errorf(apierr.KindNotFound, reasonSharedMemoryNotFound,
 			"Unable to find cuda shared memory region: '%s'", name))
 	}
 	return &pb.CudaSharedMemoryStatusResponse{Regions: map[string]*pb.CudaSharedMemoryStatusResponse_RegionStatus{}}, nil
@@ -81,7 +81,7 @@ func (s *Service) CudaSharedMemoryRegister(ctx context.Context, req *pb.CudaShar
 	if s.opts.SharedMemory.Disabled() {
 		return nil, s.fail(ctx, "CudaSharedMemoryRegister", shmError(shm.ErrDisabledError()))
 	}
-	return nil, s.fail(ctx, "CudaSharedMemoryRegister", infer.Errorf(infer.KindUnsupported, reasonCUDASharedMemory,
+	return nil, s.fail(ctx, "CudaSharedMemoryRegister", apierr.Errorf(apierr.KindUnsupported, reasonCUDASharedMemory,
 		"failed to register CUDA shared memory region '%s': CUDA shared memory is not supported on this server (it runs no GPU); use system shared memory", req.GetName()))
 }
 

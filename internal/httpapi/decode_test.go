@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
 )
@@ -179,7 +180,7 @@ func TestDecodeErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := decodeInferJSON([]byte(tc.body))
-			var ie *infer.Error
+			var ie *apierr.Error
 			require.True(t, errors.As(err, &ie), "error %v", err)
 			require.Equal(t, tc.reason, ie.Reason, "error: %v", err)
 			require.Contains(t, ie.Error(), tc.want)
@@ -330,9 +331,9 @@ func TestDecodeRawBodyBytes(t *testing.T) {
 		batching bool
 	}{{md(-1), false}, {md(-1, -1), true}, {md(-1, 1), false}} {
 		_, err = decodeRawBody(c.md, c.batching, []byte("427"))
-		var ie *infer.Error
+		var ie *apierr.Error
 		require.ErrorAs(t, err, &ie, "%v", c.md.Inputs[0].Shape)
-		require.Equal(t, infer.KindInvalid, ie.Kind)
+		require.Equal(t, apierr.KindInvalid, ie.Kind)
 		require.Equal(t, reasonRawInput, ie.Reason)
 		require.ErrorContains(t, err, "For BYTE datatype raw input 'X', the model must have input shape [1]")
 	}

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"strconv"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
 	"github.com/sluice-ml/sluice/internal/kservewire"
@@ -16,7 +17,7 @@ import (
 // the caller sends their bytes after the JSON, in output order.
 func appendInferResponse(dst []byte, resp *infer.Response, isBinary []bool) ([]byte, error) {
 	if len(isBinary) != len(resp.Outputs) {
-		return nil, infer.Errorf(infer.KindInternal, reasonInternal, "%d binary flags for %d outputs", len(isBinary), len(resp.Outputs))
+		return nil, apierr.Errorf(apierr.KindInternal, reasonInternal, "%d binary flags for %d outputs", len(isBinary), len(resp.Outputs))
 	}
 	dst = append(dst, `{"model_name":`...)
 	dst = jsonenc.AppendString(dst, resp.Model)
@@ -41,7 +42,7 @@ func appendInferResponse(dst []byte, resp *infer.Response, isBinary []bool) ([]b
 		}
 		inSHM := t.Data == nil && shm.InRegion(t.Parameters) // written to a region: no data here
 		if err := t.CheckSize(); err != nil && !inSHM {
-			return nil, infer.Errorf(infer.KindInternal, reasonInternal, "output '%s': %v", t.Name, err)
+			return nil, apierr.Errorf(apierr.KindInternal, reasonInternal, "output '%s': %v", t.Name, err)
 		}
 		dst = append(dst, `{"name":`...)
 		dst = jsonenc.AppendString(dst, t.Name)
@@ -96,15 +97,15 @@ func appendTensorData(dst []byte, t *infer.Tensor) ([]byte, error) {
 		// Triton writes such bytes into the JSON unchanged and its client
 		// then fails to decode the response; Sluice keeps the body valid
 		// JSON and says why instead.
-		return nil, infer.Errorf(infer.KindUnsupported, reasonUnrepresentable,
+		return nil, apierr.Errorf(apierr.KindUnsupported, reasonUnrepresentable,
 			"output '%s': element %d is not valid UTF-8, which JSON cannot represent; request binary output (parameter binary_data_output or binary_data)", t.Name, nu.Index)
 	}
-	return nil, infer.Errorf(infer.KindInternal, reasonInternal, "output '%s' has invalid datatype %s", t.Name, t.DataType)
+	return nil, apierr.Errorf(apierr.KindInternal, reasonInternal, "output '%s' has invalid datatype %s", t.Name, t.DataType)
 }
 
 // unrepresentable reports a NaN or infinity, which JSON cannot carry.
 func unrepresentable(name string, idx int, f float64) error {
-	return infer.Errorf(infer.KindUnsupported, reasonUnrepresentable,
+	return apierr.Errorf(apierr.KindUnsupported, reasonUnrepresentable,
 		"output '%s': element %d is %v, which JSON cannot represent; request binary output (parameter binary_data_output or binary_data)", name, idx, f)
 }
 
@@ -120,7 +121,7 @@ func appendParams(dst []byte, p infer.Parameters, owner string) ([]byte, error) 
 		where = "output '" + owner + "'"
 	}
 	if nf, ok := errors.AsType[*kservewire.NonFiniteParamError](err); ok {
-		return nil, infer.Errorf(infer.KindInternal, reasonUnrepresentable, "%s: parameter %q is %v, which JSON cannot represent", where, nf.Key, nf.Value)
+		return nil, apierr.Errorf(apierr.KindInternal, reasonUnrepresentable, "%s: parameter %q is %v, which JSON cannot represent", where, nf.Key, nf.Value)
 	}
-	return nil, infer.Errorf(infer.KindInternal, reasonInternal, "%s: %v", where, err)
+	return nil, apierr.Errorf(apierr.KindInternal, reasonInternal, "%s: %v", where, err)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"sync"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
@@ -53,7 +54,7 @@ var fakeSignatures = map[string]infer.Signature{
 }
 
 func notFound(name string) error {
-	return infer.Errorf(infer.KindNotFound, modelrepo.ReasonModelNotFound, "model '%s' is not in the repository", name)
+	return apierr.Errorf(apierr.KindNotFound, modelrepo.ReasonModelNotFound, "model '%s' is not in the repository", name)
 }
 
 func (f *fakeModels) Infer(ctx context.Context, req *infer.Request) (*infer.Response, error) {
@@ -70,13 +71,13 @@ func (f *fakeModels) Infer(ctx context.Context, req *infer.Request) (*infer.Resp
 	for _, spec := range sig.Inputs {
 		t := req.Input(spec.Name)
 		if t == nil {
-			return nil, infer.Errorf(infer.KindInvalid, modelrepo.ReasonMissingInput, "input '%s' is missing", spec.Name)
+			return nil, apierr.Errorf(apierr.KindInvalid, modelrepo.ReasonMissingInput, "input '%s' is missing", spec.Name)
 		}
 		if t.DataType != spec.DataType {
-			return nil, infer.Errorf(infer.KindInvalid, modelrepo.ReasonInvalidDatatype, "input '%s': expected %s, got %s", spec.Name, spec.DataType, t.DataType)
+			return nil, apierr.Errorf(apierr.KindInvalid, modelrepo.ReasonInvalidDatatype, "input '%s': expected %s, got %s", spec.Name, spec.DataType, t.DataType)
 		}
 		if !t.Shape.Matches(spec.Shape) {
-			return nil, infer.Errorf(infer.KindInvalid, modelrepo.ReasonInvalidShape, "input '%s': expected shape %s, got %s", spec.Name, spec.Shape, t.Shape)
+			return nil, apierr.Errorf(apierr.KindInvalid, modelrepo.ReasonInvalidShape, "input '%s': expected shape %s, got %s", spec.Name, spec.Shape, t.Shape)
 		}
 	}
 	var outs []infer.Tensor
@@ -84,7 +85,7 @@ func (f *fakeModels) Infer(ctx context.Context, req *infer.Request) (*infer.Resp
 	case "simple":
 		a, b := req.Input("INPUT0"), req.Input("INPUT1")
 		if !a.Shape.Matches(b.Shape) || len(a.Data) != len(b.Data) {
-			return nil, infer.Errorf(infer.KindInvalid, modelrepo.ReasonInvalidShape, "inputs differ in shape")
+			return nil, apierr.Errorf(apierr.KindInvalid, modelrepo.ReasonInvalidShape, "inputs differ in shape")
 		}
 		sum := make([]byte, len(a.Data))
 		diff := make([]byte, len(a.Data))
@@ -112,7 +113,7 @@ func (f *fakeModels) Infer(ctx context.Context, req *infer.Request) (*infer.Resp
 				}
 			}
 			if !found {
-				return nil, infer.Errorf(infer.KindInvalid, modelrepo.ReasonUnknownOutput, "output '%s' is not an output of model '%s'", o.Name, req.Model)
+				return nil, apierr.Errorf(apierr.KindInvalid, modelrepo.ReasonUnknownOutput, "output '%s' is not an output of model '%s'", o.Name, req.Model)
 			}
 		}
 		outs = sel
@@ -126,7 +127,7 @@ func (f *fakeModels) Metadata(_ context.Context, name, version string) (*modelre
 		return nil, notFound(name)
 	}
 	if version != "" && version != "1" {
-		return nil, infer.Errorf(infer.KindNotFound, modelrepo.ReasonVersionNotFound, "model '%s' has no version '%s'", name, version)
+		return nil, apierr.Errorf(apierr.KindNotFound, modelrepo.ReasonVersionNotFound, "model '%s' has no version '%s'", name, version)
 	}
 	md := &modelrepo.Metadata{Name: name, Versions: []string{"1"}, Platform: "onnxruntime_onnx", Inputs: sig.Inputs, Outputs: sig.Outputs}
 	if name == "simple" {
@@ -145,11 +146,11 @@ func (f *fakeModels) Config(_ context.Context, name, _ string) (*inferencepb.Mod
 func (f *fakeModels) ModelReady(_ context.Context, name, version string) error {
 	switch {
 	case name == "loading":
-		return infer.Errorf(infer.KindUnavailable, modelrepo.ReasonModelNotReady, "model '%s' is LOADING", name)
+		return apierr.Errorf(apierr.KindUnavailable, modelrepo.ReasonModelNotReady, "model '%s' is LOADING", name)
 	case fakeSignatures[name].Inputs == nil:
 		return notFound(name)
 	case version != "" && version != "1":
-		return infer.Errorf(infer.KindNotFound, modelrepo.ReasonVersionNotFound, "model '%s' has no version '%s'", name, version)
+		return apierr.Errorf(apierr.KindNotFound, modelrepo.ReasonVersionNotFound, "model '%s' has no version '%s'", name, version)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
 )
@@ -25,8 +26,8 @@ import (
 func checkDecoded(t *testing.T, b *inferBody, err error) {
 	t.Helper()
 	if err != nil {
-		var ie *infer.Error
-		if !errors.As(err, &ie) || ie.Reason == "" || ie.Kind != infer.KindInvalid && ie.Kind != infer.KindUnsupported {
+		var ie *apierr.Error
+		if !errors.As(err, &ie) || ie.Reason == "" || ie.Kind != apierr.KindInvalid && ie.Kind != apierr.KindUnsupported {
 			t.Fatalf("error is not a client error with a reason: %#v", err)
 		}
 		return

@@ -9,10 +9,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // Reasons of the generate extension's errors.
@@ -81,9 +81,9 @@ func (h *Handler) generate(w http.ResponseWriter, r *http.Request, stream bool) 
 		switch {
 		case err != nil:
 		case n > 1:
-			err = infer.Errorf(infer.KindInvalid, reasonManyResponses, "model '%s' sent %d responses to one generate request; use generate_stream", name, n)
+			err = apierr.Errorf(apierr.KindInvalid, reasonManyResponses, "model '%s' sent %d responses to one generate request; use generate_stream", name, n)
 		case n == 0:
-			err = infer.Errorf(infer.KindInternal, reasonInternal, "model '%s' sent no response", name)
+			err = apierr.Errorf(apierr.KindInternal, reasonInternal, "model '%s' sent no response", name)
 		case gotErr != nil:
 			err = gotErr
 		}
@@ -134,7 +134,7 @@ func (h *Handler) generate(w http.ResponseWriter, r *http.Request, stream bool) 
 	case err != nil && !started:
 		h.writeError(w, r, requestID, err)
 	case err != nil && ctx.Err() == nil:
-		code, _ := wire.HTTPStatus(err)
+		code, _ := apierr.HTTPStatus(err)
 		if code >= 500 {
 			h.logger.Error("generate_stream failed", "request_id", requestID, "err", err)
 		}

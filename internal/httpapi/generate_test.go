@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 )
 
 func FuzzDecodeGenerate(f *testing.F) {
@@ -19,8 +19,8 @@ func FuzzDecodeGenerate(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		req, err := h.decodeGenerate(t.Context(), "identity", "", data)
 		if err != nil {
-			var ie *infer.Error
-			if !errors.As(err, &ie) || ie.Reason == "" || ie.Kind != infer.KindInvalid && ie.Kind != infer.KindUnsupported {
+			var ie *apierr.Error
+			if !errors.As(err, &ie) || ie.Reason == "" || ie.Kind != apierr.KindInvalid && ie.Kind != apierr.KindUnsupported {
 				t.Fatalf("error is not a client error with a reason: %#v", err)
 			}
 			return

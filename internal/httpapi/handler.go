@@ -14,12 +14,12 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/sluice-ml/sluice/internal/admission"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
 	"github.com/sluice-ml/sluice/internal/shm"
 	"github.com/sluice-ml/sluice/internal/telemetry"
 	"github.com/sluice-ml/sluice/internal/tritonsettings"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // DefaultMaxBodyBytes is the request body limit when Options leaves it 0.
@@ -171,15 +171,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.logger.Error("handler panicked", "method", r.Method, "path", r.URL.Path,
 				"request_id", r.Header.Get("X-Request-Id"), "panic", p, "stack", string(debug.Stack()))
 			if !sw.wrote {
-				wire.WriteError(sw, http.StatusInternalServerError, reasonInternal, "internal error")
+				apierr.WriteError(sw, http.StatusInternalServerError, reasonInternal, "internal error")
 			}
 		}
 		switch {
 		case sw.intercepted && sw.code == http.StatusMethodNotAllowed:
-			wire.WriteError(w, sw.code, reasonMethodNotAllowed,
+			apierr.WriteError(w, sw.code, reasonMethodNotAllowed,
 				"method "+r.Method+" is not allowed for "+r.URL.Path+" (allowed: "+w.Header().Get("Allow")+")")
 		case sw.intercepted:
-			wire.WriteError(w, sw.code, reasonNotFound, "no endpoint "+r.Method+" "+r.URL.Path)
+			apierr.WriteError(w, sw.code, reasonNotFound, "no endpoint "+r.Method+" "+r.URL.Path)
 		}
 		route := r.Pattern
 		if route == "" {

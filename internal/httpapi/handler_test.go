@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -596,13 +597,13 @@ func TestInferModelErrors(t *testing.T) {
 		{"canceled", context.Canceled, 400, "canceled"},
 		{"plain error", fmt.Errorf("boom"), 500, "internal"},
 		{"no response and no error", nil, 500, "internal"},
-		{"unavailable", infer.Errorf(infer.KindUnavailable, "model_not_ready", "model 'simple' is LOADING"), 503, "model_not_ready"},
-		{"exhausted", infer.Errorf(infer.KindResourceExhausted, "queue_full", "queue of model 'simple' is full"), 429, "queue_full"},
-		{"conflict", infer.Errorf(infer.KindConflict, "busy", "busy"), 409, "busy"},
-		{"timeout", infer.Errorf(infer.KindTimeout, "queue_timeout", "timed out in queue"), 504, "queue_timeout"},
-		{"unsupported", infer.Errorf(infer.KindUnsupported, "nope", "not supported"), 400, "nope"},
-		{"unauthenticated", infer.Errorf(infer.KindUnauthenticated, "invalid_api_key", "invalid API key"), 401, "invalid_api_key"},
-		{"permission denied", infer.Errorf(infer.KindPermissionDenied, "forbidden", "not allowed"), 403, "forbidden"},
+		{"unavailable", apierr.Errorf(apierr.KindUnavailable, "model_not_ready", "model 'simple' is LOADING"), 503, "model_not_ready"},
+		{"exhausted", apierr.Errorf(apierr.KindResourceExhausted, "queue_full", "queue of model 'simple' is full"), 429, "queue_full"},
+		{"conflict", apierr.Errorf(apierr.KindConflict, "busy", "busy"), 409, "busy"},
+		{"timeout", apierr.Errorf(apierr.KindTimeout, "queue_timeout", "timed out in queue"), 504, "queue_timeout"},
+		{"unsupported", apierr.Errorf(apierr.KindUnsupported, "nope", "not supported"), 400, "nope"},
+		{"unauthenticated", apierr.Errorf(apierr.KindUnauthenticated, "invalid_api_key", "invalid API key"), 401, "invalid_api_key"},
+		{"permission denied", apierr.Errorf(apierr.KindPermissionDenied, "forbidden", "not allowed"), 403, "forbidden"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeModels()

@@ -14,9 +14,9 @@ import (
 	"strings"
 
 	"github.com/sluice-ml/sluice/internal/admission"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
-	"github.com/sluice-ml/sluice/internal/wire"
 	"github.com/sluice-ml/sluice/internal/zpool"
 )
 
@@ -78,7 +78,7 @@ func (h *Handler) handleInfer(w http.ResponseWriter, r *http.Request) {
 	defer lease.Release()
 	resp, err := h.models.Infer(ctx, &ib.req)
 	if err == nil && resp == nil {
-		err = infer.Errorf(infer.KindInternal, reasonInternal, "model '%s' returned no response", name)
+		err = apierr.Errorf(apierr.KindInternal, reasonInternal, "model '%s' returned no response", name)
 	}
 	if err == nil {
 		err = lease.WriteOutputs(resp)
@@ -123,7 +123,7 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 		// from one that just fits.
 		rd = io.LimitReader(zr, limit+1)
 	default:
-		return nil, infer.Errorf(infer.KindUnsupported, reasonUnsupportedEncoding,
+		return nil, apierr.Errorf(apierr.KindUnsupported, reasonUnsupportedEncoding,
 			"Content-Encoding %q is not supported (use gzip, deflate or none)", enc)
 	}
 	size := 512
@@ -231,7 +231,7 @@ func bodyTooLarge(r *http.Request, length, limit int64, decompressed bool) error
 	default:
 		msg = fmt.Sprintf("request JSON size of %s bytes exceeds the maximum allowed input size of %d bytes.", size, limit)
 	}
-	return infer.Errorf(infer.KindInvalid, reasonBodyTooLarge, "%s Use --http-max-input-size to increase the limit.", msg)
+	return apierr.Errorf(apierr.KindInvalid, reasonBodyTooLarge, "%s Use --http-max-input-size to increase the limit.", msg)
 }
 
 // AnswerBodyTooLarge answers a request whose Content-Length is over the
@@ -241,7 +241,7 @@ func bodyTooLarge(r *http.Request, length, limit int64, decompressed bool) error
 func AnswerBodyTooLarge(w http.ResponseWriter, r *http.Request, length, limit int64) {
 	err := bodyTooLarge(r, length, limit, false)
 	code, reason := statusOf(err)
-	wire.WriteError(w, code, reason, err.Error())
+	apierr.WriteError(w, code, reason, err.Error())
 }
 
 // bodyReadError classifies an error met while reading (and perhaps
@@ -251,12 +251,12 @@ func bodyReadError(r *http.Request, err error, limit int64, enc string) error {
 		return bodyTooLarge(r, -1, min(mbe.Limit, limit), false) // the listener's limit may be the smaller
 	}
 	if errors.Is(err, admission.ErrOverloaded) {
-		return &infer.Error{Kind: infer.KindUnavailable, Reason: reasonOverloaded, Msg: "read request body", Err: err}
+		return &apierr.Error{Kind: apierr.KindUnavailable, Reason: reasonOverloaded, Msg: "read request body", Err: err}
 	}
 	if enc != "" {
-		return &infer.Error{Kind: infer.KindInvalid, Reason: reasonInvalidRequest, Msg: "decompress request body", Err: err}
+		return &apierr.Error{Kind: apierr.KindInvalid, Reason: reasonInvalidRequest, Msg: "decompress request body", Err: err}
 	}
-	return &infer.Error{Kind: infer.KindInvalid, Reason: reasonInvalidRequest, Msg: "read request body", Err: err}
+	return &apierr.Error{Kind: apierr.KindInvalid, Reason: reasonInvalidRequest, Msg: "read request body", Err: err}
 }
 
 // decodeInfer splits the body by the Inference-Header-Content-Length
@@ -281,7 +281,7 @@ func (h *Handler) decodeInfer(ctx context.Context, hdr, name, version string, bo
 		return nil, err
 	}
 	if md == nil {
-		return nil, infer.Errorf(infer.KindInternal, reasonInternal, "model '%s' has no metadata", name)
+		return nil, apierr.Errorf(apierr.KindInternal, reasonInternal, "model '%s' has no metadata", name)
 	}
 	cfg, err := h.models.Config(ctx, name, version)
 	if err != nil {
@@ -368,7 +368,7 @@ func decodeRawBody(md *modelrepo.Metadata, batching bool, body []byte) (*inferBo
 	}
 	spec := md.Inputs[0]
 	if !spec.DataType.Valid() {
-		return nil, infer.Errorf(infer.KindInternal, reasonInternal, "input '%s' of model '%s' has no valid datatype", spec.Name, md.Name)
+		return nil, apierr.Errorf(apierr.KindInternal, reasonInternal, "input '%s' of model '%s' has no valid datatype", spec.Name, md.Name)
 	}
 	shape := spec.Shape.Clone()
 	if batching && len(shape) > 0 {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
 )
@@ -61,7 +61,7 @@ type modelMetadata struct {
 func (h *Handler) handleModelMetadata(w http.ResponseWriter, r *http.Request) {
 	md, err := h.models.Metadata(r.Context(), r.PathValue("model"), r.PathValue("version"))
 	if err == nil && md == nil {
-		err = infer.Errorf(infer.KindInternal, reasonInternal, "model '%s' has no metadata", r.PathValue("model"))
+		err = apierr.Errorf(apierr.KindInternal, reasonInternal, "model '%s' has no metadata", r.PathValue("model"))
 	}
 	if err != nil {
 		h.writeError(w, r, r.Header.Get("X-Request-Id"), err)

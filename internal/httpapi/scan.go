@@ -6,7 +6,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/kservewire"
 )
 
@@ -24,13 +24,13 @@ type scanner struct {
 }
 
 // syntaxError reports malformed JSON at the current offset.
-func (s *scanner) syntaxError(format string, args ...any) *infer.Error {
-	return infer.Errorf(infer.KindInvalid, reasonInvalidJSON, "invalid JSON at byte offset %d: %s", s.pos, fmt.Sprintf(format, args...))
+func (s *scanner) syntaxError(format string, args ...any) *apierr.Error {
+	return apierr.Errorf(apierr.KindInvalid, reasonInvalidJSON, "invalid JSON at byte offset %d: %s", s.pos, fmt.Sprintf(format, args...))
 }
 
 // unexpected reports the byte at the current offset (or the end of input)
 // as not what was wanted.
-func (s *scanner) unexpected(want string) *infer.Error {
+func (s *scanner) unexpected(want string) *apierr.Error {
 	if s.pos >= len(s.buf) {
 		return s.syntaxError("unexpected end of input, expected %s", want)
 	}

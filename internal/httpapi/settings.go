@@ -6,7 +6,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/tritonsettings"
 )
 
@@ -94,7 +94,7 @@ func (h *Handler) traceModel(w http.ResponseWriter, r *http.Request) (string, bo
 	model := r.PathValue("model")
 	if model != "" {
 		if err := h.models.ModelReady(r.Context(), model, ""); err != nil {
-			if ie, ok := err.(*infer.Error); ok && ie.Kind == infer.KindNotFound {
+			if ie, ok := err.(*apierr.Error); ok && ie.Kind == apierr.KindNotFound {
 				h.writeError(w, r, r.Header.Get("X-Request-Id"), tritonsettings.UnknownModel(model))
 				return "", false
 			}

@@ -6,7 +6,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/shm"
 )
 
@@ -41,15 +41,15 @@ func (h *Handler) sharedMemoryRoutes() {
 func shmError(err error) error {
 	switch {
 	case errors.Is(err, shm.ErrNotFound):
-		return infer.Errorf(infer.KindNotFound, reasonSharedMemoryNotFound, "%s", err.Error())
+		return apierr.Errorf(apierr.KindNotFound, reasonSharedMemoryNotFound, "%s", err.Error())
 	case errors.Is(err, shm.ErrExists):
-		return infer.Errorf(infer.KindConflict, reasonSharedMemoryExists, "%s", err.Error())
+		return apierr.Errorf(apierr.KindConflict, reasonSharedMemoryExists, "%s", err.Error())
 	case errors.Is(err, shm.ErrDisabled):
-		return infer.Errorf(infer.KindUnsupported, shm.ReasonDisabled, "%s", err.Error())
+		return apierr.Errorf(apierr.KindUnsupported, shm.ReasonDisabled, "%s", err.Error())
 	case errors.Is(err, shm.ErrRegionInvalid):
-		return infer.Errorf(infer.KindInvalid, shm.ReasonRegionInvalid, "%s", err.Error())
+		return apierr.Errorf(apierr.KindInvalid, shm.ReasonRegionInvalid, "%s", err.Error())
 	}
-	return infer.Errorf(infer.KindInvalid, shm.ReasonInvalid, "%s", err.Error())
+	return apierr.Errorf(apierr.KindInvalid, shm.ReasonInvalid, "%s", err.Error())
 }
 
 func (h *Handler) handleSHMStatus(w http.ResponseWriter, r *http.Request) {
@@ -99,7 +99,7 @@ func (h *Handler) handleSHMRegister(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) handleSHMUnregister(w http.ResponseWriter, r *http.Request) {
 	if err := h.opts.SharedMemory.Unregister(r.PathValue("region")); err != nil {
 		if !errors.Is(err, shm.ErrDisabled) {
-			err = infer.Errorf(infer.KindInternal, reasonInternal, "unregister: %v", err)
+			err = apierr.Errorf(apierr.KindInternal, reasonInternal, "unregister: %v", err)
 		}
 		h.writeError(w, r, r.Header.Get("X-Request-Id"), shmError(err))
 		return
@@ -111,7 +111,7 @@ func (h *Handler) handleSHMUnregister(w http.ResponseWriter, r *http.Request) {
 // CPU-only Triton does; a named one is not found.
 func (h *Handler) handleCUDASHMStatus(w http.ResponseWriter, r *http.Request) {
 	if name := r.PathValue("region"); name != "" {
-		h.writeError(w, r, r.Header.Get("X-Request-Id"), infer.Errorf(infer.KindNotFound, reasonSharedMemoryNotFound,
+		h.writeError(w, r, r.Header.Get("X-Request-Id"), apierr.Errorf(apierr.KindNotFound, reasonSharedMemoryNotFound,
 			"Unable to find cuda shared memory region: '%s'", name))
 		return
 	}
@@ -133,6 +133,6 @@ func (h *Handler) handleCUDASHMRegister(w http.ResponseWriter, r *http.Request) 
 		h.writeError(w, r, r.Header.Get("X-Request-Id"), shmError(shm.ErrDisabledError()))
 		return
 	}
-	h.writeError(w, r, r.Header.Get("X-Request-Id"), infer.Errorf(infer.KindUnsupported, reasonCUDASharedMemory,
+	h.writeError(w, r, r.Header.Get("X-Request-Id"), apierr.Errorf(apierr.KindUnsupported, reasonCUDASharedMemory,
 		"failed to register CUDA shared memory region '%s': CUDA shared memory is not supported on this server (it runs no GPU); use system shared memory (/v2/systemsharedmemory)", r.PathValue("region")))
 }

@@ -1,6 +1,7 @@
 // Package infer holds the leaf types of an inference: data types, tensors,
-// requests and responses. It imports nothing else from Sluice, so every
-// layer (protocol edges, scheduler, backends) can share it.
+// requests and responses. Of Sluice it imports only the error vocabulary
+// (apierr), so every layer (protocol edges, scheduler, backends) can share
+// it.
 //
 // Tensor data is always kept in the KServe v2 binary wire layout:
 // little-endian, row-major, BOOL as one byte per element, and BYTES as a

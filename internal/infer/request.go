@@ -1,6 +1,10 @@
 package infer
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/sluice-ml/sluice/internal/apierr"
+)
 
 // Parameters are request, tensor or response parameters. Values are one of
 // string, bool, int64, uint64 or float64.
@@ -61,6 +65,6 @@ func ReservedParameter(name string) bool {
 // metadata key) that names a reserved parameter, with Triton's phrase
 // "reserved for Triton usage", which its QA matches; 400 /
 // INVALID_ARGUMENT, reason invalid_parameter.
-func ReservedHeaderError(key string) *Error {
-	return Errorf(KindInvalid, "invalid_parameter", "header '%s': parameter keys starting with 'triton_', and the names sequence_id, sequence_start, sequence_end, priority, timeout, headers and binary_data_output, are reserved for Triton usage and cannot be forwarded as parameters", key)
+func ReservedHeaderError(key string) *apierr.Error {
+	return apierr.Errorf(apierr.KindInvalid, apierr.ReasonInvalidParameter, "header '%s': parameter keys starting with 'triton_', and the names sequence_id, sequence_start, sequence_end, priority, timeout, headers and binary_data_output, are reserved for Triton usage and cannot be forwarded as parameters", key)
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
 	"github.com/sluice-ml/sluice/internal/telemetry"
@@ -89,7 +90,7 @@ func (o *Options) setDefaults() {
 
 // ErrClosed is the domain error of a call made after Close; it is wrapped
 // in an *RPCError with code Unavailable.
-var ErrClosed = &infer.Error{Kind: infer.KindUnavailable, Reason: ReasonClientClosed, Msg: "kserve client is closed"}
+var ErrClosed = &apierr.Error{Kind: apierr.KindUnavailable, Reason: ReasonClientClosed, Msg: "kserve client is closed"}
 
 // Client calls KServe v2 gRPC servers: Sluice model servers or Triton. It
 // holds one connection per endpoint address, created on the first call and
@@ -178,7 +179,7 @@ func (c *Client) conn(addr, method string) (*grpc.ClientConn, error) {
 	}
 	if addr == "" {
 		return nil, localError(addr, method, codes.Unavailable,
-			infer.Errorf(infer.KindUnavailable, ReasonBadAddress, "endpoint address is empty"))
+			apierr.Errorf(apierr.KindUnavailable, ReasonBadAddress, "endpoint address is empty"))
 	}
 
 	c.mu.Lock()
@@ -191,8 +192,8 @@ func (c *Client) conn(addr, method string) (*grpc.ClientConn, error) {
 	}
 	cc, err := grpc.NewClient(addr, c.dialOpts...)
 	if err != nil {
-		return nil, localError(addr, method, codes.Unavailable, &infer.Error{
-			Kind: infer.KindUnavailable, Reason: ReasonBadAddress, Msg: "invalid endpoint address", Err: err,
+		return nil, localError(addr, method, codes.Unavailable, &apierr.Error{
+			Kind: apierr.KindUnavailable, Reason: ReasonBadAddress, Msg: "invalid endpoint address", Err: err,
 		})
 	}
 	c.conns[addr] = cc
@@ -300,9 +301,9 @@ func (c *Client) Infer(ctx context.Context, addr string, req *infer.Request) (*i
 	// this call only, so cl.resp may be reset and reused afterwards.
 	resp, err := DecodeResponse(&cl.resp)
 	if err != nil {
-		var ie *infer.Error
+		var ie *apierr.Error
 		if !errors.As(err, &ie) {
-			ie = &infer.Error{Kind: infer.KindInternal, Reason: ReasonBadResponse, Msg: "invalid response", Err: err}
+			ie = &apierr.Error{Kind: apierr.KindInternal, Reason: ReasonBadResponse, Msg: "invalid response", Err: err}
 		}
 		return nil, localError(addr, method, codes.Internal, ie)
 	}
@@ -362,7 +363,7 @@ func (c *Client) ModelMetadata(ctx context.Context, addr, model, version string)
 		return nil, err
 	}
 	md := &Metadata{Name: resp.GetName(), Versions: resp.GetVersions(), Platform: resp.GetPlatform()}
-	var bad *infer.Error // not error: a nil *infer.Error must stay nil
+	var bad *apierr.Error // not error: a nil *apierr.Error must stay nil
 	if md.Inputs, bad = tensorSpecs("input", resp.GetInputs()); bad != nil {
 		return nil, localError(addr, method, codes.Internal, bad)
 	}
@@ -373,7 +374,7 @@ func (c *Client) ModelMetadata(ctx context.Context, addr, model, version string)
 }
 
 // tensorSpecs converts metadata tensors; what is "input" or "output".
-func tensorSpecs(what string, in []*pb.ModelMetadataResponse_TensorMetadata) ([]infer.TensorSpec, *infer.Error) {
+func tensorSpecs(what string, in []*pb.ModelMetadataResponse_TensorMetadata) ([]infer.TensorSpec, *apierr.Error) {
 	out := make([]infer.TensorSpec, len(in))
 	for i, t := range in {
 		dt, ok := infer.ParseDataType(t.GetDatatype())

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
@@ -61,15 +62,15 @@ func bytesElems(vs ...string) []byte {
 
 // requireRPCError asserts err's gRPC code, its domain kind and reason, and
 // whether it is a connect failure.
-func requireRPCError(t *testing.T, err error, code codes.Code, kind infer.Kind, reason string, connectFailure bool) {
+func requireRPCError(t *testing.T, err error, code codes.Code, kind apierr.Kind, reason string, connectFailure bool) {
 	t.Helper()
 	require.Error(t, err)
 	require.Equal(t, code, status.Code(err), "error: %v", err)
 	st, ok := status.FromError(err)
 	require.True(t, ok, "status.FromError failed on %v", err)
 	require.Equal(t, code, st.Code())
-	ie, ok := errors.AsType[*infer.Error](err)
-	require.True(t, ok, "no *infer.Error in %v", err)
+	ie, ok := errors.AsType[*apierr.Error](err)
+	require.True(t, ok, "no *apierr.Error in %v", err)
 	require.Equal(t, kind, ie.Kind, "error: %v", err)
 	require.Equal(t, reason, ie.Reason, "error: %v", err)
 	require.Equal(t, connectFailure, IsConnectFailure(err), "IsConnectFailure(%v)", err)
@@ -146,7 +147,7 @@ func TestInferErrors(t *testing.T) {
 		addr   string
 		req    *infer.Request
 		code   codes.Code
-		kind   infer.Kind
+		kind   apierr.Kind
 		reason string
 	}{
 		{
@@ -155,43 +156,43 @@ func TestInferErrors(t *testing.T) {
 			req: &infer.Request{Model: "echo", Inputs: []infer.Tensor{
 				{Name: "INPUT0", DataType: infer.FP32, Shape: infer.Shape{2, 2}, Data: make([]byte, 15)},
 			}},
-			code: codes.InvalidArgument, kind: infer.KindInvalid, reason: "tensor_size_mismatch",
+			code: codes.InvalidArgument, kind: apierr.KindInvalid, reason: "tensor_size_mismatch",
 		},
 		{
 			name: "server reason for an unavailable model survives",
 			addr: ts.addr,
 			req:  &infer.Request{Model: "down"},
-			code: codes.Unavailable, kind: infer.KindUnavailable, reason: "model_not_ready",
+			code: codes.Unavailable, kind: apierr.KindUnavailable, reason: "model_not_ready",
 		},
 		{
 			name: "unknown model",
 			addr: ts.addr,
 			req:  &infer.Request{Model: "nope"},
-			code: codes.NotFound, kind: infer.KindNotFound, reason: "model_not_found",
+			code: codes.NotFound, kind: apierr.KindNotFound, reason: "model_not_found",
 		},
 		{
 			name: "unavailable without a reason",
 			addr: plainUnavailable,
 			req:  &infer.Request{Model: "m"},
-			code: codes.Unavailable, kind: infer.KindUnavailable, reason: ReasonUnavailable,
+			code: codes.Unavailable, kind: apierr.KindUnavailable, reason: ReasonUnavailable,
 		},
 		{
 			name: "invalid argument without a reason",
 			addr: plainInvalid,
 			req:  &infer.Request{Model: "m"},
-			code: codes.InvalidArgument, kind: infer.KindInvalid, reason: ReasonInvalid,
+			code: codes.InvalidArgument, kind: apierr.KindInvalid, reason: ReasonInvalid,
 		},
 		{
 			name: "foreign reason is lower-cased",
 			addr: oddReason,
 			req:  &infer.Request{Model: "m"},
-			code: codes.ResourceExhausted, kind: infer.KindResourceExhausted, reason: "queue_full",
+			code: codes.ResourceExhausted, kind: apierr.KindResourceExhausted, reason: "queue_full",
 		},
 		{
 			name: "hostile reason is replaced",
 			addr: hostileReason,
 			req:  &infer.Request{Model: "m"},
-			code: codes.Internal, kind: infer.KindInternal, reason: ReasonError,
+			code: codes.Internal, kind: apierr.KindInternal, reason: ReasonError,
 		},
 	}
 	for _, tt := range tests {
@@ -207,7 +208,7 @@ func TestInferErrors(t *testing.T) {
 			// Wrapping keeps both views.
 			wrapped := fmt.Errorf("call model: %w", err)
 			require.Equal(t, tt.code, status.Code(wrapped))
-			ie, ok := errors.AsType[*infer.Error](wrapped)
+			ie, ok := errors.AsType[*apierr.Error](wrapped)
 			require.True(t, ok)
 			require.Equal(t, tt.reason, ie.Reason)
 		})
@@ -225,16 +226,16 @@ func TestInferDeadline(t *testing.T) {
 	// Either side may notice the deadline first: the client (no reason,
 	// so ReasonTimeout) or the Sluice server (its own deadline_exceeded).
 	reason := ReasonTimeout
-	if ie, ok := errors.AsType[*infer.Error](err); ok && ie.Reason == "deadline_exceeded" {
+	if ie, ok := errors.AsType[*apierr.Error](err); ok && ie.Reason == "deadline_exceeded" {
 		reason = "deadline_exceeded"
 	}
-	requireRPCError(t, err, codes.DeadlineExceeded, infer.KindTimeout, reason, false)
+	requireRPCError(t, err, codes.DeadlineExceeded, apierr.KindTimeout, reason, false)
 
 	// A context that is already done is not a connect failure either.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err = c.Infer(ctx, ts.addr, &infer.Request{Model: "echo"})
-	requireRPCError(t, err, codes.Canceled, infer.KindUnavailable, ReasonCanceled, false)
+	requireRPCError(t, err, codes.Canceled, apierr.KindUnavailable, ReasonCanceled, false)
 }
 
 // closedPort returns a 127.0.0.1 address nothing listens on.
@@ -254,11 +255,11 @@ func TestConnectFailure(t *testing.T) {
 	// A call that waited for the endpoint would end with DeadlineExceeded
 	// after 5s; failing fast ends with Unavailable.
 	_, err := c.Infer(ctxTimeout(t, 5*time.Second), addr, &infer.Request{Model: "echo"})
-	requireRPCError(t, err, codes.Unavailable, infer.KindUnavailable, ReasonUnavailable, true)
+	requireRPCError(t, err, codes.Unavailable, apierr.KindUnavailable, ReasonUnavailable, true)
 
 	// The endpoint is now in backoff: calls still fail fast.
 	_, err = c.ServerReady(ctxTimeout(t, 5*time.Second), addr)
-	requireRPCError(t, err, codes.Unavailable, infer.KindUnavailable, ReasonUnavailable, true)
+	requireRPCError(t, err, codes.Unavailable, apierr.KindUnavailable, ReasonUnavailable, true)
 
 	require.False(t, IsConnectFailure(nil))
 	require.False(t, IsConnectFailure(errors.New("plain")))
@@ -297,7 +298,7 @@ func TestConnectFailureHandshakeTimeout(t *testing.T) {
 
 	c := newClient(t, Options{DialTimeout: 200 * time.Millisecond})
 	_, err = c.Infer(ctxTimeout(t, 5*time.Second), lis.Addr().String(), &infer.Request{Model: "echo"})
-	requireRPCError(t, err, codes.Unavailable, infer.KindUnavailable, ReasonUnavailable, true)
+	requireRPCError(t, err, codes.Unavailable, apierr.KindUnavailable, ReasonUnavailable, true)
 }
 
 func TestResetIsNotConnectFailure(t *testing.T) {
@@ -317,7 +318,7 @@ func TestResetIsNotConnectFailure(t *testing.T) {
 
 	// With the server gone for good, new calls are connect failures.
 	_, err = c.Infer(ctxTimeout(t, 5*time.Second), ts.addr, &infer.Request{Model: "echo"})
-	requireRPCError(t, err, codes.Unavailable, infer.KindUnavailable, ReasonUnavailable, true)
+	requireRPCError(t, err, codes.Unavailable, apierr.KindUnavailable, ReasonUnavailable, true)
 }
 
 func TestReadinessAndMetadata(t *testing.T) {
@@ -335,7 +336,7 @@ func TestReadinessAndMetadata(t *testing.T) {
 	require.False(t, ready)
 
 	_, err = c.ServerReady(ctx, odd)
-	requireRPCError(t, err, codes.Unavailable, infer.KindUnavailable, ReasonUnavailable, false)
+	requireRPCError(t, err, codes.Unavailable, apierr.KindUnavailable, ReasonUnavailable, false)
 
 	for _, tc := range []struct {
 		model, version string
@@ -351,7 +352,7 @@ func TestReadinessAndMetadata(t *testing.T) {
 		require.Equal(t, tc.want, got, "%s/%s", tc.model, tc.version)
 	}
 	_, err = c.ModelReady(ctx, ts.addr, "", "")
-	requireRPCError(t, err, codes.InvalidArgument, infer.KindInvalid, "missing_model_name", false)
+	requireRPCError(t, err, codes.InvalidArgument, apierr.KindInvalid, "missing_model_name", false)
 
 	md, err := c.ModelMetadata(ctx, ts.addr, "echo", "")
 	require.NoError(t, err)
@@ -364,10 +365,10 @@ func TestReadinessAndMetadata(t *testing.T) {
 	}, md)
 
 	_, err = c.ModelMetadata(ctx, ts.addr, "nope", "")
-	requireRPCError(t, err, codes.NotFound, infer.KindNotFound, "model_not_found", false)
+	requireRPCError(t, err, codes.NotFound, apierr.KindNotFound, "model_not_found", false)
 
 	_, err = c.ModelMetadata(ctx, odd, "odd", "")
-	requireRPCError(t, err, codes.Internal, infer.KindInternal, ReasonBadResponse, false)
+	requireRPCError(t, err, codes.Internal, apierr.KindInternal, ReasonBadResponse, false)
 	require.Contains(t, err.Error(), "TYPE_FP32")
 }
 
@@ -394,7 +395,7 @@ func TestBadResponseOverTheWire(t *testing.T) {
 	}})
 	c := newClient(t, Options{})
 	_, err := c.Infer(ctxTimeout(t, 10*time.Second), addr, &infer.Request{Model: "m"})
-	requireRPCError(t, err, codes.Internal, infer.KindInternal, ReasonBadResponse, false)
+	requireRPCError(t, err, codes.Internal, apierr.KindInternal, ReasonBadResponse, false)
 	require.ErrorIs(t, err, infer.ErrSize)
 }
 
@@ -454,7 +455,7 @@ func TestClose(t *testing.T) {
 	require.NoError(t, c.Close())
 
 	_, err = c.ServerReady(ctx, ts.addr)
-	requireRPCError(t, err, codes.Unavailable, infer.KindUnavailable, ReasonClientClosed, false)
+	requireRPCError(t, err, codes.Unavailable, apierr.KindUnavailable, ReasonClientClosed, false)
 	_, err = c.Infer(ctx, "127.0.0.1:1", &infer.Request{Model: "echo"})
 	require.Error(t, err)
 	require.Equal(t, codes.Unavailable, status.Code(err))
@@ -464,9 +465,9 @@ func TestBadAddress(t *testing.T) {
 	c := newClient(t, Options{})
 	ctx := ctxTimeout(t, 5*time.Second)
 	_, err := c.Infer(ctx, "", &infer.Request{Model: "echo"})
-	requireRPCError(t, err, codes.Unavailable, infer.KindUnavailable, ReasonBadAddress, false)
+	requireRPCError(t, err, codes.Unavailable, apierr.KindUnavailable, ReasonBadAddress, false)
 	_, err = c.Infer(ctx, "bogus://%%zz", &infer.Request{Model: "echo"})
-	requireRPCError(t, err, codes.Unavailable, infer.KindUnavailable, ReasonBadAddress, false)
+	requireRPCError(t, err, codes.Unavailable, apierr.KindUnavailable, ReasonBadAddress, false)
 }
 
 func TestConcurrentCalls(t *testing.T) {

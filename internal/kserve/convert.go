@@ -1,10 +1,10 @@
 package kserve
 
 import (
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/kservewire"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // EncodeRequest converts req into a ModelInferRequest whose input data
@@ -113,7 +113,7 @@ func badWire(p kservewire.Problem, cause error, format string, args ...any) erro
 // KServe v2 servers may send), never a mix, and checked against the
 // output's datatype and shape: the response came from the network, so
 // nothing in it is trusted and no shape makes DecodeResponse allocate more
-// than the data it holds. Errors are *infer.Error of KindInternal with
+// than the data it holds. Errors are *apierr.Error of KindInternal with
 // reason ReasonBadResponse, naming the offending output.
 //
 // The returned tensors alias resp's shapes and raw contents.
@@ -181,14 +181,14 @@ func checkNames(outputs []*pb.ModelInferResponse_InferOutputTensor) error {
 // badResponsef builds the error of a response that does not hold together.
 // Names quoted in format with '%s' are shortened, since they came from the
 // network.
-func badResponsef(format string, args ...any) *infer.Error {
+func badResponsef(format string, args ...any) *apierr.Error {
 	for i, a := range args {
 		if s, ok := a.(string); ok {
 			args[i] = shorten(s)
 		}
 	}
-	return infer.Errorf(infer.KindInternal, ReasonBadResponse, format, args...)
+	return apierr.Errorf(apierr.KindInternal, ReasonBadResponse, format, args...)
 }
 
 // shorten cuts a name from the network to a length fit for a message.
-func shorten(s string) string { return wire.Truncate(s, 64) }
+func shorten(s string) string { return apierr.Truncate(s, 64) }

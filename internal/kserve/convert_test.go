@@ -11,10 +11,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/grpcapi"
 	"github.com/sluice-ml/sluice/internal/infer"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 func TestEncodeRequestDecodesOnTheServer(t *testing.T) {
@@ -332,9 +332,9 @@ func TestDecodeResponseRejects(t *testing.T) {
 			require.Nil(t, got)
 			require.Contains(t, err.Error(), tt.msg)
 			require.Less(t, len(err.Error()), 1000)
-			ie, ok := errors.AsType[*infer.Error](err)
+			ie, ok := errors.AsType[*apierr.Error](err)
 			require.True(t, ok)
-			require.Equal(t, infer.KindInternal, ie.Kind)
+			require.Equal(t, apierr.KindInternal, ie.Kind)
 			require.Equal(t, ReasonBadResponse, ie.Reason)
 			require.Equal(t, tt.sizeErrr, errors.Is(err, infer.ErrSize), "wraps ErrSize: %v", err)
 		})
@@ -347,20 +347,20 @@ func TestServerReason(t *testing.T) {
 		require.NoError(t, err)
 		return st
 	}
-	require.Equal(t, "tensor_size_mismatch", wire.StatusReason(withInfo("tensor_size_mismatch")))
-	require.Equal(t, "queue_full", wire.StatusReason(withInfo("QUEUE_FULL")))
-	require.Empty(t, wire.StatusReason(withInfo("")))
-	require.Empty(t, wire.StatusReason(withInfo("has space")))
-	require.Empty(t, wire.StatusReason(withInfo(strings.Repeat("a", 65))))
-	require.Empty(t, wire.StatusReason(status.New(codes.Internal, "no details")))
+	require.Equal(t, "tensor_size_mismatch", apierr.StatusReason(withInfo("tensor_size_mismatch")))
+	require.Equal(t, "queue_full", apierr.StatusReason(withInfo("QUEUE_FULL")))
+	require.Empty(t, apierr.StatusReason(withInfo("")))
+	require.Empty(t, apierr.StatusReason(withInfo("has space")))
+	require.Empty(t, apierr.StatusReason(withInfo(strings.Repeat("a", 65))))
+	require.Empty(t, apierr.StatusReason(status.New(codes.Internal, "no details")))
 
 	e := newRPCError("h:1", "ModelInfer", status.New(codes.Unavailable, strings.Repeat("é", 1000)), false)
-	require.Less(t, len(e.Error()), wire.MaxMessageLen+100)
+	require.Less(t, len(e.Error()), apierr.MaxMessageLen+100)
 	require.True(t, strings.HasSuffix(e.Error(), "…"))
 	require.Equal(t, ReasonUnavailable, e.Err.Reason)
 
 	// A code outside the known range still yields an internal error.
 	e = newRPCError("h:1", "ModelInfer", status.New(codes.Code(99), "odd"), false)
-	require.Equal(t, infer.KindInternal, e.Err.Kind)
+	require.Equal(t, apierr.KindInternal, e.Err.Kind)
 	require.Equal(t, ReasonError, e.Err.Reason)
 }

@@ -33,11 +33,11 @@
 //   - the gRPC status: status.FromError and status.Code work on it (and
 //     on errors wrapping it), for retry decisions on Unavailable,
 //     ResourceExhausted or DeadlineExceeded and for outcome metrics;
-//   - an *infer.Error reachable with errors.As, whose Kind follows the
-//     code (wire.KindOf, the inverse of what every Sluice gRPC edge
+//   - an *apierr.Error reachable with errors.As, whose Kind follows the
+//     code (apierr.KindOf, the inverse of what every Sluice gRPC edge
 //     answers) and whose Reason is the one the server put in its
 //     errdetails.ErrorInfo (a Sluice server always does, e.g.
-//     "tensor_size_mismatch"; wire.StatusReason reads it), or else a
+//     "tensor_size_mismatch"; apierr.StatusReason reads it), or else a
 //     default such as ReasonUnavailable ("upstream_unavailable") or
 //     ReasonTimeout.
 //

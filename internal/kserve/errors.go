@@ -6,8 +6,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluice-ml/sluice/internal/infer"
-	"github.com/sluice-ml/sluice/internal/wire"
+	"github.com/sluice-ml/sluice/internal/apierr"
 )
 
 // Reason codes this package gives errors whose server sent none (Triton
@@ -34,7 +33,7 @@ const (
 )
 
 // codeReasons is the reason of a failed call whose server sent none, by
-// gRPC code. The kind comes from wire.KindOf, the inverse of what every
+// gRPC code. The kind comes from apierr.KindOf, the inverse of what every
 // Sluice gRPC edge answers.
 var codeReasons = [...]string{
 	codes.Canceled:           ReasonCanceled,
@@ -61,7 +60,7 @@ var codeReasons = [...]string{
 //   - the gRPC status (GRPCStatus, so status.FromError and status.Code
 //     work on it and on errors wrapping it), to decide retries on
 //     Unavailable, ResourceExhausted or DeadlineExceeded;
-//   - an *infer.Error (Unwrap, so errors.As finds it) whose Kind follows
+//   - an *apierr.Error (Unwrap, so errors.As finds it) whose Kind follows
 //     the code and whose Reason is the server's ErrorInfo reason when it
 //     sent one (Sluice does, Triton does not), else one of the Reason*
 //     defaults of this package.
@@ -73,7 +72,7 @@ type RPCError struct {
 	// Status is the call's status; never nil, never OK.
 	Status *status.Status
 	// Err is the domain view of the failure; never nil.
-	Err *infer.Error
+	Err *apierr.Error
 	// connectFailure: no connection ever carried the request.
 	connectFailure bool
 }
@@ -81,7 +80,7 @@ type RPCError struct {
 // Error returns the domain message, which names the method and endpoint.
 func (e *RPCError) Error() string { return e.Err.Error() }
 
-// Unwrap returns the *infer.Error.
+// Unwrap returns the *apierr.Error.
 func (e *RPCError) Unwrap() error { return e.Err }
 
 // GRPCStatus returns the call's status, for status.FromError.
@@ -113,31 +112,31 @@ func IsConnectFailure(err error) bool {
 // newRPCError builds the error of a failed call from its status.
 func newRPCError(addr, method string, st *status.Status, connectFailure bool) *RPCError {
 	code := st.Code()
-	kind, reason := wire.KindOf(code), ReasonError
+	kind, reason := apierr.KindOf(code), ReasonError
 	if int(code) < len(codeReasons) && code != codes.OK {
 		reason = codeReasons[code]
 	}
-	if r := wire.StatusReason(st); r != "" {
+	if r := apierr.StatusReason(st); r != "" {
 		reason = r
 	}
-	msg := method + " " + addr + ": " + code.String() + ": " + wire.Truncate(st.Message(), wire.MaxMessageLen)
+	msg := method + " " + addr + ": " + code.String() + ": " + apierr.Truncate(st.Message(), apierr.MaxMessageLen)
 	return &RPCError{
 		Addr:           addr,
 		Method:         method,
 		Status:         st,
-		Err:            &infer.Error{Kind: kind, Reason: reason, Msg: msg},
+		Err:            &apierr.Error{Kind: kind, Reason: reason, Msg: msg},
 		connectFailure: connectFailure,
 	}
 }
 
 // localError builds an *RPCError for a failure found on the client side
 // (a bad response, a bad address, a closed client) with the given code.
-func localError(addr, method string, code codes.Code, ie *infer.Error) *RPCError {
+func localError(addr, method string, code codes.Code, ie *apierr.Error) *RPCError {
 	msg := method + " " + addr + ": " + ie.Error()
 	return &RPCError{
 		Addr:   addr,
 		Method: method,
 		Status: status.New(code, msg),
-		Err:    &infer.Error{Kind: ie.Kind, Reason: ie.Reason, Msg: msg, Err: ie.Err},
+		Err:    &apierr.Error{Kind: ie.Kind, Reason: ie.Reason, Msg: msg, Err: ie.Err},
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/grpcapi"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
@@ -34,14 +35,14 @@ func newFakeModels() *fakeModels {
 }
 
 func notFound(name string) error {
-	return infer.Errorf(infer.KindNotFound, "model_not_found", "model '%s' is not in the repository", name)
+	return apierr.Errorf(apierr.KindNotFound, "model_not_found", "model '%s' is not in the repository", name)
 }
 
 func (f *fakeModels) Infer(ctx context.Context, req *infer.Request) (*infer.Response, error) {
 	switch req.Model {
 	case "echo":
 	case "down":
-		return nil, infer.Errorf(infer.KindUnavailable, "model_not_ready", "model 'down' is loading")
+		return nil, apierr.Errorf(apierr.KindUnavailable, "model_not_ready", "model 'down' is loading")
 	case "hang":
 		f.hanging <- struct{}{}
 		<-ctx.Done()
@@ -83,7 +84,7 @@ func (f *fakeModels) ModelReady(_ context.Context, name, version string) error {
 	case name == "echo" && (version == "" || version == "1"):
 		return nil
 	case name == "echo":
-		return infer.Errorf(infer.KindUnavailable, "model_version_unavailable", "model 'echo' version '%s' is not ready", version)
+		return apierr.Errorf(apierr.KindUnavailable, "model_version_unavailable", "model 'echo' version '%s' is not ready", version)
 	}
 	return notFound(name)
 }

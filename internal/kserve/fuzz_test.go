@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
@@ -53,8 +54,8 @@ func FuzzDecodeResponse(f *testing.F) {
 		}
 		resp, err := DecodeResponse(&msg)
 		if err != nil {
-			if ie, ok := errors.AsType[*infer.Error](err); !ok || ie.Reason != ReasonBadResponse {
-				t.Fatalf("error %v is not a bad-response *infer.Error", err)
+			if ie, ok := errors.AsType[*apierr.Error](err); !ok || ie.Reason != ReasonBadResponse {
+				t.Fatalf("error %v is not a bad-response *apierr.Error", err)
 			}
 			return
 		}

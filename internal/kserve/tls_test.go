@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/grpcapi"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/testutil/tlsrun"
@@ -93,7 +94,7 @@ func TestTLS(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newClient(t, clientTLS(t, tc.opts))
 			_, err := c.Infer(ctxTimeout(t, 10*time.Second), addr, echo)
-			requireRPCError(t, err, codes.Unavailable, infer.KindUnavailable, ReasonUnavailable, true)
+			requireRPCError(t, err, codes.Unavailable, apierr.KindUnavailable, ReasonUnavailable, true)
 			require.ErrorContains(t, err, tc.msg)
 			_, err = c.ServerReady(ctxTimeout(t, 10*time.Second), addr)
 			require.ErrorContains(t, err, tc.msg, "health checks fail the same way")
@@ -110,7 +111,7 @@ func TestTLS(t *testing.T) {
 		plain := startSluice(t)
 		c := newClient(t, clientTLS(t, tlsconfig.ClientOptions{CAFile: f.CAFile}))
 		_, err := c.Infer(ctxTimeout(t, 10*time.Second), plain.addr, echo)
-		requireRPCError(t, err, codes.Unavailable, infer.KindUnavailable, ReasonUnavailable, true)
+		requireRPCError(t, err, codes.Unavailable, apierr.KindUnavailable, ReasonUnavailable, true)
 		require.ErrorContains(t, err, "handshake")
 	})
 }

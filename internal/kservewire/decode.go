@@ -99,7 +99,7 @@ const (
 // them, or constant field names, so an ErrorFunc of an end that does not
 // trust its peer may shorten them. cause, when not nil, is the underlying
 // error (from infer.CountBytesElements); the built error should wrap it,
-// with its text after the message and ": ", as *infer.Error does.
+// with its text after the message and ": ", as *apierr.Error does.
 type ErrorFunc func(p Problem, cause error, format string, args ...any) error
 
 // Tensor is what the two tensor messages, ModelInferRequest's inputs and

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
@@ -144,9 +145,9 @@ func TestPositionAndProblems(t *testing.T) {
 	}
 	err := ps.Err()
 	require.Equal(t, "invalid model configuration: a:1:2: first\na:5:1: second", err.Error())
-	var ie *infer.Error
+	var ie *apierr.Error
 	require.ErrorAs(t, err, &ie)
-	require.Equal(t, infer.KindInvalid, ie.Kind)
+	require.Equal(t, apierr.KindInvalid, ie.Kind)
 	require.Equal(t, ReasonInvalidConfig, ie.Reason)
 	var got Errors
 	require.True(t, errors.As(err, &got))
@@ -200,9 +201,9 @@ func TestParseJSON(t *testing.T) {
 			cfg, err := ParseJSON([]byte(tc.in))
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
-				var ie *infer.Error
+				var ie *apierr.Error
 				require.ErrorAs(t, err, &ie)
-				require.Equal(t, infer.KindInvalid, ie.Kind)
+				require.Equal(t, apierr.KindInvalid, ie.Kind)
 				return
 			}
 			require.NoError(t, err)

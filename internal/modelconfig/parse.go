@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
 
@@ -175,8 +175,8 @@ func ParseJSON(data []byte) (*inferencepb.ModelConfig, error) {
 	data = withoutExtensions(data)
 	cfg := &inferencepb.ModelConfig{}
 	if err := protojson.Unmarshal(data, cfg); err != nil {
-		return nil, &infer.Error{
-			Kind:   infer.KindInvalid,
+		return nil, &apierr.Error{
+			Kind:   apierr.KindInvalid,
 			Reason: ReasonInvalidConfig,
 			Msg:    "parse model configuration JSON: " + cleanTextMsg(err.Error()),
 		}

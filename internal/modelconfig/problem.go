@@ -4,10 +4,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 )
 
-// ReasonInvalidConfig is the infer.Error reason of every configuration
+// ReasonInvalidConfig is the apierr.Error reason of every configuration
 // error this package returns.
 const ReasonInvalidConfig = "invalid_model_config"
 
@@ -63,15 +63,15 @@ func (ps Errors) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-// Err returns nil when ps is empty, else an *infer.Error of kind
+// Err returns nil when ps is empty, else an *apierr.Error of kind
 // KindInvalid and reason ReasonInvalidConfig that wraps ps and lists every
 // problem, one a line.
 func (ps Errors) Err() error {
 	if len(ps) == 0 {
 		return nil
 	}
-	return &infer.Error{
-		Kind:   infer.KindInvalid,
+	return &apierr.Error{
+		Kind:   apierr.KindInvalid,
 		Reason: ReasonInvalidConfig,
 		Msg:    "invalid model configuration",
 		Err:    ps,

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/classify"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
@@ -59,7 +60,7 @@ func (lv *loaded) readLabels() error {
 
 // classifications reads the classification parameter of the requested
 // outputs: output name -> count. Nil when no output asks for one.
-func (lv *loaded) classifications(req *infer.Request) (map[string]int, *infer.Error) {
+func (lv *loaded) classifications(req *infer.Request) (map[string]int, *apierr.Error) {
 	var out map[string]int
 	for _, o := range req.Outputs {
 		v, ok := o.Parameters[paramClassification]
@@ -68,10 +69,10 @@ func (lv *loaded) classifications(req *infer.Request) (map[string]int, *infer.Er
 		}
 		n, ok := paramUint(v)
 		if !ok || n < 1 || n > 1<<31 {
-			return nil, infer.Errorf(infer.KindInvalid, ReasonInvalidParameter, "output '%s': parameter '%s' must be a positive integer, got %v", o.Name, paramClassification, v)
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalidParameter, "output '%s': parameter '%s' must be a positive integer, got %v", o.Name, paramClassification, v)
 		}
 		if dt := lv.outputType(o.Name); dt != infer.Invalid && !classify.Supported(dt) {
-			return nil, infer.Errorf(infer.KindInvalid, ReasonInvalidParameter, "output '%s': classification of %s outputs is not supported; it needs a numeric output", o.Name, dt)
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalidParameter, "output '%s': classification of %s outputs is not supported; it needs a numeric output", o.Name, dt)
 		}
 		if out == nil {
 			out = map[string]int{}
@@ -94,7 +95,7 @@ func (lv *loaded) outputType(name string) infer.DataType {
 // classify replaces the outputs named in counts by their top classes.
 // outs may be shared (the response cache holds them), so it returns a new
 // slice.
-func (lv *loaded) classify(outs []infer.Tensor, counts map[string]int) ([]infer.Tensor, *infer.Error) {
+func (lv *loaded) classify(outs []infer.Tensor, counts map[string]int) ([]infer.Tensor, *apierr.Error) {
 	if len(counts) == 0 {
 		return outs, nil
 	}
@@ -107,7 +108,7 @@ func (lv *loaded) classify(outs []infer.Tensor, counts map[string]int) ([]infer.
 		}
 		c, err := classify.TopK(t, k, lv.maxBatch > 0, lv.labelsFor(t.Name, 0))
 		if err != nil {
-			return nil, infer.Errorf(infer.KindInvalid, ReasonInvalidParameter, "model '%s': classification: %v", lv.model, err)
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalidParameter, "model '%s': classification: %v", lv.model, err)
 		}
 		res[i] = c
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -56,7 +57,7 @@ response_cache { enable: true }
 
 	for _, bad := range []any{int64(0), int64(-1), "3", 2.5, true} {
 		_, err := h.m.Infer(t.Context(), req(bad))
-		requireInferError(t, err, infer.KindInvalid, ReasonInvalidParameter, "output 'OUT': parameter 'classification' must be a positive integer")
+		requireInferError(t, err, apierr.KindInvalid, ReasonInvalidParameter, "output 'OUT': parameter 'classification' must be a positive integer")
 	}
 }
 

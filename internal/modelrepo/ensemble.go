@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
@@ -528,11 +529,11 @@ type ensembleDepthKey struct{}
 // model's batcher, cache and statistics apply), passing tensors by name.
 // inputs are the validated request inputs; outputs the ensemble outputs
 // wanted.
-func (m *Manager) runEnsemble(ctx context.Context, lv *loaded, req *infer.Request, inputs []infer.Tensor, outputs []string) ([]infer.Tensor, *infer.Error) {
+func (m *Manager) runEnsemble(ctx context.Context, lv *loaded, req *infer.Request, inputs []infer.Tensor, outputs []string) ([]infer.Tensor, *apierr.Error) {
 	e := lv.ens
 	depth, _ := ctx.Value(ensembleDepthKey{}).(int)
 	if depth >= maxEnsembleDepth {
-		return nil, infer.Errorf(infer.KindInvalid, ReasonEnsembleError, "ensemble '%s': ensembles nest more than %d deep", e.name, maxEnsembleDepth)
+		return nil, apierr.Errorf(apierr.KindInvalid, ReasonEnsembleError, "ensemble '%s': ensembles nest more than %d deep", e.name, maxEnsembleDepth)
 	}
 	ctx = context.WithValue(ctx, ensembleDepthKey{}, depth+1)
 
@@ -612,19 +613,19 @@ func (m *Manager) runEnsemble(ctx context.Context, lv *loaded, req *infer.Reques
 		})
 	}
 	if err := g.Wait(); err != nil {
-		if ie, ok := errors.AsType[*infer.Error](err); ok {
+		if ie, ok := errors.AsType[*apierr.Error](err); ok {
 			return nil, ie
 		}
 		if ctx.Err() != nil {
 			return nil, ctxError(ctx)
 		}
-		return nil, &infer.Error{Kind: infer.KindInternal, Reason: ReasonEnsembleError, Msg: "ensemble '" + e.name + "'", Err: err}
+		return nil, &apierr.Error{Kind: apierr.KindInternal, Reason: ReasonEnsembleError, Msg: "ensemble '" + e.name + "'", Err: err}
 	}
 	out := make([]infer.Tensor, 0, len(outputs))
 	for _, name := range outputs {
 		t := slices.Index(e.tensors, name)
 		if t < 0 {
-			return nil, infer.Errorf(infer.KindInternal, ReasonEnsembleError, "ensemble '%s': no step produced output '%s'", e.name, name)
+			return nil, apierr.Errorf(apierr.KindInternal, ReasonEnsembleError, "ensemble '%s': no step produced output '%s'", e.name, name)
 		}
 		if !have[t] {
 			// Triton's log line, which its QA greps for.
@@ -699,15 +700,15 @@ func (e *ensemble) neededSteps(outputs []string) []bool {
 
 // stepError names the ensemble step a failure happened in, keeping the
 // step's kind and reason so clients see why.
-func stepError(ensemble string, i int, model string, err error) *infer.Error {
-	ie, ok := errors.AsType[*infer.Error](err)
+func stepError(ensemble string, i int, model string, err error) *apierr.Error {
+	ie, ok := errors.AsType[*apierr.Error](err)
 	if !ok {
-		return &infer.Error{
-			Kind: infer.KindInternal, Reason: ReasonEnsembleError,
+		return &apierr.Error{
+			Kind: apierr.KindInternal, Reason: ReasonEnsembleError,
 			Msg: fmt.Sprintf("ensemble '%s' %s", ensemble, stepLabel(i, model)), Err: err,
 		}
 	}
-	return &infer.Error{
+	return &apierr.Error{
 		Kind: ie.Kind, Reason: ie.Reason,
 		Msg: fmt.Sprintf("ensemble '%s' %s: %s", ensemble, stepLabel(i, model), ie.Msg), Err: ie.Err,
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
@@ -316,7 +317,7 @@ func TestEnsembleServes(t *testing.T) {
 
 	// A step failing fails the ensemble, naming the step.
 	_, err = h.m.Infer(t.Context(), &infer.Request{Model: "chain", Inputs: []infer.Tensor{int32Tensor("X", []int64{1, 3}, 1, 2, 3)}})
-	requireInferError(t, err, infer.KindInvalid, ReasonInvalidShape, "input 'X': expected shape [-1,4], got [1,3]")
+	requireInferError(t, err, apierr.KindInvalid, ReasonInvalidShape, "input 'X': expected shape [-1,4], got [1,3]")
 	all, err = h.m.Statistics(t.Context(), "chain", "1")
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), all[0].Fail.Count)
@@ -336,7 +337,7 @@ func TestEnsembleFollowsItsStepModels(t *testing.T) {
 	require.NoError(t, h.m.Unload(t.Context(), "b", UnloadOptions{}))
 	require.Equal(t, []string{"1 UNAVAILABLE: step 1 (model 'b') is not ready: model 'b' is UNAVAILABLE: unloaded"}, entries(h, "chain"))
 	_, err := h.m.Infer(t.Context(), ensembleRequest("chain"))
-	requireInferError(t, err, infer.KindUnavailable, ReasonModelNotReady, "model 'chain' version 1 is UNAVAILABLE: step 1 (model 'b') is not ready")
+	requireInferError(t, err, apierr.KindUnavailable, ReasonModelNotReady, "model 'chain' version 1 is UNAVAILABLE: step 1 (model 'b') is not ready")
 	require.Error(t, h.m.ModelReady(t.Context(), "chain", ""))
 	require.False(t, h.m.Ready())
 

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
 )
 
-// Reasons of the *infer.Error values this package returns to clients.
+// Reasons of the *apierr.Error values this package returns to clients.
 const (
 	ReasonModelNotFound      = "model_not_found"
 	ReasonVersionNotFound    = "version_not_found"
@@ -84,7 +84,7 @@ func (e *loadError) reason() string {
 }
 
 // clientError turns a load failure into the error the Load API returns.
-func (e *loadError) clientError() *infer.Error {
+func (e *loadError) clientError() *apierr.Error {
 	reason := ReasonLoadFailed
 	if e.cause == causeGitMismatch || e.cause == causeChecksum {
 		reason = e.cause
@@ -94,7 +94,7 @@ func (e *loadError) clientError() *infer.Error {
 	if e.version != 0 {
 		msg = fmt.Sprintf("load failed for model '%s': version %d is at UNAVAILABLE state: ", e.model, e.version)
 	}
-	return &infer.Error{Kind: infer.KindInvalid, Reason: reason, Msg: msg + "load " + oneLine(e.Error())}
+	return &apierr.Error{Kind: apierr.KindInvalid, Reason: reason, Msg: msg + "load " + oneLine(e.Error())}
 }
 
 func newLoadError(model string, version int64, cause string, err error) *loadError {

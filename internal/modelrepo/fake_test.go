@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
@@ -308,9 +309,9 @@ func entries(h *harness, name string) []string {
 
 // requireInferError checks an error's kind and reason and that its
 // message contains msg.
-func requireInferError(t *testing.T, err error, kind infer.Kind, reason, msg string) {
+func requireInferError(t *testing.T, err error, kind apierr.Kind, reason, msg string) {
 	t.Helper()
-	var ie *infer.Error
+	var ie *apierr.Error
 	require.ErrorAs(t, err, &ie)
 	require.Equal(t, reason, ie.Reason, "error: %v", err)
 	require.Equal(t, kind, ie.Kind, "error: %v", err)

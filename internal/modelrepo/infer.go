@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 	"github.com/sluice-ml/sluice/internal/telemetry"
@@ -28,11 +29,11 @@ const maxAcquireAttempts = 8
 // it: from the response cache when the model has one and holds the
 // answer, else through the version's scheduler on its instances, or, for
 // an ensemble, step by step through the step models. An empty req.Version
-// picks the highest ready version. Errors are *infer.Error values.
+// picks the highest ready version. Errors are *apierr.Error values.
 func (m *Manager) Infer(ctx context.Context, req *infer.Request) (*infer.Response, error) {
 	start := time.Now()
 	if m.closed.Load() {
-		return nil, infer.Errorf(infer.KindUnavailable, ReasonShuttingDown, "server is shutting down")
+		return nil, apierr.Errorf(apierr.KindUnavailable, ReasonShuttingDown, "server is shutting down")
 	}
 	mdl := m.lookup(req.Model)
 	if mdl == nil {
@@ -58,7 +59,7 @@ func (m *Manager) Infer(ctx context.Context, req *infer.Request) (*infer.Respons
 
 // serve answers one request on a version the caller holds a reference
 // on, and records its success in the statistics and metrics.
-func (m *Manager) serve(ctx context.Context, lv *loaded, req *infer.Request, start time.Time) (*infer.Response, *infer.Error) {
+func (m *Manager) serve(ctx context.Context, lv *loaded, req *infer.Request, start time.Time) (*infer.Response, *apierr.Error) {
 	inputs, outputs, batch, ierr := lv.prepare(req)
 	if ierr != nil {
 		return nil, ierr
@@ -143,7 +144,7 @@ func (m *Manager) serve(ctx context.Context, lv *loaded, req *infer.Request, sta
 
 // response answers req with outs, the outputs asked to be classified
 // (classes) replaced by their top classes.
-func (lv *loaded) response(req *infer.Request, outs []infer.Tensor, classes map[string]int) (*infer.Response, *infer.Error) {
+func (lv *loaded) response(req *infer.Request, outs []infer.Tensor, classes map[string]int) (*infer.Response, *apierr.Error) {
 	outs, ierr := lv.classify(outs, classes)
 	if ierr != nil {
 		return nil, ierr
@@ -204,19 +205,19 @@ func modelParams(p infer.Parameters) infer.Parameters {
 
 // scheduleParams reads the priority and timeout request parameters and
 // picks the ones the model sees.
-func scheduleParams(p infer.Parameters) (schedParams, *infer.Error) {
+func scheduleParams(p infer.Parameters) (schedParams, *apierr.Error) {
 	s := schedParams{model: modelParams(p)}
 	if v, ok := p[paramPriority]; ok {
 		n, ok := paramUint(v)
 		if !ok {
-			return s, infer.Errorf(infer.KindInvalid, ReasonInvalidParameter, "request parameter '%s' must be a non-negative integer, got %v", paramPriority, v)
+			return s, apierr.Errorf(apierr.KindInvalid, ReasonInvalidParameter, "request parameter '%s' must be a non-negative integer, got %v", paramPriority, v)
 		}
 		s.priority = n
 	}
 	if v, ok := p[paramTimeout]; ok {
 		n, ok := paramUint(v)
 		if !ok || n > uint64(math.MaxInt64/int64(time.Microsecond)) {
-			return s, infer.Errorf(infer.KindInvalid, ReasonInvalidParameter, "request parameter '%s' must be a non-negative integer number of microseconds, got %v", paramTimeout, v)
+			return s, apierr.Errorf(apierr.KindInvalid, ReasonInvalidParameter, "request parameter '%s' must be a non-negative integer number of microseconds, got %v", paramTimeout, v)
 		}
 		s.timeout = time.Duration(n) * time.Microsecond
 	}
@@ -251,27 +252,27 @@ func withoutTritonPrefix(msg string) string {
 	return msg
 }
 
-func modelNotFound(name string) *infer.Error {
-	return infer.Errorf(infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: '%s' is not found", name)
+func modelNotFound(name string) *apierr.Error {
+	return apierr.Errorf(apierr.KindNotFound, ReasonModelNotFound, "Request for unknown model: '%s' is not found", name)
 }
 
 // unknownModel explains a request for a model the manager does not hold.
 // One whose folder a poll saw leave the repository answers as Triton does
 // for it, which keeps the model unloaded rather than forgetting it
 // (qa/L0_lifecycle/lifecycle_test.py test_dynamic_model_load_unload).
-func (m *Manager) unknownModel(name string) *infer.Error {
+func (m *Manager) unknownModel(name string) *apierr.Error {
 	m.mu.Lock()
 	removed := m.removed[name]
 	m.mu.Unlock()
 	if removed {
-		return infer.Errorf(infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: '%s' has no available versions: model '%s' is %s: unloaded (its folder left the model repository)", name, name, StateUnavailable)
+		return apierr.Errorf(apierr.KindNotFound, ReasonModelNotFound, "Request for unknown model: '%s' has no available versions: model '%s' is %s: unloaded (its folder left the model repository)", name, name, StateUnavailable)
 	}
 	return modelNotFound(name)
 }
 
 // acquire takes a reference on the version a request asks for. An
 // ensemble version serves only while every step model can run.
-func (m *Manager) acquire(mdl *model, version string) (*loaded, *infer.Error) {
+func (m *Manager) acquire(mdl *model, version string) (*loaded, *apierr.Error) {
 	lv, err := mdl.acquire(version)
 	if err != nil {
 		return nil, err
@@ -285,15 +286,15 @@ func (m *Manager) acquire(mdl *model, version string) (*loaded, *infer.Error) {
 	return lv, nil
 }
 
-func ensembleUnavailable(lv *loaded, reason string) *infer.Error {
-	return infer.Errorf(infer.KindUnavailable, ReasonModelNotReady, "Request for unknown model: '%s' version %d is not at ready state: model '%s' version %d is %s: %s",
+func ensembleUnavailable(lv *loaded, reason string) *apierr.Error {
+	return apierr.Errorf(apierr.KindUnavailable, ReasonModelNotReady, "Request for unknown model: '%s' version %d is not at ready state: model '%s' version %d is %s: %s",
 		lv.model, lv.version, lv.model, lv.version, StateUnavailable, reason)
 }
 
 // acquire finds the version a request asks for and takes a reference on
 // it. A version retired between the lookup and the reference was replaced
 // by a newer serving set, so the lookup is simply repeated.
-func (mdl *model) acquire(version string) (*loaded, *infer.Error) {
+func (mdl *model) acquire(version string) (*loaded, *apierr.Error) {
 	for range maxAcquireAttempts {
 		lv, err := mdl.find(version)
 		if err != nil {
@@ -303,11 +304,11 @@ func (mdl *model) acquire(version string) (*loaded, *infer.Error) {
 			return lv, nil
 		}
 	}
-	return nil, infer.Errorf(infer.KindUnavailable, ReasonModelNotReady, "model '%s' is being swapped; retry", mdl.name)
+	return nil, apierr.Errorf(apierr.KindUnavailable, ReasonModelNotReady, "model '%s' is being swapped; retry", mdl.name)
 }
 
 // find resolves a version string against what serves now.
-func (mdl *model) find(version string) (*loaded, *infer.Error) {
+func (mdl *model) find(version string) (*loaded, *apierr.Error) {
 	set := mdl.serving.Load()
 	if version == "" {
 		if lv := set.latest(); lv != nil {
@@ -317,7 +318,7 @@ func (mdl *model) find(version string) (*loaded, *infer.Error) {
 	}
 	v, ok := versionNumber(version)
 	if !ok {
-		return nil, infer.Errorf(infer.KindNotFound, ReasonVersionNotFound, "Request for unknown model: '%s' version %s is not found (model '%s' has no version '%s')", mdl.name, version, mdl.name, version)
+		return nil, apierr.Errorf(apierr.KindNotFound, ReasonVersionNotFound, "Request for unknown model: '%s' version %s is not found (model '%s' has no version '%s')", mdl.name, version, mdl.name, version)
 	}
 	if lv := set.get(v); lv != nil {
 		return lv, nil
@@ -327,15 +328,15 @@ func (mdl *model) find(version string) (*loaded, *infer.Error) {
 
 // notReady explains why a model (v == 0) or one of its versions cannot
 // serve.
-func (mdl *model) notReady(v int64) *infer.Error {
+func (mdl *model) notReady(v int64) *apierr.Error {
 	mdl.mu.Lock()
 	defer mdl.mu.Unlock()
-	unavailable := func(format string, args ...any) *infer.Error {
+	unavailable := func(format string, args ...any) *apierr.Error {
 		prefix := fmt.Sprintf("Request for unknown model: '%s' has no available versions: ", mdl.name)
 		if v != 0 {
 			prefix = fmt.Sprintf("Request for unknown model: '%s' version %d is not at ready state: ", mdl.name, v)
 		}
-		return infer.Errorf(infer.KindUnavailable, ReasonModelNotReady, prefix+format, args...)
+		return apierr.Errorf(apierr.KindUnavailable, ReasonModelNotReady, prefix+format, args...)
 	}
 	if v != 0 {
 		switch st := mdl.status[v]; {
@@ -346,7 +347,7 @@ func (mdl *model) notReady(v int64) *infer.Error {
 		case mdl.unloaded[v]:
 			return unavailable("model '%s' version %d is %s: unloaded", mdl.name, v, StateUnavailable)
 		}
-		return infer.Errorf(infer.KindNotFound, ReasonVersionNotFound, "Request for unknown model: '%s' version %d is not found (model '%s' has no version %d)", mdl.name, v, mdl.name, v)
+		return apierr.Errorf(apierr.KindNotFound, ReasonVersionNotFound, "Request for unknown model: '%s' version %d is not found (model '%s' has no version %d)", mdl.name, v, mdl.name, v)
 	}
 	switch {
 	case mdl.reason != "":
@@ -374,16 +375,16 @@ func (mdl *model) notReady(v int64) *infer.Error {
 }
 
 // ctxError reports a request whose context ended.
-func ctxError(ctx context.Context) *infer.Error {
+func ctxError(ctx context.Context) *apierr.Error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return &infer.Error{Kind: infer.KindTimeout, Reason: ReasonDeadlineExceeded, Msg: "request deadline exceeded", Err: context.Cause(ctx)}
+		return &apierr.Error{Kind: apierr.KindTimeout, Reason: ReasonDeadlineExceeded, Msg: "request deadline exceeded", Err: context.Cause(ctx)}
 	}
-	return &infer.Error{Kind: infer.KindUnavailable, Reason: ReasonCanceled, Msg: "request canceled", Err: context.Cause(ctx)}
+	return &apierr.Error{Kind: apierr.KindUnavailable, Reason: ReasonCanceled, Msg: "request canceled", Err: context.Cause(ctx)}
 }
 
-// backendError keeps a backend's *infer.Error and wraps anything else.
-func (lv *loaded) backendError(ctx context.Context, err error) *infer.Error {
-	if ie, ok := errors.AsType[*infer.Error](err); ok {
+// backendError keeps a backend's *apierr.Error and wraps anything else.
+func (lv *loaded) backendError(ctx context.Context, err error) *apierr.Error {
+	if ie, ok := errors.AsType[*apierr.Error](err); ok {
 		if ie.Reason == "" {
 			c := *ie
 			c.Reason = ReasonBackendError
@@ -394,8 +395,8 @@ func (lv *loaded) backendError(ctx context.Context, err error) *infer.Error {
 	if ctx.Err() != nil {
 		return ctxError(ctx)
 	}
-	return &infer.Error{
-		Kind: infer.KindInternal, Reason: ReasonBackendError,
+	return &apierr.Error{
+		Kind: apierr.KindInternal, Reason: ReasonBackendError,
 		Msg: fmt.Sprintf("model '%s' version %d: execute", lv.model, lv.version), Err: err,
 	}
 }
@@ -403,9 +404,9 @@ func (lv *loaded) backendError(ctx context.Context, err error) *infer.Error {
 // prepare checks a request against the config and returns the inputs in
 // config order (reshaped for the model), the outputs to compute and the
 // batch size (1 for models that do not batch).
-func (lv *loaded) prepare(req *infer.Request) ([]infer.Tensor, []string, int64, *infer.Error) {
-	invalid := func(reason, format string, args ...any) ([]infer.Tensor, []string, int64, *infer.Error) {
-		return nil, nil, 0, infer.Errorf(infer.KindInvalid, reason, format, args...)
+func (lv *loaded) prepare(req *infer.Request) ([]infer.Tensor, []string, int64, *apierr.Error) {
+	invalid := func(reason, format string, args ...any) ([]infer.Tensor, []string, int64, *apierr.Error) {
+		return nil, nil, 0, apierr.Errorf(apierr.KindInvalid, reason, format, args...)
 	}
 	for k := range req.Parameters {
 		// Triton reserves the prefix and refuses such keys; its stream
@@ -881,7 +882,7 @@ var tracer = telemetry.Tracer("github.com/sluice-ml/sluice/internal/modelrepo")
 // traceExecution records the request's time in the scheduler queue and in
 // execution as two spans under ctx's span, from the times the batcher
 // measured (the batcher itself knows nothing of requests' contexts).
-func traceExecution(ctx context.Context, lv *loaded, enqueued time.Time, t execTimes, batch int64, ierr *infer.Error) {
+func traceExecution(ctx context.Context, lv *loaded, enqueued time.Time, t execTimes, batch int64, ierr *apierr.Error) {
 	if !trace.SpanFromContext(ctx).SpanContext().IsSampled() {
 		return
 	}

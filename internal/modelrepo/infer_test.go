@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -59,52 +60,52 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 2, 2 ] } ]
 	tests := []struct {
 		name   string
 		req    *infer.Request
-		kind   infer.Kind
+		kind   apierr.Kind
 		reason string
 		msg    string
 	}{
-		{"unknown model", &infer.Request{Model: "foo"}, infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'foo' is not found"},
-		{"bad version", &infer.Request{Model: "simple", Version: "x"}, infer.KindNotFound, ReasonVersionNotFound, "model 'simple' has no version 'x'"},
-		{"missing input", req(in0), infer.KindInvalid, ReasonMissingInput, "input 'INPUT1' is missing"},
+		{"unknown model", &infer.Request{Model: "foo"}, apierr.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'foo' is not found"},
+		{"bad version", &infer.Request{Model: "simple", Version: "x"}, apierr.KindNotFound, ReasonVersionNotFound, "model 'simple' has no version 'x'"},
+		{"missing input", req(in0), apierr.KindInvalid, ReasonMissingInput, "input 'INPUT1' is missing"},
 		// Too few inputs also answer with Triton's words, with the count
 		// a range when inputs are optional
 		// (qa/L0_input_validation/input_validation_test.py
 		// test_input_validation_optional, _optional_empty, _required_empty,
 		// _required_missing).
 		{
-			"missing input, Triton's words", req(in0), infer.KindInvalid, ReasonMissingInput,
+			"missing input, Triton's words", req(in0), apierr.KindInvalid, ReasonMissingInput,
 			"input 'INPUT1' is missing: expected number of inputs between 2 and 3 but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all required input(s).",
 		},
 		{
-			"no inputs", req(), infer.KindInvalid, ReasonMissingInput,
+			"no inputs", req(), apierr.KindInvalid, ReasonMissingInput,
 			"input 'INPUT0' is missing: expected number of inputs between 2 and 3 but got 0 inputs for model 'simple'. Got input(s) [], but missing required input(s) ['INPUT0','INPUT1']. Please provide all required input(s).",
 		},
 		{
-			"no inputs, none optional", &infer.Request{Model: "nobatch"}, infer.KindInvalid, ReasonMissingInput,
+			"no inputs, none optional", &infer.Request{Model: "nobatch"}, apierr.KindInvalid, ReasonMissingInput,
 			"input 'IN' is missing: expected 1 inputs but got 0 inputs for model 'nobatch'. Got input(s) [], but missing required input(s) ['IN']. Please provide all required input(s).",
 		},
-		{"unknown input", req(in0, in1, int32Tensor("EXTRA", []int64{1}, 1)), infer.KindInvalid, ReasonUnknownInput, "input 'EXTRA' is not an input of model 'simple'"},
+		{"unknown input", req(in0, in1, int32Tensor("EXTRA", []int64{1}, 1)), apierr.KindInvalid, ReasonUnknownInput, "input 'EXTRA' is not an input of model 'simple'"},
 		// The triton_ prefix is Triton's (qa/L0_parameters/parameters_test.py,
 		// the {"triton_": True} parameters every protocol must refuse).
 		{
 			"reserved parameter", &infer.Request{Model: "simple", Inputs: []infer.Tensor{in0, in1}, Parameters: infer.Parameters{"triton_": true}},
-			infer.KindInvalid, ReasonInvalidParameter, "parameter 'triton_': parameter keys starting with 'triton_' are reserved for Triton usage",
+			apierr.KindInvalid, ReasonInvalidParameter, "parameter 'triton_': parameter keys starting with 'triton_' are reserved for Triton usage",
 		},
-		{"duplicate input", req(in0, in0, in1), infer.KindInvalid, ReasonDuplicateInput, "input 'INPUT0' is given more than once"},
+		{"duplicate input", req(in0, in0, in1), apierr.KindInvalid, ReasonDuplicateInput, "input 'INPUT0' is given more than once"},
 		{
 			"datatype", req(in0, infer.Tensor{Name: "INPUT1", DataType: infer.FP32, Shape: infer.Shape{1, 4}, Data: make([]byte, 16)}),
-			infer.KindInvalid, ReasonInvalidDatatype, "input 'INPUT1': expected datatype INT32, got FP32",
+			apierr.KindInvalid, ReasonInvalidDatatype, "input 'INPUT1': expected datatype INT32, got FP32",
 		},
-		{"shape", req(in0, int32Tensor("INPUT1", []int64{2, 3}, 1, 2, 3, 4, 5, 6)), infer.KindInvalid, ReasonInvalidShape, "input 'INPUT1': expected shape [-1,4], got [2,3]"},
-		{"rank", req(in0, int32Tensor("INPUT1", []int64{4}, 1, 2, 3, 4)), infer.KindInvalid, ReasonInvalidShape, "input 'INPUT1': expected shape [-1,4], got [4]"},
-		{"negative dim", req(in0, infer.Tensor{Name: "INPUT1", DataType: infer.Int32, Shape: infer.Shape{-1, 4}}), infer.KindInvalid, ReasonInvalidShape, "expected shape [-1,4], got [-1,4]"},
-		{"zero batch", req(int32Tensor("INPUT0", []int64{0, 4}), int32Tensor("INPUT1", []int64{0, 4})), infer.KindInvalid, ReasonInvalidShape, "input 'INPUT0': batch size must be at least 1, got 0"},
-		{"batch too large", req(int32Tensor("INPUT0", []int64{9, 4}, make([]int32, 36)...), in1), infer.KindInvalid, ReasonBatchTooLarge, "input 'INPUT0': batch size 9 exceeds max_batch_size 8"},
-		{"batch mismatch", req(in0, int32Tensor("INPUT1", []int64{2, 4}, make([]int32, 8)...)), infer.KindInvalid, ReasonInvalidShape, "input 'INPUT1': batch size 2 differs from batch size 1 of input 'INPUT0'"},
-		{"size", req(in0, infer.Tensor{Name: "INPUT1", DataType: infer.Int32, Shape: infer.Shape{1, 4}, Data: make([]byte, 15)}), infer.KindInvalid, ReasonInvalidSize, "input 'INPUT1': tensor data size does not match its shape: shape [1,4] of INT32 needs 16 bytes, got 15"},
-		{"unknown output", &infer.Request{Model: "simple", Inputs: []infer.Tensor{in0, in1}, Outputs: []infer.RequestedOutput{{Name: "FOO"}}}, infer.KindInvalid, ReasonUnknownOutput, "output 'FOO' is not an output of model 'simple'"},
-		{"duplicate output", &infer.Request{Model: "simple", Inputs: []infer.Tensor{in0, in1}, Outputs: []infer.RequestedOutput{{Name: "OUTPUT0"}, {Name: "OUTPUT0"}}}, infer.KindInvalid, ReasonDuplicateOutput, "output 'OUTPUT0' is requested more than once"},
-		{"no batch dim expected", &infer.Request{Model: "nobatch", Inputs: []infer.Tensor{int32Tensor("IN", []int64{1, 2, 2}, 1, 2, 3, 4)}}, infer.KindInvalid, ReasonInvalidShape, "input 'IN': expected shape [2,2], got [1,2,2]"},
+		{"shape", req(in0, int32Tensor("INPUT1", []int64{2, 3}, 1, 2, 3, 4, 5, 6)), apierr.KindInvalid, ReasonInvalidShape, "input 'INPUT1': expected shape [-1,4], got [2,3]"},
+		{"rank", req(in0, int32Tensor("INPUT1", []int64{4}, 1, 2, 3, 4)), apierr.KindInvalid, ReasonInvalidShape, "input 'INPUT1': expected shape [-1,4], got [4]"},
+		{"negative dim", req(in0, infer.Tensor{Name: "INPUT1", DataType: infer.Int32, Shape: infer.Shape{-1, 4}}), apierr.KindInvalid, ReasonInvalidShape, "expected shape [-1,4], got [-1,4]"},
+		{"zero batch", req(int32Tensor("INPUT0", []int64{0, 4}), int32Tensor("INPUT1", []int64{0, 4})), apierr.KindInvalid, ReasonInvalidShape, "input 'INPUT0': batch size must be at least 1, got 0"},
+		{"batch too large", req(int32Tensor("INPUT0", []int64{9, 4}, make([]int32, 36)...), in1), apierr.KindInvalid, ReasonBatchTooLarge, "input 'INPUT0': batch size 9 exceeds max_batch_size 8"},
+		{"batch mismatch", req(in0, int32Tensor("INPUT1", []int64{2, 4}, make([]int32, 8)...)), apierr.KindInvalid, ReasonInvalidShape, "input 'INPUT1': batch size 2 differs from batch size 1 of input 'INPUT0'"},
+		{"size", req(in0, infer.Tensor{Name: "INPUT1", DataType: infer.Int32, Shape: infer.Shape{1, 4}, Data: make([]byte, 15)}), apierr.KindInvalid, ReasonInvalidSize, "input 'INPUT1': tensor data size does not match its shape: shape [1,4] of INT32 needs 16 bytes, got 15"},
+		{"unknown output", &infer.Request{Model: "simple", Inputs: []infer.Tensor{in0, in1}, Outputs: []infer.RequestedOutput{{Name: "FOO"}}}, apierr.KindInvalid, ReasonUnknownOutput, "output 'FOO' is not an output of model 'simple'"},
+		{"duplicate output", &infer.Request{Model: "simple", Inputs: []infer.Tensor{in0, in1}, Outputs: []infer.RequestedOutput{{Name: "OUTPUT0"}, {Name: "OUTPUT0"}}}, apierr.KindInvalid, ReasonDuplicateOutput, "output 'OUTPUT0' is requested more than once"},
+		{"no batch dim expected", &infer.Request{Model: "nobatch", Inputs: []infer.Tensor{int32Tensor("IN", []int64{1, 2, 2}, 1, 2, 3, 4)}}, apierr.KindInvalid, ReasonInvalidShape, "input 'IN': expected shape [2,2], got [1,2,2]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -163,7 +164,7 @@ func TestInferHonoursContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
 	defer cancel()
 	_, err := h.infer(ctx, "m", "")
-	requireInferError(t, err, infer.KindTimeout, ReasonDeadlineExceeded, "request deadline exceeded")
+	requireInferError(t, err, apierr.KindTimeout, ReasonDeadlineExceeded, "request deadline exceeded")
 	require.NoError(t, <-busy)
 }
 
@@ -179,7 +180,7 @@ func TestBackendErrorsAreWrapped(t *testing.T) {
 	err := lv.backendError(t.Context(), context.DeadlineExceeded)
 	require.Equal(t, ReasonBackendError, err.Reason)
 	require.True(t, strings.HasPrefix(err.Error(), "model 'm' version 1: execute"))
-	own := infer.Errorf(infer.KindInvalid, "custom_reason", "bad")
+	own := apierr.Errorf(apierr.KindInvalid, "custom_reason", "bad")
 	require.Same(t, own, lv.backendError(t.Context(), own))
 }
 

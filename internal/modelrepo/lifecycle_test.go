@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
 
@@ -165,7 +165,7 @@ func TestBrokenNewVersionKeepsOldServing(t *testing.T) {
 
 			writeFiles(t, repo, tt.v3)
 			err := h.m.Load(t.Context(), "m", LoadOptions{})
-			requireInferError(t, err, infer.KindInvalid, tt.reason, tt.message)
+			requireInferError(t, err, apierr.KindInvalid, tt.reason, tt.message)
 
 			resp, err := h.infer(t.Context(), "m", "")
 			require.NoError(t, err, "v2 keeps serving")
@@ -178,7 +178,7 @@ func TestBrokenNewVersionKeepsOldServing(t *testing.T) {
 			require.Contains(t, got[1], "3 UNAVAILABLE: ")
 			require.Contains(t, got[1], tt.message)
 			_, err = h.infer(t.Context(), "m", "3")
-			requireInferError(t, err, infer.KindUnavailable, ReasonModelNotReady, "model 'm' version 3 is UNAVAILABLE: ")
+			requireInferError(t, err, apierr.KindUnavailable, ReasonModelNotReady, "model 'm' version 3 is UNAVAILABLE: ")
 
 			require.InDelta(t, 1, testutil.ToFloat64(h.m.metrics.loadFailures.WithLabelValues("m", tt.cause)), 0)
 			require.InDelta(t, 1, testutil.ToFloat64(h.m.metrics.state.WithLabelValues("m", "2", "READY")), 0)
@@ -274,7 +274,7 @@ func TestProvenance(t *testing.T) {
 		})
 		h.start(t)
 		err := h.m.Load(t.Context(), "parcel_eta", LoadOptions{})
-		requireInferError(t, err, infer.KindInvalid, ReasonGitMismatch, "git commit mismatch: expected 0123456789abcdef, version has "+commit)
+		requireInferError(t, err, apierr.KindInvalid, ReasonGitMismatch, "git commit mismatch: expected 0123456789abcdef, version has "+commit)
 		require.NoError(t, h.m.Load(t.Context(), "pinned", LoadOptions{}), "the option wins over the pin file")
 	})
 }
@@ -345,9 +345,9 @@ func TestPollWaitsForHalfWrittenVersion(t *testing.T) {
 	// As in Triton, the removed model is unloaded, not unknown
 	// (qa/L0_lifecycle/lifecycle_test.py test_dynamic_model_load_unload).
 	_, err := h.infer(t.Context(), "n", "")
-	requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'n' has no available versions: model 'n' is UNAVAILABLE: unloaded")
+	requireInferError(t, err, apierr.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'n' has no available versions: model 'n' is UNAVAILABLE: unloaded")
 	_, err = h.infer(t.Context(), "never", "")
-	requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'never' is not found")
+	requireInferError(t, err, apierr.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'never' is not found")
 	require.Equal(t, []string{"1 READY"}, entries(h, "keep"))
 
 	// Back in the repository, it loads and serves again.
@@ -373,9 +373,9 @@ func TestPollWaitsForHalfWrittenVersion(t *testing.T) {
 	h.m.pollOnce(t.Context())
 	require.Equal(t, []string{"2 READY"}, entries(h, "all"))
 	_, err = h.infer(t.Context(), "all", "1")
-	requireInferError(t, err, infer.KindUnavailable, ReasonModelNotReady, "Request for unknown model: 'all' version 1 is not at ready state: model 'all' version 1 is UNAVAILABLE: unloaded")
+	requireInferError(t, err, apierr.KindUnavailable, ReasonModelNotReady, "Request for unknown model: 'all' version 1 is not at ready state: model 'all' version 1 is UNAVAILABLE: unloaded")
 	_, err = h.infer(t.Context(), "all", "7")
-	requireInferError(t, err, infer.KindNotFound, ReasonVersionNotFound, "'all' version 7 is not found")
+	requireInferError(t, err, apierr.KindNotFound, ReasonVersionNotFound, "'all' version 7 is not found")
 }
 
 func TestUnreadableRepositoryKeepsServing(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
@@ -31,12 +31,12 @@ const maxOverrideNameShown = 64
 // requests.
 func (o LoadOptions) Check(name string) error {
 	if len(o.Files) > 0 && o.Config == nil {
-		return infer.Errorf(infer.KindInvalid, ReasonInvalidLoadRequest,
+		return apierr.Errorf(apierr.KindInvalid, ReasonInvalidLoadRequest,
 			"failed to load '%s', failed to poll from model repository: file overrides need a config override (a 'config' load parameter: the files replace the model folder)", name)
 	}
 	for rel := range o.Files {
 		if !filepath.IsLocal(filepath.FromSlash(rel)) || strings.Contains(rel, `\`) {
-			return infer.Errorf(infer.KindInvalid, ReasonInvalidLoadRequest,
+			return apierr.Errorf(apierr.KindInvalid, ReasonInvalidLoadRequest,
 				"failed to load '%s': file override 'file:%s' is not a relative path inside the model folder", name, shortName(rel))
 		}
 	}
@@ -46,7 +46,7 @@ func (o LoadOptions) Check(name string) error {
 // ConfigParamError is the answer to a load whose "config" parameter does
 // not parse: err's reason, in Triton's opening words.
 func ConfigParamError(name string, err error) error {
-	return infer.Errorf(infer.KindInvalid, modelconfig.ReasonInvalidConfig, "failed to load '%s': load parameter 'config': %v", name, err)
+	return apierr.Errorf(apierr.KindInvalid, modelconfig.ReasonInvalidConfig, "failed to load '%s': load parameter 'config': %v", name, err)
 }
 
 // shortName bounds a client-chosen name before it goes into a message.

@@ -18,11 +18,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/batch"
 	"github.com/sluice-ml/sluice/internal/batch/sequence"
 	"github.com/sluice-ml/sluice/internal/config"
-	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
 	"github.com/sluice-ml/sluice/internal/objstore"
 )
@@ -671,7 +671,7 @@ func (m *Manager) load(ctx context.Context, name string, opts LoadOptions, visit
 	}
 	repos := m.findModel(name)
 	if len(repos) == 0 && len(opts.Files) == 0 {
-		return infer.Errorf(infer.KindNotFound, ReasonModelNotFound, "failed to load '%s', failed to poll from model repository: model '%s' not found in any model repository", name, name)
+		return apierr.Errorf(apierr.KindNotFound, ReasonModelNotFound, "failed to load '%s', failed to poll from model repository: model '%s' not found in any model repository", name, name)
 	}
 	var src modelSource
 	if len(repos) > 0 {
@@ -684,7 +684,7 @@ func (m *Manager) load(ctx context.Context, name string, opts LoadOptions, visit
 	} else if opts.Config == nil && len(repos) > 0 {
 		steps, _ = ensembleSteps(src.dir)
 	}
-	var depErr *infer.Error
+	var depErr *apierr.Error
 	visiting[name] = true
 	for _, st := range steps {
 		if visiting[st] || st == name {
@@ -697,14 +697,14 @@ func (m *Manager) load(ctx context.Context, name string, opts LoadOptions, visit
 			continue // the ensemble's load says the step model is unknown
 		}
 		if err := m.load(ctx, st, LoadOptions{}, visiting); err != nil && depErr == nil {
-			depErr = infer.Errorf(infer.KindInvalid, ReasonLoadFailed, "load model '%s': step model '%s' did not load: %s", name, st, oneLine(err.Error()))
+			depErr = apierr.Errorf(apierr.KindInvalid, ReasonLoadFailed, "load model '%s': step model '%s' did not load: %s", name, st, oneLine(err.Error()))
 		}
 	}
 	mdl := m.ensureModel(name)
 	if len(opts.Files) > 0 {
 		dir, err := writeOverrideFiles(name, opts.Files)
 		if err != nil {
-			return infer.Errorf(infer.KindInvalid, ReasonInvalidLoadRequest, "failed to load '%s': %v", name, err)
+			return apierr.Errorf(apierr.KindInvalid, ReasonInvalidLoadRequest, "failed to load '%s': %v", name, err)
 		}
 		mdl.addTmpDir(dir)
 		src.dir, src.dupErr = dir, nil
@@ -795,22 +795,22 @@ func (m *Manager) usedByEnsemble(name string) bool {
 // controlAllowed refuses the load and unload API outside explicit mode.
 func (m *Manager) controlAllowed() error {
 	if m.closed.Load() {
-		return infer.Errorf(infer.KindUnavailable, ReasonShuttingDown, "server is shutting down")
+		return apierr.Errorf(apierr.KindUnavailable, ReasonShuttingDown, "server is shutting down")
 	}
 	switch m.opts.ControlMode {
 	case ControlExplicit:
 		return nil
 	case ControlPoll:
-		return infer.Errorf(infer.KindUnsupported, ReasonControlDisabled, "explicit model load / unload is not allowed if polling is enabled")
+		return apierr.Errorf(apierr.KindUnsupported, ReasonControlDisabled, "explicit model load / unload is not allowed if polling is enabled")
 	default:
-		return infer.Errorf(infer.KindUnsupported, ReasonControlDisabled, "explicit model load / unload is not allowed in model control mode 'none'")
+		return apierr.Errorf(apierr.KindUnsupported, ReasonControlDisabled, "explicit model load / unload is not allowed in model control mode 'none'")
 	}
 }
 
 // checkModelName rejects names that are not a single folder name.
 func checkModelName(name string) error {
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, `/\`) || strings.HasPrefix(name, ".") {
-		return infer.Errorf(infer.KindInvalid, ReasonInvalidLoadRequest, "invalid model name %q", name)
+		return apierr.Errorf(apierr.KindInvalid, ReasonInvalidLoadRequest, "invalid model name %q", name)
 	}
 	return nil
 }

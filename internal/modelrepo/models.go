@@ -13,7 +13,7 @@ import (
 // edge's tests run against a hand-written fake, and *Manager is the
 // production implementation.
 //
-// Errors should be *infer.Error values where the caller should see a
+// Errors should be *apierr.Error values where the caller should see a
 // specific status: their Kind picks the HTTP status or gRPC code. Every
 // method may be called from many goroutines at once.
 type Models interface {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
@@ -38,7 +39,7 @@ func maxOutputBytes(cfg *inferencepb.ModelConfig, serverDefault int64) (int64, e
 
 // checkOutputSize refuses outputs larger than the version's maximum,
 // before any edge encodes them.
-func (lv *loaded) checkOutputSize(outs []infer.Tensor) *infer.Error {
+func (lv *loaded) checkOutputSize(outs []infer.Tensor) *apierr.Error {
 	var n int64
 	for i := range outs {
 		n += int64(len(outs[i].Data))
@@ -49,8 +50,8 @@ func (lv *loaded) checkOutputSize(outs []infer.Tensor) *infer.Error {
 	return nil
 }
 
-func outputTooLarge(model string, n, limit int64) *infer.Error {
-	return infer.Errorf(infer.KindResourceExhausted, infer.ReasonResponseTooLarge,
+func outputTooLarge(model string, n, limit int64) *apierr.Error {
+	return apierr.Errorf(apierr.KindResourceExhausted, apierr.ReasonResponseTooLarge,
 		"model '%s': the outputs of this request are %d bytes, over the model's maximum of %d (config.pbtxt parameter %s, or the server's --max-output-bytes)",
 		model, n, limit, ParamMaxOutputBytes)
 }

@@ -3,8 +3,8 @@ package modelrepo
 import (
 	"slices"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/batch"
-	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
 
@@ -73,12 +73,12 @@ func (pm priorityMap) level(p uint64) int {
 // request maps a request's priority to the batcher's, 0 staying the
 // default level. Without levels every priority is the one queue's, as in
 // Triton; past priority_levels it is refused.
-func (pm priorityMap) request(model string, p uint64) (int, *infer.Error) {
+func (pm priorityMap) request(model string, p uint64) (int, *apierr.Error) {
 	switch {
 	case p == 0 || pm.levels == 0:
 		return 0, nil
 	case p > pm.levels:
-		return 0, infer.Errorf(infer.KindInvalid, batch.ReasonInvalidPriority,
+		return 0, apierr.Errorf(apierr.KindInvalid, batch.ReasonInvalidPriority,
 			"priority %d outside [1, %d] for model '%s'", p, pm.levels, model)
 	}
 	return pm.level(p), nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
@@ -64,9 +65,9 @@ func TestVersionPolicies(t *testing.T) {
 			require.Equal(t, tt.want[len(tt.want)-1], resp.Version, "no version asked: the highest ready one answers")
 
 			_, err = h.infer(t.Context(), "m", "04")
-			requireInferError(t, err, infer.KindNotFound, ReasonVersionNotFound, "model 'm' has no version '04'")
+			requireInferError(t, err, apierr.KindNotFound, ReasonVersionNotFound, "model 'm' has no version '04'")
 			_, err = h.infer(t.Context(), "m", "7")
-			requireInferError(t, err, infer.KindNotFound, ReasonVersionNotFound, "model 'm' has no version 7")
+			requireInferError(t, err, apierr.KindNotFound, ReasonVersionNotFound, "model 'm' has no version 7")
 		})
 	}
 }
@@ -161,7 +162,7 @@ func TestAutoCompleteAndStrictConfig(t *testing.T) {
 		require.Contains(t, got[0], "UNAVAILABLE: backend_unknown: config.pbtxt sets neither backend nor platform")
 		require.Equal(t, []string{"1 READY"}, entries(h, "complete"))
 		_, err := h.infer(t.Context(), "bare", "")
-		requireInferError(t, err, infer.KindUnavailable, ReasonModelNotReady, "model 'bare' is UNAVAILABLE: ")
+		requireInferError(t, err, apierr.KindUnavailable, ReasonModelNotReady, "model 'bare' is UNAVAILABLE: ")
 	})
 }
 
@@ -255,7 +256,7 @@ func TestExplicitMode(t *testing.T) {
 		require.Equal(t, []string{" UNKNOWN: not loaded"}, entries(h, "b"))
 		require.True(t, h.m.Ready(), "models nobody asked for do not make the server unready")
 		_, err := h.infer(t.Context(), "b", "")
-		requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'b' is not found")
+		requireInferError(t, err, apierr.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'b' is not found")
 
 		require.NoError(t, h.m.Load(t.Context(), "b", LoadOptions{}))
 		resp, err := h.infer(t.Context(), "b", "")
@@ -265,16 +266,16 @@ func TestExplicitMode(t *testing.T) {
 		require.NoError(t, h.m.Unload(t.Context(), "a", UnloadOptions{}))
 		require.Equal(t, []string{" UNAVAILABLE: unloaded"}, entries(h, "a"))
 		_, err = h.infer(t.Context(), "a", "")
-		requireInferError(t, err, infer.KindUnavailable, ReasonModelNotReady, "model 'a' is UNAVAILABLE: unloaded")
+		requireInferError(t, err, apierr.KindUnavailable, ReasonModelNotReady, "model 'a' is UNAVAILABLE: unloaded")
 		require.True(t, h.m.Ready(), "an unloaded model does not make the server unready")
 		require.Empty(t, h.m.Index(t.Context(), true)[1:], "only b is ready")
 
 		err = h.m.Load(t.Context(), "nope", LoadOptions{})
-		requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "model 'nope' not found in any model repository")
+		requireInferError(t, err, apierr.KindNotFound, ReasonModelNotFound, "model 'nope' not found in any model repository")
 		err = h.m.Load(t.Context(), "../a", LoadOptions{})
-		requireInferError(t, err, infer.KindInvalid, ReasonInvalidLoadRequest, "invalid model name")
+		requireInferError(t, err, apierr.KindInvalid, ReasonInvalidLoadRequest, "invalid model name")
 		err = h.m.Load(t.Context(), "a", LoadOptions{Files: map[string][]byte{"1/model.fake": []byte(fakeFile(9))}})
-		requireInferError(t, err, infer.KindInvalid, ReasonInvalidLoadRequest, "file overrides need a config override")
+		requireInferError(t, err, apierr.KindInvalid, ReasonInvalidLoadRequest, "file overrides need a config override")
 		// Unloading a model in no repository does nothing, as Triton's
 		// unload_model answers success for it (issue 25 item 5).
 		require.NoError(t, h.m.Unload(t.Context(), "nope", UnloadOptions{}))
@@ -294,7 +295,7 @@ func TestExplicitMode(t *testing.T) {
 				h.m.Load(t.Context(), "a", LoadOptions{}),
 				h.m.Unload(t.Context(), "a", UnloadOptions{}),
 			} {
-				requireInferError(t, err, infer.KindUnsupported, ReasonControlDisabled, "explicit model load / unload is not allowed")
+				requireInferError(t, err, apierr.KindUnsupported, ReasonControlDisabled, "explicit model load / unload is not allowed")
 			}
 			require.Len(t, h.m.Index(t.Context(), true), 2, "none and poll load everything at start")
 		})
@@ -304,7 +305,7 @@ func TestExplicitMode(t *testing.T) {
 		h := newHarness(t, Options{Repositories: []string{repo}, ControlMode: ControlExplicit})
 		h.start(t)
 		cfg, err := h.m.Config(t.Context(), "a", "")
-		requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'a' is not found")
+		requireInferError(t, err, apierr.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'a' is not found")
 		require.Nil(t, cfg)
 		require.NoError(t, h.m.Load(t.Context(), "a", LoadOptions{}))
 		cfg, err = h.m.Config(t.Context(), "a", "")
@@ -342,7 +343,7 @@ func TestExplicitMode(t *testing.T) {
 			"/abs/model.fake": "failed to load 'a': file override 'file:/abs/model.fake' is not a relative path",
 		} {
 			err := h.m.Load(t.Context(), "a", LoadOptions{Config: cfg, Files: map[string][]byte{rel: []byte(fakeFile(5))}})
-			requireInferError(t, err, infer.KindInvalid, ReasonInvalidLoadRequest, want)
+			requireInferError(t, err, apierr.KindInvalid, ReasonInvalidLoadRequest, want)
 			require.NotContains(t, err.Error(), os.TempDir(), "the answer shows no server path")
 			require.NotContains(t, err.Error(), "sluice-model-")
 		}
@@ -400,17 +401,17 @@ func TestStatisticsAndMetadata(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, all, 1)
 	_, err = h.m.Statistics(t.Context(), "zzz", "")
-	requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'zzz' is not found")
+	requireInferError(t, err, apierr.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'zzz' is not found")
 
 	// The statistics of a version that does not serve answer with Triton's
 	// words (qa/L0_server_status/server_status_test.py
 	// test_model_versions_added), then Sluice's reason.
 	_, err = h.m.Statistics(t.Context(), "m", "2")
-	requireInferError(t, err, infer.KindNotFound, ReasonVersionNotFound, "requested model version is not available for model 'm': Request for unknown model: 'm' version 2 is not found")
+	requireInferError(t, err, apierr.KindNotFound, ReasonVersionNotFound, "requested model version is not available for model 'm': Request for unknown model: 'm' version 2 is not found")
 
 	require.NoError(t, h.m.ModelReady(t.Context(), "m", "1"))
-	requireInferError(t, h.m.ModelReady(t.Context(), "m", "2"), infer.KindNotFound, ReasonVersionNotFound, "model 'm' has no version 2")
-	requireInferError(t, h.m.ModelReady(t.Context(), "x", ""), infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'x' is not found")
+	requireInferError(t, h.m.ModelReady(t.Context(), "m", "2"), apierr.KindNotFound, ReasonVersionNotFound, "model 'm' has no version 2")
+	requireInferError(t, h.m.ModelReady(t.Context(), "x", ""), apierr.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'x' is not found")
 }
 
 func TestCloseDrainsInFlightRequests(t *testing.T) {
@@ -435,7 +436,7 @@ func TestCloseDrainsInFlightRequests(t *testing.T) {
 	require.False(t, h.m.Live())
 	require.False(t, h.m.Ready())
 	_, err := h.infer(t.Context(), "m", "")
-	requireInferError(t, err, infer.KindUnavailable, ReasonShuttingDown, "shutting down")
+	requireInferError(t, err, apierr.KindUnavailable, ReasonShuttingDown, "shutting down")
 }
 
 func TestInstanceGroupCount(t *testing.T) {
@@ -576,7 +577,7 @@ func TestDuplicateModelFoundByPoll(t *testing.T) {
 	h.m.pollOnce(t.Context()) // a change is applied once it is stable
 	require.Equal(t, []string{" UNAVAILABLE: model appears in two or more repositories"}, entries(h, "m"))
 	_, err := h.infer(t.Context(), "m", "")
-	requireInferError(t, err, infer.KindUnavailable, ReasonModelNotReady, "model appears in two or more repositories")
+	requireInferError(t, err, apierr.KindUnavailable, ReasonModelNotReady, "model appears in two or more repositories")
 	require.True(t, h.m.Ready(), "as in Triton, which unloads the model, it does not hold strict readiness back")
 
 	require.NoError(t, os.RemoveAll(filepath.Join(b, "m")))

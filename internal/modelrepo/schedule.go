@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/batch"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
@@ -144,7 +145,7 @@ func (m *Manager) startScheduler(lv *loaded) error {
 
 // execute runs validated inputs through the version's batcher and returns
 // the request's outputs and its share of the times.
-func (lv *loaded) execute(ctx context.Context, inputs []infer.Tensor, outputs []string, batchSize int64, sched schedParams) ([]infer.Tensor, execTimes, *infer.Error) {
+func (lv *loaded) execute(ctx context.Context, inputs []infer.Tensor, outputs []string, batchSize int64, sched schedParams) ([]infer.Tensor, execTimes, *apierr.Error) {
 	priority, ierr := lv.priorities.request(lv.model, sched.priority)
 	if ierr != nil {
 		return nil, execTimes{}, ierr
@@ -166,7 +167,7 @@ func (lv *loaded) execute(ctx context.Context, inputs []infer.Tensor, outputs []
 	// Fewer outputs than asked for is a Python model answering with a
 	// subset, which Triton passes on; the outputs carry their names.
 	if len(res.Outputs) > len(outputs) {
-		return nil, execTimes{}, infer.Errorf(infer.KindInternal, ReasonBackendError,
+		return nil, execTimes{}, apierr.Errorf(apierr.KindInternal, ReasonBackendError,
 			"model '%s' version %d returned %d outputs, want at most %d", lv.model, lv.version, len(res.Outputs), len(outputs))
 	}
 	return res.Outputs, execTimes{queue: res.QueueTime, input: res.InputTime, infer: res.ComputeTime, output: res.OutputTime}, nil

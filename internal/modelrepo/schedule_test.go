@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/batch"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
@@ -97,7 +98,7 @@ func TestScheduleParameters(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := h.m.Infer(t.Context(), req(tt.params))
-		requireInferError(t, err, infer.KindInvalid, tt.reason, tt.msg)
+		requireInferError(t, err, apierr.KindInvalid, tt.reason, tt.msg)
 	}
 }
 
@@ -134,7 +135,7 @@ func TestStatisticsAddUpUnderBatching(t *testing.T) {
 				got := int32Values(resp.Outputs[0].Data)
 				for j := range vals {
 					if got[j] != vals[j]+5 {
-						err = &infer.Error{Msg: "rows mixed up between requests"}
+						err = &apierr.Error{Msg: "rows mixed up between requests"}
 						break
 					}
 				}

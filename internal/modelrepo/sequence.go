@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/batch"
 	"github.com/sluice-ml/sluice/internal/batch/sequence"
@@ -178,9 +179,9 @@ func boolByte(b bool) byte {
 }
 
 // sequenceParams reads a request's correlation id and flags.
-func sequenceParams(p infer.Parameters) (id sequence.CorrID, start, end bool, ierr *infer.Error) {
-	bad := func(name string, v any, want string) *infer.Error {
-		return infer.Errorf(infer.KindInvalid, ReasonInvalidParameter, "request parameter '%s' must be %s, got %v", name, want, v)
+func sequenceParams(p infer.Parameters) (id sequence.CorrID, start, end bool, ierr *apierr.Error) {
+	bad := func(name string, v any, want string) *apierr.Error {
+		return apierr.Errorf(apierr.KindInvalid, ReasonInvalidParameter, "request parameter '%s' must be %s, got %v", name, want, v)
 	}
 	if v, ok := p[paramSequenceID]; ok {
 		switch x := v.(type) {
@@ -197,7 +198,7 @@ func sequenceParams(p infer.Parameters) (id sequence.CorrID, start, end bool, ie
 			return id, false, false, bad(paramSequenceID, v, "a non-negative integer or a string")
 		}
 	}
-	flag := func(name string) (bool, *infer.Error) {
+	flag := func(name string) (bool, *apierr.Error) {
 		v, ok := p[name]
 		if !ok {
 			return false, nil
@@ -217,7 +218,7 @@ func sequenceParams(p infer.Parameters) (id sequence.CorrID, start, end bool, ie
 
 // executeSequence runs validated inputs through the version's sequence
 // batcher.
-func (lv *loaded) executeSequence(ctx context.Context, inputs []infer.Tensor, outputs []string, params infer.Parameters) ([]infer.Tensor, execTimes, *infer.Error) {
+func (lv *loaded) executeSequence(ctx context.Context, inputs []infer.Tensor, outputs []string, params infer.Parameters) ([]infer.Tensor, execTimes, *apierr.Error) {
 	id, start, end, ierr := sequenceParams(params)
 	if ierr != nil {
 		return nil, execTimes{}, ierr

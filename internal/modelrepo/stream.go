@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/batch"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
@@ -51,8 +52,8 @@ func (lv *loaded) decoupled() bool {
 
 // decoupledRefused answers a request for a decoupled model on an endpoint
 // that answers with one response, in Triton's words.
-func decoupledRefused(lv *loaded) *infer.Error {
-	return infer.Errorf(infer.KindUnsupported, ReasonDecoupled,
+func decoupledRefused(lv *loaded) *apierr.Error {
+	return apierr.Errorf(apierr.KindUnsupported, ReasonDecoupled,
 		"model '%s' version %d is decoupled (model_transaction_policy { decoupled: true }): this endpoint doesn't support models with decoupled transaction policy; use gRPC ModelStreamInfer or HTTP generate_stream", lv.model, lv.version)
 }
 
@@ -60,7 +61,7 @@ func decoupledRefused(lv *loaded) *infer.Error {
 func (m *Manager) InferStream(ctx context.Context, req *infer.Request, send StreamSend) error {
 	start := time.Now()
 	if m.closed.Load() {
-		return infer.Errorf(infer.KindUnavailable, ReasonShuttingDown, "server is shutting down")
+		return apierr.Errorf(apierr.KindUnavailable, ReasonShuttingDown, "server is shutting down")
 	}
 	mdl := m.lookup(req.Model)
 	if mdl == nil {
@@ -90,7 +91,7 @@ func (m *Manager) InferStream(ctx context.Context, req *infer.Request, send Stre
 }
 
 // failed records a failed request in the statistics and metrics.
-func (m *Manager) failed(lv *loaded, ierr *infer.Error, start time.Time) {
+func (m *Manager) failed(lv *loaded, ierr *apierr.Error, start time.Time) {
 	m.metrics.failures.WithLabelValues(lv.model, lv.vstr, ierr.Reason).Inc()
 	lv.obs.triton.failed(ierr.Reason)
 	lv.stats.fail(time.Since(start))
@@ -98,10 +99,10 @@ func (m *Manager) failed(lv *loaded, ierr *infer.Error, start time.Time) {
 
 // stream runs one request on a decoupled model's instances and waits for
 // its final response.
-func (m *Manager) stream(ctx context.Context, lv *loaded, req *infer.Request, send StreamSend) *infer.Error {
+func (m *Manager) stream(ctx context.Context, lv *loaded, req *infer.Request, send StreamSend) *apierr.Error {
 	start := time.Now()
 	if lv.batcher == nil {
-		return infer.Errorf(infer.KindUnsupported, ReasonDecoupled, "model '%s' version %d: a decoupled model with sequence batching is not supported", lv.model, lv.version)
+		return apierr.Errorf(apierr.KindUnsupported, ReasonDecoupled, "model '%s' version %d: a decoupled model with sequence batching is not supported", lv.model, lv.version)
 	}
 	inputs, outputs, batchSize, ierr := lv.prepare(req)
 	if ierr != nil {
@@ -194,7 +195,7 @@ func (m *Manager) stream(ctx context.Context, lv *loaded, req *infer.Request, se
 		}
 	}
 	if sendErr != nil {
-		return &infer.Error{Kind: infer.KindUnavailable, Reason: ReasonCanceled, Msg: "the client stopped reading the responses", Err: sendErr}
+		return &apierr.Error{Kind: apierr.KindUnavailable, Reason: ReasonCanceled, Msg: "the client stopped reading the responses", Err: sendErr}
 	}
 	now := time.Now()
 	total := now.Sub(start)

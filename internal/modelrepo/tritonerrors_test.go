@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 )
 
 // Triton's clients and QA tests match on Triton's error text
@@ -24,22 +24,22 @@ func TestTritonErrorText(t *testing.T) {
 	h.start(t)
 
 	_, err := h.infer(t.Context(), "nope", "")
-	requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'nope' is not found")
+	requireInferError(t, err, apierr.KindNotFound, ReasonModelNotFound, "Request for unknown model: 'nope' is not found")
 	_, err = h.infer(t.Context(), "m", "7")
-	requireInferError(t, err, infer.KindNotFound, ReasonVersionNotFound, "Request for unknown model: 'm' version 7 is not found")
+	requireInferError(t, err, apierr.KindNotFound, ReasonVersionNotFound, "Request for unknown model: 'm' version 7 is not found")
 	_, err = h.infer(t.Context(), "m", "2")
-	requireInferError(t, err, infer.KindUnavailable, ReasonModelNotReady, "Request for unknown model: 'm' version 2 is not at ready state: model 'm' version 2 is UNAVAILABLE: ")
+	requireInferError(t, err, apierr.KindUnavailable, ReasonModelNotReady, "Request for unknown model: 'm' version 2 is not at ready state: model 'm' version 2 is UNAVAILABLE: ")
 
 	err = h.m.Load(t.Context(), "m", LoadOptions{})
-	requireInferError(t, err, infer.KindInvalid, ReasonLoadFailed, "load failed for model 'm': version 2 is at UNAVAILABLE state: ")
+	requireInferError(t, err, apierr.KindInvalid, ReasonLoadFailed, "load failed for model 'm': version 2 is at UNAVAILABLE state: ")
 	err = h.m.Load(t.Context(), "nope", LoadOptions{})
-	requireInferError(t, err, infer.KindNotFound, ReasonModelNotFound, "failed to load 'nope', failed to poll from model repository")
+	requireInferError(t, err, apierr.KindNotFound, ReasonModelNotFound, "failed to load 'nope', failed to poll from model repository")
 
 	writeFiles(t, repo, map[string]string{"m/config.pbtxt": fakeConfig("bogus_field: 1\n")})
 	err = h.m.Load(t.Context(), "m", LoadOptions{})
-	requireInferError(t, err, infer.KindInvalid, ReasonLoadFailed, "failed to load 'm': ")
+	requireInferError(t, err, apierr.KindInvalid, ReasonLoadFailed, "failed to load 'm': ")
 
 	require.NoError(t, h.m.Unload(t.Context(), "m", UnloadOptions{}))
 	_, err = h.infer(t.Context(), "m", "")
-	requireInferError(t, err, infer.KindUnavailable, ReasonModelNotReady, "Request for unknown model: 'm' has no available versions: ")
+	requireInferError(t, err, apierr.KindUnavailable, ReasonModelNotReady, "Request for unknown model: 'm' has no available versions: ")
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -70,7 +71,7 @@ func TestTritonMetrics(t *testing.T) {
 	}
 	require.InDelta(t, 2, testutil.ToFloat64(h.m.metrics.triton.pending.WithLabelValues("slow", "1")), 0)
 	_, err = h.infer(t.Context(), "slow", "")
-	requireInferError(t, err, infer.KindUnavailable, "queue_full", "")
+	requireInferError(t, err, apierr.KindUnavailable, "queue_full", "")
 	require.NoError(t, <-done)
 	require.NoError(t, <-done)
 

@@ -19,10 +19,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/kservewire"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // The wire protocols (perf_analyzer's -i).
@@ -120,7 +120,7 @@ func (c *httpClient) get(ctx context.Context, u string, out any) error {
 		return fmt.Errorf("GET %s: read answer: %w", u, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		if msg, _, _ := wire.ParseError(body); msg != "" {
+		if msg, _, _ := apierr.ParseError(body); msg != "" {
 			return fmt.Errorf("GET %s: %d: %s", u, resp.StatusCode, msg)
 		}
 		switch resp.StatusCode {

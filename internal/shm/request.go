@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // Tensor and requested-output parameters of the extension.
@@ -86,12 +86,12 @@ const ReasonRegionInvalid = "shared_memory_region_invalid"
 // client shared memory is switched off.
 const ReasonDisabled = "shared_memory_disabled"
 
-func invalid(err error) *infer.Error {
+func invalid(err error) *apierr.Error {
 	reason := ReasonInvalid
 	if errors.Is(err, ErrRegionInvalid) {
 		reason = ReasonRegionInvalid
 	}
-	return &infer.Error{Kind: infer.KindInvalid, Reason: reason, Msg: err.Error()}
+	return &apierr.Error{Kind: apierr.KindInvalid, Reason: reason, Msg: err.Error()}
 }
 
 // Lease holds the regions one request names, from reading its inputs
@@ -174,7 +174,7 @@ func (l *Lease) readInputs(req *infer.Request) error {
 			return invalid(errors.New("shared memory is not enabled on this server"))
 		}
 		if total += ref.Size; total > l.r.maxRead || total < ref.Size {
-			return &infer.Error{Kind: infer.KindResourceExhausted, Reason: wire.ReasonBodyTooLarge,
+			return &apierr.Error{Kind: apierr.KindResourceExhausted, Reason: apierr.ReasonBodyTooLarge,
 				Msg: fmt.Sprintf("%s: the request's inputs read more than %d bytes from shared memory, the most one request may carry", what, l.r.maxRead)}
 		}
 		rg, err := l.hold(ref.Region)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -209,9 +210,9 @@ func TestRequestInputsAndOutputs(t *testing.T) {
 	} {
 		err := bad(tc.p, tc.shape)
 		require.ErrorContains(t, err, tc.want)
-		ie, ok := err.(*infer.Error)
+		ie, ok := err.(*apierr.Error)
 		require.True(t, ok)
-		require.Equal(t, infer.KindInvalid, ie.Kind)
+		require.Equal(t, apierr.KindInvalid, ie.Kind)
 		require.Equal(t, ReasonInvalid, ie.Reason)
 	}
 	_, err = r.Acquire(&infer.Request{Outputs: []infer.RequestedOutput{{Name: "Y", Parameters: infer.Parameters{ParamRegion: "nope", ParamByteSize: int64(4)}}}})
@@ -241,9 +242,9 @@ func TestReadLimit(t *testing.T) {
 	require.NoError(t, err)
 	l.Release()
 	_, err = r.Acquire(&infer.Request{Inputs: []infer.Tensor{in("a"), in("b")}})
-	ie, ok := err.(*infer.Error)
+	ie, ok := err.(*apierr.Error)
 	require.True(t, ok, "%v", err)
-	require.Equal(t, infer.KindResourceExhausted, ie.Kind)
+	require.Equal(t, apierr.KindResourceExhausted, ie.Kind)
 	require.Equal(t, "body_too_large", ie.Reason)
 	require.Contains(t, ie.Msg, "input 'b': the request's inputs read more than 24 bytes from shared memory")
 }

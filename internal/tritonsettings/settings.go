@@ -38,7 +38,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/telemetry"
 )
 
@@ -99,7 +99,7 @@ func (s *Settings) Log() map[string]any {
 }
 
 // UpdateLog applies the settings in update (values bool, uint32 or
-// string) and returns the result. Errors are *infer.Error.
+// string) and returns the result. Errors are *apierr.Error.
 func (s *Settings) UpdateLog(update map[string]any) (map[string]any, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -119,21 +119,21 @@ func (s *Settings) UpdateLog(update map[string]any) (map[string]any, error) {
 		case "log_info", "log_warning", "log_error":
 			b, ok := v.(bool)
 			if !ok {
-				return nil, infer.Errorf(infer.KindInvalid, ReasonInvalid, "log setting '%s' must be a bool, got %v", k, v)
+				return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "log setting '%s' must be a bool, got %v", k, v)
 			}
 			next[k] = b
 		case "log_verbose_level":
 			n, ok := asUint(v)
 			if !ok {
-				return nil, infer.Errorf(infer.KindInvalid, ReasonInvalid, "log setting '%s' must be a non-negative integer, got %v", k, v)
+				return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "log setting '%s' must be a non-negative integer, got %v", k, v)
 			}
 			next[k] = n
 		case "log_file", "log_format":
 			if v != cur[k] {
-				return nil, infer.Errorf(infer.KindUnsupported, ReasonUnsupported, "log setting '%s' cannot change at run time (Sluice logs to standard error in the --log-format chosen at start); it is %q", k, cur[k])
+				return nil, apierr.Errorf(apierr.KindUnsupported, ReasonUnsupported, "log setting '%s' cannot change at run time (Sluice logs to standard error in the --log-format chosen at start); it is %q", k, cur[k])
 			}
 		default:
-			return nil, infer.Errorf(infer.KindInvalid, ReasonInvalid, "unknown log setting '%s'", k)
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "unknown log setting '%s'", k)
 		}
 	}
 	level := slog.LevelError
@@ -171,7 +171,7 @@ const ReasonModelNotFound = "model_not_found"
 // model the server does not have, in Triton's words (qa/L0_trace
 // trace_endpoint_test.py looks for them).
 func UnknownModel(name string) error {
-	return infer.Errorf(infer.KindNotFound, ReasonModelNotFound, "Request for unknown model : %s", name)
+	return apierr.Errorf(apierr.KindNotFound, ReasonModelNotFound, "Request for unknown model : %s", name)
 }
 
 // Trace setting names.
@@ -210,7 +210,7 @@ func (s *Settings) ConfigureTrace(c TraceConfig) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sampling == nil {
-		return infer.Errorf(infer.KindInvalid, ReasonInvalid, "trace settings cannot be given with OTEL_TRACES_SAMPLER, which then decides the sampling")
+		return apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "trace settings cannot be given with OTEL_TRACES_SAMPLER, which then decides the sampling")
 	}
 	init := s.traceDefaults()
 	if len(c.Level) > 0 {
@@ -218,7 +218,7 @@ func (s *Settings) ConfigureTrace(c TraceConfig) error {
 			return err
 		}
 		if c.Level[0] != "OFF" && !s.sampling.Exporting() {
-			return infer.Errorf(infer.KindInvalid, ReasonInvalid, "trace level %v needs an exporter (--trace-config triton,file=, --trace-otlp-endpoint or OTEL_TRACES_EXPORTER)", c.Level)
+			return apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "trace level %v needs an exporter (--trace-config triton,file=, --trace-otlp-endpoint or OTEL_TRACES_EXPORTER)", c.Level)
 		}
 		init[traceLevel] = slices.Clone(c.Level)
 	}
@@ -227,7 +227,7 @@ func (s *Settings) ConfigureTrace(c TraceConfig) error {
 	}
 	if c.Count != nil {
 		if *c.Count < -1 {
-			return infer.Errorf(infer.KindInvalid, ReasonInvalid, "trace setting 'trace_count' must be an integer >= -1, got %d", *c.Count)
+			return apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "trace setting 'trace_count' must be an integer >= -1, got %d", *c.Count)
 		}
 		init[traceCount] = []string{strconv.FormatInt(*c.Count, 10)}
 	}
@@ -238,7 +238,7 @@ func (s *Settings) ConfigureTrace(c TraceConfig) error {
 	case ModeTriton, ModeOpenTelemetry:
 		init[traceMode] = []string{c.Mode}
 	default:
-		return infer.Errorf(infer.KindInvalid, ReasonInvalid, "trace mode must be %s or %s, got %q", ModeTriton, ModeOpenTelemetry, c.Mode)
+		return apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "trace mode must be %s or %s, got %q", ModeTriton, ModeOpenTelemetry, c.Mode)
 	}
 	s.initial = init
 	s.global = cloneSettings(init)
@@ -314,10 +314,10 @@ func checkLevel(v []string) error {
 		case "TIMESTAMPS", "TENSORS":
 		case "OFF":
 			if len(v) > 1 {
-				return infer.Errorf(infer.KindInvalid, ReasonInvalid, "trace setting 'trace_level' OFF cannot be combined with other levels, got %v", v)
+				return apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "trace setting 'trace_level' OFF cannot be combined with other levels, got %v", v)
 			}
 		default:
-			return infer.Errorf(infer.KindInvalid, ReasonInvalid, "trace setting 'trace_level' must be OFF or a list of TIMESTAMPS and TENSORS, got %v", v)
+			return apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "trace setting 'trace_level' must be OFF or a list of TIMESTAMPS and TENSORS, got %v", v)
 		}
 	}
 	return nil
@@ -327,7 +327,7 @@ func checkLevel(v []string) error {
 // model's, and returns the result. A setting with no value is cleared: a
 // model's then follows the global one again, a global one returns to its
 // value at start. trace_file cannot change (as in Triton) and trace_mode
-// only at start. Errors are *infer.Error.
+// only at start. Errors are *apierr.Error.
 func (s *Settings) UpdateTrace(model string, update map[string][]string) (map[string][]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -341,39 +341,39 @@ func (s *Settings) UpdateTrace(model string, update map[string][]string) (map[st
 	for _, k := range keys {
 		v := update[k]
 		if _, ok := s.initial[k]; !ok {
-			return nil, infer.Errorf(infer.KindInvalid, ReasonInvalid, "unknown trace setting '%s'", k)
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "unknown trace setting '%s'", k)
 		}
 		if len(v) == 0 {
 			set[k] = nil
 			continue
 		}
 		if s.sampling == nil {
-			return nil, infer.Errorf(infer.KindUnsupported, ReasonUnsupported,
+			return nil, apierr.Errorf(apierr.KindUnsupported, ReasonUnsupported,
 				"trace setting '%s' cannot change: tracing is configured by OTEL_TRACES_SAMPLER; it is %v", k, s.global[k])
 		}
 		switch k {
 		case traceFile:
-			return nil, infer.Errorf(infer.KindInvalid, ReasonInvalid, "trace file location can not be updated through network protocol")
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "trace file location can not be updated through network protocol")
 		case traceMode:
 			if !slices.Equal(v, s.initial[traceMode]) {
-				return nil, infer.Errorf(infer.KindUnsupported, ReasonUnsupported, "trace setting 'trace_mode' is chosen at start (--trace-config mode=); it is %v", s.initial[traceMode])
+				return nil, apierr.Errorf(apierr.KindUnsupported, ReasonUnsupported, "trace setting 'trace_mode' is chosen at start (--trace-config mode=); it is %v", s.initial[traceMode])
 			}
 		case traceRate:
 			n, err := strconv.ParseUint(v[0], 10, 64)
 			if len(v) != 1 || err != nil || n < 1 {
-				return nil, infer.Errorf(infer.KindInvalid, ReasonInvalid, "trace setting 'trace_rate' must be one integer >= 1, got %v", v)
+				return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "trace setting 'trace_rate' must be one integer >= 1, got %v", v)
 			}
 			v = []string{strconv.FormatUint(n, 10)}
 		case traceCount:
 			n, err := strconv.ParseInt(v[0], 10, 64)
 			if len(v) != 1 || err != nil || n < -1 {
-				return nil, infer.Errorf(infer.KindInvalid, ReasonInvalid, "trace setting 'trace_count' must be one integer >= -1, got %v", v)
+				return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "trace setting 'trace_count' must be one integer >= -1, got %v", v)
 			}
 			v = []string{strconv.FormatInt(n, 10)}
 		case logFrequency:
 			n, err := strconv.ParseUint(v[0], 10, 64)
 			if len(v) != 1 || err != nil {
-				return nil, infer.Errorf(infer.KindInvalid, ReasonInvalid, "trace setting 'log_frequency' must be one integer >= 0, got %v", v)
+				return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "trace setting 'log_frequency' must be one integer >= 0, got %v", v)
 			}
 			v = []string{strconv.FormatUint(n, 10)}
 		case traceLevel:
@@ -381,7 +381,7 @@ func (s *Settings) UpdateTrace(model string, update map[string][]string) (map[st
 				return nil, err
 			}
 			if v[0] != "OFF" && !s.sampling.Exporting() {
-				return nil, infer.Errorf(infer.KindUnsupported, ReasonUnsupported,
+				return nil, apierr.Errorf(apierr.KindUnsupported, ReasonUnsupported,
 					"trace setting 'trace_level' cannot turn tracing on: no exporter is configured (start with --trace-otlp-endpoint, --trace-config triton,file= or OTEL_TRACES_EXPORTER)")
 			}
 		}

@@ -9,7 +9,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/telemetry"
 )
 
@@ -37,16 +37,16 @@ func TestLogSettings(t *testing.T) {
 
 	for _, tc := range []struct {
 		update map[string]any
-		kind   infer.Kind
+		kind   apierr.Kind
 		want   string
 	}{
-		{map[string]any{"log_info": "yes"}, infer.KindInvalid, "log setting 'log_info' must be a bool"},
-		{map[string]any{"log_verbose_level": int64(-1)}, infer.KindInvalid, "must be a non-negative integer"},
-		{map[string]any{"log_file": "/tmp/x"}, infer.KindUnsupported, "log setting 'log_file' cannot change at run time"},
-		{map[string]any{"nope": true}, infer.KindInvalid, "unknown log setting 'nope'"},
+		{map[string]any{"log_info": "yes"}, apierr.KindInvalid, "log setting 'log_info' must be a bool"},
+		{map[string]any{"log_verbose_level": int64(-1)}, apierr.KindInvalid, "must be a non-negative integer"},
+		{map[string]any{"log_file": "/tmp/x"}, apierr.KindUnsupported, "log setting 'log_file' cannot change at run time"},
+		{map[string]any{"nope": true}, apierr.KindInvalid, "unknown log setting 'nope'"},
 	} {
 		_, err := s.UpdateLog(tc.update)
-		ie, ok := err.(*infer.Error)
+		ie, ok := err.(*apierr.Error)
 		require.True(t, ok, "%v", tc.update)
 		require.Equal(t, tc.kind, ie.Kind)
 		require.Contains(t, ie.Msg, tc.want)
@@ -141,7 +141,7 @@ func TestTraceSettingsTritonUpdate(t *testing.T) {
 
 	_, err := s.UpdateTrace("simple", map[string][]string{"trace_file": {"model.log"}})
 	require.ErrorContains(t, err, "trace file location can not be updated through network protocol")
-	require.Equal(t, infer.KindInvalid, err.(*infer.Error).Kind, "400, as Triton")
+	require.Equal(t, apierr.KindInvalid, err.(*apierr.Error).Kind, "400, as Triton")
 	require.Equal(t, initial, s.Trace("simple"))
 
 	both := traceWant([]string{"TIMESTAMPS", "TENSORS"}, "1", "-1", "0")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
@@ -322,7 +323,7 @@ func TestDataTypes(t *testing.T) {
 		}
 		bad[6].Data = s
 		_, err := inst.Execute(t.Context(), bad, nil)
-		requireReason(t, err, infer.KindInvalid, "invalid_bytes")
+		requireReason(t, err, apierr.KindInvalid, "invalid_bytes")
 	})
 }
 
@@ -390,10 +391,10 @@ func equalTensors(a, b []infer.Tensor) bool {
 	return true
 }
 
-func requireReason(t *testing.T, err error, kind infer.Kind, reason string) *infer.Error {
+func requireReason(t *testing.T, err error, kind apierr.Kind, reason string) *apierr.Error {
 	t.Helper()
-	var ie *infer.Error
-	require.True(t, errors.As(err, &ie), "want *infer.Error, got %v", err)
+	var ie *apierr.Error
+	require.True(t, errors.As(err, &ie), "want *apierr.Error, got %v", err)
 	require.Equal(t, reason, ie.Reason, ie.Error())
 	require.Equal(t, kind, ie.Kind, ie.Error())
 	return ie
@@ -414,40 +415,40 @@ func TestExecuteErrors(t *testing.T) {
 		ctx     context.Context
 		inputs  []infer.Tensor
 		outputs []string
-		kind    infer.Kind
+		kind    apierr.Kind
 		reason  string
 		msg     string
 	}{
 		{
-			name: "missing input", inputs: []infer.Tensor{ok0}, kind: infer.KindInvalid, reason: "missing_input",
+			name: "missing input", inputs: []infer.Tensor{ok0}, kind: apierr.KindInvalid, reason: "missing_input",
 			msg: "missing input 'INPUT1' for model 'simple'",
 		},
 		{
 			name: "unknown input", inputs: []infer.Tensor{ok0, ok1, i32Tensor("INPUT2", shape, make([]int32, 16))},
-			kind: infer.KindInvalid, reason: "unknown_input", msg: "unexpected input 'INPUT2'",
+			kind: apierr.KindInvalid, reason: "unknown_input", msg: "unexpected input 'INPUT2'",
 		},
 		{
-			name: "duplicate input", inputs: []infer.Tensor{ok0, ok1, ok0}, kind: infer.KindInvalid, reason: "duplicate_input",
+			name: "duplicate input", inputs: []infer.Tensor{ok0, ok1, ok0}, kind: apierr.KindInvalid, reason: "duplicate_input",
 			msg: "input 'INPUT0' given more than once",
 		},
 		{
 			name: "wrong datatype", inputs: []infer.Tensor{ok0, f32Tensor("INPUT1", shape, make([]float32, 16))},
-			kind: infer.KindInvalid, reason: "datatype_mismatch", msg: "input 'INPUT1': expected datatype INT32, got FP32",
+			kind: apierr.KindInvalid, reason: "datatype_mismatch", msg: "input 'INPUT1': expected datatype INT32, got FP32",
 		},
 		{
 			name: "wrong shape", inputs: []infer.Tensor{i32Tensor("INPUT0", infer.Shape{1, 15}, make([]int32, 15)), ok1},
-			kind: infer.KindInvalid, reason: "invalid_shape", msg: "input 'INPUT0': expected shape [-1,16], got [1,15]",
+			kind: apierr.KindInvalid, reason: "invalid_shape", msg: "input 'INPUT0': expected shape [-1,16], got [1,15]",
 		},
 		{
 			name: "wrong byte size", inputs: []infer.Tensor{ok0, {Name: "INPUT1", DataType: infer.Int32, Shape: shape, Data: make([]byte, 63)}},
-			kind: infer.KindInvalid, reason: "invalid_size", msg: "input 'INPUT1'",
+			kind: apierr.KindInvalid, reason: "invalid_size", msg: "input 'INPUT1'",
 		},
 		{
 			name: "unknown output", inputs: []infer.Tensor{ok0, ok1}, outputs: []string{"OUTPUT9"},
-			kind: infer.KindInvalid, reason: "unknown_output", msg: "unknown output 'OUTPUT9'",
+			kind: apierr.KindInvalid, reason: "unknown_output", msg: "unknown output 'OUTPUT9'",
 		},
-		{name: "canceled", ctx: canceled, inputs: []infer.Tensor{ok0, ok1}, kind: infer.KindUnavailable, reason: "canceled"},
-		{name: "deadline", ctx: expired, inputs: []infer.Tensor{ok0, ok1}, kind: infer.KindTimeout, reason: "deadline_exceeded"},
+		{name: "canceled", ctx: canceled, inputs: []infer.Tensor{ok0, ok1}, kind: apierr.KindUnavailable, reason: "canceled"},
+		{name: "deadline", ctx: expired, inputs: []infer.Tensor{ok0, ok1}, kind: apierr.KindTimeout, reason: "deadline_exceeded"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -78,12 +79,12 @@ func normalizeBool(b []byte) []byte {
 func bytesToStrings(name string, data []byte) ([]string, error) {
 	elems, err := infer.SplitBytes(data)
 	if err != nil {
-		return nil, infer.Errorf(infer.KindInvalid, "invalid_size", "input '%s': %v", name, err)
+		return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalidSize, "input '%s': %v", name, err)
 	}
 	out := make([]string, len(elems))
 	for i, e := range elems {
 		if bytes.IndexByte(e, 0) >= 0 {
-			return nil, infer.Errorf(infer.KindInvalid, "invalid_bytes",
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalidBytes,
 				"input '%s': BYTES element %d holds a NUL byte, which ONNX Runtime string tensors cannot carry", name, i)
 		}
 		out[i] = string(e)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -36,10 +37,10 @@ func TestBytesStrings(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := bytesToStrings("x", tc.wire)
 			if tc.wantErr != "" {
-				var ie *infer.Error
-				require.True(t, errors.As(err, &ie), "want *infer.Error, got %v", err)
+				var ie *apierr.Error
+				require.True(t, errors.As(err, &ie), "want *apierr.Error, got %v", err)
 				require.Equal(t, tc.wantErr, ie.Reason)
-				require.Equal(t, infer.KindInvalid, ie.Kind)
+				require.Equal(t, apierr.KindInvalid, ie.Kind)
 				require.Contains(t, ie.Error(), "input 'x'")
 				return
 			}

@@ -12,6 +12,7 @@ import (
 
 	ort "github.com/yalue/onnxruntime_go"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
@@ -88,7 +89,7 @@ func (in *Instance) Execute(ctx context.Context, inputs []infer.Tensor, outputs 
 	if in.withOptional != nil {
 		if given := in.optionalGiven(inputs); given > 0 {
 			if want := len(in.withOptional.sig.Inputs) - len(in.sig.Inputs); given != want {
-				return nil, infer.Errorf(infer.KindUnsupported, "optional_inputs",
+				return nil, apierr.Errorf(apierr.KindUnsupported, ReasonOptionalInputs,
 					"model '%s': give all of its %d initializer-backed inputs or none; %d given", in.model, want, given)
 			}
 			return in.withOptional.Execute(ctx, inputs, outputs)
@@ -173,8 +174,8 @@ func (in *Instance) executeWrapped(ctx context.Context, ordered []*infer.Tensor,
 	for i, j := range want {
 		spec := in.sig.Outputs[j]
 		if result[i], err = tensorFromValue(spec.Name, outs[j]); err != nil {
-			return nil, &infer.Error{
-				Kind: infer.KindInternal, Reason: "backend_error",
+			return nil, &apierr.Error{
+				Kind: apierr.KindInternal, Reason: ReasonBackendError,
 				Msg: in.where("read output"), Err: err,
 			}
 		}
@@ -204,10 +205,10 @@ func (in *Instance) runError(ctx context.Context, err error) error {
 	}
 	if errors.Is(err, ort.ZeroShapeLengthError) {
 		// onnxruntime_go v1.27.0 cannot hand back rank-0 outputs.
-		return infer.Errorf(infer.KindUnsupported, "scalar_output",
+		return apierr.Errorf(apierr.KindUnsupported, ReasonScalarOutput,
 			"%s: an output is a scalar (rank 0) in the model, which this server's ONNX Runtime binding cannot return", in.where("run"))
 	}
-	return &infer.Error{Kind: infer.KindInternal, Reason: "backend_error", Msg: in.where("run"), Err: err}
+	return &apierr.Error{Kind: apierr.KindInternal, Reason: ReasonBackendError, Msg: in.where("run"), Err: err}
 }
 
 func (in *Instance) runCancellable(ctx context.Context, values, outs []ort.Value) error {
@@ -248,24 +249,24 @@ func (in *Instance) orderInputs(inputs []infer.Tensor, buf []*infer.Tensor) ([]*
 		t := &inputs[i]
 		j, ok := in.inputIdx[t.Name]
 		if !ok {
-			return nil, infer.Errorf(infer.KindInvalid, "unknown_input",
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonUnknownInput,
 				"unexpected input '%s' for model '%s' (inputs: %v)", t.Name, in.model, names(in.sig.Inputs))
 		}
 		if ordered[j] != nil {
-			return nil, infer.Errorf(infer.KindInvalid, "duplicate_input", "input '%s' given more than once", t.Name)
+			return nil, apierr.Errorf(apierr.KindInvalid, apierr.ReasonDuplicateInput, "input '%s' given more than once", t.Name)
 		}
 		spec := in.sig.Inputs[j]
 		if t.DataType != spec.DataType {
-			return nil, infer.Errorf(infer.KindInvalid, "datatype_mismatch",
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonDatatypeMismatch,
 				"input '%s': expected datatype %s, got %s", t.Name, spec.DataType, t.DataType)
 		}
 		if !t.Shape.Matches(spec.Shape) {
-			return nil, infer.Errorf(infer.KindInvalid, "invalid_shape",
+			return nil, apierr.Errorf(apierr.KindInvalid, apierr.ReasonInvalidShape,
 				"input '%s': expected shape %s, got %s", t.Name, spec.Shape, t.Shape)
 		}
 		if err := t.CheckSize(); err != nil {
-			return nil, &infer.Error{
-				Kind: infer.KindInvalid, Reason: "invalid_size",
+			return nil, &apierr.Error{
+				Kind: apierr.KindInvalid, Reason: ReasonInvalidSize,
 				Msg: fmt.Sprintf("input '%s'", t.Name), Err: err,
 			}
 		}
@@ -273,7 +274,7 @@ func (in *Instance) orderInputs(inputs []infer.Tensor, buf []*infer.Tensor) ([]*
 	}
 	for j, t := range ordered {
 		if t == nil {
-			return nil, infer.Errorf(infer.KindInvalid, "missing_input",
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonMissingInput,
 				"missing input '%s' for model '%s'", in.sig.Inputs[j].Name, in.model)
 		}
 	}
@@ -290,7 +291,7 @@ func (in *Instance) wantedOutputs(outputs []string, buf []int) ([]int, error) {
 	for i, n := range outputs {
 		j, ok := in.outputIdx[n]
 		if !ok {
-			return nil, infer.Errorf(infer.KindInvalid, "unknown_output",
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonUnknownOutput,
 				"unknown output '%s' for model '%s' (outputs: %v)", n, in.model, names(in.sig.Outputs))
 		}
 		want[i] = j
@@ -321,8 +322,8 @@ func (in *Instance) preallocate(inputs []*infer.Tensor, outs []ort.Value, likeIn
 			// before.
 			v, err := newEmptyScalar(spec.DataType)
 			if err != nil {
-				return guessed, &infer.Error{
-					Kind: infer.KindInternal, Reason: "backend_error",
+				return guessed, &apierr.Error{
+					Kind: apierr.KindInternal, Reason: ReasonBackendError,
 					Msg: in.where(fmt.Sprintf("allocate output '%s'", spec.Name)), Err: err,
 				}
 			}
@@ -353,8 +354,8 @@ func (in *Instance) preallocate(inputs []*infer.Tensor, outs []ort.Value, likeIn
 		buf := make([]byte, max(n*spec.DataType.Size(), 8))
 		v, err := ort.NewCustomDataTensor(ort.Shape(shape), buf, ortCustomType(spec.DataType))
 		if err != nil {
-			return guessed, &infer.Error{
-				Kind: infer.KindInternal, Reason: "backend_error",
+			return guessed, &apierr.Error{
+				Kind: apierr.KindInternal, Reason: ReasonBackendError,
 				Msg: in.where(fmt.Sprintf("allocate output '%s'", spec.Name)), Err: err,
 			}
 		}
@@ -393,12 +394,12 @@ func newValue(t *infer.Tensor) (ort.Value, error) {
 		// Scalar values carry rank-0 tensors of the numeric types.
 		v, ok, err := newScalarValue(t)
 		if !ok {
-			return nil, infer.Errorf(infer.KindUnsupported, "scalar_input",
+			return nil, apierr.Errorf(apierr.KindUnsupported, ReasonScalarInput,
 				"input '%s' is a %s scalar (rank 0) in the model: this server's ONNX Runtime binding passes rank-0 tensors of numeric and BOOL types only (a batching model whose input is [batch] with dims [1] works)", t.Name, t.DataType)
 		}
 		if err != nil {
-			return nil, &infer.Error{
-				Kind: infer.KindInternal, Reason: "backend_error",
+			return nil, &apierr.Error{
+				Kind: apierr.KindInternal, Reason: ReasonBackendError,
 				Msg: fmt.Sprintf("input '%s': create onnxruntime scalar", t.Name), Err: err,
 			}
 		}
@@ -435,15 +436,15 @@ func newValue(t *infer.Tensor) (ort.Value, error) {
 	case infer.Bytes:
 		v, err = newStrings(t)
 	default:
-		return nil, infer.Errorf(infer.KindUnsupported, "unsupported_datatype",
+		return nil, apierr.Errorf(apierr.KindUnsupported, ReasonUnsupportedDatatype,
 			"input '%s': datatype %s is not supported by the onnxruntime backend", t.Name, t.DataType)
 	}
 	if err != nil {
-		if _, ok := errors.AsType[*infer.Error](err); ok {
+		if _, ok := errors.AsType[*apierr.Error](err); ok {
 			return nil, err
 		}
-		return nil, &infer.Error{
-			Kind: infer.KindInternal, Reason: "backend_error",
+		return nil, &apierr.Error{
+			Kind: apierr.KindInternal, Reason: ReasonBackendError,
 			Msg: fmt.Sprintf("input '%s': create onnxruntime tensor", t.Name), Err: err,
 		}
 	}
@@ -551,9 +552,9 @@ func destroy(v ort.Value) {
 // ctxError describes a cancelled or expired request.
 func ctxError(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
-		return &infer.Error{Kind: infer.KindTimeout, Reason: "deadline_exceeded", Msg: "inference deadline exceeded", Err: err}
+		return &apierr.Error{Kind: apierr.KindTimeout, Reason: apierr.ReasonDeadlineExceeded, Msg: "inference deadline exceeded", Err: err}
 	}
-	return &infer.Error{Kind: infer.KindUnavailable, Reason: "canceled", Msg: "inference canceled", Err: err}
+	return &apierr.Error{Kind: apierr.KindUnavailable, Reason: apierr.ReasonCanceled, Msg: "inference canceled", Err: err}
 }
 
 // optionalGiven counts the inputs that are initializer-backed inputs of

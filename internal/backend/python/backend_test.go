@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/batch"
 	"github.com/sluice-ml/sluice/internal/infer"
@@ -172,8 +173,8 @@ func TestRequestBoundaries(t *testing.T) {
 		t.Errorf("request 3 OUTPUT0 = %v", got)
 	}
 	// The third request's TritonError is its own 400, not the batch's.
-	var ie *infer.Error
-	if !errors.As(errs[2], &ie) || ie.Kind != infer.KindInvalid || ie.Reason != ReasonModelError || ie.Msg != "negative two is not welcome" {
+	var ie *apierr.Error
+	if !errors.As(errs[2], &ie) || ie.Kind != apierr.KindInvalid || ie.Reason != ReasonModelError || ie.Msg != "negative two is not welcome" {
 		t.Errorf("request 2 error = %#v, want KindInvalid model_error with the model's message", errs[2])
 	}
 }
@@ -191,8 +192,8 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]`)
 			[][]infer.Tensor{{f32Tensor("INPUT0", infer.Shape{1}, 1)}, {f32Tensor("INPUT0", infer.Shape{1}, 2)}},
 			[][]string{{"OUTPUT0"}, {"OUTPUT0"}}, nil)
 		for i, err := range errs {
-			var ie *infer.Error
-			if !errors.As(err, &ie) || ie.Kind != infer.KindInternal || ie.Reason != ReasonModelException ||
+			var ie *apierr.Error
+			if !errors.As(err, &ie) || ie.Kind != apierr.KindInternal || ie.Reason != ReasonModelException ||
 				!contains(ie.Msg, "ValueError: the model cannot do this", "model.py:6") {
 				t.Errorf("request %d error = %v, want a model_exception naming the exception and model.py:6", i, err)
 			}
@@ -385,8 +386,8 @@ func TestCrashAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := <-errc
-	var ie *infer.Error
-	if !errors.As(err, &ie) || ie.Kind != infer.KindUnavailable || ie.Reason != ReasonWorkerCrashed {
+	var ie *apierr.Error
+	if !errors.As(err, &ie) || ie.Kind != apierr.KindUnavailable || ie.Reason != ReasonWorkerCrashed {
 		t.Fatalf("in-flight request error = %v, want KindUnavailable worker_crashed", err)
 	}
 	if !strings.Contains(err.Error(), "signal: killed") {

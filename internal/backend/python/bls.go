@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
@@ -154,7 +155,7 @@ func (b *Backend) serveBLS(model string, w *worker, f frame) {
 		chain := append(slices.Clone(callChain(w.execContext())), model)
 		switch srv := b.serverOf(); {
 		case slices.Contains(chain, h.Model):
-			err = infer.Errorf(infer.KindUnavailable, ReasonBLSDeadlock,
+			err = apierr.Errorf(apierr.KindUnavailable, ReasonBLSDeadlock,
 				"BLS request from model '%s' to model '%s' refused: it would wait for itself (call chain %s)",
 				model, h.Model, strings.Join(append(chain, h.Model), " -> "))
 		case srv == nil:
@@ -208,22 +209,22 @@ func (w *frameWriter) blsResponse(resp *infer.Response, err error) error {
 
 // codeOfError maps an error to the TritonError code a model sees.
 func codeOfError(err error) byte {
-	ie, ok := errors.AsType[*infer.Error](err)
+	ie, ok := errors.AsType[*apierr.Error](err)
 	if !ok {
 		return codeInternal
 	}
 	switch ie.Kind {
-	case infer.KindInvalid:
+	case apierr.KindInvalid:
 		return codeInvalidArg
-	case infer.KindNotFound:
+	case apierr.KindNotFound:
 		return codeNotFound
-	case infer.KindUnavailable, infer.KindResourceExhausted, infer.KindTimeout:
+	case apierr.KindUnavailable, apierr.KindResourceExhausted, apierr.KindTimeout:
 		return codeUnavailable
-	case infer.KindUnsupported:
+	case apierr.KindUnsupported:
 		return codeUnsupported
-	case infer.KindConflict:
+	case apierr.KindConflict:
 		return codeAlreadyExists
-	case infer.KindInternal:
+	case apierr.KindInternal:
 		return codeInternal
 	}
 	return codeUnknown

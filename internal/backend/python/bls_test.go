@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -25,7 +26,7 @@ func (f *fakeServer) Infer(_ context.Context, req *infer.Request) (*infer.Respon
 	f.reqs = append(f.reqs, req)
 	f.mu.Unlock()
 	if req.Model != "add_sub" {
-		return nil, infer.Errorf(infer.KindNotFound, "model_not_found", "Request for unknown model: '%s' is not found", req.Model)
+		return nil, apierr.Errorf(apierr.KindNotFound, "model_not_found", "Request for unknown model: '%s' is not found", req.Model)
 	}
 	a, b := req.Input("INPUT0"), req.Input("INPUT1")
 	var sum, diff []float32

@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 )
 
-// The reasons of the *infer.Error values the backend returns for
+// The reasons of the *apierr.Error values the backend returns for
 // inference requests.
 const (
 	// ReasonWorkerCrashed: the worker running the request died before
@@ -41,9 +41,9 @@ var (
 )
 
 // crashError is the error of a request whose worker died.
-func crashError(model string, version int64, instance string, cause error) *infer.Error {
-	return &infer.Error{
-		Kind:   infer.KindUnavailable,
+func crashError(model string, version int64, instance string, cause error) *apierr.Error {
+	return &apierr.Error{
+		Kind:   apierr.KindUnavailable,
 		Reason: ReasonWorkerCrashed,
 		Msg:    fmt.Sprintf("model '%s' version %d: python worker %s crashed while running the request", model, version, instance),
 		Err:    cause,
@@ -52,20 +52,20 @@ func crashError(model string, version int64, instance string, cause error) *infe
 
 // kindOfCode maps a TritonError code to an error kind. A TritonError
 // without a code is the model saying the request is bad: 400.
-func kindOfCode(code byte) infer.Kind {
+func kindOfCode(code byte) apierr.Kind {
 	switch code {
 	case codeInternal, codeUnknown:
-		return infer.KindInternal
+		return apierr.KindInternal
 	case codeNotFound:
-		return infer.KindNotFound
+		return apierr.KindNotFound
 	case codeUnavailable, codeCancelled:
-		return infer.KindUnavailable
+		return apierr.KindUnavailable
 	case codeUnsupported:
-		return infer.KindUnsupported
+		return apierr.KindUnsupported
 	case codeAlreadyExists:
-		return infer.KindConflict
+		return apierr.KindConflict
 	default: // codeDefault, codeInvalidArg
-		return infer.KindInvalid
+		return apierr.KindInvalid
 	}
 }
 

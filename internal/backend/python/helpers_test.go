@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
@@ -173,7 +174,7 @@ func i64s(t *testing.T, tn infer.Tensor) []int64 {
 
 // reason returns an error's infer reason, or "".
 func reason(err error) string {
-	if ie, ok := errors.AsType[*infer.Error](err); ok {
+	if ie, ok := errors.AsType[*apierr.Error](err); ok {
 		return ie.Reason
 	}
 	return ""

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelconfig"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
@@ -263,14 +264,14 @@ func (in *Instance) pick(ctx context.Context) (*worker, error) {
 			return w, nil
 		}
 		if closed {
-			return nil, infer.Errorf(infer.KindUnavailable, ReasonWorkerCrashed,
+			return nil, apierr.Errorf(apierr.KindUnavailable, ReasonWorkerCrashed,
 				"model '%s' version %d: instance %s is closed", in.key.model, in.key.version, in.name)
 		}
 		if sib := in.group.live(in); sib != nil {
 			return sib, nil
 		}
 		if down != "" {
-			return nil, infer.Errorf(infer.KindUnavailable, ReasonWorkerCrashed,
+			return nil, apierr.Errorf(apierr.KindUnavailable, ReasonWorkerCrashed,
 				"model '%s' version %d: no python worker is up: %s", in.key.model, in.key.version, down)
 		}
 		if poll == nil {
@@ -441,13 +442,13 @@ func (in *Instance) run(ctx context.Context, inputs [][]infer.Tensor, outputs []
 		if we.Traceback != "" {
 			in.logger.Warn("python model execute failed", "pid", w.pid, "traceback", we.Traceback)
 		}
-		err = &infer.Error{
-			Kind: infer.KindInternal, Reason: ReasonModelException,
+		err = &apierr.Error{
+			Kind: apierr.KindInternal, Reason: ReasonModelException,
 			Msg: fmt.Sprintf("model '%s' version %d: %s", in.key.model, in.key.version, we.Message),
 		}
 	case f.op == opOversize:
-		err = &infer.Error{
-			Kind: infer.KindResourceExhausted, Reason: infer.ReasonResponseTooLarge,
+		err = &apierr.Error{
+			Kind: apierr.KindResourceExhausted, Reason: apierr.ReasonResponseTooLarge,
 			Msg: fmt.Sprintf("model '%s' version %d: the worker's answer is %d bytes, over the %d bytes its maximum output allows (config.pbtxt parameter max_output_bytes, or the server's --max-output-bytes); it was dropped unread",
 				in.key.model, in.key.version, f.size, in.spec.maxResult),
 		}
@@ -554,8 +555,8 @@ func (in *Instance) call(ctx context.Context, w *worker, st *stream, reqs []exec
 	case ctx.Err() != nil:
 		return frame{}, err
 	case errors.Is(err, errTooLarge):
-		return frame{}, &infer.Error{
-			Kind: infer.KindResourceExhausted, Reason: ReasonRequestTooLarge,
+		return frame{}, &apierr.Error{
+			Kind: apierr.KindResourceExhausted, Reason: ReasonRequestTooLarge,
 			Msg: fmt.Sprintf("model '%s' version %d", in.key.model, in.key.version), Err: err,
 		}
 	default:
@@ -570,7 +571,7 @@ func (in *Instance) collect(req *execRequest, resp *response) ([]infer.Tensor, e
 		if msg == "" {
 			msg = "the model returned an error without a message"
 		}
-		return nil, &infer.Error{Kind: kindOfCode(resp.errCode), Reason: ReasonModelError, Msg: msg}
+		return nil, &apierr.Error{Kind: kindOfCode(resp.errCode), Reason: ReasonModelError, Msg: msg}
 	}
 	bs := int64(-1)
 	if in.maxBatch > 0 && len(req.inputs) > 0 && len(req.inputs[0].Shape) > 0 {
@@ -587,11 +588,11 @@ func (in *Instance) collect(req *execRequest, resp *response) ([]infer.Tensor, e
 		}
 		t := resp.outputs[k]
 		if want, ok := in.outTypes[name]; ok && want != t.DataType {
-			return nil, infer.Errorf(infer.KindInternal, ReasonInvalidModelOutput,
+			return nil, apierr.Errorf(apierr.KindInternal, ReasonInvalidModelOutput,
 				"model '%s' version %d: output '%s' is %s, the configuration says %s", in.key.model, in.key.version, name, t.DataType, want)
 		}
 		if bs >= 0 && (len(t.Shape) == 0 || t.Shape[0] != bs) {
-			return nil, infer.Errorf(infer.KindInternal, ReasonInvalidModelOutput,
+			return nil, apierr.Errorf(apierr.KindInternal, ReasonInvalidModelOutput,
 				"model '%s' version %d: output '%s' has shape %s, want the batch size %d first", in.key.model, in.key.version, name, t.Shape, bs)
 		}
 		out = append(out, t)

@@ -1,6 +1,6 @@
 package sequence
 
-// The reasons of the *infer.Error values the scheduler returns (besides
+// The reasons of the *apierr.Error values the scheduler returns (besides
 // batch's queue_full, model_unloading, backend_error and the context
 // reasons).
 const (

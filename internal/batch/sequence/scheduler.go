@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/batch"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
@@ -147,14 +148,14 @@ func New(opts Options, executors []batch.Executor, obs batch.Observer, m *Metric
 func (s *Scheduler) Slots() int { return len(s.slots) }
 
 // Submit queues req behind the earlier requests of its sequence, waits
-// for it to execute and returns its outputs. Errors are *infer.Error
+// for it to execute and returns its outputs. Errors are *apierr.Error
 // values. A request of an unknown sequence must carry Start; a Start on a
 // sequence that is still active ends that sequence early and starts a new
 // one with fresh state, as Triton does. When ctx ends while the request
 // is queued it is dropped and Submit returns at once.
 func (s *Scheduler) Submit(ctx context.Context, req *Request) (*batch.Result, error) {
 	if req.ID.IsZero() {
-		return nil, infer.Errorf(infer.KindInvalid, ReasonMissingCorrelationID,
+		return nil, apierr.Errorf(apierr.KindInvalid, ReasonMissingCorrelationID,
 			"inference request to model '%s' must specify a non-zero or non-empty correlation ID", s.opts.Model)
 	}
 	if ierr := s.check(req); ierr != nil {
@@ -184,10 +185,10 @@ func (s *Scheduler) Submit(ctx context.Context, req *Request) (*batch.Result, er
 	if sq == nil {
 		if !req.Start {
 			s.mu.Unlock()
-			return nil, infer.Errorf(infer.KindInvalid, ReasonSequenceNotStarted,
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonSequenceNotStarted,
 				"inference request for sequence %s to model '%s' must specify the START flag on the first request of the sequence", req.ID, s.opts.Model)
 		}
-		var err *infer.Error
+		var err *apierr.Error
 		if sq, err = s.newSeqLocked(req.ID, req.Client, p.enq); err != nil {
 			s.mu.Unlock()
 			return nil, err
@@ -195,7 +196,7 @@ func (s *Scheduler) Submit(ctx context.Context, req *Request) (*batch.Result, er
 	}
 	if len(sq.queue) >= s.opts.MaxQueuedPerSequence {
 		s.mu.Unlock()
-		return nil, infer.Errorf(infer.KindUnavailable, batch.ReasonQueueFull,
+		return nil, apierr.Errorf(apierr.KindUnavailable, batch.ReasonQueueFull,
 			"model '%s' version %s: sequence %s already has %d requests queued", s.opts.Model, s.opts.Version, req.ID, len(sq.queue))
 	}
 	p.seq = sq
@@ -233,10 +234,10 @@ func (s *Scheduler) Submit(ctx context.Context, req *Request) (*batch.Result, er
 // newSeqLocked registers a new sequence in a free slot, or in the backlog
 // when none is free. A client already holding MaxSequencesPerClient
 // sequences is refused.
-func (s *Scheduler) newSeqLocked(id CorrID, client string, now time.Time) (*seq, *infer.Error) {
+func (s *Scheduler) newSeqLocked(id CorrID, client string, now time.Time) (*seq, *apierr.Error) {
 	if h := s.clients[client]; client != "" && h != nil && h.slots+h.waiting >= s.opts.MaxSequencesPerClient {
 		s.m.clientRefused.Inc()
-		return nil, infer.Errorf(infer.KindResourceExhausted, ReasonClientSequenceLimit,
+		return nil, apierr.Errorf(apierr.KindResourceExhausted, ReasonClientSequenceLimit,
 			"model '%s' version %s: this client already holds %d sequences (%d in slots, %d waiting for one), the most one client may hold; end one (sequence_end) before starting another",
 			s.opts.Model, s.opts.Version, h.slots+h.waiting, h.slots, h.waiting)
 	}
@@ -245,7 +246,7 @@ func (s *Scheduler) newSeqLocked(id CorrID, client string, now time.Time) (*seq,
 		s.takeSlotLocked(sq, i)
 	} else {
 		if len(s.backlog) >= s.opts.MaxBacklog {
-			return nil, infer.Errorf(infer.KindUnavailable, batch.ReasonQueueFull,
+			return nil, apierr.Errorf(apierr.KindUnavailable, batch.ReasonQueueFull,
 				"model '%s' version %s: all %d sequence slots are busy and %d sequences already wait for one", s.opts.Model, s.opts.Version, len(s.slots), len(s.backlog))
 		}
 		s.backlog = append(s.backlog, sq)
@@ -779,44 +780,44 @@ func (s *Scheduler) Active() (inSlots, waiting int) {
 }
 
 func (s *Scheduler) backendError(err error) error {
-	if ie, ok := errors.AsType[*infer.Error](err); ok {
+	if ie, ok := errors.AsType[*apierr.Error](err); ok {
 		return ie
 	}
-	return &infer.Error{Kind: infer.KindInternal, Reason: batch.ReasonBackendError,
+	return &apierr.Error{Kind: apierr.KindInternal, Reason: batch.ReasonBackendError,
 		Msg: fmt.Sprintf("model '%s' version %s: execute", s.opts.Model, s.opts.Version), Err: err}
 }
 
-func (s *Scheduler) unloadingError() *infer.Error {
-	return infer.Errorf(infer.KindUnavailable, batch.ReasonModelUnloading, "model '%s' version %s is unloading", s.opts.Model, s.opts.Version)
+func (s *Scheduler) unloadingError() *apierr.Error {
+	return apierr.Errorf(apierr.KindUnavailable, batch.ReasonModelUnloading, "model '%s' version %s is unloading", s.opts.Model, s.opts.Version)
 }
 
-func ctxError(ctx context.Context) *infer.Error {
+func ctxError(ctx context.Context) *apierr.Error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return &infer.Error{Kind: infer.KindTimeout, Reason: batch.ReasonDeadlineExceeded, Msg: "request deadline exceeded", Err: context.Cause(ctx)}
+		return &apierr.Error{Kind: apierr.KindTimeout, Reason: batch.ReasonDeadlineExceeded, Msg: "request deadline exceeded", Err: context.Cause(ctx)}
 	}
-	return &infer.Error{Kind: infer.KindUnavailable, Reason: batch.ReasonCanceled, Msg: "request canceled", Err: context.Cause(ctx)}
+	return &apierr.Error{Kind: apierr.KindUnavailable, Reason: batch.ReasonCanceled, Msg: "request canceled", Err: context.Cause(ctx)}
 }
 
 // check refuses what a sequence request cannot be: a batch of more than
 // one row (a sequence advances one request at a time, as in Triton) or a
 // string correlation id for a model whose CORRID control is numeric.
-func (s *Scheduler) check(req *Request) *infer.Error {
+func (s *Scheduler) check(req *Request) *apierr.Error {
 	if s.opts.MaxBatchSize > 0 {
 		for i := range req.Inputs {
 			if t := &req.Inputs[i]; len(t.Shape) == 0 || t.Shape[0] != 1 {
-				return infer.Errorf(infer.KindInvalid, ReasonSequenceBatchSize,
+				return apierr.Errorf(apierr.KindInvalid, ReasonSequenceBatchSize,
 					"inference request to model '%s' must specify batch-size 1 due to requirements of sequence batcher (input '%s' has shape %s)", s.opts.Model, t.Name, t.Shape)
 			}
 		}
 	}
 	if len(req.ID.Str) > MaxStringIDBytes {
-		return infer.Errorf(infer.KindInvalid, ReasonInvalidCorrelationID,
+		return apierr.Errorf(apierr.KindInvalid, ReasonInvalidCorrelationID,
 			"a string correlation ID may hold at most %d bytes, got %d", MaxStringIDBytes, len(req.ID.Str))
 	}
 	if req.ID.Str != "" {
 		for _, c := range s.opts.Controls {
 			if c.Kind == ControlCorrID && c.DataType != infer.Bytes {
-				return infer.Errorf(infer.KindInvalid, ReasonInvalidCorrelationID,
+				return apierr.Errorf(apierr.KindInvalid, ReasonInvalidCorrelationID,
 					"sequence %s: model '%s' takes %s correlation ids (control input '%s'), not strings", req.ID, s.opts.Model, c.DataType, c.Input)
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/batch"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
@@ -151,8 +152,8 @@ func sum(t *testing.T, s *Scheduler, r *Request) int32 {
 
 func reason(t *testing.T, err error) string {
 	t.Helper()
-	ie, ok := errors.AsType[*infer.Error](err)
-	require.True(t, ok, "error %v is not an *infer.Error", err)
+	ie, ok := errors.AsType[*apierr.Error](err)
+	require.True(t, ok, "error %v is not an *apierr.Error", err)
 	return ie.Reason
 }
 
@@ -619,8 +620,8 @@ func TestClientFloodCannotHoldSlots(t *testing.T) {
 		require.Equal(t, 12, waiting)
 		_, err := s.Submit(t.Context(), from("A", req(num(2000), 1, true, false)))
 		require.Equal(t, ReasonClientSequenceLimit, reason(t, err))
-		ie, _ := errors.AsType[*infer.Error](err)
-		require.Equal(t, infer.KindResourceExhausted, ie.Kind, "429 / RESOURCE_EXHAUSTED")
+		ie, _ := errors.AsType[*apierr.Error](err)
+		require.Equal(t, apierr.KindResourceExhausted, ie.Kind, "429 / RESOURCE_EXHAUSTED")
 		require.Equal(t, 5.0, testutil.ToFloat64(m.clientRefused.WithLabelValues("acc", "1")), "A's STARTs 17 to 20 and this one")
 
 		// A alone: its idle sequences keep their slots (no one else waits).

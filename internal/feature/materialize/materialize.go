@@ -34,11 +34,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/offline"
 	"github.com/sluice-ml/sluice/internal/feature/online"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
-	"github.com/sluice-ml/sluice/internal/infer"
 )
 
 // DefaultBatchSize is how many rows go to the online store per Write when
@@ -200,7 +200,7 @@ func New(repo *registry.Repo, store online.Store, opts Options, logger *slog.Log
 // may move backwards.
 func (m *Materializer) Run(ctx context.Context, start, end time.Time, views []string, overwrite bool) (Report, error) {
 	if end.Before(start) {
-		return Report{}, infer.Errorf(infer.KindInvalid, "invalid_window", "materialize: end %s is before start %s", fmtTime(end), fmtTime(start))
+		return Report{}, apierr.Errorf(apierr.KindInvalid, ReasonInvalidWindow, "materialize: end %s is before start %s", fmtTime(end), fmtTime(start))
 	}
 	sel, err := m.selectViews(views)
 	if err != nil {
@@ -320,7 +320,7 @@ func (m *Materializer) selectViews(names []string) ([]*feature.View, error) {
 		out = append(out, v)
 	}
 	if len(unknown) > 0 {
-		return nil, infer.Errorf(infer.KindInvalid, "unknown_feature_view", "materialize: unknown feature view '%s'", joinQuoted(unknown))
+		return nil, apierr.Errorf(apierr.KindInvalid, ReasonUnknownFeatureView, "materialize: unknown feature view '%s'", joinQuoted(unknown))
 	}
 	return out, nil
 }

@@ -14,10 +14,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/aggregate"
 	"github.com/sluice-ml/sluice/internal/feature/transform"
-	"github.com/sluice-ml/sluice/internal/infer"
 )
 
 // Limits on what Load reads, so a mistaken --repo (a home folder) fails
@@ -234,18 +234,18 @@ func (r *Repo) Path(p string) string {
 // ResolveFeatures turns a request's features ("view:feature" refs) or a
 // feature service name (exactly one of them) into feature refs, grouped
 // by view in order of first appearance, each listing its features
-// explicitly. Duplicate refs are dropped. Errors are *infer.Error with
+// explicitly. Duplicate refs are dropped. Errors are *apierr.Error with
 // Kind KindInvalid and reason unknown_feature_view, unknown_feature,
 // unknown_feature_service, invalid_feature_ref or no_features, naming
 // what was asked for.
 func (r *Repo) ResolveFeatures(refs []string, service string) ([]feature.FeatureRef, error) {
 	switch {
 	case service != "" && len(refs) > 0:
-		return nil, infer.Errorf(infer.KindInvalid, "invalid_feature_ref", "give features or feature_service '%s', not both", service)
+		return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalidFeatureRef, "give features or feature_service '%s', not both", service)
 	case service != "":
 		s := r.Services[service]
 		if s == nil {
-			return nil, infer.Errorf(infer.KindInvalid, "unknown_feature_service", "feature service '%s' is not defined (feature services: %s)", service, keyList(r.Services))
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonUnknownFeatureService, "feature service '%s' is not defined (feature services: %s)", service, keyList(r.Services))
 		}
 		out := make([]feature.FeatureRef, len(s.Features))
 		for i, fr := range s.Features {
@@ -253,24 +253,24 @@ func (r *Repo) ResolveFeatures(refs []string, service string) ([]feature.Feature
 		}
 		return out, nil
 	case len(refs) == 0:
-		return nil, infer.Errorf(infer.KindInvalid, "no_features", "no features requested (give features as view:feature or a feature_service)")
+		return nil, apierr.Errorf(apierr.KindInvalid, ReasonNoFeatures, "no features requested (give features as view:feature or a feature_service)")
 	}
 	var out []feature.FeatureRef
 	seen := make(map[string]bool, len(refs))
 	for _, ref := range refs {
 		view, feat, ok := strings.Cut(ref, ":")
 		if !ok || view == "" || feat == "" {
-			return nil, infer.Errorf(infer.KindInvalid, "invalid_feature_ref", "feature ref %q: want view:feature", ref)
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalidFeatureRef, "feature ref %q: want view:feature", ref)
 		}
 		v := r.Views[view]
 		if v == nil {
 			v = r.onDemandAsView(view)
 		}
 		if v == nil {
-			return nil, infer.Errorf(infer.KindInvalid, "unknown_feature_view", "feature view '%s' (in %q) is not defined (feature views: %s)", view, ref, keyList(r.Views))
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonUnknownFeatureView, "feature view '%s' (in %q) is not defined (feature views: %s)", view, ref, keyList(r.Views))
 		}
 		if !slices.ContainsFunc(v.Schema, func(f feature.Field) bool { return f.Name == feat }) {
-			return nil, infer.Errorf(infer.KindInvalid, "unknown_feature", "feature view '%s' has no feature '%s' (features: %s)", view, feat, schemaList(v.Schema))
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonUnknownFeature, "feature view '%s' has no feature '%s' (features: %s)", view, feat, schemaList(v.Schema))
 		}
 		if seen[ref] {
 			continue

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature"
-	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
@@ -64,9 +64,9 @@ func TestResolveFeatures(t *testing.T) {
 				require.Equal(t, tt.want, got)
 				return
 			}
-			ie, ok := errors.AsType[*infer.Error](err)
-			require.True(t, ok, "error %v is not *infer.Error", err)
-			require.Equal(t, infer.KindInvalid, ie.Kind)
+			ie, ok := errors.AsType[*apierr.Error](err)
+			require.True(t, ok, "error %v is not *apierr.Error", err)
+			require.Equal(t, apierr.KindInvalid, ie.Kind)
 			require.Equal(t, tt.wantReason, ie.Reason)
 			require.Contains(t, ie.Msg, tt.wantMsg)
 		})

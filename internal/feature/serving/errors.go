@@ -1,8 +1,7 @@
 package serving
 
 import (
-	"github.com/sluice-ml/sluice/internal/infer"
-	"github.com/sluice-ml/sluice/internal/wire"
+	"github.com/sluice-ml/sluice/internal/apierr"
 )
 
 // Reason codes of the errors this package returns. Clients match on them.
@@ -22,7 +21,7 @@ const (
 	ReasonViewStale                = "feature_view_stale"
 	ReasonEventTimestampTooOld     = "event_timestamp_too_old"
 	ReasonStoreUnavailable         = "online_store_unavailable"
-	ReasonTooManyEntityRows        = wire.ReasonTooManyEntityRows
+	ReasonTooManyEntityRows        = apierr.ReasonTooManyEntityRows
 	ReasonRegistryNotLoaded        = "registry_not_loaded"
 	ReasonUnknownPushSource        = "unknown_push_source"
 	ReasonMissingColumn            = "missing_column"
@@ -32,13 +31,13 @@ const (
 	ReasonOfflineWriteFailed       = "offline_write_failed"
 	ReasonMaterializeUnavailable   = "materialize_unavailable"
 	ReasonTimestampInFuture        = "timestamp_in_future"
-	ReasonInternal                 = wire.ReasonInternal
+	ReasonInternal                 = apierr.ReasonInternal
 )
 
-func invalidf(reason, format string, args ...any) *infer.Error {
-	return infer.Errorf(infer.KindInvalid, reason, format, args...)
+func invalidf(reason, format string, args ...any) *apierr.Error {
+	return apierr.Errorf(apierr.KindInvalid, reason, format, args...)
 }
 
-func unavailablef(reason, format string, args ...any) *infer.Error {
-	return infer.Errorf(infer.KindUnavailable, reason, format, args...)
+func unavailablef(reason, format string, args ...any) *apierr.Error {
+	return apierr.Errorf(apierr.KindUnavailable, reason, format, args...)
 }

@@ -17,9 +17,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature/materialize"
 	"github.com/sluice-ml/sluice/internal/feature/online"
-	"github.com/sluice-ml/sluice/internal/infer"
 )
 
 // internals matches what must never reach a client: addresses (ip:port,
@@ -202,9 +202,9 @@ func TestPublicMessage(t *testing.T) {
 	}{
 		{"store unavailable", storeError("read online features", redisOutage), "read online features: online store unavailable"},
 		{"materialize", fmt.Errorf("materialize view 'v': write online store: %w", redisOutage), "online store unavailable"},
-		{"internal with cause", &infer.Error{Kind: infer.KindInternal, Reason: ReasonOfflineWriteFailed, Msg: "push source 'p': append to batch source 'b'", Err: errors.New("open /srv/repo/data/x.parquet: permission denied")}, "push source 'p': append to batch source 'b'"},
-		{"internal message naming a path", infer.Errorf(infer.KindInternal, ReasonOfflineWriteFailed, "push source 'p': mkdir /srv/repo/data: read-only file system"), "push source 'p': mkdir <path>: read-only file system"},
-		{"address in the message", infer.Errorf(infer.KindUnavailable, ReasonStoreUnavailable, "dial redis-0.redis:6379 and [::1]:6380 and 10.1.2.3"), "dial <address> and <address> and <address>: online store unavailable"},
+		{"internal with cause", &apierr.Error{Kind: apierr.KindInternal, Reason: ReasonOfflineWriteFailed, Msg: "push source 'p': append to batch source 'b'", Err: errors.New("open /srv/repo/data/x.parquet: permission denied")}, "push source 'p': append to batch source 'b'"},
+		{"internal message naming a path", apierr.Errorf(apierr.KindInternal, ReasonOfflineWriteFailed, "push source 'p': mkdir /srv/repo/data: read-only file system"), "push source 'p': mkdir <path>: read-only file system"},
+		{"address in the message", apierr.Errorf(apierr.KindUnavailable, ReasonStoreUnavailable, "dial redis-0.redis:6379 and [::1]:6380 and 10.1.2.3"), "dial <address> and <address> and <address>: online store unavailable"},
 		{"plain error", errors.New("open /etc/x: boom"), "internal error"},
 		{"deadline", fmt.Errorf("read: %w", context.DeadlineExceeded), "the request did not finish within its deadline"},
 		{"request error keeps its detail", invalidf(ReasonInvalidEntityValue, "entity key 'user_id' value 1: Int64 key: want an integer"), "entity key 'user_id' value 1: Int64 key: want an integer"},

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature"
-	"github.com/sluice-ml/sluice/internal/infer"
 )
 
 // stateCache keeps each view's ViewState for Options.StateCacheTTL, so a
@@ -49,7 +49,7 @@ func (s *Server) viewState(ctx context.Context, view string, now time.Time, forc
 	e.at = now
 	if b != nil {
 		if err := json.Unmarshal(b, &e.st); err != nil {
-			return feature.ViewState{}, false, infer.Errorf(infer.KindInternal, ReasonInternal, "feature view '%s': state %s: %v", view, feature.ViewStateName(view), err)
+			return feature.ViewState{}, false, apierr.Errorf(apierr.KindInternal, ReasonInternal, "feature view '%s': state %s: %v", view, feature.ViewStateName(view), err)
 		}
 		e.found = true
 	}

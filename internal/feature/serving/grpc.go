@@ -11,10 +11,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature"
-	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/pb/feastpb"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // GRPCOptions configure the gRPC edge. The zero value is usable.
@@ -69,12 +68,12 @@ func (g *GRPCService) GetOnlineFeatures(ctx context.Context, req *feastpb.GetOnl
 	defer func() {
 		if p := recover(); p != nil {
 			g.s.logger.Error("grpc handler panicked", "method", methodGetOnlineFeatures, "panic", p, "stack", string(debug.Stack()))
-			resp, err = nil, infer.Errorf(infer.KindInternal, ReasonInternal, "internal error")
+			resp, err = nil, apierr.Errorf(apierr.KindInternal, ReasonInternal, "internal error")
 		}
 		if err != nil {
 			g.logError(err)
 		}
-		err = wire.GRPCStatus(err)
+		err = apierr.GRPCStatus(err)
 		g.record(methodGetOnlineFeatures, start, err)
 	}()
 	r, err := g.getOnline(ctx, req)
@@ -129,7 +128,7 @@ func (g *GRPCService) logError(err error) {
 func (g *GRPCService) record(method string, start time.Time, err error) {
 	code := codes.OK
 	if err != nil {
-		code = wire.GRPCCode(err)
+		code = apierr.GRPCCode(err)
 	}
 	g.s.metrics.grpcReqs.WithLabelValues(method, code.String()).Inc()
 	g.s.metrics.grpcDur.WithLabelValues(method).Observe(time.Since(start).Seconds())
@@ -148,7 +147,7 @@ func fromProtoEntities(p *plan, cols map[string]*feastpb.RepeatedValue, maxRows 
 		}
 		vals := col.GetVal()
 		if len(vals) > maxRows {
-			return nil, infer.Errorf(infer.KindResourceExhausted, ReasonTooManyEntityRows,
+			return nil, apierr.Errorf(apierr.KindResourceExhausted, ReasonTooManyEntityRows,
 				"entity key '%s' has %d values: a request may read at most %d entity rows; split it into several requests", name, len(vals), maxRows)
 		}
 		kind := p.keys[ki].kind

@@ -16,12 +16,11 @@ import (
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/admission"
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/online"
-	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // DefaultMaxBodyBytes bounds a request body when HandlerOptions leaves it 0.
@@ -121,7 +120,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.s.metrics.httpDur.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	}()
 	if _, pattern := h.mux.Handler(r); pattern == "" {
-		writeErrorBody(sw, http.StatusNotFound, wire.ReasonNotFound, "no endpoint "+r.Method+" "+r.URL.Path)
+		writeErrorBody(sw, http.StatusNotFound, apierr.ReasonNotFound, "no endpoint "+r.Method+" "+r.URL.Path)
 		return
 	}
 	h.mux.ServeHTTP(sw, r)
@@ -160,14 +159,14 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // statusOf maps an error to its HTTP status and reason: wire's mapping,
 // plus the online store's outage, which materialization reports as a
-// plain wrapped error rather than an *infer.Error.
+// plain wrapped error rather than an *apierr.Error.
 func statusOf(err error) (int, string) {
-	if _, ok := errors.AsType[*infer.Error](err); !ok && errors.Is(err, online.ErrUnavailable) {
+	if _, ok := errors.AsType[*apierr.Error](err); !ok && errors.Is(err, online.ErrUnavailable) {
 		if _, tooLarge := errors.AsType[*http.MaxBytesError](err); !tooLarge {
 			return http.StatusServiceUnavailable, ReasonStoreUnavailable
 		}
 	}
-	return wire.HTTPStatus(err)
+	return apierr.HTTPStatus(err)
 }
 
 func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
@@ -195,7 +194,7 @@ func publicMessage(code int, reason string, err error) string {
 		return err.Error()
 	}
 	msg := ""
-	if ie, ok := errors.AsType[*infer.Error](err); ok {
+	if ie, ok := errors.AsType[*apierr.Error](err); ok {
 		msg = ie.Msg
 	}
 	if reason == ReasonStoreUnavailable && !strings.Contains(msg, online.ErrUnavailable.Error()) {
@@ -221,7 +220,7 @@ func publicMessage(code int, reason string, err error) string {
 var (
 	// addrPattern matches network addresses: IPv4 with an optional port,
 	// bracketed IPv6 with one, host:port. It is broader than package
-	// scrub's (which wire.WriteError applies after it): any host:port,
+	// scrub's (which apierr.WriteError applies after it): any host:port,
 	// not only one after a dial or lookup verb, since the feature
 	// server's messages name store endpoints in free text.
 	addrPattern = regexp.MustCompile(`\[[0-9A-Fa-f:.%]+\](:\d+)?|\b\d{1,3}(\.\d{1,3}){3}(:\d+)?\b|\b[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?:\d{2,5}\b`)
@@ -235,15 +234,15 @@ func scrub(msg string) string {
 	return pathPattern.ReplaceAllString(msg, "${1}<path>")
 }
 
-// writeErrorBody writes the JSON error body (wire.WriteError); an
+// writeErrorBody writes the JSON error body (apierr.WriteError); an
 // event_timestamp_too_old error also carries Feast-style
 // "feature_stale_reason".
 func writeErrorBody(w http.ResponseWriter, code int, reason, msg string) {
 	if reason == ReasonEventTimestampTooOld {
-		wire.WriteError(w, code, reason, msg, wire.Field("feature_stale_reason", reason))
+		apierr.WriteError(w, code, reason, msg, apierr.Field("feature_stale_reason", reason))
 		return
 	}
-	wire.WriteError(w, code, reason, msg)
+	apierr.WriteError(w, code, reason, msg)
 }
 
 func writeJSON(w http.ResponseWriter, b []byte) {
@@ -258,20 +257,20 @@ func (h *Handler) readJSON(w http.ResponseWriter, r *http.Request, v any) error 
 	if err != nil {
 		if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			// The listener's limit (admission) may be the smaller one.
-			return infer.Errorf(infer.KindResourceExhausted, wire.ReasonBodyTooLarge, "request body is larger than %d bytes", min(mbe.Limit, h.opts.MaxBodyBytes))
+			return apierr.Errorf(apierr.KindResourceExhausted, apierr.ReasonBodyTooLarge, "request body is larger than %d bytes", min(mbe.Limit, h.opts.MaxBodyBytes))
 		}
 		if errors.Is(err, admission.ErrOverloaded) {
-			return infer.Errorf(infer.KindUnavailable, wire.ReasonOverloaded, "read request body: %v", err)
+			return apierr.Errorf(apierr.KindUnavailable, apierr.ReasonOverloaded, "read request body: %v", err)
 		}
 		return invalidf(ReasonInvalidRequest, "read request body: %v", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
-		return invalidf("invalid_json", "request body is not valid JSON for this endpoint: %v", err)
+		return invalidf(apierr.ReasonInvalidJSON, "request body is not valid JSON for this endpoint: %v", err)
 	}
 	if dec.More() {
-		return invalidf("invalid_json", "request body has data after the JSON object")
+		return invalidf(apierr.ReasonInvalidJSON, "request body has data after the JSON object")
 	}
 	return nil
 }
@@ -366,7 +365,7 @@ func decodeEntityColumn(name string, msg json.RawMessage, kind feature.Kind, max
 	var vals []feature.Value
 	for i := 0; dec.More(); i++ {
 		if i >= maxRows {
-			return nil, infer.Errorf(infer.KindResourceExhausted, ReasonTooManyEntityRows,
+			return nil, apierr.Errorf(apierr.KindResourceExhausted, ReasonTooManyEntityRows,
 				"entity key '%s' has more than %d values: a request may read at most %d entity rows; split it into several requests", name, maxRows, maxRows)
 		}
 		tok, err := dec.Token()
@@ -759,7 +758,7 @@ func (h *Handler) handleHealth(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 	defer cancel()
 	if err := h.s.store.Ping(ctx); err != nil {
-		h.writeError(w, r, &infer.Error{Kind: infer.KindUnavailable, Reason: ReasonStoreUnavailable, Msg: "ping online store", Err: err})
+		h.writeError(w, r, &apierr.Error{Kind: apierr.KindUnavailable, Reason: ReasonStoreUnavailable, Msg: "ping online store", Err: err})
 		return
 	}
 	writeJSON(w, []byte(`{"status":"ok"}`+"\n"))

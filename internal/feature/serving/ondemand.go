@@ -9,10 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
 	"github.com/sluice-ml/sluice/internal/feature/transform"
-	"github.com/sluice-ml/sluice/internal/infer"
 )
 
 // ReasonInvalidRequestValue refuses a request data value of the wrong
@@ -103,7 +103,7 @@ func compileOnDemand(repo *registry.Repo, sels []selection, full bool) (p *plan,
 			if vi, ok = viewIdx[sel.view]; !ok {
 				prog := repo.OnDemand(odv.Name)
 				if prog == nil {
-					return nil, true, infer.Errorf(infer.KindInternal, ReasonInternal, "on-demand feature view '%s' is not compiled", odv.Name)
+					return nil, true, apierr.Errorf(apierr.KindInternal, ReasonInternal, "on-demand feature view '%s' is not compiled", odv.Name)
 				}
 				vi = len(od.views)
 				nIn, nOut := len(prog.Inputs), len(prog.Outputs)
@@ -446,7 +446,7 @@ func decodeRequestColumn(name string, msg json.RawMessage, t feature.Type, maxRo
 		return nil, invalidf(ReasonInvalidRequestValue, "request data '%s': want a list of %s values, one per entity row", name, t)
 	}
 	if len(arr) > maxRows {
-		return nil, infer.Errorf(infer.KindResourceExhausted, ReasonTooManyEntityRows,
+		return nil, apierr.Errorf(apierr.KindResourceExhausted, ReasonTooManyEntityRows,
 			"request data '%s' has %d values: a request may read at most %d entity rows; split it into several requests", name, len(arr), maxRows)
 	}
 	out := make([]feature.Value, len(arr))

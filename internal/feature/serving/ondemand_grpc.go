@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature"
-	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/pb/feastpb"
 )
 
@@ -23,7 +23,7 @@ func fromProtoRequest(p *plan, cols map[string]*feastpb.RepeatedValue, maxRows i
 		}
 		vals := col.GetVal()
 		if len(vals) > maxRows {
-			return infer.Errorf(infer.KindResourceExhausted, ReasonTooManyEntityRows,
+			return apierr.Errorf(apierr.KindResourceExhausted, ReasonTooManyEntityRows,
 				"request data '%s' has %d values: a request may read at most %d entity rows; split it into several requests", name, len(vals), maxRows)
 		}
 		conv := make([]feature.Value, len(vals))

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/online"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
-	"github.com/sluice-ml/sluice/internal/infer"
 )
 
 // PushTo says where pushed rows go.
@@ -354,7 +354,7 @@ func (in *pushInput) viewKeys(v *feature.View) (pushKeys, error) {
 	for _, en := range v.Entities {
 		e, ok := in.repo.Entities[en]
 		if !ok {
-			return pushKeys{}, infer.Errorf(infer.KindInternal, ReasonInternal, "feature view '%s': entity '%s' is not defined", v.Name, en)
+			return pushKeys{}, apierr.Errorf(apierr.KindInternal, ReasonInternal, "feature view '%s': entity '%s' is not defined", v.Name, en)
 		}
 		c, err := in.need(e.JoinKey)
 		if err != nil {
@@ -396,7 +396,7 @@ func pushHotPlan(repo *registry.Repo, v *feature.View) (*hotPlan, error) {
 	var p plan
 	vp, err := p.addView(repo, v)
 	if err != nil {
-		return nil, infer.Errorf(infer.KindInternal, ReasonInternal, "%v", err)
+		return nil, apierr.Errorf(apierr.KindInternal, ReasonInternal, "%v", err)
 	}
 	return vp.hot, nil
 }
@@ -443,7 +443,7 @@ func (s *Server) recordPush(ctx context.Context, view string, now time.Time, new
 	var st feature.ViewState
 	if b != nil {
 		if err := json.Unmarshal(b, &st); err != nil {
-			return infer.Errorf(infer.KindInternal, ReasonInternal, "feature view '%s': state %s: %v", view, name, err)
+			return apierr.Errorf(apierr.KindInternal, ReasonInternal, "feature view '%s': state %s: %v", view, name, err)
 		}
 	}
 	st.LastSuccess = now.UTC()

@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/offline"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
-	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/objstore"
 )
 
@@ -64,11 +64,11 @@ func resolveOfflineTarget(repo *registry.Repo, src *feature.Source) (offlineTarg
 		return offlineTarget{}, needsFolder("which does not exist and names a file")
 	case errors.Is(err, fs.ErrNotExist):
 		if err := os.MkdirAll(p, 0o755); err != nil { //nolint:gosec // G301: a data folder of the repository, readable like the generator's
-			return offlineTarget{}, infer.Errorf(infer.KindInternal, ReasonOfflineWriteFailed,
+			return offlineTarget{}, apierr.Errorf(apierr.KindInternal, ReasonOfflineWriteFailed,
 				"push source '%s': create the folder of batch source '%s': %v", src.Name, b.Name, err)
 		}
 	default:
-		return offlineTarget{}, infer.Errorf(infer.KindInternal, ReasonOfflineWriteFailed,
+		return offlineTarget{}, apierr.Errorf(apierr.KindInternal, ReasonOfflineWriteFailed,
 			"push source '%s': batch source '%s': %v", src.Name, b.Name, err)
 	}
 	return offlineTarget{batch: b, folder: p}, nil
@@ -177,7 +177,7 @@ func buildOfflineRows(in pushInput, t offlineTarget) (offlineRows, error) {
 		for _, en := range v.Entities {
 			e, ok := in.repo.Entities[en]
 			if !ok {
-				return offlineRows{}, infer.Errorf(infer.KindInternal, ReasonInternal, "feature view '%s': entity '%s' is not defined", v.Name, en)
+				return offlineRows{}, apierr.Errorf(apierr.KindInternal, ReasonInternal, "feature view '%s': entity '%s' is not defined", v.Name, en)
 			}
 			if err := add(v, e.JoinKey, feature.Type{Kind: e.ValueType.Kind}, true); err != nil {
 				return offlineRows{}, err
@@ -242,8 +242,8 @@ func (s *Server) pushOffline(ctx context.Context, source string, t offlineTarget
 		if ctx.Err() != nil {
 			return rep, fmt.Errorf("push source '%s': append to batch source '%s': %w", source, t.batch.Name, err)
 		}
-		return rep, &infer.Error{
-			Kind: infer.KindInternal, Reason: ReasonOfflineWriteFailed,
+		return rep, &apierr.Error{
+			Kind: apierr.KindInternal, Reason: ReasonOfflineWriteFailed,
 			Msg: fmt.Sprintf("push source '%s': append to batch source '%s'", source, t.batch.Name), Err: err,
 		}
 	}
@@ -256,8 +256,8 @@ func (s *Server) pushOffline(ctx context.Context, source string, t offlineTarget
 // append succeeded: the offline rows stay.
 func offlineKept(source string, off *PushOfflineReport, err error) error {
 	what := fmt.Sprintf("push source '%s': the rows were appended to the offline store (%s) and stay there, but the online write failed", source, off.File)
-	if e, ok := errors.AsType[*infer.Error](err); ok {
-		return &infer.Error{Kind: e.Kind, Reason: e.Reason, Msg: what + ": " + e.Msg, Err: e.Err}
+	if e, ok := errors.AsType[*apierr.Error](err); ok {
+		return &apierr.Error{Kind: e.Kind, Reason: e.Reason, Msg: what + ": " + e.Msg, Err: e.Err}
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

@@ -16,10 +16,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/offline"
 	"github.com/sluice-ml/sluice/internal/feature/online"
-	"github.com/sluice-ml/sluice/internal/infer"
 )
 
 // offlineFixture is a fixture whose user_file source is the folder
@@ -232,10 +232,10 @@ func TestPushOfflineNoBatchSource(t *testing.T) {
 	f := newFixture(t, Options{})
 	f.repo.Sources["user_push"].BatchSource = ""
 	_, err := f.srv.Push(t.Context(), "user_push", map[string][]any{}, PushOffline)
-	e, ok := errors.AsType[*infer.Error](err)
+	e, ok := errors.AsType[*apierr.Error](err)
 	require.True(t, ok, "%v", err)
 	require.Equal(t, ReasonPushOfflineNoBatchSource, e.Reason)
-	require.Equal(t, infer.KindInvalid, e.Kind)
+	require.Equal(t, apierr.KindInvalid, e.Kind)
 }
 
 func TestPushOfflineBadRowWritesNothing(t *testing.T) {

@@ -6,9 +6,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/online"
-	"github.com/sluice-ml/sluice/internal/infer"
 )
 
 // read answers a compiled request, in steps: check the entity columns and
@@ -188,7 +188,7 @@ func (s *Server) readRows(ctx context.Context, keys []online.Key) ([]online.Resu
 		return nil, storeError("read online features", err)
 	}
 	if len(results) != len(keys) {
-		return nil, infer.Errorf(infer.KindInternal, ReasonInternal, "online store answered %d rows for %d keys", len(results), len(keys))
+		return nil, apierr.Errorf(apierr.KindInternal, ReasonInternal, "online store answered %d rows for %d keys", len(results), len(keys))
 	}
 	return results, nil
 }
@@ -335,7 +335,7 @@ func (f *filler) row(ctx context.Context, vi, r int, res online.Result) error {
 	expired := v.TTL > 0 && f.now.Sub(ev) > v.TTL
 	withheld := expired && v.StalePolicy == feature.StaleWithhold
 	if f.eventTS != nil && usable && !withheld && ev.After(f.limit) {
-		return &infer.Error{Kind: infer.KindInvalid, Reason: ReasonEventTimestampTooOld, Msg: fmt.Sprintf(
+		return &apierr.Error{Kind: apierr.KindInvalid, Reason: ReasonEventTimestampTooOld, Msg: fmt.Sprintf(
 			"feature view '%s', entity row %d: the stored row is from %s, after the request's event_timestamp %s plus the %s tolerance: the request would use data from its own future",
 			v.Name, r, ev.Format(time.RFC3339Nano), f.eventTS.UTC().Format(time.RFC3339Nano), f.s.opts.EventTimeTolerance)}
 	}

@@ -10,10 +10,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/online"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
-	"github.com/sluice-ml/sluice/internal/infer"
 )
 
 // RepoSource hands out the current registry snapshot. A snapshot is
@@ -208,7 +208,7 @@ func New(repos RepoSource, store online.Store, opts Options, logger *slog.Logger
 }
 
 // GetOnlineFeatures reads the requested features of the request's entity
-// rows. Errors are *infer.Error: KindInvalid for bad requests (reasons
+// rows. Errors are *apierr.Error: KindInvalid for bad requests (reasons
 // unknown_feature, unknown_feature_view, unknown_feature_service,
 // unknown_entity_key, missing_entity_key, invalid_entity_value,
 // event_timestamp_too_old, ...) and KindUnavailable for a stale view
@@ -224,7 +224,7 @@ func (s *Server) observe(start time.Time, err error) {
 	outcome := "ok"
 	if err != nil {
 		outcome = ReasonInternal
-		if ie, ok := errors.AsType[*infer.Error](err); ok && ie.Reason != "" {
+		if ie, ok := errors.AsType[*apierr.Error](err); ok && ie.Reason != "" {
 			outcome = ie.Reason
 		} else if errors.Is(err, context.Canceled) {
 			outcome = "canceled"
@@ -262,12 +262,12 @@ func (s *Server) plan(features []string, service string, full bool) (*plan, erro
 // storeError classifies an online store failure.
 func storeError(op string, err error) error {
 	if errors.Is(err, online.ErrUnavailable) {
-		return &infer.Error{Kind: infer.KindUnavailable, Reason: ReasonStoreUnavailable, Msg: op, Err: err}
+		return &apierr.Error{Kind: apierr.KindUnavailable, Reason: ReasonStoreUnavailable, Msg: op, Err: err}
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	return &infer.Error{Kind: infer.KindInternal, Reason: ReasonInternal, Msg: op, Err: err}
+	return &apierr.Error{Kind: apierr.KindInternal, Reason: ReasonInternal, Msg: op, Err: err}
 }
 
 // checkEntities validates the entity columns against p and returns the

@@ -17,9 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/online"
-	"github.com/sluice-ml/sluice/internal/infer"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
@@ -174,8 +174,8 @@ func TestRegistrySwap(t *testing.T) {
 func requireReason(t *testing.T, err error, reason, mention string) {
 	t.Helper()
 	require.Error(t, err)
-	ie, ok := errors.AsType[*infer.Error](err)
-	require.True(t, ok, "want *infer.Error, got %T: %v", err, err)
+	ie, ok := errors.AsType[*apierr.Error](err)
+	require.True(t, ok, "want *apierr.Error, got %T: %v", err, err)
 	require.Equal(t, reason, ie.Reason, err.Error())
 	require.Contains(t, err.Error(), mention)
 }

@@ -30,8 +30,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/config"
-	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/tlsconfig"
 )
 
@@ -114,14 +114,14 @@ func New(clients []config.Client, anonymousAllowed bool) (*Authenticator, error)
 // Authenticate returns the identity of the request's caller, or a
 // KindUnauthenticated error with reason ReasonMissingAPIKey or
 // ReasonInvalidAPIKey.
-func (a *Authenticator) Authenticate(r *http.Request) (Identity, *infer.Error) {
+func (a *Authenticator) Authenticate(r *http.Request) (Identity, *apierr.Error) {
 	return a.Identify(r.Header, r.TLS)
 }
 
 // Identify is Authenticate for a caller known by its headers (or gRPC
 // metadata, with canonical keys) and its verified TLS state, nil over
 // plaintext.
-func (a *Authenticator) Identify(h http.Header, state *tls.ConnectionState) (Identity, *infer.Error) {
+func (a *Authenticator) Identify(h http.Header, state *tls.ConnectionState) (Identity, *apierr.Error) {
 	key := apiKey(h)
 	var byCert *client
 	if state != nil && len(a.byIdentity) > 0 {
@@ -134,7 +134,7 @@ func (a *Authenticator) Identify(h http.Header, state *tls.ConnectionState) (Ide
 		if a.anonymous {
 			return Identity{ClientID: AnonymousClientID, Anonymous: true}, nil
 		}
-		return Identity{}, infer.Errorf(infer.KindUnauthenticated, ReasonMissingAPIKey,
+		return Identity{}, apierr.Errorf(apierr.KindUnauthenticated, ReasonMissingAPIKey,
 			"an API key is required: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'")
 	}
 	sum := sha256.Sum256([]byte(key))
@@ -142,11 +142,11 @@ func (a *Authenticator) Identify(h http.Header, state *tls.ConnectionState) (Ide
 	// The map lookup finds the candidate; the constant-time comparison is
 	// the actual check, so it does not depend on how a map compares keys.
 	if !ok || subtle.ConstantTimeCompare(sum[:], c.hash[:]) != 1 {
-		return Identity{}, infer.Errorf(infer.KindUnauthenticated, ReasonInvalidAPIKey, "the API key is not valid")
+		return Identity{}, apierr.Errorf(apierr.KindUnauthenticated, ReasonInvalidAPIKey, "the API key is not valid")
 	}
 	if byCert != nil && byCert != c {
 		// Two credentials naming two clients: refuse rather than guess.
-		return Identity{}, infer.Errorf(infer.KindUnauthenticated, ReasonCredentialMismatch,
+		return Identity{}, apierr.Errorf(apierr.KindUnauthenticated, ReasonCredentialMismatch,
 			"the API key and the client certificate belong to different clients")
 	}
 	return Identity{ClientID: c.id, Priority: c.priority}, nil

@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/config"
-	"github.com/sluice-ml/sluice/internal/infer"
 )
 
 func testClients() []config.Client {
@@ -49,7 +49,7 @@ func TestAuthenticate(t *testing.T) {
 				id, aerr := a.Authenticate(request(tc.headers))
 				if tc.reason != "" {
 					require.NotNil(t, aerr)
-					require.Equal(t, infer.KindUnauthenticated, aerr.Kind)
+					require.Equal(t, apierr.KindUnauthenticated, aerr.Kind)
 					require.Equal(t, tc.reason, aerr.Reason)
 					require.Equal(t, Identity{}, id)
 					for _, v := range tc.headers {
@@ -75,7 +75,7 @@ func TestMissingKey(t *testing.T) {
 		require.NoError(t, err)
 		_, aerr := closed.Authenticate(request(headers))
 		require.NotNil(t, aerr)
-		require.Equal(t, infer.KindUnauthenticated, aerr.Kind)
+		require.Equal(t, apierr.KindUnauthenticated, aerr.Kind)
 		require.Equal(t, ReasonMissingAPIKey, aerr.Reason)
 
 		open, err := New(testClients(), true)

@@ -18,7 +18,7 @@
 // The KServe targets call the model and version they are given, or else
 // the ones of each record's primary arm. A call that fails is an answer
 // like any other: its arm has the status an HTTP edge answers for the
-// error (wire.HTTPStatus) and a reason.
+// error (apierr.HTTPStatus) and a reason.
 //
 // # Replayer
 //

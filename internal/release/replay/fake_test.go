@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/grpcapi"
 	"github.com/sluice-ml/sluice/internal/httpapi"
 	"github.com/sluice-ml/sluice/internal/infer"
@@ -58,9 +59,9 @@ func (f *fakeModel) Infer(ctx context.Context, req *infer.Request) (*infer.Respo
 	case "parcel_eta":
 	case "slow":
 		<-ctx.Done()
-		return nil, infer.Errorf(infer.KindTimeout, "queue_timeout", "model 'slow' timed out")
+		return nil, apierr.Errorf(apierr.KindTimeout, "queue_timeout", "model 'slow' timed out")
 	default:
-		return nil, infer.Errorf(infer.KindNotFound, "model_not_found", "model '%s' is not in the repository", req.Model)
+		return nil, apierr.Errorf(apierr.KindNotFound, "model_not_found", "model '%s' is not in the repository", req.Model)
 	}
 	if !f.noDelay {
 		h := fnv.New32a()
@@ -78,7 +79,7 @@ func (f *fakeModel) Infer(ctx context.Context, req *infer.Request) (*infer.Respo
 func fakeAnswer(req *infer.Request) (*infer.Response, error) {
 	in := req.Input("features")
 	if in == nil || in.DataType != infer.FP32 || len(in.Data) != 16 {
-		return nil, infer.Errorf(infer.KindInvalid, "invalid_input", "want input 'features' FP32 [1,4]")
+		return nil, apierr.Errorf(apierr.KindInvalid, "invalid_input", "want input 'features' FP32 [1,4]")
 	}
 	x := make([]float32, 4)
 	for i := range x {

@@ -15,10 +15,10 @@ import (
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/kserve"
 	"github.com/sluice-ml/sluice/internal/release/record"
-	"github.com/sluice-ml/sluice/internal/wire"
 )
 
 // Target answers recorded requests: a KServe v2 endpoint (gRPC or HTTP)
@@ -134,7 +134,7 @@ func (g *GRPCTarget) Replay(ctx context.Context, rec *record.Record) (record.Arm
 		if ctx.Err() != nil || ownDeadline(ctx, err) {
 			return failed(name, version, http.StatusGatewayTimeout, kserve.ReasonTimeout), context.Cause(ctx)
 		}
-		status, reason := wire.HTTPStatus(err)
+		status, reason := apierr.HTTPStatus(err)
 		return failed(name, version, status, reason), nil
 	}
 	a := record.Arm{Model: name, Version: version, Status: http.StatusOK, Outputs: outputMap(resp.Outputs)}
@@ -226,10 +226,10 @@ func transportFailure(err error, model, version string) record.Arm {
 }
 
 // errorArm reads an error answer: {"error": "…", "reason": "…"}, the
-// reason (wire.ParseError) defaulting to kserve.ReasonError. Statuses outside 400–599
+// reason (apierr.ParseError) defaulting to kserve.ReasonError. Statuses outside 400–599
 // (a 2xx without a usable body, a 3xx) count as 502.
 func errorArm(status int, body []byte, model, version string) record.Arm {
-	_, reason, _ := wire.ParseError(body)
+	_, reason, _ := apierr.ParseError(body)
 	if reason == "" {
 		reason = kserve.ReasonError
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 )
 
 // Arm is which side of a rollout served a request.
@@ -575,7 +575,7 @@ func (c *Controller) Promote(ctx context.Context, reason string) error {
 func (c *Controller) Rollback(ctx context.Context, reason string) error {
 	return c.command(ctx, func(cur *SavedState) (*proposal, error) {
 		if cur.State == StateRolledBack {
-			return nil, infer.Errorf(infer.KindConflict, "rollout_rolled_back", "rollout of %s is already rolled back", c.service)
+			return nil, apierr.Errorf(apierr.KindConflict, ReasonRolloutRolledBack, "rollout of %s is already rolled back", c.service)
 		}
 		msg := "manual rollback"
 		if reason != "" {
@@ -620,7 +620,7 @@ func (c *Controller) Reset(ctx context.Context, reason string) error {
 // in progress.
 func (c *Controller) command(ctx context.Context, plan func(cur *SavedState) (*proposal, error)) error {
 	if !c.ops.acquire(ctx) {
-		return &infer.Error{Kind: infer.KindUnavailable, Reason: "rollout_busy",
+		return &apierr.Error{Kind: apierr.KindUnavailable, Reason: ReasonRolloutBusy,
 			Msg: fmt.Sprintf("the rollout of %s is busy with another transition", c.service), Err: context.Cause(ctx)}
 	}
 	defer c.ops.release()
@@ -644,9 +644,9 @@ func orDefault(s, d string) string {
 func (c *Controller) mustBeActive(cur *SavedState, verb string) error {
 	switch cur.State {
 	case StateRolledBack:
-		return infer.Errorf(infer.KindConflict, "rollout_rolled_back", "cannot %s the rollout of %s: it is rolled back (reset it to start over)", verb, c.service)
+		return apierr.Errorf(apierr.KindConflict, ReasonRolloutRolledBack, "cannot %s the rollout of %s: it is rolled back (reset it to start over)", verb, c.service)
 	case StateComplete:
-		return infer.Errorf(infer.KindConflict, "rollout_complete", "cannot %s the rollout of %s: it is complete", verb, c.service)
+		return apierr.Errorf(apierr.KindConflict, ReasonRolloutComplete, "cannot %s the rollout of %s: it is complete", verb, c.service)
 	case StateProgressing, StatePaused:
 	}
 	return nil

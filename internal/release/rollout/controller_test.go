@@ -20,8 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/config/duration"
-	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/match"
 )
 
@@ -565,9 +565,9 @@ func TestManualCommands(t *testing.T) {
 	c := h.c
 	conflict := func(t *testing.T, err error, reason string) {
 		t.Helper()
-		var ie *infer.Error
+		var ie *apierr.Error
 		require.ErrorAs(t, err, &ie)
-		require.Equal(t, infer.KindConflict, ie.Kind)
+		require.Equal(t, apierr.KindConflict, ie.Kind)
 		require.Equal(t, reason, ie.Reason)
 	}
 

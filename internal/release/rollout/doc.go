@@ -75,7 +75,7 @@
 // it, Promote moves to the next stage whatever the gates say, Rollback
 // rolls back with the operator's reason, and Reset starts over from the
 // first stage, the only way out of a rollback. Commands that make no sense
-// in the current state return an *infer.Error of kind KindConflict. Each
+// in the current state return an *apierr.Error of kind KindConflict. Each
 // takes a context: it bounds the wait for a transition in progress (an
 // error of kind unavailable, reason rollout_busy, when it ends first) and
 // the write of the new state.

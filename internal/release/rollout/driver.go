@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 )
 
 // The controller is a state machine and a driver. The state machine is
@@ -147,10 +147,10 @@ func (c *Controller) do(ctx context.Context, now time.Time, plan func(cur *Saved
 		c.mu.Unlock()
 		c.log.Info("rollout transition not made: another replica changed the rollout first",
 			"kind", string(p.kind), "state", string(state), "stage", stage)
-		return Transition{}, &infer.Error{Kind: infer.KindConflict, Reason: "rollout_changed",
+		return Transition{}, &apierr.Error{Kind: apierr.KindConflict, Reason: ReasonRolloutChanged,
 			Msg: fmt.Sprintf("the rollout of %s changed on another replica first; it is now %s at stage %q", c.service, state, stage), Err: err}
 	case p.kind != KindRollback:
-		return Transition{}, &infer.Error{Kind: infer.KindUnavailable, Reason: "rollout_fleet_unavailable",
+		return Transition{}, &apierr.Error{Kind: apierr.KindUnavailable, Reason: ReasonRolloutFleetUnavailable,
 			Msg: fmt.Sprintf("the fleet's rollout state of %s cannot be written", c.service), Err: err}
 	}
 	c.mu.Lock()
@@ -230,8 +230,8 @@ func (c *Controller) persistFile(st *SavedState) error {
 		err = writeFileAtomic(c.stateFile, data)
 	}
 	if err != nil {
-		return &infer.Error{
-			Kind: infer.KindInternal, Reason: "rollout_state_not_saved",
+		return &apierr.Error{
+			Kind: apierr.KindInternal, Reason: ReasonRolloutStateNotSaved,
 			Msg: fmt.Sprintf("save rollout state of %s to %s", c.service, c.stateFile), Err: err,
 		}
 	}

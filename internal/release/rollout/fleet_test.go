@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 )
 
 // memFleet is a fleet store in memory with the semantics of a JetStream KV
@@ -202,9 +202,9 @@ func TestFleetManualCommandLosesRace(t *testing.T) {
 	f.mu.Unlock()
 	require.NoError(t, cs[0].Promote(t.Context(), "go"))
 	err := cs[1].Pause(t.Context(), "hold")
-	var ie *infer.Error
+	var ie *apierr.Error
 	require.ErrorAs(t, err, &ie)
-	require.Equal(t, infer.KindConflict, ie.Kind)
+	require.Equal(t, apierr.KindConflict, ie.Kind)
 	st := cs[1].Status()
 	require.Equal(t, "long-tail", st.StageName, "replica 1 took the fleet's state")
 	require.Equal(t, StateProgressing, st.State)
@@ -220,9 +220,9 @@ func TestFleetDown(t *testing.T) {
 	f.mu.Lock()
 	f.down = true
 	f.mu.Unlock()
-	var ie *infer.Error
+	var ie *apierr.Error
 	require.ErrorAs(t, cs[1].Promote(t.Context(), ""), &ie)
-	require.Equal(t, infer.KindUnavailable, ie.Kind)
+	require.Equal(t, apierr.KindUnavailable, ie.Kind)
 	require.Equal(t, 0, cs[1].Status().Stage)
 
 	failing := worseIn("premium", func(o Outcome, _ int) Outcome { o.Status = 503; return o })

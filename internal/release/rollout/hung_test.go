@@ -12,7 +12,7 @@ import (
 	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluice-ml/sluice/internal/infer"
+	"github.com/sluice-ml/sluice/internal/apierr"
 )
 
 // hungReplica is a replica of a memFleet whose Save hangs, as a write to
@@ -87,9 +87,9 @@ func TestHungFleetDoesNotHoldTheLock(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	var ie *infer.Error
+	var ie *apierr.Error
 	require.ErrorAs(t, cs[0].Pause(ctx, "hold"), &ie, "a command whose context ended does not wait for the write in progress")
-	require.Equal(t, infer.KindUnavailable, ie.Kind)
+	require.Equal(t, apierr.KindUnavailable, ie.Kind)
 	require.Equal(t, "rollout_busy", ie.Reason)
 	require.True(t, h.saving.Load())
 
@@ -144,9 +144,9 @@ func TestAdoptWhileWriting(t *testing.T) {
 		"the watcher's state is adopted while the write hangs")
 	close(h.release)
 	wg.Wait()
-	var ie *infer.Error
+	var ie *apierr.Error
 	require.ErrorAs(t, pauseErr, &ie)
-	require.Equal(t, infer.KindConflict, ie.Kind)
+	require.Equal(t, apierr.KindConflict, ie.Kind)
 	for i, c := range cs {
 		st := c.Status()
 		require.Equal(t, StateProgressing, st.State, "replica %d", i)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/modelrepo"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
@@ -16,7 +17,7 @@ type fakeModels struct {
 }
 
 func notFound(name string) error {
-	return infer.Errorf(infer.KindNotFound, "model_not_found", "model '%s' is not in the repository", name)
+	return apierr.Errorf(apierr.KindNotFound, "model_not_found", "model '%s' is not in the repository", name)
 }
 
 func (f *fakeModels) Infer(_ context.Context, req *infer.Request) (*infer.Response, error) {

@@ -1,9 +1,9 @@
-package infer
+package apierr
 
 import "fmt"
 
 // Kind classifies an Error so the protocol edges can pick a status code.
-// Only package wire turns a Kind into an HTTP or gRPC status (its package
+// Only this package turns a Kind into an HTTP or gRPC status (its package
 // doc has the table).
 type Kind uint8
 

@@ -1,4 +1,4 @@
-package wire
+package apierr
 
 import (
 	"context"
@@ -11,52 +11,51 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/scrub"
 )
 
 // kindCodes maps a domain error kind to its gRPC code.
 var kindCodes = [...]codes.Code{
-	infer.KindInternal:          codes.Internal,
-	infer.KindInvalid:           codes.InvalidArgument,
-	infer.KindNotFound:          codes.NotFound,
-	infer.KindUnavailable:       codes.Unavailable,
-	infer.KindResourceExhausted: codes.ResourceExhausted,
-	infer.KindConflict:          codes.FailedPrecondition,
-	infer.KindUnsupported:       codes.Unimplemented,
-	infer.KindTimeout:           codes.DeadlineExceeded,
-	infer.KindUnauthenticated:   codes.Unauthenticated,
-	infer.KindPermissionDenied:  codes.PermissionDenied,
+	KindInternal:          codes.Internal,
+	KindInvalid:           codes.InvalidArgument,
+	KindNotFound:          codes.NotFound,
+	KindUnavailable:       codes.Unavailable,
+	KindResourceExhausted: codes.ResourceExhausted,
+	KindConflict:          codes.FailedPrecondition,
+	KindUnsupported:       codes.Unimplemented,
+	KindTimeout:           codes.DeadlineExceeded,
+	KindUnauthenticated:   codes.Unauthenticated,
+	KindPermissionDenied:  codes.PermissionDenied,
 }
 
 // codeKinds maps a gRPC code to its domain error kind and the reason a
 // status without an ErrorInfo gets: the inverse of kindCodes, with the
 // codes Sluice never sends folded in.
 var codeKinds = [...]struct {
-	kind   infer.Kind
+	kind   Kind
 	reason string
 }{
-	codes.OK:                 {infer.KindInternal, ReasonInternal},
-	codes.Canceled:           {infer.KindUnavailable, ReasonCanceled},
-	codes.Unknown:            {infer.KindInternal, ReasonInternal},
-	codes.InvalidArgument:    {infer.KindInvalid, "invalid_argument"},
-	codes.DeadlineExceeded:   {infer.KindTimeout, ReasonDeadlineExceeded},
-	codes.NotFound:           {infer.KindNotFound, "not_found"},
-	codes.AlreadyExists:      {infer.KindConflict, "already_exists"},
-	codes.PermissionDenied:   {infer.KindPermissionDenied, "permission_denied"},
-	codes.ResourceExhausted:  {infer.KindResourceExhausted, "resource_exhausted"},
-	codes.FailedPrecondition: {infer.KindConflict, "failed_precondition"},
-	codes.Aborted:            {infer.KindUnavailable, "aborted"},
-	codes.OutOfRange:         {infer.KindInvalid, "out_of_range"},
-	codes.Unimplemented:      {infer.KindUnsupported, "unimplemented"},
-	codes.Internal:           {infer.KindInternal, ReasonInternal},
-	codes.Unavailable:        {infer.KindUnavailable, "unavailable"},
-	codes.DataLoss:           {infer.KindInternal, ReasonInternal},
-	codes.Unauthenticated:    {infer.KindUnauthenticated, "unauthenticated"},
+	codes.OK:                 {KindInternal, ReasonInternal},
+	codes.Canceled:           {KindUnavailable, ReasonCanceled},
+	codes.Unknown:            {KindInternal, ReasonInternal},
+	codes.InvalidArgument:    {KindInvalid, "invalid_argument"},
+	codes.DeadlineExceeded:   {KindTimeout, ReasonDeadlineExceeded},
+	codes.NotFound:           {KindNotFound, "not_found"},
+	codes.AlreadyExists:      {KindConflict, "already_exists"},
+	codes.PermissionDenied:   {KindPermissionDenied, "permission_denied"},
+	codes.ResourceExhausted:  {KindResourceExhausted, "resource_exhausted"},
+	codes.FailedPrecondition: {KindConflict, "failed_precondition"},
+	codes.Aborted:            {KindUnavailable, "aborted"},
+	codes.OutOfRange:         {KindInvalid, "out_of_range"},
+	codes.Unimplemented:      {KindUnsupported, "unimplemented"},
+	codes.Internal:           {KindInternal, ReasonInternal},
+	codes.Unavailable:        {KindUnavailable, "unavailable"},
+	codes.DataLoss:           {KindInternal, ReasonInternal},
+	codes.Unauthenticated:    {KindUnauthenticated, "unauthenticated"},
 }
 
 // KindCode returns the gRPC code of an error of kind.
-func KindCode(kind infer.Kind) codes.Code {
+func KindCode(kind Kind) codes.Code {
 	if int(kind) < len(kindCodes) {
 		return kindCodes[kind]
 	}
@@ -65,11 +64,11 @@ func KindCode(kind infer.Kind) codes.Code {
 
 // KindOf returns the domain error kind of a gRPC code; codes it does not
 // know (and OK) are KindInternal.
-func KindOf(c codes.Code) infer.Kind {
+func KindOf(c codes.Code) Kind {
 	if int(c) < len(codeKinds) {
 		return codeKinds[c].kind
 	}
-	return infer.KindInternal
+	return KindInternal
 }
 
 // CodeReason returns the reason FromGRPC gives a status with code c that
@@ -99,7 +98,7 @@ func CodeHTTPStatus(c codes.Code, reason string) int {
 }
 
 // GRPCCode returns the gRPC code err answers with: the code of an
-// *infer.Error's Kind, ResourceExhausted for an *http.MaxBytesError,
+// *apierr.Error's Kind, ResourceExhausted for an *http.MaxBytesError,
 // DeadlineExceeded or Canceled for context errors, the code of an error
 // carrying a gRPC status, and Internal otherwise. A nil err is OK.
 func GRPCCode(err error) codes.Code {
@@ -111,7 +110,7 @@ func classify(err error) (codes.Code, string) {
 	if err == nil {
 		return codes.OK, ""
 	}
-	if ie, ok := errors.AsType[*infer.Error](err); ok {
+	if ie, ok := errors.AsType[*Error](err); ok {
 		reason := ie.Reason
 		if reason == "" {
 			reason = ReasonInternal
@@ -136,14 +135,14 @@ func classify(err error) (codes.Code, string) {
 // GRPCStatus turns err into the gRPC status error every Sluice gRPC edge
 // returns: the code err maps to, err's message (scrubbed for server-side
 // failures) and an ErrorInfo detail with its reason in ErrorDomain. An
-// error that already carries a gRPC status and no *infer.Error (one from
+// error that already carries a gRPC status and no *apierr.Error (one from
 // grpc itself, or from an interceptor) is returned as it is. A nil err is
 // nil.
 func GRPCStatus(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := errors.AsType[*infer.Error](err); !ok {
+	if _, ok := errors.AsType[*Error](err); !ok {
 		if _, ok := status.FromError(err); ok {
 			return err
 		}
@@ -189,16 +188,16 @@ func StatusReason(st *status.Status) string {
 const MaxMessageLen = 512
 
 // FromGRPC turns an error a gRPC client call returned into an
-// *infer.Error: Kind from the status code (KindOf), Reason from its
+// *apierr.Error: Kind from the status code (KindOf), Reason from its
 // ErrorInfo (StatusReason) or else CodeReason, Msg the status message cut
 // to MaxMessageLen bytes of valid UTF-8. An error that already holds an
-// *infer.Error, one that carries no gRPC status, and nil are returned as
+// *apierr.Error, one that carries no gRPC status, and nil are returned as
 // they are.
 func FromGRPC(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := errors.AsType[*infer.Error](err); ok {
+	if _, ok := errors.AsType[*Error](err); ok {
 		return err
 	}
 	st, ok := status.FromError(err)
@@ -209,7 +208,7 @@ func FromGRPC(err error) error {
 	if reason == "" {
 		reason = CodeReason(st.Code())
 	}
-	return &infer.Error{Kind: KindOf(st.Code()), Reason: reason, Msg: Truncate(st.Message(), MaxMessageLen)}
+	return &Error{Kind: KindOf(st.Code()), Reason: reason, Msg: Truncate(st.Message(), MaxMessageLen)}
 }
 
 // Truncate cuts s to at most limit bytes on a rune boundary, marking the

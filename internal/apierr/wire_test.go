@@ -1,4 +1,4 @@
-package wire
+package apierr
 
 import (
 	"context"
@@ -15,37 +15,35 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/sluice-ml/sluice/internal/infer"
 )
 
 func TestKinds(t *testing.T) {
 	tests := []struct {
-		kind   infer.Kind
+		kind   Kind
 		reason string
 		http   int
 		code   codes.Code
 	}{
-		{infer.KindInternal, "backend_error", http.StatusInternalServerError, codes.Internal},
-		{infer.KindInvalid, ReasonInvalidShape, http.StatusBadRequest, codes.InvalidArgument},
-		{infer.KindNotFound, "model_not_found", http.StatusNotFound, codes.NotFound},
-		{infer.KindUnavailable, "model_not_ready", http.StatusServiceUnavailable, codes.Unavailable},
-		{infer.KindResourceExhausted, "queue_full", http.StatusTooManyRequests, codes.ResourceExhausted},
-		{infer.KindResourceExhausted, ReasonRateLimited, http.StatusTooManyRequests, codes.ResourceExhausted},
-		{infer.KindResourceExhausted, ReasonBodyTooLarge, http.StatusRequestEntityTooLarge, codes.ResourceExhausted},
-		{infer.KindResourceExhausted, ReasonTooManyEntityRows, http.StatusRequestEntityTooLarge, codes.ResourceExhausted},
-		{infer.KindResourceExhausted, ReasonOverloaded, http.StatusServiceUnavailable, codes.ResourceExhausted},
-		{infer.KindConflict, "model_in_use", http.StatusConflict, codes.FailedPrecondition},
-		{infer.KindUnsupported, "unsupported_parameter", http.StatusBadRequest, codes.Unimplemented},
-		{infer.KindTimeout, "queue_timeout", http.StatusGatewayTimeout, codes.DeadlineExceeded},
-		{infer.KindUnauthenticated, "missing_credential", http.StatusUnauthorized, codes.Unauthenticated},
-		{infer.KindPermissionDenied, "insufficient_role", http.StatusForbidden, codes.PermissionDenied},
+		{KindInternal, "backend_error", http.StatusInternalServerError, codes.Internal},
+		{KindInvalid, ReasonInvalidShape, http.StatusBadRequest, codes.InvalidArgument},
+		{KindNotFound, "model_not_found", http.StatusNotFound, codes.NotFound},
+		{KindUnavailable, "model_not_ready", http.StatusServiceUnavailable, codes.Unavailable},
+		{KindResourceExhausted, "queue_full", http.StatusTooManyRequests, codes.ResourceExhausted},
+		{KindResourceExhausted, ReasonRateLimited, http.StatusTooManyRequests, codes.ResourceExhausted},
+		{KindResourceExhausted, ReasonBodyTooLarge, http.StatusRequestEntityTooLarge, codes.ResourceExhausted},
+		{KindResourceExhausted, ReasonTooManyEntityRows, http.StatusRequestEntityTooLarge, codes.ResourceExhausted},
+		{KindResourceExhausted, ReasonOverloaded, http.StatusServiceUnavailable, codes.ResourceExhausted},
+		{KindConflict, "model_in_use", http.StatusConflict, codes.FailedPrecondition},
+		{KindUnsupported, "unsupported_parameter", http.StatusBadRequest, codes.Unimplemented},
+		{KindTimeout, "queue_timeout", http.StatusGatewayTimeout, codes.DeadlineExceeded},
+		{KindUnauthenticated, "missing_credential", http.StatusUnauthorized, codes.Unauthenticated},
+		{KindPermissionDenied, "insufficient_role", http.StatusForbidden, codes.PermissionDenied},
 	}
-	seen := map[infer.Kind]bool{}
+	seen := map[Kind]bool{}
 	for _, tt := range tests {
 		seen[tt.kind] = true
 		t.Run(fmt.Sprintf("%d/%s", tt.kind, tt.reason), func(t *testing.T) {
-			err := fmt.Errorf("wrapped: %w", infer.Errorf(tt.kind, tt.reason, "model 'm': something"))
+			err := fmt.Errorf("wrapped: %w", Errorf(tt.kind, tt.reason, "model 'm': something"))
 
 			code, reason := HTTPStatus(err)
 			require.Equal(t, tt.http, code)
@@ -62,7 +60,7 @@ func TestKinds(t *testing.T) {
 			require.Equal(t, ErrorDomain, info.GetDomain())
 
 			// A client reading the status gets the same kind and reason back.
-			back, ok := errors.AsType[*infer.Error](FromGRPC(serr))
+			back, ok := errors.AsType[*Error](FromGRPC(serr))
 			require.True(t, ok)
 			require.Equal(t, tt.kind, back.Kind)
 			require.Equal(t, tt.reason, back.Reason)
@@ -72,7 +70,7 @@ func TestKinds(t *testing.T) {
 			require.Equal(t, tt.http, CodeHTTPStatus(st.Code(), info.GetReason()))
 		})
 	}
-	for k := infer.KindInternal; k <= infer.KindPermissionDenied; k++ {
+	for k := KindInternal; k <= KindPermissionDenied; k++ {
 		require.True(t, seen[k], "kind %d is not in the table", k)
 	}
 }
@@ -89,8 +87,8 @@ func TestNonDomainErrors(t *testing.T) {
 		{"canceled", context.Canceled, http.StatusBadRequest, codes.Canceled, ReasonCanceled},
 		{"max bytes", fmt.Errorf("read body: %w", &http.MaxBytesError{Limit: 10}), http.StatusRequestEntityTooLarge, codes.ResourceExhausted, ReasonBodyTooLarge},
 		{"plain", errors.New("boom"), http.StatusInternalServerError, codes.Internal, ReasonInternal},
-		{"no reason", &infer.Error{Kind: infer.KindInvalid, Msg: "x"}, http.StatusBadRequest, codes.InvalidArgument, ReasonInternal},
-		{"unknown kind", &infer.Error{Kind: 200, Reason: "odd", Msg: "x"}, http.StatusInternalServerError, codes.Internal, "odd"},
+		{"no reason", &Error{Kind: KindInvalid, Msg: "x"}, http.StatusBadRequest, codes.InvalidArgument, ReasonInternal},
+		{"unknown kind", &Error{Kind: 200, Reason: "odd", Msg: "x"}, http.StatusInternalServerError, codes.Internal, "odd"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -123,9 +121,9 @@ func TestGRPCStatusScrubsServerErrors(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"internal", infer.Errorf(infer.KindInternal, "backend_error", "open /var/lib/sluice/m.onnx: denied"), "open [path]: denied"},
-		{"unavailable", infer.Errorf(infer.KindUnavailable, "upstream_unavailable", "endpoint 10.0.0.7:8001 unavailable"), "endpoint [address] unavailable"},
-		{"client error kept", infer.Errorf(infer.KindInvalid, ReasonInvalidInput, "input 'x' from 10.0.0.7"), "input 'x' from 10.0.0.7"},
+		{"internal", Errorf(KindInternal, "backend_error", "open /var/lib/sluice/m.onnx: denied"), "open [path]: denied"},
+		{"unavailable", Errorf(KindUnavailable, "upstream_unavailable", "endpoint 10.0.0.7:8001 unavailable"), "endpoint [address] unavailable"},
+		{"client error kept", Errorf(KindInvalid, ReasonInvalidInput, "input 'x' from 10.0.0.7"), "input 'x' from 10.0.0.7"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -163,27 +161,27 @@ func TestFromGRPC(t *testing.T) {
 	tests := []struct {
 		name   string
 		err    error
-		kind   infer.Kind
+		kind   Kind
 		reason string
 		msg    string
 	}{
-		{"triton sends no reason", status.Error(codes.Unavailable, "model not ready"), infer.KindUnavailable, "unavailable", "model not ready"},
-		{"canceled", status.Error(codes.Canceled, "context canceled"), infer.KindUnavailable, ReasonCanceled, "context canceled"},
-		{"aborted", status.Error(codes.Aborted, "x"), infer.KindUnavailable, "aborted", "x"},
-		{"already exists", status.Error(codes.AlreadyExists, "x"), infer.KindConflict, "already_exists", "x"},
-		{"out of range", status.Error(codes.OutOfRange, "x"), infer.KindInvalid, "out_of_range", "x"},
-		{"unknown", status.Error(codes.Unknown, "x"), infer.KindInternal, ReasonInternal, "x"},
-		{"data loss", status.Error(codes.DataLoss, "x"), infer.KindInternal, ReasonInternal, "x"},
-		{"code out of range", status.Error(codes.Code(99), "x"), infer.KindInternal, ReasonInternal, "x"},
-		{"upper-case reason", withInfo(codes.NotFound, "x", "MODEL_NOT_FOUND", "googleapis.com"), infer.KindNotFound, "model_not_found", "x"},
-		{"odd reason dropped", withInfo(codes.NotFound, "x", "not found!", ErrorDomain), infer.KindNotFound, "not_found", "x"},
-		{"long reason dropped", withInfo(codes.Internal, "x", strings.Repeat("a", 65), ErrorDomain), infer.KindInternal, ReasonInternal, "x"},
-		{"long message cut", status.Error(codes.Internal, strings.Repeat("é", 400)), infer.KindInternal, ReasonInternal, strings.Repeat("é", 256) + "…"},
-		{"invalid utf-8", status.Error(codes.Internal, "a\xffb"), infer.KindInternal, ReasonInternal, "a\uFFFDb"},
+		{"triton sends no reason", status.Error(codes.Unavailable, "model not ready"), KindUnavailable, "unavailable", "model not ready"},
+		{"canceled", status.Error(codes.Canceled, "context canceled"), KindUnavailable, ReasonCanceled, "context canceled"},
+		{"aborted", status.Error(codes.Aborted, "x"), KindUnavailable, "aborted", "x"},
+		{"already exists", status.Error(codes.AlreadyExists, "x"), KindConflict, "already_exists", "x"},
+		{"out of range", status.Error(codes.OutOfRange, "x"), KindInvalid, "out_of_range", "x"},
+		{"unknown", status.Error(codes.Unknown, "x"), KindInternal, ReasonInternal, "x"},
+		{"data loss", status.Error(codes.DataLoss, "x"), KindInternal, ReasonInternal, "x"},
+		{"code out of range", status.Error(codes.Code(99), "x"), KindInternal, ReasonInternal, "x"},
+		{"upper-case reason", withInfo(codes.NotFound, "x", "MODEL_NOT_FOUND", "googleapis.com"), KindNotFound, "model_not_found", "x"},
+		{"odd reason dropped", withInfo(codes.NotFound, "x", "not found!", ErrorDomain), KindNotFound, "not_found", "x"},
+		{"long reason dropped", withInfo(codes.Internal, "x", strings.Repeat("a", 65), ErrorDomain), KindInternal, ReasonInternal, "x"},
+		{"long message cut", status.Error(codes.Internal, strings.Repeat("é", 400)), KindInternal, ReasonInternal, strings.Repeat("é", 256) + "…"},
+		{"invalid utf-8", status.Error(codes.Internal, "a\xffb"), KindInternal, ReasonInternal, "a\uFFFDb"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ie, ok := errors.AsType[*infer.Error](FromGRPC(tt.err))
+			ie, ok := errors.AsType[*Error](FromGRPC(tt.err))
 			require.True(t, ok)
 			require.Equal(t, tt.kind, ie.Kind)
 			require.Equal(t, tt.reason, ie.Reason)
@@ -195,7 +193,7 @@ func TestFromGRPC(t *testing.T) {
 		require.Equal(t, err, FromGRPC(err))
 	})
 	t.Run("domain error kept", func(t *testing.T) {
-		err := fmt.Errorf("call: %w", infer.Errorf(infer.KindTimeout, "upstream_timeout", "x"))
+		err := fmt.Errorf("call: %w", Errorf(KindTimeout, "upstream_timeout", "x"))
 		require.Equal(t, err, FromGRPC(err))
 	})
 }

@@ -1,4 +1,4 @@
-package wire
+package apierr
 
 import (
 	"encoding/json"

@@ -1,20 +1,36 @@
-// Package wire is Sluice's one error vocabulary on the wire: how a domain
-// error (an *infer.Error, a context error, an oversized body) becomes an
-// HTTP status and a gRPC status, how a gRPC status read by a client
-// becomes a domain error again, and the JSON error body every HTTP edge
+// Package apierr is Sluice's one error vocabulary: the domain error every
+// component raises (Error, made with Errorf: a Kind and a snake_case
+// reason code), the table of every reason code (Codes), how an error
+// becomes an HTTP status and a gRPC status, how a gRPC status read by a
+// client becomes an Error again, and the JSON error body every HTTP edge
 // writes, {"error": "...", "reason": "snake_case"}. It also holds the
-// reason codes more than one edge produces.
+// reason codes more than one edge produces; each component keeps the
+// constants of the codes only it raises.
 //
 // Every edge uses it: the model server (httpapi, grpcapi), the feature
 // server (feature/serving), the gateway, admission and authz, and the
-// clients that read these answers (kserve, release/replay, perf). It sits
-// on the ground floor of the import graph: it imports infer, scrub and
-// jsonenc and nothing else of Sluice, so no component needs another
+// clients that read these answers (kserve, release/replay, perf); so do
+// the components that raise errors without speaking a protocol (modelrepo,
+// batch, backends, the feature registry). It sits on the ground floor of
+// the import graph: it imports scrub and jsonenc and nothing else of
+// Sluice, so no component needs the tensor package (infer) or another
 // component's edge to speak the vocabulary.
+//
+// # The table
+//
+// Codes has one row a code: the reason, the HTTP statuses and gRPC codes
+// it is answered with, and a one-line meaning. Its tests read the
+// module's source and fail when a Reason constant is not a row, a row is
+// declared by no constant or used nowhere, a reason reaches an error as a
+// string literal, a status fixed in the source is not the row's, or the
+// error tables of the docs disagree with it. docs/errors.md is generated
+// from it:
+//
+//	go test ./internal/apierr -run TestErrorsPageAgrees -update
 //
 // # The mapping
 //
-//	infer.Kind            HTTP                         gRPC
+//	apierr.Kind            HTTP                         gRPC
 //	KindInvalid           400 Bad Request              InvalidArgument
 //	KindUnsupported       400 Bad Request              Unimplemented
 //	KindNotFound          404 Not Found                NotFound
@@ -37,13 +53,13 @@
 // Anything else (a rate limit, a full queue) is 429. Over gRPC all three
 // are ResourceExhausted, which is what admission's interceptors answer.
 //
-// Errors that are not an *infer.Error map as follows: an
+// Errors that are not an *apierr.Error map as follows: an
 // *http.MaxBytesError is 413 / ResourceExhausted "body_too_large";
 // context.DeadlineExceeded is 504 / DeadlineExceeded "deadline_exceeded";
 // context.Canceled is 400 / Canceled "canceled" (400 rather than nginx's
 // private 499, which proxies do not know; the client has usually gone);
 // an error already carrying a gRPC status keeps it over gRPC; anything
-// else is 500 / Internal "internal". An *infer.Error without a reason
+// else is 500 / Internal "internal". An *apierr.Error without a reason
 // gets "internal".
 //
 // Server-side failures (HTTP 5xx; gRPC Internal, Unavailable, Unknown and
@@ -78,7 +94,7 @@
 //
 // # Clients
 //
-// FromGRPC turns a status a client received into an *infer.Error: the
+// FromGRPC turns a status a client received into an *apierr.Error: the
 // Kind from the code (KindOf, the inverse of the table above, with the
 // codes Sluice never sends folded in: Canceled and Aborted are
 // KindUnavailable, AlreadyExists is KindConflict, OutOfRange is
@@ -86,4 +102,4 @@
 // the status's ErrorInfo detail (StatusReason; Sluice sends one in domain
 // ErrorDomain, Triton never does), else a reason named after the code.
 // FromGRPC(GRPCStatus(err)) keeps err's Kind and Reason.
-package wire
+package apierr

@@ -1,6 +1,4 @@
-package wire
-
-import "github.com/sluice-ml/sluice/internal/infer"
+package apierr
 
 // ErrorDomain is the ErrorInfo domain of every gRPC error status Sluice
 // sends. Clients match ErrorInfo.Reason within it.
@@ -11,16 +9,13 @@ const ErrorDomain = "sluice"
 // the same problem has the same name on every port and both protocols.
 const (
 	// ReasonInternal is a server-side failure with nothing more specific
-	// to say, and the reason of an *infer.Error that has none.
+	// to say, and the reason of an *apierr.Error that has none.
 	ReasonInternal = "internal"
 	// ReasonOverloaded is a refusal by the process's in-flight byte
 	// budget (package admission): 503 with Retry-After: 1.
 	ReasonOverloaded = "overloaded"
 	// ReasonBodyTooLarge is a request body over its listener's limit: 413.
 	ReasonBodyTooLarge = "body_too_large"
-	// ReasonResponseTooLarge is a response over its model's maximum output
-	// or over what the in-flight budget could ever hold: 413.
-	ReasonResponseTooLarge = infer.ReasonResponseTooLarge
 	// ReasonTooManyEntityRows is a feature request naming more entities
 	// than the feature server takes in one request: 413.
 	ReasonTooManyEntityRows = "too_many_entity_rows"

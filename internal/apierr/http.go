@@ -1,4 +1,4 @@
-package wire
+package apierr
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
 	"github.com/sluice-ml/sluice/internal/scrub"
 )
@@ -19,7 +18,7 @@ func HTTPStatus(err error) (code int, reason string) {
 	if err == nil {
 		return http.StatusOK, ""
 	}
-	if ie, ok := errors.AsType[*infer.Error](err); ok {
+	if ie, ok := errors.AsType[*Error](err); ok {
 		reason = ie.Reason
 		if reason == "" {
 			reason = ReasonInternal
@@ -40,15 +39,15 @@ func HTTPStatus(err error) (code int, reason string) {
 
 // KindHTTPStatus returns the HTTP status of an error of kind with reason;
 // the reason matters only for KindResourceExhausted.
-func KindHTTPStatus(kind infer.Kind, reason string) int {
+func KindHTTPStatus(kind Kind, reason string) int {
 	switch kind {
-	case infer.KindInvalid, infer.KindUnsupported:
+	case KindInvalid, KindUnsupported:
 		return http.StatusBadRequest
-	case infer.KindNotFound:
+	case KindNotFound:
 		return http.StatusNotFound
-	case infer.KindUnavailable:
+	case KindUnavailable:
 		return http.StatusServiceUnavailable
-	case infer.KindResourceExhausted:
+	case KindResourceExhausted:
 		switch reason {
 		case ReasonBodyTooLarge, ReasonTooManyEntityRows, ReasonResponseTooLarge:
 			return http.StatusRequestEntityTooLarge
@@ -57,13 +56,13 @@ func KindHTTPStatus(kind infer.Kind, reason string) int {
 		default:
 			return http.StatusTooManyRequests
 		}
-	case infer.KindConflict:
+	case KindConflict:
 		return http.StatusConflict
-	case infer.KindTimeout:
+	case KindTimeout:
 		return http.StatusGatewayTimeout
-	case infer.KindUnauthenticated:
+	case KindUnauthenticated:
 		return http.StatusUnauthorized
-	case infer.KindPermissionDenied:
+	case KindPermissionDenied:
 		return http.StatusForbidden
 	default:
 		return http.StatusInternalServerError

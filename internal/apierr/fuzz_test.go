@@ -1,4 +1,4 @@
-package wire
+package apierr
 
 import (
 	"errors"
@@ -14,8 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
-
-	"github.com/sluice-ml/sluice/internal/infer"
 )
 
 // FuzzFromGRPC feeds arbitrary bytes, as a hostile server could send them
@@ -44,9 +42,9 @@ func FuzzFromGRPC(f *testing.F) {
 		if proto.Unmarshal(data, &p) != nil || p.GetCode() == 0 {
 			return // not a status, or OK, which carries no error
 		}
-		ie, ok := errors.AsType[*infer.Error](FromGRPC(status.ErrorProto(&p)))
+		ie, ok := errors.AsType[*Error](FromGRPC(status.ErrorProto(&p)))
 		if !ok {
-			t.Fatalf("FromGRPC of code %d is no *infer.Error", p.GetCode())
+			t.Fatalf("FromGRPC of code %d is no *apierr.Error", p.GetCode())
 		}
 		if ie.Reason == "" || len(ie.Reason) > maxReasonLen {
 			t.Fatalf("reason %q", ie.Reason)
