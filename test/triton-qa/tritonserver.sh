@@ -1,0 +1,24 @@
+#!/bin/bash
+# Stands in for /opt/tritonserver/bin/tritonserver inside run.sh's
+# namespaces: starts `sluice model-server --server-name triton` with the
+# arguments test.sh gives. Flags that only tune Triton's GPU memory, its
+# backend shared libraries or its thread pools have no Sluice counterpart;
+# they are dropped (and named on stderr, in the test's server log). Every
+# other flag goes to Sluice as given, so a flag Sluice does not know fails
+# the start as it would for a user.
+drop='^--(backend-directory|cuda-virtual-address-size|cuda-memory-pool-byte-size|pinned-memory-pool-byte-size|min-supported-compute-capability|buffer-manager-thread-count|model-load-thread-count|model-load-retry-count|host-policy|disable-auto-complete-config-gpu)(=|$)'
+args=()
+while [ $# -gt 0 ]; do
+	a=$1
+	shift
+	if [[ $a =~ $drop ]]; then
+		if [[ $a != *=* && $# -gt 0 && $1 != --* ]]; then
+			a="$a $1"
+			shift
+		fi
+		echo "tritonserver.sh: dropped $a (no Sluice counterpart)" >&2
+		continue
+	fi
+	args+=("$a")
+done
+exec "$SLUICE" model-server --server-name triton "${args[@]}"
