@@ -1,5 +1,6 @@
 """Reads the records record.py kept for one L0 directory and prints
-"CASES FAILED" (unittest's "Ran N tests" and its failures plus errors),
+"CASES FAILED" (unittest's "Ran N tests" and its failures plus errors,
+or pytest's summary line),
 writing the names of the failed cases, with the records they are in, to
 the file named by the second argument."""
 
@@ -10,6 +11,10 @@ import sys
 RAN = re.compile(r"^Ran (\d+) tests? in ")
 FAILED = re.compile(r"^FAILED \((.*)\)")
 NAMED = re.compile(r"^(FAIL|ERROR): (\S+) \((\S+)\)")
+# pytest's last line, e.g. "==== 2 failed, 5 passed, 1 skipped in 3.10s ====",
+# and its short summary lines, "FAILED file.py::Class::test - reason".
+PYTEST_SUMMARY = re.compile(r"^=+ (.*\d+ (?:passed|failed|error|errors|skipped)\b.*) in [\d.]+s")
+PYTEST_NAMED = re.compile(r"^(FAILED|ERROR) (\S+::\S+)")
 
 
 def main():
@@ -28,6 +33,21 @@ def main():
             m = NAMED.match(line)
             if m:
                 names.append("%s %s.%s" % (m.group(1), m.group(3), m.group(2)))
+            m = PYTEST_NAMED.match(line)
+            if m:
+                names.append("%s %s" % (m.group(1), m.group(2)))
+            m = PYTEST_SUMMARY.match(line)
+            if m:
+                for part in m.group(1).split(","):
+                    n, _, kind = part.strip().partition(" ")
+                    if not n.isdigit():
+                        continue
+                    if kind in ("passed", "failed", "error", "errors", "skipped"):
+                        ran += int(n)
+                    if kind in ("failed", "error", "errors"):
+                        bad += int(n)
+                    if kind == "skipped":
+                        skipped += int(n)
             m = RAN.match(line)
             if m:
                 ran += int(m.group(1))

@@ -13,11 +13,14 @@ mount -t tmpfs qa-data /data
 mkdir -p /data/inferenceserver/qa
 mount --bind "$QA_DATA" /data/inferenceserver/qa
 # python and python3 for the scripts: the interpreter with Debian's
-# packages, recording what each run prints.
+# packages, recording what each run prints; pip: pip.sh.
 mkdir -p "$QA_RUN/bin"
 for n in python python3; do
 	printf '#!/bin/bash\nexec "%s" "%s" "$@"\n' "$PYTHON" "$QA_HERE/record.py" >"$QA_RUN/bin/$n"
 	chmod +x "$QA_RUN/bin/$n"
+done
+for n in pip pip3; do
+	cp "$QA_HERE/pip.sh" "$QA_RUN/bin/$n"
 done
 export PATH=$QA_RUN/bin:$PATH
 export PYTHONPATH=$QA_PYLIB:$QA_HERE/shim${PYTHONPATH:+:$PYTHONPATH}

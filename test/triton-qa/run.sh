@@ -78,7 +78,13 @@ for spec in "${dirs[@]}"; do
 	read -r ran bad <<<"$("$PYTHON" "$here/count.py" "$run/records" "$results/$label.txt")"
 	total_ran=$((total_ran + ran))
 	total_bad=$((total_bad + bad))
-	printf '%-60s %4d cases %4d pass %4d fail  (test.sh rc=%d, %ds)\n' "$label" "$ran" $((ran - bad)) "$bad" "$rc" $(($(date +%s) - start))
+	note=
+	# A test.sh that cannot start the server exits before its cases run,
+	# so they are not in the counts: say so.
+	if grep -q 'Failed to start' "$run/test.sh.out"; then
+		note=" server start failed (see $run/test.sh.out)"
+	fi
+	printf '%-50s %4d cases %4d pass %4d fail  test.sh rc=%d %ds%s\n' "$label" "$ran" $((ran - bad)) "$bad" "$rc" $(($(date +%s) - start)) "$note"
 done
 if [ "$total_ran" -gt 0 ]; then
 	printf 'TOTAL %d cases, %d pass, %d fail (%d %%)\n' "$total_ran" $((total_ran - total_bad)) "$total_bad" $((100 * (total_ran - total_bad) / total_ran))

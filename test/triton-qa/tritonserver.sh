@@ -21,4 +21,18 @@ while [ $# -gt 0 ]; do
 	fi
 	args+=("$a")
 done
+# The measuring machine has no GPU. Triton's generators write KIND_GPU
+# instance groups for many ONNX models (test.sh scripts then edit their
+# counts); on a machine without a GPU Triton refuses those as Sluice does,
+# so the groups are made KIND_CPU here, after the script's own edits, in the
+# repositories this start serves (the run's copies).
+for a in "${args[@]}"; do
+	case $a in
+	--model-repository=*) repo=${a#--model-repository=} ;;
+	*) continue ;;
+	esac
+	[ -d "$repo" ] || continue
+	find "$repo" -name config.pbtxt -exec grep -l KIND_GPU {} + 2>/dev/null |
+		xargs -r sed -i -e 's/KIND_GPU/KIND_CPU/' -e '/^[[:space:]]*gpus[[:space:]]*:/d'
+done
 exec "$SLUICE" model-server --server-name triton "${args[@]}"
