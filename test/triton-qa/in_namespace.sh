@@ -25,6 +25,10 @@ done
 export PATH=$QA_RUN/bin:$PATH
 export PYTHONPATH=$QA_PYLIB:$QA_HERE/shim${PYTHONPATH:+:$PYTHONPATH}
 export NVIDIA_TRITON_SERVER_VERSION=qa
+# Triton's image sets TRITON_SERVER_VERSION to the server's version, which
+# some tests compare with the server metadata: here, Sluice's version.
+TRITON_SERVER_VERSION=$("$SLUICE" version | awk 'NR == 1 { print $2 }')
+export TRITON_SERVER_VERSION
 export TRITON_SERVER_CPU_ONLY=1
 export QA_RECORDS=$QA_RUN/records
 cd "/opt/tritonserver/qa/$dir"
