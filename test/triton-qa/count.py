@@ -32,7 +32,10 @@ def main():
                 argv = line[len("# argv "):]
             m = NAMED.match(line)
             if m:
-                names.append("%s %s.%s" % (m.group(1), m.group(3), m.group(2)))
+                where = m.group(3)
+                if not where.endswith("." + m.group(2)):
+                    where += "." + m.group(2)
+                names.append("%s %s" % (m.group(1), where))
             m = PYTEST_NAMED.match(line)
             if m:
                 names.append("%s %s" % (m.group(1), m.group(2)))
