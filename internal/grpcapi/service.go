@@ -380,6 +380,10 @@ func (s *Service) streamAnswer(ctx context.Context, req *pb.ModelInferRequest, o
 			},
 		}
 	}
+	// The stream consumes its own parameter, as Triton's stream handler
+	// does; anywhere else a triton_ key is refused as reserved.
+	emptyFinal := req.GetParameters()[paramEmptyFinal].GetBoolParam()
+	delete(req.Parameters, paramEmptyFinal)
 	st, ok := s.models.(modelrepo.Streamer)
 	if !ok {
 		resp, err := s.infer(ctx, req)
@@ -390,7 +394,6 @@ func (s *Service) streamAnswer(ctx context.Context, req *pb.ModelInferRequest, o
 		out <- &pb.ModelStreamInferResponse{InferResponse: resp}
 		return
 	}
-	emptyFinal := req.GetParameters()[paramEmptyFinal].GetBoolParam()
 	err := s.inferWith(ctx, req, func(ir *infer.Request, fill func(*infer.Response) (*pb.ModelInferResponse, error)) error {
 		return st.InferStream(ctx, ir, func(resp *infer.Response, err error, final bool) error {
 			var msg *pb.ModelStreamInferResponse

@@ -409,10 +409,10 @@ func (lv *loaded) prepare(req *infer.Request) ([]infer.Tensor, []string, int64, 
 		return nil, nil, 0, apierr.Errorf(apierr.KindInvalid, reason, format, args...)
 	}
 	for k := range req.Parameters {
-		// Triton reserves the prefix and refuses such keys; its stream
-		// handler consumes triton_enable_empty_final_response, which only
-		// decoupled models use, so Sluice lets that one through.
-		if strings.HasPrefix(k, "triton_") && k != "triton_enable_empty_final_response" {
+		// Triton reserves the prefix and refuses such keys (qa/L0_parameters
+		// test_params_reserved_rejected); the gRPC stream consumes its
+		// triton_enable_empty_final_response before the request gets here.
+		if strings.HasPrefix(k, "triton_") {
 			return invalid(ReasonInvalidParameter, "parameter '%s': parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.", k)
 		}
 	}

@@ -91,6 +91,13 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 2, 2 ] } ]
 			"reserved parameter", &infer.Request{Model: "simple", Inputs: []infer.Tensor{in0, in1}, Parameters: infer.Parameters{"triton_": true}},
 			apierr.KindInvalid, ReasonInvalidParameter, "parameter 'triton_': parameter keys starting with 'triton_' are reserved for Triton usage",
 		},
+		// qa/L0_parameters test_params_reserved_rejected: a raw HTTP infer
+		// with triton_enable_empty_final_response is refused too (only the
+		// gRPC stream consumes it).
+		{
+			"reserved stream parameter", &infer.Request{Model: "simple", Inputs: []infer.Tensor{in0, in1}, Parameters: infer.Parameters{"triton_enable_empty_final_response": "dummy-value"}},
+			apierr.KindInvalid, ReasonInvalidParameter, "parameter 'triton_enable_empty_final_response': parameter keys starting with 'triton_' are reserved for Triton usage",
+		},
 		{"duplicate input", req(in0, in0, in1), apierr.KindInvalid, ReasonDuplicateInput, "input 'INPUT0' is given more than once"},
 		{
 			"datatype", req(in0, infer.Tensor{Name: "INPUT1", DataType: infer.FP32, Shape: infer.Shape{1, 4}, Data: make([]byte, 16)}),
@@ -140,7 +147,7 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 2, 2 ] } ]
 		require.InDelta(t, 1, testutil.ToFloat64(h.m.metrics.failures.WithLabelValues("simple", "1", ReasonBatchTooLarge)), 0)
 		stats, err := h.m.Statistics(t.Context(), "simple", "1")
 		require.NoError(t, err)
-		require.Equal(t, uint64(16), stats[0].Fail.Count, "every failure after the version was found")
+		require.Equal(t, uint64(17), stats[0].Fail.Count, "every failure after the version was found")
 	})
 }
 

@@ -90,6 +90,20 @@ const (
 	SettingMaxMessageBytes = "max-message-bytes"
 )
 
+// Triton's python backend settings, accepted so that a Triton command line
+// (--backend-config python,shm-default-byte-size=…) starts Sluice too.
+// stub-timeout-seconds bounds a worker's start, as start-timeout does
+// (start-timeout wins when both are given). The shm-* settings size and
+// name the shared-memory transport between Triton and its stubs; Sluice's
+// workers exchange framed messages over a Unix socket (bounded by
+// max-message-bytes), so they are checked and change nothing.
+const (
+	SettingTritonStubTimeout = "stub-timeout-seconds"
+	SettingTritonShmDefault  = "shm-default-byte-size"
+	SettingTritonShmGrowth   = "shm-growth-byte-size"
+	SettingTritonShmPrefix   = "shm-region-prefix-name"
+)
+
 // ParseSettings reads the python backend's settings. Unknown settings are
 // errors, so that a misspelt one does not pass silently.
 func ParseSettings(settings map[string]string) (Options, error) {
@@ -109,6 +123,7 @@ func ParseSettings(settings map[string]string) (Options, error) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	var stubTimeout time.Duration
 	for _, k := range keys {
 		v := strings.TrimSpace(settings[k])
 		if d, ok := durations[k]; ok {
@@ -135,9 +150,26 @@ func ParseSettings(settings map[string]string) (Options, error) {
 			} else {
 				o.MaxMessageBytes = n
 			}
+		case SettingTritonStubTimeout:
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return Options{}, fmt.Errorf("python backend setting %s: %q is not a positive number of seconds", k, v)
+			}
+			stubTimeout = time.Duration(n) * time.Second
+		case SettingTritonShmDefault, SettingTritonShmGrowth:
+			if n, err := strconv.ParseInt(v, 10, 64); err != nil || n < 0 {
+				return Options{}, fmt.Errorf("python backend setting %s: %q is not a byte count", k, v)
+			}
+		case SettingTritonShmPrefix:
+			if v == "" {
+				return Options{}, fmt.Errorf("python backend setting %s is empty", k)
+			}
 		default:
 			return Options{}, fmt.Errorf("unknown python backend setting %q (known: %s)", k, strings.Join(knownSettings(), ", "))
 		}
+	}
+	if o.StartTimeout == 0 {
+		o.StartTimeout = stubTimeout
 	}
 	return o, nil
 }
@@ -147,6 +179,7 @@ func knownSettings() []string {
 		SettingInterpreter, SettingStartTimeout, SettingPingInterval, SettingPingTimeout,
 		SettingFinalizeTimeout, SettingKillTimeout, SettingRestartBackoff, SettingMaxBackoff,
 		SettingQuickDeath, SettingRestartLimit, SettingMaxMessageBytes,
+		SettingTritonStubTimeout, SettingTritonShmDefault, SettingTritonShmGrowth, SettingTritonShmPrefix,
 	}
 	sort.Strings(out)
 	return out
