@@ -317,6 +317,27 @@ func (t *inputState) label() string {
 	return fmt.Sprintf("input #%d", t.idx)
 }
 
+// readInputParams reads input t's "parameters"; binary_data_size is
+// taken out of them into t.binarySize.
+func (d *decoder) readInputParams(t *inputState) error {
+	params, err := d.readParams(t.label())
+	if err != nil {
+		return err
+	}
+	if v, ok := params[paramBinaryDataSize]; ok {
+		size, ok := nonNegativeInt(v)
+		if !ok {
+			return invalidf(reasonInvalidParameter, "%s: %s must be a non-negative integer, got %v", t.label(), paramBinaryDataSize, v)
+		}
+		t.binarySize = size
+		delete(params, paramBinaryDataSize)
+	}
+	if len(params) > 0 {
+		t.params = params
+	}
+	return nil
+}
+
 // readInputKey reads the value of one key of input t's object.
 func (d *decoder) readInputKey(t *inputState, key []byte) error {
 	idx := t.idx
@@ -366,22 +387,7 @@ func (d *decoder) readInputKey(t *inputState, key []byte) error {
 		if err := once(&t.hasParams, "parameters", t.label); err != nil {
 			return err
 		}
-		params, err := d.readParams(t.label())
-		if err != nil {
-			return err
-		}
-		if v, ok := params[paramBinaryDataSize]; ok {
-			size, ok := nonNegativeInt(v)
-			if !ok {
-				return invalidf(reasonInvalidParameter, "%s: %s must be a non-negative integer, got %v", t.label(), paramBinaryDataSize, v)
-			}
-			t.binarySize = size
-			delete(params, paramBinaryDataSize)
-		}
-		if len(params) > 0 {
-			t.params = params
-		}
-		return nil
+		return d.readInputParams(t)
 	case "data":
 		if err := once(&t.seenData, "data", t.label); err != nil {
 			return err
