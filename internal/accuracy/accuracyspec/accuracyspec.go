@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -367,7 +368,7 @@ func (fe *fieldErrors) offline(p string, off Offline, kinds map[string]string) {
 		if kind == KindBinary {
 			allowed = BinaryMetrics
 		}
-		if ok && (kind == KindRegression || kind == KindBinary) && !contains(allowed, name) {
+		if ok && (kind == KindRegression || kind == KindBinary) && !slices.Contains(allowed, name) {
 			fe.add(p+".metrics."+name, "unknown metric for a %s output (want one of %v)", kind, allowed)
 		}
 		if math.IsNaN(v) || math.IsInf(v, 0) {
@@ -414,13 +415,4 @@ func (g *Gateway) Validate() error {
 		add("queue_size", "must be positive")
 	}
 	return errors.Join(errs...)
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
