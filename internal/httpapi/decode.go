@@ -317,6 +317,99 @@ func (t *inputState) label() string {
 	return fmt.Sprintf("input #%d", t.idx)
 }
 
+// readInputParams reads input t's "parameters"; binary_data_size is
+// taken out of them into t.binarySize.
+func (d *decoder) readInputParams(t *inputState) error {
+	params, err := d.readParams(t.label())
+	if err != nil {
+		return err
+	}
+	if v, ok := params[paramBinaryDataSize]; ok {
+		size, ok := nonNegativeInt(v)
+		if !ok {
+			return invalidf(reasonInvalidParameter, "%s: %s must be a non-negative integer, got %v", t.label(), paramBinaryDataSize, v)
+		}
+		t.binarySize = size
+		delete(params, paramBinaryDataSize)
+	}
+	if len(params) > 0 {
+		t.params = params
+	}
+	return nil
+}
+
+// readInputKey reads the value of one key of input t's object.
+func (d *decoder) readInputKey(t *inputState, key []byte) error {
+	idx := t.idx
+	switch string(key) {
+	case "name":
+		if err := once(&t.hasName, "name", t.label); err != nil {
+			return err
+		}
+		if ok, err := d.s.is('"'); !ok {
+			if err != nil {
+				return err
+			}
+			return invalidf(reasonInvalidInput, `input #%d: "name" must be a string`, idx)
+		}
+		name, err := d.s.readString()
+		t.name = name
+		return err
+	case "datatype":
+		if err := once(&t.hasDT, "datatype", t.label); err != nil {
+			return err
+		}
+		if ok, err := d.s.is('"'); !ok {
+			if err != nil {
+				return err
+			}
+			return invalidf(reasonInvalidDatatype, `%s: "datatype" must be a string`, t.label())
+		}
+		raw, escaped, err := d.s.readStringRaw()
+		if err != nil {
+			return err
+		}
+		if escaped {
+			raw = appendUnescaped(nil, raw)
+		}
+		dt, ok := infer.ParseDataType(string(raw))
+		if !ok {
+			return invalidf(reasonInvalidDatatype, "%s: unknown datatype %q", t.label(), raw)
+		}
+		t.dt = dt
+		return nil
+	case "shape":
+		if err := once(&t.hasShape, "shape", t.label); err != nil {
+			return err
+		}
+		return d.readShape(t)
+	case "parameters":
+		if err := once(&t.hasParams, "parameters", t.label); err != nil {
+			return err
+		}
+		return d.readInputParams(t)
+	case "data":
+		if err := once(&t.seenData, "data", t.label); err != nil {
+			return err
+		}
+		if ok, err := d.s.is('['); !ok {
+			if err != nil {
+				return err
+			}
+			return invalidf(reasonInvalidInput, `%s: "data" must be an array`, t.label())
+		}
+		if !t.hasName || !t.hasDT {
+			// Parse once name and datatype are known, so errors can name
+			// the tensor and values go straight into the right layout.
+			t.deferredData = d.s.pos
+			return d.s.skipValue(3)
+		}
+		return d.readData(t)
+	default:
+		return d.s.skipValue(3)
+	}
+}
+
 func (d *decoder) readInput(idx int) (infer.Tensor, int64, error) {
 	t := &inputState{idx: idx, binarySize: -1, deferredData: -1}
 	if ok, err := d.s.is('{'); !ok {
@@ -325,93 +418,17 @@ func (d *decoder) readInput(idx int) (infer.Tensor, int64, error) {
 		}
 		return infer.Tensor{}, 0, invalidf(reasonInvalidInput, "input #%d must be an object", idx)
 	}
-	err := d.s.readObject(3, func(key []byte) error {
-		switch string(key) {
-		case "name":
-			if err := once(&t.hasName, "name", t.label); err != nil {
-				return err
-			}
-			if ok, err := d.s.is('"'); !ok {
-				if err != nil {
-					return err
-				}
-				return invalidf(reasonInvalidInput, `input #%d: "name" must be a string`, idx)
-			}
-			name, err := d.s.readString()
-			t.name = name
-			return err
-		case "datatype":
-			if err := once(&t.hasDT, "datatype", t.label); err != nil {
-				return err
-			}
-			if ok, err := d.s.is('"'); !ok {
-				if err != nil {
-					return err
-				}
-				return invalidf(reasonInvalidDatatype, `%s: "datatype" must be a string`, t.label())
-			}
-			raw, escaped, err := d.s.readStringRaw()
-			if err != nil {
-				return err
-			}
-			if escaped {
-				raw = appendUnescaped(nil, raw)
-			}
-			dt, ok := infer.ParseDataType(string(raw))
-			if !ok {
-				return invalidf(reasonInvalidDatatype, "%s: unknown datatype %q", t.label(), raw)
-			}
-			t.dt = dt
-			return nil
-		case "shape":
-			if err := once(&t.hasShape, "shape", t.label); err != nil {
-				return err
-			}
-			return d.readShape(t)
-		case "parameters":
-			if err := once(&t.hasParams, "parameters", t.label); err != nil {
-				return err
-			}
-			params, err := d.readParams(t.label())
-			if err != nil {
-				return err
-			}
-			if v, ok := params[paramBinaryDataSize]; ok {
-				size, ok := nonNegativeInt(v)
-				if !ok {
-					return invalidf(reasonInvalidParameter, "%s: %s must be a non-negative integer, got %v", t.label(), paramBinaryDataSize, v)
-				}
-				t.binarySize = size
-				delete(params, paramBinaryDataSize)
-			}
-			if len(params) > 0 {
-				t.params = params
-			}
-			return nil
-		case "data":
-			if err := once(&t.seenData, "data", t.label); err != nil {
-				return err
-			}
-			if ok, err := d.s.is('['); !ok {
-				if err != nil {
-					return err
-				}
-				return invalidf(reasonInvalidInput, `%s: "data" must be an array`, t.label())
-			}
-			if !t.hasName || !t.hasDT {
-				// Parse once name and datatype are known, so errors can name
-				// the tensor and values go straight into the right layout.
-				t.deferredData = d.s.pos
-				return d.s.skipValue(3)
-			}
-			return d.readData(t)
-		default:
-			return d.s.skipValue(3)
-		}
-	})
+	err := d.s.readObject(3, func(key []byte) error { return d.readInputKey(t, key) })
 	if err != nil {
 		return infer.Tensor{}, 0, err
 	}
+	return d.finishInput(t)
+}
+
+// finishInput checks what an input object held once it is read, parses
+// "data" that came before its name or datatype, and builds the tensor.
+func (d *decoder) finishInput(t *inputState) (infer.Tensor, int64, error) {
+	idx := t.idx
 	switch {
 	case !t.hasName:
 		return infer.Tensor{}, 0, invalidf(reasonInvalidInput, `input #%d has no "name"`, idx)

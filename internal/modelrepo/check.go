@@ -133,75 +133,90 @@ func checkModel(ctx context.Context, dir, name string, backends *backend.Registr
 	return c
 }
 
-func checkModelFolder(ctx context.Context, dir, name string, backends *backend.Registry, strict bool, known func(string) bool) (modelconfig.Errors, *inferencepb.ModelConfig, *modelconfig.Source, *ensemble) {
-	var ps modelconfig.Errors
-	seen := map[string]bool{}
-	add := func(more ...modelconfig.Error) {
-		for _, p := range more {
-			p.Msg = strings.TrimSpace(p.Msg)
-			if k := p.Error(); !seen[k] {
-				seen[k] = true
-				ps = append(ps, p)
-			}
+// folderCheck collects the problems of one model folder, each once.
+type folderCheck struct {
+	ps   modelconfig.Errors
+	seen map[string]bool
+}
+
+func (fc *folderCheck) add(more ...modelconfig.Error) {
+	for _, p := range more {
+		p.Msg = strings.TrimSpace(p.Msg)
+		if k := p.Error(); !fc.seen[k] {
+			fc.seen[k] = true
+			fc.ps = append(fc.ps, p)
 		}
 	}
-	at := func(file, format string, args ...any) {
-		add(modelconfig.Error{Pos: modelconfig.Position{File: file}, Msg: fmt.Sprintf(format, args...)})
-	}
+}
 
-	cfgPath := filepath.Join(dir, configFile)
-	var cfg *inferencepb.ModelConfig
-	var src *modelconfig.Source
+func (fc *folderCheck) at(file, format string, args ...any) {
+	fc.add(modelconfig.Error{Pos: modelconfig.Position{File: file}, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (fc *folderCheck) missingVersions(src *modelconfig.Source, missing []int64) {
+	for _, v := range missing {
+		fc.add(modelconfig.Error{Pos: src.Pos("version_policy"), Msg: fmt.Sprintf("version %d is named by version_policy but has no folder", v)})
+	}
+}
+
+// readConfig reads and parses the folder's config.pbtxt; a nil config
+// means the folder cannot be checked further.
+func (fc *folderCheck) readConfig(cfgPath string, strict bool) (*inferencepb.ModelConfig, *modelconfig.Source) {
 	switch data, err := os.ReadFile(cfgPath); {
 	case errors.Is(err, fs.ErrNotExist) && strict:
-		at(cfgPath, "config.pbtxt is missing (required with --strict-model-config)")
-		return ps, nil, nil, nil
+		fc.at(cfgPath, "config.pbtxt is missing (required with --strict-model-config)")
+		return nil, nil
 	case errors.Is(err, fs.ErrNotExist):
-		cfg = &inferencepb.ModelConfig{}
+		return &inferencepb.ModelConfig{}, nil
 	case err != nil:
-		at(cfgPath, "%v", err)
-		return ps, nil, nil, nil
+		fc.at(cfgPath, "%v", err)
+		return nil, nil
 	default:
 		c, s, err := modelconfig.Parse(cfgPath, data)
 		if err != nil {
 			if cps := problemsOf(err); len(cps) > 0 {
-				add(cps...)
+				fc.add(cps...)
 			} else {
-				at(cfgPath, "%v", err)
+				fc.at(cfgPath, "%v", err)
 			}
-			return ps, nil, nil, nil
+			return nil, nil
 		}
-		cfg, src = c, s
+		return c, s
+	}
+}
+
+func checkModelFolder(ctx context.Context, dir, name string, backends *backend.Registry, strict bool, known func(string) bool) (modelconfig.Errors, *inferencepb.ModelConfig, *modelconfig.Source, *ensemble) {
+	fc := &folderCheck{seen: map[string]bool{}}
+	cfgPath := filepath.Join(dir, configFile)
+	cfg, src := fc.readConfig(cfgPath, strict)
+	if cfg == nil {
+		return fc.ps, nil, nil, nil
 	}
 	if n := cfg.GetName(); n != "" && n != name {
-		add(modelconfig.Error{Pos: src.Pos("name"), Msg: fmt.Sprintf("name '%s' does not match the model folder '%s'", n, name)})
+		fc.add(modelconfig.Error{Pos: src.Pos("name"), Msg: fmt.Sprintf("name '%s' does not match the model folder '%s'", n, name)})
 	}
 	modelconfig.ApplyDefaults(cfg, name)
 
 	avail, err := versionDirs(dir)
 	if err != nil {
-		at(dir, "%v", err)
-		return ps, nil, nil, nil
+		fc.at(dir, "%v", err)
+		return fc.ps, nil, nil, nil
 	}
 	if isEnsemble(cfg) {
 		if len(avail) == 0 {
 			avail = []int64{1} // an ensemble needs no version folder
 		}
 		_, missing := selectVersions(cfg.GetVersionPolicy(), avail)
-		for _, v := range missing {
-			add(modelconfig.Error{Pos: src.Pos("version_policy"), Msg: fmt.Sprintf("version %d is named by version_policy but has no folder", v)})
-		}
-		add(modelconfig.Validate(cfg, src)...)
+		fc.missingVersions(src, missing)
+		fc.add(modelconfig.Validate(cfg, src)...)
 		e, eps := parseEnsemble(cfg, src, known)
-		add(eps...)
-		return ps, cfg, src, e
+		fc.add(eps...)
+		return fc.ps, cfg, src, e
 	}
 	versions, missing := selectVersions(cfg.GetVersionPolicy(), avail)
-	for _, v := range missing {
-		add(modelconfig.Error{Pos: src.Pos("version_policy"), Msg: fmt.Sprintf("version %d is named by version_policy but has no folder", v)})
-	}
+	fc.missingVersions(src, missing)
 	if len(avail) == 0 {
-		at(dir, "no version folder (version folders are named 1, 2, ...)")
+		fc.at(dir, "no version folder (version folders are named 1, 2, ...)")
 	}
 
 	be, err := pickBackend(backends, strict, cfg, dir, avail)
@@ -213,94 +228,115 @@ func checkModelFolder(ctx context.Context, dir, name string, backends *backend.R
 		if pos.File == "" {
 			pos.File = cfgPath
 		}
-		add(modelconfig.Error{Pos: pos, Msg: err.Error()})
+		fc.add(modelconfig.Error{Pos: pos, Msg: err.Error()})
 	}
-	autoComplete := !strict
-	pin, err := readPin(dir)
+	vc := versionCheck{fc: fc, cfg: cfg, src: src, cfgPath: cfgPath, be: be, autoComplete: !strict}
+	vc.pin, err = readPin(dir)
 	if err != nil {
-		at(filepath.Join(dir, pinFile), "%v", err)
+		fc.at(filepath.Join(dir, pinFile), "%v", err)
 	}
 
 	validated := false
 	effective := cfg
 	slices.Sort(versions)
 	for _, v := range versions {
-		vdir := filepath.Join(dir, strconv.FormatInt(v, 10))
-		prov, err := readProvenance(vdir)
-		var pp modelconfig.Error
-		switch {
-		case errors.As(err, &pp):
-			add(pp)
-		case err != nil:
-			at(filepath.Join(vdir, provenanceFile), "%v", err)
-		case pin != "" && !commitMatches(pin, prov.GitCommit):
-			got := prov.GitCommit
-			if got == "" {
-				got = "none"
-			}
-			at(filepath.Join(vdir, provenanceFile), "git commit mismatch: %s expects %s, version %d has %s", pinFile, pin, v, got)
+		if vcfg := vc.check(ctx, dir, v); vcfg != nil {
+			validated = true
+			effective = vcfg
 		}
-		_, mps := verifyManifest(vdir)
-		add(mps...)
-		if be == nil {
-			continue
+	}
+	if !validated && (!vc.autoComplete || len(cfg.GetInput()) > 0) {
+		fc.add(modelconfig.Validate(cfg, src)...)
+	}
+	return fc.ps, effective, src, nil
+}
+
+// versionCheck checks the version folders of one (non-ensemble) model.
+type versionCheck struct {
+	fc           *folderCheck
+	cfg          *inferencepb.ModelConfig
+	src          *modelconfig.Source
+	cfgPath      string
+	be           backend.Backend // nil when none fits
+	pin          string
+	autoComplete bool
+}
+
+// check checks version v: its provenance and manifest, then (with a
+// backend) the model file against the configuration. It returns the
+// version's effective configuration, or nil when it was not validated.
+func (vc *versionCheck) check(ctx context.Context, dir string, v int64) *inferencepb.ModelConfig {
+	fc, cfg := vc.fc, vc.cfg
+	vdir := filepath.Join(dir, strconv.FormatInt(v, 10))
+	prov, err := readProvenance(vdir)
+	var pp modelconfig.Error
+	switch {
+	case errors.As(err, &pp):
+		fc.add(pp)
+	case err != nil:
+		fc.at(filepath.Join(vdir, provenanceFile), "%v", err)
+	case vc.pin != "" && !commitMatches(vc.pin, prov.GitCommit):
+		got := prov.GitCommit
+		if got == "" {
+			got = "none"
 		}
-		file := cfg.GetDefaultModelFilename()
-		if file == "" {
-			file = be.DefaultFilename()
-		}
-		path := filepath.Join(vdir, file)
-		base := cfg
-		if cc, ok := be.(backend.ConfigCompleter); ok && autoComplete {
-			// As at load: the model's auto_complete_config (which runs
-			// model.py's top-level code) completes the configuration.
-			completed, err := cc.CompleteConfig(ctx, vdir, proto.CloneOf(cfg))
-			if err != nil {
-				at(cfgPath, "auto-complete config: %v", err)
-				continue
-			}
-			modelconfig.ApplyDefaults(completed, cfg.GetName())
-			base = completed
-		}
-		sig, cause, err := versionSignature(ctx, be, base, vdir, path)
+		fc.at(filepath.Join(vdir, provenanceFile), "git commit mismatch: %s expects %s, version %d has %s", pinFile, vc.pin, v, got)
+	}
+	_, mps := verifyManifest(vdir)
+	fc.add(mps...)
+	if vc.be == nil {
+		return nil
+	}
+	file := cfg.GetDefaultModelFilename()
+	if file == "" {
+		file = vc.be.DefaultFilename()
+	}
+	path := filepath.Join(vdir, file)
+	base := cfg
+	if cc, ok := vc.be.(backend.ConfigCompleter); ok && vc.autoComplete {
+		// As at load: the model's auto_complete_config (which runs
+		// model.py's top-level code) completes the configuration.
+		completed, err := cc.CompleteConfig(ctx, vdir, proto.CloneOf(cfg))
 		if err != nil {
-			switch {
-			case cause == causeConfig:
-				at(cfgPath, "%v", err)
-			case cause == causeModelFile && errors.Is(err, fs.ErrNotExist):
-				at(path, "model file is missing")
-			case cause == causeModelFile:
-				at(path, "%v", err)
-			default:
-				at(path, "read model: %v", err)
-			}
-			continue
+			fc.at(vc.cfgPath, "auto-complete config: %v", err)
+			return nil
 		}
-		vcfg := proto.CloneOf(base)
-		if autoComplete {
-			if err := modelconfig.AutoComplete(vcfg, sig); err != nil {
-				at(cfgPath, "auto-complete config from %s: %v", path, err)
-				continue
-			}
+		modelconfig.ApplyDefaults(completed, cfg.GetName())
+		base = completed
+	}
+	sig, cause, err := versionSignature(ctx, vc.be, base, vdir, path)
+	if err != nil {
+		switch {
+		case cause == causeConfig:
+			fc.at(vc.cfgPath, "%v", err)
+		case cause == causeModelFile && errors.Is(err, fs.ErrNotExist):
+			fc.at(path, "model file is missing")
+		case cause == causeModelFile:
+			fc.at(path, "%v", err)
+		default:
+			fc.at(path, "read model: %v", err)
 		}
-		validated = true
-		effective = vcfg
-		vps := append(modelconfig.Validate(vcfg, src), modelconfig.ValidateSignature(vcfg, sig, src)...)
-		add(vps...)
-		add(checkWarmupFiles(vcfg, vdir, src)...)
-		// A backend's own checks (Python: model.py, state_dict keys) run
-		// on a configuration that fits the model; they would only repeat
-		// its problems otherwise.
-		if vc, ok := be.(backend.VersionChecker); ok && len(vps) == 0 {
-			for _, p := range vc.CheckVersion(ctx, vdir, vcfg) {
-				add(modelconfig.Error{Pos: modelconfig.Position{File: p.File, Line: p.Line, Col: p.Col}, Msg: p.Msg})
-			}
+		return nil
+	}
+	vcfg := proto.CloneOf(base)
+	if vc.autoComplete {
+		if err := modelconfig.AutoComplete(vcfg, sig); err != nil {
+			fc.at(vc.cfgPath, "auto-complete config from %s: %v", path, err)
+			return nil
 		}
 	}
-	if !validated && (!autoComplete || len(cfg.GetInput()) > 0) {
-		add(modelconfig.Validate(cfg, src)...)
+	vps := append(modelconfig.Validate(vcfg, vc.src), modelconfig.ValidateSignature(vcfg, sig, vc.src)...)
+	fc.add(vps...)
+	fc.add(checkWarmupFiles(vcfg, vdir, vc.src)...)
+	// A backend's own checks (Python: model.py, state_dict keys) run
+	// on a configuration that fits the model; they would only repeat
+	// its problems otherwise.
+	if bc, ok := vc.be.(backend.VersionChecker); ok && len(vps) == 0 {
+		for _, p := range bc.CheckVersion(ctx, vdir, vcfg) {
+			fc.add(modelconfig.Error{Pos: modelconfig.Position{File: p.File, Line: p.Line, Col: p.Col}, Msg: p.Msg})
+		}
 	}
-	return ps, effective, src, nil
+	return vcfg
 }
 
 // checkWarmupFiles reports model_warmup input files that are missing.

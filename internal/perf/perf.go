@@ -296,95 +296,10 @@ func maxLevel(v []int) int {
 
 // withDefaults validates opts and fills in defaults.
 func withDefaults(o Options) (Options, error) {
-	if o.Service != "" {
-		switch {
-		case o.Model != "":
-			return o, errors.New("give a model (-m) or a gateway service (--service), not both")
-		case o.Protocol == ProtocolGRPC:
-			return o, errors.New("a gateway service is measured over HTTP (-i http)")
-		case o.Binary:
-			return o, errors.New("--binary applies to models; a gateway service takes a JSON body")
-		case o.Batch > 1:
-			return o, errors.New("a gateway service call is one prediction: batch size 1")
-		case len(o.ServiceBody) == 0:
-			return o, errors.New("a gateway service needs a request body template (--service-body)")
+	for _, step := range []func(*Options) error{checkTarget, transportDefaults, loadDefaults, measurementDefaults} {
+		if err := step(&o); err != nil {
+			return o, err
 		}
-	} else if o.Model == "" {
-		return o, errors.New("a model name is required (-m), or a gateway service (--service)")
-	}
-	if o.Protocol == "" {
-		o.Protocol = ProtocolHTTP
-	}
-	if o.Protocol != ProtocolHTTP && o.Protocol != ProtocolGRPC {
-		return o, fmt.Errorf("unknown protocol %q (want http or grpc)", o.Protocol)
-	}
-	if o.URL == "" {
-		o.URL = "localhost:8000"
-		if o.Protocol == ProtocolGRPC {
-			o.URL = "localhost:8001"
-		}
-	}
-	if o.Binary && o.Protocol != ProtocolHTTP {
-		return o, errors.New("--binary applies to HTTP only (gRPC always sends raw tensors)")
-	}
-	if len(o.Concurrency) > 0 && len(o.RequestRate) > 0 {
-		return o, errors.New("give either a concurrency range or a request-rate range, not both")
-	}
-	if len(o.Concurrency) == 0 && len(o.RequestRate) == 0 {
-		o.Concurrency = []int{1}
-	}
-	for _, c := range o.Concurrency {
-		if c <= 0 || c > 100_000 {
-			return o, fmt.Errorf("concurrency %d is out of range (1..100000)", c)
-		}
-	}
-	if o.Distribution == "" {
-		o.Distribution = Constant
-	}
-	if o.Distribution != Constant && o.Distribution != Poisson {
-		return o, fmt.Errorf("unknown request distribution %q (want constant or poisson)", o.Distribution)
-	}
-	if o.Batch == 0 {
-		o.Batch = 1
-	}
-	if o.Batch < 0 {
-		return o, fmt.Errorf("batch size %d must be positive", o.Batch)
-	}
-	if o.InputData == "" {
-		o.InputData = InputRandom
-	}
-	if o.MeasurementMode == "" {
-		o.MeasurementMode = TimeWindows
-	}
-	if o.MeasurementMode != TimeWindows && o.MeasurementMode != CountWindows {
-		return o, fmt.Errorf("unknown measurement mode %q (want time_windows or count_windows)", o.MeasurementMode)
-	}
-	if o.MeasurementInterval == 0 {
-		o.MeasurementInterval = 5 * time.Second
-	}
-	if o.MeasurementInterval < time.Millisecond {
-		return o, fmt.Errorf("measurement interval %s is too short", o.MeasurementInterval)
-	}
-	if o.MeasurementRequestCount == 0 {
-		o.MeasurementRequestCount = 50
-	}
-	if o.MeasurementRequestCount < 0 {
-		return o, errors.New("measurement request count must be positive")
-	}
-	if o.StabilityPercentage == 0 {
-		o.StabilityPercentage = 10
-	}
-	if o.StabilityPercentage < 0 {
-		return o, errors.New("stability percentage must be positive")
-	}
-	if o.MaxTrials == 0 {
-		o.MaxTrials = 10
-	}
-	if o.MaxTrials < StabilityWindows {
-		return o, fmt.Errorf("max trials must be at least %d", StabilityWindows)
-	}
-	if o.Percentile < 0 || o.Percentile > 100 {
-		return o, fmt.Errorf("percentile %d is out of range (1..99, or 0 for the average)", o.Percentile)
 	}
 	if o.RequestTimeout == 0 {
 		o.RequestTimeout = 30 * time.Second
@@ -399,6 +314,121 @@ func withDefaults(o Options) (Options, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return o, nil
+}
+
+// checkTarget checks that o names one model or one gateway service, and
+// what a service call allows.
+func checkTarget(o *Options) error {
+	if o.Service == "" {
+		if o.Model == "" {
+			return errors.New("a model name is required (-m), or a gateway service (--service)")
+		}
+		return nil
+	}
+	switch {
+	case o.Model != "":
+		return errors.New("give a model (-m) or a gateway service (--service), not both")
+	case o.Protocol == ProtocolGRPC:
+		return errors.New("a gateway service is measured over HTTP (-i http)")
+	case o.Binary:
+		return errors.New("--binary applies to models; a gateway service takes a JSON body")
+	case o.Batch > 1:
+		return errors.New("a gateway service call is one prediction: batch size 1")
+	case len(o.ServiceBody) == 0:
+		return errors.New("a gateway service needs a request body template (--service-body)")
+	}
+	return nil
+}
+
+// transportDefaults fills in and checks the protocol and the URL.
+func transportDefaults(o *Options) error {
+	if o.Protocol == "" {
+		o.Protocol = ProtocolHTTP
+	}
+	if o.Protocol != ProtocolHTTP && o.Protocol != ProtocolGRPC {
+		return fmt.Errorf("unknown protocol %q (want http or grpc)", o.Protocol)
+	}
+	if o.URL == "" {
+		o.URL = "localhost:8000"
+		if o.Protocol == ProtocolGRPC {
+			o.URL = "localhost:8001"
+		}
+	}
+	if o.Binary && o.Protocol != ProtocolHTTP {
+		return errors.New("--binary applies to HTTP only (gRPC always sends raw tensors)")
+	}
+	return nil
+}
+
+// loadDefaults fills in and checks the load levels, the request
+// distribution, the batch size and the input data.
+func loadDefaults(o *Options) error {
+	if len(o.Concurrency) > 0 && len(o.RequestRate) > 0 {
+		return errors.New("give either a concurrency range or a request-rate range, not both")
+	}
+	if len(o.Concurrency) == 0 && len(o.RequestRate) == 0 {
+		o.Concurrency = []int{1}
+	}
+	for _, c := range o.Concurrency {
+		if c <= 0 || c > 100_000 {
+			return fmt.Errorf("concurrency %d is out of range (1..100000)", c)
+		}
+	}
+	if o.Distribution == "" {
+		o.Distribution = Constant
+	}
+	if o.Distribution != Constant && o.Distribution != Poisson {
+		return fmt.Errorf("unknown request distribution %q (want constant or poisson)", o.Distribution)
+	}
+	if o.Batch == 0 {
+		o.Batch = 1
+	}
+	if o.Batch < 0 {
+		return fmt.Errorf("batch size %d must be positive", o.Batch)
+	}
+	if o.InputData == "" {
+		o.InputData = InputRandom
+	}
+	return nil
+}
+
+// measurementDefaults fills in and checks how windows are measured and
+// when a measurement is stable.
+func measurementDefaults(o *Options) error {
+	if o.MeasurementMode == "" {
+		o.MeasurementMode = TimeWindows
+	}
+	if o.MeasurementMode != TimeWindows && o.MeasurementMode != CountWindows {
+		return fmt.Errorf("unknown measurement mode %q (want time_windows or count_windows)", o.MeasurementMode)
+	}
+	if o.MeasurementInterval == 0 {
+		o.MeasurementInterval = 5 * time.Second
+	}
+	if o.MeasurementInterval < time.Millisecond {
+		return fmt.Errorf("measurement interval %s is too short", o.MeasurementInterval)
+	}
+	if o.MeasurementRequestCount == 0 {
+		o.MeasurementRequestCount = 50
+	}
+	if o.MeasurementRequestCount < 0 {
+		return errors.New("measurement request count must be positive")
+	}
+	if o.StabilityPercentage == 0 {
+		o.StabilityPercentage = 10
+	}
+	if o.StabilityPercentage < 0 {
+		return errors.New("stability percentage must be positive")
+	}
+	if o.MaxTrials == 0 {
+		o.MaxTrials = 10
+	}
+	if o.MaxTrials < StabilityWindows {
+		return fmt.Errorf("max trials must be at least %d", StabilityWindows)
+	}
+	if o.Percentile < 0 || o.Percentile > 100 {
+		return fmt.Errorf("percentile %d is out of range (1..99, or 0 for the average)", o.Percentile)
+	}
+	return nil
 }
 
 // runner measures load levels against one prepared request.

@@ -81,54 +81,15 @@ func renderMarkdown(rep *report) string {
 	w("- Server CPU per inference: user + system time of the server's processes (gunicorn's master and workers for the peer) from `/proc/PID/stat` over the reported windows (`sluice perf --server-pid`), divided by the inferences completed in them; the load generator's own beside it\n")
 	w("\n**The load generator and every server share this machine's %d cores.** Compare ratios measured in this run; do not compare absolute numbers across runs.\n\n", m.CPUs)
 
-	w("## Targets (issue 13)\n\n")
-	w("| # | target | measured | goal | verdict |\n|---|---|---|---|---|\n")
-	targets13 := evaluateTargets13(rep)
-	for i, t := range targets13 {
-		w("| %d | %s | %s | %s | %s |\n", i+1, t.Name, t.Measured, t.Goal, t.verdict())
-	}
-	w("\n")
-	for i, t := range targets13 {
-		if t.Note != "" {
-			w("%d. %s\n", i+1, t.Note)
-		}
-	}
-	w("\n")
+	renderTargets(w, "Targets (issue 13)", evaluateTargets13(rep))
 	renderCPU(w, rep)
 
-	w("## Targets (issue 3)\n\n")
-	w("| # | target | measured | goal | verdict |\n|---|---|---|---|---|\n")
-	targets := evaluateTargets(rep)
-	for i, t := range targets {
-		w("| %d | %s | %s | %s | %s |\n", i+1, t.Name, t.Measured, t.Goal, t.verdict())
-	}
-	w("\n")
-	for i, t := range targets {
-		if t.Note != "" {
-			w("%d. %s\n", i+1, t.Note)
-		}
-	}
-	w("\n")
+	renderTargets(w, "Targets (issue 3)", evaluateTargets(rep))
 
 	if len(rep.ORT) > 0 {
 		w("## Raw ONNX Runtime in-process (the limit)\n\n")
 		w("Sluice's ONNX Runtime backend loaded into the harness, one session (intra-op threads 1, as served), one caller executing back to back for %s: no network, no encoding, no scheduler. \"infer/s\" counts rows.\n\n", cfg.ORTTime)
-		w("| batch | executions/s | infer/s | p50 µs | p99 µs | vs batch 1 (infer/s) |\n|---|---|---|---|---|---|\n")
-		base := 0.0
-		for _, r := range rep.ORT {
-			if r.Batch == 1 {
-				base = r.InferPerSec()
-			}
-		}
-		for _, r := range rep.ORT {
-			ratio := "n/a"
-			if base > 0 {
-				ratio = fmtRatio(r.InferPerSec() / base)
-			}
-			w("| %d | %s | %s | %s | %s | %s |\n", r.Batch, fmtRate(r.CallsPerSec()), fmtRate(r.InferPerSec()),
-				fmtUs(percentile(r.Latencies, 0.5)), fmtUs(percentile(r.Latencies, 0.99)), ratio)
-		}
-		w("\n")
+		renderORTTable(w, rep.ORT)
 		if c := rep.ORTCold; c != nil && c.Calls > 0 {
 			w("Cold cache: the same batch-1 call with %d MiB of other memory written between calls (untimed), as a server's other work evicts the model's weights between requests: p50 %s µs, p99 %s µs.\n\n",
 				c.Thrash>>20, fmtUs(percentile(c.Latencies, 0.5)), fmtUs(percentile(c.Latencies, 0.99)))
@@ -136,91 +97,135 @@ func renderMarkdown(rep *report) string {
 	}
 	if len(rep.RankerORT) > 0 {
 		w("## Raw ONNX Runtime in-process, route_ranker (compute-bound)\n\n")
-		w("| batch | executions/s | infer/s | p50 µs | p99 µs | vs batch 1 (infer/s) |\n|---|---|---|---|---|---|\n")
-		base := 0.0
-		for _, r := range rep.RankerORT {
-			if r.Batch == 1 {
-				base = r.InferPerSec()
-			}
+		renderORTTable(w, rep.RankerORT)
+	}
+
+	if len(rep.Rows) > 0 {
+		renderRows(w, rep)
+	}
+
+	renderStartup(w, rep)
+
+	w("## Notes\n\n")
+	w("- Flask peer: %s, serving a TorchScript copy of the same weights; it implements inference and readiness only, so `sluice perf` takes input names and shapes from the request file and reports its server columns as n/a. gunicorn's sync workers close the connection after every answer, so each peer request also pays a TCP connect.\n", cfg.PeerDesc)
+	w("- Closed loop hides queueing at saturation (a slow answer delays the next send); `sluice perf --request-rate-range` measures latency at a fixed offered rate.\n")
+	if busy := max(firstLoad(rep.LoadStart), firstLoad(rep.LoadEnd)); m.CPUs > 0 && busy > float64(m.CPUs) {
+		w("- The machine was busy: the 1-minute load average reached %.1f on %d cores (other jobs were running), so absolute numbers are depressed and noisier than usual, and levels may be marked unstable; ratios are still same-run comparisons, but rerun on a quiet machine before drawing conclusions.\n", busy, m.CPUs)
+	}
+	for _, n := range rep.Notes {
+		w("- %s\n", n)
+	}
+	return b.String()
+}
+
+// renderTargets writes one table of targets with their notes.
+func renderTargets(w func(string, ...any), title string, targets []target) {
+	w("## %s\n\n", title)
+	w("| # | target | measured | goal | verdict |\n|---|---|---|---|---|\n")
+	for i, t := range targets {
+		w("| %d | %s | %s | %s | %s |\n", i+1, t.Name, t.Measured, t.Goal, t.verdict())
+	}
+	w("\n")
+	for i, t := range targets {
+		if t.Note != "" {
+			w("%d. %s\n", i+1, t.Note)
 		}
-		for _, r := range rep.RankerORT {
-			ratio := "n/a"
-			if base > 0 {
-				ratio = fmtRatio(r.InferPerSec() / base)
+	}
+	w("\n")
+}
+
+// renderORTTable writes the raw ONNX Runtime rows, each batch size's
+// throughput against batch 1's.
+func renderORTTable(w func(string, ...any), rows []ortResult) {
+	w("| batch | executions/s | infer/s | p50 µs | p99 µs | vs batch 1 (infer/s) |\n|---|---|---|---|---|---|\n")
+	base := 0.0
+	for _, r := range rows {
+		if r.Batch == 1 {
+			base = r.InferPerSec()
+		}
+	}
+	for _, r := range rows {
+		ratio := "n/a"
+		if base > 0 {
+			ratio = fmtRatio(r.InferPerSec() / base)
+		}
+		w("| %d | %s | %s | %s | %s | %s |\n", r.Batch, fmtRate(r.CallsPerSec()), fmtRate(r.InferPerSec()),
+			fmtUs(percentile(r.Latencies, 0.5)), fmtUs(percentile(r.Latencies, 0.99)), ratio)
+	}
+	w("\n")
+}
+
+// renderRows writes the throughput table, every level and the commands.
+func renderRows(w func(string, ...any), rep *report) {
+	levels, _ := parseInts(rep.Cfg.Levels)
+	w("## Throughput, inferences/s (closed loop, batch 1 per request)\n\n")
+	w("| system | transport | dynamic batching |")
+	for _, c := range levels {
+		w(" c=%d |", c)
+	}
+	w("\n|---|---|---|%s\n", strings.Repeat("---|", len(levels)))
+	for i := range rep.Rows {
+		r := &rep.Rows[i]
+		if r.Rate > 0 {
+			continue // in the fixed-rate table
+		}
+		w("| %s | %s | %s |", rowSystem(r), r.Transport, r.Batching)
+		for _, c := range levels {
+			l, ok := r.at(c)
+			if !ok {
+				w(" – |")
+				continue
 			}
-			w("| %d | %s | %s | %s | %s | %s |\n", r.Batch, fmtRate(r.CallsPerSec()), fmtRate(r.InferPerSec()),
-				fmtUs(percentile(r.Latencies, 0.5)), fmtUs(percentile(r.Latencies, 0.99)), ratio)
+			w(" %s |", fmtRate(l.Throughput))
 		}
 		w("\n")
 	}
-
-	levels, _ := parseInts(cfg.Levels)
-	if len(rep.Rows) > 0 {
-		w("## Throughput, inferences/s (closed loop, batch 1 per request)\n\n")
-		w("| system | transport | dynamic batching |")
-		for _, c := range levels {
-			w(" c=%d |", c)
-		}
-		w("\n|---|---|---|%s\n", strings.Repeat("---|", len(levels)))
-		for i := range rep.Rows {
-			r := &rep.Rows[i]
-			if r.Rate > 0 {
-				continue // in the fixed-rate table
+	w("\n## Every level\n\n")
+	w("Latencies are client-side, µs. Server queue and compute are the statistics extension's per-request averages over the stable windows (n/a: the server has no statistics); avg batch is inferences per model execution. CPU columns are µs of CPU time per inference: the server's processes and the load generator (– : not measured). A level \"r/s\" is open loop at that rate.\n\n")
+	w("| system | transport | batching | c | infer/s | p50 | p90 | p99 | avg | server queue | server compute | avg batch | errors | stable | server CPU | load gen CPU |\n")
+	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for i := range rep.Rows {
+		r := &rep.Rows[i]
+		for _, l := range r.Levels {
+			queue, compute, batch := "n/a", "n/a", "n/a"
+			if l.HasServer {
+				queue, compute, batch = strconv.FormatInt(l.Queue.Microseconds(), 10),
+					strconv.FormatInt(l.Compute.Microseconds(), 10), fmt.Sprintf("%.1f", l.AvgBatch)
 			}
-			w("| %s | %s | %s |", rowSystem(r), r.Transport, r.Batching)
-			for _, c := range levels {
-				l, ok := r.at(c)
-				if !ok {
-					w(" – |")
-					continue
-				}
-				w(" %s |", fmtRate(l.Throughput))
+			stable := "yes"
+			if !l.Stable {
+				stable = "no"
 			}
-			w("\n")
-		}
-		w("\n## Every level\n\n")
-		w("Latencies are client-side, µs. Server queue and compute are the statistics extension's per-request averages over the stable windows (n/a: the server has no statistics); avg batch is inferences per model execution. CPU columns are µs of CPU time per inference: the server's processes and the load generator (– : not measured). A level \"r/s\" is open loop at that rate.\n\n")
-		w("| system | transport | batching | c | infer/s | p50 | p90 | p99 | avg | server queue | server compute | avg batch | errors | stable | server CPU | load gen CPU |\n")
-		w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-		for i := range rep.Rows {
-			r := &rep.Rows[i]
-			for _, l := range r.Levels {
-				queue, compute, batch := "n/a", "n/a", "n/a"
-				if l.HasServer {
-					queue, compute, batch = strconv.FormatInt(l.Queue.Microseconds(), 10),
-						strconv.FormatInt(l.Compute.Microseconds(), 10), fmt.Sprintf("%.1f", l.AvgBatch)
+			lv := strconv.Itoa(l.Concurrency)
+			if l.Concurrency == 0 {
+				rate := l.Rate
+				if rate == 0 {
+					rate = r.Rate
 				}
-				stable := "yes"
-				if !l.Stable {
-					stable = "no"
-				}
-				lv := strconv.Itoa(l.Concurrency)
-				if l.Concurrency == 0 {
-					rate := l.Rate
-					if rate == 0 {
-						rate = r.Rate
-					}
-					lv = fmt.Sprintf("%g/s", rate)
-				}
-				srvCPU := "–"
-				if l.HasCPU {
-					srvCPU = fmtCPU(l.ServerCPU)
-				}
-				w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %s | %s | %s |\n",
-					rowSystem(r), r.Transport, r.Batching, lv, fmtRate(l.Throughput), fmtUs(l.P50), fmtUs(l.P90),
-					fmtUs(l.P99), fmtUs(l.Avg), queue, compute, batch, l.Errors, stable, srvCPU, fmtCPU(l.ClientCPU))
+				lv = fmt.Sprintf("%g/s", rate)
 			}
-			if r.Err != "" {
-				w("| %s | %s | %s | – | failed: %s | | | | | | | | | | | |\n", rowSystem(r), r.Transport, r.Batching, oneLine(r.Err))
+			srvCPU := "–"
+			if l.HasCPU {
+				srvCPU = fmtCPU(l.ServerCPU)
 			}
+			w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %s | %s | %s |\n",
+				rowSystem(r), r.Transport, r.Batching, lv, fmtRate(l.Throughput), fmtUs(l.P50), fmtUs(l.P90),
+				fmtUs(l.P99), fmtUs(l.Avg), queue, compute, batch, l.Errors, stable, srvCPU, fmtCPU(l.ClientCPU))
 		}
-		w("\nCommands (one per row):\n\n```sh\n")
-		for _, r := range rep.Rows {
-			w("%s\n", r.Command)
+		if r.Err != "" {
+			w("| %s | %s | %s | – | failed: %s | | | | | | | | | | | |\n", rowSystem(r), r.Transport, r.Batching, oneLine(r.Err))
 		}
-		w("```\n\n")
 	}
+	w("\nCommands (one per row):\n\n```sh\n")
+	for _, r := range rep.Rows {
+		w("%s\n", r.Command)
+	}
+	w("```\n\n")
+}
 
+// renderStartup writes the start-up times.
+func renderStartup(w func(string, ...any), rep *report) {
+	cfg := rep.Cfg
 	w("## Start-up\n\n")
 	w("Time from exec of `%s serve --model-repository %s` to the first 200 from `/v2/health/ready` (polled every 5 ms), each run on fresh ports.\n\n", cfg.SluiceBin, cfg.StartupRepo)
 	if len(rep.Startup) > 0 {
@@ -243,17 +248,6 @@ func renderMarkdown(rep *report) string {
 	for _, e := range rep.StartErrs {
 		w("- start-up run failed: %s\n", oneLine(e))
 	}
-
-	w("## Notes\n\n")
-	w("- Flask peer: %s, serving a TorchScript copy of the same weights; it implements inference and readiness only, so `sluice perf` takes input names and shapes from the request file and reports its server columns as n/a. gunicorn's sync workers close the connection after every answer, so each peer request also pays a TCP connect.\n", cfg.PeerDesc)
-	w("- Closed loop hides queueing at saturation (a slow answer delays the next send); `sluice perf --request-rate-range` measures latency at a fixed offered rate.\n")
-	if busy := max(firstLoad(rep.LoadStart), firstLoad(rep.LoadEnd)); m.CPUs > 0 && busy > float64(m.CPUs) {
-		w("- The machine was busy: the 1-minute load average reached %.1f on %d cores (other jobs were running), so absolute numbers are depressed and noisier than usual, and levels may be marked unstable; ratios are still same-run comparisons, but rerun on a quiet machine before drawing conclusions.\n", busy, m.CPUs)
-	}
-	for _, n := range rep.Notes {
-		w("- %s\n", n)
-	}
-	return b.String()
 }
 
 // rowSystem names a row's system, with its model when it is not the main

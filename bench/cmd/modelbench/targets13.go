@@ -80,6 +80,15 @@ func fmtCPU(d time.Duration) string {
 func evaluateTargets13(rep *report) []target {
 	const c = 32
 	out := make([]target, 0, 6)
+	out = append(out, cpuTargets13(rep, c)...)
+	out = append(out, rateTargets13(rep)...)
+	out = append(out, computeTarget13(rep), rankerBatchingTarget13(rep, c), parcelBatchingTarget13(rep, c))
+	return out
+}
+
+// cpuTargets13: server CPU per inference against the Flask peer's.
+func cpuTargets13(rep *report, c int) []target {
+	var out []target
 	peer, okPeer := rep.findRow("", true, "HTTP JSON", "").at(c)
 	peerCPU := okPeer && peer.HasCPU && peer.ServerCPU > 0
 
@@ -98,9 +107,13 @@ func evaluateTargets13(rep *report) []target {
 		}
 		out = append(out, t)
 	}
+	return out
+}
 
-	// At a fixed rate: Sluice next to a trivial Go server (idle wake-ups)
-	// and the peer.
+// rateTargets13: server CPU per request at each fixed rate, Sluice next
+// to a trivial Go server (idle wake-ups) and the peer.
+func rateTargets13(rep *report) []target {
+	var out []target
 	rates, _ := parseFloats(rep.Cfg.Rates)
 	for _, rate := range rates {
 		t := target{Name: fmt.Sprintf("server CPU per request at a fixed %g/s: Sluice (HTTP JSON, as shipped) next to a trivial Go server and the peer", rate), Goal: "reported", Info: true}
@@ -122,7 +135,12 @@ func evaluateTargets13(rep *report) []target {
 		}
 		out = append(out, t)
 	}
+	return out
+}
 
+// computeTarget13: the statistics extension's compute against raw ONNX
+// Runtime's batch-1 p50.
+func computeTarget13(rep *report) target {
 	t := target{Name: "statistics-extension compute at c=1 (parcel_eta as shipped, gRPC) ÷ raw ONNX Runtime batch-1 p50", Goal: "≤ 1.3×"}
 	g1, okG := rep.findRow("", false, "gRPC", "as shipped").at(1)
 	o1, okO := rep.ort(1)
@@ -143,9 +161,13 @@ func evaluateTargets13(rep *report) []target {
 	} else {
 		t.Measured = "–"
 	}
-	out = append(out, t)
+	return t
+}
 
-	t = target{Name: fmt.Sprintf("dynamic batching on route_ranker (compute-bound), gRPC, c=%d: throughput gain ÷ raw ONNX Runtime's gain from batch 1 to the average batch formed", c), Goal: "≥ 0.8"}
+// rankerBatchingTarget13: dynamic batching's gain on the compute-bound
+// model against raw ONNX Runtime's.
+func rankerBatchingTarget13(rep *report, c int) target {
+	t := target{Name: fmt.Sprintf("dynamic batching on route_ranker (compute-bound), gRPC, c=%d: throughput gain ÷ raw ONNX Runtime's gain from batch 1 to the average batch formed", c), Goal: "≥ 0.8"}
 	on, okOn := rep.findRow(rankerGroup, false, "gRPC", "on").at(c)
 	off, okOff := rep.findRow(rankerGroup, false, "gRPC", "off").at(c)
 	if okOn && okOff && off.Throughput > 0 && on.HasServer {
@@ -163,9 +185,12 @@ func evaluateTargets13(rep *report) []target {
 	if !t.Known {
 		t.Measured = "–"
 	}
-	out = append(out, t)
+	return t
+}
 
-	t = target{Name: fmt.Sprintf("dynamic batching on parcel_eta, gRPC, c=%d: throughput on ÷ off", c), Goal: "≥ 1.0×"}
+// parcelBatchingTarget13: throughput with dynamic batching on against off.
+func parcelBatchingTarget13(rep *report, c int) target {
+	t := target{Name: fmt.Sprintf("dynamic batching on parcel_eta, gRPC, c=%d: throughput on ÷ off", c), Goal: "≥ 1.0×"}
 	pOn, okOn := rep.findRow("", false, "gRPC", "on").at(c)
 	pOff, okOff := rep.findRow("", false, "gRPC", "off").at(c)
 	if okOn && okOff && pOff.Throughput > 0 {
@@ -178,6 +203,5 @@ func evaluateTargets13(rep *report) []target {
 	} else {
 		t.Measured = "–"
 	}
-	out = append(out, t)
-	return out
+	return t
 }

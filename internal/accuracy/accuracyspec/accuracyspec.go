@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -284,82 +285,96 @@ var headerName = regexp.MustCompile(`^[A-Za-z0-9-]+$`)
 // Validate checks s (with defaults applied) against the service's output
 // names and reports every problem at once, one *FieldError each.
 func (s *Service) Validate(outputs map[string]bool) error {
-	var errs []error
-	add := func(path, format string, args ...any) {
-		errs = append(errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
-	}
+	var fe fieldErrors
 	if !(s.Percent > 0 && s.Percent <= 100) {
-		add("percent", "%v outside (0,100]", s.Percent)
+		fe.add("percent", "%v outside (0,100]", s.Percent)
 	}
 	if s.MaxSliceValues < 1 || s.MaxSliceValues > 1000 {
-		add("max_slice_values", "%d outside [1,1000]", s.MaxSliceValues)
+		fe.add("max_slice_values", "%d outside [1,1000]", s.MaxSliceValues)
 	}
 	if s.Window < duration.Duration(time.Minute) {
-		add("window", "must be at least 1m")
+		fe.add("window", "must be at least 1m")
 	}
 	for i, h := range s.Slices {
 		if !headerName.MatchString(h) {
-			add(fmt.Sprintf("slices[%d]", i), "%q is not a header name", h)
+			fe.add(fmt.Sprintf("slices[%d]", i), "%q is not a header name", h)
 		}
 	}
 	if len(s.Outputs) == 0 {
-		add("outputs", "is required: at least one output to judge")
+		fe.add("outputs", "is required: at least one output to judge")
 	}
 	seen := map[string]bool{}
 	kinds := map[string]string{}
 	for i, o := range s.Outputs {
-		p := fmt.Sprintf("outputs[%d]", i)
-		if !outputs[o.Name] {
-			add(p+".name", "%q is not an output of the service", o.Name)
-		}
-		if seen[o.Name] {
-			add(p+".name", "output %q listed twice", o.Name)
-		}
-		seen[o.Name] = true
+		fe.output(fmt.Sprintf("outputs[%d]", i), o, outputs, seen)
 		kinds[o.Name] = o.Kind
-		switch o.Kind {
-		case KindRegression, KindBinary:
-		default:
-			add(p+".kind", "%q: want regression or binary", o.Kind)
-		}
-		if (o.Lower == "") != (o.Upper == "") {
-			add(p, "lower and upper go together")
-		}
-		for _, b := range []struct{ path, name string }{{"lower", o.Lower}, {"upper", o.Upper}} {
-			if b.name != "" && !outputs[b.name] {
-				add(p+"."+b.path, "%q is not an output of the service", b.name)
-			}
-		}
-		if o.Kind == KindBinary && !(o.Threshold > 0 && o.Threshold < 1) {
-			add(p+".threshold", "%v outside (0,1)", o.Threshold)
-		}
 	}
 	for i, off := range s.Offline {
-		p := fmt.Sprintf("offline[%d]", i)
-		if off.Version == "" {
-			add(p+".version", "is required")
-		}
-		kind, ok := kinds[off.Output]
-		if !ok {
-			add(p+".output", "%q is not one of the accuracy outputs", off.Output)
-		}
-		if len(off.Metrics) == 0 {
-			add(p+".metrics", "is required: at least one metric")
-		}
-		for name, v := range off.Metrics {
-			allowed := RegressionMetrics
-			if kind == KindBinary {
-				allowed = BinaryMetrics
-			}
-			if ok && (kind == KindRegression || kind == KindBinary) && !contains(allowed, name) {
-				add(p+".metrics."+name, "unknown metric for a %s output (want one of %v)", kind, allowed)
-			}
-			if math.IsNaN(v) || math.IsInf(v, 0) {
-				add(p+".metrics."+name, "must be a finite number")
-			}
+		fe.offline(fmt.Sprintf("offline[%d]", i), off, kinds)
+	}
+	return errors.Join(fe...)
+}
+
+// fieldErrors collects the FieldErrors of one Validate.
+type fieldErrors []error
+
+func (fe *fieldErrors) add(path, format string, args ...any) {
+	*fe = append(*fe, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// output checks one judged output at path p; seen holds the names
+// checked before it.
+func (fe *fieldErrors) output(p string, o Output, outputs, seen map[string]bool) {
+	if !outputs[o.Name] {
+		fe.add(p+".name", "%q is not an output of the service", o.Name)
+	}
+	if seen[o.Name] {
+		fe.add(p+".name", "output %q listed twice", o.Name)
+	}
+	seen[o.Name] = true
+	switch o.Kind {
+	case KindRegression, KindBinary:
+	default:
+		fe.add(p+".kind", "%q: want regression or binary", o.Kind)
+	}
+	if (o.Lower == "") != (o.Upper == "") {
+		fe.add(p, "lower and upper go together")
+	}
+	for _, b := range []struct{ path, name string }{{"lower", o.Lower}, {"upper", o.Upper}} {
+		if b.name != "" && !outputs[b.name] {
+			fe.add(p+"."+b.path, "%q is not an output of the service", b.name)
 		}
 	}
-	return errors.Join(errs...)
+	if o.Kind == KindBinary && !(o.Threshold > 0 && o.Threshold < 1) {
+		fe.add(p+".threshold", "%v outside (0,1)", o.Threshold)
+	}
+}
+
+// offline checks one offline baseline at path p; kinds maps each judged
+// output to its kind.
+func (fe *fieldErrors) offline(p string, off Offline, kinds map[string]string) {
+	if off.Version == "" {
+		fe.add(p+".version", "is required")
+	}
+	kind, ok := kinds[off.Output]
+	if !ok {
+		fe.add(p+".output", "%q is not one of the accuracy outputs", off.Output)
+	}
+	if len(off.Metrics) == 0 {
+		fe.add(p+".metrics", "is required: at least one metric")
+	}
+	for name, v := range off.Metrics {
+		allowed := RegressionMetrics
+		if kind == KindBinary {
+			allowed = BinaryMetrics
+		}
+		if ok && (kind == KindRegression || kind == KindBinary) && !slices.Contains(allowed, name) {
+			fe.add(p+".metrics."+name, "unknown metric for a %s output (want one of %v)", kind, allowed)
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			fe.add(p+".metrics."+name, "must be a finite number")
+		}
+	}
 }
 
 // Validate checks g (with defaults applied) and reports every problem at
@@ -400,13 +415,4 @@ func (g *Gateway) Validate() error {
 		add("queue_size", "must be positive")
 	}
 	return errors.Join(errs...)
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -47,79 +47,130 @@ type odHistCol struct {
 // that serving answers with a status other than PRESENT (a missing input,
 // a failed expression, NaN or ±Inf) is null here.
 func historicalOnDemand(ctx context.Context, repo *registry.Repo, entities string, refs []feature.FeatureRef, out string, opts Options) (err error) {
-	var (
-		baseRefs []feature.FeatureRef
-		views    []*odHistView
-		cols     []odHistCol
-		pending  [][2]string // "view", "feature" of each base column, resolved below
-	)
-	addBase := func(view, feat string) int {
-		ref := view + ":" + feat
-		for i, p := range pending {
-			if p[0]+":"+p[1] == ref {
-				return i
-			}
-		}
-		pending = append(pending, [2]string{view, feat})
-		i := slices.IndexFunc(baseRefs, func(r feature.FeatureRef) bool { return r.View == view })
-		if i < 0 {
-			baseRefs = append(baseRefs, feature.FeatureRef{View: view})
-			i = len(baseRefs) - 1
-		}
-		baseRefs[i].Features = append(baseRefs[i].Features, feat)
-		return len(pending) - 1
-	}
+	pl := &odPlan{}
 	for _, ref := range refs {
-		od := repo.OnDemandViews[ref.View]
-		var schema []feature.Field
-		switch {
-		case od != nil:
-			schema = od.Schema
-		case repo.Views[ref.View] != nil:
-			schema = repo.Views[ref.View].Schema
-		default:
-			return fmt.Errorf("unknown feature view '%s'", ref.View)
-		}
-		names := ref.Features
-		if len(names) == 0 {
-			for _, f := range schema {
-				names = append(names, f.Name)
-			}
-		}
-		var hv *odHistView
-		if od != nil {
-			vi := slices.IndexFunc(views, func(v *odHistView) bool { return v.name == od.Name })
-			if vi < 0 {
-				prog := repo.OnDemand(od.Name)
-				if prog == nil {
-					return fmt.Errorf("on-demand feature view '%s' is not compiled", od.Name)
-				}
-				views = append(views, &odHistView{name: od.Name, prog: prog, want: make([]bool, len(prog.Outputs))})
-				vi = len(views) - 1
-			}
-			hv = views[vi]
-		}
-		for _, n := range names {
-			fi := slices.IndexFunc(schema, func(f feature.Field) bool { return f.Name == n })
-			if fi < 0 {
-				return fmt.Errorf("feature view '%s' has no feature '%s'", ref.View, n)
-			}
-			c := odHistCol{name: n, src: ref.View, typ: schema[fi].Type, base: -1, view: slices.Index(views, hv), out: fi}
-			if hv == nil {
-				c.base = addBase(ref.View, n)
-			} else {
-				hv.want[fi] = true
-			}
-			cols = append(cols, c)
+		if err := pl.addRef(repo, ref); err != nil {
+			return err
 		}
 	}
-	// The stored inputs the wanted outputs read join like any feature.
-	type reqInput struct {
-		view, input int
-		field       feature.Field
+	pl.addInputs(repo)
+
+	tmp, err := os.MkdirTemp(opts.TempDir, "sluice-ondemand-")
+	if err != nil {
+		return fmt.Errorf("create spill folder: %w", err)
 	}
-	var reqs []reqInput
-	for vi, hv := range views {
+	defer func() { err = errors.Join(err, os.RemoveAll(tmp)) }()
+	baseFile := entities
+	if len(pl.baseRefs) > 0 {
+		baseFile = filepath.Join(tmp, "joined.parquet")
+		if err := Historical(ctx, repo, entities, pl.baseRefs, baseFile, opts); err != nil {
+			return err
+		}
+	}
+	er, err := openEntities(baseFile, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, er.done()) }()
+	// Historical writes the entity columns, then the features grouped
+	// by view in baseRefs order.
+	nEnt := len(er.cols) - len(pl.pending)
+	if err := pl.resolve(er.cols[:nEnt], entities); err != nil {
+		return err
+	}
+	outCols, err := pl.outColumns(er.cols[:nEnt])
+	if err != nil {
+		return err
+	}
+	return writeOnDemand(ctx, out, er, outCols, nEnt, pl.cols, pl.views)
+}
+
+// odPlan is what historicalOnDemand joins and computes: the stored
+// features to join first, the on-demand views to run and the columns to
+// write.
+type odPlan struct {
+	baseRefs []feature.FeatureRef
+	views    []*odHistView
+	cols     []odHistCol
+	pending  [][2]string // "view", "feature" of each base column, resolved below
+	reqs     []odReqInput
+}
+
+// odReqInput is request data an on-demand view reads: input of views[view].
+type odReqInput struct {
+	view, input int
+	field       feature.Field
+}
+
+// addBase adds a stored feature to join and returns its index in pending.
+func (pl *odPlan) addBase(view, feat string) int {
+	ref := view + ":" + feat
+	for i, p := range pl.pending {
+		if p[0]+":"+p[1] == ref {
+			return i
+		}
+	}
+	pl.pending = append(pl.pending, [2]string{view, feat})
+	i := slices.IndexFunc(pl.baseRefs, func(r feature.FeatureRef) bool { return r.View == view })
+	if i < 0 {
+		pl.baseRefs = append(pl.baseRefs, feature.FeatureRef{View: view})
+		i = len(pl.baseRefs) - 1
+	}
+	pl.baseRefs[i].Features = append(pl.baseRefs[i].Features, feat)
+	return len(pl.pending) - 1
+}
+
+// addRef adds the columns of one requested reference.
+func (pl *odPlan) addRef(repo *registry.Repo, ref feature.FeatureRef) error {
+	od := repo.OnDemandViews[ref.View]
+	var schema []feature.Field
+	switch {
+	case od != nil:
+		schema = od.Schema
+	case repo.Views[ref.View] != nil:
+		schema = repo.Views[ref.View].Schema
+	default:
+		return fmt.Errorf("unknown feature view '%s'", ref.View)
+	}
+	names := ref.Features
+	if len(names) == 0 {
+		for _, f := range schema {
+			names = append(names, f.Name)
+		}
+	}
+	var hv *odHistView
+	if od != nil {
+		vi := slices.IndexFunc(pl.views, func(v *odHistView) bool { return v.name == od.Name })
+		if vi < 0 {
+			prog := repo.OnDemand(od.Name)
+			if prog == nil {
+				return fmt.Errorf("on-demand feature view '%s' is not compiled", od.Name)
+			}
+			pl.views = append(pl.views, &odHistView{name: od.Name, prog: prog, want: make([]bool, len(prog.Outputs))})
+			vi = len(pl.views) - 1
+		}
+		hv = pl.views[vi]
+	}
+	for _, n := range names {
+		fi := slices.IndexFunc(schema, func(f feature.Field) bool { return f.Name == n })
+		if fi < 0 {
+			return fmt.Errorf("feature view '%s' has no feature '%s'", ref.View, n)
+		}
+		c := odHistCol{name: n, src: ref.View, typ: schema[fi].Type, base: -1, view: slices.Index(pl.views, hv), out: fi}
+		if hv == nil {
+			c.base = pl.addBase(ref.View, n)
+		} else {
+			hv.want[fi] = true
+		}
+		pl.cols = append(pl.cols, c)
+	}
+	return nil
+}
+
+// addInputs adds the inputs the wanted outputs read: stored ones join
+// like any feature, the others are request data.
+func (pl *odPlan) addInputs(repo *registry.Repo) {
+	for vi, hv := range pl.views {
 		hv.inputs = make([]int, len(hv.prog.Inputs))
 		used := make([]bool, len(hv.prog.Inputs))
 		for oi, o := range hv.prog.Outputs {
@@ -135,37 +186,23 @@ func historicalOnDemand(ctx context.Context, repo *registry.Repo, entities strin
 				continue
 			}
 			if view, feat, ok := strings.Cut(in.Name, "__"); ok && repo.Views[view] != nil {
-				hv.inputs[i] = addBase(view, feat)
+				hv.inputs[i] = pl.addBase(view, feat)
 				continue
 			}
-			reqs = append(reqs, reqInput{view: vi, input: i, field: feature.Field{Name: in.Name, Type: in.Type}})
+			pl.reqs = append(pl.reqs, odReqInput{view: vi, input: i, field: feature.Field{Name: in.Name, Type: in.Type}})
 		}
 	}
+}
 
-	tmp, err := os.MkdirTemp(opts.TempDir, "sluice-ondemand-")
-	if err != nil {
-		return fmt.Errorf("create spill folder: %w", err)
-	}
-	defer func() { err = errors.Join(err, os.RemoveAll(tmp)) }()
-	baseFile := entities
-	if len(baseRefs) > 0 {
-		baseFile = filepath.Join(tmp, "joined.parquet")
-		if err := Historical(ctx, repo, entities, baseRefs, baseFile, opts); err != nil {
-			return err
-		}
-	}
-	er, err := openEntities(baseFile, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, er.done()) }()
-	// Historical writes the entity columns, then the features grouped
-	// by view in baseRefs order.
-	nEnt := len(er.cols) - len(pending)
-	colOf := make([]int, len(pending))
-	for i, p := range pending {
+// resolve turns indexes into pending into columns of the joined file,
+// whose entity columns are entCols, and finds each request input among
+// them.
+func (pl *odPlan) resolve(entCols []Column, entities string) error {
+	nEnt := len(entCols)
+	colOf := make([]int, len(pl.pending))
+	for i, p := range pl.pending {
 		pos := nEnt
-		for _, r := range baseRefs {
+		for _, r := range pl.baseRefs {
 			if r.View == p[0] {
 				colOf[i] = pos + slices.Index(r.Features, p[1])
 				break
@@ -173,12 +210,12 @@ func historicalOnDemand(ctx context.Context, repo *registry.Repo, entities strin
 			pos += len(r.Features)
 		}
 	}
-	for i := range cols {
-		if cols[i].base >= 0 {
-			cols[i].base = colOf[cols[i].base]
+	for i := range pl.cols {
+		if pl.cols[i].base >= 0 {
+			pl.cols[i].base = colOf[pl.cols[i].base]
 		}
 	}
-	for _, hv := range views {
+	for _, hv := range pl.views {
 		for i, c := range hv.inputs {
 			if c >= 0 {
 				hv.inputs[i] = colOf[c]
@@ -186,33 +223,38 @@ func historicalOnDemand(ctx context.Context, repo *registry.Repo, entities strin
 		}
 	}
 	// Request data comes from the entity columns of the same names.
-	for _, rq := range reqs {
-		ci := slices.IndexFunc(er.cols[:nEnt], func(c Column) bool { return c.Name == rq.field.Name })
+	for _, rq := range pl.reqs {
+		ci := slices.IndexFunc(entCols, func(c Column) bool { return c.Name == rq.field.Name })
 		if ci < 0 {
-			return fmt.Errorf("entity rows %s: no column '%s' (request data that on-demand feature view '%s' reads)", entities, rq.field.Name, views[rq.view].name)
+			return fmt.Errorf("entity rows %s: no column '%s' (request data that on-demand feature view '%s' reads)", entities, rq.field.Name, pl.views[rq.view].name)
 		}
-		views[rq.view].inputs[rq.input] = ci
+		pl.views[rq.view].inputs[rq.input] = ci
 	}
+	return nil
+}
 
-	outCols := slices.Clone(er.cols[:nEnt])
+// outColumns names the written columns: the entity columns, then each
+// requested one, prefixed with its view where two share a name.
+func (pl *odPlan) outColumns(entCols []Column) ([]Column, error) {
+	outCols := slices.Clone(entCols)
 	seen := map[string]int{}
 	for _, c := range outCols {
 		seen[c.Name]++
 	}
-	for _, c := range cols {
+	for _, c := range pl.cols {
 		seen[c.name]++
 	}
-	for i, c := range cols {
+	for i, c := range pl.cols {
 		name := c.name
 		if seen[name] > 1 {
 			name = c.src + "__" + c.name
 		}
 		if slices.ContainsFunc(outCols, func(o Column) bool { return o.Name == name }) {
-			return fmt.Errorf("feature '%s' is requested twice or clashes with an entity column", name)
+			return nil, fmt.Errorf("feature '%s' is requested twice or clashes with an entity column", name)
 		}
-		outCols = append(outCols, Column{Name: name, Type: cols[i].typ})
+		outCols = append(outCols, Column{Name: name, Type: pl.cols[i].typ})
 	}
-	return writeOnDemand(ctx, out, er, outCols, nEnt, cols, views)
+	return outCols, nil
 }
 
 // writeOnDemand writes out: each row of er's entity columns, then the

@@ -231,17 +231,16 @@ func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // Validate reports every problem of r at once, prefixed by its name.
 func (r *Reference) Validate() error {
-	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	v := &refErrors{}
 	if err := checkName(r.Name); err != nil {
-		add("name: %w", err)
+		v.add("name: %w", err)
 	}
 	if r.Count < 0 {
-		add("count %d: want ≥ 0", r.Count)
+		v.add("count %d: want ≥ 0", r.Count)
 	}
 	for i, p := range r.Proportions {
 		if !finite(p) || p < 0 {
-			add("proportions[%d] = %v: want a finite value ≥ 0", i, p)
+			v.add("proportions[%d] = %v: want a finite value ≥ 0", i, p)
 		}
 	}
 	sum := 0.0
@@ -250,75 +249,94 @@ func (r *Reference) Validate() error {
 	}
 	switch r.Kind {
 	case "", Numeric:
-		if len(r.Categories) > 0 {
-			add("categories: only for a categorical variable")
-		}
-		if len(r.Edges) == 0 && len(r.Proportions) == 0 && len(r.Quantiles) == 0 {
-			add("want edges and proportions, or quantiles")
-		}
-		if len(r.Edges) > 0 || len(r.Proportions) > 0 {
-			switch {
-			case len(r.Edges) == 0:
-				add("edges: want at least one with proportions")
-			case len(r.Edges) > MaxBins:
-				add("edges: %d, at most %d", len(r.Edges), MaxBins)
-			case len(r.Proportions) != len(r.Edges)+1:
-				add("proportions: %d for %d edges, want %d", len(r.Proportions), len(r.Edges), len(r.Edges)+1)
-			case math.Abs(sum-1) > proportionTolerance:
-				add("proportions sum to %v, want 1", sum)
-			}
-			for i, e := range r.Edges {
-				switch {
-				case !finite(e):
-					add("edges[%d] = %v: want a finite value", i, e)
-				case i > 0 && !(e > r.Edges[i-1]):
-					add("edges[%d] = %v: want strictly increasing edges", i, e)
-				}
-			}
-		}
-		if len(r.Quantiles) > 0 {
-			if len(r.Quantiles) < 2 || len(r.Quantiles) > MaxQuantiles {
-				add("quantiles: %d, want 2 to %d", len(r.Quantiles), MaxQuantiles)
-			}
-			for i, q := range r.Quantiles {
-				switch {
-				case !finite(q):
-					add("quantiles[%d] = %v: want a finite value", i, q)
-				case i > 0 && q < r.Quantiles[i-1]:
-					add("quantiles[%d] = %v: want non-decreasing quantiles", i, q)
-				}
-			}
-		}
+		v.numeric(r, sum)
 	case Categorical:
-		if len(r.Edges) > 0 || len(r.Quantiles) > 0 {
-			add("edges and quantiles: only for a numeric variable")
-		}
-		if len(r.Categories) == 0 || len(r.Categories) > MaxCategories {
-			add("categories: %d, want 1 to %d", len(r.Categories), MaxCategories)
-		}
-		if len(r.Proportions) != len(r.Categories) {
-			add("proportions: %d for %d categories", len(r.Proportions), len(r.Categories))
-		}
-		if sum > 1+proportionTolerance {
-			add("proportions sum to %v, want at most 1", sum)
-		}
-		seen := make(map[string]bool, len(r.Categories))
-		for i, c := range r.Categories {
-			if err := checkName(c); err != nil {
-				add("categories[%d]: %w", i, err)
-			}
-			if seen[c] {
-				add("categories[%d]: duplicate %q", i, c)
-			}
-			seen[c] = true
-		}
+		v.categorical(r, sum)
 	default:
-		add("kind %q: want numeric or categorical", r.Kind)
+		v.add("kind %q: want numeric or categorical", r.Kind)
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(v.errs...); err != nil {
 		return fmt.Errorf("%q: %w", r.Name, err)
 	}
 	return nil
+}
+
+// refErrors collects a Reference's problems.
+type refErrors struct{ errs []error }
+
+func (v *refErrors) add(format string, args ...any) {
+	v.errs = append(v.errs, fmt.Errorf(format, args...))
+}
+
+// numeric checks a numeric reference's bins and quantiles; sum is the
+// sum of its proportions.
+func (v *refErrors) numeric(r *Reference, sum float64) {
+	if len(r.Categories) > 0 {
+		v.add("categories: only for a categorical variable")
+	}
+	if len(r.Edges) == 0 && len(r.Proportions) == 0 && len(r.Quantiles) == 0 {
+		v.add("want edges and proportions, or quantiles")
+	}
+	if len(r.Edges) > 0 || len(r.Proportions) > 0 {
+		switch {
+		case len(r.Edges) == 0:
+			v.add("edges: want at least one with proportions")
+		case len(r.Edges) > MaxBins:
+			v.add("edges: %d, at most %d", len(r.Edges), MaxBins)
+		case len(r.Proportions) != len(r.Edges)+1:
+			v.add("proportions: %d for %d edges, want %d", len(r.Proportions), len(r.Edges), len(r.Edges)+1)
+		case math.Abs(sum-1) > proportionTolerance:
+			v.add("proportions sum to %v, want 1", sum)
+		}
+		for i, e := range r.Edges {
+			switch {
+			case !finite(e):
+				v.add("edges[%d] = %v: want a finite value", i, e)
+			case i > 0 && !(e > r.Edges[i-1]):
+				v.add("edges[%d] = %v: want strictly increasing edges", i, e)
+			}
+		}
+	}
+	if len(r.Quantiles) > 0 {
+		if len(r.Quantiles) < 2 || len(r.Quantiles) > MaxQuantiles {
+			v.add("quantiles: %d, want 2 to %d", len(r.Quantiles), MaxQuantiles)
+		}
+		for i, q := range r.Quantiles {
+			switch {
+			case !finite(q):
+				v.add("quantiles[%d] = %v: want a finite value", i, q)
+			case i > 0 && q < r.Quantiles[i-1]:
+				v.add("quantiles[%d] = %v: want non-decreasing quantiles", i, q)
+			}
+		}
+	}
+}
+
+// categorical checks a categorical reference; sum is the sum of its
+// proportions.
+func (v *refErrors) categorical(r *Reference, sum float64) {
+	if len(r.Edges) > 0 || len(r.Quantiles) > 0 {
+		v.add("edges and quantiles: only for a numeric variable")
+	}
+	if len(r.Categories) == 0 || len(r.Categories) > MaxCategories {
+		v.add("categories: %d, want 1 to %d", len(r.Categories), MaxCategories)
+	}
+	if len(r.Proportions) != len(r.Categories) {
+		v.add("proportions: %d for %d categories", len(r.Proportions), len(r.Categories))
+	}
+	if sum > 1+proportionTolerance {
+		v.add("proportions sum to %v, want at most 1", sum)
+	}
+	seen := make(map[string]bool, len(r.Categories))
+	for i, c := range r.Categories {
+		if err := checkName(c); err != nil {
+			v.add("categories[%d]: %w", i, err)
+		}
+		if seen[c] {
+			v.add("categories[%d]: duplicate %q", i, c)
+		}
+		seen[c] = true
+	}
 }
 
 // NewReference builds a numeric reference from a recorded sample: bins

@@ -183,83 +183,100 @@ func (e *FieldError) Error() string { return e.Path + ": " + e.Msg }
 // Validate checks c and reports every problem at once: the error joins one
 // *FieldError per problem. It does no I/O and does not change c.
 func (c *Config) Validate() error {
-	var errs []error
-	add := func(path, format string, args ...any) {
-		errs = append(errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
-	}
+	var fe fieldErrors
 	if c.Candidate.Version == "" {
-		add("candidate.version", "is required")
+		fe.add("candidate.version", "is required")
 	}
 	if c.Candidate == c.Stable {
-		add("candidate", "must differ from stable")
+		fe.add("candidate", "must differ from stable")
 	}
 	stageNames := map[string]bool{}
 	groupNames := map[string]bool{}
 	for i := range c.Stages {
-		s := &c.Stages[i]
-		p := fmt.Sprintf("stages[%d]", i)
-		switch {
-		case s.Name == "":
-			add(p+".name", "is required")
-		case stageNames[s.Name]:
-			add(p+".name", "duplicate stage %q", s.Name)
-		}
-		stageNames[s.Name] = true
-		if s.Name == AllGroup && (len(s.Groups) > 0 || i != len(c.Stages)-1) {
-			add(p+".name", "%q is reserved for the final stage without groups", AllGroup)
-		}
-		if len(s.Groups) == 0 && i != len(c.Stages)-1 {
-			add(p+".groups", "only the last stage may have no groups")
-		}
-		if s.MinDuration < 0 {
-			add(p+".min_duration", "must not be negative")
-		}
-		if !(s.TrafficPercent >= 0 && s.TrafficPercent <= 100) {
-			add(p+".traffic_percent", "%g outside [0,100]", s.TrafficPercent)
-		}
-		for j := range s.Groups {
-			g := &s.Groups[j]
-			gp := fmt.Sprintf("%s.groups[%d]", p, j)
-			switch {
-			case g.Name == "":
-				add(gp+".name", "is required")
-			case g.Name == AllGroup:
-				add(gp+".name", "%q is reserved for the final stage's group", AllGroup)
-			case groupNames[g.Name]:
-				add(gp+".name", "duplicate group %q", g.Name)
-			}
-			groupNames[g.Name] = true
-			if len(g.Headers) == 0 && len(g.Fields) == 0 {
-				add(gp, "needs at least one header or field match")
-			}
-			for k, h := range g.Headers {
-				if _, err := h.Compile(); err != nil {
-					add(fmt.Sprintf("%s.headers[%d]", gp, k), "%v", err)
-				}
-			}
-			for f, vs := range g.Fields {
-				switch {
-				case f == "":
-					add(gp+".fields", "field name is empty")
-				case len(vs) == 0:
-					add(gp+".fields."+f, "needs at least one value")
-				}
-			}
-		}
+		fe.stage(&c.Stages[i], i, i == len(c.Stages)-1, stageNames, groupNames)
 	}
 	if c.MinRequests < 0 {
-		add("min_requests", "must not be negative")
+		fe.add("min_requests", "must not be negative")
 	}
 	if p := c.ControlPercent; p != nil && !(*p >= 0 && *p <= 100) {
-		add("control_percent", "%g outside [0,100]", *p)
+		fe.add("control_percent", "%g outside [0,100]", *p)
 	}
 	if c.Interval < 0 {
-		add("interval", "must not be negative")
+		fe.add("interval", "must not be negative")
 	}
-	g := &c.Gates
+	fe.gates(&c.Gates)
+	return errors.Join(fe...)
+}
+
+// fieldErrors collects the FieldErrors of one Validate.
+type fieldErrors []error
+
+func (fe *fieldErrors) add(path, format string, args ...any) {
+	*fe = append(*fe, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// stage checks stage i (last says whether it is the final one); names
+// seen so far are in stageNames and groupNames.
+func (fe *fieldErrors) stage(s *Stage, i int, last bool, stageNames, groupNames map[string]bool) {
+	p := fmt.Sprintf("stages[%d]", i)
+	switch {
+	case s.Name == "":
+		fe.add(p+".name", "is required")
+	case stageNames[s.Name]:
+		fe.add(p+".name", "duplicate stage %q", s.Name)
+	}
+	stageNames[s.Name] = true
+	if s.Name == AllGroup && (len(s.Groups) > 0 || !last) {
+		fe.add(p+".name", "%q is reserved for the final stage without groups", AllGroup)
+	}
+	if len(s.Groups) == 0 && !last {
+		fe.add(p+".groups", "only the last stage may have no groups")
+	}
+	if s.MinDuration < 0 {
+		fe.add(p+".min_duration", "must not be negative")
+	}
+	if !(s.TrafficPercent >= 0 && s.TrafficPercent <= 100) {
+		fe.add(p+".traffic_percent", "%g outside [0,100]", s.TrafficPercent)
+	}
+	for j := range s.Groups {
+		fe.group(&s.Groups[j], fmt.Sprintf("%s.groups[%d]", p, j), groupNames)
+	}
+}
+
+// group checks one stage's group at path gp.
+func (fe *fieldErrors) group(g *Group, gp string, groupNames map[string]bool) {
+	switch {
+	case g.Name == "":
+		fe.add(gp+".name", "is required")
+	case g.Name == AllGroup:
+		fe.add(gp+".name", "%q is reserved for the final stage's group", AllGroup)
+	case groupNames[g.Name]:
+		fe.add(gp+".name", "duplicate group %q", g.Name)
+	}
+	groupNames[g.Name] = true
+	if len(g.Headers) == 0 && len(g.Fields) == 0 {
+		fe.add(gp, "needs at least one header or field match")
+	}
+	for k, h := range g.Headers {
+		if _, err := h.Compile(); err != nil {
+			fe.add(fmt.Sprintf("%s.headers[%d]", gp, k), "%v", err)
+		}
+	}
+	for f, vs := range g.Fields {
+		switch {
+		case f == "":
+			fe.add(gp+".fields", "field name is empty")
+		case len(vs) == 0:
+			fe.add(gp+".fields."+f, "needs at least one value")
+		}
+	}
+}
+
+// gates checks the promotion gates.
+func (fe *fieldErrors) gates(g *Gates) {
 	share := func(path string, v *float64) {
 		if v != nil && !(*v >= 0 && *v <= 1) {
-			add(path, "%g outside [0,1]", *v)
+			fe.add(path, "%g outside [0,1]", *v)
 		}
 	}
 	share("gates.max_error_rate", g.MaxErrorRate)
@@ -267,23 +284,22 @@ func (c *Config) Validate() error {
 	share("gates.confidence_below", g.ConfidenceBelow)
 	share("gates.min_drift_p_value", g.MinDriftPValue)
 	if v := g.MaxP95LatencyRatio; v != nil && !(*v > 0 && !math.IsInf(*v, 0)) {
-		add("gates.max_p95_latency_ratio", "must be a positive number")
+		fe.add("gates.max_p95_latency_ratio", "must be a positive number")
 	}
 	if v := g.MaxDriftPSI; v != nil && !(*v >= 0 && !math.IsInf(*v, 0)) {
-		add("gates.max_drift_psi", "must be a non-negative number")
+		fe.add("gates.max_drift_psi", "must be a non-negative number")
 	}
 	if a := g.Accuracy; a != nil {
 		switch a.Metric {
 		case "", "mae", "rmse", "mape", "log_loss", "brier":
 		default:
-			add("gates.accuracy.metric", "%q: want mae, rmse, mape, log_loss or brier (lower is better)", a.Metric)
+			fe.add("gates.accuracy.metric", "%q: want mae, rmse, mape, log_loss or brier (lower is better)", a.Metric)
 		}
 		if v := a.Margin; v != nil && !(*v >= 0 && !math.IsInf(*v, 0)) {
-			add("gates.accuracy.margin", "must be a non-negative number")
+			fe.add("gates.accuracy.margin", "must be a non-negative number")
 		}
 		if a.MinOutcomes < 0 {
-			add("gates.accuracy.min_outcomes", "must not be negative")
+			fe.add("gates.accuracy.min_outcomes", "must not be negative")
 		}
 	}
-	return errors.Join(errs...)
 }
