@@ -16,9 +16,8 @@ deps: ## install what the tests and the demo need (idempotent)
 build: ## build bin/sluice
 	$(GO) build -ldflags "-X github.com/sluice-ml/sluice/internal/cli.Commit=$$(git rev-parse HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo -dirty)" -o $(BIN) ./cmd/sluice
 
-test: deps ## vet, lint, unit + integration tests with -race, then each fuzz target briefly
+test: deps ## vet, unit + integration tests with -race, then each fuzz target briefly
 	$(GO) vet $(PKGS)
-	"$$(scripts/install-golangci-lint.sh)" run
 	$(GO) test -race -shuffle=on -count=1 -timeout 20m $(PKGS)
 	# Allocation guards build only without -race (the race detector drops pooled objects).
 	$(GO) test -count=1 -run 'Allocations' ./internal/batch/ ./internal/httpapi/
@@ -27,14 +26,15 @@ test: deps ## vet, lint, unit + integration tests with -race, then each fuzz tar
 test-short: ## the unit tier, no race detector: the integration, docs, deploy, browser and drill tiers are left out (docs/architecture.md, Test tiers)
 	$(GO) test -short -count=1 $(PKGS)
 
-lint: ## golangci-lint (pinned; scripts/install-golangci-lint.sh builds it once) with .golangci.yml: zero findings
+lint: ## golangci-lint (pinned; scripts/install-golangci-lint.sh builds it once) with .golangci.yml
 	"$$(scripts/install-golangci-lint.sh)" run
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	@scripts/fuzz.sh $(FUZZTIME)
 
-check: ## format check, vet, lint, tests
+check: ## format check, lint, then make test
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^internal/pb/'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '^internal/pb/'); exit 1; }
+	"$$(scripts/install-golangci-lint.sh)" run
 	$(MAKE) test
 
 proto: ## regenerate internal/pb from proto/ with the pinned generators in go.mod

@@ -13,8 +13,6 @@
 #   - helm, kube-apiserver, kube-controller-manager and kubectl built from
 #     the Go module proxy, and prometheus-operator's CRDs
 #     (scripts/install-kube.sh), for test/deploy
-#   - golangci-lint (pinned), built from the Go module proxy, for make lint
-#     and make test (scripts/install-golangci-lint.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -85,10 +83,6 @@ if ! "$helm_dir/helm" version --short >/dev/null 2>&1; then
   say "building helm $helm_version from its Go module into $helm_dir (cold: 10-20 minutes on a loaded machine)"
   GOBIN="$helm_dir" GOFLAGS=-mod=mod go install "helm.sh/helm/v3/cmd/helm@$helm_version"
 fi
-
-# golangci-lint, pinned, for make lint and make test
-# (scripts/install-golangci-lint.sh).
-scripts/install-golangci-lint.sh >/dev/null
 
 # kube-apiserver, kube-controller-manager and kubectl for test/deploy's
 # control plane, built from the Go module proxy into the user cache, with
