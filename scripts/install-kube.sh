@@ -110,7 +110,9 @@ done
     k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kubectl
 )
-"$dest/bin/kubectl" version --client | grep -q "v$KUBE_VERSION" || { say "kubectl does not report v$KUBE_VERSION"; exit 1; }
+# grep reads all of kubectl's output: with pipefail, grep -q could exit first and
+# kubectl's SIGPIPE would fail the check (it did, on a cold build).
+"$dest/bin/kubectl" version --client | grep "v$KUBE_VERSION" >/dev/null || { say "kubectl does not report v$KUBE_VERSION"; exit 1; }
 
 say "fetching prometheus-operator $PROMOP_VERSION CRDs from its Go module"
 pdir="$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMOP_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
