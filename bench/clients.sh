@@ -13,7 +13,8 @@
 #   hey at a fixed 1,000 requests/s (20 workers x 50/s): Sluice, the Flask
 #     peer and a trivial Go net/http server (bench/cmd/trivialserver);
 #   `sluice perf` at c=32 (sends no Accept-Encoding);
-#   tritonclient's HTTP and gRPC clients at c=32, plain and with their
+#   tritonclient's HTTP client (infer() one at a time) and gRPC client
+#     (async_infer, c=32), plain and with their
 #     gzip options (request and response compression over HTTP,
 #     compression_algorithm over gRPC), when TRITONCLIENT_PYTHONPATH names a
 #     folder holding Triton's Python client (test/triton-qa builds one from
@@ -160,13 +161,14 @@ rate_row() {
 
 # triton_row PROTOCOL COMPRESSION
 triton_row() {
-  local before after
+  local before after c=32
+  [ "$1" = http ] && c=1 # tritonclient.http: infer() one at a time (bench/clients_triton.py)
   before="$(tree_ticks "$SLUICE_PID")"
   PYTHONPATH="$TRITONCLIENT_PYTHONPATH" "$PY" bench/clients_triton.py --protocol "$1" --compression "$2" \
     --url "127.0.0.1:$([ "$1" = http ] && echo "$HTTP_PORT" || echo "$GRPC_PORT")" \
-    --requests "$TN" --concurrency 32 --body "$BODY" --model parcel_eta >"$WORK/out.txt"
+    --requests "$TN" --concurrency "$c" --body "$BODY" --model parcel_eta >"$WORK/out.txt"
   after="$(tree_ticks "$SLUICE_PID")"
-  record Sluice "c=32, tritonclient" "tritonclient.$1, compression $2" $((after - before)) "$WORK/out.txt"
+  record Sluice "c=$c, tritonclient" "tritonclient.$1, compression $2" $((after - before)) "$WORK/out.txt"
 }
 
 load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
