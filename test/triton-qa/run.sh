@@ -64,6 +64,7 @@ for spec in "${dirs[@]}"; do
 	rm -rf "$run"
 	mkdir -p "$run/records"
 	cp -r "$TRITON_SERVER_SRC/qa" "$run/qa"
+	"$here/ci_setup.sh" "$TRITON_SERVER_SRC" "$TRITON_CLIENT_SRC" "$run/qa" 2>>"$run/test.sh.setup"
 	env_args=()
 	IFS=, read -ra kv <<<"$vars"
 	for v in "${kv[@]}"; do env_args+=("$v"); done
