@@ -41,7 +41,6 @@ for a in "${args[@]}"; do
 		find "$repo" -name config.pbtxt -exec grep -lE "backend:[[:space:]]*\"$b\"" {} + 2>/dev/null |
 			while read -r cfg; do
 				sed -i -E "s/backend:[[:space:]]*\"$b\"/backend: \"python\"/" "$cfg"
-				[ "$b" != implicit_state ] || "${PYTHON:-python3}" "$QA_HERE/standin/declare_states.py" "$cfg"
 				for v in $(find "$(dirname "$cfg")" -mindepth 1 -maxdepth 1 -type d -regex '.*/[0-9]+$'); do
 					cp "$QA_HERE/standin/${b}_model.py" "$v/model.py"
 				done

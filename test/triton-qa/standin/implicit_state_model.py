@@ -19,8 +19,6 @@ the backend's TEST_CASE values onto that:
      filled with the request's index (Triton's backend needs GPU memory
      for it and refuses otherwise).
 
-standin/declare_states.py declares the state tensors in the model's
-configuration, as a Sluice Python model needs them.
 tritonserver.sh copies this file into each such model and changes its
 backend to "python".
 """
