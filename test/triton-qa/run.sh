@@ -40,7 +40,7 @@ fi
 [ -x "$sluice" ] || { echo "no sluice binary at $sluice (make build)" >&2; exit 2; }
 
 mkdir -p "$work"
-[ -d "$work/pylib/tritonclient" ] || "$here/build_client.sh" "$TRITON_CLIENT_SRC" "$TRITON_COMMON_SRC" "$work/pylib"
+[ -d "$work/pylib/tritonclient" ] && [ -d "$work/pylib/tritonhttpclient" ] || "$here/build_client.sh" "$TRITON_CLIENT_SRC" "$TRITON_COMMON_SRC" "$work/pylib"
 "$here/gen_models.sh" "$TRITON_SERVER_SRC" "$work/data"
 # Mount points for the namespaces' private mounts.
 mkdir -p /data
