@@ -24,6 +24,9 @@ type tritonCompatFlags struct {
 	metricsInterval int
 	httpMaxInput    int64
 	traceConfig     []string
+	// Triton's older spellings of --trace-config entries.
+	traceFile, traceRate, traceCount, traceLogFrequency string
+	traceLevel                                          []string
 }
 
 func (c *tritonCompatFlags) register(fl *pflag.FlagSet) {
@@ -33,6 +36,11 @@ func (c *tritonCompatFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&c.logVerbose, "log-verbose", 0, "Triton's verbose logging level: any value above 0 sets --log-level debug (Sluice has one debug level)")
 	fl.Int64Var(&c.httpMaxInput, "http-max-input-size", 0, "largest HTTP request body, in bytes (Triton's flag; default: --max-request-bytes, which also bounds gRPC messages)")
 	fl.StringArrayVar(&c.traceConfig, "trace-config", nil, "Triton's trace setting, repeatable: level=OFF|TIMESTAMPS|TENSORS, rate=N (one trace in N), count=N (traces to take, then stop; -1 no limit), log_frequency=N, mode=triton|opentelemetry, triton,file=PATH (spans as JSON lines in PATH). Sets what GET /v2/trace/setting reports and a cleared setting returns to; spans are OpenTelemetry's. For OTLP export use --trace-otlp-endpoint (OTLP/gRPC)")
+	fl.StringVar(&c.traceFile, "trace-file", "", "Triton's older form of --trace-config triton,file=PATH")
+	fl.StringArrayVar(&c.traceLevel, "trace-level", nil, "Triton's older form of --trace-config level=LEVEL, repeatable")
+	fl.StringVar(&c.traceRate, "trace-rate", "", "Triton's older form of --trace-config rate=N")
+	fl.StringVar(&c.traceCount, "trace-count", "", "Triton's older form of --trace-config count=N")
+	fl.StringVar(&c.traceLogFrequency, "trace-log-frequency", "", "Triton's older form of --trace-config log_frequency=N")
 	fl.IntVar(&c.metricsInterval, "metrics-interval-ms", 2000, "accepted for Triton start commands; Sluice's gauges are set when what they measure changes or read when /metrics is scraped, so there is no polling interval and the value changes nothing")
 }
 
@@ -58,8 +66,8 @@ func (c *tritonCompatFlags) apply(fl *pflag.FlagSet, f *serveFlags) error {
 		f.httpMaxBody = c.httpMaxInput
 	}
 	f.noMetrics = !c.allowMetrics
-	if len(c.traceConfig) > 0 {
-		tc, err := parseTraceConfig(c.traceConfig)
+	if trace := c.traceSettings(fl); len(trace) > 0 {
+		tc, err := parseTraceConfig(trace)
 		if err != nil {
 			return err
 		}
@@ -72,6 +80,27 @@ func (c *tritonCompatFlags) apply(fl *pflag.FlagSet, f *serveFlags) error {
 		f.traceConfig = &tc
 	}
 	return nil
+}
+
+// traceSettings returns the --trace-config entries given, after those of
+// Triton's older flags (--trace-file, --trace-level, --trace-rate,
+// --trace-count, --trace-log-frequency; qa/L0_http starts Triton with
+// them), so that a --trace-config entry has the last word.
+func (c *tritonCompatFlags) traceSettings(fl *pflag.FlagSet) []string {
+	var out []string
+	if fl.Changed("trace-file") {
+		out = append(out, "triton,file="+c.traceFile)
+	}
+	for _, l := range c.traceLevel {
+		out = append(out, "level="+l)
+	}
+	for _, kv := range [][2]string{{"trace-rate", "rate"}, {"trace-count", "count"}, {"trace-log-frequency", "log_frequency"}} {
+		if fl.Changed(kv[0]) {
+			v, _ := fl.GetString(kv[0])
+			out = append(out, kv[1]+"="+v)
+		}
+	}
+	return append(out, c.traceConfig...)
 }
 
 // parseTraceConfig reads Triton's --trace-config values: "key=value" for

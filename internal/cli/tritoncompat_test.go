@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel"
 )
@@ -130,6 +131,32 @@ func TestTritonTraceConfig(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(l), &span), l)
 		require.NotEmpty(t, span.Name)
 	}
+}
+
+// Triton's older trace flags, with which qa/L0_http starts Triton
+// (--trace-file=global_unittest.log --trace-level=TIMESTAMPS
+// --trace-rate=1), are --trace-config entries; a --trace-config entry has
+// the last word.
+func TestTritonOlderTraceFlags(t *testing.T) {
+	var c tritonCompatFlags
+	fl := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	c.register(fl)
+	require.NoError(t, fl.Parse([]string{"--trace-file=global_unittest.log", "--trace-level=TIMESTAMPS", "--trace-level=TENSORS",
+		"--trace-rate=4", "--trace-count=6", "--trace-log-frequency=2", "--trace-config", "rate=5"}))
+	var f serveFlags
+	require.NoError(t, c.apply(fl, &f))
+	require.NotNil(t, f.traceConfig)
+	require.Equal(t, "global_unittest.log", f.traceConfig.File)
+	require.Equal(t, []string{"TIMESTAMPS", "TENSORS"}, f.traceConfig.Level)
+	require.Equal(t, uint64(5), f.traceConfig.Rate, "--trace-config rate=5 after --trace-rate=4")
+	require.Equal(t, int64(6), *f.traceConfig.Count)
+	require.Equal(t, uint64(2), f.traceConfig.LogFrequency)
+
+	var c2 tritonCompatFlags
+	fl2 := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	c2.register(fl2)
+	require.NoError(t, fl2.Parse([]string{"--trace-rate=0"}))
+	require.ErrorContains(t, c2.apply(fl2, &serveFlags{}), "rate must be an integer >= 1")
 }
 
 func TestParseTraceConfig(t *testing.T) {

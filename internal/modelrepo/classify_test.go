@@ -130,3 +130,45 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 4 ] label_filename: "labels
 		require.Equal(t, want, got, model)
 	}
 }
+
+// Triton's QA L0_parameters test_classificattion_unsupported_data_type
+// (HTTP and gRPC clients): classification of a BYTES output is refused
+// with Triton's words, "class result not available for output due to
+// unsupported type 'BYTES'"; BOOL is refused the same way.
+func TestClassificationUnsupportedTypeTritonWording(t *testing.T) {
+	repo := t.TempDir()
+	for name, pair := range map[string][2]string{"bytes": {"TYPE_STRING", "BYTES"}, "bools": {"TYPE_BOOL", "BOOL"}} {
+		cfgType, wire := pair[0], pair[1]
+		writeFiles(t, repo, map[string]string{
+			name + "/config.pbtxt": `backend: "fake"
+max_batch_size: 8
+input [ { name: "IN" data_type: ` + cfgType + ` dims: [ 2 ] } ]
+output [ { name: "OUT" data_type: ` + cfgType + ` dims: [ 2 ] } ]
+`,
+			name + "/1/model.fake": fakeFile(0, func(fm *fakeModel) {
+				fm.Inputs[0] = fakeTensor{Name: "IN", DataType: wire, Shape: []int64{-1, 2}}
+				fm.Outputs[0] = fakeTensor{Name: "OUT", DataType: wire, Shape: []int64{-1, 2}}
+			}),
+		})
+	}
+	h := newHarness(t, Options{Repositories: []string{repo}})
+	h.start(t)
+	cases := []struct {
+		model string
+		in    infer.Tensor
+		want  string
+	}{
+		{"bytes", infer.Tensor{Name: "IN", DataType: infer.Bytes, Shape: infer.Shape{1, 2}, Data: []byte{4, 0, 0, 0, 't', 'e', 's', 't', 4, 0, 0, 0, 't', 'e', 's', 't'}}, "BYTES"},
+		{"bools", infer.Tensor{Name: "IN", DataType: infer.Bool, Shape: infer.Shape{1, 2}, Data: []byte{1, 0}}, "BOOL"},
+	}
+	for _, c := range cases {
+		_, err := h.m.Infer(t.Context(), &infer.Request{
+			Model:   c.model,
+			Inputs:  []infer.Tensor{c.in},
+			Outputs: []infer.RequestedOutput{{Name: "OUT", Parameters: infer.Parameters{"classification": int64(1)}}},
+		})
+		requireInferError(t, err, apierr.KindInvalid, ReasonInvalidParameter,
+			"output 'OUT': class result not available for output due to unsupported type '"+c.want+"'")
+	}
+	require.Zero(t, h.fake.executions.Load(), "refused before the model runs")
+}

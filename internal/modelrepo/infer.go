@@ -468,7 +468,10 @@ func (lv *loaded) prepare(req *infer.Request) ([]infer.Tensor, []string, int64, 
 		outputs = make([]string, 0, len(req.Outputs))
 		for _, o := range req.Outputs {
 			if !slices.Contains(lv.outputs, o.Name) {
-				return invalid(ReasonUnknownOutput, "output '%s' is not an output of model '%s'", o.Name, lv.model)
+				// In parentheses Triton's words, which its QA looks for
+				// (qa/L0_implicit_state test_request_output_not_allowed:
+				// a state output the configuration does not list).
+				return invalid(ReasonUnknownOutput, "output '%s' is not an output of model '%s' (unexpected inference output '%s' for model '%s')", o.Name, lv.model, o.Name, lv.model)
 			}
 			if slices.Contains(outputs, o.Name) {
 				return invalid(ReasonDuplicateOutput, "output '%s' is requested more than once (Duplicate output name '%s' is not allowed in a request)", o.Name, o.Name)

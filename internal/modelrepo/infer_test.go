@@ -110,7 +110,9 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 2, 2 ] } ]
 		{"batch too large", req(int32Tensor("INPUT0", []int64{9, 4}, make([]int32, 36)...), in1), apierr.KindInvalid, ReasonBatchTooLarge, "input 'INPUT0': batch size 9 exceeds max_batch_size 8"},
 		{"batch mismatch", req(in0, int32Tensor("INPUT1", []int64{2, 4}, make([]int32, 8)...)), apierr.KindInvalid, ReasonInvalidShape, "input 'INPUT1': batch size 2 differs from batch size 1 of input 'INPUT0'"},
 		{"size", req(in0, infer.Tensor{Name: "INPUT1", DataType: infer.Int32, Shape: infer.Shape{1, 4}, Data: make([]byte, 15)}), apierr.KindInvalid, ReasonInvalidSize, "input 'INPUT1': tensor data size does not match its shape: shape [1,4] of INT32 needs 16 bytes, got 15"},
-		{"unknown output", &infer.Request{Model: "simple", Inputs: []infer.Tensor{in0, in1}, Outputs: []infer.RequestedOutput{{Name: "FOO"}}}, apierr.KindInvalid, ReasonUnknownOutput, "output 'FOO' is not an output of model 'simple'"},
+		// In parentheses Triton's words, which qa/L0_implicit_state
+		// test_request_output_not_allowed looks for.
+		{"unknown output", &infer.Request{Model: "simple", Inputs: []infer.Tensor{in0, in1}, Outputs: []infer.RequestedOutput{{Name: "FOO"}}}, apierr.KindInvalid, ReasonUnknownOutput, "output 'FOO' is not an output of model 'simple' (unexpected inference output 'FOO' for model 'simple')"},
 		{"duplicate output", &infer.Request{Model: "simple", Inputs: []infer.Tensor{in0, in1}, Outputs: []infer.RequestedOutput{{Name: "OUTPUT0"}, {Name: "OUTPUT0"}}}, apierr.KindInvalid, ReasonDuplicateOutput, "output 'OUTPUT0' is requested more than once"},
 		{"no batch dim expected", &infer.Request{Model: "nobatch", Inputs: []infer.Tensor{int32Tensor("IN", []int64{1, 2, 2}, 1, 2, 3, 4)}}, apierr.KindInvalid, ReasonInvalidShape, "input 'IN': expected shape [2,2], got [1,2,2]"},
 	}

@@ -296,6 +296,10 @@ func TestExplicitMode(t *testing.T) {
 				h.m.Unload(t.Context(), "a", UnloadOptions{}),
 			} {
 				requireInferError(t, err, apierr.KindUnsupported, ReasonControlDisabled, "explicit model load / unload is not allowed")
+				// Triton's words in both modes, which qa/L0_http
+				// python_http_aio_test.py test_load_model looks for in
+				// mode none.
+				require.ErrorContains(t, err, "explicit model load / unload is not allowed if polling is enabled")
 			}
 			require.Len(t, h.m.Index(t.Context(), true), 2, "none and poll load everything at start")
 		})

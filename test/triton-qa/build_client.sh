@@ -13,6 +13,12 @@ lib=$client/src/python/library
 rm -rf "$out"
 mkdir -p "$out"
 cp -r "$lib/tritonclient" "$out/tritonclient"
+# The deprecated top-level packages Triton's wheel also ships
+# (tritonhttpclient, tritongrpcclient, ...), which some QA tests import
+# (L0_simple_ensemble's ensemble_test.py).
+for p in tritonclientutils tritonhttpclient tritongrpcclient tritonshmutils; do
+	[ ! -d "$lib/$p" ] || cp -r "$lib/$p" "$out/$p"
+done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cp "$common/protobuf/grpc_service.proto" "$common/protobuf/model_config.proto" "$tmp/"
@@ -24,5 +30,5 @@ g=$out/tritonclient/grpc
 sed 's/^import model_config_pb2 as /from tritonclient.grpc import model_config_pb2 as /' "$tmp/grpc_service_pb2.py" >"$g/service_pb2.py"
 cp "$tmp/model_config_pb2.py" "$g/model_config_pb2.py"
 sed 's/^import grpc_service_pb2 as /from tritonclient.grpc import service_pb2 as /' "$tmp/grpc_service_pb2_grpc.py" >"$g/service_pb2_grpc.py"
-"$py" -c 'import sys; sys.path.insert(0, sys.argv[1]); import tritonclient.http, tritonclient.grpc, tritonclient.grpc.aio, tritonclient.http.aio, tritonclient.utils.shared_memory' "$out"
+"$py" -c 'import sys; sys.path.insert(0, sys.argv[1]); import tritonclient.http, tritonclient.grpc, tritonclient.grpc.aio, tritonclient.http.aio, tritonclient.utils.shared_memory, tritonhttpclient, tritongrpcclient' "$out"
 echo "tritonclient built in $out"

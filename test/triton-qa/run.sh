@@ -40,7 +40,7 @@ fi
 [ -x "$sluice" ] || { echo "no sluice binary at $sluice (make build)" >&2; exit 2; }
 
 mkdir -p "$work"
-[ -d "$work/pylib/tritonclient" ] || "$here/build_client.sh" "$TRITON_CLIENT_SRC" "$TRITON_COMMON_SRC" "$work/pylib"
+[ -d "$work/pylib/tritonclient" ] && [ -d "$work/pylib/tritonhttpclient" ] || "$here/build_client.sh" "$TRITON_CLIENT_SRC" "$TRITON_COMMON_SRC" "$work/pylib"
 "$here/gen_models.sh" "$TRITON_SERVER_SRC" "$work/data"
 # Mount points for the namespaces' private mounts.
 mkdir -p /data
@@ -64,6 +64,7 @@ for spec in "${dirs[@]}"; do
 	rm -rf "$run"
 	mkdir -p "$run/records"
 	cp -r "$TRITON_SERVER_SRC/qa" "$run/qa"
+	"$here/ci_setup.sh" "$TRITON_SERVER_SRC" "$TRITON_CLIENT_SRC" "$run/qa" 2>>"$run/test.sh.setup"
 	env_args=()
 	IFS=, read -ra kv <<<"$vars"
 	for v in "${kv[@]}"; do env_args+=("$v"); done

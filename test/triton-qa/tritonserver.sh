@@ -34,16 +34,18 @@ for a in "${args[@]}"; do
 	[ -d "$repo" ] || continue
 	find "$repo" -name config.pbtxt -exec grep -l KIND_GPU {} + 2>/dev/null |
 		xargs -r sed -i -e 's/KIND_GPU/KIND_CPU/' -e '/^[[:space:]]*gpus[[:space:]]*:/d'
-	# Triton's C++ identity test backend: standin/identity_model.py under
-	# the python backend, in each numeric version directory.
-	find "$repo" -name config.pbtxt -exec grep -lE 'backend:[[:space:]]*"identity"' {} + 2>/dev/null |
-		while read -r cfg; do
-			sed -i -E 's/backend:[[:space:]]*"identity"/backend: "python"/' "$cfg"
-			for v in "$(dirname "$cfg")"/*/; do
-				case $(basename "$v") in *[!0-9]*) continue ;; esac
-				cp "$QA_HERE/standin/identity_model.py" "$v/model.py"
+	# Triton's C++ test backends (identity, implicit_state, dyna_sequence):
+	# standin/<backend>_model.py under the python backend, in each numeric
+	# version directory.
+	for b in identity implicit_state dyna_sequence; do
+		find "$repo" -name config.pbtxt -exec grep -lE "backend:[[:space:]]*\"$b\"" {} + 2>/dev/null |
+			while read -r cfg; do
+				sed -i -E "s/backend:[[:space:]]*\"$b\"/backend: \"python\"/" "$cfg"
+				for v in $(find "$(dirname "$cfg")" -mindepth 1 -maxdepth 1 -type d -regex '.*/[0-9]+$'); do
+					cp "$QA_HERE/standin/${b}_model.py" "$v/model.py"
+				done
+				echo "tritonserver.sh: $(dirname "$cfg"): Triton's $b backend stood in for by standin/${b}_model.py" >&2
 			done
-			echo "tritonserver.sh: $(dirname "$cfg"): Triton's identity backend stood in for by standin/identity_model.py" >&2
-		done
+	done
 done
 exec "$SLUICE" model-server --server-name triton "${args[@]}"

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -279,6 +280,33 @@ func configSignature(backendName string, cfg *inferencepb.ModelConfig) (infer.Si
 	}
 	for _, out := range cfg.GetOutput() {
 		sig.Outputs = append(sig.Outputs, spec("output", out.GetName(), out.GetDataType(), out.GetDims(), out.GetReshape()))
+	}
+	// The sequence batcher's control inputs and implicit states are the
+	// server's to feed and read: a Python model is given them (and
+	// returns a state's output) without listing them, as Triton's Python
+	// models are (qa/python_models/sequence_int32 reads START and READY,
+	// which its configuration names only as control inputs).
+	listed := func(specs []infer.TensorSpec, name string) bool {
+		return name == "" || slices.ContainsFunc(specs, func(s infer.TensorSpec) bool { return s.Name == name })
+	}
+	sb := cfg.GetSequenceBatching()
+	for _, ci := range sb.GetControlInput() {
+		if listed(sig.Inputs, ci.GetName()) || len(ci.GetControl()) == 0 {
+			continue
+		}
+		dt := modelconfig.SequenceControlType(ci.GetControl()[0])
+		if dt == inferencepb.DataType_TYPE_INVALID {
+			continue // the configuration's validation names the problem
+		}
+		sig.Inputs = append(sig.Inputs, spec("control input", ci.GetName(), dt, []int64{1}, nil))
+	}
+	for _, st := range sb.GetState() {
+		if !listed(sig.Inputs, st.GetInputName()) {
+			sig.Inputs = append(sig.Inputs, spec("state input", st.GetInputName(), st.GetDataType(), st.GetDims(), nil))
+		}
+		if !listed(sig.Outputs, st.GetOutputName()) {
+			sig.Outputs = append(sig.Outputs, spec("state output", st.GetOutputName(), st.GetDataType(), st.GetDims(), nil))
+		}
 	}
 	return sig, errors.Join(errs...)
 }

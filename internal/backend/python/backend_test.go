@@ -297,6 +297,35 @@ model_transaction_policy { decoupled: true }`, want: infer.Signature{
 		}},
 		{name: "bf16", cfg: `input [ { name: "X" data_type: TYPE_BF16 dims: [ 1 ] } ]
 output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]`, wantErr: "TYPE_BF16 is not supported"},
+		// Triton's qa/python_models/sequence_int32: START and READY are
+		// named only as control inputs; the model still gets them. A state
+		// (qa/L0_implicit_state's models) is an input and an output. A
+		// control the configuration also lists as an input is not added
+		// twice.
+		{name: "sequence controls and states", cfg: `max_batch_size: 2
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching {
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY fp32_false_true: [ 0, 1 ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING } ] },
+    { name: "INPUT" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] }
+  ]
+  state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 3 ] } ]
+}`, want: infer.Signature{
+			Inputs: []infer.TensorSpec{
+				{Name: "INPUT", DataType: infer.Int32, Shape: infer.Shape{-1, 1}},
+				{Name: "START", DataType: infer.Int32, Shape: infer.Shape{-1, 1}},
+				{Name: "READY", DataType: infer.FP32, Shape: infer.Shape{-1, 1}},
+				{Name: "CORRID", DataType: infer.Bytes, Shape: infer.Shape{-1, 1}},
+				{Name: "INPUT_STATE", DataType: infer.Int32, Shape: infer.Shape{-1, 3}},
+			},
+			Outputs: []infer.TensorSpec{
+				{Name: "OUTPUT", DataType: infer.Int32, Shape: infer.Shape{-1, 1}},
+				{Name: "OUTPUT_STATE", DataType: infer.Int32, Shape: infer.Shape{-1, 3}},
+			},
+		}},
 		{name: "missing file", cfg: `default_model_filename: "other.py"
 input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]`, wantErr: "other.py is missing"},

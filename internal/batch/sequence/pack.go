@@ -152,10 +152,17 @@ func appendCorrID(dst []byte, dt infer.DataType, id CorrID) []byte {
 }
 
 // split gives each request its rows of the outputs it asked for and
-// returns each row's new implicit states.
+// returns each row's new implicit states. A model may answer with a subset
+// of the outputs asked for, as Triton's backends may (a Python model
+// returns what it returns; qa/L0_implicit_state
+// test_implicit_state_single_buffer answers no output): an output left out
+// is left out of the answers, and a state output left out keeps the state
+// the row ran with, as Triton keeps a state no StateUpdate replaced
+// (qa/L0_implicit_state test_no_update).
 func (s *Scheduler) split(rows []row, outs []infer.Tensor, names []string, results []batch.Result) ([][][]byte, error) {
-	if len(outs) != len(names) {
-		return nil, fmt.Errorf("model returned %d outputs, want %d", len(outs), len(names))
+	idx, err := outputIndex(outs, names)
+	if err != nil {
+		return nil, err
 	}
 	batching := s.opts.MaxBatchSize > 0
 	n := len(rows)
@@ -167,11 +174,11 @@ func (s *Scheduler) split(rows []row, outs []infer.Tensor, names []string, resul
 			continue
 		}
 		if len(o.Shape) == 0 || o.Shape[0] != int64(n) {
-			return nil, fmt.Errorf("output '%s' has shape %s, want %d rows", names[j], o.Shape, n)
+			return nil, fmt.Errorf("output '%s' has shape %s, want %d rows", o.Name, o.Shape, n)
 		}
 		r, err := splitRows(o, n)
 		if err != nil {
-			return nil, fmt.Errorf("output '%s': %w", names[j], err)
+			return nil, fmt.Errorf("output '%s': %w", o.Name, err)
 		}
 		perRow[j] = r
 	}
@@ -181,22 +188,29 @@ func (s *Scheduler) split(rows []row, outs []infer.Tensor, names []string, resul
 			continue
 		}
 		res := &results[i]
-		res.Outputs = make([]infer.Tensor, len(r.p.req.Outputs))
-		for k, name := range r.p.req.Outputs {
-			j := slices.Index(names, name)
+		res.Outputs = make([]infer.Tensor, 0, len(r.p.req.Outputs))
+		for _, name := range r.p.req.Outputs {
+			j, ok := idx[name]
+			if !ok {
+				continue
+			}
 			o := &outs[j]
 			shape := o.Shape.Clone()
 			if batching {
 				shape[0] = 1
 			}
-			res.Outputs[k] = infer.Tensor{Name: name, DataType: o.DataType, Shape: shape, Data: perRow[j][i]}
+			res.Outputs = append(res.Outputs, infer.Tensor{Name: name, DataType: o.DataType, Shape: shape, Data: perRow[j][i]})
 		}
 		if len(s.opts.States) == 0 {
 			continue
 		}
 		states[i] = make([][]byte, len(s.opts.States))
 		for k, st := range s.opts.States {
-			j := slices.Index(names, st.Output)
+			j, ok := idx[st.Output]
+			if !ok {
+				states[i][k] = slices.Clone(s.stateOf(r.p, k))
+				continue
+			}
 			want, _ := st.Dims.Elements()
 			b := perRow[j][i]
 			if outs[j].DataType != st.DataType || !holds(b, st.DataType, want) {
@@ -206,6 +220,39 @@ func (s *Scheduler) split(rows []row, outs []infer.Tensor, names []string, resul
 		}
 	}
 	return states, nil
+}
+
+// outputIndex maps each name asked for to the position of its output in
+// outs. Outputs are matched by name; a backend that names none answers
+// every name, in order.
+func outputIndex(outs []infer.Tensor, names []string) (map[string]int, error) {
+	idx := make(map[string]int, len(outs))
+	unnamed := len(outs) > 0
+	for _, o := range outs {
+		if o.Name != "" {
+			unnamed = false
+			break
+		}
+	}
+	if unnamed {
+		if len(outs) != len(names) {
+			return nil, fmt.Errorf("model returned %d outputs, want %d", len(outs), len(names))
+		}
+		for j, name := range names {
+			idx[name] = j
+		}
+		return idx, nil
+	}
+	for j, o := range outs {
+		if !slices.Contains(names, o.Name) {
+			return nil, fmt.Errorf("model returned output '%s', which was not asked for", o.Name)
+		}
+		if _, dup := idx[o.Name]; dup {
+			return nil, fmt.Errorf("model returned output '%s' twice", o.Name)
+		}
+		idx[o.Name] = j
+	}
+	return idx, nil
 }
 
 // holds reports whether b (wire layout) is n elements of dt.

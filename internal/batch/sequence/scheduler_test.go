@@ -666,3 +666,78 @@ func TestNoClientNoCap(t *testing.T) {
 		require.Equal(t, ReasonClientSequenceLimit, reason(t, err), "client c may hold 1")
 	})
 }
+
+// dropExec answers like accExec, less the outputs named in drop: a model
+// that answers a subset of the outputs asked for.
+type dropExec struct {
+	acc  accExec
+	mu   sync.Mutex // protects drop
+	drop []string
+}
+
+func (e *dropExec) set(drop ...string) {
+	e.mu.Lock()
+	e.drop = drop
+	e.mu.Unlock()
+}
+
+func (e *dropExec) Execute(ctx context.Context, inputs []infer.Tensor, outputs []string) ([]infer.Tensor, error) {
+	outs, err := e.acc.Execute(ctx, inputs, outputs)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.DeleteFunc(outs, func(t infer.Tensor) bool { return slices.Contains(e.drop, t.Name) }), nil
+}
+
+// A model may answer with a subset of the outputs asked for, as Triton's
+// backends may: Triton's qa/L0_implicit_state test_no_update (a backend
+// that never calls StateUpdate: the state stays what it was) and
+// test_implicit_state_single_buffer (a backend that answers no output:
+// the request succeeds with none).
+func TestSubsetOfOutputsKeepsState(t *testing.T) {
+	for _, strategy := range []Strategy{Direct, Oldest} {
+		t.Run(strategy.String(), func(t *testing.T) {
+			e := &dropExec{}
+			s, _ := newSched(t, accOptions(strategy, 4, infer.Invalid), e)
+			require.Equal(t, int32(5), sum(t, s, req(num(1), 5, true, false)))
+
+			e.set("OUTPUT_STATE")
+			require.Equal(t, int32(7), sum(t, s, req(num(1), 2, false, false)), "OUTPUT is the model's: 5+2")
+			e.set()
+			require.Equal(t, int32(6), sum(t, s, req(num(1), 1, false, false)), "the state stayed 5: no state output replaced it")
+
+			e.set("OUTPUT")
+			res, err := s.Submit(t.Context(), req(num(1), 4, false, false))
+			require.NoError(t, err)
+			require.Empty(t, res.Outputs, "an output the model left out is left out of the answer")
+			e.set()
+			require.Equal(t, int32(11), sum(t, s, req(num(1), 1, false, true)), "the state output of the answer without OUTPUT counted: 6+4+1")
+
+			e.set("OUTPUT_STATE")
+			require.Equal(t, int32(3), sum(t, s, req(num(2), 3, true, false)), "a start without a state output")
+			e.set()
+			require.Equal(t, int32(1), sum(t, s, req(num(2), 1, false, true)), "runs on from the initial state (zeros)")
+		})
+	}
+}
+
+// A model answering an output nobody asked for is an error, not a silent
+// mix-up.
+func TestUnaskedOutputIsAnError(t *testing.T) {
+	e := &unaskedExec{}
+	s, _ := newSched(t, accOptions(Oldest, 4, infer.Invalid), e)
+	_, err := s.Submit(t.Context(), req(num(1), 1, true, true))
+	require.ErrorContains(t, err, "model returned output 'EXTRA', which was not asked for")
+}
+
+type unaskedExec struct{ acc accExec }
+
+func (e *unaskedExec) Execute(ctx context.Context, inputs []infer.Tensor, outputs []string) ([]infer.Tensor, error) {
+	outs, err := e.acc.Execute(ctx, inputs, outputs)
+	if err != nil {
+		return nil, err
+	}
+	return append(outs, infer.Tensor{Name: "EXTRA", DataType: infer.Int32, Shape: infer.Shape{1, 1}, Data: make([]byte, 4)}), nil
+}
