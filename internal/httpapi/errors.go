@@ -10,28 +10,28 @@ import (
 // keep their own reasons. Where the same problem can arise over gRPC the
 // code is wire's, which grpcapi uses too.
 const (
-	reasonInvalidJSON          = apierr.ReasonInvalidJSON
-	reasonInvalidRequest       = apierr.ReasonInvalidRequest
-	reasonInvalidInput         = apierr.ReasonInvalidInput
-	reasonDuplicateInput       = apierr.ReasonDuplicateInput
-	reasonDuplicateOutput      = apierr.ReasonDuplicateOutput
-	reasonInvalidDatatype      = apierr.ReasonInvalidDatatype
-	reasonInvalidShape         = apierr.ReasonInvalidShape
-	reasonSizeMismatch         = apierr.ReasonSizeMismatch
-	reasonRaggedData           = "ragged_data"
-	reasonContentsMismatch     = apierr.ReasonContentsMismatch
-	reasonValueOutOfRange      = apierr.ReasonValueOutOfRange
-	reasonInvalidParameter     = apierr.ReasonInvalidParameter
-	reasonInvalidBinarySize    = "invalid_binary_size"
-	reasonInvalidHeader        = "invalid_header"
-	reasonUnsupportedEncoding  = "unsupported_content_encoding"
-	reasonRawInput             = "raw_input_unsupported"
-	reasonBodyTooLarge         = apierr.ReasonBodyTooLarge
-	reasonOverloaded           = apierr.ReasonOverloaded
-	reasonUnrepresentable      = "unrepresentable_value"
-	reasonNotFound             = apierr.ReasonNotFound
-	reasonMethodNotAllowed     = apierr.ReasonMethodNotAllowed
-	reasonInternal             = apierr.ReasonInternal
+	reasonInvalidJSON         = apierr.ReasonInvalidJSON
+	reasonInvalidRequest      = apierr.ReasonInvalidRequest
+	reasonInvalidInput        = apierr.ReasonInvalidInput
+	reasonDuplicateInput      = apierr.ReasonDuplicateInput
+	reasonDuplicateOutput     = apierr.ReasonDuplicateOutput
+	reasonInvalidDatatype     = apierr.ReasonInvalidDatatype
+	reasonInvalidShape        = apierr.ReasonInvalidShape
+	reasonSizeMismatch        = apierr.ReasonSizeMismatch
+	reasonRaggedData          = "ragged_data"
+	reasonContentsMismatch    = apierr.ReasonContentsMismatch
+	reasonValueOutOfRange     = apierr.ReasonValueOutOfRange
+	reasonInvalidParameter    = apierr.ReasonInvalidParameter
+	reasonInvalidBinarySize   = "invalid_binary_size"
+	reasonInvalidHeader       = "invalid_header"
+	reasonUnsupportedEncoding = "unsupported_content_encoding"
+	reasonRawInput            = "raw_input_unsupported"
+	reasonBodyTooLarge        = apierr.ReasonBodyTooLarge
+	reasonOverloaded          = apierr.ReasonOverloaded
+	reasonUnrepresentable     = "unrepresentable_value"
+	reasonNotFound            = apierr.ReasonNotFound
+	reasonMethodNotAllowed    = apierr.ReasonMethodNotAllowed
+	reasonInternal            = apierr.ReasonInternal
 )
 
 // statusOf maps an error to its HTTP status and reason code, as every
