@@ -69,12 +69,26 @@ type scan struct {
 	consts []*reasonConst
 	byKey  map[string]*reasonConst // dir.name → const
 	takers map[string]int          // dir.func → reason parameter index
-	sites  []reasonSite
+	// statusSlot and kindSlot: dir.func → index of the parameter a reason
+	// taker hands on as an HTTP status (WriteError's) or a Kind (Errorf's).
+	statusSlot map[string]int
+	kindSlot   map[string]int
+	// fixedStatus and fixedKind: dir.func → the HTTP status or Kind a
+	// reason taker raises its reason with whatever its caller passes
+	// (a helper such as unavailablef).
+	fixedStatus map[string]int
+	fixedKind   map[string]Kind
+	sites       []reasonSite
 }
 
 func scanModule(t *testing.T, root string) *scan {
 	t.Helper()
-	s := &scan{fset: token.NewFileSet(), byKey: map[string]*reasonConst{}, takers: map[string]int{}}
+	s := &scan{
+		fset: token.NewFileSet(), byKey: map[string]*reasonConst{}, takers: map[string]int{},
+		statusSlot:  map[string]int{"internal/apierr.WriteError": 1},
+		kindSlot:    map[string]int{"internal/apierr.Errorf": 0},
+		fixedStatus: map[string]int{}, fixedKind: map[string]Kind{},
+	}
 	for k, v := range seeds {
 		s.takers[k] = v
 	}
@@ -208,8 +222,9 @@ func (sf *scanFile) isErrorLit(cl *ast.CompositeLit) bool {
 	return false
 }
 
-// propagate adds the functions that hand a parameter on to a reason slot;
-// it reports whether it added any.
+// propagate adds the functions that hand a parameter on to a reason slot,
+// and those that hand one on to the status slot (WriteError's) or the
+// kind slot (Errorf's) of a reason taker; it reports whether it added any.
 func (s *scan) propagate() bool {
 	added := false
 	for _, sf := range s.files {
@@ -230,37 +245,84 @@ func (s *scan) propagate() bool {
 				}
 			}
 			key := sf.dir + "." + fd.Name.Name
-			if _, ok := s.takers[key]; ok {
-				continue
+			// record notes that the function hands parameter arg on to a
+			// slot of the kind m keeps.
+			record := func(m map[string]int, arg ast.Expr) {
+				id, ok := arg.(*ast.Ident)
+				if !ok {
+					return
+				}
+				j, ok := params[id.Name]
+				if _, known := m[key]; ok && !known {
+					m[key] = j
+					added = true
+				}
 			}
 			ast.Inspect(fd.Body, func(n ast.Node) bool {
-				var arg ast.Expr
 				switch x := n.(type) {
 				case *ast.CallExpr:
-					k, ok := s.takers[sf.callee(x.Fun)]
+					callee := sf.callee(x.Fun)
+					k, ok := s.takers[callee]
 					if !ok || k >= len(x.Args) {
 						return true
 					}
-					arg = x.Args[k]
+					record(s.takers, x.Args[k])
+					if j, ok := s.statusSlot[callee]; ok && j < len(x.Args) {
+						record(s.statusSlot, x.Args[j])
+					}
+					if j, ok := s.kindSlot[callee]; ok && j < len(x.Args) {
+						record(s.kindSlot, x.Args[j])
+					}
+					if id, ok := x.Args[k].(*ast.Ident); ok {
+						if _, isParam := params[id.Name]; isParam && s.fixSlots(sf, key, callee, x) {
+							added = true
+						}
+					}
 				case *ast.CompositeLit:
 					if !sf.isErrorLit(x) {
 						return true
 					}
 					for _, e := range x.Elts {
 						if kv, ok := e.(*ast.KeyValueExpr); ok && kv.Key.(*ast.Ident).Name == "Reason" {
-							arg = kv.Value
+							record(s.takers, kv.Value)
 						}
-					}
-				}
-				if id, ok := arg.(*ast.Ident); ok {
-					if j, ok := params[id.Name]; ok {
-						s.takers[key] = j
-						added = true
-						return false
 					}
 				}
 				return true
 			})
+		}
+	}
+	return added
+}
+
+// fixSlots records what a reason taker (key) fixes of the status or kind
+// when it hands its reason parameter on in call: a constant in the
+// callee's status or kind slot, or what the callee itself fixes. It
+// reports whether it recorded anything new.
+func (s *scan) fixSlots(sf *scanFile, key, callee string, call *ast.CallExpr) bool {
+	added := false
+	if _, known := s.fixedStatus[key]; !known {
+		st := s.fixedStatus[callee]
+		if j, ok := s.statusSlot[callee]; ok && j < len(call.Args) {
+			if c := httpStatusConst(call.Args[j]); c != 0 {
+				st = c
+			}
+		}
+		if st != 0 {
+			s.fixedStatus[key] = st
+			added = true
+		}
+	}
+	if _, known := s.fixedKind[key]; !known {
+		kd, ok := s.fixedKind[callee]
+		if j, slot := s.kindSlot[callee]; slot && j < len(call.Args) {
+			if k, isConst := sf.kind(call.Args[j]); isConst {
+				kd, ok = k, true
+			}
+		}
+		if ok {
+			s.fixedKind[key] = kd
+			added = true
 		}
 	}
 	return added
@@ -288,14 +350,24 @@ func (s *scan) collectSites(sf *scanFile) {
 			}
 			status := 0
 			var kind ast.Expr
-			switch callee {
-			case "internal/apierr.Errorf":
-				kind = x.Args[0]
-				status = sf.kindStatus(s, kind, x.Args[1])
-			case "internal/apierr.WriteError":
-				status = httpStatusConst(x.Args[1])
+			if j, ok := s.kindSlot[callee]; ok && j < len(x.Args) {
+				kind = x.Args[j]
+				status = sf.kindStatus(s, kind, x.Args[k])
+			}
+			if j, ok := s.statusSlot[callee]; ok && j < len(x.Args) {
+				status = httpStatusConst(x.Args[j])
 			}
 			add(x.Args[k], kind, status)
+			site := &s.sites[len(s.sites)-1]
+			if st, ok := s.fixedStatus[callee]; ok && site.status == 0 {
+				site.status = st
+			}
+			if kd, ok := s.fixedKind[callee]; ok && !site.hasKind {
+				site.kind, site.hasKind = kd, true
+				if site.status == 0 {
+					site.status = KindHTTPStatus(kd, site.value)
+				}
+			}
 		case *ast.CompositeLit:
 			if !sf.isErrorLit(x) {
 				return true
