@@ -375,17 +375,22 @@ class InferenceRequest:
     def exec(self, decoupled=False):
         """Business Logic Scripting: runs this request on the model it
         names (any model the server serves) and returns its
-        InferenceResponse; a failure is the response's error()."""
-        if decoupled:
-            _unsupported("a decoupled BLS request (exec(decoupled=True))")
+        InferenceResponse; a failure is the response's error().
+        decoupled=True: returns an iterator over the request's responses
+        (any number, from a decoupled model; the one of any other model),
+        yielded as they come; the final flag without a response is a
+        last response without outputs, as in Triton."""
         if _bls_exec is None:
             raise TritonModelException("BLS requests can only be made from a model the server runs")
         if not self._model_name:
             raise TritonModelException("InferenceRequest needs a model_name to be executed")
+        if decoupled:
+            return _bls_exec(self, True)
         return _bls_exec(self)
 
     async def async_exec(self, decoupled=False):
-        """exec() as a coroutine: several may run at once (asyncio.gather)."""
+        """exec() as a coroutine: several may run at once (asyncio.gather).
+        decoupled=True: the iterator over the responses, as exec()'s."""
         import asyncio  # noqa: PLC0415 - only models that await need it
 
         return await asyncio.get_running_loop().run_in_executor(None, self.exec, decoupled)
