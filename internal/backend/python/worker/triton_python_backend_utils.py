@@ -293,6 +293,11 @@ def _unsupported(what):
     raise TritonModelException("%s is not supported by Sluice's Python backend" % what)
 
 
+def _str(v):
+    """v, or v decoded as UTF-8 when it is bytes."""
+    return v.decode("utf-8") if isinstance(v, bytes) else v
+
+
 class InferenceRequest:
     """One request in the list execute() receives. Models may also build
     one to call another model the server serves (Business Logic
@@ -300,10 +305,12 @@ class InferenceRequest:
 
     def __init__(self, model_name=None, requested_output_names=None, inputs=None, request_id="",
                  correlation_id=0, flags=0, timeout=0, parameters=None, model_version=-1, priority=0, **_):
-        self._model_name = model_name
+        # Names may be bytes, as a TYPE_STRING input's elements are (Triton
+        # takes them as strings: its bls example passes one as model_name).
+        self._model_name = _str(model_name)
         self._inputs = list(inputs or [])
-        self._outputs = list(requested_output_names or [])
-        self._request_id = request_id
+        self._outputs = [_str(n) for n in requested_output_names or []]
+        self._request_id = _str(request_id)
         self._correlation_id = correlation_id
         self._flags = flags
         self._timeout = timeout
