@@ -5,7 +5,7 @@
 # config.pbtxt copied and renamed as the README's `cp` lines do), starts
 # Sluice on it in a private network namespace (the clients hard-code
 # localhost:8000/8001/8002), runs the example's own client and prints one
-# line: PASS, FAIL (with the client's last line) or N/A (with the reason).
+# line: PASS or FAIL, with the client's last line (or why the layout failed).
 #
 # usage: examples.sh [example ...]     (default: all of them, in order below)
 #   PYTHON_BACKEND_SRC       checkout of triton-inference-server/python_backend (required)
@@ -155,7 +155,8 @@ if [ "${1:-}" = --in-namespace ]; then
 		sleep 0.5
 	done
 	if [ $ready = 1 ]; then
-		timeout -k 10 "${EX_TIMEOUT:-300}" bash -c "$(declare -f client); client $ex" >client.log 2>&1
+		PYTHONPATH=$EX_CLIENT_PYTHONPATH timeout -k 10 "${EX_TIMEOUT:-300}" \
+			bash -c "$(declare -f client); client $ex" >client.log 2>&1
 		rc=$?
 	else
 		echo "server did not become ready (server.log)" >client.log
@@ -169,7 +170,8 @@ fi
 : "${PYTHON_BACKEND_SRC:?set PYTHON_BACKEND_SRC to a checkout of triton-inference-server/python_backend}"
 : "${TRITONCLIENT_PYTHONPATH:?set TRITONCLIENT_PYTHONPATH to the output directory of build_client.sh}"
 export SLUICE=${SLUICE:-$root/bin/sluice} PYTHON=${PYTHON:-/usr/bin/python3}
-export PYTHONPATH=$TRITONCLIENT_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}
+# tritonclient is the clients' alone (the server's workers do not get it).
+export EX_CLIENT_PYTHONPATH=$TRITONCLIENT_PYTHONPATH${PYTHONPATH:+:$PYTHONPATH}
 [ "$(id -u)" = 0 ] || { echo "examples.sh needs root for unshare -n" >&2; exit 2; }
 [ -x "$SLUICE" ] || { echo "no sluice binary at $SLUICE (make build)" >&2; exit 2; }
 work=${EX_WORK:-$(mktemp -d "${TMPDIR:-/tmp}/sluice-pyex.XXXXXX")}

@@ -6,11 +6,13 @@ published interface of Triton's module (names, arguments and meaning);
 what Sluice does not support raises TritonModelException with a message
 that says so:
 
-- Business Logic Scripting (InferenceRequest(...).exec / async_exec /
-  stream_exec), the model loading API (load_model, unload_model,
-  is_model_ready) and custom metrics (MetricFamily);
-- decoupled mode (InferenceRequest.get_response_sender);
+- streaming BLS requests (InferenceRequest.stream_exec) and the model
+  loading API (load_model, unload_model, is_model_ready);
 - GPU tensors: every tensor is a CPU numpy array.
+
+Business Logic Scripting (exec / async_exec, also decoupled=True), custom
+metrics (MetricFamily) and decoupled mode (get_response_sender) work as
+in Triton.
 """
 
 import json
@@ -285,7 +287,8 @@ class Tensor:
         return Tensor(name, torch_dlpack.from_dlpack(dlpack_obj).cpu().numpy())
 
 
-# Set by the worker: sends a BLS request and returns its response.
+# Set by the worker: _bls_exec(request, decoupled=False) sends a BLS request
+# and returns its response (decoupled: an iterator over its responses).
 _bls_exec = None
 
 
@@ -403,7 +406,7 @@ class InferenceRequest:
         return await asyncio.get_running_loop().run_in_executor(None, self.exec, decoupled)
 
     def stream_exec(self, *_, **__):
-        _unsupported("Business Logic Scripting (InferenceRequest.stream_exec)")
+        _unsupported("a streaming BLS request (InferenceRequest.stream_exec)")
 
 
 class InferenceResponseSender:
