@@ -28,7 +28,8 @@ const (
 	// ← worker: JSON logLine from pb_utils.Logger
 	opResponse = 11 // ← worker: one response of a decoupled model (see decodeStreamed), with the execute call's id
 	// ← worker: a BLS request (see decodeBLS), with an id of the
-	// worker's; answered by opBLSResult with that id
+	// worker's; answered by opBLSResult with that id, or, a decoupled
+	// one, by opBLSStream frames
 	opBLS       = 12
 	opBLSResult = 13 // → worker: the BLS request's response (see frameWriter.blsResponse)
 	opMetric    = 14 // ← worker: JSON customMsg, a custom metric's change; not answered

@@ -148,7 +148,7 @@ class Worker:
         self.bls_lock = threading.Lock()
         self.bls_next = 0
         self.bls_waiting = {}  # id -> [threading.Event, frame]
-        self.bls_streams = {}  # id -> queue.Queue of frames (decoupled BLS); None: connection closed
+        self.bls_streams = {}  # id -> queue.Queue of a decoupled BLS request's frames (None once the connection closed)
 
     # --- start-up -------------------------------------------------------
 
