@@ -70,7 +70,7 @@ var Codes = []Code{
 	{Reason: "invalid_json", HTTP: []int{400}, GRPC: []codes.Code{codes.InvalidArgument}, Meaning: "a body that is not JSON, or not the JSON document the endpoint expects at the top level."},
 	{Reason: "invalid_load_request", HTTP: []int{400}, GRPC: []codes.Code{codes.InvalidArgument}, Meaning: "a repository load request that is malformed"},
 	{Reason: "invalid_model_config", HTTP: []int{400}, GRPC: []codes.Code{codes.InvalidArgument}, Meaning: "the apierr.Error reason of every configuration error this package returns."},
-	{Reason: "invalid_model_output", HTTP: []int{500}, GRPC: []codes.Code{codes.Internal}, Meaning: "an output disagrees with the configuration's data type or the request's batch size (KindInternal, 500). A requested output the response lacks is left out, as Triton does, not an error."},
+	{Reason: "invalid_model_output", HTTP: []int{500}, GRPC: []codes.Code{codes.Internal}, Meaning: "an output disagrees with the request's batch size (KindInternal, 500). A requested output the response lacks is left out, and one of another data type than the configuration's is answered as the model made it, as Triton does."},
 	{Reason: "invalid_outcome", HTTP: []int{400}, Meaning: "an outcome post that is malformed"},
 	{Reason: "invalid_parameter", HTTP: []int{400}, GRPC: []codes.Code{codes.InvalidArgument}, Meaning: "`request parameter 'timeout' must be a non-negative integer number of microseconds, got \"x\"`"},
 	{Reason: "invalid_priority", HTTP: []int{400}, GRPC: []codes.Code{codes.InvalidArgument}, Meaning: "the priority is negative or above the model's priority levels (KindInvalid)."},

@@ -94,6 +94,24 @@ type Server interface {
 	Infer(ctx context.Context, req *infer.Request) (*infer.Response, error)
 }
 
+// StreamSend receives one response of a request answered by
+// StreamServer.InferStream: a response, or the error a decoupled model
+// answered with (the request goes on), or, with both nil, only the final
+// flag. final is set on the last call. A non-nil return stops the
+// responses: InferStream returns it.
+type StreamSend func(resp *infer.Response, err error, final bool) error
+
+// StreamServer is a Server that also runs requests answered with any
+// number of responses (a decoupled model's); a Python model's decoupled
+// BLS requests (exec(decoupled=True)) need it.
+type StreamServer interface {
+	Server
+	// InferStream calls send for each response, in order, the last with
+	// final set; it returns once the final response was sent, or with
+	// the error that failed the request before any response.
+	InferStream(ctx context.Context, req *infer.Request, send StreamSend) error
+}
+
 // Caller is implemented by backends whose models call other models the
 // server serves (a Python model's Business Logic Scripting). The
 // repository hands them itself when it is created.

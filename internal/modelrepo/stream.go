@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/apierr"
+	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/batch"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
@@ -23,7 +24,9 @@ const ParamFinalResponse = "triton_final_response"
 // a response, or the error a decoupled model answered with (the request
 // goes on), or, with both nil, only the final flag. final is set on the
 // last call. A non-nil return stops the responses: InferStream returns it.
-type StreamSend func(resp *infer.Response, err error, final bool) error
+// It is backend.StreamSend, so that the Manager is the backend.StreamServer
+// of Python models' decoupled BLS requests.
+type StreamSend = backend.StreamSend
 
 // Streamer is implemented by Models that answer a request with any number
 // of responses: a decoupled model's (model_transaction_policy { decoupled:
@@ -39,7 +42,10 @@ type Streamer interface {
 	InferStream(ctx context.Context, req *infer.Request, send StreamSend) error
 }
 
-var _ Streamer = (*Manager)(nil)
+var (
+	_ Streamer             = (*Manager)(nil)
+	_ backend.StreamServer = (*Manager)(nil)
+)
 
 // errStreamGone is what a decoupled model's sender hears once its request
 // ended (its client went away): the instance drops the rest.

@@ -107,3 +107,45 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
 		}
 	}
 }
+
+// TestPythonBLSDecoupled serves a Python model that makes decoupled BLS
+// requests (the backend's bls_decoupled test model, written as Triton's
+// bls_decoupled example is) to the decoupled Python model square, all real
+// worker processes: exec(decoupled=True) and two async_exec(decoupled=True)
+// at once iterate over every response square sends, its final flag alone
+// coming as a last response without outputs. Before, exec(decoupled=True)
+// raised "not supported".
+func TestPythonBLSDecoupled(t *testing.T) {
+	repo := t.TempDir()
+	for _, m := range []string{"bls_decoupled", "square"} {
+		if err := os.CopyFS(filepath.Join(repo, m), os.DirFS(filepath.Join(repoDir, "internal/backend/python/testdata/models", m))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startServer(t, "--model-repository", repo)
+	for _, c := range []struct {
+		model string
+		n     int
+		async bool
+		code  int
+		want  string // SUM RESPONSES EMPTY, or part of the error
+	}{
+		{"square", 4, false, http.StatusOK, "[16] [5] [1]"},
+		{"square", 3, true, http.StatusOK, "[18] [8] [2]"},
+		{"square", 0, false, http.StatusOK, "[0] [1] [1]"},
+		{"nope", 1, false, http.StatusBadRequest, "BLS: Request for unknown model: 'nope' is not found (after 1 responses)"},
+	} {
+		body := fmt.Sprintf(`{"parameters":{"async":%v},"inputs":[
+			{"name":"MODEL_NAME","datatype":"BYTES","shape":[1],"data":[%q]},
+			{"name":"IN","datatype":"INT32","shape":[1],"data":[%d]}]}`, c.async, c.model, c.n)
+		code, _, resp := do(t, http.MethodPost, "http://"+s.http+"/v2/models/bls_decoupled/infer", []byte(body), map[string]string{"Content-Type": "application/json"})
+		got := string(resp)
+		if code == http.StatusOK {
+			outs := pyOutputs(t, resp)
+			got = fmt.Sprint(outs["SUM"], outs["RESPONSES"], outs["EMPTY"])
+		}
+		if code != c.code || !strings.Contains(got, c.want) {
+			t.Errorf("%s(%d) async=%v = %d %s, want %d %s", c.model, c.n, c.async, code, got, c.code, c.want)
+		}
+	}
+}

@@ -654,3 +654,48 @@ output [ { name: "PARAMS" data_type: TYPE_STRING dims: [ 1 ] } ]`)
 		t.Errorf("Execute: parameters() = %q, want {}", o[0].Data)
 	}
 }
+
+// An output of another data type than the configuration's is answered as
+// the model returned it, as Triton does: Triton's bls_decoupled example
+// sums into numpy's default int64 and returns that for its TYPE_INT32
+// output SUM, and its client reads the sum. The first one is logged.
+// Before, the request failed with invalid_model_output.
+func TestOutputDataTypeAsReturned(t *testing.T) {
+	b, logs := testBackend(t, Options{})
+	dir := filepath.Join(t.TempDir(), "sum", "1")
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "model.py")
+	if err := os.WriteFile(path, []byte(`import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            total = np.array([0])
+            total += pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
+            out.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("SUM", total)]))
+        return out
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t, "sum", `name: "sum" backend: "python"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] } ]`)
+	in := loadInstances(t, b, "sum", path, cfg, 1, 1)[0]
+	for range 2 {
+		outs, err := in.Execute(t.Context(), []infer.Tensor{i32Tensor("IN", infer.Shape{1}, 16)}, []string{"SUM"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if outs[0].DataType != infer.Int64 || fmt.Sprint(i64s(t, outs[0])) != "[16]" {
+			t.Errorf("SUM = %s %v, want INT64 [16]", outs[0].DataType, outs[0].Shape)
+		}
+	}
+	if n := strings.Count(logs.String(), "data type is not the configuration's"); n != 1 {
+		t.Errorf("logged %d times, want once:\n%s", n, logs)
+	}
+}

@@ -42,6 +42,9 @@ type blsHeader struct {
 	Priority      uint64         `json:"priority"`
 	Timeout       uint64         `json:"timeout"` // microseconds; 0 = none
 	Parameters    map[string]any `json:"parameters"`
+	// Decoupled: exec(decoupled=True); answered by opBLSStream frames,
+	// one per response, the last flagged final.
+	Decoupled bool `json:"decoupled"`
 }
 
 // decodeBLS reads an opBLS payload:
@@ -169,15 +172,75 @@ func (b *Backend) serveBLS(model string, w *worker, f frame) {
 				case <-ctx.Done():
 				}
 			}()
+			if h.Decoupled {
+				b.serveBLSStream(ctx, srv, w, f.id, h.request(ins))
+				cancel()
+				return
+			}
 			resp, err = srv.Infer(ctx, h.request(ins))
 			cancel()
 		}
 	} else {
 		err = fmt.Errorf("malformed BLS request: %w", err)
 	}
+	if err != nil && h.Decoupled {
+		_ = w.sendAnswer(opBLSStream, f.id, func(fw *frameWriter) error {
+			return fw.blsStreamed(nil, err, true)
+		})
+		return
+	}
 	_ = w.sendAnswer(opBLSResult, f.id, func(fw *frameWriter) error {
 		return fw.blsResponse(resp, err)
 	})
+}
+
+// serveBLSStream runs a decoupled BLS request (exec(decoupled=True)) and
+// sends the worker each of its responses as it comes, in an opBLSStream
+// frame with the request's id; the last is flagged final (a request that
+// fails, before or between responses, ends with its error, final). A
+// model that is not decoupled answers with its one response, final.
+func (b *Backend) serveBLSStream(ctx context.Context, srv backend.Server, w *worker, id uint64, req *infer.Request) {
+	ss, ok := srv.(backend.StreamServer)
+	if !ok {
+		_ = w.sendAnswer(opBLSStream, id, func(fw *frameWriter) error {
+			return fw.blsStreamed(nil, errors.New("the server takes no decoupled BLS requests"), true)
+		})
+		return
+	}
+	final := false
+	err := ss.InferStream(ctx, req, func(resp *infer.Response, rerr error, last bool) error {
+		final = last
+		return w.sendAnswer(opBLSStream, id, func(fw *frameWriter) error {
+			return fw.blsStreamed(resp, rerr, last)
+		})
+	})
+	if !final {
+		if err == nil {
+			err = errors.New("the request ended without its final response")
+		}
+		_ = w.sendAnswer(opBLSStream, id, func(fw *frameWriter) error {
+			return fw.blsStreamed(nil, err, true)
+		})
+	}
+}
+
+// blsStreamed writes an opBLSStream payload: u8 final (1 on the last
+// frame of the request), then a response as in opBLSResult; with neither
+// a response nor an error (the final flag alone) a response without
+// outputs.
+func (w *frameWriter) blsStreamed(resp *infer.Response, err error, final bool) error {
+	w.u8(boolByte(final))
+	if resp == nil && err == nil {
+		resp = &infer.Response{}
+	}
+	return w.blsResponse(resp, err)
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // blsResponse writes an opBLSResult payload: a response as in opResult

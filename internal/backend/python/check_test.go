@@ -110,12 +110,12 @@ class TritonPythonModel:
 		},
 		{
 			// The server refuses these when the model makes them; BLS's
-			// exec() it serves.
+			// exec(), also decoupled (Triton's bls_decoupled example), it
+			// serves.
 			name: "refused calls", dir: refused, check: b,
 			want: []string{
 				`^model\.py:6:9: the model loading API \(load_model\) is not supported`,
 				`^model\.py:9:18: get_response_sender\(\) needs a decoupled model`,
-				`^model\.py:11:18: decoupled BLS requests \(exec\(decoupled=True\)\) are not supported`,
 			},
 		},
 		{

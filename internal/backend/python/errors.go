@@ -22,10 +22,10 @@ const (
 	// than one InferenceResponse per request; every request of the call
 	// fails (KindInternal, 500).
 	ReasonModelException = "model_exception"
-	// ReasonInvalidModelOutput: an output disagrees with the
-	// configuration's data type or the request's batch size (KindInternal,
-	// 500). A requested output the response lacks is left out, as Triton
-	// does, not an error.
+	// ReasonInvalidModelOutput: an output's batch dimension disagrees with
+	// the request's batch size (KindInternal, 500). A requested output the
+	// response lacks is left out, and one of another data type than the
+	// configuration's is answered as the model made it, as Triton does.
 	ReasonInvalidModelOutput = "invalid_model_output"
 	// ReasonRequestTooLarge: the request does not fit in one worker
 	// message (KindResourceExhausted).

@@ -28,10 +28,14 @@ const (
 	// ← worker: JSON logLine from pb_utils.Logger
 	opResponse = 11 // ← worker: one response of a decoupled model (see decodeStreamed), with the execute call's id
 	// ← worker: a BLS request (see decodeBLS), with an id of the
-	// worker's; answered by opBLSResult with that id
+	// worker's; answered by opBLSResult with that id, or, a decoupled
+	// one, by opBLSStream frames
 	opBLS       = 12
 	opBLSResult = 13 // → worker: the BLS request's response (see frameWriter.blsResponse)
 	opMetric    = 14 // ← worker: JSON customMsg, a custom metric's change; not answered
+	// → worker: one response of a decoupled BLS request (exec(decoupled=True)),
+	// with the request's id (see frameWriter.blsStreamed); the last is final
+	opBLSStream = 15
 
 	// opOversize never travels: the reader makes it of an opResult frame
 	// over the result limit, whose payload it skipped unread (size says
@@ -41,7 +45,7 @@ const (
 
 // protocolVersion is the framing the embedded worker speaks; the worker
 // echoes it in opReady.
-const protocolVersion = 3
+const protocolVersion = 4
 
 // headerSize is the fixed frame header: u32 frame size (header included),
 // u8 op, three zero bytes, u64 id, all little-endian. Payloads start at

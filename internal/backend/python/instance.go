@@ -34,8 +34,11 @@ type Instance struct {
 	// come with senders (ExecuteStreams).
 	decoupled bool
 	outTypes  map[string]infer.DataType // configured output data types
-	obs       workerObservers
-	logger    *slog.Logger
+	// typeWarned holds the outputs whose data type differed from the
+	// configuration's once (logged once each).
+	typeWarned sync.Map
+	obs        workerObservers
+	logger     *slog.Logger
 
 	mu     sync.Mutex // protects the fields below
 	w      *worker    // the live worker; nil while it restarts, once down or closed
@@ -587,9 +590,16 @@ func (in *Instance) collect(req *execRequest, resp *response) ([]infer.Tensor, e
 			continue
 		}
 		t := resp.outputs[k]
+		// An output of another data type than the configuration's is
+		// answered as the model made it, as Triton does (neither its
+		// Python backend nor its core compares them): Triton's
+		// bls_decoupled example answers its TYPE_INT32 output SUM with
+		// numpy's default int64. The first of each output is logged.
 		if want, ok := in.outTypes[name]; ok && want != t.DataType {
-			return nil, apierr.Errorf(apierr.KindInternal, ReasonInvalidModelOutput,
-				"model '%s' version %d: output '%s' is %s, the configuration says %s", in.key.model, in.key.version, name, t.DataType, want)
+			if _, seen := in.typeWarned.LoadOrStore(name, true); !seen {
+				in.logger.Warn("python model output's data type is not the configuration's; answered as the model returned it",
+					"output", name, "returned", t.DataType.String(), "configured", want.String())
+			}
 		}
 		if bs >= 0 && (len(t.Shape) == 0 || t.Shape[0] != bs) {
 			return nil, apierr.Errorf(apierr.KindInternal, ReasonInvalidModelOutput,

@@ -107,7 +107,7 @@ def check_python(vdir, cfg, ps):
 # What the server refuses when a model calls it: the attribute or function
 # name, and why.
 UNSUPPORTED_CALLS = {
-    "stream_exec": "decoupled BLS requests (stream_exec) are not supported by Sluice's Python backend",
+    "stream_exec": "streaming BLS requests (stream_exec) are not supported by Sluice's Python backend",
     "load_model": "the model loading API (load_model) is not supported by Sluice's Python backend",
     "unload_model": "the model loading API (unload_model) is not supported by Sluice's Python backend",
     "is_model_ready": "the model loading API (is_model_ready) is not supported by Sluice's Python backend",
@@ -116,8 +116,8 @@ UNSUPPORTED_CALLS = {
 
 def check_unsupported(tree, cfg, path, ps):
     """Reports calls the server would refuse when the model makes them:
-    the constructs Sluice's Python backend does not support, a decoupled
-    BLS request, and a response sender in a model that is not decoupled."""
+    the constructs Sluice's Python backend does not support and a response
+    sender in a model that is not decoupled."""
     decoupled = bool((cfg.get("model_transaction_policy") or {}).get("decoupled"))
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -127,10 +127,6 @@ def check_unsupported(tree, cfg, path, ps):
         where = (node.lineno, node.col_offset + 1)
         if name in UNSUPPORTED_CALLS:
             ps.add(path, UNSUPPORTED_CALLS[name], *where)
-        elif name in ("exec", "async_exec") and isinstance(f, ast.Attribute) and any(
-                kw.arg == "decoupled" and not (isinstance(kw.value, ast.Constant) and not kw.value.value)
-                for kw in node.keywords):
-            ps.add(path, "decoupled BLS requests (%s(decoupled=True)) are not supported by Sluice's Python backend" % name, *where)
         elif name == "get_response_sender" and not decoupled:
             ps.add(path, "get_response_sender() needs a decoupled model: set model_transaction_policy { decoupled: true }", *where)
 

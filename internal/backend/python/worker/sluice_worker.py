@@ -39,8 +39,9 @@ OP_RESPONSE = 11
 OP_BLS = 12
 OP_BLS_RESULT = 13
 OP_METRIC = 14
+OP_BLS_STREAM = 15
 
-PROTOCOL = 3
+PROTOCOL = 4
 
 HEADER = struct.Struct("<IBxxxQ")
 U16 = struct.Struct("<H")
@@ -147,6 +148,7 @@ class Worker:
         self.bls_lock = threading.Lock()
         self.bls_next = 0
         self.bls_waiting = {}  # id -> [threading.Event, frame]
+        self.bls_streams = {}  # id -> queue.Queue of a decoupled BLS request's frames (None once the connection closed)
 
     # --- start-up -------------------------------------------------------
 
@@ -408,9 +410,22 @@ class Worker:
                 if op == OP_BLS_RESULT:
                     with self.bls_lock:
                         slot = self.bls_waiting.pop(rid, None)
+                        stream = self.bls_streams.pop(rid, None)
                     if slot is not None:
                         slot[1] = buf
                         slot[0].set()
+                    if stream is not None:
+                        # A request Sluice could not read answers as a
+                        # plain one: its response is the final one.
+                        stream.put(buf[: HEADER.size] + b"\x01" + buf[HEADER.size :])
+                    continue
+                if op == OP_BLS_STREAM:
+                    with self.bls_lock:
+                        stream = self.bls_streams.get(rid)
+                        if stream is not None and buf[HEADER.size]:
+                            del self.bls_streams[rid]
+                    if stream is not None:
+                        stream.put(buf)
                     continue
                 self.frames.put((op, rid, buf))
         except (EOFError, OSError):
@@ -419,14 +434,20 @@ class Worker:
         with self.bls_lock:
             waiting = list(self.bls_waiting.values())
             self.bls_waiting.clear()
+            streams = list(self.bls_streams.values())
+            self.bls_streams.clear()
         for slot in waiting:
             slot[0].set()
+        for stream in streams:
+            stream.put(None)
 
     # --- BLS ------------------------------------------------------------
 
-    def bls_exec(self, request):
+    def bls_exec(self, request, decoupled=False):
         """Sends a BLS request to Sluice and waits for its response; any
-        thread may call it."""
+        thread may call it. decoupled: returns an iterator over the
+        request's responses, which yields each as Sluice sends it (the
+        final flag alone comes as a response without outputs)."""
         pb = self.pb
         header = {
             "model_name": request._model_name,
@@ -437,6 +458,7 @@ class Worker:
             "priority": int(request._priority),
             "timeout": int(request._timeout),
             "parameters": json.loads(request._parameters or "{}"),
+            "decoupled": bool(decoupled),
         }
         js = json.dumps(header).encode("utf-8")
         chunks = []
@@ -455,6 +477,14 @@ class Worker:
                 raise pb.TritonModelException("InferenceRequest to model '%s': %s" % (request._model_name, err))
             cur, size = self.append_encoded(chunks, cur, size, enc)
         chunks.append(cur)
+        if decoupled:
+            stream = queue.Queue()
+            with self.bls_lock:
+                self.bls_next += 1
+                rid = self.bls_next
+                self.bls_streams[rid] = stream
+            self.conn.send_chunks(chunks, size, rid, OP_BLS)
+            return self.bls_responses(request._model_name, stream)
         slot = [threading.Event(), None]
         with self.bls_lock:
             self.bls_next += 1
@@ -466,9 +496,19 @@ class Worker:
             raise pb.TritonModelException("BLS request to model '%s': the connection to Sluice closed" % request._model_name)
         return self.decode_bls_response(slot[1])
 
-    def decode_bls_response(self, buf):
+    def bls_responses(self, model, stream):
+        """The responses of a decoupled BLS request, as its OP_BLS_STREAM
+        frames (u8 final, then the response) arrive."""
+        while True:
+            buf = stream.get()
+            if buf is None:
+                raise self.pb.TritonModelException("BLS request to model '%s': the connection to Sluice closed" % model)
+            yield self.decode_bls_response(buf, HEADER.size + 1)
+            if buf[HEADER.size]:
+                return
+
+    def decode_bls_response(self, buf, off=HEADER.size):
         pb = self.pb
-        off = HEADER.size
         status = buf[off]
         off += 1
         if status == 1:

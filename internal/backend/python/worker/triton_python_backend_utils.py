@@ -6,11 +6,13 @@ published interface of Triton's module (names, arguments and meaning);
 what Sluice does not support raises TritonModelException with a message
 that says so:
 
-- Business Logic Scripting (InferenceRequest(...).exec / async_exec /
-  stream_exec), the model loading API (load_model, unload_model,
-  is_model_ready) and custom metrics (MetricFamily);
-- decoupled mode (InferenceRequest.get_response_sender);
+- streaming BLS requests (InferenceRequest.stream_exec) and the model
+  loading API (load_model, unload_model, is_model_ready);
 - GPU tensors: every tensor is a CPU numpy array.
+
+Business Logic Scripting (exec / async_exec, also decoupled=True), custom
+metrics (MetricFamily) and decoupled mode (get_response_sender) work as
+in Triton.
 """
 
 import json
@@ -285,12 +287,18 @@ class Tensor:
         return Tensor(name, torch_dlpack.from_dlpack(dlpack_obj).cpu().numpy())
 
 
-# Set by the worker: sends a BLS request and returns its response.
+# Set by the worker: _bls_exec(request, decoupled=False) sends a BLS request
+# and returns its response (decoupled: an iterator over its responses).
 _bls_exec = None
 
 
 def _unsupported(what):
     raise TritonModelException("%s is not supported by Sluice's Python backend" % what)
+
+
+def _str(v):
+    """v, or v decoded as UTF-8 when it is bytes."""
+    return v.decode("utf-8") if isinstance(v, bytes) else v
 
 
 class InferenceRequest:
@@ -300,10 +308,12 @@ class InferenceRequest:
 
     def __init__(self, model_name=None, requested_output_names=None, inputs=None, request_id="",
                  correlation_id=0, flags=0, timeout=0, parameters=None, model_version=-1, priority=0, **_):
-        self._model_name = model_name
+        # Names may be bytes, as a TYPE_STRING input's elements are (Triton
+        # takes them as strings: its bls example passes one as model_name).
+        self._model_name = _str(model_name)
         self._inputs = list(inputs or [])
-        self._outputs = list(requested_output_names or [])
-        self._request_id = request_id
+        self._outputs = [_str(n) for n in requested_output_names or []]
+        self._request_id = _str(request_id)
         self._correlation_id = correlation_id
         self._flags = flags
         self._timeout = timeout
@@ -375,23 +385,28 @@ class InferenceRequest:
     def exec(self, decoupled=False):
         """Business Logic Scripting: runs this request on the model it
         names (any model the server serves) and returns its
-        InferenceResponse; a failure is the response's error()."""
-        if decoupled:
-            _unsupported("a decoupled BLS request (exec(decoupled=True))")
+        InferenceResponse; a failure is the response's error().
+        decoupled=True: returns an iterator over the request's responses
+        (any number, from a decoupled model; the one of any other model),
+        yielded as they come; the final flag without a response is a
+        last response without outputs, as in Triton."""
         if _bls_exec is None:
             raise TritonModelException("BLS requests can only be made from a model the server runs")
         if not self._model_name:
             raise TritonModelException("InferenceRequest needs a model_name to be executed")
+        if decoupled:
+            return _bls_exec(self, True)
         return _bls_exec(self)
 
     async def async_exec(self, decoupled=False):
-        """exec() as a coroutine: several may run at once (asyncio.gather)."""
+        """exec() as a coroutine: several may run at once (asyncio.gather).
+        decoupled=True: the iterator over the responses, as exec()'s."""
         import asyncio  # noqa: PLC0415 - only models that await need it
 
         return await asyncio.get_running_loop().run_in_executor(None, self.exec, decoupled)
 
     def stream_exec(self, *_, **__):
-        _unsupported("Business Logic Scripting (InferenceRequest.stream_exec)")
+        _unsupported("a streaming BLS request (InferenceRequest.stream_exec)")
 
 
 class InferenceResponseSender:

@@ -2,7 +2,10 @@
 request's INPUT0 and INPUT1 on the model MODEL_NAME names, with exec()
 (or, with the request parameter "async": true, twice at once with
 async_exec(), answering the first) and answers with its outputs; an error
-of the call becomes this request's error, its message kept."""
+of the call becomes this request's error, its message kept. With the
+request parameter "bytes_name": true the model name goes to
+InferenceRequest as the bytes the input holds, as Triton's bls sync example
+passes it."""
 
 import asyncio
 import json
@@ -14,8 +17,10 @@ class TritonPythonModel:
     async def execute(self, requests):
         responses = []
         for request in requests:
-            name = pb_utils.get_input_tensor_by_name(request, "MODEL_NAME").as_numpy()[0].decode()
             params = json.loads(request.parameters())
+            name = pb_utils.get_input_tensor_by_name(request, "MODEL_NAME").as_numpy()[0]
+            if not params.get("bytes_name"):
+                name = name.decode()
             call = pb_utils.InferenceRequest(
                 model_name=name,
                 requested_output_names=["OUTPUT0", "OUTPUT1"],
