@@ -590,7 +590,9 @@ func (ms *modelServer) listen(ctx context.Context, f *serveFlags, tlsOpts *confi
 		DelayNonInfer:  grpcDelay,
 		Extra:          gd.grpcOptions("models_grpc", limits, tlsSrv, grpcPolicy, authz.KServeMethodGroup),
 	})
-
+	// The server starts its stream workers when made: a start that fails
+	// after this point must stop them (after a served run, Stop is a no-op).
+	undo.push(ms.grpcSrv.Stop)
 	return nil
 }
 
