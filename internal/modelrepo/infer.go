@@ -474,7 +474,7 @@ func (lv *loaded) prepare(req *infer.Request) ([]infer.Tensor, []string, int64, 
 				return invalid(ReasonUnknownOutput, "output '%s' is not an output of model '%s' (unexpected inference output '%s' for model '%s')", o.Name, lv.model, o.Name, lv.model)
 			}
 			if slices.Contains(outputs, o.Name) {
-				return invalid(ReasonDuplicateOutput, "output '%s' is requested more than once (Duplicate output name '%s' is not allowed in a request)", o.Name, o.Name)
+				return invalid(ReasonDuplicateOutput, "output '%s' already exists in request (Duplicate output name '%s' is not allowed in a request)", o.Name, o.Name)
 			}
 			outputs = append(outputs, o.Name)
 		}
