@@ -94,7 +94,6 @@ func (m *Manager) serve(ctx context.Context, lv *loaded, req *infer.Request, sta
 	var times execTimes
 	if lv.ens != nil {
 		outs, ierr = m.runEnsemble(ctx, lv, req, inputs, outputs)
-		lv.clientShapes(outs)
 	} else if lv.seq != nil {
 		enqueued := time.Now()
 		outs, times, ierr = lv.executeSequence(ctx, inputs, outputs, req.Parameters)

@@ -74,6 +74,13 @@ func (m *Manager) InferStream(ctx context.Context, req *infer.Request, send Stre
 	// The version stays loaded until the last response: a decoupled
 	// model may send it long after its execute returned.
 	defer lv.release()
+	if lv.ens != nil && m.streamsEnsemble(lv, 0) {
+		if ierr := m.streamEnsemble(ctx, lv, req, send, start); ierr != nil {
+			m.failed(lv, ierr, start)
+			return ierr
+		}
+		return nil
+	}
 	if !lv.decoupled() {
 		resp, ierr := m.serve(ctx, lv, req, start)
 		if ierr != nil {
