@@ -34,6 +34,17 @@ type fakeModel struct {
 	LoadError   string       `json:"load_error"`    // instance creation fails
 	ExecError   string       `json:"exec_error"`    // every execution fails (so warm-up does)
 	ExecDelayMS int          `json:"exec_delay_ms"` // each execution takes this long
+	Gate        string       `json:"gate"`          // each execution waits for fakeGate(Gate) to open
+}
+
+// fakeGates are the gates fake models wait on, by name.
+var fakeGates sync.Map // string -> chan struct{}
+
+// fakeGate returns the gate called name; closing it lets the executions
+// waiting on it go on.
+func fakeGate(name string) chan struct{} {
+	g, _ := fakeGates.LoadOrStore(name, make(chan struct{}))
+	return g.(chan struct{})
 }
 
 type fakeTensor struct {
@@ -142,6 +153,13 @@ func (in *fakeInstance) Execute(ctx context.Context, inputs []infer.Tensor, outp
 			return nil, ctx.Err()
 		}
 	}
+	if in.fm.Gate != "" {
+		select {
+		case <-fakeGate(in.fm.Gate):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	if in.fm.ExecError != "" {
 		return nil, errors.New(in.fm.ExecError)
 	}
@@ -222,6 +240,7 @@ func newHarness(t *testing.T, opts Options) *harness {
 	h := &harness{fake: &fakeBackend{}, reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
 	var reg backend.Registry
 	reg.Register(h.fake, "fake_platform")
+	reg.Register(fakeStreamBackend{h.fake})
 	logger := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	m, err := New(opts, &reg, logger, h.reg)
 	require.NoError(t, err)

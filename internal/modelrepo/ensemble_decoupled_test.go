@@ -1,0 +1,249 @@
+package modelrepo
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/apierr"
+	"github.com/sluice-ml/sluice/internal/backend"
+	"github.com/sluice-ml/sluice/internal/batch"
+	"github.com/sluice-ml/sluice/internal/infer"
+)
+
+// fakeStreamBackend is the fake backend whose models may be decoupled. A
+// decoupled fake model answers a request whose first input holds n
+// (INT32) with n responses, the k-th (from 1) with k in every output, then
+// the final flag alone, as Triton's qa/L0_simple_ensemble
+// decoupled_producer does.
+type fakeStreamBackend struct{ *fakeBackend }
+
+func (fakeStreamBackend) Name() string            { return "fakestream" }
+func (fakeStreamBackend) DefaultFilename() string { return "model.fakestream" }
+func (fakeStreamBackend) Decoupled() bool         { return true }
+
+func (b fakeStreamBackend) Load(ctx context.Context, opts backend.LoadOptions) (backend.Instance, error) {
+	in, err := b.fakeBackend.Load(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &fakeStreamInstance{in.(*fakeInstance)}, nil
+}
+
+type fakeStreamInstance struct{ *fakeInstance }
+
+func (in *fakeStreamInstance) ExecuteRequests(ctx context.Context, inputs [][]infer.Tensor, outputs [][]string, _ []infer.Parameters) ([][]infer.Tensor, []error) {
+	outs, errs := make([][]infer.Tensor, len(inputs)), make([]error, len(inputs))
+	for i := range inputs {
+		outs[i], errs[i] = in.Execute(ctx, inputs[i], outputs[i])
+	}
+	return outs, errs
+}
+
+func (in *fakeStreamInstance) ExecuteStreams(ctx context.Context, inputs [][]infer.Tensor, outputs [][]string, params []infer.Parameters, senders []infer.Sender) ([][]infer.Tensor, []error) {
+	outs, errs := in.ExecuteRequests(ctx, inputs, outputs, params)
+	for i, send := range senders {
+		if send == nil || errs[i] != nil {
+			continue
+		}
+		first := inputs[i][0]
+		for k := range int32Values(first.Data)[0] {
+			var resp []infer.Tensor
+			for _, name := range outputs[i] {
+				resp = append(resp, int32Tensor(name, first.Shape.Clone(), k+1))
+			}
+			if send(resp, nil, false) != nil {
+				break // the request has ended
+			}
+		}
+		_ = send(nil, nil, true)
+	}
+	return outs, errs
+}
+
+// decoupledEnsembleRepo is Triton's qa/L0_simple_ensemble backpressure
+// set-up: an ensemble "pipe" (max_batch_size 0, IN/OUT INT32 [1]) whose
+// first step is the decoupled "producer" and whose second is "consumer"
+// (adds 100; max_batch_size 1, one instance); consumerExtra and
+// ensembleExtra go into their configurations.
+func decoupledEnsembleRepo(t *testing.T, consumerExtra, ensembleExtra string, consumer ...func(*fakeModel)) string {
+	t.Helper()
+	repo := t.TempDir()
+	one := func(fm *fakeModel) {
+		fm.Inputs = []fakeTensor{{Name: "IN", DataType: "INT32", Shape: []int64{-1, 1}}}
+		fm.Outputs = []fakeTensor{{Name: "OUT", DataType: "INT32", Shape: []int64{-1, 1}}}
+	}
+	model := func(be, extra string) string {
+		return `backend: "` + be + `"
+max_batch_size: 1
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+` + extra
+	}
+	writeFiles(t, repo, map[string]string{
+		"producer/config.pbtxt":       model("fakestream", "model_transaction_policy { decoupled: true }\n"),
+		"producer/1/model.fakestream": fakeFile(0, one),
+		"consumer/config.pbtxt":       model("fake", consumerExtra),
+		"consumer/1/model.fake":       fakeFile(100, append([]func(*fakeModel){one}, consumer...)...),
+		"pipe/config.pbtxt": `name: "pipe"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+ensemble_scheduling {
+` + ensembleExtra + `
+  step [
+    { model_name: "producer" model_version: -1 input_map { key: "IN" value: "IN" } output_map { key: "OUT" value: "mid" } },
+    { model_name: "consumer" model_version: -1 input_map { key: "IN" value: "mid" } output_map { key: "OUT" value: "OUT" } }
+  ]
+}
+`,
+		"pipe/1/.keep": "",
+	})
+	return repo
+}
+
+// pipeRequest asks "pipe" for n responses.
+func pipeRequest(n int32) *infer.Request {
+	return &infer.Request{ID: "p", Model: "pipe", Inputs: []infer.Tensor{int32Tensor("IN", []int64{1}, n)}}
+}
+
+// streamed is what InferStream handed on for one request.
+type streamed struct {
+	values []int32 // OUT of each response, in order
+	finals []bool  // each response's final flag
+	flags  int     // calls with only the final flag
+	err    error   // what InferStream returned
+}
+
+func streamPipe(ctx context.Context, t *testing.T, h *harness, n int32) streamed {
+	t.Helper()
+	var s streamed
+	s.err = h.m.InferStream(ctx, pipeRequest(n), func(resp *infer.Response, err error, final bool) error {
+		require.NoError(t, err)
+		if resp == nil {
+			s.flags++
+			return nil
+		}
+		require.Len(t, resp.Outputs, 1)
+		require.Equal(t, infer.Shape{1}, resp.Outputs[0].Shape)
+		require.Equal(t, final, resp.Parameters[ParamFinalResponse])
+		s.values = append(s.values, int32Values(resp.Outputs[0].Data)...)
+		s.finals = append(s.finals, final)
+		return nil
+	})
+	return s
+}
+
+// Triton's qa/L0_simple_ensemble EnsembleBackpressureTest
+// (ensemble_disabled): each response of a decoupled step flows through
+// the following step by itself, and the ensemble streams one response for
+// each, the last marked final.
+func TestEnsembleDecoupledStepStreams(t *testing.T) {
+	h := newHarness(t, Options{Repositories: []string{decoupledEnsembleRepo(t, "", "")}, StrictReadiness: true})
+	h.start(t)
+	s := streamPipe(t.Context(), t, h, 8)
+	require.NoError(t, s.err)
+	require.ElementsMatch(t, []int32{101, 102, 103, 104, 105, 106, 107, 108}, s.values)
+	require.Equal(t, append(slices.Repeat([]bool{false}, 7), true), s.finals)
+	require.Zero(t, s.flags)
+
+	// A request the decoupled step answers with no response cannot be
+	// answered: as Triton for an ensemble that is not itself decoupled.
+	s = streamPipe(t.Context(), t, h, 0)
+	requireInferError(t, s.err, apierr.KindInvalid, ReasonEnsembleError, "in ensemble 'pipe', unexpected deadlock, at least one output is not set while no more ensemble steps can be made")
+	require.Empty(t, s.values)
+	require.Zero(t, s.flags)
+
+	stats, err := h.m.Statistics(t.Context(), "pipe", "1")
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), stats[0].Success.Count)
+	require.Equal(t, uint64(1), stats[0].Fail.Count)
+}
+
+// Triton runs an ensemble with a decoupled step on the unary endpoints
+// when the step sends exactly one response (qa/L0_simple_ensemble's
+// ensembles are not decoupled themselves); more responses than one cannot
+// be answered there.
+func TestEnsembleDecoupledStepUnary(t *testing.T) {
+	h := newHarness(t, Options{Repositories: []string{decoupledEnsembleRepo(t, "", "")}, StrictReadiness: true})
+	h.start(t)
+	resp, err := h.m.Infer(t.Context(), pipeRequest(1))
+	require.NoError(t, err)
+	require.Len(t, resp.Outputs, 1)
+	require.Equal(t, infer.Shape{1}, resp.Outputs[0].Shape)
+	require.Equal(t, []int32{101}, int32Values(resp.Outputs[0].Data))
+
+	_, err = h.m.Infer(t.Context(), pipeRequest(3))
+	requireInferError(t, err, apierr.KindUnsupported, ReasonDecoupled, "ensemble 'pipe' answered with 3 responses")
+	_, err = h.m.Infer(t.Context(), pipeRequest(0))
+	requireInferError(t, err, apierr.KindInvalid, ReasonEnsembleError, "unexpected deadlock, at least one output is not set")
+}
+
+// Triton's qa/L0_simple_ensemble EnsembleStepMaxQueueSizeTest
+// test_step2_max_queue_size: the step after a decoupled one has
+// dynamic_batching { default_queue_policy { max_queue_size } }; once its
+// queue is full the ensemble request fails with Triton's "Exceeds maximum
+// queue size" (Sluice's reason queue_full), after the responses that were
+// complete by then.
+func TestEnsembleStepMaxQueueSize(t *testing.T) {
+	gate := t.Name()
+	repo := decoupledEnsembleRepo(t, "dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n", "",
+		func(fm *fakeModel) { fm.Gate = gate })
+	h := newHarness(t, Options{Repositories: []string{repo}, StrictReadiness: true})
+	h.start(t)
+
+	done := make(chan streamed, 1)
+	go func() { done <- streamPipe(t.Context(), t, h, 8) }()
+	// One consumer run executes (held at the gate), one waits in the
+	// queue, the next is refused.
+	require.Eventually(t, func() bool {
+		stats, err := h.m.Statistics(t.Context(), "consumer", "1")
+		return err == nil && stats[0].Fail.Count > 0
+	}, 10*time.Second, time.Millisecond)
+	close(fakeGate(gate))
+	s := <-done
+	requireInferError(t, s.err, apierr.KindUnavailable, batch.ReasonQueueFull, "Exceeds maximum queue size")
+	require.ErrorContains(t, s.err, "ensemble 'pipe' step 1 (model 'consumer')")
+	require.Less(t, len(s.values), 8)
+	for _, v := range s.values {
+		require.Greater(t, v, int32(100))
+	}
+}
+
+// Triton's qa/L0_simple_ensemble EnsembleBackpressureTest (limit 1,
+// concurrent and sequential requests): with
+// ensemble_scheduling { max_inflight_requests: 1 } each step has at most
+// one request in flight across all of the ensemble's requests, so a
+// consumer whose queue holds one request is never overrun however fast
+// the decoupled step produces, and no slot is leaked from one request to
+// the next.
+func TestEnsembleMaxInflightRequests(t *testing.T) {
+	repo := decoupledEnsembleRepo(t, "dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n", "  max_inflight_requests: 1",
+		func(fm *fakeModel) { fm.ExecDelayMS = 1 })
+	h := newHarness(t, Options{Repositories: []string{repo}, StrictReadiness: true})
+	h.start(t)
+	var wg sync.WaitGroup
+	results := make([]streamed, 4)
+	for i := range results {
+		wg.Go(func() { results[i] = streamPipe(t.Context(), t, h, 8) })
+	}
+	wg.Wait()
+	for _, s := range results {
+		require.NoError(t, s.err)
+		require.ElementsMatch(t, []int32{101, 102, 103, 104, 105, 106, 107, 108}, s.values)
+	}
+	for range 3 {
+		s := streamPipe(t.Context(), t, h, 4)
+		require.NoError(t, s.err)
+		require.Len(t, s.values, 4)
+	}
+	cfg, err := h.m.Config(t.Context(), "pipe", "")
+	require.NoError(t, err)
+	require.Equal(t, uint32(1), cfg.GetEnsembleScheduling().GetMaxInflightRequests())
+}
