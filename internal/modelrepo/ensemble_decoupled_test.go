@@ -247,3 +247,68 @@ func TestEnsembleMaxInflightRequests(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint32(1), cfg.GetEnsembleScheduling().GetMaxInflightRequests())
 }
+
+// Triton's qa/L0_simple_ensemble EnsembleParallelFailedEnqueueTest
+// test_parallel_step_failed_enqueue: a decoupled step fans out to a slow
+// branch whose queue fills and a fast one, joined by a last step; the
+// request ends with exactly one "Exceeds maximum queue size" error once
+// the steps in flight are done, and every response before it is whole.
+func TestEnsembleParallelStepFailedEnqueue(t *testing.T) {
+	gate := t.Name()
+	repo := decoupledEnsembleRepo(t, "dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n", "",
+		func(fm *fakeModel) { fm.Gate = gate })
+	join := func(fm *fakeModel) {
+		fm.Inputs = []fakeTensor{{Name: "IN", DataType: "INT32", Shape: []int64{-1, 1}}, {Name: "IN2", DataType: "INT32", Shape: []int64{-1, 1}}}
+		fm.Outputs = []fakeTensor{{Name: "OUT", DataType: "INT32", Shape: []int64{-1, 1}}}
+	}
+	writeFiles(t, repo, map[string]string{
+		"fast/config.pbtxt": `backend: "fake"
+max_batch_size: 1
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+`,
+		"fast/1/model.fake": fakeFile(10, func(fm *fakeModel) {
+			fm.Inputs = []fakeTensor{{Name: "IN", DataType: "INT32", Shape: []int64{-1, 1}}}
+			fm.Outputs = []fakeTensor{{Name: "OUT", DataType: "INT32", Shape: []int64{-1, 1}}}
+		}),
+		"join/config.pbtxt": `backend: "fake"
+max_batch_size: 1
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IN2" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+`,
+		"join/1/model.fake": fakeFile(1000, join),
+		"pipe/config.pbtxt": `name: "pipe"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "producer" input_map { key: "IN" value: "IN" } output_map { key: "OUT" value: "mid" } },
+  { model_name: "consumer" input_map { key: "IN" value: "mid" } output_map { key: "OUT" value: "slow" } },
+  { model_name: "fast" input_map { key: "IN" value: "mid" } output_map { key: "OUT" value: "quick" } },
+  { model_name: "join" input_map { key: "IN" value: "slow" } input_map { key: "IN2" value: "quick" } output_map { key: "OUT" value: "OUT" } }
+] }
+`,
+	})
+	h := newHarness(t, Options{Repositories: []string{repo}, StrictReadiness: true})
+	h.start(t)
+
+	done := make(chan streamed, 1)
+	go func() { done <- streamPipe(t.Context(), t, h, 8) }()
+	require.Eventually(t, func() bool {
+		stats, err := h.m.Statistics(t.Context(), "consumer", "1")
+		return err == nil && stats[0].Fail.Count > 0
+	}, 10*time.Second, time.Millisecond)
+	close(fakeGate(gate))
+	s := <-done
+	requireInferError(t, s.err, apierr.KindUnavailable, batch.ReasonQueueFull, "Exceeds maximum queue size")
+	require.Less(t, len(s.values), 8)
+	for _, v := range s.values {
+		require.Greater(t, v, int32(1100), "the join of a slow branch value")
+	}
+
+	// Once the slow branch runs again the same ensemble serves.
+	s = streamPipe(t.Context(), t, h, 1)
+	require.NoError(t, s.err)
+	require.Equal(t, []int32{1101}, s.values)
+}
