@@ -192,7 +192,7 @@ func TestEnsembleDecoupledStepUnary(t *testing.T) {
 // queue size" (Sluice's reason queue_full), after the responses that were
 // complete by then.
 func TestEnsembleStepMaxQueueSize(t *testing.T) {
-	gate := t.Name()
+	gate := t.TempDir() // a name of this run's own
 	repo := decoupledEnsembleRepo(t, "dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n", "",
 		func(fm *fakeModel) { fm.Gate = gate })
 	h := newHarness(t, Options{Repositories: []string{repo}, StrictReadiness: true})
@@ -254,7 +254,7 @@ func TestEnsembleMaxInflightRequests(t *testing.T) {
 // request ends with exactly one "Exceeds maximum queue size" error once
 // the steps in flight are done, and every response before it is whole.
 func TestEnsembleParallelStepFailedEnqueue(t *testing.T) {
-	gate := t.Name()
+	gate := t.TempDir() // a name of this run's own
 	repo := decoupledEnsembleRepo(t, "dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n", "",
 		func(fm *fakeModel) { fm.Gate = gate })
 	join := func(fm *fakeModel) {
