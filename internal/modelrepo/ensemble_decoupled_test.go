@@ -198,10 +198,23 @@ func TestEnsembleStepMaxQueueSize(t *testing.T) {
 	h := newHarness(t, Options{Repositories: []string{repo}, StrictReadiness: true})
 	h.start(t)
 
+	s := overrunConsumer(t, h, gate)
+	require.ErrorContains(t, s.err, "ensemble 'pipe' step 1 (model 'consumer')")
+	require.Less(t, len(s.values), 8)
+	for _, v := range s.values {
+		require.Greater(t, v, int32(100))
+	}
+}
+
+// overrunConsumer streams 8 responses' worth through "pipe" while the
+// consumer, whose queue holds one request, is held at gate: one consumer
+// run executes, one waits in the queue, the next is refused. Once the
+// consumer has refused one the gate opens; the request must then fail
+// with the full queue.
+func overrunConsumer(t *testing.T, h *harness, gate string) streamed {
+	t.Helper()
 	done := make(chan streamed, 1)
 	go func() { done <- streamPipe(t.Context(), t, h, 8) }()
-	// One consumer run executes (held at the gate), one waits in the
-	// queue, the next is refused.
 	require.Eventually(t, func() bool {
 		stats, err := h.m.Statistics(t.Context(), "consumer", "1")
 		return err == nil && stats[0].Fail.Count > 0
@@ -209,11 +222,7 @@ func TestEnsembleStepMaxQueueSize(t *testing.T) {
 	close(fakeGate(gate))
 	s := <-done
 	requireInferError(t, s.err, apierr.KindUnavailable, batch.ReasonQueueFull, "Exceeds maximum queue size")
-	require.ErrorContains(t, s.err, "ensemble 'pipe' step 1 (model 'consumer')")
-	require.Less(t, len(s.values), 8)
-	for _, v := range s.values {
-		require.Greater(t, v, int32(100))
-	}
+	return s
 }
 
 // Triton's qa/L0_simple_ensemble EnsembleBackpressureTest (limit 1,
@@ -293,15 +302,7 @@ ensemble_scheduling { step [
 	h := newHarness(t, Options{Repositories: []string{repo}, StrictReadiness: true})
 	h.start(t)
 
-	done := make(chan streamed, 1)
-	go func() { done <- streamPipe(t.Context(), t, h, 8) }()
-	require.Eventually(t, func() bool {
-		stats, err := h.m.Statistics(t.Context(), "consumer", "1")
-		return err == nil && stats[0].Fail.Count > 0
-	}, 10*time.Second, time.Millisecond)
-	close(fakeGate(gate))
-	s := <-done
-	requireInferError(t, s.err, apierr.KindUnavailable, batch.ReasonQueueFull, "Exceeds maximum queue size")
+	s := overrunConsumer(t, h, gate)
 	require.Less(t, len(s.values), 8)
 	for _, v := range s.values {
 		require.Greater(t, v, int32(1100), "the join of a slow branch value")
