@@ -65,6 +65,9 @@ type ensembleRun struct {
 	// emit gets each response's outputs, in order, under mu; final is set
 	// on the last. A non-nil return fails the request.
 	emit func(outs []infer.Tensor, final bool) error
+	// decoupled: the ensemble runs a decoupled step, so, as a decoupled
+	// model, it may answer with no response, only the final flag.
+	decoupled bool
 
 	mu       sync.Mutex // guards the fields below
 	series   []ensembleSeries
@@ -76,12 +79,12 @@ type ensembleRun struct {
 }
 
 // runEnsemble runs an ensemble request that must be answered with exactly
-// one response (the unary endpoints): a decoupled step that sends one
-// response works, as in Triton; more than one is refused. inputs are the
-// validated request inputs; outputs the ensemble outputs wanted.
+// one response (the unary endpoints, which refuse an ensemble with a
+// decoupled step beforehand, as Triton). inputs are the validated request
+// inputs; outputs the ensemble outputs wanted.
 func (m *Manager) runEnsemble(ctx context.Context, lv *loaded, req *infer.Request, inputs []infer.Tensor, outputs []string) ([]infer.Tensor, *apierr.Error) {
 	var got [][]infer.Tensor
-	ierr := m.runEnsembleStream(ctx, lv, req, inputs, outputs, func(outs []infer.Tensor, _ bool) error {
+	ierr := m.runEnsembleStream(ctx, lv, req, inputs, outputs, false, func(outs []infer.Tensor, _ bool) error {
 		if outs != nil {
 			got = append(got, outs)
 		}
@@ -91,6 +94,7 @@ func (m *Manager) runEnsemble(ctx context.Context, lv *loaded, req *infer.Reques
 		return nil, ierr
 	}
 	if len(got) != 1 {
+		// A step version that became decoupled after the check.
 		return nil, apierr.Errorf(apierr.KindUnsupported, ReasonDecoupled,
 			"ensemble '%s' answered with %d responses (a step is decoupled): this endpoint answers with one; use gRPC ModelStreamInfer or HTTP generate_stream", lv.model, len(got))
 	}
@@ -98,9 +102,10 @@ func (m *Manager) runEnsemble(ctx context.Context, lv *loaded, req *infer.Reques
 }
 
 // runEnsembleStream runs an ensemble request, calling emit for each
-// response (outs nil: only the final flag). It returns once every step
-// it started has finished.
-func (m *Manager) runEnsembleStream(ctx context.Context, lv *loaded, req *infer.Request, inputs []infer.Tensor, outputs []string, emit func(outs []infer.Tensor, final bool) error) *apierr.Error {
+// response (outs nil: only the final flag). decoupled says whether the
+// ensemble runs a decoupled step. It returns once every step it started
+// has finished.
+func (m *Manager) runEnsembleStream(ctx context.Context, lv *loaded, req *infer.Request, inputs []infer.Tensor, outputs []string, decoupled bool, emit func(outs []infer.Tensor, final bool) error) *apierr.Error {
 	e := lv.ens
 	depth, _ := ctx.Value(ensembleDepthKey{}).(int)
 	if depth >= maxEnsembleDepth {
@@ -110,11 +115,12 @@ func (m *Manager) runEnsembleStream(ctx context.Context, lv *loaded, req *infer.
 	defer cancel()
 	r := &ensembleRun{
 		m: m, lv: lv, e: e, req: req, ctx: rctx, cancel: cancel,
-		needed: e.neededSteps(outputs),
-		emit:   emit,
-		series: make([]ensembleSeries, len(e.tensors)),
-		refs:   make([]int, len(e.tensors)),
-		done:   make(chan struct{}),
+		needed:    e.neededSteps(outputs),
+		emit:      emit,
+		decoupled: decoupled,
+		series:    make([]ensembleSeries, len(e.tensors)),
+		refs:      make([]int, len(e.tensors)),
+		done:      make(chan struct{}),
 	}
 	for _, name := range outputs {
 		t := slices.Index(e.tensors, name)
@@ -234,7 +240,7 @@ func (r *ensembleRun) advance(updated []tensorAt) []pendingStep {
 	if r.inflight == 0 && !r.ended {
 		r.ended = true
 		if r.err == nil && len(answers) == 0 {
-			if !r.answered {
+			if !r.answered && !r.decoupled {
 				// Triton's words: no response can be formed.
 				r.err = apierr.Errorf(apierr.KindInvalid, ReasonEnsembleError, "in ensemble '%s', unexpected deadlock, at least one output is not set while no more ensemble steps can be made", r.e.name)
 			} else if err := r.emit(nil, true); err != nil {
@@ -450,7 +456,7 @@ func (m *Manager) streamEnsemble(ctx context.Context, lv *loaded, req *infer.Req
 	if ierr != nil {
 		return ierr
 	}
-	ierr = m.runEnsembleStream(ctx, lv, req, inputs, outputs, func(outs []infer.Tensor, final bool) error {
+	ierr = m.runEnsembleStream(ctx, lv, req, inputs, outputs, true, func(outs []infer.Tensor, final bool) error {
 		if outs == nil {
 			return send(nil, nil, final)
 		}

@@ -44,7 +44,7 @@ func (m *Manager) Infer(ctx context.Context, req *infer.Request) (*infer.Respons
 		return nil, err
 	}
 	defer lv.release()
-	if lv.decoupled() {
+	if lv.decoupled() || (lv.ens != nil && m.streamsEnsemble(lv, 0)) {
 		ierr := decoupledRefused(lv)
 		m.failed(lv, ierr, start)
 		return nil, ierr
