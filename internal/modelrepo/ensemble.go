@@ -442,7 +442,55 @@ func (e *ensemble) checkTypes(cfg *inferencepb.ModelConfig, src *modelconfig.Sou
 			add(fmt.Sprintf("output[%d]", i), "ensemble output '%s' is declared %s but %s is %s", out.GetName(), declared, have.who, have)
 		}
 	}
+	ps = append(ps, e.checkDecoupled(cfg, src, cfgs)...)
 	return byPosition(ps)
+}
+
+// checkDecoupled checks the steps that are decoupled models (cfgs holds
+// each step's configuration, nil when not known) as Triton's ensemble
+// validation does: a step may not take inputs that come from different
+// decoupled steps (their responses could not be paired), and an ensemble
+// that runs a decoupled step, being decoupled itself, may not enable the
+// response cache.
+func (e *ensemble) checkDecoupled(cfg *inferencepb.ModelConfig, src *modelconfig.Source, cfgs []*inferencepb.ModelConfig) modelconfig.Errors {
+	var ps modelconfig.Errors
+	// origin[t] is the decoupled step whose responses tensor t follows
+	// (1 + its index), 0 for the request's own; absent: not known yet.
+	origin := map[int]int{}
+	for _, t := range e.inputs {
+		origin[t] = 0
+	}
+	decoupled := false
+	done := make([]bool, len(e.steps))
+	for progress := true; progress; {
+		progress = false
+		for i, st := range e.steps {
+			if done[i] || len(st.in) == 0 || slices.ContainsFunc(st.in, func(in stepTensor) bool { _, ok := origin[in.tensor]; return !ok }) {
+				continue // done, or an input not known yet
+			}
+			done[i], progress = true, true
+			from := origin[st.in[0].tensor]
+			for _, in := range st.in[1:] {
+				if origin[in.tensor] != from {
+					ps = append(ps, modelconfig.Error{Pos: src.Pos(fmt.Sprintf("ensemble_scheduling.step[%d]", i)),
+						Msg: fmt.Sprintf("in ensemble %s, step of model '%s' receives inputs originated from different decoupled models", e.name, st.model)})
+					break
+				}
+			}
+			if cfgs[i].GetModelTransactionPolicy().GetDecoupled() {
+				decoupled = true
+				from = i + 1
+			}
+			for _, o := range st.out {
+				origin[o.tensor] = from
+			}
+		}
+	}
+	if decoupled && cfg.GetResponseCache().GetEnable() {
+		ps = append(ps, modelconfig.Error{Pos: src.Pos("response_cache"),
+			Msg: fmt.Sprintf("response cache does not currently support model '%s' with 'decoupled' transaction policy (it runs a decoupled step); disable the response cache", e.name)})
+	}
+	return ps
 }
 
 func findInput(cfg *inferencepb.ModelConfig, name string) *inferencepb.ModelInput {

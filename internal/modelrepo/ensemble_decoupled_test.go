@@ -2,7 +2,10 @@ package modelrepo
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -306,4 +309,51 @@ ensemble_scheduling { step [
 	s = streamPipe(t.Context(), t, h, 1)
 	require.NoError(t, s.err)
 	require.Equal(t, []int32{1101}, s.values)
+}
+
+// Triton's ensemble validation (ensemble_utils.cc) refuses a step whose
+// inputs follow two different decoupled steps, and the response cache on
+// an ensemble that a decoupled step makes decoupled (qa/L0_response_cache
+// test.sh, "ensemble model with cache enabled and decoupled mode enabled
+// in composing model": "response cache does not currently support").
+func TestEnsembleDecoupledStepChecks(t *testing.T) {
+	repo := decoupledEnsembleRepo(t, "", "")
+	two := func(fm *fakeModel) {
+		fm.Inputs = []fakeTensor{{Name: "IN", DataType: "INT32", Shape: []int64{-1, 1}}, {Name: "IN2", DataType: "INT32", Shape: []int64{-1, 1}}}
+		fm.Outputs = []fakeTensor{{Name: "OUT", DataType: "INT32", Shape: []int64{-1, 1}}}
+	}
+	writeFiles(t, repo, map[string]string{
+		"join/config.pbtxt": `backend: "fake"
+max_batch_size: 1
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IN2" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+`,
+		"join/1/model.fake": fakeFile(0, two),
+		"twice/config.pbtxt": `platform: "ensemble"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "producer" input_map { key: "IN" value: "IN" } output_map { key: "OUT" value: "a" } },
+  { model_name: "producer" input_map { key: "IN" value: "IN" } output_map { key: "OUT" value: "b" } },
+  { model_name: "join" input_map { key: "IN" value: "a" } input_map { key: "IN2" value: "b" } output_map { key: "OUT" value: "OUT" } }
+] }
+`,
+		"twice/1/.keep": "",
+	})
+	pipe, err := os.ReadFile(filepath.Join(repo, "pipe", "config.pbtxt"))
+	require.NoError(t, err)
+	writeFiles(t, repo, map[string]string{
+		"cached/config.pbtxt": strings.Replace(string(pipe), `name: "pipe"`, `name: "cached"`, 1) + "response_cache { enable: true }\n",
+		"cached/1/.keep":      "",
+	})
+	h := newHarness(t, Options{Repositories: []string{repo}, CacheSizeBytes: 1 << 20})
+	h.start(t)
+	require.Equal(t, []string{"1 READY"}, entries(h, "pipe"))
+	twice := entries(h, "twice")
+	require.Len(t, twice, 1)
+	require.Contains(t, twice[0], "in ensemble twice, step of model 'join' receives inputs originated from different decoupled models")
+	cached := entries(h, "cached")
+	require.Len(t, cached, 1)
+	require.Contains(t, cached[0], "response cache does not currently support model 'cached' with 'decoupled' transaction policy")
 }
