@@ -235,7 +235,7 @@ type harness struct {
 // newHarness builds a manager over the fake backend. The manager is closed
 // at the end of the test, which then checks every instance was closed
 // exactly once and never used after.
-func newHarness(t *testing.T, opts Options) *harness {
+func newHarness(t testing.TB, opts Options) *harness {
 	t.Helper()
 	h := &harness{fake: &fakeBackend{}, reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
 	var reg backend.Registry
@@ -255,7 +255,7 @@ func newHarness(t *testing.T, opts Options) *harness {
 	return h
 }
 
-func (h *harness) start(t *testing.T) {
+func (h *harness) start(t testing.TB) {
 	t.Helper()
 	require.NoError(t, h.m.Start(t.Context()))
 }
@@ -291,7 +291,7 @@ func int32Values(b []byte) []int32 {
 }
 
 // writeFiles writes files (path relative to root -> content).
-func writeFiles(t *testing.T, root string, files map[string]string) {
+func writeFiles(t testing.TB, root string, files map[string]string) {
 	t.Helper()
 	for rel, content := range files {
 		path := filepath.Join(root, filepath.FromSlash(rel))
