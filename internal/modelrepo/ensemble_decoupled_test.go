@@ -357,3 +357,31 @@ ensemble_scheduling { step [
 	require.Len(t, cached, 1)
 	require.Contains(t, cached[0], "response cache does not currently support model 'cached' with 'decoupled' transaction policy")
 }
+
+// As Triton's limiter, a step that cannot get a max_inflight_requests
+// slot within the wait runs without one and logs that it did, rather than
+// hang the request; it gives back only slots it took.
+func TestEnsembleMaxInflightRequestsWaitBounded(t *testing.T) {
+	saved := inflightWait
+	inflightWait = 0
+	t.Cleanup(func() { inflightWait = saved })
+	gate := t.TempDir()
+	repo := decoupledEnsembleRepo(t, "", "  max_inflight_requests: 1", func(fm *fakeModel) { fm.Gate = gate })
+	h := newHarness(t, Options{Repositories: []string{repo}, StrictReadiness: true})
+	h.start(t)
+	const msg = "ensemble step waited too long for an in-flight slot (max_inflight_requests); proceeding to avoid deadlock"
+	done := make(chan streamed, 1)
+	go func() { done <- streamPipe(t.Context(), t, h, 3) }()
+	require.Eventually(t, func() bool { return len(h.logs.logLines(t, msg)) > 0 }, 10*time.Second, time.Millisecond)
+	close(fakeGate(gate))
+	s := <-done
+	require.NoError(t, s.err)
+	require.ElementsMatch(t, []int32{101, 102, 103}, s.values)
+
+	inflightWait = saved
+	for range 2 {
+		s = streamPipe(t.Context(), t, h, 2)
+		require.NoError(t, s.err)
+		require.Len(t, s.values, 2)
+	}
+}

@@ -200,7 +200,13 @@ type pendingStep struct {
 	s     int
 	req   *infer.Request
 	batch int64
+	slot  bool // holds one of the step's max_inflight_requests slots
 }
+
+// inflightWait bounds how long a step waits for a max_inflight_requests
+// slot before it runs without one, as Triton's limiter gives up after
+// 300 seconds ("Proceeding to avoid deadlock") rather than hang.
+var inflightWait = 300 * time.Second
 
 // advance finds the steps the updated values make ready and the responses
 // they complete, emits those responses, and ends the request when nothing
@@ -344,12 +350,19 @@ func (r *ensembleRun) fail(ierr *apierr.Error) {
 func (r *ensembleRun) dispatch(steps []pendingStep) {
 	for _, p := range steps {
 		if lim := r.limit(p.s); lim != nil {
+			timer := time.NewTimer(inflightWait)
 			select {
 			case lim <- struct{}{}:
+				p.slot = true
+			case <-timer.C:
+				r.m.logger.Error("ensemble step waited too long for an in-flight slot (max_inflight_requests); proceeding to avoid deadlock",
+					"ensemble", r.e.name, "step", p.s, "limit", cap(lim), "waited", inflightWait)
 			case <-r.ctx.Done():
-				r.finish(p, nil, r.ctx.Err(), true, false)
+				timer.Stop()
+				r.finish(p, nil, r.ctx.Err(), true)
 				continue
 			}
+			timer.Stop()
 		}
 		go r.runStep(p)
 	}
@@ -369,10 +382,10 @@ func (r *ensembleRun) runStep(p pendingStep) {
 	final := false
 	err := r.m.InferStream(r.ctx, p.req, func(resp *infer.Response, err error, last bool) error {
 		final = final || last
-		return r.finish(p, resp, err, last, true)
+		return r.finish(p, resp, err, last)
 	})
 	if !final {
-		r.finish(p, nil, err, true, true)
+		r.finish(p, nil, err, true)
 	}
 }
 
@@ -380,13 +393,13 @@ func (r *ensembleRun) runStep(p pendingStep) {
 // or the final flag): its outputs become new values, and the steps and
 // responses they complete follow. A non-nil return tells the step that
 // the request has failed.
-func (r *ensembleRun) finish(p pendingStep, resp *infer.Response, err error, final, slot bool) error {
+func (r *ensembleRun) finish(p pendingStep, resp *infer.Response, err error, final bool) error {
 	st := r.e.steps[p.s]
 	r.mu.Lock()
 	if final {
 		r.inflight--
-		if lim := r.limit(p.s); lim != nil && slot {
-			<-lim
+		if p.slot {
+			<-r.limit(p.s)
 		}
 	}
 	var updated []tensorAt
