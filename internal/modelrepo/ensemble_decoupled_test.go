@@ -254,6 +254,26 @@ func TestEnsembleMaxInflightRequests(t *testing.T) {
 	require.Equal(t, uint32(1), cfg.GetEnsembleScheduling().GetMaxInflightRequests())
 }
 
+// joinConfig is a fake model "join" taking IN and IN2 (INT32 [1], batching
+// up to 1) to OUT.
+const joinConfig = `backend: "fake"
+max_batch_size: 1
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IN2" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+`
+
+// joinModel writes the model "join" into repo: OUT is IN plus add.
+func joinModel(t *testing.T, repo string, add int32) {
+	t.Helper()
+	writeFiles(t, repo, map[string]string{
+		"join/config.pbtxt": joinConfig,
+		"join/1/model.fake": fakeFile(add, func(fm *fakeModel) {
+			fm.Inputs = []fakeTensor{{Name: "IN", DataType: "INT32", Shape: []int64{-1, 1}}, {Name: "IN2", DataType: "INT32", Shape: []int64{-1, 1}}}
+			fm.Outputs = []fakeTensor{{Name: "OUT", DataType: "INT32", Shape: []int64{-1, 1}}}
+		}),
+	})
+}
+
 // Triton's qa/L0_simple_ensemble EnsembleParallelFailedEnqueueTest
 // test_parallel_step_failed_enqueue: a decoupled step fans out to a slow
 // branch whose queue fills and a fast one, joined by a last step; the
@@ -263,26 +283,13 @@ func TestEnsembleParallelStepFailedEnqueue(t *testing.T) {
 	gate := t.TempDir() // a name of this run's own
 	repo := decoupledEnsembleRepo(t, "dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n", "",
 		func(fm *fakeModel) { fm.Gate = gate })
-	join := func(fm *fakeModel) {
-		fm.Inputs = []fakeTensor{{Name: "IN", DataType: "INT32", Shape: []int64{-1, 1}}, {Name: "IN2", DataType: "INT32", Shape: []int64{-1, 1}}}
-		fm.Outputs = []fakeTensor{{Name: "OUT", DataType: "INT32", Shape: []int64{-1, 1}}}
-	}
+	joinModel(t, repo, 1000)
 	writeFiles(t, repo, map[string]string{
-		"fast/config.pbtxt": `backend: "fake"
-max_batch_size: 1
-input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-`,
+		"fast/config.pbtxt": strings.Replace(joinConfig, `, { name: "IN2" data_type: TYPE_INT32 dims: [ 1 ] }`, "", 1),
 		"fast/1/model.fake": fakeFile(10, func(fm *fakeModel) {
 			fm.Inputs = []fakeTensor{{Name: "IN", DataType: "INT32", Shape: []int64{-1, 1}}}
 			fm.Outputs = []fakeTensor{{Name: "OUT", DataType: "INT32", Shape: []int64{-1, 1}}}
 		}),
-		"join/config.pbtxt": `backend: "fake"
-max_batch_size: 1
-input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IN2" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-`,
-		"join/1/model.fake": fakeFile(1000, join),
 		"pipe/config.pbtxt": `name: "pipe"
 platform: "ensemble"
 max_batch_size: 0
@@ -318,17 +325,8 @@ ensemble_scheduling { step [
 // in composing model": "response cache does not currently support").
 func TestEnsembleDecoupledStepChecks(t *testing.T) {
 	repo := decoupledEnsembleRepo(t, "", "")
-	two := func(fm *fakeModel) {
-		fm.Inputs = []fakeTensor{{Name: "IN", DataType: "INT32", Shape: []int64{-1, 1}}, {Name: "IN2", DataType: "INT32", Shape: []int64{-1, 1}}}
-		fm.Outputs = []fakeTensor{{Name: "OUT", DataType: "INT32", Shape: []int64{-1, 1}}}
-	}
+	joinModel(t, repo, 0)
 	writeFiles(t, repo, map[string]string{
-		"join/config.pbtxt": `backend: "fake"
-max_batch_size: 1
-input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IN2" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-`,
-		"join/1/model.fake": fakeFile(0, two),
 		"twice/config.pbtxt": `platform: "ensemble"
 max_batch_size: 0
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
