@@ -180,6 +180,14 @@ func TestEnsembleDecoupledStepUnary(t *testing.T) {
 		requireInferError(t, err, apierr.KindUnsupported, ReasonDecoupled, "ensemble 'pipe' version 1 runs a decoupled step, which makes it decoupled: this endpoint doesn't support models with decoupled transaction policy")
 	}
 	require.Zero(t, h.fake.executions.Load(), "no step ran")
+	// The configuration says so, as Triton's does: clients such as
+	// perf_analyzer read it to choose the streaming endpoints.
+	cfg, err := h.m.Config(t.Context(), "pipe", "")
+	require.NoError(t, err)
+	require.True(t, cfg.GetModelTransactionPolicy().GetDecoupled())
+	cfg, err = h.m.Config(t.Context(), "consumer", "")
+	require.NoError(t, err)
+	require.False(t, cfg.GetModelTransactionPolicy().GetDecoupled())
 }
 
 // Triton's qa/L0_simple_ensemble EnsembleStepMaxQueueSizeTest
@@ -344,6 +352,15 @@ ensemble_scheduling { step [
 	writeFiles(t, repo, map[string]string{
 		"cached/config.pbtxt": strings.Replace(string(pipe), `name: "pipe"`, `name: "cached"`, 1) + "response_cache { enable: true }\n",
 		"cached/1/.keep":      "",
+		// An ensemble's own decoupled setting is ignored, as Triton
+		// derives it from the steps: "plain" runs none.
+		"plain/config.pbtxt": `platform: "ensemble"
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+ensemble_scheduling { step [ { model_name: "consumer" input_map { key: "IN" value: "IN" } output_map { key: "OUT" value: "OUT" } } ] }
+model_transaction_policy { decoupled: true }
+`,
+		"plain/1/.keep": "",
 	})
 	h := newHarness(t, Options{Repositories: []string{repo}, CacheSizeBytes: 1 << 20})
 	h.start(t)
@@ -354,6 +371,10 @@ ensemble_scheduling { step [
 	cached := entries(h, "cached")
 	require.Len(t, cached, 1)
 	require.Contains(t, cached[0], "response cache does not currently support model 'cached' with 'decoupled' transaction policy")
+	require.Equal(t, []string{"1 READY"}, entries(h, "plain"))
+	cfg, err := h.m.Config(t.Context(), "plain", "")
+	require.NoError(t, err)
+	require.False(t, cfg.GetModelTransactionPolicy().GetDecoupled())
 }
 
 // As Triton's limiter, a step that cannot get a max_inflight_requests

@@ -669,13 +669,19 @@ func cloneSpecs(in []infer.TensorSpec) []infer.TensorSpec {
 }
 
 // Config returns the configuration a ready version runs with, after
-// defaults and auto-complete. The result is a copy.
+// defaults and auto-complete. The result is a copy. An ensemble that runs
+// a decoupled step shows model_transaction_policy { decoupled: true }, as
+// Triton marks it, so that clients choose the streaming endpoints.
 func (m *Manager) Config(_ context.Context, name, version string) (*inferencepb.ModelConfig, error) {
 	_, lv, err := m.resolve(name, version)
 	if err != nil {
 		return nil, err
 	}
-	return proto.CloneOf(lv.cfg), nil
+	cfg := proto.CloneOf(lv.cfg)
+	if lv.ens != nil && m.streamsEnsemble(lv, 0) {
+		cfg.ModelTransactionPolicy = &inferencepb.ModelTransactionPolicy{Decoupled: true}
+	}
+	return cfg, nil
 }
 
 // ModelReady returns nil when the model version (or, with an empty
