@@ -17,7 +17,8 @@ namespace {
 
 struct Model {
   torch::jit::Module module;
-  std::vector<std::string> args;
+  std::vector<std::string> args, arg_types;
+  std::string returns;
   bool optimized = true;
   bool inference = true;
 };
@@ -120,7 +121,11 @@ void *st_load(const char *path, const st_options *opts, char *err, size_t errlen
     m->inference = opts->inference_mode != 0;
     const auto &schema = m->module.get_method("forward").function().getSchema();
     const auto &args = schema.arguments();
-    for (size_t i = 1; i < args.size(); i++) m->args.push_back(args[i].name());
+    for (size_t i = 1; i < args.size(); i++) {
+      m->args.push_back(args[i].name());
+      m->arg_types.push_back(args[i].type()->str());
+    }
+    if (schema.returns().size() == 1) m->returns = schema.returns()[0].type()->str();
     return m.release();
   } catch (const std::exception &e) {
     set_err(err, errlen, what(e));
@@ -137,6 +142,12 @@ int32_t st_num_args(void *model) {
 const char *st_arg_name(void *model, int32_t i) {
   return static_cast<Model *>(model)->args.at(static_cast<size_t>(i)).c_str();
 }
+
+const char *st_arg_type(void *model, int32_t i) {
+  return static_cast<Model *>(model)->arg_types.at(static_cast<size_t>(i)).c_str();
+}
+
+const char *st_return_type(void *model) { return static_cast<Model *>(model)->returns.c_str(); }
 
 void *st_forward(void *model, const st_tensor *inputs, int32_t n, char *err, size_t errlen) {
   auto *m = static_cast<Model *>(model);

@@ -51,6 +51,10 @@ void *st_load(const char *path, const st_options *opts, char *err, size_t errlen
 /* Number of forward() arguments after self, and the name of one. */
 int32_t st_num_args(void *model);
 const char *st_arg_name(void *model, int32_t i);
+/* The TorchScript type of argument i ("Tensor", "Dict(str, Tensor)", ...)
+ * and of forward()'s result ("Tensor", "(Tensor, Tensor)", ...). */
+const char *st_arg_type(void *model, int32_t i);
+const char *st_return_type(void *model);
 /* Runs forward(); returns an output handle, or NULL on error. The result
  * (a tensor, or a tuple or list of tensors) is flattened into tensors. */
 void *st_forward(void *model, const st_tensor *inputs, int32_t n, char *err, size_t errlen);
