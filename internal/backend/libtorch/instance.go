@@ -137,12 +137,12 @@ func (in *Instance) Execute(ctx context.Context, inputs []infer.Tensor, outputs 
 	for i, name := range outputs {
 		s := specs[i]
 		if s.index >= len(res) {
-			return nil, apierr.Errorf(apierr.KindInternal, ReasonBackendError,
+			return nil, apierr.Errorf(apierr.KindInternal, ReasonInvalidModelOutput,
 				"output '%s' is element %d of forward()'s result, which has %d tensors", name, s.index, len(res))
 		}
 		r := res[s.index]
 		if r.dataType != s.dataType {
-			return nil, apierr.Errorf(apierr.KindInternal, ReasonBackendError,
+			return nil, apierr.Errorf(apierr.KindInternal, ReasonInvalidModelOutput,
 				"output '%s': the model returned %s, the configuration says %s", name, r.dataType, s.dataType)
 		}
 		out[i] = infer.Tensor{Name: name, DataType: r.dataType, Shape: r.shape, Data: r.data}

@@ -3,9 +3,12 @@ package libtorch
 // Reason codes of this package's errors; each is a row of the table in
 // package apierr (apierr.Codes).
 const (
-	// ReasonBackendError: libtorch failed to run the model, or the model
-	// returned what its configuration does not declare.
+	// ReasonBackendError: libtorch failed to run the model (forward()
+	// raised).
 	ReasonBackendError = "backend_error"
+	// ReasonInvalidModelOutput: forward() returned fewer tensors than the
+	// configuration's outputs need, or one of another datatype.
+	ReasonInvalidModelOutput = "invalid_model_output"
 	// ReasonDatatypeMismatch: an input of another datatype than the model declares.
 	ReasonDatatypeMismatch = "datatype_mismatch"
 	// ReasonInvalidSize: an input whose data does not hold the bytes its shape and datatype need.
