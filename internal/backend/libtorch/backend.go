@@ -17,11 +17,17 @@ import (
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
 
-// The engines a Load reports (Backend.Engine), for logs and tests.
+// The engines the load log names.
 const (
 	EngineInProcess = "libtorch"
 	EngineWorker    = "python-worker"
 )
+
+// EngineParameter is the config parameter that picks the engine of a
+// TorchScript model: "libtorch" (the default: in-process when the shim
+// library opened) or "python" (the Python worker, e.g. to keep a model's
+// crashes out of the server's process).
+const EngineParameter = "SLUICE_PYTORCH_ENGINE"
 
 // engine is the opened shim (engine_cgo.go); tests may replace it.
 type engine interface {
@@ -140,7 +146,15 @@ func (b *Backend) CheckVersion(ctx context.Context, versionDir string, cfg *infe
 // Load runs the version in-process when it can, else on the fallback; the
 // load log says which, and why not in-process.
 func (b *Backend) Load(ctx context.Context, opts backend.LoadOptions) (backend.Instance, error) {
-	file, why := b.eligible(opts)
+	var file, why string
+	switch e := strings.TrimSpace(opts.Parameters[EngineParameter]); e {
+	case "", EngineInProcess:
+		file, why = b.eligible(opts)
+	case "python":
+		why = "parameter " + EngineParameter + " is \"python\""
+	default:
+		return nil, fmt.Errorf("model %s version %d: parameter %s %q: want %q or \"python\"", opts.Model, opts.Version, EngineParameter, e, EngineInProcess)
+	}
 	if why == "" {
 		in, w, err := b.loadInProcess(file, opts)
 		if err != nil {

@@ -324,7 +324,19 @@ func TestUnsupportedModelsFallBack(t *testing.T) {
 	if _, ok := load(t, b, "str", generatedModel(t, "picky"), strCfg).(fakeInstance); !ok {
 		t.Fatal("a TYPE_STRING model did not go to the fallback")
 	}
-	if got := fb.loaded(); strings.Join(got, ",") != "dictarg,sd,str" {
+	forced := load(t, b, "forced", generatedModel(t, "picky"), testConfig(t, "forced", oneInputConfig))
+	if _, ok := forced.(*Instance); !ok {
+		t.Fatal("picky did not load in-process")
+	}
+	inst, err := b.Load(t.Context(), backend.LoadOptions{Model: "forced", Version: 1, Path: generatedModel(t, "picky"),
+		Config: testConfig(t, "forced", oneInputConfig), Parameters: map[string]string{EngineParameter: "python"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := inst.(fakeInstance); !ok {
+		t.Fatalf("%s python: loaded a %T, want the worker's instance", EngineParameter, inst)
+	}
+	if got := fb.loaded(); strings.Join(got, ",") != "dictarg,sd,str,forced" {
 		t.Fatalf("fallback loads = %v", got)
 	}
 	for _, why := range []string{"Dict(str, Tensor)", "no model.pt", "TYPE_STRING"} {
@@ -336,7 +348,7 @@ func TestUnsupportedModelsFallBack(t *testing.T) {
 
 func TestBadParameters(t *testing.T) {
 	b, _ := shimBackend(t, &fakeFallback{})
-	for _, p := range []string{"INTRA_OP_THREAD_COUNT", "DISABLE_OPTIMIZED_EXECUTION"} {
+	for _, p := range []string{"INTRA_OP_THREAD_COUNT", "DISABLE_OPTIMIZED_EXECUTION", EngineParameter} {
 		cfg := testConfig(t, "picky", oneInputConfig+`parameters { key: "`+p+`" value: { string_value: "lots" } }`)
 		_, err := b.Load(t.Context(), backend.LoadOptions{Model: "picky", Version: 1, Path: generatedModel(t, "picky"), Config: cfg,
 			Parameters: map[string]string{p: "lots"}})
