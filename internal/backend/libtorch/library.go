@@ -2,10 +2,8 @@ package libtorch
 
 import (
 	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
+
+	"github.com/sluice-ml/sluice/internal/backend"
 )
 
 // Environment variables FindLibrary reads.
@@ -29,43 +27,12 @@ var ErrNotBuiltIn = errors.New("this binary was built with CGO_ENABLED=0, which 
 // ${XDG_CACHE_HOME:-~/.cache}/sluice/libtorch-shim. The first source that
 // is set decides. The error is one line that names the build script.
 func FindLibrary(flagPath string) (string, error) {
-	var candidate string
-	switch {
-	case flagPath != "":
-		candidate = flagPath
-	case os.Getenv(LibraryEnv) != "":
-		candidate = os.Getenv(LibraryEnv)
-	default:
-		dir, err := defaultDir()
-		if err != nil {
-			return "", notFound(err.Error())
-		}
-		candidate = filepath.Join(dir, libraryFile)
-	}
-	st, err := os.Stat(candidate) //nolint:gosec // G703: the operator chooses this path (flag or environment) on purpose
-	if err != nil || !st.Mode().IsRegular() {
-		return "", notFound(candidate)
-	}
-	return candidate, nil
-}
-
-// DefaultDir is the folder scripts/build-torch-shim.sh builds into.
-func defaultDir() (string, error) {
-	if d := os.Getenv(DirEnv); d != "" {
-		return d, nil
-	}
-	cache := os.Getenv("XDG_CACHE_HOME")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("no cache folder: %w", err)
-		}
-		cache = filepath.Join(home, ".cache")
-	}
-	return filepath.Join(cache, "sluice", "libtorch-shim"), nil
-}
-
-func notFound(where string) error {
-	where = strings.NewReplacer("\n", " ", "\r", " ").Replace(where)
-	return fmt.Errorf("%s not found (looked in %s): run scripts/build-torch-shim.sh (needs libtorch-dev) or set %s", libraryFile, where, LibraryEnv)
+	return backend.LibrarySearch{
+		What:       libraryFile,
+		File:       libraryFile,
+		LibraryEnv: LibraryEnv,
+		DirEnv:     DirEnv,
+		CacheDir:   "libtorch-shim",
+		Fix:        "scripts/build-torch-shim.sh (needs libtorch-dev)",
+	}.Find(flagPath)
 }
