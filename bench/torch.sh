@@ -208,9 +208,10 @@ done
 hey_load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
 {
   echo
+  echo
   echo "## hey at c=32: the shipped TorchScript config, in-process vs the Python worker"
   echo
-  echo "\`$HEY -n $HEY_N -c 32 -m POST -T application/json -D $BODY -disable-compression <url>\` (the peer: -n $((HEY_N / 4))), $HEY_ROUNDS rounds with the rows alternated, after a warm-up. parcel_eta_ts as shipped (1 instance, INTRA_OP_THREAD_COUNT 1, dynamic batching with delay 0), once in-process and once with SLUICE_PYTORCH_ENGINE python; the peer as above. Server CPU per request: utime + stime of the server's process tree from /proc around each hey run. Load average (1, 5, 15 min) $hey_load_start before, $hey_load_end after; hey shares the machine."
+  echo "\`${HEY##*/} -n $HEY_N -c 32 -m POST -T application/json -D $BODY -disable-compression <url>\` (the peer: -n $((HEY_N / 4))), $HEY_ROUNDS rounds with the rows alternated, after a warm-up. parcel_eta_ts as shipped (1 instance, INTRA_OP_THREAD_COUNT 1, dynamic batching with delay 0), once in-process and once with SLUICE_PYTORCH_ENGINE python; the peer as above. Server CPU per request: utime + stime of the server's process tree from /proc around each hey run. Load average (1, 5, 15 min) $hey_load_start before, $hey_load_end after; hey shares the machine."
   echo
   echo "| system | round | requests/s | 200s | p50 ms | p99 ms | server CPU/request | × peer |"
   echo "|---|---:|---:|---:|---:|---:|---:|---:|"

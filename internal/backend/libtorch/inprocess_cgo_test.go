@@ -65,12 +65,24 @@ func shimBackend(t *testing.T, fallback backend.Backend) (*Backend, *logBuffer) 
 }
 
 func readConfig(t *testing.T, modelDir string) *inferencepb.ModelConfig {
-	t.Helper()
+	return benchConfig(t, modelDir)
+}
+
+func benchConfig(tb testing.TB, modelDir string) *inferencepb.ModelConfig {
+	tb.Helper()
 	data, err := os.ReadFile(filepath.Join(modelDir, "config.pbtxt"))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	return testConfig(t, filepath.Base(modelDir), string(data))
+	return testConfig(tb, filepath.Base(modelDir), string(data))
+}
+
+func benchLoadOptions(cfg *inferencepb.ModelConfig) backend.LoadOptions {
+	params := map[string]string{}
+	for k, v := range cfg.GetParameters() {
+		params[k] = v.GetStringValue()
+	}
+	return backend.LoadOptions{Model: cfg.GetName(), Version: 1, Config: cfg, Parameters: params, InstanceCount: 1}
 }
 
 func load(t *testing.T, b backend.Backend, name, path string, cfg *inferencepb.ModelConfig) backend.Instance {
