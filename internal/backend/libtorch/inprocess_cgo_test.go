@@ -27,13 +27,6 @@ const (
 	integrationTD = "../../../test/integration/testdata/torch_models"
 )
 
-// generated holds the models testdata/make_models.py writes, once per run.
-var generated struct {
-	once sync.Once
-	dir  string
-	err  error
-}
-
 func generatedModel(t *testing.T, name string) string {
 	t.Helper()
 	generated.once.Do(func() {

@@ -2,8 +2,16 @@ package libtorch
 
 import (
 	"os"
+	"sync"
 	"testing"
 )
+
+// generated holds the models testdata/make_models.py writes, once per run.
+var generated struct {
+	once sync.Once
+	dir  string
+	err  error
+}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
