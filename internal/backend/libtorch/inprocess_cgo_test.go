@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/backend/python"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 const (
@@ -47,7 +48,7 @@ func generatedModel(t *testing.T, name string) string {
 
 // shimBackend opens the shim library; without it the test fails (make
 // deps builds it).
-func shimBackend(t *testing.T, fallback backend.Backend) (*Backend, *logBuffer) {
+func shimBackend(t *testing.T, fallback backend.Backend) (*Backend, *harness.SyncBuffer) {
 	t.Helper()
 	logger, logs := testLogger()
 	b := New(Options{}, fallback, logger)
