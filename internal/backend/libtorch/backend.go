@@ -219,7 +219,8 @@ func tensorEligible(kind, name string, dt inferencepb.DataType, reshape *inferen
 
 // loadInProcess loads the module and maps the configuration onto it. A nil
 // instance with a reason means the module's forward() takes or returns
-// something other than tensors: the fallback runs it.
+// something other than tensors, or its arguments do not map onto the
+// configuration's inputs: the fallback runs it.
 func (b *Backend) loadInProcess(file string, opts backend.LoadOptions) (*Instance, string, error) {
 	set, err := b.settings(opts)
 	if err != nil {
@@ -242,8 +243,10 @@ func (b *Backend) loadInProcess(file string, opts backend.LoadOptions) (*Instanc
 	}
 	in, err := newInstance(m, opts)
 	if err != nil {
+		// The worker applies the same rules and reports its own error
+		// when it cannot run the model either.
 		m.free()
-		return nil, "", fmt.Errorf("model %s version %d: %w", opts.Model, opts.Version, err)
+		return nil, err.Error(), nil
 	}
 	return in, "", nil
 }

@@ -330,6 +330,13 @@ func TestUnsupportedModelsFallBack(t *testing.T) {
 	if _, ok := load(t, b, "str", generatedModel(t, "picky"), strCfg).(fakeInstance); !ok {
 		t.Fatal("a TYPE_STRING model did not go to the fallback")
 	}
+	// picky's forward() takes one argument; a config with two inputs goes
+	// to the worker, which reports what it makes of it.
+	twoInputs := testConfig(t, "two", strings.Replace(oneInputConfig, `input [ { name: "x" data_type: TYPE_FP32 dims: [ 2 ] } ]`,
+		`input [ { name: "x" data_type: TYPE_FP32 dims: [ 2 ] }, { name: "z" data_type: TYPE_FP32 dims: [ 2 ] } ]`, 1))
+	if _, ok := load(t, b, "two", generatedModel(t, "picky"), twoInputs).(fakeInstance); !ok {
+		t.Fatal("a config whose inputs do not map onto forward() did not go to the fallback")
+	}
 	forced := load(t, b, "forced", generatedModel(t, "picky"), testConfig(t, "forced", oneInputConfig))
 	if _, ok := forced.(*Instance); !ok {
 		t.Fatal("picky did not load in-process")
@@ -342,10 +349,10 @@ func TestUnsupportedModelsFallBack(t *testing.T) {
 	if _, ok := inst.(fakeInstance); !ok {
 		t.Fatalf("%s python: loaded a %T, want the worker's instance", EngineParameter, inst)
 	}
-	if got := fb.loaded(); strings.Join(got, ",") != "dictarg,sd,str,forced" {
+	if got := fb.loaded(); strings.Join(got, ",") != "dictarg,sd,str,two,forced" {
 		t.Fatalf("fallback loads = %v", got)
 	}
-	for _, why := range []string{"Dict(str, Tensor)", "no model.pt", "TYPE_STRING"} {
+	for _, why := range []string{"Dict(str, Tensor)", "no model.pt", "TYPE_STRING", "declares 2 inputs, forward() takes 1"} {
 		if !strings.Contains(logs.String(), why) {
 			t.Errorf("load log does not say %q:\n%s", why, logs)
 		}
