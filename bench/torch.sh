@@ -40,6 +40,11 @@
 #   BENCH_TORCH_BATCH_DELAY_US [0]     max_queue_delay_microseconds of the *_batched models
 #   BENCH_TORCH_HEY_REQUESTS [20000]   requests per hey row (the peer: a quarter)
 #   BENCH_TORCH_HEY_ROUNDS [2]         hey rounds (0: no hey section)
+#   BENCH_TORCH_BLAS_DIR [unset]       a folder holding another libblas.so.3 (e.g.
+#                                      Debian's libopenblas0-serial unpacked with
+#                                      dpkg -x): every server (Sluice, its workers,
+#                                      the peer) runs with LD_LIBRARY_PATH set to it,
+#                                      so libtorch's matrix products use that BLAS
 #   BENCH_TORCH_OUT [bench/results/pytorch.md]
 #   BENCH_PEERS_DIR [<repo>/bench/peers]
 #   SLUICE_BIN [bin/sluice], HEY [hey on PATH, else installed from the Go module proxy]
@@ -61,6 +66,11 @@ OUT="${BENCH_TORCH_OUT:-bench/results/pytorch.md}"
 PEERS="${BENCH_PEERS_DIR:-$ROOT/bench/peers}"
 BIN="${SLUICE_BIN:-bin/sluice}"
 PY=/usr/bin/python3 # Debian's python3-torch and python3-flask live here
+BLAS_DIR="${BENCH_TORCH_BLAS_DIR:-}"
+if [ -n "$BLAS_DIR" ]; then
+  [ -e "$BLAS_DIR/libblas.so.3" ] || { say "no libblas.so.3 in BENCH_TORCH_BLAS_DIR=$BLAS_DIR"; exit 1; }
+  export LD_LIBRARY_PATH="$BLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 HEY_N="${BENCH_TORCH_HEY_REQUESTS:-20000}"
 HEY_ROUNDS="${BENCH_TORCH_HEY_ROUNDS:-2}"
 
@@ -90,7 +100,8 @@ fi
 
 
 say "building the harness"
-go build -o "$WORK/torchbench" ./bench/cmd/torchbench
+# The harness and hey need no BLAS; only the servers get BENCH_TORCH_BLAS_DIR.
+LD_LIBRARY_PATH= go build -o "$WORK/torchbench" ./bench/cmd/torchbench
 
 # variant SRC NAME MODE [ENGINE]: copy examples/models/SRC as NAME with
 # INSTANCES instances; MODE "off" removes its dynamic_batching block, "on"
@@ -157,9 +168,14 @@ PEER_PID=$!
 PIDS+=("$PEER_PID")
 wait_ready "flask peer" "http://127.0.0.1:$PEER_PORT/v2/health/ready" "$PEER_PID" "$WORK/peer.log" 90
 
+if [ -n "$BLAS_DIR" ]; then
+  blas_desc="libblas.so.3 from $(basename "$BLAS_DIR") (LD_LIBRARY_PATH of every server)"
+else
+  blas_desc="the system's libblas.so.3, $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null | sed 's|.*/x86_64-linux-gnu/||')"
+fi
 if [ -n "${MAKELEVEL:-}" ]; then invoked="make bench"; else invoked="bench/torch.sh"; fi
-cmdline="$invoked  # BENCH_TORCH_WINDOW_MS=$WINDOW_MS BENCH_TORCH_MAX_TRIALS=$TRIALS BENCH_TORCH_CONCURRENCY=$LEVELS BENCH_TORCH_RATES=$RATES BENCH_TORCH_INSTANCES=$INSTANCES BENCH_TORCH_BATCH_DELAY_US=$DELAY_US"
-setup="PyTorch models: instance_group count $INSTANCES (in-process: one libtorch module each; Python worker: one worker process each), INTRA_OP_THREAD_COUNT 1 (as shipped); *_batched: dynamic_batching { max_queue_delay_microseconds: $DELAY_US }, others without dynamic_batching. parcel_eta (ONNX) as shipped (1 instance, intra_op_thread_count 1, dynamic_batching with delay 0). Peer: gunicorn -w $CORES --threads 1 (sync workers), PEER_TORCH_THREADS=1, serving examples/torchscript/parcel_eta.pt."
+cmdline="$invoked  # ${BLAS_DIR:+BENCH_TORCH_BLAS_DIR=<$(basename "$BLAS_DIR")> }BENCH_TORCH_WINDOW_MS=$WINDOW_MS BENCH_TORCH_MAX_TRIALS=$TRIALS BENCH_TORCH_CONCURRENCY=$LEVELS BENCH_TORCH_RATES=$RATES BENCH_TORCH_INSTANCES=$INSTANCES BENCH_TORCH_BATCH_DELAY_US=$DELAY_US"
+setup="PyTorch models: instance_group count $INSTANCES (in-process: one libtorch module each; Python worker: one worker process each), INTRA_OP_THREAD_COUNT 1 (as shipped); *_batched: dynamic_batching { max_queue_delay_microseconds: $DELAY_US }, others without dynamic_batching. parcel_eta (ONNX) as shipped (1 instance, intra_op_thread_count 1, dynamic_batching with delay 0). Peer: gunicorn -w $CORES --threads 1 (sync workers), PEER_TORCH_THREADS=1, serving examples/torchscript/parcel_eta.pt. BLAS behind libtorch: $blas_desc."
 torchver="$("$PY" -c 'import torch, sys; print(f"torch {torch.__version__}, Python {sys.version.split()[0]}")' 2>/dev/null || echo unknown); libtorch-dev $(dpkg-query -W -f='${Version}' libtorch-dev 2>/dev/null || echo unknown)"
 
 say "running the harness"
