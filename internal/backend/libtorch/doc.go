@@ -12,9 +12,11 @@
 // (the Python worker's pytorch backend) and the server logs why once at
 // start-up. Models the in-process path does not run also go to the
 // fallback, with a load log line that says why: state_dict models
-// (model.pth), models with TYPE_STRING inputs or outputs, and forward()
+// (model.pth), models with TYPE_STRING inputs or outputs, forward()
 // methods that take or return anything but tensors (a dictionary, a list
-// of strings). Every load logs which engine runs the version.
+// of strings) or whose arguments the configuration's inputs do not map
+// onto, and models whose config parameter SLUICE_PYTORCH_ENGINE is
+// "python". Every load logs which engine runs the version.
 //
 // Inputs and outputs follow Triton's naming rules, the same as the Python
 // worker's built-in TorchScript model: an input goes to the forward()
