@@ -235,7 +235,7 @@ func DecodeValuesInto(b []byte, schema []Field, dst []*Value) error {
 			var tmp Value
 			v = &tmp
 		} else {
-			*v = Value{}
+			v.reset()
 		}
 		if err := d.field(f, v); err != nil {
 			return err
@@ -245,6 +245,18 @@ func DecodeValuesInto(b []byte, schema []Field, dst []*Value) error {
 		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
 	}
 	return nil
+}
+
+// reset zeroes v. Assigning Value{} writes every pointer field, which
+// costs a write barrier per field while the collector runs; a decode
+// destination usually is zero already (fresh memory) or holds a scalar,
+// so only the fields that are set are written.
+func (v *Value) reset() {
+	if v.S != "" || v.B != nil || v.I64s != nil || v.F32s != nil || v.F64s != nil || v.Ss != nil || v.Bools != nil {
+		*v = Value{}
+		return
+	}
+	v.Null, v.I64, v.F64, v.Bool = false, 0, 0, false
 }
 
 // field decodes one value of f into v, which is zero.

@@ -42,7 +42,7 @@ func (s *Server) read(ctx context.Context, p *plan, entities map[string][]featur
 	}
 	s.combineTiles(p, results, sc.rows, now)
 
-	f := filler{s: s, p: p, sc: sc, now: now, eventTS: eventTS, results: results, resp: newResponse(p, entities, n)}
+	f := filler{s: s, p: p, sc: sc, now: now, eventTS: eventTS, results: results, resp: s.newResponse(p, entities, n)}
 	if eventTS != nil {
 		f.limit = eventTS.Add(s.opts.EventTimeTolerance)
 	}
@@ -193,19 +193,36 @@ func (s *Server) readRows(ctx context.Context, keys []online.Key) ([]online.Resu
 	return results, nil
 }
 
-// newResponse allocates the response's columns for n rows, one
-// allocation per kind of slice for all of them, and fills in the entity
-// columns.
-func newResponse(p *plan, entities map[string][]feature.Value, n int) *Response {
-	resp := &Response{
+// newResponse lays out the response's columns for n rows, one array per
+// kind of slice for all of them, and fills in the entity columns. The
+// arrays come from s's pool when an edge gave some back (release), so a
+// read that an edge encodes and drops allocates next to nothing; a Go
+// API caller keeps what it gets, as before. The feature cells are left
+// for the filler, which writes every one of them in full.
+func (s *Server) newResponse(p *plan, entities map[string][]feature.Value, n int) *Response {
+	m, _ := s.respMems.Get().(*respMem)
+	if m == nil {
+		m = &respMem{}
+	}
+	m.cols = grow(m.cols, len(p.names))
+	m.statuses = grow(m.statuses, n*len(p.names))
+	m.stamps = grow(m.stamps, n*len(p.names))
+	m.values = grow(m.values, n*len(p.cols))
+	m.pointers = false
+	for _, t := range p.types[len(p.keys):] {
+		if t.List || t.Kind == feature.KindString || t.Kind == feature.KindBytes {
+			m.pointers = true
+			break
+		}
+	}
+	m.resp = Response{
 		FeatureNames:  p.names,
 		Types:         p.types,
 		EntityColumns: len(p.keys),
-		Results:       make([]Column, len(p.names)),
+		Results:       m.cols,
+		mem:           m,
 	}
-	statuses := make([]Status, n*len(p.names))
-	stamps := make([]time.Time, n*len(p.names))
-	values := make([]feature.Value, n*len(p.cols))
+	statuses, stamps, values := m.statuses, m.stamps, m.values
 	for i := range p.names {
 		c := Column{Statuses: statuses[i*n : (i+1)*n : (i+1)*n], EventTimestamps: stamps[i*n : (i+1)*n : (i+1)*n]}
 		if i < len(p.keys) {
@@ -218,9 +235,43 @@ func newResponse(p *plan, entities map[string][]feature.Value, n int) *Response 
 			ci := i - len(p.keys)
 			c.Values = values[ci*n : (ci+1)*n : (ci+1)*n]
 		}
-		resp.Results[i] = c
+		m.cols[i] = c
 	}
-	return resp
+	return &m.resp
+}
+
+// respMem is the memory of one read's response: the Response itself and
+// the arrays its columns slice. Only the edges, which encode a response
+// and drop it, give it back to the pool (release).
+type respMem struct {
+	resp     Response
+	cols     []Column
+	statuses []Status
+	stamps   []time.Time
+	values   []feature.Value
+	// pointers says the feature values may hold strings, bytes or lists,
+	// which release clears so the pool keeps none of them alive.
+	pointers bool
+}
+
+// maxPooledCells bounds the feature values of a pooled respMem (192
+// bytes each): larger responses are left to the collector.
+const maxPooledCells = 1 << 16
+
+// release gives resp's memory back to the pool. resp, its columns and
+// their slices must not be used afterwards. A response that read did
+// not build (on-demand answers) is left alone.
+func (s *Server) release(resp *Response) {
+	m := resp.mem
+	if m == nil || &m.resp != resp || cap(m.values) > maxPooledCells {
+		return
+	}
+	if m.pointers {
+		clear(m.values)
+	}
+	clear(m.cols) // the request's entity columns, Unreadable
+	m.resp = Response{}
+	s.respMems.Put(m)
 }
 
 // filler fills one read's feature columns from the rows the store
@@ -303,10 +354,8 @@ func (f *filler) pick(vp *viewPlan, vi, r int) (online.Result, hotOutcome) {
 
 // notFound marks row r of view vi's columns NOT_FOUND.
 func (f *filler) notFound(vi, r int) {
-	for ci, c := range f.p.cols {
-		if c.view == vi {
-			f.setNotFound(ci, r)
-		}
+	for _, ci := range f.p.views[vi].cols {
+		f.setNotFound(ci, r)
 	}
 }
 
@@ -339,16 +388,13 @@ func (f *filler) row(ctx context.Context, vi, r int, res online.Result) error {
 			"feature view '%s', entity row %d: the stored row is from %s, after the request's event_timestamp %s plus the %s tolerance: the request would use data from its own future",
 			v.Name, r, ev.Format(time.RFC3339Nano), f.eventTS.UTC().Format(time.RFC3339Nano), f.s.opts.EventTimeTolerance)}
 	}
-	for ci, c := range f.p.cols {
-		if c.view != vi {
-			continue
-		}
+	for _, ci := range vp.cols {
 		why := ""
 		switch {
 		case corrupt != nil:
 			why = unreadableCorrupt
 		case lay != nil:
-			why = lay.reason(c.field)
+			why = lay.reason(f.p.cols[ci].field)
 		}
 		if why != "" {
 			f.setNotFound(ci, r)
