@@ -141,7 +141,8 @@ func wideRequest(b *testing.B, refs []string, n int) (*Request, []byte) {
 
 // BenchmarkGetOnlineFeatures100x50 reads 100 entities × 50 Float32
 // features from the embedded store: the store read alone, the Go API
-// (in-process serving), and POST /get-online-features through the
+// (in-process serving, dropping the answer or giving it back with
+// Release), and POST /get-online-features through the
 // handler (request decoding and response encoding, no network).
 func BenchmarkGetOnlineFeatures100x50(b *testing.B) {
 	srv, refs := wideServer(b)
@@ -167,6 +168,16 @@ func BenchmarkGetOnlineFeatures100x50(b *testing.B) {
 			if _, err := srv.GetOnlineFeatures(ctx, req); err != nil {
 				b.Fatal(err)
 			}
+		}
+	})
+	b.Run("inprocess-released", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			resp, err := srv.GetOnlineFeatures(ctx, req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv.Release(resp)
 		}
 	})
 	b.Run("http", func(b *testing.B) {

@@ -68,7 +68,7 @@ type readScratch struct {
 	vals   []feature.Value  // one row's join-key values
 	keys   []online.Key     // the store keys to read
 	hotIdx []int            // hotIdx[vi*rows+r]: row r of view vi in keys, or -1
-	dst    []*feature.Value // one stored row's decode destinations
+	at     []int            // one stored row's decode destinations (cells of the response's values)
 }
 
 func (s *Server) getScratch() *readScratch {
@@ -86,8 +86,7 @@ func (s *Server) putScratch(sc *readScratch) {
 	clear(sc.ents)
 	clear(sc.vals)
 	clear(sc.keys)
-	clear(sc.dst)
-	sc.entBuf, sc.ents, sc.vals, sc.keys, sc.hotIdx, sc.dst = sc.entBuf[:0], sc.ents[:0], sc.vals[:0], sc.keys[:0], sc.hotIdx[:0], sc.dst[:0]
+	sc.entBuf, sc.ents, sc.vals, sc.keys, sc.hotIdx, sc.at = sc.entBuf[:0], sc.ents[:0], sc.vals[:0], sc.keys[:0], sc.hotIdx[:0], sc.at[:0]
 	s.scratch.Put(sc)
 }
 
@@ -258,9 +257,17 @@ type respMem struct {
 // bytes each): larger responses are left to the collector.
 const maxPooledCells = 1 << 16
 
-// release gives resp's memory back to the pool. resp, its columns and
-// their slices must not be used afterwards. A response that read did
-// not build (on-demand answers) is left alone.
+// Release gives the memory of a response that GetOnlineFeatures
+// answered back to s, for the next read to reuse: a 100-row answer of 50
+// features is about 1 MB of values, which a caller that reads often
+// otherwise leaves to the collector. Calling it is optional. After it,
+// resp, its columns and their slices must not be used; values copied out
+// of them stay valid (their strings, byte slices and lists are never
+// written again), and it must be released once at most. Release of a
+// response s did not build does nothing.
+func (s *Server) Release(resp *Response) { s.release(resp) }
+
+// release is Release; the edges call it once they have encoded resp.
 func (s *Server) release(resp *Response) {
 	m := resp.mem
 	if m == nil || &m.resp != resp || cap(m.values) > maxPooledCells {
@@ -441,8 +448,10 @@ func (f *filler) decode(ctx context.Context, vp *viewPlan, r int, rec feature.Re
 	if schema == nil {
 		return lay, nil, nil // an unknown schema: nothing to decode
 	}
-	dst := grow(f.sc.dst, len(schema))
-	f.sc.dst = dst
+	// Feature column ci's row r is cell ci*n+r of the response's values.
+	n := f.sc.rows
+	at := grow(f.sc.at, len(schema))
+	f.sc.at = at
 	for fi := range schema {
 		ci := -1
 		switch {
@@ -452,12 +461,12 @@ func (f *filler) decode(ctx context.Context, vp *viewPlan, r int, rec feature.Re
 			ci = vp.fieldCols[lay.m.ToCur[fi]]
 		}
 		if ci < 0 {
-			dst[fi] = nil
+			at[fi] = -1
 		} else {
-			dst[fi] = &f.resp.Results[len(f.p.keys)+ci].Values[r]
+			at[fi] = ci*n + r
 		}
 	}
-	return lay, feature.DecodeValuesInto(rec.Payload, schema, dst), nil
+	return lay, feature.DecodeValuesAt(rec.Payload, schema, f.resp.mem.values, at), nil
 }
 
 // rowSchema is the schema a row decodes with: the view's own, or the
