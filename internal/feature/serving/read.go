@@ -62,13 +62,13 @@ func (s *Server) read(ctx context.Context, p *plan, entities map[string][]featur
 // readScratch is one read's working memory; nothing in it outlives the
 // read or reaches the response.
 type readScratch struct {
-	rows   int              // entity rows of the read
-	entBuf []byte           // entity keys, back to back
-	ents   [][]byte         // ents[si*rows+r]: key set si's key of entity row r
-	vals   []feature.Value  // one row's join-key values
-	keys   []online.Key     // the store keys to read
-	hotIdx []int            // hotIdx[vi*rows+r]: row r of view vi in keys, or -1
-	at     []int            // one stored row's decode destinations (cells of the response's values)
+	rows   int             // entity rows of the read
+	entBuf []byte          // entity keys, back to back
+	ents   [][]byte        // ents[si*rows+r]: key set si's key of entity row r
+	vals   []feature.Value // one row's join-key values
+	keys   []online.Key    // the store keys to read
+	hotIdx []int           // hotIdx[vi*rows+r]: row r of view vi in keys, or -1
+	at     []int           // one stored row's decode destinations (cells of the response's values)
 }
 
 func (s *Server) getScratch() *readScratch {
