@@ -37,7 +37,7 @@ func BenchmarkGetOnlineFeatures(b *testing.B) {
 // wideServer is a Server over an embedded store holding 1,000 users' rows
 // of the view "wide" (50 Float32 features); it returns the features'
 // references too.
-func wideServer(b *testing.B) (*Server, []string) {
+func wideServer(b testing.TB) (*Server, []string) {
 	b.Helper()
 	store, err := embedded.Open(filepath.Join(b.TempDir(), "online.db"), embedded.Options{NoSync: true})
 	require.NoError(b, err)
@@ -126,7 +126,7 @@ func BenchmarkGetOnlineFeaturesOlderSchema(b *testing.B) {
 // wideRequest is a request for every feature of the view "wide" for n
 // users (of wideServer's 1,000), in-process and as the JSON body of
 // POST /get-online-features.
-func wideRequest(b *testing.B, refs []string, n int) (*Request, []byte) {
+func wideRequest(b testing.TB, refs []string, n int) (*Request, []byte) {
 	b.Helper()
 	ids := make([]feature.Value, n)
 	js := make([]int64, n)
