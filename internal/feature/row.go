@@ -212,8 +212,8 @@ func DecodeValues(b []byte, schema []Field, vals []Value) ([]Value, error) {
 			return nil, err
 		}
 	}
-	if d.rest() != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, d.rest())
+	if err := d.end(); err != nil {
+		return nil, err
 	}
 	return vals, nil
 }
@@ -241,10 +241,7 @@ func DecodeValuesInto(b []byte, schema []Field, dst []*Value) error {
 			return err
 		}
 	}
-	if d.rest() != 0 {
-		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, d.rest())
-	}
-	return nil
+	return d.end()
 }
 
 // DecodeValuesAt decodes like DecodeValuesInto with the destinations
@@ -269,10 +266,7 @@ func DecodeValuesAt(b []byte, schema []Field, vals []Value, at []int) error {
 			return err
 		}
 	}
-	if d.rest() != 0 {
-		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, d.rest())
-	}
-	return nil
+	return d.end()
 }
 
 // reset zeroes v. Assigning Value{} writes every pointer field, which
@@ -317,6 +311,14 @@ type decoder struct {
 }
 
 var errShort = errors.New("truncated")
+
+// end fails a row with bytes left after its last field.
+func (d *decoder) end() error {
+	if d.rest() != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, d.rest())
+	}
+	return nil
+}
 
 // rest is the number of bytes not read yet.
 func (d *decoder) rest() int { return len(d.b) - d.off }
