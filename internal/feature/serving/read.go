@@ -199,14 +199,18 @@ func (s *Server) readRows(ctx context.Context, keys []online.Key) ([]online.Resu
 // API caller keeps what it gets, as before. The feature cells are left
 // for the filler, which writes every one of them in full.
 func (s *Server) newResponse(p *plan, entities map[string][]feature.Value, n int) *Response {
-	m, _ := s.respMems.Get().(*respMem)
+	cells := n * len(p.cols)
+	var m *respMem
+	if c := memClass(cells); c < len(s.respMems) {
+		m, _ = s.respMems[c].Get().(*respMem)
+	}
 	if m == nil {
 		m = &respMem{}
 	}
 	m.cols = grow(m.cols, len(p.names))
 	m.statuses = grow(m.statuses, n*len(p.names))
 	m.stamps = grow(m.stamps, n*len(p.names))
-	m.values = grow(m.values, n*len(p.cols))
+	m.values = grow(m.values, cells)
 	m.pointers = false
 	for _, t := range p.types[len(p.keys):] {
 		if t.List || t.Kind == feature.KindString || t.Kind == feature.KindBytes {
@@ -253,9 +257,22 @@ type respMem struct {
 	pointers bool
 }
 
-// maxPooledCells bounds the feature values of a pooled respMem (192
-// bytes each): larger responses are left to the collector.
-const maxPooledCells = 1 << 16
+// memClassCells are the size classes of pooled respMems, in feature
+// values (192 bytes each): a read takes memory of its own class, so a
+// small answer, which a caller may keep, never holds a large one's
+// memory alive. Larger responses are left to the collector.
+var memClassCells = [...]int{1 << 10, 1 << 13, 1 << 16}
+
+// memClass returns the size class of cells feature values,
+// len(memClassCells) when there is none.
+func memClass(cells int) int {
+	for c, limit := range memClassCells {
+		if cells <= limit {
+			return c
+		}
+	}
+	return len(memClassCells)
+}
 
 // Release gives the memory of a response that GetOnlineFeatures
 // answered back to s, for the next read to reuse: a 100-row answer of 50
@@ -270,7 +287,11 @@ func (s *Server) Release(resp *Response) { s.release(resp) }
 // release is Release; the edges call it once they have encoded resp.
 func (s *Server) release(resp *Response) {
 	m := resp.mem
-	if m == nil || &m.resp != resp || cap(m.values) > maxPooledCells {
+	if m == nil || &m.resp != resp {
+		return
+	}
+	c := memClass(cap(m.values))
+	if c >= len(s.respMems) {
 		return
 	}
 	if m.pointers {
@@ -278,7 +299,7 @@ func (s *Server) release(resp *Response) {
 	}
 	clear(m.cols) // the request's entity columns, Unreadable
 	m.resp = Response{}
-	s.respMems.Put(m)
+	s.respMems[c].Put(m)
 }
 
 // filler fills one read's feature columns from the rows the store

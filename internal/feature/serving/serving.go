@@ -162,7 +162,7 @@ type Server struct {
 	scratch sync.Pool // *readScratch
 	// respMems holds response memory that the edges gave back once
 	// they had encoded the response (release).
-	respMems sync.Pool // *respMem
+	respMems [len(memClassCells)]sync.Pool // *respMem, by size class
 }
 
 // Bounds on what goes back to the scratch pools, so one huge request does
