@@ -9,12 +9,9 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/accuracy"
 	"github.com/sluice-ml/sluice/internal/apierr"
-	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
 	"github.com/sluice-ml/sluice/internal/gateway/auth"
 	"github.com/sluice-ml/sluice/internal/gateway/release"
-	"github.com/sluice-ml/sluice/internal/release/rollout"
-	"github.com/sluice-ml/sluice/internal/release/rollout/rolloutspec"
 )
 
 // Online accuracy: a service with an accuracy block logs a share of its
@@ -196,7 +193,7 @@ func (g *Gateway) ingestOutcomes(w http.ResponseWriter, r *http.Request, s *serv
 	if s.rollout != nil && counts[accuracy.ResultJoined] > 0 && s.cfg.Rollout.Gates.Accuracy != nil {
 		// The accuracy gate is judged as outcomes arrive, not only on the
 		// next tick.
-		s.rollout.ctrl.Tick(r.Context(), g.opts.Now())
+		s.rollout.Controller().Tick(r.Context(), g.opts.Now())
 	}
 	if n := counts[accuracy.ResultNotPermitted]; n > 0 && n == len(results) {
 		// Nothing was stored: the predictions were served to another
@@ -261,38 +258,4 @@ func (g *Gateway) accuracyState() []accuracy.ServiceStatus {
 func isOutcomesPath(path string) bool {
 	_, ok := outcomesPath(path)
 	return ok
-}
-
-// accuracyGateSource feeds a rollout's accuracy gate from the joiner: per
-// slice of a group, the candidate version's error and the stable
-// version's in the same group, or across all groups when the group has
-// too few stable outcomes (a stage that sends the whole group to the
-// candidate).
-func accuracyGateSource(j Accuracy, sc config.Service) rollout.AccuracyFunc {
-	gate := sc.Rollout.Gates.Accuracy
-	output := gate.Output
-	if output == "" && len(sc.Accuracy.Outputs) > 0 {
-		output = sc.Accuracy.Outputs[0].Name
-	}
-	minN := uint64(gate.MinOutcomes)
-	if minN == 0 {
-		minN = rolloutspec.DefaultAccuracyMinOutcomes
-	}
-	candidate, service := sc.Rollout.Candidate.Version, sc.Name
-	return func(group, metric string) []rollout.AccuracySlice {
-		var out []rollout.AccuracySlice
-		for _, c := range j.Compare(service, group, output, candidate) {
-			stable := c.Stable
-			if stable.N < minN {
-				stable = c.StableAll
-			}
-			cv, ok1 := c.Candidate.Metric(metric)
-			sv, ok2 := stable.Metric(metric)
-			if !ok1 || !ok2 {
-				continue
-			}
-			out = append(out, rollout.AccuracySlice{Slice: c.Slice, Candidate: cv, Stable: sv, CandidateN: c.Candidate.N, StableN: stable.N})
-		}
-		return out
-	}
 }

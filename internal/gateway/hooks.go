@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/gateway/release"
 	"github.com/sluice-ml/sluice/internal/gateway/release/driftwatch"
+	"github.com/sluice-ml/sluice/internal/gateway/release/rollouthook"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -24,7 +25,10 @@ func (g *Gateway) factories(st *state) []release.Factory {
 	drifts := driftwatch.Factory(driftwatch.Options{
 		Logger: g.logger, Base: g.base, Registerer: g.reg, Now: g.opts.Now, Fleet: g.driftReferences(),
 	})
-	return append([]release.Factory{drifts, g.rolloutFactory, g.shadowFactory(st), g.accuracyFactory(st)}, g.opts.Hooks...)
+	rollouts := rollouthook.Factory(rollouthook.Options{
+		Base: g.base, Registerer: g.reg, Now: g.opts.Now, Fleet: g.rolloutFleet(), Accuracy: g.opts.Accuracy,
+	})
+	return append([]release.Factory{drifts, rollouts, g.shadowFactory(st), g.accuracyFactory(st)}, g.opts.Hooks...)
 }
 
 // attachHooks makes the release hooks of st's services. On error nothing
@@ -62,7 +66,7 @@ func (g *Gateway) attachHooks(st *state, cfg *config.Gateway, old *state) []erro
 				s.hooks = append(s.hooks, h)
 			}
 		}
-		s.rollout, _ = hookOf(s.hooks, kindRollout).(*serviceRollout)
+		s.rollout, _ = hookOf(s.hooks, rollouthook.Kind).(*rollouthook.Rollout)
 		s.drift, _ = hookOf(s.hooks, driftwatch.Kind).(*driftwatch.Watch)
 	}
 	if len(errs) > 0 {

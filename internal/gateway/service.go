@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/gateway/fallback"
 	"github.com/sluice-ml/sluice/internal/gateway/release"
 	"github.com/sluice-ml/sluice/internal/gateway/release/driftwatch"
+	"github.com/sluice-ml/sluice/internal/gateway/release/rollouthook"
 	"github.com/sluice-ml/sluice/internal/gateway/route"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
@@ -156,7 +157,7 @@ type service struct {
 	made  []release.Hook
 	// rollout and drift are the rollout's and drift watch's hooks, for
 	// the admin API and the fallback (nil when the service has none).
-	rollout *serviceRollout
+	rollout *rollouthook.Rollout
 	drift   *driftwatch.Watch
 
 	// The service's metric series, looked up once: the request duration,
