@@ -8,6 +8,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/gateway/release"
+	"github.com/sluice-ml/sluice/internal/gateway/release/accuracylog"
 	"github.com/sluice-ml/sluice/internal/gateway/release/driftwatch"
 	"github.com/sluice-ml/sluice/internal/gateway/release/rollouthook"
 	"github.com/sluice-ml/sluice/internal/infer"
@@ -28,7 +29,7 @@ func (g *Gateway) factories(st *state) []release.Factory {
 	rollouts := rollouthook.Factory(rollouthook.Options{
 		Base: g.base, Registerer: g.reg, Now: g.opts.Now, Fleet: g.rolloutFleet(), Accuracy: g.opts.Accuracy,
 	})
-	return append([]release.Factory{drifts, rollouts, g.shadowFactory(st), g.accuracyFactory(st)}, g.opts.Hooks...)
+	return append([]release.Factory{drifts, rollouts, g.shadowFactory(st), accuracylog.Factory(g.opts.Accuracy)}, g.opts.Hooks...)
 }
 
 // attachHooks makes the release hooks of st's services. On error nothing
@@ -127,6 +128,8 @@ func (x *exchange) SetGroup(group, arm string)  { x.group, x.arm = group, arm }
 func (x *exchange) Features() *serving.Response { return x.feats }
 func (x *exchange) Response() *infer.Response   { return x.resp }
 func (x *exchange) Latency() time.Duration      { return x.callLatency }
+func (x *exchange) Answer() *release.Answer     { return &x.answer }
+func (x *exchange) FeatureMap() map[string]any  { return x.s.featureMap(x.feats) }
 
 func (x *exchange) Field(name string) (string, bool) {
 	i, ok := x.s.fieldIdx[name]

@@ -149,7 +149,6 @@ type service struct {
 	fallback      *serviceFallback
 	breaker       *breaker
 	shadow        *serviceShadow
-	accuracy      *serviceAccuracy
 	// hooks are the release hooks in the order the pipeline calls them;
 	// made holds them by factory (nil where a factory made none), for the
 	// next configuration's factories.
@@ -194,7 +193,6 @@ func compileService(c config.Service, repo *registry.Repo, opts ...route.Option)
 	sc.requested()
 	sc.entityKeys()
 	sc.shadow()
-	sc.accuracy()
 	sc.requestContext()
 	sc.routes(opts)
 	sc.s.spanOpts = []trace.SpanStartOption{

@@ -34,14 +34,13 @@ type Recorder interface {
 
 // MirrorBuckets is the resolution of the shadow share: a request is
 // mirrored when Hash(key) % MirrorBuckets < percent × MirrorBuckets / 100.
-const MirrorBuckets = 10_000
+const MirrorBuckets = route.ShareBuckets
 
 // Mirrored reports whether a request whose shadow key is key falls in the
-// mirrored share percent. It depends only on key and percent, so every
-// replica, and every replay of a recording, mirrors the same requests.
-func Mirrored(key string, percent float64) bool {
-	return float64(route.Hash(key)%MirrorBuckets) < percent*MirrorBuckets/100
-}
+// mirrored share percent (route.InShare). It depends only on key and
+// percent, so every replica, and every replay of a recording, mirrors the
+// same requests.
+func Mirrored(key string, percent float64) bool { return route.InShare(key, percent) }
 
 // serviceShadow is a service's compiled shadow configuration.
 type serviceShadow struct {
@@ -221,7 +220,7 @@ func (h *shadowHook) Answered(ctx context.Context, c release.Call) {
 	a := &x.answer
 	rec := &record.Record{
 		Schema: record.SchemaVersion, RequestID: x.reqID, Time: x.start, Service: s.name, ShadowKey: key,
-		Headers: recordHeaders(x.call.Header, h.headers),
+		Headers: release.KeepHeaders(x.call.Header, h.headers),
 		Request: s.requestMap(x.vals), Features: s.featureMap(x.feats),
 		Inputs: recordTensors(x.req.Inputs),
 		Arms: map[string]record.Arm{record.ArmPrimary: {
@@ -284,17 +283,6 @@ func (g *Gateway) runShadow(j *shadowJob) {
 	if m.recorder != nil {
 		m.recorder.Offer(j.rec)
 	}
-}
-
-// recordHeaders keeps the allow-listed headers, lower-cased.
-func recordHeaders(h http.Header, allow []string) map[string]string {
-	out := make(map[string]string, len(allow))
-	for _, name := range allow {
-		if v := h.Get(name); v != "" {
-			out[strings.ToLower(name)] = v
-		}
-	}
-	return out
 }
 
 // requestMap is the request body as parsed.
