@@ -328,7 +328,7 @@ func (g *Gateway) shadowState() map[string]any {
 		out["recorder"] = st.Stats()
 	}
 	if g.mirror != nil {
-		out["queued"] = len(g.mirror.jobs)
+		out["queued"] = g.mirror.Queued()
 	}
 	return out
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/gateway/fallback"
 	"github.com/sluice-ml/sluice/internal/gateway/ratelimit"
 	"github.com/sluice-ml/sluice/internal/gateway/release"
+	"github.com/sluice-ml/sluice/internal/gateway/release/shadowhook"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/tlsconfig"
 )
@@ -127,7 +128,7 @@ type Gateway struct {
 	state    atomic.Pointer[state]
 	draining atomic.Bool
 	http     *upstreamHTTP // the proxy's and HTTP health checks' shared client
-	mirror   *mirror
+	mirror   *shadowhook.Mirror
 
 	mu       sync.Mutex    // serializes Reload
 	reloaded chan struct{} // a new state is published; RunBackground's health checks follow it (capacity 1)
@@ -230,10 +231,12 @@ func New(cfg *config.Config, opts Options, logger *slog.Logger, reg prometheus.R
 		return nil, err
 	}
 	g.access = al
-	g.mirror = newMirror(cfg.Gateway.Recording, opts.Recorder, reg)
+	g.mirror = shadowhook.NewMirror(shadowhook.Options{
+		Recording: cfg.Gateway.Recording, Recorder: opts.Recorder, Registerer: reg, Logger: g.logger, Encode: recordEncoder{},
+	})
 	st, err := g.build(cfg.Gateway, nil)
 	if err != nil {
-		_ = g.mirror.closeRecorder(context.Background(), g)
+		_ = g.mirror.CloseRecorder(context.Background())
 		_ = al.Close(context.Background())
 		return nil, err
 	}

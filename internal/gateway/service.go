@@ -148,7 +148,6 @@ type service struct {
 	routesByValue bool
 	fallback      *serviceFallback
 	breaker       *breaker
-	shadow        *serviceShadow
 	// hooks are the release hooks in the order the pipeline calls them;
 	// made holds them by factory (nil where a factory made none), for the
 	// next configuration's factories.
@@ -192,7 +191,6 @@ func compileService(c config.Service, repo *registry.Repo, opts ...route.Option)
 	sc.fallback()
 	sc.requested()
 	sc.entityKeys()
-	sc.shadow()
 	sc.requestContext()
 	sc.routes(opts)
 	sc.s.spanOpts = []trace.SpanStartOption{
@@ -391,18 +389,6 @@ func (c *compiler) entityKeys() {
 		}
 		k.field = fi
 		s.entityKeys = append(s.entityKeys, k)
-	}
-}
-
-// shadow resolves the shadow's key field.
-func (c *compiler) shadow() {
-	sh := c.s.cfg.Shadow
-	if sh == nil {
-		return
-	}
-	c.s.shadow = &serviceShadow{cfg: *sh, keyField: -1}
-	if i, ok := c.s.fieldIdx[sh.Key]; ok {
-		c.s.shadow.keyField = i
 	}
 }
 

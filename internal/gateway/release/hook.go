@@ -110,7 +110,14 @@ type Service interface {
 	// Hook is the hook of kind the service got from an earlier factory
 	// of the same configuration, or nil.
 	Hook(kind string) Hook
+	// ModelCall calls the configuration's backend name as the service
+	// does, with one try (no retries), or is nil when there is no such
+	// backend. It stays usable after the configuration is replaced.
+	ModelCall(backend string) ModelCall
 }
+
+// ModelCall is a model call to one backend.
+type ModelCall func(ctx context.Context, req *infer.Request) (*infer.Response, error)
 
 // Feature is one feature a service reads.
 type Feature struct {
@@ -187,6 +194,11 @@ type Call interface {
 
 	// Answer is the answer built for the call (Answered only).
 	Answer() *Answer
+	// Request is the model request (from ModelDone on).
+	Request() *infer.Request
+	// RequestMap is the request body as parsed, by field name, as a
+	// record keeps it.
+	RequestMap() map[string]any
 	// FeatureMap is the features read as a record keeps them,
 	// "view__feature" → number, list or nil; nil when the call read none.
 	FeatureMap() map[string]any

@@ -13,16 +13,8 @@ import (
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/gateway/release"
 	"github.com/sluice-ml/sluice/internal/gateway/release/accuracylog"
+	"github.com/sluice-ml/sluice/internal/gateway/release/releasetest"
 )
-
-// service is a release.Service of the test's own.
-type service struct{ cfg config.Service }
-
-func (s service) Name() string                { return s.cfg.Name }
-func (s service) Config() config.Service      { return s.cfg }
-func (s service) Outputs() []string           { return nil }
-func (s service) Features() []release.Feature { return nil }
-func (s service) Hook(string) release.Hook    { return nil }
 
 // joiner keeps what it is offered.
 type joiner struct {
@@ -61,10 +53,10 @@ func logged(spec accuracyspec.Service) config.Service {
 
 // TestFactory: no accuracy block or no joiner, no hook.
 func TestFactory(t *testing.T) {
-	h, err := accuracylog.Factory(&joiner{})(service{config.Service{Name: "eta"}}, nil)
+	h, err := accuracylog.Factory(&joiner{})(releasetest.Service{Cfg: config.Service{Name: "eta"}}, nil)
 	require.NoError(t, err)
 	require.Nil(t, h)
-	h, err = accuracylog.Factory(nil)(service{logged(accuracyspec.Service{Percent: 100})}, nil)
+	h, err = accuracylog.Factory(nil)(releasetest.Service{Cfg: logged(accuracyspec.Service{Percent: 100})}, nil)
 	require.NoError(t, err)
 	require.Nil(t, h)
 }
@@ -75,7 +67,7 @@ func TestFactory(t *testing.T) {
 // nothing.
 func TestAnsweredOffersThePrediction(t *testing.T) {
 	j := &joiner{}
-	h, err := accuracylog.Factory(j)(service{logged(accuracyspec.Service{
+	h, err := accuracylog.Factory(j)(releasetest.Service{Cfg: logged(accuracyspec.Service{
 		Percent: 100, Key: "order_id", Slices: []string{"x-region"}, Features: true,
 	})}, nil)
 	require.NoError(t, err)
@@ -98,7 +90,7 @@ func TestAnsweredOffersThePrediction(t *testing.T) {
 	require.Len(t, j.preds, 2)
 	require.Equal(t, "req-1", j.preds[1].Key, "no key field: the request id")
 
-	none, err := accuracylog.Factory(j)(service{logged(accuracyspec.Service{Percent: 0})}, nil)
+	none, err := accuracylog.Factory(j)(releasetest.Service{Cfg: logged(accuracyspec.Service{Percent: 0})}, nil)
 	require.NoError(t, err)
 	none.Answered(context.Background(), c)
 	require.Len(t, j.preds, 2, "a 0 % share logs nothing")

@@ -11,20 +11,17 @@ import (
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/gateway/release"
+	"github.com/sluice-ml/sluice/internal/gateway/release/releasetest"
 	"github.com/sluice-ml/sluice/internal/gateway/release/rollouthook"
 	"github.com/sluice-ml/sluice/internal/match"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
 )
 
-// service is a release.Service of the test's own.
-type service struct{ cfg config.Service }
-
-func (s service) Name() string             { return s.cfg.Name }
-func (s service) Config() config.Service   { return s.cfg }
-func (s service) Outputs() []string        { return []string{"eta_prediction"} }
-func (s service) Hook(string) release.Hook { return nil }
-func (s service) Features() []release.Feature {
-	return []release.Feature{{Ref: "user_stats:rating", Column: 0, Type: feature.Type{Kind: feature.KindFloat64}}}
+// service is the test's service: one number feature.
+func service(cfg config.Service) releasetest.Service {
+	return releasetest.Service{Cfg: cfg, Feats: []release.Feature{
+		{Ref: "user_stats:rating", Column: 0, Type: feature.Type{Kind: feature.KindFloat64}},
+	}}
 }
 
 // call is the part of a release.Call that Steer uses; the rest panics.
@@ -63,20 +60,20 @@ func TestFactoryCarriesTheRolloutOver(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	f := rollouthook.Factory(rollouthook.Options{Base: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }})
 
-	h, err := f(service{config.Service{Name: "eta"}}, nil)
+	h, err := f(service(config.Service{Name: "eta"}), nil)
 	require.NoError(t, err)
 	require.Nil(t, h)
 
-	first, err := f(service{rolledOut(100)}, nil)
+	first, err := f(service(rolledOut(100)), nil)
 	require.NoError(t, err)
 	require.Equal(t, rollouthook.Kind, first.Kind())
 	require.Equal(t, "eta", first.Status().(rollout.Status).Service)
 
-	same, err := f(service{rolledOut(100)}, first)
+	same, err := f(service(rolledOut(100)), first)
 	require.NoError(t, err)
 	require.Same(t, first, same)
 
-	other, err := f(service{rolledOut(200)}, first)
+	other, err := f(service(rolledOut(200)), first)
 	require.NoError(t, err)
 	require.NotSame(t, first, other)
 	first.Close()
@@ -86,7 +83,7 @@ func TestFactoryCarriesTheRolloutOver(t *testing.T) {
 // candidate, everyone else to the stable version.
 func TestSteerPicksTheVersion(t *testing.T) {
 	f := rollouthook.Factory(rollouthook.Options{Base: slog.New(slog.DiscardHandler), Now: time.Now})
-	h, err := f(service{rolledOut(100)}, nil)
+	h, err := f(service(rolledOut(100)), nil)
 	require.NoError(t, err)
 	defer h.Close()
 
