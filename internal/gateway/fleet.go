@@ -213,13 +213,13 @@ func readBounded(path string) ([]byte, error) {
 // persistBaselines writes the baselines whose monitors completed a bucket
 // since the last call. It runs on RunBackground's tick.
 func (g *Gateway) persistBaselines(ctx context.Context) {
-	g.mapsMu.Lock()
-	syncs := make(map[string]*baselineSync, len(g.baselines))
-	for name, bs := range g.baselines {
-		syncs[name] = bs
-	}
-	g.mapsMu.Unlock()
-	for name, bs := range syncs {
+	st := g.state.Load()
+	for _, sc := range st.cfg.Services {
+		s := st.byName[sc.Name]
+		if s.fallback == nil || s.fallback.baseline == nil {
+			continue
+		}
+		name, bs := sc.Name, s.fallback.baseline
 		err := g.persistBaseline(ctx, name, bs)
 		switch {
 		case err != nil && !bs.failed:

@@ -109,6 +109,7 @@ type ruleVar struct {
 // serviceFallback is a service's compiled business-level fallback.
 type serviceFallback struct {
 	monitor    *fallback.Monitor
+	baseline   *baselineSync // persists the monitor's baseline; nil: not persisted
 	rule       *fallback.Rule
 	output     string // model output watched (and replaced)
 	answer     string // the answer name the rule's value goes to
