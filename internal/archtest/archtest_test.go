@@ -228,9 +228,9 @@ var rules = []rule{
 		deny: func(_, q string) bool { return !slices.Contains(releaseHookImports, q) },
 	},
 	{
-		name: "release mechanisms reach the gateway through the hook interface, never by importing it",
-		from: func(p string) bool { return under(p, "internal/gateway/release") && p != "internal/gateway/release" },
-		deny: func(_, q string) bool { return q == "internal/gateway" },
+		name:  "release mechanisms reach the gateway through the hook interface, never by importing it",
+		from:  func(p string) bool { return under(p, "internal/gateway/release") && p != "internal/gateway/release" },
+		deny:  func(_, q string) bool { return q == "internal/gateway" },
 		tests: true,
 	},
 	{
