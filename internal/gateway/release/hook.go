@@ -13,7 +13,9 @@
 //
 // The package imports no gateway code: the gateway implements Call and
 // Service for its hooks, and the mechanisms live in packages of their own
-// beside this one (release/drift, …) or in the gateway.
+// under this one (driftwatch, rollouthook, shadowhook, accuracylog), which
+// never import the gateway either: what else they need of it comes
+// through their factories' options.
 package release
 
 import (
