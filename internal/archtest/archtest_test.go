@@ -228,6 +228,12 @@ var rules = []rule{
 		deny: func(_, q string) bool { return !slices.Contains(releaseHookImports, q) },
 	},
 	{
+		name:  "release mechanisms reach the gateway through the hook interface, never by importing it",
+		from:  func(p string) bool { return under(p, "internal/gateway/release") && p != "internal/gateway/release" },
+		deny:  func(_, q string) bool { return q == "internal/gateway" },
+		tests: true,
+	},
+	{
 		name: "the model server's edges are imported only by the wiring",
 		from: func(p string) bool {
 			return !under(p, "internal/cli", "internal/tools", "internal/httpapi", "internal/grpcapi")

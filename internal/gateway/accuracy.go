@@ -9,16 +9,12 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/accuracy"
 	"github.com/sluice-ml/sluice/internal/apierr"
-	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
 	"github.com/sluice-ml/sluice/internal/gateway/auth"
-	"github.com/sluice-ml/sluice/internal/gateway/release"
-	"github.com/sluice-ml/sluice/internal/release/rollout"
-	"github.com/sluice-ml/sluice/internal/release/rollout/rolloutspec"
 )
 
 // Online accuracy: a service with an accuracy block logs a share of its
-// predictions (accuracyHook) to the joiner, which joins the outcomes
+// predictions (release/accuracylog) to the joiner, which joins the outcomes
 // posted later (POST /v1/services/<name>/outcomes here, with a client's
 // API key; POST /accuracy/<name>/outcomes on the admin port, with an
 // operate token).
@@ -44,85 +40,6 @@ const (
 	ReasonOutcomeNotPermitted  = "outcome_not_permitted"
 	reasonAccuracyStoreFailure = "accuracy_store_unavailable"
 )
-
-// serviceAccuracy is a service's compiled accuracy block.
-type serviceAccuracy struct {
-	percent  float64
-	keyField int      // index into service.fields; -1: the request id
-	headers  []string // slice headers
-	features bool
-	clients  []string // outcome_clients
-}
-
-// compileAccuracy resolves the accuracy block's key field.
-func (c *compiler) accuracy() {
-	a := c.s.cfg.Accuracy
-	if a == nil {
-		return
-	}
-	sa := &serviceAccuracy{percent: a.Percent, keyField: -1, headers: a.Slices, features: a.Features, clients: a.OutcomeClients}
-	if i, ok := c.s.fieldIdx[a.Key]; ok && a.Key != "" {
-		sa.keyField = i
-	}
-	c.s.accuracy = sa
-}
-
-// accuracyHook logs the answered calls that fall in the service's
-// accuracy share. It holds no state of its own (the joiner is the
-// gateway's) and is made anew with each configuration.
-type accuracyHook struct {
-	release.Base
-	a *serviceAccuracy
-	j Accuracy
-}
-
-// kindAccuracy is the accuracy hook's kind.
-const kindAccuracy = "accuracy"
-
-// accuracyFactory makes the accuracy hooks of st's services.
-func (g *Gateway) accuracyFactory(st *state) release.Factory {
-	return func(svc release.Service, _ release.Hook) (release.Hook, error) {
-		s := st.byName[svc.Name()]
-		if s.accuracy == nil || g.opts.Accuracy == nil {
-			return nil, nil
-		}
-		return &accuracyHook{a: s.accuracy, j: g.opts.Accuracy}, nil
-	}
-}
-
-// Kind is "accuracy".
-func (h *accuracyHook) Kind() string { return kindAccuracy }
-
-// Answered offers the call's prediction to the joiner when it falls in
-// the accuracy share.
-func (h *accuracyHook) Answered(_ context.Context, c release.Call) {
-	x := c.(*exchange) // the answer and the features as recorded
-	s, a := x.s, h.a
-	key := x.reqID
-	if a.keyField >= 0 && x.vals[a.keyField].set {
-		key = x.vals[a.keyField].text(s.fields[a.keyField].kind)
-	}
-	if a.percent < 100 && !Mirrored(key, a.percent) {
-		return
-	}
-	ans := &x.answer
-	outs := make(map[string]float64, len(ans.Outputs))
-	for _, o := range ans.Outputs {
-		if len(o.Values) > 0 {
-			outs[o.Name] = o.Values[0]
-		}
-	}
-	p := &accuracy.Prediction{
-		Service: s.name, Key: key, RequestID: x.reqID, Model: ans.Model, Version: ans.Version,
-		Route: ans.Route, Group: x.group, Slices: recordHeaders(x.call.Header, a.headers), Outputs: outs, Time: x.start,
-		Client: x.id.ClientID,
-	}
-	var feats map[string]any
-	if a.features {
-		feats = s.featureMap(x.feats)
-	}
-	h.j.Offer(p, feats)
-}
 
 // serveOutcomes answers POST /v1/services/<name>/outcomes on the
 // gateway's listener: a configured client (not an anonymous caller),
@@ -150,8 +67,8 @@ func (g *Gateway) serveOutcomes(w http.ResponseWriter, r *http.Request, name str
 		return
 	}
 	src := outcomeSource{client: id.ClientID}
-	if s.accuracy != nil {
-		src.any = slices.Contains(s.accuracy.clients, id.ClientID)
+	if a := s.cfg.Accuracy; a != nil {
+		src.any = slices.Contains(a.OutcomeClients, id.ClientID)
 	}
 	g.ingestOutcomes(w, r, s, src)
 }
@@ -166,7 +83,7 @@ type outcomeSource struct {
 
 // ingestOutcomes reads the body of an outcome post from src and joins it.
 func (g *Gateway) ingestOutcomes(w http.ResponseWriter, r *http.Request, s *service, src outcomeSource) {
-	if s.accuracy == nil || g.opts.Accuracy == nil {
+	if s.cfg.Accuracy == nil || g.opts.Accuracy == nil {
 		writeError(w, "", http.StatusNotFound, ReasonAccuracyNotEnabled, "service "+quoteName(s.name)+" has no accuracy block")
 		return
 	}
@@ -196,7 +113,7 @@ func (g *Gateway) ingestOutcomes(w http.ResponseWriter, r *http.Request, s *serv
 	if s.rollout != nil && counts[accuracy.ResultJoined] > 0 && s.cfg.Rollout.Gates.Accuracy != nil {
 		// The accuracy gate is judged as outcomes arrive, not only on the
 		// next tick.
-		s.rollout.ctrl.Tick(r.Context(), g.opts.Now())
+		s.rollout.Controller().Tick(r.Context(), g.opts.Now())
 	}
 	if n := counts[accuracy.ResultNotPermitted]; n > 0 && n == len(results) {
 		// Nothing was stored: the predictions were served to another
@@ -261,38 +178,4 @@ func (g *Gateway) accuracyState() []accuracy.ServiceStatus {
 func isOutcomesPath(path string) bool {
 	_, ok := outcomesPath(path)
 	return ok
-}
-
-// accuracyGateSource feeds a rollout's accuracy gate from the joiner: per
-// slice of a group, the candidate version's error and the stable
-// version's in the same group, or across all groups when the group has
-// too few stable outcomes (a stage that sends the whole group to the
-// candidate).
-func accuracyGateSource(j Accuracy, sc config.Service) rollout.AccuracyFunc {
-	gate := sc.Rollout.Gates.Accuracy
-	output := gate.Output
-	if output == "" && len(sc.Accuracy.Outputs) > 0 {
-		output = sc.Accuracy.Outputs[0].Name
-	}
-	minN := uint64(gate.MinOutcomes)
-	if minN == 0 {
-		minN = rolloutspec.DefaultAccuracyMinOutcomes
-	}
-	candidate, service := sc.Rollout.Candidate.Version, sc.Name
-	return func(group, metric string) []rollout.AccuracySlice {
-		var out []rollout.AccuracySlice
-		for _, c := range j.Compare(service, group, output, candidate) {
-			stable := c.Stable
-			if stable.N < minN {
-				stable = c.StableAll
-			}
-			cv, ok1 := c.Candidate.Metric(metric)
-			sv, ok2 := stable.Metric(metric)
-			if !ok1 || !ok2 {
-				continue
-			}
-			out = append(out, rollout.AccuracySlice{Slice: c.Slice, Candidate: cv, Stable: sv, CandidateN: c.Candidate.N, StableN: stable.N})
-		}
-		return out
-	}
 }

@@ -265,7 +265,7 @@ func (g *Gateway) Rollouts() []rollout.Status {
 	out := []rollout.Status{}
 	for _, s := range st.cfg.Services {
 		if svc, ok := st.byName[s.Name]; ok && svc.rollout != nil {
-			out = append(out, svc.rollout.ctrl.Status())
+			out = append(out, svc.rollout.Controller().Status())
 		}
 	}
 	return out
@@ -280,7 +280,7 @@ func (g *Gateway) rolloutAction(w http.ResponseWriter, r *http.Request) {
 		writeError(w, "", http.StatusNotFound, ReasonNotFound, "service "+name+" has no rollout")
 		return
 	}
-	c := svc.rollout.ctrl
+	c := svc.rollout.Controller()
 	reason := r.URL.Query().Get("reason")
 	var err error
 	switch r.PathValue("action") {
@@ -328,7 +328,7 @@ func (g *Gateway) shadowState() map[string]any {
 		out["recorder"] = st.Stats()
 	}
 	if g.mirror != nil {
-		out["queued"] = len(g.mirror.jobs)
+		out["queued"] = g.mirror.Queued()
 	}
 	return out
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/gateway"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
@@ -209,4 +210,46 @@ func TestFallbackOnUpstreamFailure(t *testing.T) {
 		requireError(t, res, http.StatusServiceUnavailable, gateway.ReasonUpstreamUnavailable)
 		require.Zero(t, metricValue(t, e.reg, "sluice_gateway_fallback_answers_total", map[string]string{"service": "eta"}))
 	})
+}
+
+// TestReloadKeepsTriggeredFallback: a reload that leaves the fallback
+// block unchanged keeps its monitor (still triggered, the rule still
+// answers); one that changes it starts a new monitor.
+func TestReloadKeepsTriggeredFallback(t *testing.T) {
+	cfg := func(block string) *config.Config {
+		return parseConfig(t, gatewayYAML(yamlOpts{gateway: []string{anonAllowed}, service: []string{block}}))
+	}
+	e := newEnv(t, cfg(fallbackYAML))
+	seedFeatures(e.features)
+	var factor atomic.Value
+	factor.Store(1.0)
+	e.model.setFn(driftModel(&factor))
+	admin := e.g.AdminHandler(nil)
+	step := func() *result {
+		t.Helper()
+		e.clock.Advance(100 * time.Millisecond)
+		res := e.post(t, fallbackBody(true))
+		requireOK(t, res)
+		return res
+	}
+	triggered := func() bool {
+		views := adminJSON[[]map[string]any](t, admin, "/fallback")
+		require.Len(t, views, 1)
+		return views[0]["triggered"] == true
+	}
+	for range 50 {
+		step()
+	}
+	factor.Store(2.0)
+	for i := 0; step().Source != "fallback_rule"; i++ {
+		require.Less(t, i, 100, "the fallback never triggered")
+	}
+
+	require.NoError(t, e.g.Reload(cfg(fallbackYAML)))
+	require.True(t, triggered(), "an unchanged fallback block keeps its monitor")
+	require.Equal(t, "fallback_rule", step().Source)
+
+	require.NoError(t, e.g.Reload(cfg(strings.Replace(fallbackYAML, "below: 0.7", "below: 0.6", 1))))
+	require.False(t, triggered(), "a changed fallback block starts a new monitor")
+	require.Equal(t, "model", step().Source)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/gateway/fallback"
 	"github.com/sluice-ml/sluice/internal/gateway/release/driftwatch"
+	"github.com/sluice-ml/sluice/internal/gateway/release/rollouthook"
 	"github.com/sluice-ml/sluice/internal/release/drift"
 	"github.com/sluice-ml/sluice/internal/release/rollout"
 )
@@ -107,23 +108,23 @@ func (r *rolloutFleet) Windows() [][]byte {
 
 func (r *rolloutFleet) windowKey() string { return r.key + "." + cluster.Key(r.f.c.Replica()) }
 
-// attachRollout publishes ctrl's windows for service and returns its
-// rollout.Fleet (nil without a fleet).
-func (g *Gateway) attachRollout(service string, ctrl *rollout.Controller) {
-	f := g.opts.Fleet
-	if f == nil {
-		return
-	}
-	rf := f.forRollout(service)
-	f.c.Publish(f.windows, rf.windowKey(), ctrl.WindowsSnapshot)
-}
-
-// rolloutFleetFor is the rollout.Fleet of service, or nil.
-func (g *Gateway) rolloutFleetFor(service string) rollout.Fleet {
+// rolloutFleet is the fleet's share of the rollouts, or nil without a
+// fleet.
+func (g *Gateway) rolloutFleet() rollouthook.Fleet {
 	if g.opts.Fleet == nil {
 		return nil
 	}
-	return g.opts.Fleet.forRollout(service)
+	return fleetRollouts{g.opts.Fleet}
+}
+
+// fleetRollouts is rollouthook.Fleet on the fleet's rollout and windows
+// buckets.
+type fleetRollouts struct{ f *Fleet }
+
+func (r fleetRollouts) For(service string) rollout.Fleet { return r.f.forRollout(service) }
+
+func (r fleetRollouts) Publish(service string, windows func() []byte) {
+	r.f.c.Publish(r.f.windows, r.f.forRollout(service).windowKey(), windows)
 }
 
 // watchFleet routes the rollout changes other replicas make to the
@@ -140,7 +141,7 @@ func (g *Gateway) watchFleet() {
 		var ctrl *rollout.Controller
 		for name, s := range g.state.Load().byName {
 			if s.rollout != nil && cluster.Key(name) == e.Key {
-				ctrl = s.rollout.ctrl
+				ctrl = s.rollout.Controller()
 				break
 			}
 		}
@@ -212,13 +213,13 @@ func readBounded(path string) ([]byte, error) {
 // persistBaselines writes the baselines whose monitors completed a bucket
 // since the last call. It runs on RunBackground's tick.
 func (g *Gateway) persistBaselines(ctx context.Context) {
-	g.mapsMu.Lock()
-	syncs := make(map[string]*baselineSync, len(g.baselines))
-	for name, bs := range g.baselines {
-		syncs[name] = bs
-	}
-	g.mapsMu.Unlock()
-	for name, bs := range syncs {
+	st := g.state.Load()
+	for _, sc := range st.cfg.Services {
+		s := st.byName[sc.Name]
+		if s.fallback == nil || s.fallback.baseline == nil {
+			continue
+		}
+		name, bs := sc.Name, s.fallback.baseline
 		err := g.persistBaseline(ctx, name, bs)
 		switch {
 		case err != nil && !bs.failed:

@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/gateway/fallback"
 	"github.com/sluice-ml/sluice/internal/gateway/ratelimit"
 	"github.com/sluice-ml/sluice/internal/gateway/release"
+	"github.com/sluice-ml/sluice/internal/gateway/release/shadowhook"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/tlsconfig"
 )
@@ -127,17 +128,10 @@ type Gateway struct {
 	state    atomic.Pointer[state]
 	draining atomic.Bool
 	http     *upstreamHTTP // the proxy's and HTTP health checks' shared client
-	mirror   *mirror
+	mirror   *shadowhook.Mirror
 
 	mu       sync.Mutex    // serializes Reload
 	reloaded chan struct{} // a new state is published; RunBackground's health checks follow it (capacity 1)
-
-	mapsMu   sync.Mutex                   // protects the maps below
-	monitors map[string]*fallback.Monitor // by service name, kept across reloads
-	fbCfg    map[string]config.Fallback
-	breakers map[string]*breaker
-	// baselines persist the monitors' baselines (fleet or baseline_file)
-	baselines map[string]*baselineSync
 
 	life lifecycle
 }
@@ -207,17 +201,13 @@ func New(cfg *config.Config, opts Options, logger *slog.Logger, reg prometheus.R
 		opts.AccessLog = io.Discard
 	}
 	g := &Gateway{
-		opts:      opts,
-		logger:    logger.With("component", "gateway"),
-		base:      logger,
-		reg:       reg,
-		met:       newMetrics(reg),
-		reloaded:  make(chan struct{}, 1),
-		monitors:  map[string]*fallback.Monitor{},
-		fbCfg:     map[string]config.Fallback{},
-		breakers:  map[string]*breaker{},
-		baselines: map[string]*baselineSync{},
-		life:      newLifecycle(),
+		opts:     opts,
+		logger:   logger.With("component", "gateway"),
+		base:     logger,
+		reg:      reg,
+		met:      newMetrics(reg),
+		reloaded: make(chan struct{}, 1),
+		life:     newLifecycle(),
 	}
 	g.http = newUpstreamHTTP(opts.HTTPClient)
 	g.rlMet = ratelimit.NewMetrics(reg)
@@ -230,10 +220,12 @@ func New(cfg *config.Config, opts Options, logger *slog.Logger, reg prometheus.R
 		return nil, err
 	}
 	g.access = al
-	g.mirror = newMirror(cfg.Gateway.Recording, opts.Recorder, reg)
+	g.mirror = shadowhook.NewMirror(shadowhook.Options{
+		Recording: cfg.Gateway.Recording, Recorder: opts.Recorder, Registerer: reg, Logger: g.logger, Encode: recordEncoder{},
+	})
 	st, err := g.build(cfg.Gateway, nil)
 	if err != nil {
-		_ = g.mirror.closeRecorder(context.Background(), g)
+		_ = g.mirror.CloseRecorder(context.Background())
 		_ = al.Close(context.Background())
 		return nil, err
 	}
@@ -473,9 +465,13 @@ func (g *Gateway) attachStateful(st *state, cfg *config.Gateway, old *state) []e
 	}
 	for _, sc := range cfg.Services {
 		s := st.byName[sc.Name]
-		s.breaker = g.breakerFor(sc)
+		var prev *service // the service in the configuration being replaced
+		if old != nil {
+			prev = old.byName[sc.Name]
+		}
+		s.breaker = g.breakerFor(sc, prev)
 		if s.fallback != nil {
-			s.fallback.monitor = g.monitorFor(sc)
+			s.fallback.monitor, s.fallback.baseline = g.monitorFor(sc, prev)
 		}
 		s.routesByValue = s.routes.UsesValues() || s.rollout != nil
 	}
@@ -539,24 +535,25 @@ func (g *Gateway) buildLimiter(cfg *config.Gateway, old *state, st *state) error
 	return nil
 }
 
-func (g *Gateway) breakerFor(sc config.Service) *breaker {
-	g.mapsMu.Lock()
-	defer g.mapsMu.Unlock()
-	if b, ok := g.breakers[sc.Name]; ok && b.sameConfig(sc.FeatureBreaker) {
-		return b
+// breakerFor is the feature breaker of sc: prev's (the service in the
+// configuration being replaced) when its settings did not change.
+func (g *Gateway) breakerFor(sc config.Service, prev *service) *breaker {
+	if prev != nil && prev.breaker.sameConfig(sc.FeatureBreaker) {
+		return prev.breaker
 	}
 	b := newBreaker(sc.FeatureBreaker)
-	g.breakers[sc.Name] = b
 	g.met.breakerOpen.WithLabelValues(sc.Name).Set(0)
 	return b
 }
 
-func (g *Gateway) monitorFor(sc config.Service) *fallback.Monitor {
-	g.mapsMu.Lock()
-	defer g.mapsMu.Unlock()
+// monitorFor is the fallback monitor of sc and what persists its
+// baseline: prev's (the service in the configuration being replaced) when
+// the fallback block did not change, else a new monitor seeded with the
+// persisted baseline.
+func (g *Gateway) monitorFor(sc config.Service, prev *service) (*fallback.Monitor, *baselineSync) {
 	fb := *sc.Fallback
-	if m, ok := g.monitors[sc.Name]; ok && reflect.DeepEqual(g.fbCfg[sc.Name], fb) {
-		return m
+	if prev != nil && prev.fallback != nil && reflect.DeepEqual(*prev.cfg.Fallback, fb) {
+		return prev.fallback.monitor, prev.fallback.baseline
 	}
 	m := fallback.NewMonitor(sc.Name, fallback.MonitorOptions{
 		Output:        fb.Output,
@@ -568,13 +565,7 @@ func (g *Gateway) monitorFor(sc config.Service) *fallback.Monitor {
 		Window:        fb.Window.Std(),
 		Now:           g.opts.Now,
 	}, g.base, g.reg)
-	g.monitors[sc.Name] = m
-	g.fbCfg[sc.Name] = fb
-	delete(g.baselines, sc.Name)
-	if bs := g.seedBaseline(sc, m); bs != nil {
-		g.baselines[sc.Name] = bs
-	}
-	return m
+	return m, g.seedBaseline(sc, m)
 }
 
 func limitOf(r config.RateLimit) ratelimit.Limit {

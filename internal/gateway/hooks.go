@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -8,7 +9,10 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/gateway/release"
+	"github.com/sluice-ml/sluice/internal/gateway/release/accuracylog"
 	"github.com/sluice-ml/sluice/internal/gateway/release/driftwatch"
+	"github.com/sluice-ml/sluice/internal/gateway/release/rollouthook"
+	"github.com/sluice-ml/sluice/internal/gateway/release/shadowhook"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -24,7 +28,10 @@ func (g *Gateway) factories(st *state) []release.Factory {
 	drifts := driftwatch.Factory(driftwatch.Options{
 		Logger: g.logger, Base: g.base, Registerer: g.reg, Now: g.opts.Now, Fleet: g.driftReferences(),
 	})
-	return append([]release.Factory{drifts, g.rolloutFactory, g.shadowFactory(st), g.accuracyFactory(st)}, g.opts.Hooks...)
+	rollouts := rollouthook.Factory(rollouthook.Options{
+		Base: g.base, Registerer: g.reg, Now: g.opts.Now, Fleet: g.rolloutFleet(), Accuracy: g.opts.Accuracy,
+	})
+	return append([]release.Factory{drifts, rollouts, shadowhook.Factory(g.mirror, st.cfg.Recording.Headers), accuracylog.Factory(g.opts.Accuracy)}, g.opts.Hooks...)
 }
 
 // attachHooks makes the release hooks of st's services. On error nothing
@@ -42,7 +49,7 @@ func (g *Gateway) attachHooks(st *state, cfg *config.Gateway, old *state) []erro
 				prevs = os.made
 			}
 		}
-		hs := &hookService{s: s}
+		hs := &hookService{g: g, st: st, s: s}
 		s.made = make([]release.Hook, len(facts))
 		for i, f := range facts {
 			var prev release.Hook
@@ -62,7 +69,7 @@ func (g *Gateway) attachHooks(st *state, cfg *config.Gateway, old *state) []erro
 				s.hooks = append(s.hooks, h)
 			}
 		}
-		s.rollout, _ = hookOf(s.hooks, kindRollout).(*serviceRollout)
+		s.rollout, _ = hookOf(s.hooks, rollouthook.Kind).(*rollouthook.Rollout)
 		s.drift, _ = hookOf(s.hooks, driftwatch.Kind).(*driftwatch.Watch)
 	}
 	if len(errs) > 0 {
@@ -85,7 +92,24 @@ func hookOf(hooks []release.Hook, kind string) release.Hook {
 }
 
 // hookService is a compiled service as the factories see it.
-type hookService struct{ s *service }
+type hookService struct {
+	g  *Gateway
+	st *state // the configuration being applied
+	s  *service
+}
+
+// ModelCall calls backend name of the configuration being applied as
+// the service does, with no retries.
+func (h *hookService) ModelCall(name string) release.ModelCall {
+	b, ok := h.st.backends[name]
+	if !ok {
+		return nil
+	}
+	return func(ctx context.Context, req *infer.Request) (*infer.Response, error) {
+		resp, _, err := h.g.call(ctx, h.s, b, nil, req)
+		return resp, err
+	}
+}
 
 func (h *hookService) Name() string                  { return h.s.name }
 func (h *hookService) Config() config.Service        { return h.s.cfg }
@@ -123,6 +147,10 @@ func (x *exchange) SetGroup(group, arm string)  { x.group, x.arm = group, arm }
 func (x *exchange) Features() *serving.Response { return x.feats }
 func (x *exchange) Response() *infer.Response   { return x.resp }
 func (x *exchange) Latency() time.Duration      { return x.callLatency }
+func (x *exchange) Answer() *release.Answer     { return &x.answer }
+func (x *exchange) FeatureMap() map[string]any  { return x.s.featureMap(x.feats) }
+func (x *exchange) RequestMap() map[string]any  { return x.s.requestMap(x.vals) }
+func (x *exchange) Request() *infer.Request     { return x.req }
 
 func (x *exchange) Field(name string) (string, bool) {
 	i, ok := x.s.fieldIdx[name]

@@ -123,7 +123,7 @@ func (g *Gateway) RunBackground(ctx context.Context) error {
 	defer close(g.life.done)
 	// The request-path workers: Close ends and waits for them.
 	go g.access.Run()
-	go g.mirror.run(g)
+	go g.mirror.Run()
 
 	loops, stop := context.WithCancel(ctx)
 	defer stop()
@@ -241,7 +241,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 
 func (g *Gateway) close(ctx context.Context) error {
 	started := g.life.close()
-	errs := []error{g.mirror.finish(ctx, g, started), g.access.Close(ctx)}
+	errs := []error{g.mirror.Finish(ctx, started), g.access.Close(ctx)}
 	if started {
 		select {
 		case <-g.life.done:

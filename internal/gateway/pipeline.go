@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/gateway/auth"
 	"github.com/sluice-ml/sluice/internal/gateway/fallback"
 	"github.com/sluice-ml/sluice/internal/gateway/ratelimit"
+	"github.com/sluice-ml/sluice/internal/gateway/release"
 	"github.com/sluice-ml/sluice/internal/gateway/route"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/telemetry"
@@ -89,30 +90,10 @@ func (b JSONBody) decode(s *service, vals []value) (int64, error) {
 }
 
 // Answer is one prediction, whichever protocol carries it.
-type Answer struct {
-	RequestID string
-	Service   string
-	Route     string
-	Model     string
-	Version   string // the version that answered
-	Source    string // "model", or "fallback_rule" when the rule answered
-	// Reason says why the rule answered in place of a model that could
-	// not be reached (the failure's reason code); empty otherwise.
-	Reason  string
-	Outputs []Output
-}
+type Answer = release.Answer
 
 // Output is one named output of an answer: a scalar, or an array.
-type Output struct {
-	Name   string
-	Values []float64
-	// Array is true unless the model returned exactly one element.
-	Array bool
-	// DataType is the model's datatype for the output (FP64 for a rule's
-	// value): an FP32 value is written as the shortest text that reads
-	// back as the same float32, integers as integers, BOOL as true/false.
-	DataType infer.DataType
-}
+type Output = release.Output
 
 // exchange is one call on its way through the pipeline: what each step
 // found, for the steps after it, the release hooks and the access log.

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/gateway/fallback"
 	"github.com/sluice-ml/sluice/internal/gateway/release"
 	"github.com/sluice-ml/sluice/internal/gateway/release/driftwatch"
+	"github.com/sluice-ml/sluice/internal/gateway/release/rollouthook"
 	"github.com/sluice-ml/sluice/internal/gateway/route"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
@@ -108,6 +109,7 @@ type ruleVar struct {
 // serviceFallback is a service's compiled business-level fallback.
 type serviceFallback struct {
 	monitor    *fallback.Monitor
+	baseline   *baselineSync // persists the monitor's baseline; nil: not persisted
 	rule       *fallback.Rule
 	output     string // model output watched (and replaced)
 	answer     string // the answer name the rule's value goes to
@@ -147,8 +149,6 @@ type service struct {
 	routesByValue bool
 	fallback      *serviceFallback
 	breaker       *breaker
-	shadow        *serviceShadow
-	accuracy      *serviceAccuracy
 	// hooks are the release hooks in the order the pipeline calls them;
 	// made holds them by factory (nil where a factory made none), for the
 	// next configuration's factories.
@@ -156,7 +156,7 @@ type service struct {
 	made  []release.Hook
 	// rollout and drift are the rollout's and drift watch's hooks, for
 	// the admin API and the fallback (nil when the service has none).
-	rollout *serviceRollout
+	rollout *rollouthook.Rollout
 	drift   *driftwatch.Watch
 
 	// The service's metric series, looked up once: the request duration,
@@ -192,8 +192,6 @@ func compileService(c config.Service, repo *registry.Repo, opts ...route.Option)
 	sc.fallback()
 	sc.requested()
 	sc.entityKeys()
-	sc.shadow()
-	sc.accuracy()
 	sc.requestContext()
 	sc.routes(opts)
 	sc.s.spanOpts = []trace.SpanStartOption{
@@ -392,18 +390,6 @@ func (c *compiler) entityKeys() {
 		}
 		k.field = fi
 		s.entityKeys = append(s.entityKeys, k)
-	}
-}
-
-// shadow resolves the shadow's key field.
-func (c *compiler) shadow() {
-	sh := c.s.cfg.Shadow
-	if sh == nil {
-		return
-	}
-	c.s.shadow = &serviceShadow{cfg: *sh, keyField: -1}
-	if i, ok := c.s.fieldIdx[sh.Key]; ok {
-		c.s.shadow.keyField = i
 	}
 }
 

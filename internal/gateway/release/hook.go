@@ -13,12 +13,15 @@
 //
 // The package imports no gateway code: the gateway implements Call and
 // Service for its hooks, and the mechanisms live in packages of their own
-// beside this one (release/drift, …) or in the gateway.
+// under this one (driftwatch, rollouthook, shadowhook, accuracylog), which
+// never import the gateway either: what else they need of it comes
+// through their factories' options.
 package release
 
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/config"
@@ -109,7 +112,14 @@ type Service interface {
 	// Hook is the hook of kind the service got from an earlier factory
 	// of the same configuration, or nil.
 	Hook(kind string) Hook
+	// ModelCall calls the configuration's backend name as the service
+	// does, with one try (no retries), or is nil when there is no such
+	// backend. It stays usable after the configuration is replaced.
+	ModelCall(backend string) ModelCall
 }
+
+// ModelCall is a model call to one backend.
+type ModelCall func(ctx context.Context, req *infer.Request) (*infer.Response, error)
 
 // Feature is one feature a service reads.
 type Feature struct {
@@ -183,4 +193,54 @@ type Call interface {
 	Output(name string) (float64, bool)
 	// Latency is how long the model call took (from ModelDone on).
 	Latency() time.Duration
+
+	// Answer is the answer built for the call (Answered only).
+	Answer() *Answer
+	// Request is the model request (from ModelDone on).
+	Request() *infer.Request
+	// RequestMap is the request body as parsed, by field name, as a
+	// record keeps it.
+	RequestMap() map[string]any
+	// FeatureMap is the features read as a record keeps them,
+	// "view__feature" → number, list or nil; nil when the call read none.
+	FeatureMap() map[string]any
+}
+
+// Answer is one prediction, whichever protocol carries it: the gateway's
+// answer, which the hooks see in Answered.
+type Answer struct {
+	RequestID string
+	Service   string
+	Route     string
+	Model     string
+	Version   string // the version that answered
+	Source    string // "model", or "fallback_rule" when the rule answered
+	// Reason says why the rule answered in place of a model that could
+	// not be reached (the failure's reason code); empty otherwise.
+	Reason  string
+	Outputs []Output
+}
+
+// Output is one named output of an answer: a scalar, or an array.
+type Output struct {
+	Name   string
+	Values []float64
+	// Array is true unless the model returned exactly one element.
+	Array bool
+	// DataType is the model's datatype for the output (FP64 for a rule's
+	// value): an FP32 value is written as the shortest text that reads
+	// back as the same float32, integers as integers, BOOL as true/false.
+	DataType infer.DataType
+}
+
+// KeepHeaders is the allow-listed headers of h that are set, by
+// lower-case name: what a record or a logged prediction keeps.
+func KeepHeaders(h http.Header, allow []string) map[string]string {
+	out := make(map[string]string, len(allow))
+	for _, name := range allow {
+		if v := h.Get(name); v != "" {
+			out[strings.ToLower(name)] = v
+		}
+	}
+	return out
 }

@@ -216,3 +216,15 @@ func (r *rule) pick(req Request, randN func(int) int) *share {
 // between releases, so the same id routes the same way on every replica and
 // after restarts.
 func Hash(s string) uint64 { return match.Hash(s) }
+
+// ShareBuckets is the resolution of a hashed share of requests (a shadow's
+// or an accuracy log's percent): key is in the share when
+// Hash(key) % ShareBuckets < percent × ShareBuckets / 100.
+const ShareBuckets = 10_000
+
+// InShare reports whether the requests whose key is key fall in the share
+// percent. It depends only on key and percent, so every replica, and
+// every replay of a recording, picks the same requests.
+func InShare(key string, percent float64) bool {
+	return float64(Hash(key)%ShareBuckets) < percent*ShareBuckets/100
+}
