@@ -57,22 +57,12 @@ fi
 go build -o "$WORK/trivialserver" ./bench/cmd/trivialserver
 [ -z "$PROFILES" ] || mkdir -p "$PROFILES"
 
-# tree_ticks PID: user + system clock ticks of PID and every descendant.
-tree_ticks() {
-  local p t=0
-  for p in $(ps -e -o pid=,ppid= | awk -v r="$1" '
-      { parent[$1] = $2 }
-      END { keep[r] = 1; grew = 1
-            while (grew) { grew = 0; for (k in parent) if (!(k in keep) && (parent[k] in keep)) { keep[k] = 1; grew = 1 } }
-            for (k in keep) print k }'); do
-    [ -r "/proc/$p/stat" ] && t=$((t + $(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
-  done
-  echo "$t"
-}
-
 REPO="$WORK/models"
 mkdir -p "$REPO"
 cp -r examples/models/parcel_eta examples/models/parcel_eta_ts "$REPO/"
+# This report's TorchScript row is the Python worker's (bench/torch.sh
+# compares it with the in-process engine).
+printf 'parameters { key: "SLUICE_PYTORCH_ENGINE" value: { string_value: "python" } }\n' >>"$REPO/parcel_eta_ts/config.pbtxt"
 HTTP_PORT="$(free_port)"; GRPC_PORT="$(free_port)"; METRICS_PORT="$(free_port)"
 "$BIN" serve --model-repository "$REPO" --address 127.0.0.1 --http-port "$HTTP_PORT" \
   --grpc-port "$GRPC_PORT" --metrics-port "$METRICS_PORT" --log-level warn >"$WORK/sluice.log" 2>&1 &

@@ -47,3 +47,16 @@ wait_ready() { # name url pid log [seconds, default 60]
   done
   say "$1 not ready after $secs s; its log:"; tail -n 30 "$4" >&2; return 1
 }
+
+# tree_ticks PID: user + system clock ticks of PID and every descendant.
+tree_ticks() {
+  local p t=0
+  for p in $(ps -e -o pid=,ppid= | awk -v r="$1" '
+      { parent[$1] = $2 }
+      END { keep[r] = 1; grew = 1
+            while (grew) { grew = 0; for (k in parent) if (!(k in keep) && (parent[k] in keep)) { keep[k] = 1; grew = 1 } }
+            for (k in keep) print k }'); do
+    [ -r "/proc/$p/stat" ] && t=$((t + $(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
+  done
+  echo "$t"
+}

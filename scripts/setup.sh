@@ -10,6 +10,9 @@
 #     of the deploy tests), when root
 #   - the system Python's numpy and torch (python3-numpy, python3-torch),
 #     which the python and pytorch backends' workers run with, when root
+#   - libtorch-dev and g++ (when root), and libsluice_torch.so built from
+#     them (scripts/build-torch-shim.sh), through which TorchScript models
+#     run in-process
 #   - helm, kube-apiserver, kube-controller-manager and kubectl built from
 #     the Go module proxy, and prometheus-operator's CRDs
 #     (scripts/install-kube.sh), for test/deploy
@@ -70,6 +73,27 @@ if [ "${#need_py[@]}" -gt 0 ]; then
   else
     say "missing: ${need_py[*]} (Python and PyTorch models need them; their tests will fail loudly)"
   fi
+fi
+
+# TorchScript models run in the server's process through libtorch: Debian's
+# libtorch-dev (the same libtorch as python3-torch) and a small C++ library
+# built against it into the user cache. The build script does nothing when
+# the library is up to date.
+need_torch=()
+[ -e /usr/include/torch/script.h ] || need_torch+=(libtorch-dev)
+command -v g++ >/dev/null 2>&1 || need_torch+=(g++)
+if [ "${#need_torch[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing Debian packages for in-process TorchScript: ${need_torch[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${need_torch[@]}" >/dev/null
+  else
+    say "missing: ${need_torch[*]} (TorchScript models run in the Python worker without them; the libtorch tests fail loudly)"
+  fi
+fi
+if [ -e /usr/include/torch/script.h ] && command -v g++ >/dev/null 2>&1; then
+  scripts/build-torch-shim.sh >/dev/null
 fi
 
 # helm for test/deploy, built once from its Go module into the user cache,

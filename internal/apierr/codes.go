@@ -25,7 +25,7 @@ type Code struct {
 var Codes = []Code{
 	{Reason: "accuracy_not_configured", HTTP: []int{404}, Meaning: "an outcome posted to a gateway service without online accuracy"},
 	{Reason: "accuracy_store_unavailable", HTTP: []int{503}, GRPC: []codes.Code{codes.Unavailable}, Meaning: "the store of pending predictions did not take the outcomes; retry"},
-	{Reason: "backend_error", HTTP: []int{500}, GRPC: []codes.Code{codes.Internal}, Meaning: "the ONNX Runtime session failed to run the model."},
+	{Reason: "backend_error", HTTP: []int{500}, GRPC: []codes.Code{codes.Internal}, Meaning: "the model's runtime failed to run it: the ONNX Runtime session, or libtorch's forward() of a TorchScript model run in-process."},
 	{Reason: "batch_too_large", HTTP: []int{400}, GRPC: []codes.Code{codes.InvalidArgument}, Meaning: "batch larger than `max_batch_size`"},
 	{Reason: "bls_deadlock", HTTP: []int{503}, GRPC: []codes.Code{codes.Unavailable}, Meaning: "the reason of a BLS request refused because it would wait for a model instance that waits for it."},
 	{Reason: "body_too_large", HTTP: []int{400, 413}, GRPC: []codes.Code{codes.ResourceExhausted}, Meaning: "a request body over its listener's limit: 413."},

@@ -260,6 +260,8 @@ func TestQueueFull(t *testing.T) {
 		o := failed(t, full, ReasonQueueFull)
 		require.Zero(t, o.at, "a full queue rejects at once")
 		require.Equal(t, apierr.KindUnavailable, asInfer(t, o.err).Kind)
+		// Triton's words (qa/L0_simple_ensemble EnsembleStepMaxQueueSizeTest).
+		require.ErrorContains(t, o.err, "Exceeds maximum queue size")
 
 		hi := request(4, 1)
 		hi.Priority = 1

@@ -44,9 +44,11 @@ func (b *Batcher) unloadingError() *apierr.Error {
 	return apierr.Errorf(apierr.KindUnavailable, ReasonModelUnloading, "model '%s' version %s is unloading", b.model, b.version)
 }
 
+// queueFullError leads with Triton's words, which its QA looks for
+// (qa/L0_simple_ensemble EnsembleStepMaxQueueSizeTest).
 func (b *Batcher) queueFullError(level, size int) *apierr.Error {
 	return apierr.Errorf(apierr.KindUnavailable, ReasonQueueFull,
-		"model '%s' version %s: queue of priority level %d is full (max_queue_size %d)", b.model, b.version, level+1, size)
+		"model '%s' version %s: Exceeds maximum queue size: the queue of priority level %d is full (max_queue_size %d)", b.model, b.version, level+1, size)
 }
 
 func (b *Batcher) queueTimeoutError(p *pending) *apierr.Error {

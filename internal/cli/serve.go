@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/backend"
+	"github.com/sluice-ml/sluice/internal/backend/libtorch"
 	"github.com/sluice-ml/sluice/internal/backend/onnxruntime"
 	"github.com/sluice-ml/sluice/internal/backend/python"
 	"github.com/sluice-ml/sluice/internal/config"
@@ -259,7 +260,9 @@ func parseCommits(values []string) (map[string]string, error) {
 // newBackends builds the backend registry. A missing ONNX Runtime library is
 // a start-up error that names the install script. The Python backend
 // (python, and pytorch / pytorch_libtorch on the same workers) starts
-// nothing until a model needs it; mreg takes its metrics (nil: none).
+// nothing until a model needs it; mreg takes its metrics (nil: none). The
+// pytorch backend runs TorchScript models in-process with libtorch when
+// its shim library opens, and says so (or why not) in the log.
 func newBackends(settings map[string]map[string]string, logger *slog.Logger, mreg prometheus.Registerer) (*backend.Registry, func() error, error) {
 	reg := &backend.Registry{}
 	lib, err := onnxruntime.FindLibrary(settings["onnxruntime"]["library"])
@@ -277,7 +280,11 @@ func newBackends(settings map[string]map[string]string, logger *slog.Logger, mre
 	reg.Register(ort, onnxruntime.Platform)
 	py := python.New(pyOpts, logger, mreg)
 	reg.Register(py)
-	reg.Register(py.PyTorch(), python.PyTorchPlatform)
+	// TorchScript models run in-process through libtorch when
+	// scripts/build-torch-shim.sh has built its library; otherwise, and for
+	// the models it does not run, on the Python worker.
+	torch := libtorch.New(libtorch.Options{LibraryPath: settings[python.PyTorchName]["library"]}, py.PyTorch(), logger)
+	reg.Register(torch, python.PyTorchPlatform)
 	return reg, func() error { return errors.Join(ort.Close(), py.Close()) }, nil
 }
 
@@ -590,7 +597,9 @@ func (ms *modelServer) listen(ctx context.Context, f *serveFlags, tlsOpts *confi
 		DelayNonInfer:  grpcDelay,
 		Extra:          gd.grpcOptions("models_grpc", limits, tlsSrv, grpcPolicy, authz.KServeMethodGroup),
 	})
-
+	// The server starts its stream workers when made: a start that fails
+	// after this point must stop them (after a served run, Stop is a no-op).
+	undo.push(ms.grpcSrv.Stop)
 	return nil
 }
 

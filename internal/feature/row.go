@@ -212,8 +212,8 @@ func DecodeValues(b []byte, schema []Field, vals []Value) ([]Value, error) {
 			return nil, err
 		}
 	}
-	if len(d.b) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
+	if err := d.end(); err != nil {
+		return nil, err
 	}
 	return vals, nil
 }
@@ -235,16 +235,50 @@ func DecodeValuesInto(b []byte, schema []Field, dst []*Value) error {
 			var tmp Value
 			v = &tmp
 		} else {
-			*v = Value{}
+			v.reset()
 		}
 		if err := d.field(f, v); err != nil {
 			return err
 		}
 	}
-	if len(d.b) != 0 {
-		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
+	return d.end()
+}
+
+// DecodeValuesAt decodes like DecodeValuesInto with the destinations
+// given as indexes: field i's value goes to vals[at[i]], overwriting it,
+// or is decoded, checked and dropped when at[i] is negative. Filling an
+// index list writes no pointers, so it costs no write barriers while the
+// collector runs, as a list of pointers does. On error the values stored
+// so far are left in place.
+func DecodeValuesAt(b []byte, schema []Field, vals []Value, at []int) error {
+	if len(at) != len(schema) {
+		return fmt.Errorf("%d destinations for %d fields", len(at), len(schema))
 	}
-	return nil
+	d := decoder{b: b}
+	var tmp Value
+	for i, f := range schema {
+		v := &tmp
+		if k := at[i]; k >= 0 {
+			v = &vals[k]
+		}
+		v.reset()
+		if err := d.field(f, v); err != nil {
+			return err
+		}
+	}
+	return d.end()
+}
+
+// reset zeroes v. Assigning Value{} writes every pointer field, which
+// costs a write barrier per field while the collector runs; a decode
+// destination usually is zero already (fresh memory) or holds a scalar,
+// so only the fields that are set are written.
+func (v *Value) reset() {
+	if v.S != "" || v.B != nil || v.I64s != nil || v.F32s != nil || v.F64s != nil || v.Ss != nil || v.Bools != nil {
+		*v = Value{}
+		return
+	}
+	v.Null, v.I64, v.F64, v.Bool = false, 0, 0, false
 }
 
 // field decodes one value of f into v, which is zero.
@@ -267,62 +301,77 @@ func (d *decoder) field(f Field, v *Value) error {
 	return nil
 }
 
+// decoder reads b from off on. It moves an index rather than re-slicing
+// b: a slice header written through the pointer receiver costs a write
+// barrier per value while the collector runs.
 type decoder struct {
 	b   []byte
+	off int
 	err error
 }
 
 var errShort = errors.New("truncated")
 
+// end fails a row with bytes left after its last field.
+func (d *decoder) end() error {
+	if d.rest() != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, d.rest())
+	}
+	return nil
+}
+
+// rest is the number of bytes not read yet.
+func (d *decoder) rest() int { return len(d.b) - d.off }
+
 func (d *decoder) fail() {
 	if d.err == nil {
 		d.err = errShort
 	}
-	d.b = nil
+	d.off = len(d.b)
 }
 
 func (d *decoder) byte() byte {
-	if len(d.b) < 1 {
+	if d.off >= len(d.b) {
 		d.fail()
 		return 0
 	}
-	c := d.b[0]
-	d.b = d.b[1:]
+	c := d.b[d.off]
+	d.off++
 	return c
 }
 
 func (d *decoder) varint() int64 {
-	x, n := binary.Varint(d.b)
+	x, n := binary.Varint(d.b[d.off:])
 	if n <= 0 {
 		d.fail()
 		return 0
 	}
-	d.b = d.b[n:]
+	d.off += n
 	return x
 }
 
 func (d *decoder) uvarint(limit uint64) int {
-	x, n := binary.Uvarint(d.b)
+	x, n := binary.Uvarint(d.b[d.off:])
 	if n <= 0 || x > limit {
 		d.fail()
 		return 0
 	}
-	d.b = d.b[n:]
+	d.off += n
 	return int(x)
 }
 
 func (d *decoder) fixed(n int) []byte {
-	if len(d.b) < n {
+	if d.rest() < n {
 		d.fail()
 		return nil
 	}
-	out := d.b[:n]
-	d.b = d.b[n:]
+	out := d.b[d.off : d.off+n]
+	d.off += n
 	return out
 }
 
 func (d *decoder) str() string {
-	n := d.uvarint(uint64(len(d.b)))
+	n := d.uvarint(uint64(d.rest()))
 	return string(d.fixed(n))
 }
 
@@ -341,7 +390,7 @@ func (d *decoder) scalar(k Kind, v *Value) {
 	case KindString:
 		v.S = d.str()
 	case KindBytes:
-		n := d.uvarint(uint64(len(d.b)))
+		n := d.uvarint(uint64(d.rest()))
 		v.B = append([]byte(nil), d.fixed(n)...)
 	case KindBool:
 		v.Bool = d.byte() != 0
@@ -353,7 +402,7 @@ func (d *decoder) scalar(k Kind, v *Value) {
 func (d *decoder) list(k Kind, v *Value) {
 	// Every element takes at least one byte, so the count cannot exceed
 	// what is left: a corrupt count cannot make us allocate much.
-	n := d.uvarint(uint64(len(d.b)))
+	n := d.uvarint(uint64(d.rest()))
 	if d.err != nil {
 		return
 	}

@@ -48,6 +48,32 @@ func TestDecodeValuesInto(t *testing.T) {
 	})
 }
 
+// DecodeValuesAt decodes what DecodeValuesInto does, to cell indexes:
+// every kept cell is overwritten in full (a list or string left there
+// before is gone), negative indexes are checked and dropped.
+func TestDecodeValuesAt(t *testing.T) {
+	schema := []Field{
+		{Name: "a", Type: Type{Kind: KindInt64}},
+		{Name: "b", Type: Type{Kind: KindString}},
+		{Name: "c", Type: Type{Kind: KindFloat32, List: true}},
+		{Name: "d", Type: Type{Kind: KindFloat64}},
+	}
+	payload, err := AppendValues(nil, schema, []Value{{I64: -7}, {S: "hi"}, {F32s: []float32{1, 2.5}}, {Null: true}})
+	require.NoError(t, err)
+	want, err := DecodeValues(payload, schema, nil)
+	require.NoError(t, err)
+
+	stale := Value{S: "stale", I64: 99, B: []byte{1}, Bool: true, I64s: []int64{1}, F64s: []float64{2}, Ss: []string{"x"}, Bools: []bool{true}}
+	cells := []Value{stale, stale, stale, stale, stale, stale, {F64: 3}}
+	require.NoError(t, DecodeValuesAt(payload, schema, cells, []int{6, 0, -1, 3}))
+	require.Equal(t, []Value{want[1], stale, stale, want[3], stale, stale, want[0]}, cells)
+
+	for _, bad := range [][]byte{payload[:len(payload)-1], append(append([]byte{}, payload...), 0)} {
+		require.ErrorIs(t, DecodeValuesAt(bad, schema, cells, []int{-1, -1, -1, -1}), ErrCorrupt)
+	}
+	require.Error(t, DecodeValuesAt(payload, schema, cells, []int{0}))
+}
+
 func TestRecordStorageForm(t *testing.T) {
 	schema := []Field{{Name: "a", Type: Type{Kind: KindInt64}}}
 	payload, err := AppendValues(nil, schema, []Value{{I64: 5}})

@@ -1,12 +1,14 @@
 package httpapi
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
 )
 
@@ -60,4 +62,22 @@ func TestDecodedJSONRequestOwnsItsMemory(t *testing.T) {
 		body[i] = 'X'
 	}
 	require.Equal(t, want, fmt.Sprintf("%#v %#v %#v", ib.req, ib.binarySize, ib.outputBinary))
+}
+
+// TestDecodeShapeOverflowTritonWording follows Triton's QA L0_http
+// test_buffer_size_overflow: a shape whose element count passes int64 and
+// one whose FP32 byte size does are refused (400) in Triton's words.
+func TestDecodeShapeOverflowTritonWording(t *testing.T) {
+	for _, tc := range []struct{ shape, want string }{
+		{"[16,1152921504606846978]", "invalid shape for input 'X': shape [16,1152921504606846978] causes total element count to exceed maximum size of 9223372036854775807"},
+		{"[4,1152921504606846978]", "byte size overflow for input 'X': element count (4611686018427387912) * data type size (4) exceeds maximum allowed size (9223372036854775807)"},
+		{"[4,1073741824]", "input 'X': shape [4,1073741824] holds more than 2147483648 elements"},
+	} {
+		_, err := decodeInferJSON([]byte(oneInput("FP32", tc.shape, "[1.0]")))
+		ie, ok := errors.AsType[*apierr.Error](err)
+		require.True(t, ok, "error %v", err)
+		require.Equal(t, apierr.KindInvalid, ie.Kind)
+		require.Equal(t, reasonInvalidShape, ie.Reason, "error %v", err)
+		require.Contains(t, ie.Error(), tc.want)
+	}
 }

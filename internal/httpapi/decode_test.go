@@ -169,8 +169,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"mixed levels after empty", oneInput("INT8", "[1]", "[[[]],[1]]"), reasonRaggedData, "input 'X'"},
 		{"too few", oneInput("INT8", "[3]", "[1,2]"), reasonSizeMismatch, "input 'X': shape [3] needs 3 elements, got 2"},
 		{"too many", oneInput("INT8", "[1]", "[1,2]"), reasonSizeMismatch, "needs 1 elements, got more"},
-		{"too deep", oneInput("INT8", "[1]", strings.Repeat("[", 100)+"1"+strings.Repeat("]", 100)), reasonInvalidJSON, "nesting deeper"},
-		{"too deep elsewhere", `{"x":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `,"inputs":[]}`, reasonInvalidJSON, "nesting deeper"},
+		{"too deep", oneInput("INT8", "[1]", strings.Repeat("[", 100)+"1"+strings.Repeat("]", 100)), reasonInvalidJSON, "JSON nesting depth exceeds maximum allowed limit (100)"},
+		{"too deep elsewhere", `{"x":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `,"inputs":[]}`, reasonInvalidJSON, "JSON nesting depth exceeds maximum allowed limit (100)"},
 		{"bad binary_data_size", `{"inputs":[{"name":"X","datatype":"INT8","shape":[1],"parameters":{"binary_data_size":-1}}]}`, reasonInvalidParameter, "input 'X'"},
 		{"bad binary_data_output", `{"parameters":{"binary_data_output":1},"inputs":[]}`, reasonInvalidParameter, "binary_data_output"},
 		{"bad binary_data", `{"inputs":[],"outputs":[{"name":"Y","parameters":{"binary_data":"yes"}}]}`, reasonInvalidParameter, "output 'Y'"},
@@ -184,6 +184,42 @@ func TestDecodeErrors(t *testing.T) {
 			require.True(t, errors.As(err, &ie), "error %v", err)
 			require.Equal(t, tc.reason, ie.Reason, "error: %v", err)
 			require.Contains(t, ie.Error(), tc.want)
+		})
+	}
+}
+
+// TestDecodeJSONNestingDepthTritonLimit follows Triton's QA L0_http
+// test_json_recursion_depth_limit: a "data" array nested 50 deep (shape
+// [1,1]) is read, one nested 120 deep is refused with Triton's words, for
+// BYTES and INT64 alike; Triton's limit takes 99 arrays and refuses 100.
+func TestDecodeJSONNestingDepthTritonLimit(t *testing.T) {
+	nested := func(depth int, v string) string {
+		return strings.Repeat("[", depth) + v + strings.Repeat("]", depth)
+	}
+	for _, tc := range []struct {
+		dt, value string
+		depth     int
+		ok        bool
+	}{
+		{"BYTES", `"hello"`, 120, false},
+		{"BYTES", `"hello"`, 50, true},
+		{"INT64", "123", 120, false},
+		{"INT64", "123", 50, true},
+		{"INT64", "123", 99, true},
+		{"INT64", "123", 100, false},
+	} {
+		t.Run(tc.dt+"/"+strconv.Itoa(tc.depth), func(t *testing.T) {
+			b, err := decodeInferJSON([]byte(oneInput(tc.dt, "[1,1]", nested(tc.depth, tc.value))))
+			if tc.ok {
+				require.NoError(t, err)
+				require.Equal(t, infer.Shape{1, 1}, b.req.Inputs[0].Shape)
+				require.NotEmpty(t, b.req.Inputs[0].Data)
+				return
+			}
+			ie, ok := errors.AsType[*apierr.Error](err)
+			require.True(t, ok, "error %v", err)
+			require.Equal(t, reasonInvalidJSON, ie.Reason)
+			require.Contains(t, ie.Error(), "JSON nesting depth exceeds maximum allowed limit (100)")
 		})
 	}
 }
@@ -364,6 +400,6 @@ func TestDecodeManyTensors(t *testing.T) {
 	require.ErrorContains(t, err, "input 'I3' appears more than once")
 	dupOut := `{"inputs":[],"outputs":[` + strings.Join(append(outs, outs[15]), ",") + `]}`
 	_, err = decodeInferJSON([]byte(dupOut))
-	require.ErrorContains(t, err, "output 'O15' is requested more than once")
-	require.ErrorContains(t, err, "Duplicate output name 'O15' is not allowed in a request", "Triton's wording (QA L0_http test_duplicate_output_names)")
+	require.ErrorContains(t, err, "output 'O15' already exists in request", "newer Triton's wording (QA L0_http test_duplicate_output_names)")
+	require.ErrorContains(t, err, "Duplicate output name 'O15' is not allowed in a request", "older Triton's wording")
 }

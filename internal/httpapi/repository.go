@@ -239,14 +239,48 @@ type indexEntry struct {
 }
 
 func (h *Handler) handleIndex(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Ready *bool `json:"ready"`
+	body, err := h.readBody(w, r)
+	if err == nil {
+		var ready bool
+		if ready, err = parseIndexRequest(body); err == nil {
+			h.writeIndex(w, r, ready)
+			return
+		}
 	}
-	if err := h.readSmallJSON(w, r, &req); err != nil {
-		h.writeError(w, r, r.Header.Get("X-Request-Id"), err)
-		return
+	h.writeError(w, r, r.Header.Get("X-Request-Id"), err)
+}
+
+// parseIndexRequest reads a repository index request body: empty, or an
+// object with an optional boolean "ready". As Triton, a "ready" that is
+// not a boolean is refused without reading it further, so however deeply
+// it nests the answer is Triton's "Invalid value for 'ready': expected a
+// boolean" (QA L0_http test_repository_index_deeply_nested_json).
+func parseIndexRequest(body []byte) (bool, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return false, nil
 	}
-	entries := h.models.Index(r.Context(), req.Ready != nil && *req.Ready)
+	s := &scanner{buf: body}
+	ready := false
+	err := s.readObject(1, func(key []byte) error {
+		if string(key) != "ready" {
+			return invalidf(reasonInvalidRequest, "decode request body: unknown field %q", key)
+		}
+		if c := s.peek(); c != 't' && c != 'f' {
+			return invalidf(reasonInvalidRequest, "Invalid value for 'ready': expected a boolean")
+		}
+		lit, err := s.readLiteral()
+		ready = lit == 't'
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	return ready, s.atEnd()
+}
+
+// writeIndex answers a repository index request.
+func (h *Handler) writeIndex(w http.ResponseWriter, r *http.Request, ready bool) {
+	entries := h.models.Index(r.Context(), ready)
 	out := make([]indexEntry, len(entries))
 	for i, e := range entries {
 		out[i] = indexEntry{Name: e.Name, Version: e.Version, State: string(e.State), Reason: e.Reason}

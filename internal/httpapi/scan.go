@@ -11,8 +11,10 @@ import (
 )
 
 // maxDepth bounds JSON nesting anywhere in a request, so a body of many
-// '[' cannot exhaust the stack or the per-depth bookkeeping.
-const maxDepth = 64
+// '[' cannot exhaust the stack or the per-depth bookkeeping. It is
+// Triton's limit: a "data" array may nest 99 arrays deep, and deeper
+// input is refused with Triton's words (depthError).
+const maxDepth = 100
 
 // scanner is a small JSON tokenizer over a byte slice. It validates as it
 // goes and reports errors with the byte offset where they were found. The
@@ -26,6 +28,12 @@ type scanner struct {
 // syntaxError reports malformed JSON at the current offset.
 func (s *scanner) syntaxError(format string, args ...any) *apierr.Error {
 	return apierr.Errorf(apierr.KindInvalid, reasonInvalidJSON, "invalid JSON at byte offset %d: %s", s.pos, fmt.Sprintf(format, args...))
+}
+
+// depthError reports JSON nested deeper than maxDepth, in Triton's words
+// (QA L0_http test_json_recursion_depth_limit greps for them).
+func (s *scanner) depthError() *apierr.Error {
+	return s.syntaxError("JSON nesting depth exceeds maximum allowed limit (%d)", maxDepth)
 }
 
 // unexpected reports the byte at the current offset (or the end of input)
@@ -102,7 +110,7 @@ func (s *scanner) atEnd() error {
 // consume exactly that value. The key slice is only valid during the call.
 func (s *scanner) readObject(depth int, field func(key []byte) error) error {
 	if depth > maxDepth {
-		return s.syntaxError("nesting deeper than %d levels", maxDepth)
+		return s.depthError()
 	}
 	if err := s.consume('{'); err != nil {
 		return err
@@ -331,7 +339,7 @@ func (s *scanner) skipValue(depth int) error {
 // element index while the scanner sits at the element and must consume it.
 func (s *scanner) readArray(depth int, elem func(i int) error) error {
 	if depth > maxDepth {
-		return s.syntaxError("nesting deeper than %d levels", maxDepth)
+		return s.depthError()
 	}
 	if err := s.consume('['); err != nil {
 		return err

@@ -2,7 +2,6 @@ package modelrepo
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -10,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
@@ -39,6 +36,11 @@ type ensemble struct {
 	tensors []string // every tensor the graph names, by id
 	inputs  []int    // ids of the ensemble's inputs, in config order
 	steps   []ensembleStep
+
+	// limits bound the requests each step has in flight across all of
+	// the version's requests (max_inflight_requests): a slot is a value
+	// in the step's channel. nil when unbounded.
+	limits []chan struct{}
 
 	// checked caches the last check of the step models against the
 	// graph, keyed by the step versions it saw.
@@ -92,6 +94,12 @@ func parseEnsemble(cfg *inferencepb.ModelConfig, src *modelconfig.Source, exists
 		return nil, ps
 	}
 	e := &ensemble{name: cfg.GetName()}
+	if n := es.GetMaxInflightRequests(); n > 0 {
+		e.limits = make([]chan struct{}, len(es.GetStep()))
+		for i := range e.limits {
+			e.limits[i] = make(chan struct{}, n)
+		}
+	}
 	ids := map[string]int{}
 	id := func(name string) int {
 		if i, ok := ids[name]; ok {
@@ -434,7 +442,55 @@ func (e *ensemble) checkTypes(cfg *inferencepb.ModelConfig, src *modelconfig.Sou
 			add(fmt.Sprintf("output[%d]", i), "ensemble output '%s' is declared %s but %s is %s", out.GetName(), declared, have.who, have)
 		}
 	}
+	ps = append(ps, e.checkDecoupled(cfg, src, cfgs)...)
 	return byPosition(ps)
+}
+
+// checkDecoupled checks the steps that are decoupled models (cfgs holds
+// each step's configuration, nil when not known) as Triton's ensemble
+// validation does: a step may not take inputs that come from different
+// decoupled steps (their responses could not be paired), and an ensemble
+// that runs a decoupled step, being decoupled itself, may not enable the
+// response cache.
+func (e *ensemble) checkDecoupled(cfg *inferencepb.ModelConfig, src *modelconfig.Source, cfgs []*inferencepb.ModelConfig) modelconfig.Errors {
+	var ps modelconfig.Errors
+	// origin[t] is the decoupled step whose responses tensor t follows
+	// (1 + its index), 0 for the request's own; absent: not known yet.
+	origin := map[int]int{}
+	for _, t := range e.inputs {
+		origin[t] = 0
+	}
+	decoupled := false
+	done := make([]bool, len(e.steps))
+	for progress := true; progress; {
+		progress = false
+		for i, st := range e.steps {
+			if done[i] || len(st.in) == 0 || slices.ContainsFunc(st.in, func(in stepTensor) bool { _, ok := origin[in.tensor]; return !ok }) {
+				continue // done, or an input not known yet
+			}
+			done[i], progress = true, true
+			from := origin[st.in[0].tensor]
+			for _, in := range st.in[1:] {
+				if origin[in.tensor] != from {
+					ps = append(ps, modelconfig.Error{Pos: src.Pos(fmt.Sprintf("ensemble_scheduling.step[%d]", i)),
+						Msg: fmt.Sprintf("in ensemble %s, step of model '%s' receives inputs originated from different decoupled models", e.name, st.model)})
+					break
+				}
+			}
+			if cfgs[i].GetModelTransactionPolicy().GetDecoupled() {
+				decoupled = true
+				from = i + 1
+			}
+			for _, o := range st.out {
+				origin[o.tensor] = from
+			}
+		}
+	}
+	if decoupled && cfg.GetResponseCache().GetEnable() {
+		ps = append(ps, modelconfig.Error{Pos: src.Pos("response_cache"),
+			Msg: fmt.Sprintf("response cache does not currently support model '%s' with 'decoupled' transaction policy (it runs a decoupled step); disable the response cache", e.name)})
+	}
+	return ps
 }
 
 func findInput(cfg *inferencepb.ModelConfig, name string) *inferencepb.ModelInput {
@@ -518,127 +574,6 @@ func (m *Manager) ensembleReason(lv *loaded, depth int) string {
 	}
 	e.checked.Store(c)
 	return c.reason
-}
-
-// ensembleDepthKey is the context key holding how many ensembles a
-// request is nested in.
-type ensembleDepthKey struct{}
-
-// runEnsemble runs an ensemble request: every step as soon as its input
-// tensors exist, each through its own model's Infer path (so the step
-// model's batcher, cache and statistics apply), passing tensors by name.
-// inputs are the validated request inputs; outputs the ensemble outputs
-// wanted.
-func (m *Manager) runEnsemble(ctx context.Context, lv *loaded, req *infer.Request, inputs []infer.Tensor, outputs []string) ([]infer.Tensor, *apierr.Error) {
-	e := lv.ens
-	depth, _ := ctx.Value(ensembleDepthKey{}).(int)
-	if depth >= maxEnsembleDepth {
-		return nil, apierr.Errorf(apierr.KindInvalid, ReasonEnsembleError, "ensemble '%s': ensembles nest more than %d deep", e.name, maxEnsembleDepth)
-	}
-	ctx = context.WithValue(ctx, ensembleDepthKey{}, depth+1)
-
-	n := len(e.tensors)
-	vals := make([]infer.Tensor, n)
-	have := make([]bool, n)
-	batch := make([]int64, n) // batch size each tensor was made with; 0: by a non-batching side
-	ready := make([]chan struct{}, n)
-	for i := range ready {
-		ready[i] = make(chan struct{})
-	}
-	for _, t := range e.inputs {
-		name := e.tensors[t]
-		if i := slices.IndexFunc(inputs, func(x infer.Tensor) bool { return x.Name == name }); i >= 0 {
-			vals[t], have[t] = inputs[i], true
-			if lv.maxBatch > 0 && len(inputs[i].Shape) > 0 {
-				batch[t] = inputs[i].Shape[0]
-			}
-		}
-		close(ready[t]) // an optional input left out is ready and absent
-	}
-
-	needed := e.neededSteps(outputs)
-	g, gctx := errgroup.WithContext(ctx)
-	for i, st := range e.steps {
-		if !needed[i] {
-			continue // produces nothing the requested outputs depend on
-		}
-		g.Go(func() error {
-			for _, in := range st.in {
-				select {
-				case <-ready[in.tensor]:
-				case <-gctx.Done():
-					return gctx.Err()
-				}
-			}
-			sreq := &infer.Request{ID: req.ID, Model: st.model, Version: st.version, Parameters: req.Parameters}
-			scfg, stepBatches := m.stepConfig(st)
-			stepBatch := int64(0)
-			for _, in := range st.in {
-				if have[in.tensor] {
-					t := vals[in.tensor]
-					shape := t.Shape
-					if scfg != nil {
-						if spec := findInput(scfg, in.name); spec != nil {
-							shape = stepShape(batchShape(0, spec.GetDims()), stepBatches, batch[in.tensor], shape)
-						}
-					}
-					if stepBatches && stepBatch == 0 && len(shape) > 0 {
-						stepBatch = shape[0]
-					}
-					sreq.Inputs = append(sreq.Inputs, infer.Tensor{Name: in.name, DataType: t.DataType, Shape: shape, Data: t.Data})
-				}
-			}
-			for _, o := range st.out {
-				sreq.Outputs = append(sreq.Outputs, infer.RequestedOutput{Name: o.name})
-			}
-			resp, err := m.Infer(gctx, sreq)
-			if err != nil {
-				return stepError(e.name, i, st.model, err)
-			}
-			for _, o := range st.out {
-				// A step may answer with a subset of its outputs (a Python
-				// model that skips one): the missing tensor is ready and
-				// absent, like an optional input left out, as Triton
-				// passes the subset on. A step that needs it fails on its
-				// own input check; an ensemble output it was is left out.
-				if k := slices.IndexFunc(resp.Outputs, func(x infer.Tensor) bool { return x.Name == o.name }); k >= 0 {
-					t := resp.Outputs[k]
-					vals[o.tensor] = infer.Tensor{Name: e.tensors[o.tensor], DataType: t.DataType, Shape: t.Shape, Data: t.Data}
-					have[o.tensor] = true
-					batch[o.tensor] = stepBatch
-				}
-				close(ready[o.tensor])
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		if ie, ok := errors.AsType[*apierr.Error](err); ok {
-			return nil, ie
-		}
-		if ctx.Err() != nil {
-			return nil, ctxError(ctx)
-		}
-		return nil, &apierr.Error{Kind: apierr.KindInternal, Reason: ReasonEnsembleError, Msg: "ensemble '" + e.name + "'", Err: err}
-	}
-	out := make([]infer.Tensor, 0, len(outputs))
-	for _, name := range outputs {
-		t := slices.Index(e.tensors, name)
-		if t < 0 {
-			return nil, apierr.Errorf(apierr.KindInternal, ReasonEnsembleError, "ensemble '%s': no step produced output '%s'", e.name, name)
-		}
-		if !have[t] {
-			// Triton's log line, which its QA greps for.
-			m.logger.Info("Composing models did not output tensor "+name, "ensemble", e.name, "output", name)
-			continue
-		}
-		v := vals[t]
-		if spec := findOutput(lv.cfg, name); spec != nil {
-			v.Shape = stepShape(batchShape(0, modelDims(spec.GetDims(), spec.GetReshape())), lv.maxBatch > 0, batch[t], v.Shape)
-		}
-		out = append(out, v)
-	}
-	return out, nil
 }
 
 // modelDims is the shape a tensor has inside the model: its reshape when

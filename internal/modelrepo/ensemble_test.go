@@ -239,7 +239,7 @@ func TestEnsembleValidation(t *testing.T) {
 //
 //	chain:   X -> a -> T -> b -> Y           (Y = X + 11)
 //	diamond: X -> a -> L, X -> b -> R, (L, R) -> c -> Y   (Y = X + 101)
-func ensembleRepo(t *testing.T) string {
+func ensembleRepo(t testing.TB) string {
 	t.Helper()
 	repo := t.TempDir()
 	cIn := func(fm *fakeModel) {

@@ -34,6 +34,17 @@ type fakeModel struct {
 	LoadError   string       `json:"load_error"`    // instance creation fails
 	ExecError   string       `json:"exec_error"`    // every execution fails (so warm-up does)
 	ExecDelayMS int          `json:"exec_delay_ms"` // each execution takes this long
+	Gate        string       `json:"gate"`          // each execution waits for fakeGate(Gate) to open
+}
+
+// fakeGates are the gates fake models wait on, by name.
+var fakeGates sync.Map // string -> chan struct{}
+
+// fakeGate returns the gate called name; closing it lets the executions
+// waiting on it go on.
+func fakeGate(name string) chan struct{} {
+	g, _ := fakeGates.LoadOrStore(name, make(chan struct{}))
+	return g.(chan struct{})
 }
 
 type fakeTensor struct {
@@ -142,6 +153,13 @@ func (in *fakeInstance) Execute(ctx context.Context, inputs []infer.Tensor, outp
 			return nil, ctx.Err()
 		}
 	}
+	if in.fm.Gate != "" {
+		select {
+		case <-fakeGate(in.fm.Gate):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	if in.fm.ExecError != "" {
 		return nil, errors.New(in.fm.ExecError)
 	}
@@ -217,11 +235,12 @@ type harness struct {
 // newHarness builds a manager over the fake backend. The manager is closed
 // at the end of the test, which then checks every instance was closed
 // exactly once and never used after.
-func newHarness(t *testing.T, opts Options) *harness {
+func newHarness(t testing.TB, opts Options) *harness {
 	t.Helper()
 	h := &harness{fake: &fakeBackend{}, reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
 	var reg backend.Registry
 	reg.Register(h.fake, "fake_platform")
+	reg.Register(fakeStreamBackend{h.fake})
 	logger := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	m, err := New(opts, &reg, logger, h.reg)
 	require.NoError(t, err)
@@ -236,7 +255,7 @@ func newHarness(t *testing.T, opts Options) *harness {
 	return h
 }
 
-func (h *harness) start(t *testing.T) {
+func (h *harness) start(t testing.TB) {
 	t.Helper()
 	require.NoError(t, h.m.Start(t.Context()))
 }
@@ -272,7 +291,7 @@ func int32Values(b []byte) []int32 {
 }
 
 // writeFiles writes files (path relative to root -> content).
-func writeFiles(t *testing.T, root string, files map[string]string) {
+func writeFiles(t testing.TB, root string, files map[string]string) {
 	t.Helper()
 	for rel, content := range files {
 		path := filepath.Join(root, filepath.FromSlash(rel))

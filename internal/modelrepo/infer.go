@@ -44,7 +44,7 @@ func (m *Manager) Infer(ctx context.Context, req *infer.Request) (*infer.Respons
 		return nil, err
 	}
 	defer lv.release()
-	if lv.decoupled() {
+	if lv.decoupled() || (lv.ens != nil && m.streamsEnsemble(lv, 0)) {
 		ierr := decoupledRefused(lv)
 		m.failed(lv, ierr, start)
 		return nil, ierr
@@ -94,7 +94,6 @@ func (m *Manager) serve(ctx context.Context, lv *loaded, req *infer.Request, sta
 	var times execTimes
 	if lv.ens != nil {
 		outs, ierr = m.runEnsemble(ctx, lv, req, inputs, outputs)
-		lv.clientShapes(outs)
 	} else if lv.seq != nil {
 		enqueued := time.Now()
 		outs, times, ierr = lv.executeSequence(ctx, inputs, outputs, req.Parameters)
@@ -474,7 +473,7 @@ func (lv *loaded) prepare(req *infer.Request) ([]infer.Tensor, []string, int64, 
 				return invalid(ReasonUnknownOutput, "output '%s' is not an output of model '%s' (unexpected inference output '%s' for model '%s')", o.Name, lv.model, o.Name, lv.model)
 			}
 			if slices.Contains(outputs, o.Name) {
-				return invalid(ReasonDuplicateOutput, "output '%s' is requested more than once (Duplicate output name '%s' is not allowed in a request)", o.Name, o.Name)
+				return invalid(ReasonDuplicateOutput, "output '%s' already exists in request (Duplicate output name '%s' is not allowed in a request)", o.Name, o.Name)
 			}
 			outputs = append(outputs, o.Name)
 		}
@@ -670,13 +669,19 @@ func cloneSpecs(in []infer.TensorSpec) []infer.TensorSpec {
 }
 
 // Config returns the configuration a ready version runs with, after
-// defaults and auto-complete. The result is a copy.
+// defaults and auto-complete. The result is a copy. An ensemble that runs
+// a decoupled step shows model_transaction_policy { decoupled: true }, as
+// Triton marks it, so that clients choose the streaming endpoints.
 func (m *Manager) Config(_ context.Context, name, version string) (*inferencepb.ModelConfig, error) {
 	_, lv, err := m.resolve(name, version)
 	if err != nil {
 		return nil, err
 	}
-	return proto.CloneOf(lv.cfg), nil
+	cfg := proto.CloneOf(lv.cfg)
+	if lv.ens != nil && m.streamsEnsemble(lv, 0) {
+		cfg.ModelTransactionPolicy = &inferencepb.ModelTransactionPolicy{Decoupled: true}
+	}
+	return cfg, nil
 }
 
 // ModelReady returns nil when the model version (or, with an empty

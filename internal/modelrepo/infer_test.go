@@ -113,7 +113,7 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 2, 2 ] } ]
 		// In parentheses Triton's words, which qa/L0_implicit_state
 		// test_request_output_not_allowed looks for.
 		{"unknown output", &infer.Request{Model: "simple", Inputs: []infer.Tensor{in0, in1}, Outputs: []infer.RequestedOutput{{Name: "FOO"}}}, apierr.KindInvalid, ReasonUnknownOutput, "output 'FOO' is not an output of model 'simple' (unexpected inference output 'FOO' for model 'simple')"},
-		{"duplicate output", &infer.Request{Model: "simple", Inputs: []infer.Tensor{in0, in1}, Outputs: []infer.RequestedOutput{{Name: "OUTPUT0"}, {Name: "OUTPUT0"}}}, apierr.KindInvalid, ReasonDuplicateOutput, "output 'OUTPUT0' is requested more than once"},
+		{"duplicate output", &infer.Request{Model: "simple", Inputs: []infer.Tensor{in0, in1}, Outputs: []infer.RequestedOutput{{Name: "OUTPUT0"}, {Name: "OUTPUT0"}}}, apierr.KindInvalid, ReasonDuplicateOutput, "output 'OUTPUT0' already exists in request"},
 		{"no batch dim expected", &infer.Request{Model: "nobatch", Inputs: []infer.Tensor{int32Tensor("IN", []int64{1, 2, 2}, 1, 2, 3, 4)}}, apierr.KindInvalid, ReasonInvalidShape, "input 'IN': expected shape [2,2], got [1,2,2]"},
 	}
 	for _, tt := range tests {

@@ -111,10 +111,10 @@ func (m *Manager) plan(name string, src modelSource) (*plan, *loadError) {
 	}
 	if isEnsemble(p.base) {
 		if p.base.GetModelTransactionPolicy().GetDecoupled() {
-			return fail(causeConfig, modelconfig.Error{
-				Pos: p.cfgSrc.Pos("model_transaction_policy.decoupled"),
-				Msg: "model_transaction_policy { decoupled: true } is not supported for ensembles: an ensemble answers a request with exactly one response",
-			})
+			// As Triton, which sets an ensemble's policy from its steps:
+			// an ensemble is decoupled when it runs a decoupled step.
+			m.logger.Info("model_transaction_policy { decoupled: true } of an ensemble is ignored: an ensemble is decoupled when it runs a decoupled step", "model", name)
+			p.base.ModelTransactionPolicy = nil
 		}
 		p.ensemble = true
 		p.platform = platformEnsemble

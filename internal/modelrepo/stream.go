@@ -59,6 +59,11 @@ func (lv *loaded) decoupled() bool {
 // decoupledRefused answers a request for a decoupled model on an endpoint
 // that answers with one response, in Triton's words.
 func decoupledRefused(lv *loaded) *apierr.Error {
+	if lv.ens != nil {
+		// As Triton, which marks an ensemble decoupled when a step is.
+		return apierr.Errorf(apierr.KindUnsupported, ReasonDecoupled,
+			"ensemble '%s' version %d runs a decoupled step, which makes it decoupled: this endpoint doesn't support models with decoupled transaction policy; use gRPC ModelStreamInfer or HTTP generate_stream", lv.model, lv.version)
+	}
 	return apierr.Errorf(apierr.KindUnsupported, ReasonDecoupled,
 		"model '%s' version %d is decoupled (model_transaction_policy { decoupled: true }): this endpoint doesn't support models with decoupled transaction policy; use gRPC ModelStreamInfer or HTTP generate_stream", lv.model, lv.version)
 }
@@ -80,6 +85,13 @@ func (m *Manager) InferStream(ctx context.Context, req *infer.Request, send Stre
 	// The version stays loaded until the last response: a decoupled
 	// model may send it long after its execute returned.
 	defer lv.release()
+	if lv.ens != nil && m.streamsEnsemble(lv, 0) {
+		if ierr := m.streamEnsemble(ctx, lv, req, send, start); ierr != nil {
+			m.failed(lv, ierr, start)
+			return ierr
+		}
+		return nil
+	}
 	if !lv.decoupled() {
 		resp, ierr := m.serve(ctx, lv, req, start)
 		if ierr != nil {

@@ -192,6 +192,39 @@ func TestTorchScriptModel(t *testing.T) {
 	})
 }
 
+// TestTorchScriptEngines: a TorchScript model answers the same in-process
+// through libtorch (the shim make deps builds; without it this fails) and
+// on the Python worker (the shim's path pointing nowhere), and the load log
+// names the engine that runs it.
+func TestTorchScriptEngines(t *testing.T) {
+	ref := loadTorchReference(t)
+	for _, tc := range []struct {
+		name, engine string
+		args         []string
+	}{
+		{"in-process", "engine=libtorch", nil},
+		{"python worker", "engine=python-worker", []string{"--backend-config", "pytorch,library=" + filepath.Join(t.TempDir(), "missing.so")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--model-repository", copyTorchRepo(t), "--model-control-mode", "explicit", "--load-model", "ts_addsub"}, tc.args...)
+			s := startServer(t, args...)
+			if tc.args == nil && strings.Contains(s.logs.String(), "run in the Python worker") {
+				t.Fatalf("the server cannot run TorchScript in-process (make deps installs libtorch-dev and builds the shim); logs:\n%s", s.logs)
+			}
+			code, r, raw := inferRows(t, "http://"+s.http, "ts_addsub", "", ref.TSAddSub.Inputs)
+			if code != http.StatusOK {
+				t.Fatalf("infer = %d %s", code, raw)
+			}
+			if d := outputDiff(t, r, ref.TSAddSub.Outputs); d > 1e-6 {
+				t.Errorf("max |sluice - pytorch| = %g", d)
+			}
+			if !strings.Contains(s.logs.String(), tc.engine) {
+				t.Errorf("load log does not say %s; logs:\n%s", tc.engine, s.logs)
+			}
+		})
+	}
+}
+
 // TestTorchBatchesSplitPerRequest: concurrent requests to a TorchScript
 // model with dynamic batching reach the built-in as one execute(requests)
 // call, run as one forward() and each caller gets its own rows back.

@@ -420,6 +420,15 @@ func (b *benchRun) measureShape(tg target, srv *serving.Server, hs *httptest.Ser
 	}); err != nil {
 		return err
 	}
+	if err := b.add(tg.name, "in-process serving + Release", s, func() error {
+		resp, err := srv.GetOnlineFeatures(ctx, &serving.Request{Features: refs, Entities: map[string][]feature.Value{"user_id": ids}})
+		if err == nil {
+			srv.Release(resp)
+		}
+		return err
+	}); err != nil {
+		return err
+	}
 	body, _ := json.Marshal(map[string]any{"features": refs, "entities": map[string]any{"user_id": jsonIDs}})
 	client := hs.Client()
 	if err := b.add(tg.name, "HTTP", s, func() error {
@@ -493,7 +502,7 @@ func render(c config, rows, mat []row, haveRedis bool) string {
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
 		fmt.Fprintf(&b, "Load average when the report was written: %s (tail latencies on a busy machine measure the scheduler as much as Sluice; compare p50s across rows, and rerun on an idle machine for the targets).\n\n", strings.Join(strings.Fields(string(la))[:3], " "))
 	}
-	b.WriteString("`store.Read` is the bare online store; `in-process serving` adds the GetOnlineFeatures assembly (plan, freshness, decode); `HTTP` is POST /get-online-features on a loopback httptest server, including the client's request encoding; `raw go-redis pipeline` GETs the same keys with go-redis and decodes nothing (the floor).\n\n")
+	b.WriteString("`store.Read` is the bare online store; `in-process serving` adds the GetOnlineFeatures assembly (plan, freshness, decode), the answer left to the collector; `+ Release` gives each answer back (Server.Release), as the HTTP and gRPC edges do, so the next read reuses its memory; `HTTP` is POST /get-online-features on a loopback httptest server, including the client's request encoding; `raw go-redis pipeline` GETs the same keys with go-redis and decodes nothing (the floor).\n\n")
 	b.WriteString("CPU is µs of CPU time per call over each row's measured calls: *Sluice CPU* is this whole process (`getrusage`): the client, and for the in-process rows the store, serving and the loopback HTTP server too, all in one process; *Redis CPU* is the Redis server's, from `/proc/PID/stat` (pid from `INFO server`; 10 ms ticks), shown when Redis runs on this machine.\n\n")
 	b.WriteString("## Online reads (µs)\n\n| store | path | entities×features | p50 | p99 | mean | calls | p99 / raw pipeline p99 | Sluice CPU | Redis CPU |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {

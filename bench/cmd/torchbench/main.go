@@ -127,8 +127,10 @@ func rowSpecs(cfg config) []rowSpec {
 		return rowSpec{Label: label, Format: format, Batching: batching, Model: model, URL: cfg.SluiceHTTP, PID: cfg.SluicePID}
 	}
 	return []rowSpec{
-		s("Sluice, TorchScript, batching off", "TorchScript", "off", "parcel_eta_ts"),
-		s("Sluice, TorchScript, batching on", "TorchScript", "on", "parcel_eta_ts_batched"),
+		s("Sluice, TorchScript in-process (libtorch), batching off", "TorchScript", "off", "parcel_eta_ts"),
+		s("Sluice, TorchScript in-process (libtorch), batching on", "TorchScript", "on", "parcel_eta_ts_batched"),
+		s("Sluice, TorchScript via Python worker, batching off", "TorchScript", "off", "parcel_eta_ts_worker"),
+		s("Sluice, TorchScript via Python worker, batching on", "TorchScript", "on", "parcel_eta_ts_worker_batched"),
 		s("Sluice, state_dict + model.py, batching off", "state_dict", "off", "parcel_eta_torch"),
 		s("Sluice, state_dict + model.py, batching on", "state_dict", "on", "parcel_eta_torch_batched"),
 		s("Sluice, ONNX (parcel_eta as shipped)", "ONNX", "on", "parcel_eta"),

@@ -85,7 +85,7 @@ func runLevel(ctx context.Context, cfg config, r rowSpec, l load) result {
 	before, errBefore := readTree(cfg.ProcRoot, r.PID)
 	pctx, cancel := context.WithTimeout(ctx, cfg.PerfTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(pctx, cfg.SluiceBin, append(args, "-f", csvPath)...) //nolint:gosec // the operator's -sluice-bin, by design
+	cmd := exec.CommandContext(pctx, cfg.SluiceBin, append(args, "-f", csvPath, "--verbose-csv")...) //nolint:gosec // the operator's -sluice-bin, by design
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.WaitDelay = 10 * time.Second
 	runErr := cmd.Run()

@@ -198,7 +198,7 @@ func (r *report) markdown() string {
 		}
 	}
 
-	fmt.Fprintf(&b, "\n## Commands\n\nEach level is one `sluice perf` run (`-f out.csv` added):\n\n```\n")
+	fmt.Fprintf(&b, "\n## Commands\n\nEach level is one `sluice perf` run (`-f out.csv --verbose-csv` added):\n\n```\n")
 	seen := map[string]bool{}
 	for i := range r.Rows {
 		for _, res := range r.Rows[i].Results {

@@ -2,10 +2,8 @@ package onnxruntime
 
 import (
 	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
+
+	"github.com/sluice-ml/sluice/internal/backend"
 )
 
 // Platform is the Triton platform name of ONNX models.
@@ -46,45 +44,15 @@ type Options struct {
 // that is set decides: an explicit path that does not exist is an error, not
 // a reason to keep looking. The error is one line that names the
 // install script.
-func FindLibrary(flagPath string) (string, error) {
-	var candidate string
-	switch {
-	case flagPath != "":
-		candidate = flagPath
-	case os.Getenv(LibraryEnv) != "":
-		candidate = os.Getenv(LibraryEnv)
-	default:
-		dir, err := defaultDir()
-		if err != nil {
-			return "", notFound(err.Error())
-		}
-		candidate = filepath.Join(dir, libraryFile)
-	}
-	st, err := os.Stat(candidate) //nolint:gosec // G703: the operator chooses this path (flag or environment) on purpose
-	if err != nil || !st.Mode().IsRegular() {
-		return "", notFound(candidate)
-	}
-	return candidate, nil
+func FindLibrary(flagPath string) (string, error) { return search.Find(flagPath) }
+
+var search = backend.LibrarySearch{
+	What:       "onnxruntime library",
+	File:       libraryFile,
+	LibraryEnv: LibraryEnv,
+	DirEnv:     DirEnv,
+	CacheDir:   "onnxruntime-" + RuntimeVersion,
+	Fix:        "scripts/install-onnxruntime.sh",
 }
 
-// defaultDir mirrors the install script's choice of folder.
-func defaultDir() (string, error) {
-	if d := os.Getenv(DirEnv); d != "" {
-		return d, nil
-	}
-	cache := os.Getenv("XDG_CACHE_HOME")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("no cache folder: %w", err)
-		}
-		cache = filepath.Join(home, ".cache")
-	}
-	return filepath.Join(cache, "sluice", "onnxruntime-"+RuntimeVersion), nil
-}
-
-func notFound(where string) error {
-	// One line, whatever the path holds.
-	where = strings.NewReplacer("\n", " ", "\r", " ").Replace(where)
-	return fmt.Errorf("onnxruntime library not found (looked in %s): run scripts/install-onnxruntime.sh or set %s", where, LibraryEnv)
-}
+func notFound(where string) error { return search.NotFound(where) }

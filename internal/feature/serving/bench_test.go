@@ -1,7 +1,11 @@
 package serving
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"testing"
 	"time"
@@ -33,7 +37,7 @@ func BenchmarkGetOnlineFeatures(b *testing.B) {
 // wideServer is a Server over an embedded store holding 1,000 users' rows
 // of the view "wide" (50 Float32 features); it returns the features'
 // references too.
-func wideServer(b *testing.B) (*Server, []string) {
+func wideServer(b testing.TB) (*Server, []string) {
 	b.Helper()
 	store, err := embedded.Open(filepath.Join(b.TempDir(), "online.db"), embedded.Options{NoSync: true})
 	require.NoError(b, err)
@@ -117,4 +121,96 @@ func BenchmarkGetOnlineFeaturesOlderSchema(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// wideRequest is a request for every feature of the view "wide" for n
+// users (of wideServer's 1,000), in-process and as the JSON body of
+// POST /get-online-features.
+func wideRequest(b testing.TB, refs []string, n int) (*Request, []byte) {
+	b.Helper()
+	ids := make([]feature.Value, n)
+	js := make([]int64, n)
+	for i := range n {
+		id := int64((i * 97) % 1000)
+		ids[i], js[i] = feature.Value{I64: id}, id
+	}
+	body, err := json.Marshal(map[string]any{"features": refs, "entities": map[string]any{"user_id": js}})
+	require.NoError(b, err)
+	return &Request{Features: refs, Entities: map[string][]feature.Value{"user_id": ids}}, body
+}
+
+// BenchmarkGetOnlineFeatures100x50 reads 100 entities × 50 Float32
+// features from the embedded store: the store read alone, the Go API
+// (in-process serving, dropping the answer or giving it back with
+// Release), and POST /get-online-features through the
+// handler (request decoding and response encoding, no network).
+func BenchmarkGetOnlineFeatures100x50(b *testing.B) {
+	srv, refs := wideServer(b)
+	ctx := b.Context()
+	req, body := wideRequest(b, refs, 100)
+	b.Run("store", func(b *testing.B) {
+		keys := make([]online.Key, 100)
+		for i, id := range req.Entities["user_id"] {
+			ek, err := feature.AppendEntityKey(nil, []feature.Kind{feature.KindInt64}, []feature.Value{id})
+			require.NoError(b, err)
+			keys[i] = online.Key{View: "wide", Entity: ek}
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := srv.store.Read(ctx, keys); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("inprocess", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := srv.GetOnlineFeatures(ctx, req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("inprocess-released", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			resp, err := srv.GetOnlineFeatures(ctx, req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv.Release(resp)
+		}
+	})
+	b.Run("http", func(b *testing.B) {
+		h := NewHandler(srv, HandlerOptions{})
+		w := &discardResponse{hdr: http.Header{}}
+		b.ReportAllocs()
+		for b.Loop() {
+			r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/get-online-features", bytes.NewReader(body))
+			w.code = 0
+			h.ServeHTTP(w, r)
+			if w.code != http.StatusOK {
+				b.Fatalf("status %d", w.code)
+			}
+		}
+	})
+}
+
+// discardResponse is an http.ResponseWriter that keeps only the status.
+type discardResponse struct {
+	hdr  http.Header
+	code int
+}
+
+func (w *discardResponse) Header() http.Header { return w.hdr }
+func (w *discardResponse) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+}
+
+func (w *discardResponse) Write(p []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return len(p), nil
 }

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -222,5 +224,31 @@ func TestAppendFloatWholeNumbers(t *testing.T) {
 		{1e6, 64, "1e+06"}, {1.5, 32, "1.5"}, {math.NaN(), 64, "null"}, {math.Inf(1), 32, "null"},
 	} {
 		require.Equal(t, c.want, string(appendFloat(nil, c.f, c.bits)), "%v", c.f)
+	}
+}
+
+// appendFloat's whole-number shortcut writes what strconv's shortest
+// form (plus ".0") writes.
+func TestAppendFloatMatchesStrconv(t *testing.T) {
+	ref := func(f float64, bits int) string {
+		s := strconv.FormatFloat(f, 'g', -1, bits)
+		if !strings.ContainsAny(s, ".e") {
+			s += ".0"
+		}
+		return s
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	vals := []float64{0, 1, -1, 999999, -999999, 1e6, -1e6, 999999.5, 0.5, 1e-7, 123456.75, 16777216, 1e15, 1e21}
+	for range 20000 {
+		vals = append(vals, float64(rng.IntN(2_000_002)-1_000_001), (rng.Float64()-0.5)*2e6, rng.NormFloat64())
+	}
+	for _, f := range vals {
+		for _, bits := range []int{32, 64} {
+			x := f
+			if bits == 32 {
+				x = float64(float32(f))
+			}
+			require.Equal(t, ref(x, bits), string(appendFloat(nil, x, bits)), "%v (%d bits)", x, bits)
+		}
 	}
 }

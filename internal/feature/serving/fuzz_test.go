@@ -1,10 +1,14 @@
 package serving
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/sluice-ml/sluice/internal/feature"
 )
 
 // FuzzGetOnlineFeaturesRequest feeds arbitrary bodies to the HTTP edge:
@@ -79,6 +83,37 @@ func FuzzWriteRequest(f *testing.F) {
 			}
 		default:
 			t.Fatalf("status %d for %q: %s", rec.Code, in, rec.Body.String())
+		}
+	})
+}
+
+// FuzzScanKeyColumn checks the entity columns' fast scanner against the
+// JSON tokenizer it stands in for: on every column it accepts, the
+// values are the tokenizer's.
+func FuzzScanKeyColumn(f *testing.F) {
+	for _, s := range []string{
+		`[1,2,3]`, `[ -7 , 0 ,12 ]`, `[]`, `[ ]`, `["a","b c"]`, `["é"]`, `["a\"b"]`, `[01]`, `[1.0]`, `[1e3]`,
+		`[-0]`, `[9223372036854775807]`, `[9223372036854775808]`, `[2147483648]`, `[null]`, `[1,]`, `["\u0041"]`,
+	} {
+		f.Add(s, uint8(0), 3)
+	}
+	kinds := []feature.Kind{feature.KindInt64, feature.KindInt32, feature.KindString}
+	f.Fuzz(func(t *testing.T, col string, k uint8, maxRows int) {
+		if !json.Valid([]byte(col)) {
+			return // the body's decoder refuses it before
+		}
+		maxRows = max(maxRows%8, 1)
+		kind := kinds[int(k)%len(kinds)]
+		got, ok := scanKeyColumn([]byte(col), kind, maxRows)
+		if !ok {
+			return
+		}
+		want, err := decodeEntityTokens("k", json.RawMessage(col), kind, maxRows)
+		if err != nil {
+			t.Fatalf("%s (%s, max %d): scanned %v, the tokenizer refuses it: %v", col, kind, maxRows, got, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s (%s, max %d): scanned %v, the tokenizer reads %v", col, kind, maxRows, got, want)
 		}
 	})
 }

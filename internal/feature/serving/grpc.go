@@ -81,7 +81,11 @@ func (g *GRPCService) GetOnlineFeatures(ctx context.Context, req *feastpb.GetOnl
 	if err != nil {
 		return nil, err
 	}
-	return toProtoResponse(r), nil
+	// The message copies what it needs (the strings, byte slices and
+	// lists it shares are never written again): r's memory goes back.
+	out := toProtoResponse(r)
+	g.s.release(r)
+	return out, nil
 }
 
 func (g *GRPCService) getOnline(ctx context.Context, req *feastpb.GetOnlineFeaturesRequest) (*Response, error) {

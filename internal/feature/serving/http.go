@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluice-ml/sluice/internal/admission"
@@ -69,6 +70,8 @@ type Handler struct {
 	s    *Server
 	opts HandlerOptions
 	mux  *http.ServeMux
+	// outBufs holds /get-online-features response buffers (*[]byte).
+	outBufs sync.Pool
 }
 
 // NewHandler returns the HTTP handler for s: POST /get-online-features,
@@ -85,6 +88,7 @@ func NewHandler(s *Server, opts HandlerOptions) *Handler {
 		opts.MaxEntityRows = math.MaxInt
 	}
 	h := &Handler{s: s, opts: opts, mux: http.NewServeMux()}
+	h.outBufs.New = func() any { return new([]byte) }
 	h.mux.HandleFunc("POST /get-online-features", h.handleGet)
 	h.mux.HandleFunc("POST /push", h.handlePush)
 	h.mux.HandleFunc("POST /write-to-online-store", h.handleWrite)
@@ -294,8 +298,19 @@ func (h *Handler) handleGet(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, appendResponse(make([]byte, 0, 256+64*len(resp.Results)), resp))
+	bp := h.outBufs.Get().(*[]byte)
+	b := appendResponse((*bp)[:0], resp)
+	h.s.release(resp)
+	writeJSON(w, b)
+	if cap(b) <= maxPooledOut {
+		*bp = b[:0]
+		h.outBufs.Put(bp)
+	}
 }
+
+// maxPooledOut bounds the response buffers kept for reuse: 100 entity
+// rows of 50 features take about 250 KiB.
+const maxPooledOut = 4 << 20
 
 func (h *Handler) getOnline(w http.ResponseWriter, r *http.Request) (*Response, error) {
 	var req getRequest
@@ -354,6 +369,15 @@ func decodeEntities(p *plan, raw map[string]json.RawMessage, maxRows int) (map[s
 // decodeEntityColumn decodes one entity column, a JSON list of scalars of
 // kind, refusing it at its (maxRows+1)th value.
 func decodeEntityColumn(name string, msg json.RawMessage, kind feature.Kind, maxRows int) ([]feature.Value, error) {
+	if vals, ok := scanKeyColumn(msg, kind, maxRows); ok {
+		return vals, nil
+	}
+	return decodeEntityTokens(name, msg, kind, maxRows)
+}
+
+// decodeEntityTokens is decodeEntityColumn through the JSON tokenizer,
+// for every column scanKeyColumn leaves alone.
+func decodeEntityTokens(name string, msg json.RawMessage, kind feature.Kind, maxRows int) ([]feature.Value, error) {
 	notList := func() error {
 		return invalidf(ReasonInvalidEntityValue, "entity key '%s': want a list of values, one per entity row", name)
 	}
@@ -398,6 +422,91 @@ func decodeEntityColumn(name string, msg json.RawMessage, kind feature.Kind, max
 	return vals, nil
 }
 
+// scanKeyColumn decodes the common entity columns without the JSON
+// tokenizer, which allocates per token: a list of integers for an Int32
+// or Int64 key, or of plain ASCII strings (no escapes) for a String key,
+// of at most maxRows values. Anything else, valid or not, is left to
+// decodeEntityColumn's token decoder (ok false), which then answers
+// exactly as it always has, errors included. msg is valid JSON (the body
+// decoded).
+func scanKeyColumn(msg []byte, kind feature.Kind, maxRows int) (vals []feature.Value, ok bool) {
+	isInt := kind == feature.KindInt32 || kind == feature.KindInt64
+	if !isInt && kind != feature.KindString {
+		return nil, false
+	}
+	i := skipSpace(msg, 0)
+	if i >= len(msg) || msg[i] != '[' {
+		return nil, false
+	}
+	i = skipSpace(msg, i+1)
+	if i < len(msg) && msg[i] == ']' {
+		return []feature.Value{}, skipSpace(msg, i+1) == len(msg)
+	}
+	vals = make([]feature.Value, 0, min(maxRows, bytes.Count(msg, []byte{','})+1))
+	for {
+		if len(vals) >= maxRows {
+			return nil, false
+		}
+		var v feature.Value
+		if isInt {
+			j := i
+			if j < len(msg) && msg[j] == '-' {
+				j++
+			}
+			digits := j
+			for j < len(msg) && msg[j] >= '0' && msg[j] <= '9' {
+				j++
+			}
+			// JSON's integers: no leading zeros, no fraction or exponent.
+			if j == digits || j-digits > 1 && msg[digits] == '0' {
+				return nil, false
+			}
+			n, err := strconv.ParseInt(string(msg[i:j]), 10, 64)
+			if err != nil || kind == feature.KindInt32 && (n < math.MinInt32 || n > math.MaxInt32) {
+				return nil, false
+			}
+			v.I64, i = n, j
+		} else {
+			if i >= len(msg) || msg[i] != '"' {
+				return nil, false
+			}
+			j := i + 1
+			for j < len(msg) && msg[j] != '"' {
+				if c := msg[j]; c < 0x20 || c >= 0x80 || c == '\\' {
+					return nil, false
+				}
+				j++
+			}
+			if j >= len(msg) {
+				return nil, false
+			}
+			v.S, i = string(msg[i+1:j]), j+1
+		}
+		vals = append(vals, v)
+		i = skipSpace(msg, i)
+		if i >= len(msg) {
+			return nil, false
+		}
+		switch msg[i] {
+		case ',':
+			i = skipSpace(msg, i+1)
+		case ']':
+			return vals, skipSpace(msg, i+1) == len(msg)
+		default:
+			return nil, false
+		}
+	}
+}
+
+// skipSpace returns the index of the first non-space byte of b at or
+// after i (JSON's whitespace).
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
 // appendResponse appends resp as Feast's JSON:
 // {"metadata":{"feature_names":[…]},"results":[{"values":[…],"statuses":[…],"event_timestamps":[…]},…]}.
 func appendResponse(b []byte, resp *Response) []byte {
@@ -409,32 +518,39 @@ func appendResponse(b []byte, resp *Response) []byte {
 		b = jsonenc.AppendHTMLSafeString(b, n)
 	}
 	b = append(b, `]},"results":[`...)
+	// The columns of one view repeat its rows' event timestamps: each
+	// row's last one is formatted once and copied after that.
+	var memoStack [16]tsMemo
+	var memo []tsMemo
+	if len(resp.Results) > 0 {
+		if n := len(resp.Results[0].EventTimestamps); n <= len(memoStack) {
+			memo = memoStack[:n]
+		} else {
+			memo = make([]tsMemo, n)
+		}
+	}
 	for i := range resp.Results {
 		c := &resp.Results[i]
 		if i > 0 {
 			b = append(b, ',')
 		}
-		t := resp.Types[i]
 		b = append(b, `{"values":[`...)
-		for j := range c.Values {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			b = appendValue(b, t, &c.Values[j])
-		}
+		b = appendValues(b, resp.Types[i], c.Values)
 		b = append(b, `],"statuses":[`...)
 		for j, st := range c.Statuses {
 			if j > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, '"')
-			b = append(b, st.String()...)
-			b = append(b, '"')
+			b = append(b, quotedStatus(st)...)
 		}
 		b = append(b, `],"event_timestamps":[`...)
 		for j, ts := range c.EventTimestamps {
 			if j > 0 {
 				b = append(b, ',')
+			}
+			if j < len(memo) {
+				b = memo[j].append(b, ts)
+				continue
 			}
 			b = append(b, '"')
 			b = AppendTimestamp(b, ts)
@@ -443,6 +559,94 @@ func appendResponse(b []byte, resp *Response) []byte {
 		b = append(b, "]}"...)
 	}
 	return append(b, "]}\n"...)
+}
+
+// tsMemo is one row's last formatted event timestamp, quoted.
+type tsMemo struct {
+	t time.Time
+	n uint8 // length of s; 0: nothing kept yet
+	s [32]byte
+}
+
+// append appends ts quoted, copying the kept text when ts is the kept
+// instant (AppendTimestamp writes equal instants alike, in UTC).
+func (m *tsMemo) append(b []byte, ts time.Time) []byte {
+	if m.n > 0 && m.t.Equal(ts) {
+		return append(b, m.s[:m.n]...)
+	}
+	start := len(b)
+	b = append(b, '"')
+	b = AppendTimestamp(b, ts)
+	b = append(b, '"')
+	if l := len(b) - start; l <= len(m.s) {
+		m.t, m.n = ts, uint8(l) //nolint:gosec // G115: l <= 32
+		copy(m.s[:], b[start:])
+	} else {
+		m.n = 0
+	}
+	return b
+}
+
+// quotedStatuses are the statuses' JSON strings.
+var quotedStatuses = func() (q [len(statusNames)]string) {
+	for i, n := range statusNames {
+		q[i] = `"` + n + `"`
+	}
+	return q
+}()
+
+// quotedStatus returns st's name as a JSON string.
+func quotedStatus(st Status) string {
+	if int(st) < len(quotedStatuses) {
+		return quotedStatuses[st]
+	}
+	return quotedStatuses[StatusInvalid]
+}
+
+// appendValues appends a column of type t's values, comma-separated, as
+// appendValue writes each; scalar number columns, the common case, skip
+// its per-value type switch.
+func appendValues(b []byte, t feature.Type, vals []feature.Value) []byte {
+	if !t.List {
+		switch t.Kind {
+		case feature.KindFloat32, feature.KindFloat64:
+			bits := 64
+			if t.Kind == feature.KindFloat32 {
+				bits = 32
+			}
+			for j := range vals {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				if vals[j].Null {
+					b = append(b, "null"...)
+				} else {
+					b = appendFloat(b, vals[j].F64, bits)
+				}
+			}
+			return b
+		case feature.KindInt32, feature.KindInt64:
+			for j := range vals {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				if vals[j].Null {
+					b = append(b, "null"...)
+				} else {
+					b = strconv.AppendInt(b, vals[j].I64, 10)
+				}
+			}
+			return b
+		default:
+		}
+	}
+	for j := range vals {
+		if j > 0 {
+			b = append(b, ',')
+		}
+		b = appendValue(b, t, &vals[j])
+	}
+	return b
 }
 
 // appendValue appends v as JSON: numbers, strings, booleans, base64
@@ -539,12 +743,20 @@ func appendFloat(b []byte, f float64, bits int) []byte {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return append(b, "null"...)
 	}
+	// A whole number under 1e6 is its integer digits in the shortest 'g'
+	// form (from 1e6 on it takes an exponent); -0 keeps its sign below.
+	if f == math.Trunc(f) && f > -1e6 && f < 1e6 && (f != 0 || !math.Signbit(f)) {
+		b = strconv.AppendInt(b, int64(f), 10)
+		return append(b, ".0"...)
+	}
 	start := len(b)
 	b = strconv.AppendFloat(b, f, 'g', -1, bits)
-	if bytes.IndexAny(b[start:], ".e") < 0 {
-		b = append(b, ".0"...)
+	for _, c := range b[start:] {
+		if c == '.' || c == 'e' {
+			return b
+		}
 	}
-	return b
+	return append(b, ".0"...)
 }
 
 // maxBroadcastCells bounds the cells a df's scalar columns are repeated

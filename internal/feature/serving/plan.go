@@ -52,6 +52,9 @@ type viewPlan struct {
 	// fieldCols maps each schema field to its feature column (an index
 	// into plan.cols), or -1 when the field is not requested.
 	fieldCols []int
+	// cols lists the view's feature columns (indexes into plan.cols), in
+	// request order.
+	cols []int
 	// stream is the tile arithmetic of a stream feature view: its
 	// stored row holds tiles, combined at read time (nil otherwise).
 	stream *aggregate.Spec
@@ -235,6 +238,7 @@ func compile(repo *registry.Repo, features []string, service string, full bool) 
 			return nil, invalidf(ReasonDuplicateFeature, "feature '%s:%s' is requested twice", vp.view.Name, vp.view.Schema[c.field].Name)
 		}
 		vp.fieldCols[c.field] = ci
+		vp.cols = append(vp.cols, ci)
 	}
 	for _, set := range p.keySets {
 		kinds := make([]feature.Kind, len(set))

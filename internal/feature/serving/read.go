@@ -42,7 +42,7 @@ func (s *Server) read(ctx context.Context, p *plan, entities map[string][]featur
 	}
 	s.combineTiles(p, results, sc.rows, now)
 
-	f := filler{s: s, p: p, sc: sc, now: now, eventTS: eventTS, results: results, resp: newResponse(p, entities, n)}
+	f := filler{s: s, p: p, sc: sc, now: now, eventTS: eventTS, results: results, resp: s.newResponse(p, entities, n)}
 	if eventTS != nil {
 		f.limit = eventTS.Add(s.opts.EventTimeTolerance)
 	}
@@ -62,13 +62,13 @@ func (s *Server) read(ctx context.Context, p *plan, entities map[string][]featur
 // readScratch is one read's working memory; nothing in it outlives the
 // read or reaches the response.
 type readScratch struct {
-	rows   int              // entity rows of the read
-	entBuf []byte           // entity keys, back to back
-	ents   [][]byte         // ents[si*rows+r]: key set si's key of entity row r
-	vals   []feature.Value  // one row's join-key values
-	keys   []online.Key     // the store keys to read
-	hotIdx []int            // hotIdx[vi*rows+r]: row r of view vi in keys, or -1
-	dst    []*feature.Value // one stored row's decode destinations
+	rows   int             // entity rows of the read
+	entBuf []byte          // entity keys, back to back
+	ents   [][]byte        // ents[si*rows+r]: key set si's key of entity row r
+	vals   []feature.Value // one row's join-key values
+	keys   []online.Key    // the store keys to read
+	hotIdx []int           // hotIdx[vi*rows+r]: row r of view vi in keys, or -1
+	at     []int           // one stored row's decode destinations (cells of the response's values)
 }
 
 func (s *Server) getScratch() *readScratch {
@@ -86,8 +86,7 @@ func (s *Server) putScratch(sc *readScratch) {
 	clear(sc.ents)
 	clear(sc.vals)
 	clear(sc.keys)
-	clear(sc.dst)
-	sc.entBuf, sc.ents, sc.vals, sc.keys, sc.hotIdx, sc.dst = sc.entBuf[:0], sc.ents[:0], sc.vals[:0], sc.keys[:0], sc.hotIdx[:0], sc.dst[:0]
+	sc.entBuf, sc.ents, sc.vals, sc.keys, sc.hotIdx, sc.at = sc.entBuf[:0], sc.ents[:0], sc.vals[:0], sc.keys[:0], sc.hotIdx[:0], sc.at[:0]
 	s.scratch.Put(sc)
 }
 
@@ -193,19 +192,40 @@ func (s *Server) readRows(ctx context.Context, keys []online.Key) ([]online.Resu
 	return results, nil
 }
 
-// newResponse allocates the response's columns for n rows, one
-// allocation per kind of slice for all of them, and fills in the entity
-// columns.
-func newResponse(p *plan, entities map[string][]feature.Value, n int) *Response {
-	resp := &Response{
+// newResponse lays out the response's columns for n rows, one array per
+// kind of slice for all of them, and fills in the entity columns. The
+// arrays come from s's pool when an edge gave some back (release), so a
+// read that an edge encodes and drops allocates next to nothing; a Go
+// API caller keeps what it gets, as before. The feature cells are left
+// for the filler, which writes every one of them in full.
+func (s *Server) newResponse(p *plan, entities map[string][]feature.Value, n int) *Response {
+	cells := n * len(p.cols)
+	var m *respMem
+	if c := memClass(cells); c < len(s.respMems) {
+		m, _ = s.respMems[c].Get().(*respMem)
+	}
+	if m == nil {
+		m = &respMem{}
+	}
+	m.cols = grow(m.cols, len(p.names))
+	m.statuses = grow(m.statuses, n*len(p.names))
+	m.stamps = grow(m.stamps, n*len(p.names))
+	m.values = grow(m.values, cells)
+	m.pointers = false
+	for _, t := range p.types[len(p.keys):] {
+		if t.List || t.Kind == feature.KindString || t.Kind == feature.KindBytes {
+			m.pointers = true
+			break
+		}
+	}
+	m.resp = Response{
 		FeatureNames:  p.names,
 		Types:         p.types,
 		EntityColumns: len(p.keys),
-		Results:       make([]Column, len(p.names)),
+		Results:       m.cols,
+		mem:           m,
 	}
-	statuses := make([]Status, n*len(p.names))
-	stamps := make([]time.Time, n*len(p.names))
-	values := make([]feature.Value, n*len(p.cols))
+	statuses, stamps, values := m.statuses, m.stamps, m.values
 	for i := range p.names {
 		c := Column{Statuses: statuses[i*n : (i+1)*n : (i+1)*n], EventTimestamps: stamps[i*n : (i+1)*n : (i+1)*n]}
 		if i < len(p.keys) {
@@ -218,9 +238,68 @@ func newResponse(p *plan, entities map[string][]feature.Value, n int) *Response 
 			ci := i - len(p.keys)
 			c.Values = values[ci*n : (ci+1)*n : (ci+1)*n]
 		}
-		resp.Results[i] = c
+		m.cols[i] = c
 	}
-	return resp
+	return &m.resp
+}
+
+// respMem is the memory of one read's response: the Response itself and
+// the arrays its columns slice. Only the edges, which encode a response
+// and drop it, give it back to the pool (release).
+type respMem struct {
+	resp     Response
+	cols     []Column
+	statuses []Status
+	stamps   []time.Time
+	values   []feature.Value
+	// pointers says the feature values may hold strings, bytes or lists,
+	// which release clears so the pool keeps none of them alive.
+	pointers bool
+}
+
+// memClassCells are the size classes of pooled respMems, in feature
+// values (192 bytes each): a read takes memory of its own class, so a
+// small answer, which a caller may keep, never holds a large one's
+// memory alive. Larger responses are left to the collector.
+var memClassCells = [...]int{1 << 10, 1 << 13, 1 << 16}
+
+// memClass returns the size class of cells feature values,
+// len(memClassCells) when there is none.
+func memClass(cells int) int {
+	for c, limit := range memClassCells {
+		if cells <= limit {
+			return c
+		}
+	}
+	return len(memClassCells)
+}
+
+// Release gives the memory of a response that GetOnlineFeatures
+// answered back to s, for the next read to reuse: a 100-row answer of 50
+// features is about 1 MB of values, which a caller that reads often
+// otherwise leaves to the collector. Calling it is optional. After it,
+// resp, its columns and their slices must not be used; values copied out
+// of them stay valid (their strings, byte slices and lists are never
+// written again), and it must be released once at most. Release of a
+// response s did not build does nothing.
+func (s *Server) Release(resp *Response) { s.release(resp) }
+
+// release is Release; the edges call it once they have encoded resp.
+func (s *Server) release(resp *Response) {
+	m := resp.mem
+	if m == nil || &m.resp != resp {
+		return
+	}
+	c := memClass(cap(m.values))
+	if c >= len(s.respMems) {
+		return
+	}
+	if m.pointers {
+		clear(m.values)
+	}
+	clear(m.cols) // the request's entity columns, Unreadable
+	m.resp = Response{}
+	s.respMems[c].Put(m)
 }
 
 // filler fills one read's feature columns from the rows the store
@@ -303,10 +382,8 @@ func (f *filler) pick(vp *viewPlan, vi, r int) (online.Result, hotOutcome) {
 
 // notFound marks row r of view vi's columns NOT_FOUND.
 func (f *filler) notFound(vi, r int) {
-	for ci, c := range f.p.cols {
-		if c.view == vi {
-			f.setNotFound(ci, r)
-		}
+	for _, ci := range f.p.views[vi].cols {
+		f.setNotFound(ci, r)
 	}
 }
 
@@ -339,16 +416,13 @@ func (f *filler) row(ctx context.Context, vi, r int, res online.Result) error {
 			"feature view '%s', entity row %d: the stored row is from %s, after the request's event_timestamp %s plus the %s tolerance: the request would use data from its own future",
 			v.Name, r, ev.Format(time.RFC3339Nano), f.eventTS.UTC().Format(time.RFC3339Nano), f.s.opts.EventTimeTolerance)}
 	}
-	for ci, c := range f.p.cols {
-		if c.view != vi {
-			continue
-		}
+	for _, ci := range vp.cols {
 		why := ""
 		switch {
 		case corrupt != nil:
 			why = unreadableCorrupt
 		case lay != nil:
-			why = lay.reason(c.field)
+			why = lay.reason(f.p.cols[ci].field)
 		}
 		if why != "" {
 			f.setNotFound(ci, r)
@@ -395,8 +469,10 @@ func (f *filler) decode(ctx context.Context, vp *viewPlan, r int, rec feature.Re
 	if schema == nil {
 		return lay, nil, nil // an unknown schema: nothing to decode
 	}
-	dst := grow(f.sc.dst, len(schema))
-	f.sc.dst = dst
+	// Feature column ci's row r is cell ci*n+r of the response's values.
+	n := f.sc.rows
+	at := grow(f.sc.at, len(schema))
+	f.sc.at = at
 	for fi := range schema {
 		ci := -1
 		switch {
@@ -406,12 +482,12 @@ func (f *filler) decode(ctx context.Context, vp *viewPlan, r int, rec feature.Re
 			ci = vp.fieldCols[lay.m.ToCur[fi]]
 		}
 		if ci < 0 {
-			dst[fi] = nil
+			at[fi] = -1
 		} else {
-			dst[fi] = &f.resp.Results[len(f.p.keys)+ci].Values[r]
+			at[fi] = ci*n + r
 		}
 	}
-	return lay, feature.DecodeValuesInto(rec.Payload, schema, dst), nil
+	return lay, feature.DecodeValuesAt(rec.Payload, schema, f.resp.mem.values, at), nil
 }
 
 // rowSchema is the schema a row decodes with: the view's own, or the

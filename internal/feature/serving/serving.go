@@ -128,6 +128,10 @@ type Response struct {
 	Types         []feature.Type
 	EntityColumns int
 	Results       []Column
+
+	// mem is the pooled memory this response was built in (nil when it
+	// was not): see Server.release.
+	mem *respMem
 }
 
 // epoch is the event timestamp of entity columns and missing values.
@@ -156,6 +160,9 @@ type Server struct {
 	// (and so GC pauses in its tail latency) down.
 	selBufs sync.Pool // *[]byte: plan cache keys
 	scratch sync.Pool // *readScratch
+	// respMems holds response memory that the edges gave back once
+	// they had encoded the response (release).
+	respMems [len(memClassCells)]sync.Pool // *respMem, by size class
 }
 
 // Bounds on what goes back to the scratch pools, so one huge request does

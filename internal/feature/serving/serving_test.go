@@ -265,3 +265,27 @@ func TestMetricsEndpoint(t *testing.T) {
 	require.Contains(t, rec.Body.String(), `sluice_feature_values_total{status="NOT_FOUND"} 1`)
 	require.Contains(t, rec.Body.String(), `sluice_feature_server_requests_total{code="200",route="POST /get-online-features"} 1`)
 }
+
+// A released answer's memory serves the next read: that read answers
+// exactly what a server that never reused memory answers, whatever the
+// released one held (strings, lists, other rows' statuses).
+func TestReleaseReusesMemory(t *testing.T) {
+	f, ref := newFixture(t, Options{}), newFixture(t, Options{})
+	seed(t, f)
+	seed(t, ref)
+	all := []string{"user_stats:clicks", "user_stats:score", "user_stats:name", "user_stats:emb"}
+	first, err := f.srv.GetOnlineFeatures(t.Context(), &Request{Features: all, Entities: map[string][]feature.Value{"user_id": {i64(1), i64(2), i64(3), i64(4)}}})
+	require.NoError(t, err)
+	f.srv.Release(first)
+	for _, ids := range [][]feature.Value{{i64(4), i64(3), i64(1)}, {i64(2)}, {i64(3), i64(3), i64(1), i64(2), i64(4)}} {
+		req := &Request{Features: []string{"user_stats:name", "user_stats:emb", "user_stats:score"}, Entities: map[string][]feature.Value{"user_id": ids}}
+		got, err := f.srv.GetOnlineFeatures(t.Context(), req)
+		require.NoError(t, err)
+		want, err := ref.srv.GetOnlineFeatures(t.Context(), req)
+		require.NoError(t, err)
+		require.Equal(t, want.FeatureNames, got.FeatureNames)
+		require.Equal(t, want.Results, got.Results)
+		f.srv.Release(got)
+	}
+	f.srv.Release(&Response{}) // not built by a read: nothing happens
+}

@@ -20,6 +20,40 @@ const (
 // remote online store parses event timestamps with it.
 func AppendTimestamp(b []byte, t time.Time) []byte {
 	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		return appendTimestampLayout(b, t)
+	}
+	hour, minute, sec := t.Clock()
+	b = appendDigits(b, year, 4)
+	b = append(b, '-')
+	b = appendDigits(b, int(month), 2)
+	b = append(b, '-')
+	b = appendDigits(b, day, 2)
+	b = append(b, 'T')
+	b = appendDigits(b, hour, 2)
+	b = append(b, ':')
+	b = appendDigits(b, minute, 2)
+	b = append(b, ':')
+	b = appendDigits(b, sec, 2)
+	switch ns := t.Nanosecond(); {
+	case ns == 0:
+	case ns%1_000_000 == 0:
+		b = append(b, '.')
+		b = appendDigits(b, ns/1_000_000, 3)
+	case ns%1_000 == 0:
+		b = append(b, '.')
+		b = appendDigits(b, ns/1_000, 6)
+	default:
+		b = append(b, '.')
+		b = appendDigits(b, ns, 9)
+	}
+	return append(b, 'Z')
+}
+
+// appendTimestampLayout is AppendTimestamp through time's layouts, for
+// the years that do not have four digits.
+func appendTimestampLayout(b []byte, t time.Time) []byte {
 	layout := layoutNanos
 	switch ns := t.Nanosecond(); {
 	case ns == 0:
@@ -30,4 +64,15 @@ func AppendTimestamp(b []byte, t time.Time) []byte {
 		layout = layoutMicros
 	}
 	return t.AppendFormat(b, layout)
+}
+
+// appendDigits appends x, which is not negative and has at most width
+// digits, zero-padded to width.
+func appendDigits(b []byte, x, width int) []byte {
+	var buf [9]byte
+	for i := width - 1; i >= 0; i-- {
+		buf[i] = byte('0' + x%10)
+		x /= 10
+	}
+	return append(b, buf[:width]...)
 }

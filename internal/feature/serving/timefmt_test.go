@@ -1,6 +1,7 @@
 package serving
 
 import (
+	"math/rand/v2"
 	"net/http"
 	"regexp"
 	"testing"
@@ -81,4 +82,27 @@ func TestUnixTimestampValues(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, seen.Unix(), resp.GetResults()[1].GetValues()[0].GetUnixTimestampVal())
+}
+
+// AppendTimestamp writes what time's layouts write, for every year
+// (four-digit years take the fast path, others the layouts).
+func TestAppendTimestampMatchesLayouts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	times := []time.Time{time.Unix(0, 0), {}, time.Date(9999, 12, 31, 23, 59, 59, 999_999_999, time.UTC),
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 1, 1, 0, 0, 0, 5_000, time.UTC)}
+	for range 20000 {
+		ts := time.Unix(rng.Int64N(400_000_000_000)-200_000_000_000, 0)
+		switch rng.IntN(4) {
+		case 1:
+			ts = ts.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)
+		case 2:
+			ts = ts.Add(time.Duration(rng.IntN(1_000_000)) * time.Microsecond)
+		case 3:
+			ts = ts.Add(time.Duration(rng.IntN(1_000_000_000)))
+		}
+		times = append(times, ts)
+	}
+	for _, ts := range times {
+		require.Equal(t, string(appendTimestampLayout(nil, ts.UTC())), string(AppendTimestamp(nil, ts)), "%v", ts)
+	}
 }

@@ -1544,10 +1544,13 @@ func (*ModelSequenceBatching_Oldest) isModelSequenceBatching_StrategyChoice() {}
 
 // ModelEnsembling is a pipeline of other models wired by tensor names.
 type ModelEnsembling struct {
-	state         protoimpl.MessageState  `protogen:"open.v1"`
-	Step          []*ModelEnsembling_Step `protobuf:"bytes,1,rep,name=step,proto3" json:"step,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState  `protogen:"open.v1"`
+	Step  []*ModelEnsembling_Step `protobuf:"bytes,1,rep,name=step,proto3" json:"step,omitempty"`
+	// max_inflight_requests bounds the requests each step has in flight
+	// across all of the ensemble's requests; 0 = no bound.
+	MaxInflightRequests uint32 `protobuf:"varint,2,opt,name=max_inflight_requests,json=maxInflightRequests,proto3" json:"max_inflight_requests,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ModelEnsembling) Reset() {
@@ -1585,6 +1588,13 @@ func (x *ModelEnsembling) GetStep() []*ModelEnsembling_Step {
 		return x.Step
 	}
 	return nil
+}
+
+func (x *ModelEnsembling) GetMaxInflightRequests() uint32 {
+	if x != nil {
+		return x.MaxInflightRequests
+	}
+	return 0
 }
 
 // ModelParameter is a free-form parameter handed to the backend.
@@ -3948,9 +3958,10 @@ const file_model_config_proto_rawDesc = "" +
 	"\x14preferred_batch_size\x18\x02 \x03(\x05R\x12preferredBatchSize\x12?\n" +
 	"\x1cmax_queue_delay_microseconds\x18\x03 \x01(\x04R\x19maxQueueDelayMicroseconds\x12+\n" +
 	"\x11preserve_ordering\x18\x04 \x01(\bR\x10preserveOrderingB\x11\n" +
-	"\x0fstrategy_choice\"\xd2\x03\n" +
+	"\x0fstrategy_choice\"\x86\x04\n" +
 	"\x0fModelEnsembling\x123\n" +
-	"\x04step\x18\x01 \x03(\v2\x1f.inference.ModelEnsembling.StepR\x04step\x1a\x89\x03\n" +
+	"\x04step\x18\x01 \x03(\v2\x1f.inference.ModelEnsembling.StepR\x04step\x122\n" +
+	"\x15max_inflight_requests\x18\x02 \x01(\rR\x13maxInflightRequests\x1a\x89\x03\n" +
 	"\x04Step\x12\x1d\n" +
 	"\n" +
 	"model_name\x18\x01 \x01(\tR\tmodelName\x12#\n" +
