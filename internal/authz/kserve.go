@@ -130,6 +130,8 @@ type kservePath struct {
 	target   string // model or region, for the audit log
 }
 
+// classifyKServePath tells a KServe (or Triton extension) HTTP path's
+// group and the role it needs; an unknown path needs RoleOperate.
 func classifyKServePath(path string) kservePath {
 	unknown := kservePath{need: RoleOperate, action: actionUnclassified, target: path}
 	s, ok := strings.CutPrefix(path, "/v2")
@@ -151,29 +153,9 @@ func classifyKServePath(path string) kservePath {
 	case "models":
 		return classifyModelPath(seg[1:], unknown)
 	case "repository":
-		rest := seg[1:]
-		if len(rest) > 0 && rest[0] != "index" && rest[0] != "models" {
-			rest = rest[1:] // a named repository
-		}
-		switch {
-		case len(rest) == 1 && rest[0] == "index":
-			return kservePath{group: GroupModelRepository, need: RoleRead}
-		case len(rest) == 3 && rest[0] == "models" && (rest[2] == "load" || rest[2] == "unload"):
-			return kservePath{group: GroupModelRepository, need: RoleOperate, action: "repository." + rest[2], target: unescape(rest[1])}
-		}
+		return classifyRepositoryPath(seg[1:], unknown)
 	case "systemsharedmemory", "cudasharedmemory":
-		rest, region := seg[1:], ""
-		if len(rest) == 3 && rest[0] == "region" {
-			region, rest = unescape(rest[1]), rest[2:]
-		}
-		if len(rest) == 1 {
-			switch rest[0] {
-			case "status":
-				return kservePath{group: GroupSharedMemory, need: RoleRead}
-			case "register", "unregister":
-				return kservePath{group: GroupSharedMemory, need: RoleOperate, action: "shared_memory." + rest[0], target: region}
-			}
-		}
+		return classifySharedMemoryPath(seg[1:], unknown)
 	case "trace":
 		if len(seg) == 2 && seg[1] == "setting" {
 			return kservePath{group: GroupTrace, settings: true, need: RoleOperate, action: "trace.update"}
@@ -182,6 +164,42 @@ func classifyKServePath(path string) kservePath {
 		if len(seg) == 1 {
 			return kservePath{group: GroupLogging, settings: true, need: RoleOperate, action: "logging.update"}
 		}
+	}
+	return unknown
+}
+
+// classifyRepositoryPath classifies what follows /v2/repository/: the
+// index, or a model's load or unload, optionally under a named
+// repository.
+func classifyRepositoryPath(rest []string, unknown kservePath) kservePath {
+	if len(rest) > 0 && rest[0] != "index" && rest[0] != "models" {
+		rest = rest[1:] // a named repository
+	}
+	switch {
+	case len(rest) == 1 && rest[0] == "index":
+		return kservePath{group: GroupModelRepository, need: RoleRead}
+	case len(rest) == 3 && rest[0] == "models" && (rest[2] == "load" || rest[2] == "unload"):
+		return kservePath{group: GroupModelRepository, need: RoleOperate, action: "repository." + rest[2], target: unescape(rest[1])}
+	}
+	return unknown
+}
+
+// classifySharedMemoryPath classifies what follows
+// /v2/systemsharedmemory/ or /v2/cudasharedmemory/: status, register or
+// unregister, of all regions or of one (region/NAME/...).
+func classifySharedMemoryPath(rest []string, unknown kservePath) kservePath {
+	region := ""
+	if len(rest) == 3 && rest[0] == "region" {
+		region, rest = unescape(rest[1]), rest[2:]
+	}
+	if len(rest) != 1 {
+		return unknown
+	}
+	switch rest[0] {
+	case "status":
+		return kservePath{group: GroupSharedMemory, need: RoleRead}
+	case "register", "unregister":
+		return kservePath{group: GroupSharedMemory, need: RoleOperate, action: "shared_memory." + rest[0], target: region}
 	}
 	return unknown
 }

@@ -346,19 +346,37 @@ scan:
 	if len(cand) == 0 {
 		return 0, time.Time{}
 	}
-	due := oldest.Add(b.delay)
+	return b.sendCountLocked(now, formedBatch{n: len(cand), total: total, best: best, cut: cut, oldest: oldest, blocked: blocked})
+}
+
+// formedBatch is the candidate batch formLocked found at the head of the
+// queue.
+type formedBatch struct {
+	n       int       // requests in the candidate
+	total   int       // their batch size
+	best    int       // the longest prefix of a preferred batch size, or 0
+	cut     int       // the prefix to send before passing the largest preferred size, or 0
+	oldest  time.Time // when the oldest of them was queued
+	blocked bool      // the next request cannot join it
+}
+
+// sendCountLocked decides how many requests of the candidate f to send
+// now: a preferred size or the cut before the queue delay runs out, all of
+// them when it cannot grow or wait, else none until it falls due.
+func (b *Batcher) sendCountLocked(now time.Time, f formedBatch) (int, time.Time) {
+	due := f.oldest.Add(b.delay)
 	exceeded := b.delay > 0 && !now.Before(due)
 	switch {
-	case best > 0 && !exceeded:
-		return best, time.Time{}
-	case cut > 0 && !exceeded:
-		return cut, time.Time{}
-	case blocked || !b.batching || total >= b.maxBatch || b.delay == 0 || b.closed || exceeded:
-		return len(cand), time.Time{}
-	case total >= b.maxPreferred:
+	case f.best > 0 && !exceeded:
+		return f.best, time.Time{}
+	case f.cut > 0 && !exceeded:
+		return f.cut, time.Time{}
+	case f.blocked || !b.batching || f.total >= b.maxBatch || b.delay == 0 || b.closed || exceeded:
+		return f.n, time.Time{}
+	case f.total >= b.maxPreferred:
 		// Already past every preferred size: waiting cannot reach one
 		// (L0_batcher gt_max_preferred).
-		return len(cand), time.Time{}
+		return f.n, time.Time{}
 	}
 	return 0, due
 }

@@ -285,12 +285,11 @@ always printed. Interrupting the replay writes every record already answered.`,
 	return cmd
 }
 
-func (f *shadowReplayFlags) run(cmd *cobra.Command) error {
-	ctx := cmd.Context()
-	stderr := cmd.ErrOrStderr()
-	usage := func(err error) error { return &exitError{code: 2, err: err} }
+// check checks the flags that need no reading: the recording, the output
+// and exactly one target, and the pacing limits.
+func (f *shadowReplayFlags) check() error {
 	if f.from == "" || f.out == "" {
-		return usage(errors.New("shadow replay: --from and --out are required"))
+		return errors.New("shadow replay: --from and --out are required")
 	}
 	targets := 0
 	for _, t := range []string{f.toGRPC, f.toHTTP, f.toSvc} {
@@ -299,16 +298,46 @@ func (f *shadowReplayFlags) run(cmd *cobra.Command) error {
 		}
 	}
 	if targets != 1 {
-		return usage(errors.New("shadow replay: give exactly one of --to-grpc, --to-http and --to-service"))
+		return errors.New("shadow replay: give exactly one of --to-grpc, --to-http and --to-service")
 	}
 	if f.toSvc != "" && (f.model != "" || f.version != "") {
-		return usage(errors.New("shadow replay: --model and --version apply to --to-grpc and --to-http only"))
+		return errors.New("shadow replay: --model and --version apply to --to-grpc and --to-http only")
 	}
 	if f.rate < 0 || f.concurrency < 1 || f.timeout <= 0 {
-		return usage(errors.New("shadow replay: --rate must not be negative, --concurrency and --timeout must be positive"))
+		return errors.New("shadow replay: --rate must not be negative, --concurrency and --timeout must be positive")
 	}
 	if sameLocation(f.from, f.out) {
-		return usage(fmt.Errorf("shadow replay: --out %s is the recording being replayed", f.out))
+		return fmt.Errorf("shadow replay: --out %s is the recording being replayed", f.out)
+	}
+	return nil
+}
+
+// target is the replay's target (--to-grpc, --to-http or --to-service)
+// and the function that releases it.
+func (f *shadowReplayFlags) target(logger *slog.Logger, header http.Header) (replay.Target, func(), error) {
+	model := replay.Model{Name: f.model, Version: f.version}
+	hopts := replay.HTTPOptions{Header: header}
+	switch {
+	case f.toGRPC != "":
+		client := kserve.New(kserve.Options{}, logger)
+		return replay.NewGRPCTarget(client, f.toGRPC, model), func() { _ = client.Close() }, nil
+	case f.toHTTP != "":
+		t, err := replay.NewHTTPTarget(f.toHTTP, model, hopts)
+		return t, func() {}, err
+	default:
+		t, err := replay.NewServiceTarget(f.toSvc, hopts)
+		return t, func() {}, err
+	}
+}
+
+// run replays a recording against the target and writes what it
+// answered to the output recording.
+func (f *shadowReplayFlags) run(cmd *cobra.Command) error {
+	ctx := cmd.Context()
+	stderr := cmd.ErrOrStderr()
+	usage := func(err error) error { return &exitError{code: 2, err: err} }
+	if err := f.check(); err != nil {
+		return usage(err)
 	}
 	ro, err := f.readOptions(time.Now())
 	if err != nil {
@@ -323,22 +352,11 @@ func (f *shadowReplayFlags) run(cmd *cobra.Command) error {
 		return usage(err)
 	}
 
-	var target replay.Target
-	model := replay.Model{Name: f.model, Version: f.version}
-	hopts := replay.HTTPOptions{Header: header}
-	switch {
-	case f.toGRPC != "":
-		client := kserve.New(kserve.Options{}, logger)
-		defer func() { _ = client.Close() }()
-		target = replay.NewGRPCTarget(client, f.toGRPC, model)
-	case f.toHTTP != "":
-		target, err = replay.NewHTTPTarget(f.toHTTP, model, hopts)
-	default:
-		target, err = replay.NewServiceTarget(f.toSvc, hopts)
-	}
+	target, closeTarget, err := f.target(logger, header)
 	if err != nil {
 		return usage(err)
 	}
+	defer closeTarget()
 
 	showBar := !f.noProgress && f.env.isTerminal(stderr)
 	total := 0

@@ -47,6 +47,8 @@ func (h *Handler) handleGenerateStream(w http.ResponseWriter, r *http.Request) {
 	h.generate(w, r, true)
 }
 
+// generate decodes a generate request and answers it as one JSON object
+// or, with stream, as an event stream.
 func (h *Handler) generate(w http.ResponseWriter, r *http.Request, stream bool) {
 	ctx := r.Context()
 	name, version, requestID, body, ok := h.modelRequest(w, r)
@@ -66,42 +68,57 @@ func (h *Handler) generate(w http.ResponseWriter, r *http.Request, stream bool) 
 	if !ok {
 		st = unaryStreamer{h.models}
 	}
-	if !stream {
-		var got *infer.Response
-		var gotErr error
-		n := 0
-		err := st.InferStream(ctx, req, func(resp *infer.Response, err error, _ bool) error {
-			if resp == nil && err == nil {
-				return nil // the final flag alone
-			}
-			n++
-			got, gotErr = resp, err
-			return nil
-		})
-		switch {
-		case err != nil:
-		case n > 1:
-			err = apierr.Errorf(apierr.KindInvalid, reasonManyResponses, "model '%s' sent %d responses to one generate request; use generate_stream", name, n)
-		case n == 0:
-			err = apierr.Errorf(apierr.KindInternal, reasonInternal, "model '%s' sent no response", name)
-		case gotErr != nil:
-			err = gotErr
+	if stream {
+		h.generateStream(w, r, requestID, st, req)
+	} else {
+		h.generateOne(w, r, requestID, st, req)
+	}
+}
+
+// generateOne answers generate: the model's one response as a JSON
+// object; more than one response, or none, is an error.
+func (h *Handler) generateOne(w http.ResponseWriter, r *http.Request, requestID string, st modelrepo.Streamer, req *infer.Request) {
+	ctx, name := r.Context(), req.Model
+	var got *infer.Response
+	var gotErr error
+	n := 0
+	err := st.InferStream(ctx, req, func(resp *infer.Response, err error, _ bool) error {
+		if resp == nil && err == nil {
+			return nil // the final flag alone
 		}
-		if err != nil {
-			h.writeError(w, r, requestID, err)
-			return
-		}
-		js, err := appendGenerateResponse(nil, got)
-		if err != nil {
-			h.writeError(w, r, requestID, err)
-			return
-		}
-		writeJSON(w, js)
+		n++
+		got, gotErr = resp, err
+		return nil
+	})
+	switch {
+	case err != nil:
+	case n > 1:
+		err = apierr.Errorf(apierr.KindInvalid, reasonManyResponses, "model '%s' sent %d responses to one generate request; use generate_stream", name, n)
+	case n == 0:
+		err = apierr.Errorf(apierr.KindInternal, reasonInternal, "model '%s' sent no response", name)
+	case gotErr != nil:
+		err = gotErr
+	}
+	if err != nil {
+		h.writeError(w, r, requestID, err)
 		return
 	}
+	js, err := appendGenerateResponse(nil, got)
+	if err != nil {
+		h.writeError(w, r, requestID, err)
+		return
+	}
+	writeJSON(w, js)
+}
+
+// generateStream answers generate_stream: each response as a
+// Server-Sent Event as the model sends it, an error after the first as an
+// error event.
+func (h *Handler) generateStream(w http.ResponseWriter, r *http.Request, requestID string, st modelrepo.Streamer, req *infer.Request) {
+	ctx := r.Context()
 	rc := http.NewResponseController(w)
 	started := false
-	err = st.InferStream(ctx, req, func(resp *infer.Response, err error, _ bool) error {
+	err := st.InferStream(ctx, req, func(resp *infer.Response, err error, _ bool) error {
 		if resp == nil && err == nil {
 			return nil
 		}

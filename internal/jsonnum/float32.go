@@ -85,30 +85,42 @@ func decompose(b []byte) (man uint64, exp10 int, neg, ok bool) {
 		}
 	}
 	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		eneg := false
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			eneg = b[i] == '-'
-			i++
-		}
-		estart, e := i, 0
-		for ; i < len(b) && b[i]-'0' <= 9; i++ {
-			if e < 10000 { // beyond any float's range; strconv decides
-				e = e*10 + int(b[i]-'0')
-			}
-		}
-		if i == estart {
+		e, end, eok := ScanExponent(b, i+1)
+		if !eok {
 			return 0, 0, false, false
 		}
-		if eneg {
-			e = -e
-		}
+		i = end
 		exp10 += e
 	}
 	if i != len(b) {
 		return 0, 0, false, false
 	}
 	return man, exp10, neg, true
+}
+
+// ScanExponent reads the exponent of a number literal that starts at
+// b[i], just after the 'e': an optional sign, then digits. It returns the
+// exponent and the offset after it; ok is false when no digit is there
+// (end is then where one was expected). Exponents beyond any float's
+// range are capped near 10000, which still over- or underflows.
+func ScanExponent(b []byte, i int) (e, end int, ok bool) {
+	eneg := false
+	if i < len(b) && (b[i] == '+' || b[i] == '-') {
+		eneg = b[i] == '-'
+		i++
+	}
+	if i >= len(b) || b[i]-'0' > 9 {
+		return 0, i, false
+	}
+	for ; i < len(b) && b[i]-'0' <= 9; i++ {
+		if e < 10000 { // beyond any float's range: strconv decides
+			e = e*10 + int(b[i]-'0')
+		}
+	}
+	if eneg {
+		e = -e
+	}
+	return e, i, true
 }
 
 // float32Pow10 are the powers of ten a float32 holds exactly.

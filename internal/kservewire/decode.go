@@ -284,30 +284,7 @@ func (d *Decoder) contents(name string, dt infer.DataType, shape infer.Shape, n 
 		}
 		return b, nil
 	case infer.Int8, infer.Int16, infer.Int32:
-		lo, hi := int64(math.MinInt32), int64(math.MaxInt32)
-		switch dt {
-		case infer.Int8:
-			lo, hi = math.MinInt8, math.MaxInt8
-		case infer.Int16:
-			lo, hi = math.MinInt16, math.MaxInt16
-		default: // INT32 keeps the full int32 range
-		}
-		b := make([]byte, 0, n*dt.Size())
-		for i, v := range c.GetIntContents() {
-			if int64(v) < lo || int64(v) > hi {
-				return nil, d.errorf(OutOfRange, nil, "%s '%s': element %d value %d is out of range for %s",
-					noun, name, i, v, dt)
-			}
-			switch dt {
-			case infer.Int8:
-				b = append(b, byte(int8(v)))
-			case infer.Int16:
-				b = le.AppendUint16(b, uint16(int16(v)))
-			default:
-				b = le.AppendUint32(b, uint32(v))
-			}
-		}
-		return b, nil
+		return d.intContents(name, dt, n, c.GetIntContents())
 	case infer.Int64:
 		b := make([]byte, 0, n*8)
 		for _, v := range c.GetInt64Contents() {
@@ -315,30 +292,7 @@ func (d *Decoder) contents(name string, dt infer.DataType, shape infer.Shape, n 
 		}
 		return b, nil
 	case infer.Uint8, infer.Uint16, infer.Uint32:
-		hi := uint64(math.MaxUint32)
-		switch dt {
-		case infer.Uint8:
-			hi = math.MaxUint8
-		case infer.Uint16:
-			hi = math.MaxUint16
-		default: // UINT32 keeps the full uint32 range
-		}
-		b := make([]byte, 0, n*dt.Size())
-		for i, v := range c.GetUintContents() {
-			if uint64(v) > hi {
-				return nil, d.errorf(OutOfRange, nil, "%s '%s': element %d value %d is out of range for %s",
-					noun, name, i, v, dt)
-			}
-			switch dt {
-			case infer.Uint8:
-				b = append(b, byte(v))
-			case infer.Uint16:
-				b = le.AppendUint16(b, uint16(v))
-			default:
-				b = le.AppendUint32(b, v)
-			}
-		}
-		return b, nil
+		return d.uintContents(name, dt, n, c.GetUintContents())
 	case infer.Uint64:
 		b := make([]byte, 0, n*8)
 		for _, v := range c.GetUint64Contents() {
@@ -358,19 +312,86 @@ func (d *Decoder) contents(name string, dt infer.DataType, shape infer.Shape, n 
 		}
 		return b, nil
 	case infer.Bytes:
-		size := 0
-		for _, e := range c.GetBytesContents() {
-			if uint64(len(e)) > math.MaxUint32 {
-				return nil, d.errorf(BadSize, nil, "%s '%s': BYTES element larger than 4 GiB", noun, name)
-			}
-			size += 4 + len(e)
-		}
-		b := make([]byte, 0, size)
-		for _, e := range c.GetBytesContents() {
-			b = infer.AppendBytesElement(b, e)
-		}
-		return b, nil
+		return d.bytesContents(name, c.GetBytesContents())
 	default:
 		return nil, d.errorf(BadDatatype, nil, "%s '%s': unsupported datatype %s", noun, name, dt)
 	}
+}
+
+// intContents converts int_contents to INT8, INT16 or INT32 wire bytes,
+// checking each value fits.
+func (d *Decoder) intContents(name string, dt infer.DataType, n int, vals []int32) ([]byte, error) {
+	noun, le := d.dir.noun(), binary.LittleEndian
+	lo, hi := int64(math.MinInt32), int64(math.MaxInt32)
+	switch dt {
+	case infer.Int8:
+		lo, hi = math.MinInt8, math.MaxInt8
+	case infer.Int16:
+		lo, hi = math.MinInt16, math.MaxInt16
+	default: // INT32 keeps the full int32 range
+	}
+	b := make([]byte, 0, n*dt.Size())
+	for i, v := range vals {
+		if int64(v) < lo || int64(v) > hi {
+			return nil, d.errorf(OutOfRange, nil, "%s '%s': element %d value %d is out of range for %s",
+				noun, name, i, v, dt)
+		}
+		switch dt {
+		case infer.Int8:
+			b = append(b, byte(int8(v)))
+		case infer.Int16:
+			b = le.AppendUint16(b, uint16(int16(v)))
+		default:
+			b = le.AppendUint32(b, uint32(v))
+		}
+	}
+	return b, nil
+}
+
+// uintContents converts uint_contents to UINT8, UINT16 or UINT32 wire
+// bytes, checking each value fits.
+func (d *Decoder) uintContents(name string, dt infer.DataType, n int, vals []uint32) ([]byte, error) {
+	noun, le := d.dir.noun(), binary.LittleEndian
+	hi := uint64(math.MaxUint32)
+	switch dt {
+	case infer.Uint8:
+		hi = math.MaxUint8
+	case infer.Uint16:
+		hi = math.MaxUint16
+	default: // UINT32 keeps the full uint32 range
+	}
+	b := make([]byte, 0, n*dt.Size())
+	for i, v := range vals {
+		if uint64(v) > hi {
+			return nil, d.errorf(OutOfRange, nil, "%s '%s': element %d value %d is out of range for %s",
+				noun, name, i, v, dt)
+		}
+		switch dt {
+		case infer.Uint8:
+			b = append(b, byte(v))
+		case infer.Uint16:
+			b = le.AppendUint16(b, uint16(v))
+		default:
+			b = le.AppendUint32(b, v)
+		}
+	}
+	return b, nil
+}
+
+// bytesContents converts bytes_contents to BYTES wire bytes: each element
+// length-prefixed.
+func (d *Decoder) bytesContents(name string, vals [][]byte) ([]byte, error) {
+	noun := d.dir.noun()
+	size := 0
+	for _, e := range vals {
+		if uint64(len(e)) > math.MaxUint32 {
+			return nil, d.errorf(BadSize, nil, "%s '%s': BYTES element larger than 4 GiB", noun, name)
+		}
+		size += 4 + len(e)
+	}
+	b := make([]byte, 0, size)
+	for _, e := range vals {
+		b = infer.AppendBytesElement(b, e)
+	}
+	return b, nil
 }

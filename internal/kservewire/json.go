@@ -66,23 +66,53 @@ var ErrNoJSONForm = errors.New("datatype has no JSON form")
 // without bounds checks of its own.
 func AppendJSONData(dst []byte, t *infer.Tensor) ([]byte, error) {
 	dst = append(dst, '[')
-	b := t.Data
+	var err error
+	switch t.DataType {
+	case infer.Bool:
+		dst = appendJSONBools(dst, t.Data)
+	case infer.Uint8, infer.Int8, infer.Uint16, infer.Int16, infer.Uint32, infer.Int32, infer.Uint64, infer.Int64:
+		dst = appendJSONInts(dst, t.Data, t.DataType)
+	case infer.FP16, infer.BF16, infer.FP32, infer.FP64:
+		dst, err = appendJSONFloats(dst, t.Data, t.DataType)
+	case infer.Bytes:
+		dst, err = appendJSONStrings(dst, t.Data)
+	default:
+		return nil, fmt.Errorf("%w: %s", ErrNoJSONForm, t.DataType)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return append(dst, ']'), nil
+}
+
+// appendJSONBools appends BOOL elements, comma-separated.
+func appendJSONBools(dst, b []byte) []byte {
+	sep := func(i int) {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+	}
+	for i, v := range b {
+		sep(i)
+		if v != 0 {
+			dst = append(dst, "true"...)
+		} else {
+			dst = append(dst, "false"...)
+		}
+	}
+	return dst
+}
+
+// appendJSONInts appends the integer elements of datatype dt,
+// comma-separated.
+func appendJSONInts(dst, b []byte, dt infer.DataType) []byte {
 	le := binary.LittleEndian
 	sep := func(i int) {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
 	}
-	switch t.DataType {
-	case infer.Bool:
-		for i, v := range b {
-			sep(i)
-			if v != 0 {
-				dst = append(dst, "true"...)
-			} else {
-				dst = append(dst, "false"...)
-			}
-		}
+	switch dt {
 	case infer.Uint8:
 		for i, v := range b {
 			sep(i)
@@ -123,9 +153,25 @@ func AppendJSONData(dst []byte, t *infer.Tensor) ([]byte, error) {
 			sep(i)
 			dst = strconv.AppendInt(dst, int64(le.Uint64(b[i:])), 10)
 		}
+	default: // AppendJSONData passes only integer datatypes
+	}
+	return dst
+}
+
+// appendJSONFloats appends the floating-point elements of datatype dt,
+// comma-separated; FP16 and BF16 are widened to float32 first. A NaN or
+// infinity fails with a *NonFiniteError.
+func appendJSONFloats(dst, b []byte, dt infer.DataType) ([]byte, error) {
+	le := binary.LittleEndian
+	sep := func(i int) {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+	}
+	switch dt {
 	case infer.FP16, infer.BF16:
 		widen := FP16ToFloat32
-		if t.DataType == infer.BF16 {
+		if dt == infer.BF16 {
 			widen = BF16ToFloat32
 		}
 		for i := 0; i < len(b); i += 2 {
@@ -154,21 +200,32 @@ func AppendJSONData(dst []byte, t *infer.Tensor) ([]byte, error) {
 			sep(i)
 			dst = AppendJSONFloat(dst, f, 64)
 		}
-	case infer.Bytes:
-		for i := 0; len(b) > 0; i++ {
-			// The size check has walked these prefixes already.
-			n := le.Uint32(b)
-			if !utf8.Valid(b[4 : 4+n]) {
-				return nil, &NotUTF8Error{Index: i}
-			}
-			sep(i)
-			dst = jsonenc.AppendString(dst, b[4:4+n])
-			b = b[4+n:]
-		}
-	default:
-		return nil, fmt.Errorf("%w: %s", ErrNoJSONForm, t.DataType)
+	default: // AppendJSONData passes only floating-point datatypes
 	}
-	return append(dst, ']'), nil
+	return dst, nil
+}
+
+// appendJSONStrings appends BYTES elements as JSON strings,
+// comma-separated; one that is not valid UTF-8 fails with a
+// *NotUTF8Error. The size check has walked the length prefixes already.
+func appendJSONStrings(dst, b []byte) ([]byte, error) {
+	le := binary.LittleEndian
+	sep := func(i int) {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+	}
+	for i := 0; len(b) > 0; i++ {
+		// The size check has walked these prefixes already.
+		n := le.Uint32(b)
+		if !utf8.Valid(b[4 : 4+n]) {
+			return nil, &NotUTF8Error{Index: i}
+		}
+		sep(i)
+		dst = jsonenc.AppendString(dst, b[4:4+n])
+		b = b[4+n:]
+	}
+	return dst, nil
 }
 
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
@@ -311,24 +368,11 @@ func ScanNumber(b []byte, at int) (Number, int, error) {
 	}
 	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
 		integer = false
-		i++
-		eneg := false
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			eneg = b[i] == '-'
-			i++
+		e, end, ok := jsonnum.ScanExponent(b, i+1)
+		if !ok {
+			return Number{}, end, &SyntaxError{Offset: end, Want: "a digit in the exponent"}
 		}
-		if i >= len(b) || b[i]-'0' > 9 {
-			return Number{}, i, &SyntaxError{Offset: i, Want: "a digit in the exponent"}
-		}
-		e := 0
-		for ; i < len(b) && b[i]-'0' <= 9; i++ {
-			if e < 10000 { // beyond any float's range: strconv decides
-				e = e*10 + int(b[i]-'0')
-			}
-		}
-		if eneg {
-			e = -e
-		}
+		i = end
 		exp10 += e
 	}
 	return Number{Lit: b[at:i], Integer: integer, Neg: neg, Mant: man, Exp10: exp10, Exact: exact}, i, nil

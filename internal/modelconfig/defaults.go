@@ -126,9 +126,25 @@ func AutoComplete(cfg *inferencepb.ModelConfig, sig infer.Signature) error {
 	}
 
 	seqInputs, seqOutputs := ServerTensors(cfg)
+	completeInputs(cfg, sig, seqInputs, dims)
+	completeOutputs(cfg, sig, seqOutputs, dims)
+	if len(errs) > 0 {
+		return fmt.Errorf("autocomplete model configuration: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// tensorDims returns the dims (and reshape) of a model tensor as the
+// configuration writes them.
+type tensorDims func(kind string, spec infer.TensorSpec) ([]int64, *inferencepb.ModelTensorReshape)
+
+// completeInputs lists the model's inputs when none are listed (except
+// those the sequence batcher fills, seq, and optional ones), or fills in
+// a listed input's missing data type and dims.
+func completeInputs(cfg *inferencepb.ModelConfig, sig infer.Signature, seq map[string]bool, dims tensorDims) {
 	if len(cfg.Input) == 0 {
 		for _, spec := range sig.Inputs {
-			if seqInputs[spec.Name] || spec.Optional {
+			if seq[spec.Name] || spec.Optional {
 				continue // filled by the sequence batcher, or has a value in the model
 			}
 			d, r := dims("input", spec)
@@ -148,9 +164,15 @@ func AutoComplete(cfg *inferencepb.ModelConfig, sig infer.Signature) error {
 			}
 		}
 	}
+}
+
+// completeOutputs lists the model's outputs when none are listed (except
+// the implicit states the sequence batcher reads, seq), or fills in a
+// listed output's missing data type and dims.
+func completeOutputs(cfg *inferencepb.ModelConfig, sig infer.Signature, seq map[string]bool, dims tensorDims) {
 	if len(cfg.Output) == 0 {
 		for _, spec := range sig.Outputs {
-			if seqOutputs[spec.Name] {
+			if seq[spec.Name] {
 				continue // an implicit state, read by the sequence batcher
 			}
 			d, r := dims("output", spec)
@@ -170,10 +192,6 @@ func AutoComplete(cfg *inferencepb.ModelConfig, sig infer.Signature) error {
 			}
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("autocomplete model configuration: %w", errors.Join(errs...))
-	}
-	return nil
 }
 
 // canBatch reports whether every model tensor has a variable first

@@ -154,33 +154,13 @@ func lex(data []byte) []token {
 		switch {
 		case isLetter(b):
 			kind = tokIdent
-			for i < len(data) && (isLetter(data[i]) || isDigit(data[i])) {
-				i++
-			}
-		case isDigit(b) || ((b == '-' || b == '.') && i+1 < len(data) && (isDigit(data[i+1]) || isLetter(data[i+1]) || data[i+1] == '.')):
+			i = identEnd(data, i)
+		case startsNumber(data, i):
 			kind = tokNumber
-			i++
-			for i < len(data) {
-				d := data[i]
-				if isLetter(d) || isDigit(d) || d == '.' ||
-					((d == '+' || d == '-') && (data[i-1] == 'e' || data[i-1] == 'E')) {
-					i++
-					continue
-				}
-				break
-			}
+			i = numberEnd(data, i)
 		case b == '"' || b == '\'':
 			kind = tokString
-			i++
-			for i < len(data) && data[i] != b && data[i] != '\n' {
-				if data[i] == '\\' && i+1 < len(data) && data[i+1] != '\n' {
-					i++
-				}
-				i++
-			}
-			if i < len(data) && data[i] == b {
-				i++
-			}
+			i = stringEnd(data, i)
 		default:
 			_, size := utf8.DecodeRune(data[i:])
 			i += size
@@ -189,6 +169,61 @@ func lex(data []byte) []token {
 		toks = append(toks, token{kind: kind, text: string(data[start:i]), off: start, end: i, line: line, col: col})
 	}
 	return toks
+}
+
+// identEnd returns the end of the identifier that starts at i.
+func identEnd(data []byte, i int) int {
+	for i < len(data) && (isLetter(data[i]) || isDigit(data[i])) {
+		i++
+	}
+	return i
+}
+
+// startsNumber reports whether a number starts at i: a digit, or a sign
+// or point followed by a digit, letter (inf, nan) or point.
+func startsNumber(data []byte, i int) bool {
+	b := data[i]
+	if isDigit(b) {
+		return true
+	}
+	if (b != '-' && b != '.') || i+1 >= len(data) {
+		return false
+	}
+	n := data[i+1]
+	return isDigit(n) || isLetter(n) || n == '.'
+}
+
+// numberEnd returns the end of the number that starts at i: letters,
+// digits and points, and a sign right after an exponent's e.
+func numberEnd(data []byte, i int) int {
+	i++
+	for i < len(data) {
+		d := data[i]
+		if isLetter(d) || isDigit(d) || d == '.' ||
+			((d == '+' || d == '-') && (data[i-1] == 'e' || data[i-1] == 'E')) {
+			i++
+			continue
+		}
+		break
+	}
+	return i
+}
+
+// stringEnd returns the end of the quoted string that starts at i: past
+// its closing quote, or at the end of its line when it has none.
+func stringEnd(data []byte, i int) int {
+	q := data[i]
+	i++
+	for i < len(data) && data[i] != q && data[i] != '\n' {
+		if data[i] == '\\' && i+1 < len(data) && data[i+1] != '\n' {
+			i++
+		}
+		i++
+	}
+	if i < len(data) && data[i] == q {
+		i++
+	}
+	return i
 }
 
 // newSource records the position of every field in data. It is lenient:
@@ -268,6 +303,8 @@ func (w *walker) skipBlock() {
 	}
 }
 
+// field walks one field, from its name to its value's end, recording the
+// position of the field and of each element of a repeated one.
 func (w *walker) field(md protoreflect.MessageDescriptor, prefix string, counts map[string]int, mapEntry bool, depth int) {
 	nameTok := w.toks[w.i]
 	w.i++
@@ -276,35 +313,17 @@ func (w *walker) field(md protoreflect.MessageDescriptor, prefix string, counts 
 	if md != nil {
 		fd = md.Fields().ByTextName(name)
 	}
-	base := join(prefix, name)
+	f := walkedField{w: w, name: name, base: join(prefix, name), counts: counts, depth: depth}
 	if mapEntry && name == "value" {
-		base = prefix
+		f.base = prefix
 	}
-	var sub protoreflect.MessageDescriptor
 	if fd != nil {
-		sub = fd.Message()
-	}
-	repeated := fd != nil && (fd.IsList() || fd.IsMap())
-	isMap := fd != nil && fd.IsMap()
-
-	// elem names the next element of a repeated field.
-	elem := func(keyAt int) string {
-		n := counts[name]
-		counts[name]++
-		if isMap {
-			if k, ok := w.mapKey(keyAt); ok {
-				return base + "[" + k + "]"
-			}
-		}
-		return base + "[" + strconv.Itoa(n) + "]"
-	}
-	msgValue := func(path string) {
-		w.record(path, w.toks[w.i])
-		w.i++ // the opening brace
-		w.message(sub, path, true, isMap, depth+1)
+		f.sub = fd.Message()
+		f.repeated = fd.IsList() || fd.IsMap()
+		f.isMap = fd.IsMap()
 	}
 
-	w.record(base, nameTok)
+	w.record(f.base, nameTok)
 	if t, ok := w.peek(); ok && t.is(":") {
 		w.i++
 	}
@@ -312,42 +331,18 @@ func (w *walker) field(md protoreflect.MessageDescriptor, prefix string, counts 
 	switch {
 	case !ok:
 	case t.opens():
-		path := base
-		if repeated {
-			path = elem(w.i + 1)
+		path := f.base
+		if f.repeated {
+			path = f.elem(w.i + 1)
 			w.record(path, nameTok)
 		}
-		msgValue(path)
+		f.msgValue(path)
 	case t.is("["):
 		w.i++
-		for {
-			t, ok := w.peek()
-			if !ok || t.closes() {
-				break
-			}
-			if t.is("]") {
-				w.i++
-				break
-			}
-			switch {
-			case t.is(","):
-				w.i++
-			case t.opens():
-				path := base
-				if repeated {
-					path = elem(w.i + 1)
-				}
-				msgValue(path)
-			case t.kind == tokPunct && !t.is("-"):
-				w.i++
-			default:
-				w.record(elem(w.i), t)
-				w.scalar()
-			}
-		}
+		f.list()
 	case t.kind != tokPunct || t.is("-"):
-		if repeated {
-			w.record(elem(w.i), t)
+		if f.repeated {
+			w.record(f.elem(w.i), t)
 		}
 		w.scalar()
 	}
@@ -359,6 +354,70 @@ func (w *walker) field(md protoreflect.MessageDescriptor, prefix string, counts 
 		end = w.toks[w.i-1].end
 	}
 	w.src.fields = append(w.src.fields, fieldSpan{start: nameTok.off, end: end, name: name, fd: fd, parent: md})
+}
+
+// walkedField is the field walker.field is in: where its values' paths
+// start and what kind of field it is.
+type walkedField struct {
+	w        *walker
+	name     string
+	base     string                         // the field's path
+	counts   map[string]int                 // elements seen so far, by field name
+	sub      protoreflect.MessageDescriptor // the message type of its values, if any
+	repeated bool
+	isMap    bool
+	depth    int
+}
+
+// elem names the next element of a repeated field: a map entry by its
+// key (found from token keyAt on) where it has one, else by its index.
+func (f *walkedField) elem(keyAt int) string {
+	n := f.counts[f.name]
+	f.counts[f.name]++
+	if f.isMap {
+		if k, ok := f.w.mapKey(keyAt); ok {
+			return f.base + "[" + k + "]"
+		}
+	}
+	return f.base + "[" + strconv.Itoa(n) + "]"
+}
+
+// msgValue walks a message value, from its opening brace, under path.
+func (f *walkedField) msgValue(path string) {
+	w := f.w
+	w.record(path, w.toks[w.i])
+	w.i++ // the opening brace
+	w.message(f.sub, path, true, f.isMap, f.depth+1)
+}
+
+// list walks a list value after its opening bracket, up to and past its
+// closing one (or up to a stray closing brace).
+func (f *walkedField) list() {
+	w := f.w
+	for {
+		t, ok := w.peek()
+		if !ok || t.closes() {
+			return
+		}
+		switch {
+		case t.is("]"):
+			w.i++
+			return
+		case t.is(","):
+			w.i++
+		case t.opens():
+			path := f.base
+			if f.repeated {
+				path = f.elem(w.i + 1)
+			}
+			f.msgValue(path)
+		case t.kind == tokPunct && !t.is("-"):
+			w.i++
+		default:
+			w.record(f.elem(w.i), t)
+			w.scalar()
+		}
+	}
 }
 
 // scalar consumes one scalar value: an optional sign, then a number or

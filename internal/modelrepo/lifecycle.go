@@ -87,24 +87,8 @@ func (m *Manager) plan(name string, src modelSource) (*plan, *loadError) {
 		src.fp = fp
 	}
 	p := &plan{name: name, src: src, autoComplete: !m.opts.StrictConfig}
-	cfgPath := filepath.Join(src.dir, configFile)
-	switch data, err := os.ReadFile(cfgPath); {
-	case src.override != nil:
-		p.base = proto.CloneOf(src.override)
-	case errors.Is(err, fs.ErrNotExist):
-		if m.opts.StrictConfig {
-			// Triton's words first: its QA greps the log for them.
-			return fail(causeConfig, fmt.Errorf("failed to open text file for read %s: No such file or directory (config.pbtxt is required with --strict-model-config)", cfgPath))
-		}
-		p.base = &inferencepb.ModelConfig{}
-	case err != nil:
+	if err := m.readConfig(p); err != nil {
 		return fail(causeConfig, err)
-	default:
-		cfg, cs, err := modelconfig.Parse(cfgPath, data)
-		if err != nil {
-			return fail(causeConfig, configErr(err))
-		}
-		p.base, p.cfgSrc = cfg, cs
 	}
 	if n := p.base.GetName(); n != "" && n != name {
 		return fail(causeConfig, modelconfig.Error{
@@ -147,16 +131,70 @@ func (m *Manager) plan(name string, src modelSource) (*plan, *loadError) {
 	if err != nil {
 		return fail(causeBackend, err)
 	}
+	if err := m.applyBackend(p, be); err != nil {
+		return fail(causeConfig, err)
+	}
+
+	p.versions, p.missing = selectVersions(p.base.GetVersionPolicy(), avail)
+	if len(p.versions) == 0 && len(p.missing) == 0 {
+		return fail(causeNoVersions, fmt.Errorf("no version folder in %s (version folders are named 1, 2, ...)", src.dir))
+	}
+
+	p.expected = m.opts.ExpectedCommits[name]
+	if p.expected == "" {
+		pin, err := readPin(src.pinDir)
+		if err != nil {
+			return fail(causeConfig, err)
+		}
+		p.expected = pin
+	}
+
+	p.keyPrefix = m.planKey(p)
+	return p, nil
+}
+
+// readConfig sets p.base (and p.cfgSrc) from the model's config.pbtxt,
+// the override given for it, or, when there is no file and the config is
+// not strict, an empty config to auto-complete.
+func (m *Manager) readConfig(p *plan) error {
+	src := p.src
+	cfgPath := filepath.Join(src.dir, configFile)
+	switch data, err := os.ReadFile(cfgPath); {
+	case src.override != nil:
+		p.base = proto.CloneOf(src.override)
+	case errors.Is(err, fs.ErrNotExist):
+		if m.opts.StrictConfig {
+			// Triton's words first: its QA greps the log for them.
+			return fmt.Errorf("failed to open text file for read %s: No such file or directory (config.pbtxt is required with --strict-model-config)", cfgPath)
+		}
+		p.base = &inferencepb.ModelConfig{}
+	case err != nil:
+		return err
+	default:
+		cfg, cs, err := modelconfig.Parse(cfgPath, data)
+		if err != nil {
+			return configErr(err)
+		}
+		p.base, p.cfgSrc = cfg, cs
+	}
+	return nil
+}
+
+// applyBackend sets the plan's backend and platform and completes the
+// config with them: the backend always and, with auto-complete, the
+// platform and the model file name. A decoupled model needs a backend
+// that can stream.
+func (m *Manager) applyBackend(p *plan, be backend.Backend) error {
 	p.be = be
 	if p.base.GetModelTransactionPolicy().GetDecoupled() {
 		// Refused, not ignored, where the backend cannot stream: a
 		// client of a decoupled model waits for any number of responses
 		// and the final flag.
 		if d, ok := be.(backend.Decoupler); !ok || !d.Decoupled() {
-			return fail(causeConfig, modelconfig.Error{
+			return modelconfig.Error{
 				Pos: p.cfgSrc.Pos("model_transaction_policy.decoupled"),
 				Msg: fmt.Sprintf("model_transaction_policy { decoupled: true } is not supported by the %s backend: it answers a request with exactly one response (only Python models may be decoupled)", be.Name()),
-			})
+			}
 		}
 	}
 	if p.base.GetBackend() == "" && p.base.GetPlatform() == "" {
@@ -177,7 +215,7 @@ func (m *Manager) plan(name string, src modelSource) (*plan, *loadError) {
 	}
 	// With the backend known, instance groups without a count get the
 	// backend's default (2 for ONNX Runtime on CPU, as Triton).
-	modelconfig.ApplyDefaults(p.base, name)
+	modelconfig.ApplyDefaults(p.base, p.name)
 	if p.autoComplete {
 		if pl := m.backends.Platform(be.Name()); p.base.GetPlatform() == "" && pl != "" {
 			p.base.Platform = pl
@@ -186,23 +224,7 @@ func (m *Manager) plan(name string, src modelSource) (*plan, *loadError) {
 			p.base.DefaultModelFilename = be.DefaultFilename()
 		}
 	}
-
-	p.versions, p.missing = selectVersions(p.base.GetVersionPolicy(), avail)
-	if len(p.versions) == 0 && len(p.missing) == 0 {
-		return fail(causeNoVersions, fmt.Errorf("no version folder in %s (version folders are named 1, 2, ...)", src.dir))
-	}
-
-	p.expected = m.opts.ExpectedCommits[name]
-	if p.expected == "" {
-		pin, err := readPin(src.pinDir)
-		if err != nil {
-			return fail(causeConfig, err)
-		}
-		p.expected = pin
-	}
-
-	p.keyPrefix = m.planKey(p)
-	return p, nil
+	return nil
 }
 
 // planKey is the part of every version's content key that the model
@@ -335,20 +357,7 @@ func (m *Manager) reconcile(ctx context.Context, mdl *model, src modelSource, fo
 	}
 	wg.Wait()
 
-	var fails, absent []*loadError
-	for _, v := range p.missing {
-		e := newLoadError(mdl.name, v, causeNoVersions,
-			fmt.Errorf("version %d is named by version_policy but has no folder in %s", v, p.src.dir))
-		if len(p.versions) == 0 {
-			fails = append(fails, e)
-			continue
-		}
-		// As Triton ("version 3 is specified for model 'm', but the
-		// version directory is not present"): the versions that exist
-		// load and the load succeeds; the index still shows the absent
-		// one with its reason.
-		absent = append(absent, e)
-	}
+	fails, absent := missingVersions(mdl.name, p)
 	var fresh []*loaded
 	for i := range toLoad {
 		if errs[i] != nil {
@@ -388,20 +397,44 @@ func (m *Manager) reconcile(ctx context.Context, mdl *model, src modelSource, fo
 		}
 		return []*loadError{newLoadError(mdl.name, 0, causeCanceled, errors.New("server is shutting down"))}
 	}
+	m.reportLoads(mdl.name, p.src.dir, fresh, fails, absent)
+	m.drain(ctx, retired)
+	mdl.cleanTmpDirs()
+	return fails
+}
+
+// missingVersions are the load errors of the versions the version policy
+// names that have no folder: failures when no version is there to load,
+// else (as Triton: "version 3 is specified for model 'm', but the version
+// directory is not present") absent versions, which the index shows with
+// their reason while the versions that exist load.
+func missingVersions(name string, p *plan) (fails, absent []*loadError) {
+	for _, v := range p.missing {
+		e := newLoadError(name, v, causeNoVersions,
+			fmt.Errorf("version %d is named by version_policy but has no folder in %s", v, p.src.dir))
+		if len(p.versions) == 0 {
+			fails = append(fails, e)
+		} else {
+			absent = append(absent, e)
+		}
+	}
+	return fails, absent
+}
+
+// reportLoads counts and logs what a reconcile did: the versions that now
+// serve, the loads that failed and the absent versions.
+func (m *Manager) reportLoads(name, dir string, fresh []*loaded, fails, absent []*loadError) {
 	for _, lv := range fresh {
 		m.metrics.setInfo(lv.model, lv.vstr, lv.label, lv.commit, lv.loadedAt)
 		m.logger.Info("model version serving", "model", lv.model, "version", lv.vstr, "version_label", lv.label)
 	}
 	for _, f := range fails {
-		m.metrics.loadFailures.WithLabelValues(mdl.name, f.cause).Inc()
-		m.logger.Warn("model load failed", "model", mdl.name, "version", f.version, "reason", f.cause, "err", f.err)
+		m.metrics.loadFailures.WithLabelValues(name, f.cause).Inc()
+		m.logger.Warn("model load failed", "model", name, "version", f.version, "reason", f.cause, "err", f.err)
 	}
 	for _, a := range absent {
-		m.logger.Error("version is specified for model, but the version directory is not present", "model", mdl.name, "version", a.version, "dir", p.src.dir)
+		m.logger.Error("version is specified for model, but the version directory is not present", "model", name, "version", a.version, "dir", dir)
 	}
-	m.drain(ctx, retired)
-	mdl.cleanTmpDirs()
-	return fails
 }
 
 // recordPlanFailure records a load that failed before any version loaded.
@@ -610,43 +643,9 @@ func (m *Manager) loadVersion(ctx context.Context, p *plan, v int64, replacing b
 		file = p.be.DefaultFilename()
 	}
 	path := filepath.Join(vdir, file)
-	base := p.base
-	if cc, ok := p.be.(backend.ConfigCompleter); ok && p.autoComplete {
-		// The model's own code completes the configuration first (a
-		// Python model's auto_complete_config), as Triton's backends do
-		// before the server's checks.
-		completed, err := cc.CompleteConfig(ctx, vdir, proto.CloneOf(p.base))
-		if err != nil {
-			return fail(causeConfig, fmt.Errorf("auto-complete config: %w", err))
-		}
-		modelconfig.ApplyDefaults(completed, p.name)
-		base = completed
-	}
-	sig, cause, err := versionSignature(ctx, p.be, base, vdir, path)
-	if cause == causeUnreadable {
-		err = fmt.Errorf("read model %s: %w", path, err)
-	}
+	cfg, cause, err := versionConfig(ctx, p, vdir, path)
 	if err != nil {
 		return fail(cause, err)
-	}
-	cfg := proto.CloneOf(base)
-	if p.autoComplete {
-		batchless := cfg.GetMaxBatchSize() == 0
-		if err := modelconfig.AutoComplete(cfg, sig); err != nil {
-			return fail(causeConfig, fmt.Errorf("auto-complete config: %w", err))
-		}
-		// As Triton's auto-complete: a max_batch_size it chose comes with
-		// the dynamic batcher unless the config picked a scheduler.
-		if batchless && cfg.GetMaxBatchSize() > 0 && cfg.GetSchedulingChoice() == nil {
-			cfg.SchedulingChoice = &inferencepb.ModelConfig_DynamicBatching{DynamicBatching: &inferencepb.ModelDynamicBatching{}}
-		}
-	}
-	modelconfig.ScalarsAsOne(cfg, sig)
-	if ps := modelconfig.Validate(cfg, p.cfgSrc); len(ps) > 0 {
-		return fail(causeConfig, ps)
-	}
-	if ps := modelconfig.ValidateSignature(cfg, sig, p.cfgSrc); len(ps) > 0 {
-		return fail(causeSignature, ps)
 	}
 
 	lv := m.newLoaded(p, v, cfg, prov)
@@ -656,21 +655,8 @@ func (m *Manager) loadVersion(ctx context.Context, p *plan, v int64, replacing b
 	if lv.maxOutput, err = maxOutputBytes(cfg, m.maxOutputDefault()); err != nil {
 		return fail(causeConfig, err)
 	}
-	count := instanceCount(cfg)
-	params := map[string]string{}
-	for k, pv := range cfg.GetParameters() {
-		params[k] = pv.GetStringValue()
-	}
-	for range count {
-		in, err := p.be.Load(ctx, backend.LoadOptions{
-			Model: p.name, Version: v, Path: path, Parameters: params, InstanceCount: count,
-			Config: cfg, LoadID: lv.id, MaxOutputBytes: lv.maxOutput,
-		})
-		if err != nil {
-			_ = lv.closeInstances()
-			return fail(causeInstance, fmt.Errorf("create instance: %w", err))
-		}
-		lv.instances = append(lv.instances, in)
+	if err := startInstances(ctx, p, lv, path); err != nil {
+		return fail(causeInstance, err)
 	}
 	lv.health = healthReporters(lv.instances)
 	if err := m.warmup(ctx, lv, vdir, replacing); err != nil {
@@ -685,6 +671,74 @@ func (m *Manager) loadVersion(ctx context.Context, p *plan, v int64, replacing b
 	m.metrics.loadDuration.WithLabelValues(p.name, vstr).Set(d.Seconds())
 	m.logger.Info("loaded model", "model", p.name, "version", vstr, "version_label", prov.Version, "duration_seconds", d.Seconds())
 	return lv, nil
+}
+
+// versionConfig is the configuration a version runs with: completed by
+// the model's own code (where its backend can) and, with auto-complete,
+// from the model's signature, then validated against that signature.
+func versionConfig(ctx context.Context, p *plan, vdir, path string) (*inferencepb.ModelConfig, string, error) {
+	base := p.base
+	if cc, ok := p.be.(backend.ConfigCompleter); ok && p.autoComplete {
+		// The model's own code completes the configuration first (a
+		// Python model's auto_complete_config), as Triton's backends do
+		// before the server's checks.
+		completed, err := cc.CompleteConfig(ctx, vdir, proto.CloneOf(p.base))
+		if err != nil {
+			return nil, causeConfig, fmt.Errorf("auto-complete config: %w", err)
+		}
+		modelconfig.ApplyDefaults(completed, p.name)
+		base = completed
+	}
+	sig, cause, err := versionSignature(ctx, p.be, base, vdir, path)
+	if cause == causeUnreadable {
+		err = fmt.Errorf("read model %s: %w", path, err)
+	}
+	if err != nil {
+		return nil, cause, err
+	}
+	cfg := proto.CloneOf(base)
+	if p.autoComplete {
+		batchless := cfg.GetMaxBatchSize() == 0
+		if err := modelconfig.AutoComplete(cfg, sig); err != nil {
+			return nil, causeConfig, fmt.Errorf("auto-complete config: %w", err)
+		}
+		// As Triton's auto-complete: a max_batch_size it chose comes with
+		// the dynamic batcher unless the config picked a scheduler.
+		if batchless && cfg.GetMaxBatchSize() > 0 && cfg.GetSchedulingChoice() == nil {
+			cfg.SchedulingChoice = &inferencepb.ModelConfig_DynamicBatching{DynamicBatching: &inferencepb.ModelDynamicBatching{}}
+		}
+	}
+	modelconfig.ScalarsAsOne(cfg, sig)
+	if ps := modelconfig.Validate(cfg, p.cfgSrc); len(ps) > 0 {
+		return nil, causeConfig, ps
+	}
+	if ps := modelconfig.ValidateSignature(cfg, sig, p.cfgSrc); len(ps) > 0 {
+		return nil, causeSignature, ps
+	}
+	return cfg, "", nil
+}
+
+// startInstances creates the version's instances (as many as its
+// instance groups ask for), closing those made when one fails.
+func startInstances(ctx context.Context, p *plan, lv *loaded, path string) error {
+	cfg := lv.cfg
+	count := instanceCount(cfg)
+	params := map[string]string{}
+	for k, pv := range cfg.GetParameters() {
+		params[k] = pv.GetStringValue()
+	}
+	for range count {
+		in, err := p.be.Load(ctx, backend.LoadOptions{
+			Model: p.name, Version: lv.version, Path: path, Parameters: params, InstanceCount: count,
+			Config: cfg, LoadID: lv.id, MaxOutputBytes: lv.maxOutput,
+		})
+		if err != nil {
+			_ = lv.closeInstances()
+			return fmt.Errorf("create instance: %w", err)
+		}
+		lv.instances = append(lv.instances, in)
+	}
+	return nil
 }
 
 // loadEnsembleVersion validates an ensemble version's configuration and

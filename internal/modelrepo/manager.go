@@ -265,6 +265,71 @@ func New(opts Options, backends *backend.Registry, logger *slog.Logger, reg prom
 	return m, nil
 }
 
+// scanRepositories syncs each remote repository and lists every
+// repository's models, with the repositories each is found in, in the
+// repositories' order.
+func (m *Manager) scanRepositories(ctx context.Context) (map[string][]string, error) {
+	found := map[string][]string{}
+	for _, repo := range m.opts.Repositories {
+		if _, err := m.syncRemote(ctx, repo); err != nil {
+			m.repoDown(repo, err)
+			return nil, fmt.Errorf("read model repository: %w", err)
+		}
+		names, err := listRepository(repo)
+		if err != nil {
+			m.repoDown(repo, err)
+			return nil, fmt.Errorf("read model repository: %w", err)
+		}
+		m.repoUp(repo)
+		for _, n := range names {
+			found[n] = append(found[n], repo)
+		}
+	}
+	return found, nil
+}
+
+// startupModels lists the models to load at start: all that were found,
+// unless the control mode is explicit and the startup models do not say
+// "*"; then those of them that were found, with an error for each that
+// was not.
+func (m *Manager) startupModels(found map[string][]string) ([]string, []error) {
+	var want []string
+	var errs []error
+	if m.opts.ControlMode != ControlExplicit || slices.Contains(m.opts.StartupModels, "*") {
+		for n := range found {
+			want = append(want, n)
+		}
+		return want, nil
+	}
+	for _, n := range m.opts.StartupModels {
+		if _, ok := found[n]; !ok {
+			m.logger.Warn("model to load at start not found", "model", n, "repositories", m.opts.Repositories)
+			errs = append(errs, fmt.Errorf("model '%s' not found in any model repository", n))
+			continue
+		}
+		want = append(want, n)
+	}
+	return want, errs
+}
+
+// nextRound splits the models pending a load into those that can load
+// now (round) and those waiting for a step model still pending (rest);
+// when every one waits (ensembles naming each other), all load now.
+func nextRound(pending []string, deps map[string][]string) (round, rest []string) {
+	for _, name := range pending {
+		waits := slices.ContainsFunc(deps[name], func(d string) bool { return d != name && slices.Contains(pending, d) })
+		if waits {
+			rest = append(rest, name)
+		} else {
+			round = append(round, name)
+		}
+	}
+	if len(round) == 0 {
+		return rest, nil
+	}
+	return round, rest
+}
+
 // Start scans the repositories and loads the models the control mode asks
 // for, in parallel. A model that fails to load is marked UNAVAILABLE with
 // its reason and does not stop the others. Start returns an error when a
@@ -275,40 +340,11 @@ func (m *Manager) Start(ctx context.Context) error {
 	if m.closed.Load() {
 		return errors.New("model repository is closed")
 	}
-	found := map[string][]string{}
-	for _, repo := range m.opts.Repositories {
-		if _, err := m.syncRemote(ctx, repo); err != nil {
-			m.repoDown(repo, err)
-			return fmt.Errorf("read model repository: %w", err)
-		}
-		names, err := listRepository(repo)
-		if err != nil {
-			m.repoDown(repo, err)
-			return fmt.Errorf("read model repository: %w", err)
-		}
-		m.repoUp(repo)
-		for _, n := range names {
-			found[n] = append(found[n], repo)
-		}
+	found, err := m.scanRepositories(ctx)
+	if err != nil {
+		return err
 	}
-
-	var want []string
-	var errs []error
-	switch {
-	case m.opts.ControlMode != ControlExplicit || slices.Contains(m.opts.StartupModels, "*"):
-		for n := range found {
-			want = append(want, n)
-		}
-	default:
-		for _, n := range m.opts.StartupModels {
-			if _, ok := found[n]; !ok {
-				m.logger.Warn("model to load at start not found", "model", n, "repositories", m.opts.Repositories)
-				errs = append(errs, fmt.Errorf("model '%s' not found in any model repository", n))
-				continue
-			}
-			want = append(want, n)
-		}
-	}
+	want, errs := m.startupModels(found)
 	sort.Strings(want)
 	want = slices.Compact(want)
 	deps := map[string][]string{} // ensemble -> the models its steps run
@@ -337,18 +373,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	// what is left.
 	pending := want
 	for len(pending) > 0 {
-		var round, rest []string
-		for _, name := range pending {
-			waits := slices.ContainsFunc(deps[name], func(d string) bool { return d != name && slices.Contains(pending, d) })
-			if waits {
-				rest = append(rest, name)
-			} else {
-				round = append(round, name)
-			}
-		}
-		if len(round) == 0 {
-			round, rest = rest, nil
-		}
+		round, rest := nextRound(pending, deps)
 		var wg sync.WaitGroup
 		for _, name := range round {
 			mdl := m.ensureModel(name)

@@ -214,6 +214,9 @@ func sameListing(a, b map[string]objMeta) bool {
 	return maps.EqualFunc(a, b, sameMeta)
 }
 
+// syncLocked brings the local copy up to date with the bucket: it fetches
+// the changed model folders and publishes those that held still, and
+// returns their names.
 func (mr *mirror) syncLocked(ctx context.Context) ([]string, error) {
 	started := time.Now()
 	first, err := mr.list(ctx)
@@ -233,18 +236,7 @@ func (mr *mirror) syncLocked(ctx context.Context) ([]string, error) {
 	mr.prev = first
 
 	// Which folders changed, and fetch what they need.
-	var changed []string
-	for name := range now {
-		if !sameListing(now[name], before[name]) {
-			changed = append(changed, name)
-		}
-	}
-	for name := range before {
-		if now[name] == nil {
-			changed = append(changed, name)
-		}
-	}
-	slices.Sort(changed)
+	changed := changedModels(now, before)
 	if len(changed) == 0 {
 		mr.cleanStaging(first)
 		return nil, nil
@@ -263,36 +255,8 @@ func (mr *mirror) syncLocked(ctx context.Context) ([]string, error) {
 	}
 	// A folder whose listing equals the previous sync's has held still
 	// for a poll interval; any other is listed once more.
-	var again []string
-	for _, name := range ready {
-		if now[name] == nil || sameListing(now[name], prev[name]) {
-			continue
-		}
-		again = append(again, name)
-	}
-	if len(again) > 0 {
-		if wait := mr.settle - time.Since(started); wait > 0 {
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(wait):
-			}
-		}
-		if mr.beforeRelist != nil {
-			mr.beforeRelist()
-		}
-		second, err := mr.list(ctx)
-		if err != nil {
-			return nil, err
-		}
-		after := byModel(second)
-		for _, name := range again {
-			if !sameListing(now[name], after[name]) {
-				ready = slices.DeleteFunc(ready, func(n string) bool { return n == name })
-				unsettled = append(unsettled, name)
-			}
-		}
-		mr.prev = second
+	if ready, unsettled, err = mr.relist(ctx, started, now, prev, ready, unsettled); err != nil {
+		return nil, err
 	}
 	for _, name := range ready {
 		if err := mr.publish(name, now[name], before[name]); err != nil {
@@ -305,6 +269,64 @@ func (mr *mirror) syncLocked(ctx context.Context) ([]string, error) {
 	mr.saveManifest()
 	mr.cleanStaging(first)
 	return ready, nil
+}
+
+// changedModels lists, sorted, the model folders whose listing differs
+// between before and now, or that are gone now.
+func changedModels(now, before map[string]map[string]objMeta) []string {
+	var changed []string
+	for name := range now {
+		if !sameListing(now[name], before[name]) {
+			changed = append(changed, name)
+		}
+	}
+	for name := range before {
+		if now[name] == nil {
+			changed = append(changed, name)
+		}
+	}
+	slices.Sort(changed)
+	return changed
+}
+
+// relist lists once more, after the settle time since the sync started,
+// the ready folders whose listing differs from the previous sync's (prev):
+// a folder that changed again in between moves from ready to unsettled.
+func (mr *mirror) relist(ctx context.Context, started time.Time, now, prev map[string]map[string]objMeta,
+	ready, unsettled []string,
+) ([]string, []string, error) {
+	var again []string
+	for _, name := range ready {
+		if now[name] == nil || sameListing(now[name], prev[name]) {
+			continue
+		}
+		again = append(again, name)
+	}
+	if len(again) > 0 {
+		if wait := mr.settle - time.Since(started); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, nil, ctx.Err()
+			case <-time.After(wait):
+			}
+		}
+		if mr.beforeRelist != nil {
+			mr.beforeRelist()
+		}
+		second, err := mr.list(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		after := byModel(second)
+		for _, name := range again {
+			if !sameListing(now[name], after[name]) {
+				ready = slices.DeleteFunc(ready, func(n string) bool { return n == name })
+				unsettled = append(unsettled, name)
+			}
+		}
+		mr.prev = second
+	}
+	return ready, unsettled, nil
 }
 
 // stagingName is the staging file of one object version.

@@ -91,54 +91,64 @@ func resolveInputs(info *ModelInfo, batch int, source string, file []infer.Tenso
 			}
 			dims = s.Clone()
 		}
-		var t infer.Tensor
+		var (
+			t   infer.Tensor
+			err error
+		)
 		if file != nil {
-			ft, ok := byName[spec.Name]
-			if !ok {
-				return nil, nil, fmt.Errorf("%w: the input file has no input %q", ErrInput, spec.Name)
-			}
-			if ft.DataType != spec.DataType {
-				return nil, nil, fmt.Errorf("%w: input %q is %s in the file but %s in the model", ErrInput, spec.Name, ft.DataType, spec.DataType)
-			}
-			switch {
-			case !batched:
-				if !fits(ft.Shape, dims) {
-					return nil, nil, fmt.Errorf("%w: input %q has shape %s in the file, the model wants %v", ErrInput, spec.Name, ft.Shape, dims)
-				}
-				t = ft
-			case len(ft.Shape) == len(dims)+1 && fits(ft.Shape[1:], dims):
-				var err error
-				if t, err = Tile(ft, batch); err != nil {
-					return nil, nil, err
-				}
-			case len(ft.Shape) == len(dims) && fits(ft.Shape, dims):
-				one := ft
-				one.Shape = append(infer.Shape{1}, ft.Shape...)
-				var err error
-				if t, err = Tile(one, batch); err != nil {
-					return nil, nil, err
-				}
-			default:
-				return nil, nil, fmt.Errorf("%w: input %q has shape %s in the file, the model wants [batch]+%v", ErrInput, spec.Name, ft.Shape, dims)
-			}
+			t, err = fileInput(spec, byName, dims, batched, batch)
 		} else {
-			for _, d := range dims {
-				if d < 0 {
-					return nil, nil, fmt.Errorf("%w: input %q has variable dims %v; set them with --shape %s:D1,D2", ErrInput, spec.Name, dims, spec.Name)
-				}
-			}
-			shape := dims
-			if batched {
-				shape = append(infer.Shape{int64(batch)}, dims...)
-			}
-			var err error
-			if t, err = generate(spec.Name, spec.DataType, shape, source == InputRandom, rng); err != nil {
-				return nil, nil, err
-			}
+			t, err = generatedInput(spec, dims, batched, batch, source == InputRandom, rng)
+		}
+		if err != nil {
+			return nil, nil, err
 		}
 		out = append(out, t)
 	}
 	return out, notes, nil
+}
+
+// fileInput takes input spec from the input file (byName): its datatype
+// must match, and its shape fit dims, with or without the batch
+// dimension; a batching model's input is tiled to batch.
+func fileInput(spec infer.TensorSpec, byName map[string]infer.Tensor, dims infer.Shape, batched bool, batch int) (infer.Tensor, error) {
+	ft, ok := byName[spec.Name]
+	if !ok {
+		return infer.Tensor{}, fmt.Errorf("%w: the input file has no input %q", ErrInput, spec.Name)
+	}
+	if ft.DataType != spec.DataType {
+		return infer.Tensor{}, fmt.Errorf("%w: input %q is %s in the file but %s in the model", ErrInput, spec.Name, ft.DataType, spec.DataType)
+	}
+	switch {
+	case !batched:
+		if !fits(ft.Shape, dims) {
+			return infer.Tensor{}, fmt.Errorf("%w: input %q has shape %s in the file, the model wants %v", ErrInput, spec.Name, ft.Shape, dims)
+		}
+		return ft, nil
+	case len(ft.Shape) == len(dims)+1 && fits(ft.Shape[1:], dims):
+		return Tile(ft, batch)
+	case len(ft.Shape) == len(dims) && fits(ft.Shape, dims):
+		one := ft
+		one.Shape = append(infer.Shape{1}, ft.Shape...)
+		return Tile(one, batch)
+	default:
+		return infer.Tensor{}, fmt.Errorf("%w: input %q has shape %s in the file, the model wants [batch]+%v", ErrInput, spec.Name, ft.Shape, dims)
+	}
+}
+
+// generatedInput makes input spec's data (random or zeros) with shape
+// dims, which must be concrete, after the batch dimension when batched.
+func generatedInput(spec infer.TensorSpec, dims infer.Shape, batched bool, batch int, random bool, rng *rand.Rand) (infer.Tensor, error) {
+	for _, d := range dims {
+		if d < 0 {
+			return infer.Tensor{}, fmt.Errorf("%w: input %q has variable dims %v; set them with --shape %s:D1,D2", ErrInput, spec.Name, dims, spec.Name)
+		}
+	}
+	shape := dims
+	if batched {
+		shape = append(infer.Shape{int64(batch)}, dims...)
+	}
+	return generate(spec.Name, spec.DataType, shape, random, rng)
 }
 
 func hasInput(specs []infer.TensorSpec, name string) bool {

@@ -79,18 +79,9 @@ const (
 // OTEL_TRACES_SAMPLER_ARG. Unlike the SDK's default, no variable set means
 // no tracing: a process without a collector sends nothing.
 func SetupTracing(ctx context.Context, opts TracingOptions, logger *slog.Logger) (func(context.Context) error, error) {
-	off := func(context.Context) error { return nil }
-	kind := opts.Exporter
-	switch {
-	case kind != "":
-	case opts.Endpoint != "":
-		kind = ExporterOTLP
-	case os.Getenv("OTEL_TRACES_EXPORTER") != "":
-		kind = strings.TrimSpace(strings.ToLower(os.Getenv("OTEL_TRACES_EXPORTER")))
-	case os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "":
-		kind = ExporterOTLP
-	default:
-		kind = ExporterNone
+	kind := tracingExporter(opts)
+	if kind == ExporterNone {
+		return func(context.Context) error { return nil }, nil
 	}
 	var (
 		exp   sdktrace.SpanExporter
@@ -98,8 +89,6 @@ func SetupTracing(ctx context.Context, opts TracingOptions, logger *slog.Logger)
 		err   error
 	)
 	switch kind {
-	case ExporterNone:
-		return off, nil
 	case ExporterOTLP:
 		copts := []otlptracegrpc.Option{otlptracegrpc.WithTimeout(5 * time.Second)}
 		if opts.Endpoint != "" {
@@ -127,10 +116,53 @@ func SetupTracing(ctx context.Context, opts TracingOptions, logger *slog.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
+	res, err := tracingResource(ctx, opts.ServiceName)
+	if err != nil {
+		return nil, err
+	}
+	popts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(res)}
+	sampler, sampling := tracingSampler(opts)
+	if sampler != nil {
+		popts = append(popts, sdktrace.WithSampler(sampler))
+	}
+	tp := sdktrace.NewTracerProvider(popts...)
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(Propagator)
+	logger.Info("tracing on", "exporter", kind, "otlp_endpoint", opts.Endpoint, "file", opts.File, "sampler", strings.TrimSpace(sampling))
+	return func(ctx context.Context) error {
+		err := tp.Shutdown(ctx)
+		if close != nil {
+			err = errors.Join(err, close())
+		}
+		return err
+	}, nil
+}
+
+// tracingExporter picks the exporter: opts.Exporter, else otlp when an
+// endpoint is set in opts, else OTEL_TRACES_EXPORTER, else otlp when the
+// environment names an OTLP endpoint, else none.
+func tracingExporter(opts TracingOptions) string {
+	switch {
+	case opts.Exporter != "":
+		return opts.Exporter
+	case opts.Endpoint != "":
+		return ExporterOTLP
+	case os.Getenv("OTEL_TRACES_EXPORTER") != "":
+		return strings.TrimSpace(strings.ToLower(os.Getenv("OTEL_TRACES_EXPORTER")))
+	case os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "":
+		return ExporterOTLP
+	default:
+		return ExporterNone
+	}
+}
+
+// tracingResource describes this process to the tracing backend: the
+// SDK, the host and the OTEL_* environment, with the service name name,
+// else the environment's, else sluice.
+func tracingResource(ctx context.Context, name string) (*resource.Resource, error) {
 	// WithFromEnv reads OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME
 	// now (resource.Default would keep what it read first); a configured
 	// name wins over both.
-	name := opts.ServiceName
 	if name == "" && os.Getenv("OTEL_SERVICE_NAME") == "" && !strings.Contains(os.Getenv("OTEL_RESOURCE_ATTRIBUTES"), "service.name=") {
 		name = "sluice"
 	}
@@ -147,8 +179,14 @@ func SetupTracing(ctx context.Context, opts TracingOptions, logger *slog.Logger)
 			return nil, fmt.Errorf("tracing: %w", err)
 		}
 	}
-	popts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(res)}
-	sampler := "OTEL_TRACES_SAMPLER"
+	return res, nil
+}
+
+// tracingSampler picks the sampler and describes it for the log: opts'
+// run-time changeable Sampling, else opts' SampleRatio, else the SDK's
+// reading of OTEL_TRACES_SAMPLER (a nil sampler), else 1%; all but the
+// environment's are parent-based.
+func tracingSampler(opts TracingOptions) (sdktrace.Sampler, string) {
 	switch {
 	case opts.Sampling != nil:
 		ratio := opts.SampleRatio
@@ -157,29 +195,15 @@ func SetupTracing(ctx context.Context, opts TracingOptions, logger *slog.Logger)
 		}
 		opts.Sampling.SetRatio(ratio)
 		opts.Sampling.SetExporting(true)
-		popts = append(popts, sdktrace.WithSampler(sdktrace.ParentBased(opts.Sampling)))
-		sampler = fmt.Sprintf("parentbased_traceidratio %g (changeable at run time)", ratio)
+		return sdktrace.ParentBased(opts.Sampling), fmt.Sprintf("parentbased_traceidratio %g (changeable at run time)", ratio)
 	case opts.SampleRatio > 0:
-		popts = append(popts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(opts.SampleRatio))))
-		sampler = fmt.Sprintf("parentbased_traceidratio %g", opts.SampleRatio)
+		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(opts.SampleRatio)), fmt.Sprintf("parentbased_traceidratio %g", opts.SampleRatio)
 	case os.Getenv("OTEL_TRACES_SAMPLER") != "":
 		// The SDK reads OTEL_TRACES_SAMPLER and its _ARG itself.
-		sampler = os.Getenv("OTEL_TRACES_SAMPLER") + " " + os.Getenv("OTEL_TRACES_SAMPLER_ARG")
+		return nil, os.Getenv("OTEL_TRACES_SAMPLER") + " " + os.Getenv("OTEL_TRACES_SAMPLER_ARG")
 	default:
-		popts = append(popts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01))))
-		sampler = "parentbased_traceidratio 0.01"
+		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01)), "parentbased_traceidratio 0.01"
 	}
-	tp := sdktrace.NewTracerProvider(popts...)
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(Propagator)
-	logger.Info("tracing on", "exporter", kind, "otlp_endpoint", opts.Endpoint, "file", opts.File, "sampler", strings.TrimSpace(sampler))
-	return func(ctx context.Context) error {
-		err := tp.Shutdown(ctx)
-		if close != nil {
-			err = errors.Join(err, close())
-		}
-		return err
-	}, nil
 }
 
 // TraceHeaders writes the trace of ctx's span into a response's headers:

@@ -347,82 +347,106 @@ func (s *Settings) UpdateTrace(model string, update map[string][]string) (map[st
 			set[k] = nil
 			continue
 		}
-		if s.sampling == nil {
-			return nil, apierr.Errorf(apierr.KindUnsupported, ReasonUnsupported,
-				"trace setting '%s' cannot change: tracing is configured by OTEL_TRACES_SAMPLER; it is %v", k, s.global[k])
-		}
-		switch k {
-		case traceFile:
-			return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "trace file location can not be updated through network protocol")
-		case traceMode:
-			if !slices.Equal(v, s.initial[traceMode]) {
-				return nil, apierr.Errorf(apierr.KindUnsupported, ReasonUnsupported, "trace setting 'trace_mode' is chosen at start (--trace-config mode=); it is %v", s.initial[traceMode])
-			}
-		case traceRate:
-			n, err := strconv.ParseUint(v[0], 10, 64)
-			if len(v) != 1 || err != nil || n < 1 {
-				return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "trace setting 'trace_rate' must be one integer >= 1, got %v", v)
-			}
-			v = []string{strconv.FormatUint(n, 10)}
-		case traceCount:
-			n, err := strconv.ParseInt(v[0], 10, 64)
-			if len(v) != 1 || err != nil || n < -1 {
-				return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "trace setting 'trace_count' must be one integer >= -1, got %v", v)
-			}
-			v = []string{strconv.FormatInt(n, 10)}
-		case logFrequency:
-			n, err := strconv.ParseUint(v[0], 10, 64)
-			if len(v) != 1 || err != nil {
-				return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "trace setting 'log_frequency' must be one integer >= 0, got %v", v)
-			}
-			v = []string{strconv.FormatUint(n, 10)}
-		case traceLevel:
-			if err := checkLevel(v); err != nil {
-				return nil, err
-			}
-			if v[0] != "OFF" && !s.sampling.Exporting() {
-				return nil, apierr.Errorf(apierr.KindUnsupported, ReasonUnsupported,
-					"trace setting 'trace_level' cannot turn tracing on: no exporter is configured (start with --trace-otlp-endpoint, --trace-config triton,file= or OTEL_TRACES_EXPORTER)")
-			}
+		v, err := s.checkTraceLocked(k, v)
+		if err != nil {
+			return nil, err
 		}
 		set[k] = slices.Clone(v)
 	}
 	if model != "" {
-		m := s.models[model]
-		for k, v := range set {
-			switch {
-			case v != nil:
-				if m == nil {
-					m = map[string][]string{}
-				}
-				m[k] = v
-			default:
-				delete(m, k)
-			}
-			if k == traceCount {
-				delete(s.modelCounts, model)
-				if v != nil {
-					n, _ := strconv.ParseInt(v[0], 10, 64)
-					c := new(atomic.Int64)
-					c.Store(n)
-					if s.modelCounts == nil {
-						s.modelCounts = map[string]*atomic.Int64{}
-					}
-					s.modelCounts[model] = c
-				}
-			}
-		}
-		if len(m) == 0 {
-			delete(s.models, model)
-		} else {
-			if s.models == nil {
-				s.models = map[string]map[string][]string{}
-			}
-			s.models[model] = m
-		}
-		s.applyLocked()
-		return s.traceLocked(model), nil
+		s.setModelTraceLocked(model, set)
+	} else {
+		s.setGlobalTraceLocked(set)
 	}
+	s.applyLocked()
+	return s.traceLocked(model), nil
+}
+
+// checkTraceLocked checks the new value v of trace setting k and returns
+// it as stored (numbers in canonical form).
+func (s *Settings) checkTraceLocked(k string, v []string) ([]string, error) {
+	if s.sampling == nil {
+		return nil, apierr.Errorf(apierr.KindUnsupported, ReasonUnsupported,
+			"trace setting '%s' cannot change: tracing is configured by OTEL_TRACES_SAMPLER; it is %v", k, s.global[k])
+	}
+	switch k {
+	case traceFile:
+		return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "trace file location can not be updated through network protocol")
+	case traceMode:
+		if !slices.Equal(v, s.initial[traceMode]) {
+			return nil, apierr.Errorf(apierr.KindUnsupported, ReasonUnsupported, "trace setting 'trace_mode' is chosen at start (--trace-config mode=); it is %v", s.initial[traceMode])
+		}
+	case traceRate:
+		n, err := strconv.ParseUint(v[0], 10, 64)
+		if len(v) != 1 || err != nil || n < 1 {
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "trace setting 'trace_rate' must be one integer >= 1, got %v", v)
+		}
+		v = []string{strconv.FormatUint(n, 10)}
+	case traceCount:
+		n, err := strconv.ParseInt(v[0], 10, 64)
+		if len(v) != 1 || err != nil || n < -1 {
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "trace setting 'trace_count' must be one integer >= -1, got %v", v)
+		}
+		v = []string{strconv.FormatInt(n, 10)}
+	case logFrequency:
+		n, err := strconv.ParseUint(v[0], 10, 64)
+		if len(v) != 1 || err != nil {
+			return nil, apierr.Errorf(apierr.KindInvalid, ReasonInvalid, "trace setting 'log_frequency' must be one integer >= 0, got %v", v)
+		}
+		v = []string{strconv.FormatUint(n, 10)}
+	case traceLevel:
+		if err := checkLevel(v); err != nil {
+			return nil, err
+		}
+		if v[0] != "OFF" && !s.sampling.Exporting() {
+			return nil, apierr.Errorf(apierr.KindUnsupported, ReasonUnsupported,
+				"trace setting 'trace_level' cannot turn tracing on: no exporter is configured (start with --trace-otlp-endpoint, --trace-config triton,file= or OTEL_TRACES_EXPORTER)")
+		}
+	}
+	return v, nil
+}
+
+// setModelTraceLocked applies set to model's settings: a nil value
+// clears that setting (the model follows the global one again); a new
+// trace_count restarts the model's count.
+func (s *Settings) setModelTraceLocked(model string, set map[string][]string) {
+	m := s.models[model]
+	for k, v := range set {
+		switch {
+		case v != nil:
+			if m == nil {
+				m = map[string][]string{}
+			}
+			m[k] = v
+		default:
+			delete(m, k)
+		}
+		if k == traceCount {
+			delete(s.modelCounts, model)
+			if v != nil {
+				n, _ := strconv.ParseInt(v[0], 10, 64)
+				c := new(atomic.Int64)
+				c.Store(n)
+				if s.modelCounts == nil {
+					s.modelCounts = map[string]*atomic.Int64{}
+				}
+				s.modelCounts[model] = c
+			}
+		}
+	}
+	if len(m) == 0 {
+		delete(s.models, model)
+	} else {
+		if s.models == nil {
+			s.models = map[string]map[string][]string{}
+		}
+		s.models[model] = m
+	}
+}
+
+// setGlobalTraceLocked applies set to the global settings: a nil value
+// returns that setting to its value at start.
+func (s *Settings) setGlobalTraceLocked(set map[string][]string) {
 	for k, v := range set {
 		if v == nil {
 			v = slices.Clone(s.initial[k])
@@ -432,8 +456,6 @@ func (s *Settings) UpdateTrace(model string, update map[string][]string) (map[st
 			s.countSet = true
 		}
 	}
-	s.applyLocked()
-	return s.traceLocked(""), nil
 }
 
 // applyLocked maps the global settings onto the root sampler: trace_level

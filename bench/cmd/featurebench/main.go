@@ -236,6 +236,9 @@ func (s shape) String() string { return fmt.Sprintf("%d×%d", s.ents, s.feats) }
 
 var shapes = []shape{{1, 10}, {1, 50}, {100, 10}, {100, 50}}
 
+// run writes a feature repository, materializes it into each online
+// store, measures reads of each shape through each path, and writes the
+// report.
 func run(ctx context.Context, c config) error {
 	dir, err := os.MkdirTemp("", "featurebench")
 	if err != nil {
@@ -251,165 +254,221 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return fmt.Errorf("load repository: %w", err)
 	}
-
-	type target struct {
-		name  string
-		store online.Store
+	b := &benchRun{ctx: ctx, c: c, repo: repo}
+	defer b.close()
+	if err := b.openTargets(dir); err != nil {
+		return err
 	}
-	var targets []target
+	matRows, err := b.materialize(now.Add(-2*time.Hour), now)
+	if err != nil {
+		return err
+	}
+	if b.raw != nil {
+		b.meter.redisPID = redisPID(ctx, b.raw, c.redisAddr)
+	}
+	for _, tg := range b.targets {
+		if err := b.measureTarget(tg); err != nil {
+			return err
+		}
+	}
+	return writeReport(c, b.rows, matRows, b.rs != nil)
+}
+
+// target is an online store under test.
+type target struct {
+	name  string
+	store online.Store
+}
+
+// benchRun is one run's stores and the rows measured so far.
+type benchRun struct {
+	ctx     context.Context
+	c       config
+	repo    *registry.Repo
+	targets []target
+	rs      *redis.Store    // nil without Redis
+	raw     *goredis.Client // a plain client of the same Redis, for the raw pipeline rows
+	prefix  string          // the run's Redis key prefix
+	closers []func()        // run in reverse order by close
+	meter   cpuMeter
+	rows    []row
+}
+
+// close releases what openTargets opened, the last first.
+func (b *benchRun) close() {
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		b.closers[i]()
+	}
+}
+
+// openTargets opens the embedded store in dir and, when an address is
+// set and Redis answers there, a Redis store under a fresh key prefix
+// (deleted on close); without Redis its rows are left out.
+func (b *benchRun) openTargets(dir string) error {
 	emb, err := embedded.Open(filepath.Join(dir, "data", "online.db"), embedded.Options{})
 	if err != nil {
 		return err
 	}
-	defer emb.Close()
-	targets = append(targets, target{"embedded", emb})
-
-	var (
-		rs     *redis.Store
-		raw    *goredis.Client
-		prefix string
-	)
-	if c.redisAddr != "" {
-		var b [6]byte
-		_, _ = rand.Read(b[:])
-		prefix = "featurebench:" + hex.EncodeToString(b[:]) + ":"
-		rs, err = redis.Open(ctx, "", redis.Options{Addrs: []string{c.redisAddr}, KeyPrefix: prefix})
-		if err != nil {
-			say("redis at %s: %v; Redis rows left out", c.redisAddr, err)
-			rs = nil
-		} else {
-			defer func() {
-				if err := rs.DeletePrefix(context.Background()); err != nil {
-					say("delete %s*: %v", prefix, err)
-				}
-				if err := rs.Close(); err != nil {
-					say("close redis: %v", err)
-				}
-			}()
-			targets = append(targets, target{"redis", rs})
-			raw = goredis.NewClient(&goredis.Options{Addr: c.redisAddr, DisableIdentity: true})
-			defer raw.Close()
-		}
+	b.closers = append(b.closers, func() { _ = emb.Close() })
+	b.targets = append(b.targets, target{"embedded", emb})
+	if b.c.redisAddr == "" {
+		return nil
 	}
+	var r [6]byte
+	_, _ = rand.Read(r[:])
+	b.prefix = "featurebench:" + hex.EncodeToString(r[:]) + ":"
+	rs, err := redis.Open(b.ctx, "", redis.Options{Addrs: []string{b.c.redisAddr}, KeyPrefix: b.prefix})
+	if err != nil {
+		say("redis at %s: %v; Redis rows left out", b.c.redisAddr, err)
+		return nil
+	}
+	b.rs = rs
+	b.closers = append(b.closers, func() {
+		if err := rs.DeletePrefix(context.Background()); err != nil {
+			say("delete %s*: %v", b.prefix, err)
+		}
+		if err := rs.Close(); err != nil {
+			say("close redis: %v", err)
+		}
+	})
+	b.targets = append(b.targets, target{"redis", rs})
+	b.raw = goredis.NewClient(&goredis.Options{Addr: b.c.redisAddr, DisableIdentity: true})
+	b.closers = append(b.closers, func() { _ = b.raw.Close() })
+	return nil
+}
 
+// materialize materializes the window [start, end] into every target and
+// returns a row per view and target.
+func (b *benchRun) materialize(start, end time.Time) ([]row, error) {
 	var matRows []row
-	start, end := now.Add(-2*time.Hour), now
-	for _, tg := range targets {
-		m := materialize.New(repo, tg.store, materialize.Options{}, nil, nil)
+	for _, tg := range b.targets {
+		m := materialize.New(b.repo, tg.store, materialize.Options{}, nil, nil)
 		say("materializing into %s", tg.name)
-		rep, err := m.Run(ctx, start, end, nil, false)
+		rep, err := m.Run(b.ctx, start, end, nil, false)
 		if err != nil {
-			return fmt.Errorf("materialize into %s: %w", tg.name, err)
+			return nil, fmt.Errorf("materialize into %s: %w", tg.name, err)
 		}
 		for _, v := range rep.Views {
 			if v.Err != nil {
-				return fmt.Errorf("materialize %s into %s: %w", v.View, tg.name, v.Err)
+				return nil, fmt.Errorf("materialize %s into %s: %w", v.View, tg.name, v.Err)
 			}
 			matRows = append(matRows, row{store: tg.name, path: v.View, n: int(v.RowsRead), mean: v.Duration, note: fmt.Sprintf("%.0f", v.RowsPerSecond())})
 		}
 	}
+	return matRows, nil
+}
 
-	var rows []row
-	meter := cpuMeter{}
-	if raw != nil {
-		meter.redisPID = redisPID(ctx, raw, c.redisAddr)
+// add measures fn as path on store with shape s and adds its row.
+func (b *benchRun) add(store, path string, s shape, fn func() error) error {
+	m := b.meter
+	if store != "redis" {
+		m.redisPID = 0
 	}
-	add := func(store, path string, s shape, fn func() error) error {
-		m := meter
-		if store != "redis" {
-			m.redisPID = 0
+	p50, p99, mean, n, cpu, redisOK, err := measure(b.c, m, fn)
+	if err != nil {
+		return fmt.Errorf("%s %s %s: %w", store, path, s, err)
+	}
+	say("%-8s %-22s %-6s p50 %-10s p99 %s", store, path, s, p50, p99)
+	b.rows = append(b.rows, row{store: store, path: path, shape: s.String(), p50: p50, p99: p99, mean: mean, n: n,
+		cpu: cpu[0], redisCPU: cpu[1], hasRedisCPU: redisOK})
+	return nil
+}
+
+// measureTarget measures every shape read from tg, through a serving
+// server of its own (in process and over HTTP).
+func (b *benchRun) measureTarget(tg target) error {
+	srv := serving.New(fixedRepo{b.repo}, tg.store, serving.Options{}, nil, nil)
+	hs := httptest.NewServer(serving.NewHandler(srv, serving.HandlerOptions{}))
+	defer hs.Close()
+	for _, s := range shapes {
+		if err := b.measureShape(tg, srv, hs, s); err != nil {
+			return err
 		}
-		p50, p99, mean, n, cpu, redisOK, err := measure(c, m, fn)
+	}
+	return nil
+}
+
+// measureShape measures reads of shape s from tg: the store's Read, the
+// in-process server, HTTP, and for Redis a raw go-redis pipeline.
+func (b *benchRun) measureShape(tg target, srv *serving.Server, hs *httptest.Server, s shape) error {
+	ctx, c := b.ctx, b.c
+	keys := make([]online.Key, s.ents)
+	ids := make([]feature.Value, s.ents)
+	jsonIDs := make([]int64, s.ents)
+	for i := range s.ents {
+		id := int64((i * 97) % c.entities)
+		ids[i], jsonIDs[i] = feature.Value{I64: id}, id
+		ek, _ := feature.AppendEntityKey(nil, []feature.Kind{feature.KindInt64}, []feature.Value{{I64: id}})
+		keys[i] = online.Key{View: fmt.Sprintf("f%d", s.feats), Entity: ek}
+	}
+	refs := make([]string, s.feats)
+	for i := range refs {
+		refs[i] = fmt.Sprintf("f%d:x%02d", s.feats, i)
+	}
+	if err := b.add(tg.name, "store.Read", s, func() error {
+		res, err := tg.store.Read(ctx, keys)
+		if err == nil && !res[0].Found {
+			err = fmt.Errorf("key not found")
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := b.add(tg.name, "in-process serving", s, func() error {
+		_, err := srv.GetOnlineFeatures(ctx, &serving.Request{Features: refs, Entities: map[string][]feature.Value{"user_id": ids}})
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := b.add(tg.name, "in-process serving + Release", s, func() error {
+		resp, err := srv.GetOnlineFeatures(ctx, &serving.Request{Features: refs, Entities: map[string][]feature.Value{"user_id": ids}})
+		if err == nil {
+			srv.Release(resp)
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	body, _ := json.Marshal(map[string]any{"features": refs, "entities": map[string]any{"user_id": jsonIDs}})
+	client := hs.Client()
+	if err := b.add(tg.name, "HTTP", s, func() error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, hs.URL+"/get-online-features", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
 		if err != nil {
-			return fmt.Errorf("%s %s %s: %w", store, path, s, err)
+			return err
 		}
-		say("%-8s %-22s %-6s p50 %-10s p99 %s", store, path, s, p50, p99)
-		rows = append(rows, row{store: store, path: path, shape: s.String(), p50: p50, p99: p99, mean: mean, n: n,
-			cpu: cpu[0], redisCPU: cpu[1], hasRedisCPU: redisOK})
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close() // drained above; nothing left to lose
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if tg.name != "redis" || b.raw == nil {
 		return nil
 	}
-	for _, tg := range targets {
-		srv := serving.New(fixedRepo{repo}, tg.store, serving.Options{}, nil, nil)
-		hs := httptest.NewServer(serving.NewHandler(srv, serving.HandlerOptions{}))
-		client := hs.Client()
-		for _, s := range shapes {
-			keys := make([]online.Key, s.ents)
-			ids := make([]feature.Value, s.ents)
-			jsonIDs := make([]int64, s.ents)
-			for i := range s.ents {
-				id := int64((i * 97) % c.entities)
-				ids[i], jsonIDs[i] = feature.Value{I64: id}, id
-				ek, _ := feature.AppendEntityKey(nil, []feature.Kind{feature.KindInt64}, []feature.Value{{I64: id}})
-				keys[i] = online.Key{View: fmt.Sprintf("f%d", s.feats), Entity: ek}
-			}
-			refs := make([]string, s.feats)
-			for i := range refs {
-				refs[i] = fmt.Sprintf("f%d:x%02d", s.feats, i)
-			}
-			if err := add(tg.name, "store.Read", s, func() error {
-				res, err := tg.store.Read(ctx, keys)
-				if err == nil && !res[0].Found {
-					err = fmt.Errorf("key not found")
-				}
-				return err
-			}); err != nil {
-				return err
-			}
-			if err := add(tg.name, "in-process serving", s, func() error {
-				_, err := srv.GetOnlineFeatures(ctx, &serving.Request{Features: refs, Entities: map[string][]feature.Value{"user_id": ids}})
-				return err
-			}); err != nil {
-				return err
-			}
-			if err := add(tg.name, "in-process serving + Release", s, func() error {
-				resp, err := srv.GetOnlineFeatures(ctx, &serving.Request{Features: refs, Entities: map[string][]feature.Value{"user_id": ids}})
-				if err == nil {
-					srv.Release(resp)
-				}
-				return err
-			}); err != nil {
-				return err
-			}
-			body, _ := json.Marshal(map[string]any{"features": refs, "entities": map[string]any{"user_id": jsonIDs}})
-			if err := add(tg.name, "HTTP", s, func() error {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, hs.URL+"/get-online-features", bytes.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				resp, err := client.Do(req)
-				if err != nil {
-					return err
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				_ = resp.Body.Close() // drained above; nothing left to lose
-				if resp.StatusCode != http.StatusOK {
-					return fmt.Errorf("status %d", resp.StatusCode)
-				}
-				return nil
-			}); err != nil {
-				hs.Close()
-				return err
-			}
-			if tg.name == "redis" && raw != nil {
-				rawKeys := make([]string, len(keys))
-				for i, k := range keys {
-					rawKeys[i] = prefix + "v:" + k.View + ":" + string(k.Entity)
-				}
-				if err := add("redis", "raw go-redis pipeline", s, func() error {
-					pipe := raw.Pipeline()
-					cmds := make([]*goredis.StringCmd, len(rawKeys))
-					for i, k := range rawKeys {
-						cmds[i] = pipe.Get(ctx, k)
-					}
-					_, err := pipe.Exec(ctx)
-					return err
-				}); err != nil {
-					hs.Close()
-					return err
-				}
-			}
-		}
-		hs.Close()
+	rawKeys := make([]string, len(keys))
+	for i, k := range keys {
+		rawKeys[i] = b.prefix + "v:" + k.View + ":" + string(k.Entity)
 	}
-	report := render(c, rows, matRows, rs != nil)
+	return b.add("redis", "raw go-redis pipeline", s, func() error {
+		pipe := b.raw.Pipeline()
+		cmds := make([]*goredis.StringCmd, len(rawKeys))
+		for i, k := range rawKeys {
+			cmds[i] = pipe.Get(ctx, k)
+		}
+		_, err := pipe.Exec(ctx)
+		return err
+	})
+}
+
+// writeReport prints the report and, unless out is "-", writes it to the
+// out file with the sections of the old one that are kept.
+func writeReport(c config, rows, matRows []row, haveRedis bool) error {
+	report := render(c, rows, matRows, haveRedis)
 	if c.out != "-" {
 		report += keptSections(c.out)
 	}

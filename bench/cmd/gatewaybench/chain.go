@@ -304,40 +304,10 @@ func runChain(ctx context.Context, c config, rates []float64, dir string, ps *pr
 		say("%s", ch.Cleanup)
 	}()
 
-	frepo := filepath.Join(dir, "features")
-	if err := writeFeatureRepo(frepo, project, c.RedisAddr); err != nil {
-		return ch, fmt.Errorf("write the feature repository: %w", err)
-	}
-	gen := filepath.Join(dir, "gen")
-	if _, err := runTool(ctx, 5*time.Minute, "go", "build", "-o", gen, "./examples/parcel-eta/features/gen"); err != nil {
+	frepo, err := prepareChainData(ctx, c, dir, ch, rc)
+	if err != nil {
 		return ch, err
 	}
-	genArgs := []string{
-		"-out", filepath.Join(frepo, "data"), "-users", strconv.Itoa(c.Users), "-packages", strconv.Itoa(c.Packages),
-		"-routes", strconv.Itoa(c.Routes), "-days", strconv.Itoa(c.Days),
-	}
-	ch.GenCmd = fmt.Sprintf("go run ./examples/parcel-eta/features/gen -out DIR/data -users %d -packages %d -routes %d -days %d", c.Users, c.Packages, c.Routes, c.Days)
-	say("generating feature data: %s", ch.GenCmd)
-	t0 := time.Now()
-	if _, err := runTool(ctx, 5*time.Minute, gen, genArgs...); err != nil {
-		return ch, err
-	}
-	ch.GenTime = time.Since(t0)
-	if _, err := runTool(ctx, time.Minute, c.SluiceBin, "features", "apply", "--repo", frepo); err != nil {
-		return ch, err
-	}
-	window := fmt.Sprintf("now-%dh", c.Days*24+24)
-	ch.MatCmd = fmt.Sprintf("sluice features apply --repo DIR && sluice features materialize %s now --repo DIR --no-progress", window)
-	say("materializing into Redis under %s*", ch.Prefix)
-	t0 = time.Now()
-	if _, err := runTool(ctx, 10*time.Minute, c.SluiceBin, "features", "materialize", window, "now", "--repo", frepo, "--no-progress"); err != nil {
-		return ch, err
-	}
-	ch.MatTime = time.Since(t0)
-	if n, err := countKeys(ctx, rc, ch.Prefix); err == nil {
-		ch.Keys = n
-	}
-
 	modelRepo := filepath.Join(dir, "chain-models")
 	if err := copyModel("parcel_eta", modelRepo); err != nil {
 		return ch, fmt.Errorf("copy model: %w", err)
@@ -371,33 +341,11 @@ func runChain(ctx context.Context, c config, rates []float64, dir string, ps *pr
 	}
 
 	fsURL := fmt.Sprintf("http://127.0.0.1:%d", ports[3])
-	ch.Entities = map[string]int{}
-	ids := map[string][]int64{}
-	for _, q := range []struct {
-		key, feature string
-		n            int
-	}{{"user_id", "user_stats:u_f00", c.Users}, {"package_id", "package_features:weight_kg", c.Packages}, {"route_id", "route_features:distance_km", c.Routes}} {
-		got, err := presentIDs(ctx, fsURL, q.key, q.feature, q.n)
-		if err != nil {
-			return ch, fmt.Errorf("pick %s: %w", q.key, err)
-		}
-		if len(got) == 0 {
-			ch.Notes = append(ch.Notes, fmt.Sprintf("No %s has a fresh %s; requests use ids 1..%d, whose features come back missing or expired.", q.key, q.feature, q.n))
-			for id := 1; id <= q.n; id++ {
-				got = append(got, int64(id))
-			}
-		} else {
-			ch.Entities[q.key] = len(got)
-		}
-		ids[q.key] = got
+	ids, err := pickChainIDs(ctx, c, fsURL, ch)
+	if err != nil {
+		return ch, err
 	}
-	rng := mrand.New(mrand.NewPCG(1, 2)) //nolint:gosec // G404: a fixed seed, so every run sends the same request mix
-	bodies := make([][]byte, 4096)
-	for i := range bodies {
-		bodies[i] = fmt.Appendf(nil, `{"user_id": %d, "package_id": %d, "route_id": %d, "base_eta": %.1f, "route_delay_factor": %.2f}`,
-			ids["user_id"][rng.IntN(len(ids["user_id"]))], ids["package_id"][rng.IntN(len(ids["package_id"]))],
-			ids["route_id"][rng.IntN(len(ids["route_id"]))], 10+50*rng.Float64(), rng.Float64())
-	}
+	bodies := chainBodies(ids)
 	url := "http://" + listen + "/v1/services/parcel-eta:predict"
 	header := http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + key}}
 	if err := postOnce(ctx, newClient(4, c.Timeout), url, header, bodies[0]); err != nil {
@@ -417,9 +365,98 @@ func runChain(ctx context.Context, c config, rates []float64, dir string, ps *pr
 		URL: url, Header: header, Body: func(i int) []byte { return bodies[i%len(bodies)] },
 		MaxInFlight: c.MaxInFlight, Classify: classifyPredict,
 	}
+	return ch, sweepChain(ctx, c, rates, ch, load, spec, pids, gate, fmt.Sprintf("127.0.0.1:%d", ports[5]))
+}
+
+// prepareChainData writes the feature repository, generates the
+// example's feature data, applies the repository and materializes it into
+// Redis, timing both, and returns the repository's folder.
+func prepareChainData(ctx context.Context, c config, dir string, ch *chainResult, rc *goredis.Client) (string, error) {
+	frepo := filepath.Join(dir, "features")
+	if err := writeFeatureRepo(frepo, ch.Project, c.RedisAddr); err != nil {
+		return "", fmt.Errorf("write the feature repository: %w", err)
+	}
+	gen := filepath.Join(dir, "gen")
+	if _, err := runTool(ctx, 5*time.Minute, "go", "build", "-o", gen, "./examples/parcel-eta/features/gen"); err != nil {
+		return "", err
+	}
+	genArgs := []string{
+		"-out", filepath.Join(frepo, "data"), "-users", strconv.Itoa(c.Users), "-packages", strconv.Itoa(c.Packages),
+		"-routes", strconv.Itoa(c.Routes), "-days", strconv.Itoa(c.Days),
+	}
+	ch.GenCmd = fmt.Sprintf("go run ./examples/parcel-eta/features/gen -out DIR/data -users %d -packages %d -routes %d -days %d", c.Users, c.Packages, c.Routes, c.Days)
+	say("generating feature data: %s", ch.GenCmd)
+	t0 := time.Now()
+	if _, err := runTool(ctx, 5*time.Minute, gen, genArgs...); err != nil {
+		return "", err
+	}
+	ch.GenTime = time.Since(t0)
+	if _, err := runTool(ctx, time.Minute, c.SluiceBin, "features", "apply", "--repo", frepo); err != nil {
+		return "", err
+	}
+	window := fmt.Sprintf("now-%dh", c.Days*24+24)
+	ch.MatCmd = fmt.Sprintf("sluice features apply --repo DIR && sluice features materialize %s now --repo DIR --no-progress", window)
+	say("materializing into Redis under %s*", ch.Prefix)
+	t0 = time.Now()
+	if _, err := runTool(ctx, 10*time.Minute, c.SluiceBin, "features", "materialize", window, "now", "--repo", frepo, "--no-progress"); err != nil {
+		return "", err
+	}
+	ch.MatTime = time.Since(t0)
+	if n, err := countKeys(ctx, rc, ch.Prefix); err == nil {
+		ch.Keys = n
+	}
+
+	return frepo, nil
+}
+
+// pickChainIDs picks, for each entity key, the ids that have fresh
+// features; where none has, requests use ids 1..n (noted in ch).
+func pickChainIDs(ctx context.Context, c config, fsURL string, ch *chainResult) (map[string][]int64, error) {
+	ch.Entities = map[string]int{}
+	ids := map[string][]int64{}
+	for _, q := range []struct {
+		key, feature string
+		n            int
+	}{{"user_id", "user_stats:u_f00", c.Users}, {"package_id", "package_features:weight_kg", c.Packages}, {"route_id", "route_features:distance_km", c.Routes}} {
+		got, err := presentIDs(ctx, fsURL, q.key, q.feature, q.n)
+		if err != nil {
+			return nil, fmt.Errorf("pick %s: %w", q.key, err)
+		}
+		if len(got) == 0 {
+			ch.Notes = append(ch.Notes, fmt.Sprintf("No %s has a fresh %s; requests use ids 1..%d, whose features come back missing or expired.", q.key, q.feature, q.n))
+			for id := 1; id <= q.n; id++ {
+				got = append(got, int64(id))
+			}
+		} else {
+			ch.Entities[q.key] = len(got)
+		}
+		ids[q.key] = got
+	}
+	return ids, nil
+}
+
+// chainBodies makes the predict request bodies, from a fixed seed so that
+// every run sends the same request mix.
+func chainBodies(ids map[string][]int64) [][]byte {
+	rng := mrand.New(mrand.NewPCG(1, 2)) //nolint:gosec // G404: a fixed seed, so every run sends the same request mix
+	bodies := make([][]byte, 4096)
+	for i := range bodies {
+		bodies[i] = fmt.Appendf(nil, `{"user_id": %d, "package_id": %d, "route_id": %d, "base_eta": %.1f, "route_delay_factor": %.2f}`,
+			ids["user_id"][rng.IntN(len(ids["user_id"]))], ids["package_id"][rng.IntN(len(ids["package_id"]))],
+			ids["route_id"][rng.IntN(len(ids["route_id"]))], 10+50*rng.Float64(), rng.Float64())
+	}
+	return bodies
+}
+
+// sweepChain runs the load at each rate in turn, after a warm-up, with
+// the processes' CPU time (and a profile, when asked for) of each, and
+// stops when a rate is not kept up with.
+func sweepChain(ctx context.Context, c config, rates []float64, ch *chainResult, load *rawClient, spec loadSpec,
+	pids map[string]int, gate *quietGate, admin string,
+) error {
 	for _, rate := range rates {
 		if ctx.Err() != nil {
-			return ch, ctx.Err()
+			return ctx.Err()
 		}
 		gate.wait(ctx)
 		warm := spec
@@ -428,7 +465,7 @@ func runChain(ctx context.Context, c config, rates []float64, dir string, ps *pr
 		m := newCPUMeter(pids)
 		s := spec
 		s.Rate, s.Duration = rate, time.Duration(c.ChainSeconds*float64(time.Second))
-		prof := captureProfile(ctx, c.ProfileDir, fmt.Sprintf("127.0.0.1:%d", ports[5]), fmt.Sprintf("chain-%.0f", rate), s.Duration)
+		prof := captureProfile(ctx, c.ProfileDir, admin, fmt.Sprintf("chain-%.0f", rate), s.Duration)
 		res := runLoad(ctx, load, s)
 		prof()
 		used, wall := m.since()
@@ -442,5 +479,5 @@ func runChain(ctx context.Context, c config, rates []float64, dir string, ps *pr
 			break
 		}
 	}
-	return ch, nil
+	return nil
 }

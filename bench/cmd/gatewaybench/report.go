@@ -437,62 +437,12 @@ func autoNotes(rep *report) []string {
 	var out []string
 	var late, busy []string
 	if h := rep.Hop; h != nil {
-		for _, r := range h.Rows {
-			if r.Res.Late > 0 {
-				late = append(late, fmt.Sprintf("%s at %.0f/s %d of %d", r.Target, r.Rate, r.Res.Late, r.Res.Sent))
-			}
-			if o := otherCores(r.CPU, r.Wall); o > 0.2 {
-				busy = append(busy, fmt.Sprintf("%s at %.0f/s %.2f", r.Target, r.Rate, o))
-			}
-		}
-		if g, ok := h.row(targetGateway, hopTargetRate); ok {
-			if p, ok := h.row(targetHAProxy, hopTargetRate); ok && p.cpuPerReq(cpuProxy) > 0 && g.cpuPerReq(cpuProxy) > 0 {
-				out = append(out, fmt.Sprintf("At %.0f/s the gateway process used %.0f µs of CPU per request and HAProxy %.0f µs (%.1f×). On a machine where every core is shared with the load generator and the model server, CPU a proxy spends per request turns into queueing for the others, which shows first at p99.",
-					hopTargetRate, g.cpuPerReq(cpuProxy), p.cpuPerReq(cpuProxy), g.cpuPerReq(cpuProxy)/p.cpuPerReq(cpuProxy)))
-			}
-		}
-		if d, ok := h.row(targetDirect, hopTargetRate); ok && len(d.Rounds) > 1 {
-			lo, hi := d.Rounds[0].P99, d.Rounds[0].P99
-			for _, s := range d.Rounds {
-				lo, hi = min(lo, s.P99), max(hi, s.P99)
-			}
-			out = append(out, fmt.Sprintf("Direct calls alone had a p99 of %s–%s µs across rounds at %.0f/s (p50 %s µs): the model server's own tail on these shared CPUs, and a spread of %s µs from round to round. Added p99 values smaller than that spread are not distinguishable from noise.",
-				us(lo), us(hi), hopTargetRate, us(d.at(0.5, true)), us(hi-lo)))
-		}
-		if d, ok := h.row(targetDirect, hopTargetRate); ok {
-			if lg := d.cpuPerReq(cpuLoadgen); lg > 0 {
-				out = append(out, fmt.Sprintf("The load generator itself used %.0f µs of CPU per request at %.0f/s (%.0f %% of one core), on the same cores as the servers.", lg, hopTargetRate, lg*hopTargetRate/1e4))
-			}
-		}
+		late, busy = hopLateBusy(h, late, busy)
+		out = append(out, hopNotes(h)...)
 	}
 	if ch := rep.Chain; ch != nil {
-		for i := range ch.Rows {
-			r := &ch.Rows[i]
-			if r.Res.Late > 0 {
-				late = append(late, fmt.Sprintf("full chain at %.0f/s %d of %d", r.Rate, r.Res.Late, r.Res.Sent))
-			}
-			if o := otherCores(r.CPU, r.Wall); o > 0.2 {
-				busy = append(busy, fmt.Sprintf("full chain at %.0f/s %.2f", r.Rate, o))
-			}
-		}
-		for i := range ch.Rows {
-			if r := &ch.Rows[i]; r.Rate == chainTargetRate && r.Wall > 0 {
-				var parts []string
-				total := 0.0
-				for _, name := range []string{cpuSluice, cpuRedis, cpuLoadgen} {
-					if d, ok := r.CPU[name]; ok {
-						cores := d.Seconds() / r.Wall.Seconds()
-						total += cores
-						parts = append(parts, fmt.Sprintf("%s %.0f µs per request (%.2f CPUs)", name, r.cpuPerReq(name), cores))
-					}
-				}
-				s := fmt.Sprintf("Full chain at %.0f/s offered: %s; together %.2f of the %d CPUs", r.Rate, strings.Join(parts, ", "), total, runtime.NumCPU())
-				if total > 0.7*float64(runtime.NumCPU()) {
-					s += ", so queueing for a CPU, not the work itself, sets the tail at this rate on this machine"
-				}
-				out = append(out, s+".")
-			}
-		}
+		late, busy = chainLateBusy(ch, late, busy)
+		out = append(out, chainNotes(ch)...)
 	}
 	if len(late) > 0 {
 		out = append(out, fmt.Sprintf("Late sends (more than %s behind schedule: the load generator did not get a CPU in time; the delay is inside the latencies): %s.", lateThreshold, strings.Join(late, "; ")))
@@ -502,5 +452,85 @@ func autoNotes(rep *report) []string {
 	}
 	out = append(out, "On a shared 2-CPU machine the p99 columns, and the full chain above 2,000/s, move by several times from run to run with outside load (the *other* columns, the load average): read one run's verdicts next to its own *other* figures, and rerun before trusting a p99 that decides a target.")
 	out = append(out, "Absolute latencies include two loopback hops per proxy and the scheduler's wake-ups on a small shared machine; compare rows of the same run.")
+	return out
+}
+
+// hopLateBusy adds the hop rows with late sends to late, and those that
+// ran next to outside work to busy.
+func hopLateBusy(h *hopResult, late, busy []string) ([]string, []string) {
+	for _, r := range h.Rows {
+		if r.Res.Late > 0 {
+			late = append(late, fmt.Sprintf("%s at %.0f/s %d of %d", r.Target, r.Rate, r.Res.Late, r.Res.Sent))
+		}
+		if o := otherCores(r.CPU, r.Wall); o > 0.2 {
+			busy = append(busy, fmt.Sprintf("%s at %.0f/s %.2f", r.Target, r.Rate, o))
+		}
+	}
+	return late, busy
+}
+
+// hopNotes compares the gateway's and HAProxy's CPU per request, and
+// notes the direct calls' p99 spread and the load generator's CPU.
+func hopNotes(h *hopResult) []string {
+	var out []string
+	if g, ok := h.row(targetGateway, hopTargetRate); ok {
+		if p, ok := h.row(targetHAProxy, hopTargetRate); ok && p.cpuPerReq(cpuProxy) > 0 && g.cpuPerReq(cpuProxy) > 0 {
+			out = append(out, fmt.Sprintf("At %.0f/s the gateway process used %.0f µs of CPU per request and HAProxy %.0f µs (%.1f×). On a machine where every core is shared with the load generator and the model server, CPU a proxy spends per request turns into queueing for the others, which shows first at p99.",
+				hopTargetRate, g.cpuPerReq(cpuProxy), p.cpuPerReq(cpuProxy), g.cpuPerReq(cpuProxy)/p.cpuPerReq(cpuProxy)))
+		}
+	}
+	if d, ok := h.row(targetDirect, hopTargetRate); ok && len(d.Rounds) > 1 {
+		lo, hi := d.Rounds[0].P99, d.Rounds[0].P99
+		for _, s := range d.Rounds {
+			lo, hi = min(lo, s.P99), max(hi, s.P99)
+		}
+		out = append(out, fmt.Sprintf("Direct calls alone had a p99 of %s–%s µs across rounds at %.0f/s (p50 %s µs): the model server's own tail on these shared CPUs, and a spread of %s µs from round to round. Added p99 values smaller than that spread are not distinguishable from noise.",
+			us(lo), us(hi), hopTargetRate, us(d.at(0.5, true)), us(hi-lo)))
+	}
+	if d, ok := h.row(targetDirect, hopTargetRate); ok {
+		if lg := d.cpuPerReq(cpuLoadgen); lg > 0 {
+			out = append(out, fmt.Sprintf("The load generator itself used %.0f µs of CPU per request at %.0f/s (%.0f %% of one core), on the same cores as the servers.", lg, hopTargetRate, lg*hopTargetRate/1e4))
+		}
+	}
+	return out
+}
+
+// chainLateBusy adds the chain rows with late sends to late, and those
+// that ran next to outside work to busy.
+func chainLateBusy(ch *chainResult, late, busy []string) ([]string, []string) {
+	for i := range ch.Rows {
+		r := &ch.Rows[i]
+		if r.Res.Late > 0 {
+			late = append(late, fmt.Sprintf("full chain at %.0f/s %d of %d", r.Rate, r.Res.Late, r.Res.Sent))
+		}
+		if o := otherCores(r.CPU, r.Wall); o > 0.2 {
+			busy = append(busy, fmt.Sprintf("full chain at %.0f/s %.2f", r.Rate, o))
+		}
+	}
+	return late, busy
+}
+
+// chainNotes notes each process's CPU per request in the chain at its
+// target rate, and whether the CPUs were the limit there.
+func chainNotes(ch *chainResult) []string {
+	var out []string
+	for i := range ch.Rows {
+		if r := &ch.Rows[i]; r.Rate == chainTargetRate && r.Wall > 0 {
+			var parts []string
+			total := 0.0
+			for _, name := range []string{cpuSluice, cpuRedis, cpuLoadgen} {
+				if d, ok := r.CPU[name]; ok {
+					cores := d.Seconds() / r.Wall.Seconds()
+					total += cores
+					parts = append(parts, fmt.Sprintf("%s %.0f µs per request (%.2f CPUs)", name, r.cpuPerReq(name), cores))
+				}
+			}
+			s := fmt.Sprintf("Full chain at %.0f/s offered: %s; together %.2f of the %d CPUs", r.Rate, strings.Join(parts, ", "), total, runtime.NumCPU())
+			if total > 0.7*float64(runtime.NumCPU()) {
+				s += ", so queueing for a CPU, not the work itself, sets the tail at this rate on this machine"
+			}
+			out = append(out, s+".")
+		}
+	}
 	return out
 }

@@ -120,30 +120,50 @@ func (c *customMetrics) apply(model, version string, payload []byte, logger *slo
 	}
 	f := c.families[m.Name]
 	if m.Op == "family" {
-		switch {
-		case !customName.MatchString(m.Name) || slices.ContainsFunc(customReserved, func(p string) bool { return strings.HasPrefix(m.Name, p) }):
-			refuse("invalid or reserved name")
-		case m.Kind < customCounter || m.Kind > customHistogram:
-			refuse("unknown kind %d", m.Kind)
-		case f != nil && f.kind != m.Kind:
-			refuse("another model declared it with another kind")
-		case f == nil:
-			c.families[m.Name] = &customFamily{name: m.Name, help: m.Description, kind: m.Kind, series: map[string]*customSeries{}}
-		}
+		c.declareLocked(&m, f, refuse)
 		return
 	}
 	if f == nil {
 		return
 	}
-	// The model's labels, unless the metric sets them itself (Triton's
-	// custom_metrics example labels its metric with model and version).
+	values, ok := f.labelValues(model, version, m.Labels, refuse)
+	if !ok {
+		return
+	}
+	key := model + "\x00" + version + "\x00" + strings.Join(values, "\x00")
+	f.applyOp(&m, key, model, version, values)
+}
+
+// declareLocked declares family m.Name (f, nil when new) unless its name
+// is invalid or reserved, its kind unknown, or another model declared it
+// with another kind.
+func (c *customMetrics) declareLocked(m *customMsg, f *customFamily, refuse func(format string, args ...any)) {
+	switch {
+	case !customName.MatchString(m.Name) || slices.ContainsFunc(customReserved, func(p string) bool { return strings.HasPrefix(m.Name, p) }):
+		refuse("invalid or reserved name")
+	case m.Kind < customCounter || m.Kind > customHistogram:
+		refuse("unknown kind %d", m.Kind)
+	case f != nil && f.kind != m.Kind:
+		refuse("another model declared it with another kind")
+	case f == nil:
+		c.families[m.Name] = &customFamily{name: m.Name, help: m.Description, kind: m.Kind, series: map[string]*customSeries{}}
+	}
+}
+
+// labelValues returns a series' label values, in the order of its sorted
+// label names: model and version, unless the metric sets them itself
+// (Triton's custom_metrics example labels its metric with model and
+// version), and the metric's own. The first series fixes the family's
+// label names; ok is false (and the series refused) when a name is
+// invalid or the names differ from the family's.
+func (f *customFamily) labelValues(model, version string, own map[string]string, refuse func(format string, args ...any)) ([]string, bool) {
 	labels := map[string]string{"model": model, "version": version}
-	maps.Copy(labels, m.Labels)
+	maps.Copy(labels, own)
 	names := slices.Sorted(maps.Keys(labels))
 	for _, n := range names {
 		if !customName.MatchString(n) || strings.HasPrefix(n, "__") {
 			refuse("invalid label name %q", n)
-			return
+			return nil, false
 		}
 	}
 	if f.desc == nil {
@@ -152,13 +172,18 @@ func (c *customMetrics) apply(model, version string, payload []byte, logger *slo
 	}
 	if !slices.Equal(f.labels, names) {
 		refuse("label names %v differ from the family's %v", names, f.labels)
-		return
+		return nil, false
 	}
 	values := make([]string, len(names))
 	for i, n := range names {
 		values[i] = labels[n]
 	}
-	key := model + "\x00" + version + "\x00" + strings.Join(values, "\x00")
+	return values, true
+}
+
+// applyOp applies a series operation to series key: metric creates it,
+// add, set and observe change it as its family's kind allows.
+func (f *customFamily) applyOp(m *customMsg, key, model, version string, values []string) {
 	s := f.series[key]
 	switch m.Op {
 	case "metric":

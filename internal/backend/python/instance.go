@@ -386,80 +386,26 @@ func (in *Instance) run(ctx context.Context, inputs [][]infer.Tensor, outputs []
 		}
 		return outs, errs
 	}
-	if len(inputs) != len(outputs) {
-		return fail(fmt.Errorf("execute: %d input lists for %d output lists", len(inputs), len(outputs)))
+	reqs, err := execRequests(inputs, outputs, params, senders)
+	if err != nil {
+		return fail(err)
 	}
-	if params != nil && len(params) != len(inputs) {
-		return fail(fmt.Errorf("execute: %d parameter sets for %d requests", len(params), len(inputs)))
-	}
-	if senders != nil && len(senders) != len(inputs) {
-		return fail(fmt.Errorf("execute: %d senders for %d requests", len(senders), len(inputs)))
-	}
-	reqs := make([]execRequest, len(outputs))
-	for i, out := range outputs {
-		reqs[i] = execRequest{inputs: inputs[i], outputs: out}
-		if params != nil && len(params[i]) > 0 {
-			// Encoded only for requests that have parameters: the
-			// common request pays nothing.
-			p, err := json.Marshal(params[i])
-			if err != nil {
-				return fail(fmt.Errorf("execute: encode request parameters: %w", err))
-			}
-			reqs[i].params = p
-		}
-	}
-	var w *worker
-	var f frame
-	var st *stream
-	for {
-		var err error
-		if w, err = in.pick(ctx); err != nil {
-			return fail(err)
-		}
-		if senders != nil {
-			st = newStream()
-		}
-		f, err = in.call(ctx, w, st, reqs)
-		if errors.Is(err, errNotSent) {
-			continue // the worker died before the requests went out: pick again
-		}
-		if err != nil && (st == nil || errors.Is(err, errTooLarge) || !w.streaming(st)) {
-			return fail(err)
-		}
-		break
+	w, f, st, err := in.send(ctx, reqs, senders != nil)
+	if err != nil {
+		return fail(err)
 	}
 	if st != nil {
 		// From here on every outcome reaches the senders through the
 		// stream, in the order the worker sent its frames.
 		go in.dispatch(w, st, reqs, senders)
 	}
-	var err error
-	switch {
-	case st != nil && f.op == 0:
+	if st != nil && f.op == 0 {
 		// The call ended without an answer (its context ended, or the
 		// worker died): the stream reports the death; a context that
 		// ended leaves the requests to the model's final flags.
 		return outs, errs
-	case f.op == opError:
-		we := parseWorkerError(f.payload)
-		if we.Traceback != "" {
-			in.logger.Warn("python model execute failed", "pid", w.pid, "traceback", we.Traceback)
-		}
-		err = &apierr.Error{
-			Kind: apierr.KindInternal, Reason: ReasonModelException,
-			Msg: fmt.Sprintf("model '%s' version %d: %s", in.key.model, in.key.version, we.Message),
-		}
-	case f.op == opOversize:
-		err = &apierr.Error{
-			Kind: apierr.KindResourceExhausted, Reason: apierr.ReasonResponseTooLarge,
-			Msg: fmt.Sprintf("model '%s' version %d: the worker's answer is %d bytes, over the %d bytes its maximum output allows (config.pbtxt parameter max_output_bytes, or the server's --max-output-bytes); it was dropped unread",
-				in.key.model, in.key.version, f.size, in.spec.maxResult),
-		}
-	case f.op != opResult:
-		w.kill()
-		err = fmt.Errorf("python worker %d answered op %d to execute", w.pid, f.op)
 	}
-	if err != nil {
+	if err := in.answerError(w, f); err != nil {
 		if st != nil {
 			st.fail(err)
 			return outs, errs
@@ -485,6 +431,85 @@ func (in *Instance) run(ctx context.Context, inputs [][]infer.Tensor, outputs []
 		outs[i], errs[i] = in.collect(&reqs[i], &resps[i])
 	}
 	return outs, errs
+}
+
+// execRequests checks that the request lists agree in length and builds
+// the execute requests, encoding parameters only for requests that have
+// some: the common request pays nothing.
+func execRequests(inputs [][]infer.Tensor, outputs [][]string, params []infer.Parameters, senders []infer.Sender) ([]execRequest, error) {
+	if len(inputs) != len(outputs) {
+		return nil, fmt.Errorf("execute: %d input lists for %d output lists", len(inputs), len(outputs))
+	}
+	if params != nil && len(params) != len(inputs) {
+		return nil, fmt.Errorf("execute: %d parameter sets for %d requests", len(params), len(inputs))
+	}
+	if senders != nil && len(senders) != len(inputs) {
+		return nil, fmt.Errorf("execute: %d senders for %d requests", len(senders), len(inputs))
+	}
+	reqs := make([]execRequest, len(outputs))
+	for i, out := range outputs {
+		reqs[i] = execRequest{inputs: inputs[i], outputs: out}
+		if params != nil && len(params[i]) > 0 {
+			p, err := json.Marshal(params[i])
+			if err != nil {
+				return nil, fmt.Errorf("execute: encode request parameters: %w", err)
+			}
+			reqs[i].params = p
+		}
+	}
+	return reqs, nil
+}
+
+// send sends reqs to a worker, picking another when the one picked died
+// before they went out, and returns the worker, its answer frame and,
+// when streaming (decoupled), the call's stream. An error on a stream the
+// worker has taken over is left for the stream to report.
+func (in *Instance) send(ctx context.Context, reqs []execRequest, streaming bool) (*worker, frame, *stream, error) {
+	for {
+		w, err := in.pick(ctx)
+		if err != nil {
+			return nil, frame{}, nil, err
+		}
+		var st *stream
+		if streaming {
+			st = newStream()
+		}
+		f, err := in.call(ctx, w, st, reqs)
+		if errors.Is(err, errNotSent) {
+			continue // the worker died before the requests went out: pick again
+		}
+		if err != nil && (st == nil || errors.Is(err, errTooLarge) || !w.streaming(st)) {
+			return nil, frame{}, nil, err
+		}
+		return w, f, st, nil
+	}
+}
+
+// answerError is the error an answer frame other than a result carries:
+// the model's exception, an answer over the output limit, or (killing the
+// worker) an op execute does not expect.
+func (in *Instance) answerError(w *worker, f frame) error {
+	switch {
+	case f.op == opError:
+		we := parseWorkerError(f.payload)
+		if we.Traceback != "" {
+			in.logger.Warn("python model execute failed", "pid", w.pid, "traceback", we.Traceback)
+		}
+		return &apierr.Error{
+			Kind: apierr.KindInternal, Reason: ReasonModelException,
+			Msg: fmt.Sprintf("model '%s' version %d: %s", in.key.model, in.key.version, we.Message),
+		}
+	case f.op == opOversize:
+		return &apierr.Error{
+			Kind: apierr.KindResourceExhausted, Reason: apierr.ReasonResponseTooLarge,
+			Msg: fmt.Sprintf("model '%s' version %d: the worker's answer is %d bytes, over the %d bytes its maximum output allows (config.pbtxt parameter max_output_bytes, or the server's --max-output-bytes); it was dropped unread",
+				in.key.model, in.key.version, f.size, in.spec.maxResult),
+		}
+	case f.op != opResult:
+		w.kill()
+		return fmt.Errorf("python worker %d answered op %d to execute", w.pid, f.op)
+	}
+	return nil
 }
 
 // dispatch hands a decoupled call's responses to the requests' senders

@@ -142,6 +142,8 @@ func DefaultMaxSequencesPerClient(slots int) int { return max(4*slots, 16) }
 // ids it passes to a CORRID control of TYPE_STRING.
 const MaxStringIDBytes = 128
 
+// validate checks the options for a scheduler with executors executors,
+// reporting every problem.
 func (o *Options) validate(executors int) error {
 	var errs []error
 	if executors == 0 {
@@ -166,34 +168,52 @@ func (o *Options) validate(executors int) error {
 		}
 	}
 	for _, c := range o.Controls {
-		if c.Kind == ControlCorrID {
-			switch c.DataType {
-			case infer.Uint64, infer.Int64, infer.Uint32, infer.Int32, infer.Bytes:
-			default:
-				errs = append(errs, fmt.Errorf("control input '%s': correlation id data type %s is not UINT64, INT64, UINT32, INT32 or BYTES", c.Input, c.DataType))
-			}
-			continue
-		}
-		if sz := c.DataType.Size(); sz == 0 || len(c.False) != sz || len(c.True) != sz {
-			errs = append(errs, fmt.Errorf("control input '%s': false/true values do not fit data type %s", c.Input, c.DataType))
+		if err := c.validate(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	for _, s := range o.States {
-		n, err := s.Dims.Elements()
-		switch {
-		case err != nil || slicesHasNeg(s.Dims):
-			errs = append(errs, fmt.Errorf("state '%s': dims %s must be concrete", s.Input, s.Dims))
-		case !s.DataType.Valid():
-			errs = append(errs, fmt.Errorf("state '%s': data type %s is not supported", s.Input, s.DataType))
-		case s.DataType == infer.Bytes && s.Initial != nil:
-			if els, err := infer.SplitBytes(s.Initial); err != nil || len(els) != n {
-				errs = append(errs, fmt.Errorf("state '%s': initial value does not hold %d serialized strings (dims %s)", s.Input, n, s.Dims))
-			}
-		case s.DataType != infer.Bytes && s.Initial != nil && len(s.Initial) != n*s.DataType.Size():
-			errs = append(errs, fmt.Errorf("state '%s': initial value has %d bytes, dims %s of %s need %d", s.Input, len(s.Initial), s.Dims, s.DataType, n*s.DataType.Size()))
+		if err := s.validate(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validate checks a control input: a correlation id's data type, or that
+// a control's false and true values fit its data type.
+func (c *Control) validate() error {
+	if c.Kind == ControlCorrID {
+		switch c.DataType {
+		case infer.Uint64, infer.Int64, infer.Uint32, infer.Int32, infer.Bytes:
+			return nil
+		default:
+			return fmt.Errorf("control input '%s': correlation id data type %s is not UINT64, INT64, UINT32, INT32 or BYTES", c.Input, c.DataType)
+		}
+	}
+	if sz := c.DataType.Size(); sz == 0 || len(c.False) != sz || len(c.True) != sz {
+		return fmt.Errorf("control input '%s': false/true values do not fit data type %s", c.Input, c.DataType)
+	}
+	return nil
+}
+
+// validate checks a state: concrete dims, a supported data type, and an
+// initial value (if any) that fills the dims.
+func (s *State) validate() error {
+	n, err := s.Dims.Elements()
+	switch {
+	case err != nil || slicesHasNeg(s.Dims):
+		return fmt.Errorf("state '%s': dims %s must be concrete", s.Input, s.Dims)
+	case !s.DataType.Valid():
+		return fmt.Errorf("state '%s': data type %s is not supported", s.Input, s.DataType)
+	case s.DataType == infer.Bytes && s.Initial != nil:
+		if els, err := infer.SplitBytes(s.Initial); err != nil || len(els) != n {
+			return fmt.Errorf("state '%s': initial value does not hold %d serialized strings (dims %s)", s.Input, n, s.Dims)
+		}
+	case s.DataType != infer.Bytes && s.Initial != nil && len(s.Initial) != n*s.DataType.Size():
+		return fmt.Errorf("state '%s': initial value has %d bytes, dims %s of %s need %d", s.Input, len(s.Initial), s.Dims, s.DataType, n*s.DataType.Size())
+	}
+	return nil
 }
 
 func slicesHasNeg(s infer.Shape) bool {

@@ -49,25 +49,7 @@ func (s *Scheduler) pack(rows []row) ([]infer.Tensor, []string, int) {
 		ctlShape = infer.Shape{int64(n), 1}
 	}
 	for _, c := range s.opts.Controls {
-		var data []byte
-		for _, r := range rows {
-			p := r.p
-			switch c.Kind {
-			case ControlStart:
-				data = append(data, flag(c, p != nil && p.req.Start)...)
-			case ControlEnd:
-				data = append(data, flag(c, p != nil && p.req.End)...)
-			case ControlReady:
-				data = append(data, flag(c, p != nil)...)
-			case ControlCorrID:
-				var id CorrID
-				if p != nil {
-					id = p.seq.id
-				}
-				data = appendCorrID(data, c.DataType, id)
-			}
-		}
-		inputs = append(inputs, infer.Tensor{Name: c.Input, DataType: c.DataType, Shape: ctlShape.Clone(), Data: data})
+		inputs = append(inputs, infer.Tensor{Name: c.Input, DataType: c.DataType, Shape: ctlShape.Clone(), Data: controlData(c, rows)})
 	}
 	for k, st := range s.opts.States {
 		var data []byte
@@ -80,6 +62,36 @@ func (s *Scheduler) pack(rows []row) ([]infer.Tensor, []string, int) {
 		}
 		inputs = append(inputs, infer.Tensor{Name: st.Input, DataType: st.DataType, Shape: shape, Data: data})
 	}
+	return inputs, s.outputNames(rows), real
+}
+
+// controlData is control c's value for each row: its start, end or ready
+// flag, or its sequence's correlation id (zero for padding rows).
+func controlData(c Control, rows []row) []byte {
+	var data []byte
+	for _, r := range rows {
+		p := r.p
+		switch c.Kind {
+		case ControlStart:
+			data = append(data, flag(c, p != nil && p.req.Start)...)
+		case ControlEnd:
+			data = append(data, flag(c, p != nil && p.req.End)...)
+		case ControlReady:
+			data = append(data, flag(c, p != nil)...)
+		case ControlCorrID:
+			var id CorrID
+			if p != nil {
+				id = p.seq.id
+			}
+			data = appendCorrID(data, c.DataType, id)
+		}
+	}
+	return data
+}
+
+// outputNames lists the outputs an execution asks for: those any of its
+// requests asks for, then the state outputs, each once.
+func (s *Scheduler) outputNames(rows []row) []string {
 	var names []string
 	for _, r := range rows {
 		if r.p == nil {
@@ -96,7 +108,7 @@ func (s *Scheduler) pack(rows []row) ([]infer.Tensor, []string, int) {
 			names = append(names, st.Output)
 		}
 	}
-	return inputs, names, real
+	return names
 }
 
 // stateOf is the value of state k a row runs with: the sequence's last

@@ -228,6 +228,27 @@ func (d *dec) partials() partials {
 	return p
 }
 
+// countEvents adds the ev events of tile idx to the event count of each
+// window group whose window, ending at tile cur, holds that tile.
+func (s *Spec) countEvents(idx, cur, ev int64, events []int64) {
+	for gi, g := range s.groups {
+		if idx > cur-g.tiles && idx <= cur {
+			events[gi] += ev
+		}
+	}
+}
+
+// mergeColumn merges column c's state in tile idx into the accumulator of
+// each window group of that column whose window, ending at tile cur,
+// holds that tile.
+func (s *Spec) mergeColumn(c int, idx, cur int64, cs *colState, accs []colState) {
+	for gi, g := range s.groups {
+		if g.col == c && idx > cur-g.tiles && idx <= cur {
+			accs[gi].merge(cs)
+		}
+	}
+}
+
 // ValuesAt computes the features of a stored state at time t (ns), as
 // Decode followed by State.Values would, in one pass over the bytes and
 // without building the tiles: the read path. found is false when no event
@@ -264,11 +285,7 @@ func ValuesAt(b []byte, s *Spec, t int64, out []feature.Value) (newest int64, fo
 		for range d.count(1) {
 			d.uvarint()
 		}
-		for gi, g := range s.groups {
-			if idx > cur-g.tiles && idx <= cur {
-				events[gi] += ev
-			}
-		}
+		s.countEvents(idx, cur, ev, events)
 		for c := range s.Columns {
 			var cs colState
 			cs.n = int64(d.uvarint())
@@ -285,11 +302,7 @@ func ValuesAt(b []byte, s *Spec, t int64, out []feature.Value) (newest int64, fo
 			cs.sum, cs.sq = scratch[0], scratch[1]
 			cs.min, cs.max = d.f64(), d.f64()
 			cs.lastTS, cs.lastSeq, cs.last = d.varint(), d.uvarint(), d.f64()
-			for gi, g := range s.groups {
-				if g.col == c && idx > cur-g.tiles && idx <= cur {
-					accs[gi].merge(&cs)
-				}
-			}
+			s.mergeColumn(c, idx, cur, &cs, accs)
 		}
 		if d.bad || ev < 0 {
 			return 0, false, ErrCorrupt

@@ -401,6 +401,36 @@ func (m *Materializer) materializeView(ctx context.Context, v *feature.View, sta
 	}
 
 	// Write in key order: B-tree stores take sorted inserts best.
+	newestTS, err := m.writeLatest(ctx, v, latest, hot, overwrite, &vr)
+	if err != nil {
+		vr.Duration = time.Since(began)
+		prog.done(vr.RowsRead, "failed")
+		return vr, err
+	}
+
+	// Only now, with every row written, record the view's state.
+	if v.Hot != nil {
+		if err := m.recordState(ctx, v.Hot.View, end, now, newestTS, vr.HotWritten, overwrite, schema); err != nil {
+			return vr, err
+		}
+	}
+	if err := m.recordState(ctx, v.Name, end, now, newestTS, vr.Written, overwrite, schema); err != nil {
+		return vr, err
+	}
+	vr.Duration = time.Since(began)
+	m.met.duration.WithLabelValues(v.Name).Observe(vr.Duration.Seconds())
+	m.met.lastMaterial.WithLabelValues(v.Name).Set(float64(now.UnixNano()) / 1e9)
+	prog.done(vr.RowsRead, fmt.Sprintf("written %s  skipped %s", commas(vr.Written), commas(vr.Skipped)))
+	return vr, nil
+}
+
+// writeLatest writes the latest row of each entity to the online store in
+// key order, in batches of BatchSize, and the hot entities' rows to the
+// hot subset too, counting them in vr. It returns the newest event time
+// written (zero when none).
+func (m *Materializer) writeLatest(ctx context.Context, v *feature.View, latest map[string]feature.Record, hot map[string]bool,
+	overwrite bool, vr *ViewReport,
+) (time.Time, error) {
 	var newest int64
 	hasNewest := false
 	batch := make([]online.Entry, 0, min(m.opts.BatchSize, len(latest)))
@@ -440,36 +470,18 @@ func (m *Materializer) materializeView(ctx context.Context, v *feature.View, sta
 		}
 		if len(batch) >= m.opts.BatchSize || len(hotBatch) >= m.opts.BatchSize {
 			if err := flush(); err != nil {
-				vr.Duration = time.Since(began)
-				prog.done(vr.RowsRead, "failed")
-				return vr, err
+				return time.Time{}, err
 			}
 		}
 	}
 	if err := flush(); err != nil {
-		vr.Duration = time.Since(began)
-		prog.done(vr.RowsRead, "failed")
-		return vr, err
+		return time.Time{}, err
 	}
+	if !hasNewest {
+		return time.Time{}, nil
+	}
+	return time.Unix(0, newest).UTC(), nil
 
-	// Only now, with every row written, record the view's state.
-	newestTS := time.Time{}
-	if hasNewest {
-		newestTS = time.Unix(0, newest).UTC()
-	}
-	if v.Hot != nil {
-		if err := m.recordState(ctx, v.Hot.View, end, now, newestTS, vr.HotWritten, overwrite, schema); err != nil {
-			return vr, err
-		}
-	}
-	if err := m.recordState(ctx, v.Name, end, now, newestTS, vr.Written, overwrite, schema); err != nil {
-		return vr, err
-	}
-	vr.Duration = time.Since(began)
-	m.met.duration.WithLabelValues(v.Name).Observe(vr.Duration.Seconds())
-	m.met.lastMaterial.WithLabelValues(v.Name).Set(float64(now.UnixNano()) / 1e9)
-	prog.done(vr.RowsRead, fmt.Sprintf("written %s  skipped %s", commas(vr.Written), commas(vr.Skipped)))
-	return vr, nil
 }
 
 // futureTolerance is Options.FutureTolerance, else the repository's

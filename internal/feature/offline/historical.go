@@ -65,14 +65,9 @@ func historical(ctx context.Context, dir string, plans []*viewPlan, entities, ou
 	if budget <= 0 {
 		budget = defaultMemoryBudget
 	}
-	keyKinds := map[string]feature.Kind{}
-	for _, p := range plans {
-		for i, k := range p.keys {
-			if old, ok := keyKinds[k]; ok && !sameKeyKind(old, p.kinds[i]) {
-				return fmt.Errorf("join key '%s' is %s in one view and %s in another", k, old, p.kinds[i])
-			}
-			keyKinds[k] = p.kinds[i]
-		}
+	keyKinds, err := joinKeyKinds(plans)
+	if err != nil {
+		return err
 	}
 	er, err := openEntities(entities, keyKinds)
 	if err != nil {
@@ -85,17 +80,7 @@ func historical(ctx context.Context, dir string, plans []*viewPlan, entities, ou
 	if err := assignOutputNames(plans, er.cols); err != nil {
 		return err
 	}
-	for _, p := range plans {
-		p.keyCols = make([]int, len(p.keys))
-		for i, k := range p.keys {
-			p.keyCols[i] = slices.IndexFunc(er.cols, func(c Column) bool { return c.Name == k })
-		}
-		p.parts = opts.partitions
-		if p.parts <= 0 {
-			est := inflation * (er.size + sourceSize(ctx, dir, p.src))
-			p.parts = int(min(max(1, (est+budget-1)/budget), maxPartitions))
-		}
-	}
+	planPartitions(ctx, dir, plans, er, opts.partitions, budget)
 
 	tmp, err := os.MkdirTemp(opts.TempDir, "sluice-historical-")
 	if err != nil {
@@ -182,6 +167,38 @@ func historical(ctx context.Context, dir string, plans []*viewPlan, entities, ou
 	return writeOutput(ctx, out, er.cols, entSchema, ent, plans, results, nrows)
 }
 
+// joinKeyKinds collects the kind of each join key over all views; a key
+// must have the same kind in every view (int32 and int64 count as one).
+func joinKeyKinds(plans []*viewPlan) (map[string]feature.Kind, error) {
+	keyKinds := map[string]feature.Kind{}
+	for _, p := range plans {
+		for i, k := range p.keys {
+			if old, ok := keyKinds[k]; ok && !sameKeyKind(old, p.kinds[i]) {
+				return nil, fmt.Errorf("join key '%s' is %s in one view and %s in another", k, old, p.kinds[i])
+			}
+			keyKinds[k] = p.kinds[i]
+		}
+	}
+	return keyKinds, nil
+}
+
+// planPartitions finds each view's key columns among the entity columns
+// and picks its partition count: partitions when positive, else enough
+// partitions that one fits the memory budget.
+func planPartitions(ctx context.Context, dir string, plans []*viewPlan, er *entityReader, partitions int, budget int64) {
+	for _, p := range plans {
+		p.keyCols = make([]int, len(p.keys))
+		for i, k := range p.keys {
+			p.keyCols[i] = slices.IndexFunc(er.cols, func(c Column) bool { return c.Name == k })
+		}
+		p.parts = partitions
+		if p.parts <= 0 {
+			est := inflation * (er.size + sourceSize(ctx, dir, p.src))
+			p.parts = int(min(max(1, (est+budget-1)/budget), maxPartitions))
+		}
+	}
+}
+
 func sameKeyKind(a, b feature.Kind) bool {
 	isInt := func(k feature.Kind) bool { return k == feature.KindInt32 || k == feature.KindInt64 }
 	return a == b || (isInt(a) && isInt(b))
@@ -263,35 +280,7 @@ func joinView(ctx context.Context, dir string, sp *spill, p *viewPlan, v int, en
 		featParts[i] = f
 	}
 	if nrows > 0 {
-		start := int64(math.MinInt64)
-		if ttl := p.view.TTL.Nanoseconds(); ttl > 0 && minTS > math.MinInt64+ttl {
-			start = minTS - ttl
-		}
-		var key, payload []byte
-		sel := make([]feature.Value, len(p.fields))
-		err := scanSource(ctx, dir, p.src, p.keys, p.kinds, p.view.Schema, start, maxTS, func(r Row) error {
-			var (
-				ok  bool
-				err error
-			)
-			if key, ok = appendKey(key[:0], p.kinds, r.Keys); !ok {
-				return nil // rows without a key cannot match
-			}
-			for i, j := range p.pick {
-				sel[i] = r.Values[j]
-			}
-			payload, err = feature.AppendValues(payload[:0], p.fields, sel)
-			if err != nil {
-				return fmt.Errorf("view '%s': %w", p.view.Name, err)
-			}
-			f := featParts[sp.part(key, p.parts)]
-			f.record(key)
-			f.varint(r.EventTS)
-			f.varint(r.CreatedTS)
-			f.record(payload)
-			return nil
-		})
-		if err != nil {
+		if err := spillViewRows(ctx, dir, sp, p, featParts, minTS, maxTS); err != nil {
 			return nil, err
 		}
 	}
@@ -318,36 +307,81 @@ func joinView(ctx context.Context, dir string, sp *spill, p *viewPlan, v int, en
 		slices.SortFunc(feats, func(a, b featRow) int {
 			return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.ev, b.ev), cmp.Compare(a.cr, b.cr), cmp.Compare(a.seq, b.seq))
 		})
-		// Sweep: for each entity row (by key, then ts), the last feature row
-		// of the same key with ev <= ts is the latest, ties won by the
-		// largest created ts (then the row read last).
-		j := 0
-		for e := range ents {
-			er := &ents[e]
-			for j < len(feats) && feats[j].key < er.key {
-				j++
-			}
-			for j < len(feats) && feats[j].key == er.key && feats[j].ev <= er.ts {
-				j++
-			}
-			if j == 0 {
-				continue
-			}
-			best := &feats[j-1]
-			if best.key != er.key || best.ev > er.ts {
-				continue
-			}
-			if ttl > 0 && best.ev < er.ts-ttl {
-				continue
-			}
-			if err := res.set(er.idx, best.payload); err != nil {
-				return nil, err
-			}
+		if err := sweep(ents, feats, ttl, res); err != nil {
+			return nil, err
 		}
 		featParts[i].remove()
 		entParts[i].remove()
 	}
 	return res, nil
+}
+
+// spillViewRows reads the view's source rows in the time window the entity
+// rows can reach (from the earliest entity ts less the view's TTL to the
+// latest) and spills each row's key, timestamps and selected features
+// into its key's partition.
+func spillViewRows(ctx context.Context, dir string, sp *spill, p *viewPlan, featParts []*spillFile, minTS, maxTS int64) error {
+	start := int64(math.MinInt64)
+	if ttl := p.view.TTL.Nanoseconds(); ttl > 0 && minTS > math.MinInt64+ttl {
+		start = minTS - ttl
+	}
+	var key, payload []byte
+	sel := make([]feature.Value, len(p.fields))
+	return scanSource(ctx, dir, p.src, p.keys, p.kinds, p.view.Schema, start, maxTS, func(r Row) error {
+		var (
+			ok  bool
+			err error
+		)
+		if key, ok = appendKey(key[:0], p.kinds, r.Keys); !ok {
+			return nil // rows without a key cannot match
+		}
+		for i, j := range p.pick {
+			sel[i] = r.Values[j]
+		}
+		payload, err = feature.AppendValues(payload[:0], p.fields, sel)
+		if err != nil {
+			return fmt.Errorf("view '%s': %w", p.view.Name, err)
+		}
+		f := featParts[sp.part(key, p.parts)]
+		f.record(key)
+		f.varint(r.EventTS)
+		f.varint(r.CreatedTS)
+		f.record(payload)
+		return nil
+	})
+}
+
+// sweep joins one partition: ents sorted by key then ts, feats by key,
+// event ts, created ts and read order. It records in res each entity
+// row's latest feature row within the view's TTL.
+func sweep(ents []entRef, feats []featRow, ttl int64, res *resultFile) error {
+	// For each entity row (by key, then ts), the last feature row
+	// of the same key with ev <= ts is the latest, ties won by the
+	// largest created ts (then the row read last).
+	j := 0
+	for e := range ents {
+		er := &ents[e]
+		for j < len(feats) && feats[j].key < er.key {
+			j++
+		}
+		for j < len(feats) && feats[j].key == er.key && feats[j].ev <= er.ts {
+			j++
+		}
+		if j == 0 {
+			continue
+		}
+		best := &feats[j-1]
+		if best.key != er.key || best.ev > er.ts {
+			continue
+		}
+		if ttl > 0 && best.ev < er.ts-ttl {
+			continue
+		}
+		if err := res.set(er.idx, best.payload); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func readEntRefs(f *spillFile) ([]entRef, error) {

@@ -53,43 +53,9 @@ type streamHistView struct {
 // NOT_FOUND for it. Feature columns of stream views follow the others.
 // The events of the requested views are held in memory.
 func historicalStream(ctx context.Context, repo *registry.Repo, entities string, refs []feature.FeatureRef, out string, opts Options) (err error) {
-	var others []feature.FeatureRef
-	var views []*streamHistView
-	for _, ref := range refs {
-		v := repo.Views[ref.View]
-		if v == nil || v.Stream == nil {
-			others = append(others, ref)
-			continue
-		}
-		hv := &streamHistView{view: v, spec: repo.StreamSpec(v.Name)}
-		if hv.spec == nil {
-			return fmt.Errorf("stream feature view '%s' is not compiled", v.Name)
-		}
-		names := ref.Features
-		if len(names) == 0 {
-			for _, f := range v.Schema {
-				names = append(names, f.Name)
-			}
-		}
-		for _, n := range names {
-			i := slices.IndexFunc(v.Schema, func(f feature.Field) bool { return f.Name == n })
-			if i < 0 {
-				return fmt.Errorf("feature view '%s' has no feature '%s'", v.Name, n)
-			}
-			if !slices.Contains(hv.pick, i) {
-				hv.pick = append(hv.pick, i)
-			}
-		}
-		if i := slices.IndexFunc(views, func(x *streamHistView) bool { return x.view.Name == v.Name }); i >= 0 {
-			for _, p := range hv.pick {
-				if !slices.Contains(views[i].pick, p) {
-					views[i].pick = append(views[i].pick, p)
-				}
-			}
-			continue
-		}
-		hv.keys, hv.kinds = repo.JoinKeys(v.Name)
-		views = append(views, hv)
+	others, views, err := splitStreamRefs(repo, refs)
+	if err != nil {
+		return err
 	}
 	tmp, err := os.MkdirTemp(opts.TempDir, "sluice-stream-")
 	if err != nil {
@@ -117,6 +83,62 @@ func historicalStream(ctx context.Context, repo *registry.Repo, entities string,
 		return err
 	}
 	defer func() { err = errors.Join(err, er.done()) }()
+	outCols, err := streamOutputColumns(er, views)
+	if err != nil {
+		return err
+	}
+	return writeStream(ctx, out, er, outCols, views)
+}
+
+// splitStreamRefs splits refs into the refs of non-stream views (others)
+// and one streamHistView per requested stream view, whose pick holds the
+// schema indexes of its requested features in request order.
+func splitStreamRefs(repo *registry.Repo, refs []feature.FeatureRef) ([]feature.FeatureRef, []*streamHistView, error) {
+	var others []feature.FeatureRef
+	var views []*streamHistView
+	for _, ref := range refs {
+		v := repo.Views[ref.View]
+		if v == nil || v.Stream == nil {
+			others = append(others, ref)
+			continue
+		}
+		hv := &streamHistView{view: v, spec: repo.StreamSpec(v.Name)}
+		if hv.spec == nil {
+			return nil, nil, fmt.Errorf("stream feature view '%s' is not compiled", v.Name)
+		}
+		names := ref.Features
+		if len(names) == 0 {
+			for _, f := range v.Schema {
+				names = append(names, f.Name)
+			}
+		}
+		for _, n := range names {
+			i := slices.IndexFunc(v.Schema, func(f feature.Field) bool { return f.Name == n })
+			if i < 0 {
+				return nil, nil, fmt.Errorf("feature view '%s' has no feature '%s'", v.Name, n)
+			}
+			if !slices.Contains(hv.pick, i) {
+				hv.pick = append(hv.pick, i)
+			}
+		}
+		if i := slices.IndexFunc(views, func(x *streamHistView) bool { return x.view.Name == v.Name }); i >= 0 {
+			for _, p := range hv.pick {
+				if !slices.Contains(views[i].pick, p) {
+					views[i].pick = append(views[i].pick, p)
+				}
+			}
+			continue
+		}
+		hv.keys, hv.kinds = repo.JoinKeys(v.Name)
+		views = append(views, hv)
+	}
+	return others, views, nil
+}
+
+// streamOutputColumns names the output columns: the entity columns, then
+// each stream view's requested features (view__feature where a name is
+// not unique). It also finds each view's join key columns.
+func streamOutputColumns(er *entityReader, views []*streamHistView) ([]Column, error) {
 	outCols := slices.Clone(er.cols)
 	names := map[string]int{}
 	for _, c := range outCols {
@@ -138,12 +160,12 @@ func historicalStream(ctx context.Context, repo *registry.Repo, entities string,
 				name = hv.view.Name + "__" + f.Name
 			}
 			if slices.ContainsFunc(outCols, func(c Column) bool { return c.Name == name }) {
-				return fmt.Errorf("feature '%s' is requested twice or clashes with an entity column", name)
+				return nil, fmt.Errorf("feature '%s' is requested twice or clashes with an entity column", name)
 			}
 			outCols = append(outCols, Column{Name: name, Type: f.Type})
 		}
 	}
-	return writeStream(ctx, out, er, outCols, views)
+	return outCols, nil
 }
 
 // loadStreamEvents reads a stream view's event log: its source's batch

@@ -86,6 +86,8 @@ func (c *thriftCheck) addCost(n int, typ byte) error {
 	return nil
 }
 
+// value skips one compact-protocol value of type typ, checking its
+// declared sizes against the data and the decoded-cost budget.
 func (c *thriftCheck) value(typ byte, depth int) error {
 	if depth > maxThriftDepth {
 		return errors.New("metadata nested too deeply")
@@ -106,98 +108,120 @@ func (c *thriftCheck) value(typ byte, depth int) error {
 		c.off += 8
 		return nil
 	case 8:
-		l, err := c.uvarint()
-		if err != nil {
-			return err
-		}
-		n, err := c.count(l, 1)
-		if err != nil {
-			return err
-		}
-		c.off += n
-		return nil
+		return c.binary()
 	case 9, 10:
+		return c.list(depth)
+	case 11:
+		return c.mapValue(depth)
+	case 12:
+		return c.structValue(depth)
+	default:
+		return fmt.Errorf("bad thrift type %d", typ)
+	}
+}
+
+// binary skips a length-prefixed binary or string value.
+func (c *thriftCheck) binary() error {
+	l, err := c.uvarint()
+	if err != nil {
+		return err
+	}
+	n, err := c.count(l, 1)
+	if err != nil {
+		return err
+	}
+	c.off += n
+	return nil
+}
+
+// element skips one element of a list, set or map, where a bool takes
+// one byte of its own.
+func (c *thriftCheck) element(t byte, depth int) error {
+	if t == 1 || t == 2 {
+		_, err := c.byte()
+		return err
+	}
+	return c.value(t, depth+1)
+}
+
+// list skips a list or set: a size-and-type header, then its elements.
+func (c *thriftCheck) list(depth int) error {
+	h, err := c.byte()
+	if err != nil {
+		return err
+	}
+	size, et := uint64(h>>4), h&0xf
+	if size == 0xf {
+		if size, err = c.uvarint(); err != nil {
+			return err
+		}
+	}
+	n, err := c.count(size, 1)
+	if err != nil {
+		return err
+	}
+	if err := c.addCost(n, et); err != nil {
+		return err
+	}
+	for range n {
+		if err := c.element(et, depth); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mapValue skips a map: its size, one key-and-value type byte unless
+// empty, then its key and value pairs.
+func (c *thriftCheck) mapValue(depth int) error {
+	size, err := c.uvarint()
+	if err != nil {
+		return err
+	}
+	if size == 0 {
+		return nil
+	}
+	n, err := c.count(size, 2)
+	if err != nil {
+		return err
+	}
+	kv, err := c.byte()
+	if err != nil {
+		return err
+	}
+	kt, vt := kv>>4, kv&0xf
+	if err := c.addCost(2*n, 0); err != nil {
+		return err
+	}
+	for range n {
+		if err := c.element(kt, depth); err != nil {
+			return err
+		}
+		if err := c.element(vt, depth); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// structValue skips a struct's fields up to its stop byte.
+func (c *thriftCheck) structValue(depth int) error {
+	for {
 		h, err := c.byte()
 		if err != nil {
 			return err
 		}
-		size, et := uint64(h>>4), h&0xf
-		if size == 0xf {
-			if size, err = c.uvarint(); err != nil {
-				return err
-			}
-		}
-		n, err := c.count(size, 1)
-		if err != nil {
-			return err
-		}
-		if err := c.addCost(n, et); err != nil {
-			return err
-		}
-		for range n {
-			if et == 1 || et == 2 {
-				if _, err := c.byte(); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := c.value(et, depth+1); err != nil {
-				return err
-			}
-		}
-		return nil
-	case 11:
-		size, err := c.uvarint()
-		if err != nil {
-			return err
-		}
-		if size == 0 {
+		if h == 0 {
 			return nil
 		}
-		n, err := c.count(size, 2)
-		if err != nil {
-			return err
-		}
-		kv, err := c.byte()
-		if err != nil {
-			return err
-		}
-		kt, vt := kv>>4, kv&0xf
-		if err := c.addCost(2*n, 0); err != nil {
-			return err
-		}
-		for range n {
-			for _, t := range [2]byte{kt, vt} {
-				if t == 1 || t == 2 {
-					if _, err := c.byte(); err != nil {
-						return err
-					}
-				} else if err := c.value(t, depth+1); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	case 12:
-		for {
-			h, err := c.byte()
-			if err != nil {
-				return err
-			}
-			if h == 0 {
-				return nil
-			}
-			if h>>4 == 0 { // long form: the field id follows
-				if _, err := c.uvarint(); err != nil {
-					return err
-				}
-			}
-			if err := c.value(h&0xf, depth+1); err != nil {
+		if h>>4 == 0 { // long form: the field id follows
+			if _, err := c.uvarint(); err != nil {
 				return err
 			}
 		}
-	default:
-		return fmt.Errorf("bad thrift type %d", typ)
+		if err := c.value(h&0xf, depth+1); err != nil {
+			return err
+		}
 	}
 }
 

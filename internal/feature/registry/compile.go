@@ -42,6 +42,26 @@ func (c *compiler) errorf(file string, line int, obj, format string, args ...any
 	c.errs = append(c.errs, Error{Pos: posAt(file, line), Object: obj, Msg: fmt.Sprintf(format, args...)})
 }
 
+// objReport collects the problems of one definition: each is reported at
+// its line, and any of them keeps the definition out of the repository.
+type objReport struct {
+	c    *compiler
+	file string
+	obj  string
+	ok   bool
+}
+
+// newReport starts the report of the definition obj in file.
+func (c *compiler) newReport(file, obj string) *objReport {
+	return &objReport{c: c, file: file, obj: obj, ok: true}
+}
+
+// bad reports one problem at line.
+func (r *objReport) bad(line int, format string, args ...any) {
+	r.c.errorf(r.file, line, r.obj, format, args...)
+	r.ok = false
+}
+
 // claim registers a definition's name, reporting a bad or duplicate one.
 // It returns false when the object should be skipped.
 func (c *compiler) claim(kind, file string, n *yaml.Node, name string) bool {
@@ -116,6 +136,9 @@ func (c *compiler) entities(items []item[rawEntity]) {
 	}
 }
 
+// sources compiles the data sources. Request and stream sources have
+// checks of their own; push and stream sources' batch sources are checked
+// once all sources are known.
 func (c *compiler) sources(items []item[rawSource]) {
 	pending := map[string]item[rawSource]{} // push sources whose batch source is checked once all are known
 	for _, it := range items {
@@ -128,7 +151,7 @@ func (c *compiler) sources(items []item[rawSource]) {
 			Name: r.Name, Path: r.Path, S3EndpointOverride: r.S3EndpointOverride, TimestampField: r.TimestampField,
 			CreatedTimestampColumn: r.CreatedTimestampColumn, FieldMapping: r.FieldMapping, BatchSource: r.BatchSource,
 		}
-		ok := true
+		rep := c.newReport(it.file, obj)
 		if r.Type == "request" {
 			c.requestSource(it)
 			continue
@@ -145,54 +168,60 @@ func (c *compiler) sources(items []item[rawSource]) {
 		for key, set := range map[string]bool{"url": r.URL != "", "stream": r.Stream != "", "subject": r.Subject != "",
 			"format": r.Format != "", "consumer": r.Consumer != "", "sequence_field": r.SequenceField != ""} {
 			if set {
-				c.errorf(it.file, lineOf(n, key), obj, "%s is only for stream sources (type: stream)", key)
-				ok = false
+				rep.bad(lineOf(n, key), "%s is only for stream sources (type: stream)", key)
 			}
 		}
 		if r.Schema != nil {
-			c.errorf(it.file, lineOf(n, "schema"), obj, "schema is only for request sources (type: request)")
-			ok = false
+			rep.bad(lineOf(n, "schema"), "schema is only for request sources (type: request)")
 		}
-		switch r.Type {
-		case "file", "":
-			s.Kind = feature.SourceFile
-			if r.Path == "" {
-				c.errorf(it.file, n.Line, obj, "path is required for a file source")
-				ok = false
-			}
-			if r.TimestampField == "" {
-				c.errorf(it.file, n.Line, obj, "timestamp_field is required for a file source")
-				ok = false
-			}
-			if r.BatchSource != "" {
-				c.errorf(it.file, lineOf(n, "batch_source"), obj, "batch_source is only for push sources")
-				ok = false
-			}
-			if msg := checkRemotePath(r.Path, r.S3EndpointOverride); msg != "" {
-				c.errorf(it.file, lineOf(n, "path"), obj, "%s", msg)
-				ok = false
-			}
-		case "push":
-			s.Kind = feature.SourcePush
-			if r.Path != "" {
-				c.errorf(it.file, lineOf(n, "path"), obj, "path is only for file sources (a push source's offline data is its batch_source)")
-				ok = false
-			}
-			if r.S3EndpointOverride != "" {
-				c.errorf(it.file, lineOf(n, "s3_endpoint_override"), obj, "s3_endpoint_override is only for file sources")
-				ok = false
-			}
-			if r.BatchSource != "" {
-				pending[r.Name] = it
-			}
-		default:
-			c.errorf(it.file, lineOf(n, "type"), obj, "type %q is not supported (want file, push, stream or request)", r.Type)
-			ok = false
-		}
-		if ok {
+		c.batchOrPushSource(rep, it, s, pending)
+		if rep.ok {
 			c.repo.Sources[r.Name] = s
 		}
 	}
+	c.checkBatchSources(items, pending)
+}
+
+// batchOrPushSource checks the fields of a file source (path and
+// timestamp_field required) or a push source (no path of its own) and
+// sets s.Kind. A push source with a batch_source is added to pending.
+func (c *compiler) batchOrPushSource(rep *objReport, it item[rawSource], s *feature.Source, pending map[string]item[rawSource]) {
+	r, n := it.raw, it.node
+	switch r.Type {
+	case "file", "":
+		s.Kind = feature.SourceFile
+		if r.Path == "" {
+			rep.bad(n.Line, "path is required for a file source")
+		}
+		if r.TimestampField == "" {
+			rep.bad(n.Line, "timestamp_field is required for a file source")
+		}
+		if r.BatchSource != "" {
+			rep.bad(lineOf(n, "batch_source"), "batch_source is only for push sources")
+		}
+		if msg := checkRemotePath(r.Path, r.S3EndpointOverride); msg != "" {
+			rep.bad(lineOf(n, "path"), "%s", msg)
+		}
+	case "push":
+		s.Kind = feature.SourcePush
+		if r.Path != "" {
+			rep.bad(lineOf(n, "path"), "path is only for file sources (a push source's offline data is its batch_source)")
+		}
+		if r.S3EndpointOverride != "" {
+			rep.bad(lineOf(n, "s3_endpoint_override"), "s3_endpoint_override is only for file sources")
+		}
+		if r.BatchSource != "" {
+			pending[r.Name] = it
+		}
+	default:
+		rep.bad(lineOf(n, "type"), "type %q is not supported (want file, push, stream or request)", r.Type)
+	}
+}
+
+// checkBatchSources checks the batch_source of each pending push or
+// stream source, once all sources are known: it must name a file source.
+// A source whose batch source is bad is dropped.
+func (c *compiler) checkBatchSources(items []item[rawSource], pending map[string]item[rawSource]) {
 	var drop []string
 	for _, it := range items {
 		p, isPending := pending[it.raw.Name]
@@ -219,108 +248,134 @@ func (c *compiler) sources(items []item[rawSource]) {
 	}
 }
 
+// views compiles the feature views: their entities, schema, ttl, source,
+// stale policy and hot subset.
 func (c *compiler) views(items []item[rawView]) {
 	for _, it := range items {
-		r, n, f := it.raw, it.node, it.file
-		if !c.claim("feature view", f, n, r.Name) {
+		if c.claim("feature view", it.file, it.node, it.raw.Name) {
+			c.view(it)
+		}
+	}
+}
+
+// view compiles one feature view and adds it to the repository unless it
+// has problems.
+func (c *compiler) view(it item[rawView]) {
+	r, n, f := it.raw, it.node, it.file
+	obj := fmt.Sprintf("feature view '%s'", r.Name)
+	rep := c.newReport(f, obj)
+	bad := rep.bad
+	if strings.HasSuffix(r.Name, HotSuffix) {
+		bad(lineOf(n, "name"), "names ending in %q are reserved for hot subsets", HotSuffix)
+	}
+	v := &feature.View{Name: r.Name, Entities: r.Entities, Source: r.Source, Tags: r.Tags, Online: true}
+	if r.Online != nil {
+		v.Online = *r.Online
+	}
+	joinKeys := c.viewEntities(rep, r, n)
+	v.Schema = viewSchema(rep, r, n, joinKeys)
+	ttl, err := parseTTL(r.TTL)
+	if err != nil {
+		bad(lineOf(n, "ttl"), "ttl: %v", err)
+	}
+	v.TTL = ttl
+	c.viewSourceRef(rep, r, n)
+	switch r.StalePolicy {
+	case "", "withhold":
+		v.StalePolicy = feature.StaleWithhold
+	case "flag":
+		v.StalePolicy = feature.StaleFlag
+	default:
+		bad(lineOf(n, "stale_policy"), "stale_policy %q is not supported (want withhold or flag)", r.StalePolicy)
+	}
+	if r.Hot != nil {
+		hot, hotOK := c.hot(f, n, obj, r, ttl)
+		rep.ok = rep.ok && hotOK
+		v.Hot = hot
+	}
+	if rep.ok {
+		c.repo.Views[r.Name] = v
+	}
+}
+
+// viewEntities checks a feature view's entities (at least one, each
+// defined, listed once, with a join key of its own) and returns each join
+// key's entity.
+func (c *compiler) viewEntities(rep *objReport, r rawView, n *yaml.Node) map[string]string {
+	joinKeys := map[string]string{} // join key -> entity
+	if len(r.Entities) == 0 {
+		rep.bad(n.Line, "entities is required (at least one entity)")
+	}
+	for i, e := range r.Entities {
+		ent, exists := c.repo.Entities[e]
+		switch {
+		case !exists && c.defined("entity", e):
+			rep.ok = false // the entity is defined but broken: reported there
+		case !exists:
+			rep.bad(lineOf(n, "entities", strconv.Itoa(i)), "entity '%s' is not defined (entities: %s)", e, keyList(c.repo.Entities))
+		case slices.Index(r.Entities, e) != i:
+			rep.bad(lineOf(n, "entities", strconv.Itoa(i)), "entity '%s' is listed twice", e)
+		default:
+			if other, dup := joinKeys[ent.JoinKey]; dup {
+				rep.bad(lineOf(n, "entities", strconv.Itoa(i)), "entities '%s' and '%s' share the join key '%s'", other, e, ent.JoinKey)
+			}
+			joinKeys[ent.JoinKey] = e
+		}
+	}
+	return joinKeys
+}
+
+// viewSchema checks a feature view's schema and returns its good
+// features: each named once, not a join key, with a known dtype.
+func viewSchema(rep *objReport, r rawView, n *yaml.Node, joinKeys map[string]string) []feature.Field {
+	var schema []feature.Field
+	if len(r.Schema) == 0 {
+		rep.bad(n.Line, "schema is required (at least one feature)")
+	}
+	seen := map[string]bool{}
+	for i, fd := range r.Schema {
+		line := lineOf(n, "schema", strconv.Itoa(i))
+		switch {
+		case fd.Name == "":
+			rep.bad(line, "schema[%d]: name is required", i)
+			continue
+		case !nameRE.MatchString(fd.Name):
+			rep.bad(line, "feature %q: name may contain only letters, digits, '_', '.' and '-'", fd.Name)
+			continue
+		case seen[fd.Name]:
+			rep.bad(line, "feature '%s' is listed twice", fd.Name)
 			continue
 		}
-		obj := fmt.Sprintf("feature view '%s'", r.Name)
-		ok := true
-		bad := func(line int, format string, args ...any) {
-			c.errorf(f, line, obj, format, args...)
-			ok = false
+		seen[fd.Name] = true
+		if ent, isKey := joinKeys[fd.Name]; isKey {
+			rep.bad(line, "feature '%s' repeats the join key of entity '%s' (join keys are not features)", fd.Name, ent)
 		}
-		if strings.HasSuffix(r.Name, HotSuffix) {
-			bad(lineOf(n, "name"), "names ending in %q are reserved for hot subsets", HotSuffix)
+		if fd.Dtype == "" {
+			rep.bad(line, "feature '%s': dtype is required", fd.Name)
+			continue
 		}
-		v := &feature.View{Name: r.Name, Entities: r.Entities, Source: r.Source, Tags: r.Tags, Online: true}
-		if r.Online != nil {
-			v.Online = *r.Online
-		}
-		joinKeys := map[string]string{} // join key -> entity
-		if len(r.Entities) == 0 {
-			bad(n.Line, "entities is required (at least one entity)")
-		}
-		for i, e := range r.Entities {
-			ent, exists := c.repo.Entities[e]
-			switch {
-			case !exists && c.defined("entity", e):
-				ok = false // the entity is defined but broken: reported there
-			case !exists:
-				bad(lineOf(n, "entities", strconv.Itoa(i)), "entity '%s' is not defined (entities: %s)", e, keyList(c.repo.Entities))
-			case slices.Index(r.Entities, e) != i:
-				bad(lineOf(n, "entities", strconv.Itoa(i)), "entity '%s' is listed twice", e)
-			default:
-				if other, dup := joinKeys[ent.JoinKey]; dup {
-					bad(lineOf(n, "entities", strconv.Itoa(i)), "entities '%s' and '%s' share the join key '%s'", other, e, ent.JoinKey)
-				}
-				joinKeys[ent.JoinKey] = e
-			}
-		}
-		if len(r.Schema) == 0 {
-			bad(n.Line, "schema is required (at least one feature)")
-		}
-		seen := map[string]bool{}
-		for i, fd := range r.Schema {
-			line := lineOf(n, "schema", strconv.Itoa(i))
-			switch {
-			case fd.Name == "":
-				bad(line, "schema[%d]: name is required", i)
-				continue
-			case !nameRE.MatchString(fd.Name):
-				bad(line, "feature %q: name may contain only letters, digits, '_', '.' and '-'", fd.Name)
-				continue
-			case seen[fd.Name]:
-				bad(line, "feature '%s' is listed twice", fd.Name)
-				continue
-			}
-			seen[fd.Name] = true
-			if ent, isKey := joinKeys[fd.Name]; isKey {
-				bad(line, "feature '%s' repeats the join key of entity '%s' (join keys are not features)", fd.Name, ent)
-			}
-			if fd.Dtype == "" {
-				bad(line, "feature '%s': dtype is required", fd.Name)
-				continue
-			}
-			t, err := feature.ParseType(fd.Dtype)
-			if err != nil {
-				bad(lineOf(n, "schema", strconv.Itoa(i), "dtype"), "feature '%s': %v", fd.Name, err)
-				continue
-			}
-			v.Schema = append(v.Schema, feature.Field{Name: fd.Name, Type: t})
-		}
-		ttl, err := parseTTL(r.TTL)
+		t, err := feature.ParseType(fd.Dtype)
 		if err != nil {
-			bad(lineOf(n, "ttl"), "ttl: %v", err)
+			rep.bad(lineOf(n, "schema", strconv.Itoa(i), "dtype"), "feature '%s': %v", fd.Name, err)
+			continue
 		}
-		v.TTL = ttl
-		switch {
-		case r.Source == "":
-			bad(n.Line, "source is required")
-		case c.repo.RequestSources[r.Source] != nil:
-			bad(lineOf(n, "source"), "source '%s' is a request source: only on-demand feature views read request data", r.Source)
-		case c.repo.Sources[r.Source] != nil && c.repo.Sources[r.Source].Kind == feature.SourceStream:
-			bad(lineOf(n, "source"), "source '%s' is a stream source: only stream feature views (%s) read streams", r.Source, streamSection)
-		case c.repo.Sources[r.Source] == nil && !c.defined("source", r.Source):
-			bad(lineOf(n, "source"), "source '%s' is not defined (sources: %s)", r.Source, keyList(c.repo.Sources))
-		}
-		switch r.StalePolicy {
-		case "", "withhold":
-			v.StalePolicy = feature.StaleWithhold
-		case "flag":
-			v.StalePolicy = feature.StaleFlag
-		default:
-			bad(lineOf(n, "stale_policy"), "stale_policy %q is not supported (want withhold or flag)", r.StalePolicy)
-		}
-		if r.Hot != nil {
-			hot, hotOK := c.hot(f, n, obj, r, ttl)
-			ok = ok && hotOK
-			v.Hot = hot
-		}
-		if ok {
-			c.repo.Views[r.Name] = v
-		}
+		schema = append(schema, feature.Field{Name: fd.Name, Type: t})
+	}
+	return schema
+}
+
+// viewSourceRef checks that a feature view's source is a defined batch
+// or push source.
+func (c *compiler) viewSourceRef(rep *objReport, r rawView, n *yaml.Node) {
+	switch {
+	case r.Source == "":
+		rep.bad(n.Line, "source is required")
+	case c.repo.RequestSources[r.Source] != nil:
+		rep.bad(lineOf(n, "source"), "source '%s' is a request source: only on-demand feature views read request data", r.Source)
+	case c.repo.Sources[r.Source] != nil && c.repo.Sources[r.Source].Kind == feature.SourceStream:
+		rep.bad(lineOf(n, "source"), "source '%s' is a stream source: only stream feature views (%s) read streams", r.Source, streamSection)
+	case c.repo.Sources[r.Source] == nil && !c.defined("source", r.Source):
+		rep.bad(lineOf(n, "source"), "source '%s' is not defined (sources: %s)", r.Source, keyList(c.repo.Sources))
 	}
 }
 

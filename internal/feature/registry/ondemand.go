@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/transform"
 )
@@ -86,110 +88,132 @@ func (c *compiler) requestSource(it item[rawSource]) {
 // type-check against the sources' fields and yield its feature's dtype.
 func (c *compiler) onDemandViews(items []item[rawOnDemandView]) {
 	for _, it := range items {
-		r, n, f := it.raw, it.node, it.file
-		if !c.claim(onDemandKind, f, n, r.Name) {
-			continue
+		if c.claim(onDemandKind, it.file, it.node, it.raw.Name) {
+			c.onDemandView(it)
 		}
-		obj := fmt.Sprintf("%s '%s'", onDemandKind, r.Name)
-		ok := true
-		bad := func(line int, format string, args ...any) {
-			c.errorf(f, line, obj, format, args...)
-			ok = false
-		}
-		switch r.Mode {
-		case "", "expr":
+	}
+}
+
+// onDemandView compiles one on-demand feature view and adds it, with its
+// compiled expressions, to the repository unless it has problems.
+func (c *compiler) onDemandView(it item[rawOnDemandView]) {
+	r, n := it.raw, it.node
+	rep := c.newReport(it.file, fmt.Sprintf("%s '%s'", onDemandKind, r.Name))
+	switch r.Mode {
+	case "", "expr":
+	default:
+		rep.bad(lineOf(n, "mode"), "mode %q is not supported (want expr: expressions in expr-lang)", r.Mode)
+	}
+	if len(r.Sources) == 0 {
+		rep.bad(n.Line, "sources is required (request sources and feature views)")
+	}
+	inputs := c.onDemandInputs(rep, r, n)
+	srcOK := rep.ok
+	if len(r.Schema) == 0 {
+		rep.bad(n.Line, "schema is required (at least one feature with its dtype and expression)")
+	}
+	v := &feature.OnDemandView{Name: r.Name, Sources: r.Sources, Tags: r.Tags}
+	lines := onDemandSchema(rep, r, n, v)
+	if !srcOK || len(v.Schema) == 0 {
+		return // expressions would only report the inputs that are missing
+	}
+	prog, errs := transform.Compile(r.Name, inputs, v.Schema, v.Exprs)
+	reportExprErrors(rep, n, v, lines, errs)
+	if !rep.ok {
+		return
+	}
+	if c.repo.OnDemandViews == nil {
+		c.repo.OnDemandViews = map[string]*feature.OnDemandView{}
+		c.repo.onDemand = map[string]*transform.View{}
+	}
+	c.repo.OnDemandViews[r.Name] = v
+	c.repo.onDemand[r.Name] = prog
+}
+
+// onDemandInputs checks an on-demand view's sources and returns the
+// inputs its expressions may read: each request source field by name, and
+// each feature view feature as view__feature and, where no other input
+// shares its name, by its bare name.
+func (c *compiler) onDemandInputs(rep *objReport, r rawOnDemandView, n *yaml.Node) []transform.Input {
+	var inputs []transform.Input
+	bare := map[string]int{} // bare input name -> how many inputs have it
+	for i, s := range r.Sources {
+		line := lineOf(n, "sources", strconv.Itoa(i))
+		switch {
+		case slices.Index(r.Sources, s) != i:
+			rep.bad(line, "source '%s' is listed twice", s)
+		case c.repo.RequestSources[s] != nil:
+			for _, fd := range c.repo.RequestSources[s].Schema {
+				inputs = append(inputs, transform.Input{Name: fd.Name, Type: fd.Type})
+				bare[fd.Name]++
+			}
+		case c.repo.Views[s] != nil:
+			for _, fd := range c.repo.Views[s].Schema {
+				inputs = append(inputs, transform.Input{Name: s + "__" + fd.Name, Alias: fd.Name, Type: fd.Type})
+				bare[fd.Name]++
+			}
+		case c.defined("feature view", s) || c.defined("source", s):
+			rep.ok = false // defined but broken: reported there
+		case c.defined(onDemandKind, s):
+			rep.bad(line, "source '%s' is an on-demand feature view (want request sources and stored feature views)", s)
 		default:
-			bad(lineOf(n, "mode"), "mode %q is not supported (want expr: expressions in expr-lang)", r.Mode)
+			rep.bad(line, "source '%s' is neither a request source nor a feature view (request sources: %s; feature views: %s)",
+				s, keyList(c.repo.RequestSources), keyList(c.repo.Views))
 		}
-		if len(r.Sources) == 0 {
-			bad(n.Line, "sources is required (request sources and feature views)")
+	}
+	for i := range inputs {
+		if in := &inputs[i]; in.Alias != "" && bare[in.Alias] > 1 {
+			in.Alias = "" // ambiguous: only view__feature names it
 		}
-		var inputs []transform.Input
-		bare := map[string]int{} // bare input name -> how many inputs have it
-		for i, s := range r.Sources {
-			line := lineOf(n, "sources", strconv.Itoa(i))
-			switch {
-			case slices.Index(r.Sources, s) != i:
-				bad(line, "source '%s' is listed twice", s)
-			case c.repo.RequestSources[s] != nil:
-				for _, fd := range c.repo.RequestSources[s].Schema {
-					inputs = append(inputs, transform.Input{Name: fd.Name, Type: fd.Type})
-					bare[fd.Name]++
-				}
-			case c.repo.Views[s] != nil:
-				for _, fd := range c.repo.Views[s].Schema {
-					inputs = append(inputs, transform.Input{Name: s + "__" + fd.Name, Alias: fd.Name, Type: fd.Type})
-					bare[fd.Name]++
-				}
-			case c.defined("feature view", s) || c.defined("source", s):
-				ok = false // defined but broken: reported there
-			case c.defined(onDemandKind, s):
-				bad(line, "source '%s' is an on-demand feature view (want request sources and stored feature views)", s)
-			default:
-				bad(line, "source '%s' is neither a request source nor a feature view (request sources: %s; feature views: %s)",
-					s, keyList(c.repo.RequestSources), keyList(c.repo.Views))
-			}
-		}
-		for i := range inputs {
-			if in := &inputs[i]; in.Alias != "" && bare[in.Alias] > 1 {
-				in.Alias = "" // ambiguous: only view__feature names it
-			}
-		}
-		srcOK := ok
-		if len(r.Schema) == 0 {
-			bad(n.Line, "schema is required (at least one feature with its dtype and expression)")
-		}
-		v := &feature.OnDemandView{Name: r.Name, Sources: r.Sources, Tags: r.Tags}
-		seen := map[string]bool{}
-		var lines []int
-		for i, fd := range r.Schema {
-			line := lineOf(n, "schema", strconv.Itoa(i))
-			switch {
-			case !nameRE.MatchString(fd.Name):
-				bad(line, "schema[%d]: name %q may contain only letters, digits, '_', '.' and '-'", i, fd.Name)
-				continue
-			case seen[fd.Name]:
-				bad(line, "feature '%s' is listed twice", fd.Name)
-				continue
-			case fd.Expression == "":
-				bad(line, "feature '%s': expression is required", fd.Name)
-				continue
-			}
-			seen[fd.Name] = true
-			t, err := feature.ParseType(fd.Dtype)
-			if err != nil {
-				bad(lineOf(n, "schema", strconv.Itoa(i), "dtype"), "feature '%s': %v", fd.Name, err)
-				continue
-			}
-			v.Schema = append(v.Schema, feature.Field{Name: fd.Name, Type: t})
-			v.Exprs = append(v.Exprs, fd.Expression)
-			lines = append(lines, lineOf(n, "schema", strconv.Itoa(i), "expression"))
-		}
-		if !srcOK || len(v.Schema) == 0 {
-			continue // expressions would only report the inputs that are missing
-		}
-		prog, errs := transform.Compile(r.Name, inputs, v.Schema, v.Exprs)
-		for _, e := range errs {
-			if e.Output < 0 {
-				bad(n.Line, "%s", e.Msg)
-				continue
-			}
-			line, where := lines[e.Output], ""
-			if e.Line > 0 {
-				line += e.Line - 1
-				where = fmt.Sprintf(" (column %d)", e.Column)
-			}
-			bad(line, "feature '%s': expression %q: %s%s", v.Schema[e.Output].Name, v.Exprs[e.Output], e.Msg, where)
-		}
-		if !ok {
+	}
+	return inputs
+}
+
+// onDemandSchema checks an on-demand view's features, adds each good one
+// and its expression to v, and returns the line of each one's expression.
+func onDemandSchema(rep *objReport, r rawOnDemandView, n *yaml.Node, v *feature.OnDemandView) []int {
+	seen := map[string]bool{}
+	var lines []int
+	for i, fd := range r.Schema {
+		line := lineOf(n, "schema", strconv.Itoa(i))
+		switch {
+		case !nameRE.MatchString(fd.Name):
+			rep.bad(line, "schema[%d]: name %q may contain only letters, digits, '_', '.' and '-'", i, fd.Name)
+			continue
+		case seen[fd.Name]:
+			rep.bad(line, "feature '%s' is listed twice", fd.Name)
+			continue
+		case fd.Expression == "":
+			rep.bad(line, "feature '%s': expression is required", fd.Name)
 			continue
 		}
-		if c.repo.OnDemandViews == nil {
-			c.repo.OnDemandViews = map[string]*feature.OnDemandView{}
-			c.repo.onDemand = map[string]*transform.View{}
+		seen[fd.Name] = true
+		t, err := feature.ParseType(fd.Dtype)
+		if err != nil {
+			rep.bad(lineOf(n, "schema", strconv.Itoa(i), "dtype"), "feature '%s': %v", fd.Name, err)
+			continue
 		}
-		c.repo.OnDemandViews[r.Name] = v
-		c.repo.onDemand[r.Name] = prog
+		v.Schema = append(v.Schema, feature.Field{Name: fd.Name, Type: t})
+		v.Exprs = append(v.Exprs, fd.Expression)
+		lines = append(lines, lineOf(n, "schema", strconv.Itoa(i), "expression"))
+	}
+	return lines
+}
+
+// reportExprErrors reports each expression error at its line in the
+// definitions file (and column, where the error names one).
+func reportExprErrors(rep *objReport, n *yaml.Node, v *feature.OnDemandView, lines []int, errs []*transform.CompileError) {
+	for _, e := range errs {
+		if e.Output < 0 {
+			rep.bad(n.Line, "%s", e.Msg)
+			continue
+		}
+		line, where := lines[e.Output], ""
+		if e.Line > 0 {
+			line += e.Line - 1
+			where = fmt.Sprintf(" (column %d)", e.Column)
+		}
+		rep.bad(line, "feature '%s': expression %q: %s%s", v.Schema[e.Output].Name, v.Exprs[e.Output], e.Msg, where)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/aggregate"
 )
@@ -103,122 +105,150 @@ func (c *compiler) streamSource(it item[rawSource], s *feature.Source) bool {
 // schema is their aggregations, each Int64 (count) or Float64.
 func (c *compiler) streamViews(items []item[rawStreamView]) {
 	for _, it := range items {
-		r, n, f := it.raw, it.node, it.file
-		if !c.claim(streamKind, f, n, r.Name) {
-			continue
+		if c.claim(streamKind, it.file, it.node, it.raw.Name) {
+			c.streamView(it)
 		}
-		obj := fmt.Sprintf("%s '%s'", streamKind, r.Name)
-		ok := true
-		bad := func(line int, format string, args ...any) {
-			c.errorf(f, line, obj, format, args...)
-			ok = false
-		}
-		v := &feature.View{Name: r.Name, Entities: r.Entities, Source: r.Source, Tags: r.Tags, Online: true}
-		if r.Online != nil {
-			v.Online = *r.Online
-		}
-		if len(r.Entities) == 0 {
-			bad(n.Line, "entities is required (at least one entity)")
-		}
-		for i, e := range r.Entities {
-			_, exists := c.repo.Entities[e]
-			switch {
-			case !exists && c.defined("entity", e):
-				ok = false
-			case !exists:
-				bad(lineOf(n, "entities", strconv.Itoa(i)), "entity '%s' is not defined (entities: %s)", e, keyList(c.repo.Entities))
-			case slices.Index(r.Entities, e) != i:
-				bad(lineOf(n, "entities", strconv.Itoa(i)), "entity '%s' is listed twice", e)
-			}
-		}
-		src := c.repo.Sources[r.Source]
+	}
+}
+
+// streamView compiles one stream feature view and adds it to the
+// repository unless it has problems.
+func (c *compiler) streamView(it item[rawStreamView]) {
+	r, n := it.raw, it.node
+	rep := c.newReport(it.file, fmt.Sprintf("%s '%s'", streamKind, r.Name))
+	bad := rep.bad
+	v := &feature.View{Name: r.Name, Entities: r.Entities, Source: r.Source, Tags: r.Tags, Online: true}
+	if r.Online != nil {
+		v.Online = *r.Online
+	}
+	c.streamEntities(rep, r, n)
+	c.streamSourceRef(rep, r, n)
+	ttl, err := parseTTL(r.TTL)
+	if err != nil {
+		bad(lineOf(n, "ttl"), "ttl: %v", err)
+	}
+	v.TTL = ttl
+	sv := streamTiming(rep, r, n)
+	if len(r.Aggregations) == 0 {
+		bad(n.Line, "aggregations is required (at least one {name, function, column, time_window})")
+	}
+	streamAggregations(rep, r, n, sv, v)
+	if !rep.ok {
+		return
+	}
+	spec, err := aggregate.NewSpec(sv)
+	if err != nil {
+		bad(n.Line, "%v", err)
+		return
+	}
+	v.Stream = sv
+	c.repo.Views[r.Name] = v
+	if c.repo.streams == nil {
+		c.repo.streams = map[string]*aggregate.Spec{}
+	}
+	c.repo.streams[r.Name] = spec
+}
+
+// streamEntities checks a stream view's entities: at least one, each
+// defined and listed once.
+func (c *compiler) streamEntities(rep *objReport, r rawStreamView, n *yaml.Node) {
+	if len(r.Entities) == 0 {
+		rep.bad(n.Line, "entities is required (at least one entity)")
+	}
+	for i, e := range r.Entities {
+		_, exists := c.repo.Entities[e]
 		switch {
-		case r.Source == "":
-			bad(n.Line, "source is required (a stream source)")
-		case src == nil && c.defined("source", r.Source):
-			ok = false
-		case src == nil:
-			bad(lineOf(n, "source"), "source '%s' is not defined (sources: %s)", r.Source, keyList(c.repo.Sources))
-		case src.Kind != feature.SourceStream:
-			bad(lineOf(n, "source"), "source '%s' is not a stream source (want type: stream)", r.Source)
+		case !exists && c.defined("entity", e):
+			rep.ok = false
+		case !exists:
+			rep.bad(lineOf(n, "entities", strconv.Itoa(i)), "entity '%s' is not defined (entities: %s)", e, keyList(c.repo.Entities))
+		case slices.Index(r.Entities, e) != i:
+			rep.bad(lineOf(n, "entities", strconv.Itoa(i)), "entity '%s' is listed twice", e)
 		}
-		ttl, err := parseTTL(r.TTL)
+	}
+}
+
+// streamSourceRef checks that a stream view's source is a defined stream
+// source.
+func (c *compiler) streamSourceRef(rep *objReport, r rawStreamView, n *yaml.Node) {
+	src := c.repo.Sources[r.Source]
+	switch {
+	case r.Source == "":
+		rep.bad(n.Line, "source is required (a stream source)")
+	case src == nil && c.defined("source", r.Source):
+		rep.ok = false
+	case src == nil:
+		rep.bad(lineOf(n, "source"), "source '%s' is not defined (sources: %s)", r.Source, keyList(c.repo.Sources))
+	case src.Kind != feature.SourceStream:
+		rep.bad(lineOf(n, "source"), "source '%s' is not a stream source (want type: stream)", r.Source)
+	}
+}
+
+// streamTiming reads a stream view's tile size, allowed lateness and late
+// policy, with the defaults for those not given.
+func streamTiming(rep *objReport, r rawStreamView, n *yaml.Node) *feature.StreamView {
+	sv := &feature.StreamView{Tile: DefaultTile, LatePolicy: "drop"}
+	if r.Tile != "" {
+		d, err := parseTTL(r.Tile)
+		if err != nil || d <= 0 {
+			rep.bad(lineOf(n, "tile"), "tile %q: want a positive duration such as 1m", r.Tile)
+		} else {
+			sv.Tile = d
+		}
+	}
+	if r.AllowedLateness != "" {
+		d, err := parseTTL(r.AllowedLateness)
 		if err != nil {
-			bad(lineOf(n, "ttl"), "ttl: %v", err)
+			rep.bad(lineOf(n, "allowed_lateness"), "allowed_lateness: %v", err)
 		}
-		v.TTL = ttl
-		sv := &feature.StreamView{Tile: DefaultTile, LatePolicy: "drop"}
-		if r.Tile != "" {
-			d, err := parseTTL(r.Tile)
-			if err != nil || d <= 0 {
-				bad(lineOf(n, "tile"), "tile %q: want a positive duration such as 1m", r.Tile)
-			} else {
-				sv.Tile = d
-			}
-		}
-		if r.AllowedLateness != "" {
-			d, err := parseTTL(r.AllowedLateness)
-			if err != nil {
-				bad(lineOf(n, "allowed_lateness"), "allowed_lateness: %v", err)
-			}
-			sv.AllowedLateness = d
-		}
-		switch r.LatePolicy {
-		case "", "drop":
-		default:
-			bad(lineOf(n, "late_policy"), "late_policy %q is not supported (want drop: late events are counted and dropped)", r.LatePolicy)
-		}
-		if len(r.Aggregations) == 0 {
-			bad(n.Line, "aggregations is required (at least one {name, function, column, time_window})")
-		}
-		seen := map[string]bool{}
-		for i, a := range r.Aggregations {
-			line := lineOf(n, "aggregations", strconv.Itoa(i))
-			at := func(key string) int { return lineOf(n, "aggregations", strconv.Itoa(i), key) }
-			switch {
-			case !nameRE.MatchString(a.Name):
-				bad(line, "aggregations[%d]: name %q may contain only letters, digits, '_', '.' and '-'", i, a.Name)
-				continue
-			case seen[a.Name]:
-				bad(line, "feature '%s' is listed twice", a.Name)
-				continue
-			}
-			seen[a.Name] = true
-			fn, fok := aggregate.ParseFunc(a.Function)
-			if !fok {
-				bad(at("function"), "feature '%s': function %q is not supported (want one of %s)", a.Name, a.Function, aggregate.Funcs)
-				continue
-			}
-			if a.Column == "" && fn != aggregate.Count {
-				bad(line, "feature '%s': %s needs a column (the event field it aggregates)", a.Name, fn)
-				continue
-			}
-			w, err := parseTTL(a.TimeWindow)
-			switch {
-			case err != nil || w <= 0:
-				bad(at("time_window"), "feature '%s': time_window %q: want a positive duration such as 10m or 1h", a.Name, a.TimeWindow)
-				continue
-			case w%sv.Tile != 0:
-				bad(at("time_window"), "feature '%s': time_window %s is not a multiple of the tile size %s", a.Name, w, sv.Tile)
-				continue
-			}
-			sv.Aggregations = append(sv.Aggregations, feature.Aggregation{Name: a.Name, Column: a.Column, Function: fn.String(), Window: w})
-			v.Schema = append(v.Schema, feature.Field{Name: a.Name, Type: fn.Type()})
-		}
-		if !ok {
+		sv.AllowedLateness = d
+	}
+	switch r.LatePolicy {
+	case "", "drop":
+	default:
+		rep.bad(lineOf(n, "late_policy"), "late_policy %q is not supported (want drop: late events are counted and dropped)", r.LatePolicy)
+	}
+	return sv
+}
+
+// streamAggregations checks a stream view's aggregations and adds each
+// good one to sv and, as a feature, to v's schema: a unique name, a known
+// function, a column unless it counts, and a positive time window that is
+// a multiple of the tile size.
+func streamAggregations(rep *objReport, r rawStreamView, n *yaml.Node, sv *feature.StreamView, v *feature.View) {
+	seen := map[string]bool{}
+	for i, a := range r.Aggregations {
+		line := lineOf(n, "aggregations", strconv.Itoa(i))
+		at := func(key string) int { return lineOf(n, "aggregations", strconv.Itoa(i), key) }
+		switch {
+		case !nameRE.MatchString(a.Name):
+			rep.bad(line, "aggregations[%d]: name %q may contain only letters, digits, '_', '.' and '-'", i, a.Name)
+			continue
+		case seen[a.Name]:
+			rep.bad(line, "feature '%s' is listed twice", a.Name)
 			continue
 		}
-		spec, err := aggregate.NewSpec(sv)
-		if err != nil {
-			bad(n.Line, "%v", err)
+		seen[a.Name] = true
+		fn, fok := aggregate.ParseFunc(a.Function)
+		if !fok {
+			rep.bad(at("function"), "feature '%s': function %q is not supported (want one of %s)", a.Name, a.Function, aggregate.Funcs)
 			continue
 		}
-		v.Stream = sv
-		c.repo.Views[r.Name] = v
-		if c.repo.streams == nil {
-			c.repo.streams = map[string]*aggregate.Spec{}
+		if a.Column == "" && fn != aggregate.Count {
+			rep.bad(line, "feature '%s': %s needs a column (the event field it aggregates)", a.Name, fn)
+			continue
 		}
-		c.repo.streams[r.Name] = spec
+		w, err := parseTTL(a.TimeWindow)
+		switch {
+		case err != nil || w <= 0:
+			rep.bad(at("time_window"), "feature '%s': time_window %q: want a positive duration such as 10m or 1h", a.Name, a.TimeWindow)
+			continue
+		case w%sv.Tile != 0:
+			rep.bad(at("time_window"), "feature '%s': time_window %s is not a multiple of the tile size %s", a.Name, w, sv.Tile)
+			continue
+		}
+		sv.Aggregations = append(sv.Aggregations, feature.Aggregation{Name: a.Name, Column: a.Column, Function: fn.String(), Window: w})
+		v.Schema = append(v.Schema, feature.Field{Name: a.Name, Type: fn.Type()})
 	}
 }
 

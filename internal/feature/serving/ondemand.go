@@ -66,6 +66,64 @@ type odOut struct {
 	view, out int
 }
 
+// viewIndex returns the index of on-demand view odv in od.views, adding
+// it (with its compiled program and a pool of scratch space) the first
+// time the selection names it.
+func (od *onDemandPlan) viewIndex(repo *registry.Repo, odv *feature.OnDemandView, viewIdx map[string]int) (int, error) {
+	if vi, ok := viewIdx[odv.Name]; ok {
+		return vi, nil
+	}
+	prog := repo.OnDemand(odv.Name)
+	if prog == nil {
+		return 0, apierr.Errorf(apierr.KindInternal, ReasonInternal, "on-demand feature view '%s' is not compiled", odv.Name)
+	}
+	vi := len(od.views)
+	nIn, nOut := len(prog.Inputs), len(prog.Outputs)
+	od.views = append(od.views, odView{name: odv.Name, prog: prog, want: make([]bool, nOut), scratch: &sync.Pool{New: func() any {
+		return &odScratch{
+			in: make([]feature.Value, nIn), inSt: make([]Status, nIn), inTS: make([]time.Time, nIn),
+			out: make([]feature.Value, nOut), outcomes: make([]transform.Outcome, nOut),
+		}
+	}}})
+	viewIdx[odv.Name] = vi
+	return vi, nil
+}
+
+// selectedFeatures returns the features a selection names: its list, or
+// every feature of the view's schema when it names none.
+func selectedFeatures(sel selection, schema []feature.Field) []string {
+	if len(sel.features) > 0 {
+		return sel.features
+	}
+	fields := make([]string, 0, len(schema))
+	for _, f := range schema {
+		fields = append(fields, f.Name)
+	}
+	return fields
+}
+
+// prepareInputs adds the base-read columns each on-demand view's inputs
+// need and collects the spare request fields: the views' join keys and
+// request-source fields, which may come in a request without being read.
+func (od *onDemandPlan) prepareInputs(repo *registry.Repo, addBase func(view, feat string) int) error {
+	od.spare = map[string]bool{}
+	for vi := range od.views {
+		if err := od.addInputs(repo, &od.views[vi], addBase); err != nil {
+			return err
+		}
+		keys, _ := repo.JoinKeys(od.views[vi].name)
+		for _, k := range keys {
+			od.spare[k] = true
+		}
+		for _, in := range od.views[vi].prog.Inputs {
+			if view, _, isFeature := strings.Cut(in.Name, "__"); !isFeature || repo.Views[view] == nil {
+				od.spare[in.Name] = true // a request field: needed or not, it may come
+			}
+		}
+	}
+	return nil
+}
+
 // compileOnDemand compiles a selection that names on-demand views; ok is
 // false when it names none (the caller compiles it as usual).
 func compileOnDemand(repo *registry.Repo, sels []selection, full bool) (p *plan, ok bool, err error) {
@@ -100,29 +158,11 @@ func compileOnDemand(repo *registry.Repo, sels []selection, full bool) (p *plan,
 		}
 		vi := -1
 		if odv != nil {
-			if vi, ok = viewIdx[sel.view]; !ok {
-				prog := repo.OnDemand(odv.Name)
-				if prog == nil {
-					return nil, true, apierr.Errorf(apierr.KindInternal, ReasonInternal, "on-demand feature view '%s' is not compiled", odv.Name)
-				}
-				vi = len(od.views)
-				nIn, nOut := len(prog.Inputs), len(prog.Outputs)
-				od.views = append(od.views, odView{name: odv.Name, prog: prog, want: make([]bool, nOut), scratch: &sync.Pool{New: func() any {
-					return &odScratch{
-						in: make([]feature.Value, nIn), inSt: make([]Status, nIn), inTS: make([]time.Time, nIn),
-						out: make([]feature.Value, nOut), outcomes: make([]transform.Outcome, nOut),
-					}
-				}}})
-				viewIdx[sel.view] = vi
+			if vi, err = od.viewIndex(repo, odv, viewIdx); err != nil {
+				return nil, true, err
 			}
 		}
-		fields := sel.features
-		if len(fields) == 0 {
-			for _, f := range schema {
-				fields = append(fields, f.Name)
-			}
-		}
-		for _, name := range fields {
+		for _, name := range selectedFeatures(sel, schema) {
 			fi := slices.IndexFunc(schema, func(f feature.Field) bool { return f.Name == name })
 			if fi < 0 {
 				return nil, true, invalidf(ReasonUnknownFeature, "unknown feature '%s:%s': view '%s' has no feature '%s'", sel.view, name, sel.view, name)
@@ -149,20 +189,8 @@ func compileOnDemand(repo *registry.Repo, sels []selection, full bool) (p *plan,
 			p.types = append(p.types, schema[fi].Type)
 		}
 	}
-	od.spare = map[string]bool{}
-	for vi := range od.views {
-		if err := od.addInputs(repo, &od.views[vi], addBase); err != nil {
-			return nil, true, err
-		}
-		keys, _ := repo.JoinKeys(od.views[vi].name)
-		for _, k := range keys {
-			od.spare[k] = true
-		}
-		for _, in := range od.views[vi].prog.Inputs {
-			if view, _, isFeature := strings.Cut(in.Name, "__"); !isFeature || repo.Views[view] == nil {
-				od.spare[in.Name] = true // a request field: needed or not, it may come
-			}
-		}
+	if err := od.prepareInputs(repo, addBase); err != nil {
+		return nil, true, err
 	}
 	if len(baseRefs) > 0 {
 		if od.base, err = compile(repo, baseRefs, "", true); err != nil {

@@ -114,82 +114,117 @@ type offlineCol struct {
 // checked here, before anything is written.
 func buildOfflineRows(in pushInput, t offlineTarget) (offlineRows, error) {
 	b := t.batch
-	fileCol := func(name string) string {
-		for col, to := range b.FieldMapping {
-			if to == name {
-				return col
-			}
-		}
-		return name
-	}
 	tsCol := b.TimestampField
 	if tsCol == "" {
 		tsCol = "event_timestamp"
 	}
 	tsType := feature.Type{Kind: feature.KindUnixTimestamp}
-	cols := []offlineCol{{col: offline.Column{Name: tsCol, Type: tsType}}}
+	oc := &offlineColumns{in: &in, b: b, cols: []offlineCol{{col: offline.Column{Name: tsCol, Type: tsType}}}}
 	if b.CreatedTimestampColumn != "" {
 		if b.CreatedTimestampColumn == tsCol {
 			return offlineRows{}, invalidf(ReasonInvalidRequest, "batch source '%s': the created timestamp column is the event timestamp column '%s'", b.Name, tsCol)
 		}
-		cols = append(cols, offlineCol{col: offline.Column{Name: b.CreatedTimestampColumn, Type: tsType}})
+		oc.cols = append(oc.cols, offlineCol{col: offline.Column{Name: b.CreatedTimestampColumn, Type: tsType}})
 	}
-	index := make(map[string]int, 8)
-	for i, c := range cols {
-		index[c.col.Name] = i
+	oc.index = make(map[string]int, 8)
+	for i, c := range oc.cols {
+		oc.index[c.col.Name] = i
 	}
+	for _, v := range batchViews(in.repo, b) {
+		if err := oc.addView(v); err != nil {
+			return offlineRows{}, err
+		}
+	}
+	return oc.rows()
+}
 
+// offlineColumns gathers the columns of a batch source's file layout for
+// the pushed rows in: the timestamp columns first, then each view's.
+type offlineColumns struct {
+	in    *pushInput
+	b     *feature.Source
+	cols  []offlineCol
+	index map[string]int // column name -> index into cols
+}
+
+// batchViews returns the views that read batch source b, directly or
+// through a push source, by name.
+func batchViews(repo *registry.Repo, b *feature.Source) []*feature.View {
 	var views []*feature.View
-	for _, v := range in.repo.Views {
-		s := in.repo.Sources[v.Source]
+	for _, v := range repo.Views {
+		s := repo.Sources[v.Source]
 		if v.Source == b.Name || (s != nil && s.Kind == feature.SourcePush && s.BatchSource == b.Name) {
 			views = append(views, v)
 		}
 	}
 	slices.SortFunc(views, func(x, y *feature.View) int { return strings.Compare(x.Name, y.Name) })
+	return views
+}
 
-	add := func(v *feature.View, name string, typ feature.Type, key bool) error {
-		required := v.Source == in.src.Name
-		fc := fileCol(name)
-		if i, ok := index[fc]; ok {
-			c := &cols[i]
-			if c.col.Type != typ {
-				return invalidf(ReasonInvalidRequest, "batch source '%s': column '%s' is %s for view '%s' but %s for view '%s'",
-					b.Name, fc, c.col.Type, c.owner, typ, v.Name)
-			}
-			if c.from == "" && c.owner == "" {
-				return invalidf(ReasonInvalidRequest, "batch source '%s': view '%s' reads its timestamp column '%s' as '%s'", b.Name, v.Name, fc, name)
-			}
-			c.required = c.required || required
-			c.key = c.key || key
-			return nil
+// fileColumn returns the batch source's column name of field name: the
+// field mapping reversed.
+func fileColumn(b *feature.Source, name string) string {
+	for col, to := range b.FieldMapping {
+		if to == name {
+			return col
 		}
-		from := in.column(name)
-		data, ok := in.df[from]
-		if !ok && required {
-			return invalidf(ReasonMissingColumn, "push source '%s': the rows have no column '%s'", in.src.Name, from)
+	}
+	return name
+}
+
+// addView adds the join keys and features of view v.
+func (oc *offlineColumns) addView(v *feature.View) error {
+	for _, en := range v.Entities {
+		e, ok := oc.in.repo.Entities[en]
+		if !ok {
+			return apierr.Errorf(apierr.KindInternal, ReasonInternal, "feature view '%s': entity '%s' is not defined", v.Name, en)
 		}
-		index[fc] = len(cols)
-		cols = append(cols, offlineCol{col: offline.Column{Name: fc, Type: typ}, from: from, data: data, key: key, required: required, owner: v.Name})
+		if err := oc.add(v, e.JoinKey, feature.Type{Kind: e.ValueType.Kind}, true); err != nil {
+			return err
+		}
+	}
+	for _, f := range v.Schema {
+		if err := oc.add(v, f.Name, f.Type, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// add adds the column of field name of view v, or merges it with the
+// column another view added: both must read it as one type, and neither
+// as a timestamp column. A column the pushed source's views read must be
+// in the pushed rows.
+func (oc *offlineColumns) add(v *feature.View, name string, typ feature.Type, key bool) error {
+	in, b := oc.in, oc.b
+	required := v.Source == in.src.Name
+	fc := fileColumn(b, name)
+	if i, ok := oc.index[fc]; ok {
+		c := &oc.cols[i]
+		if c.col.Type != typ {
+			return invalidf(ReasonInvalidRequest, "batch source '%s': column '%s' is %s for view '%s' but %s for view '%s'",
+				b.Name, fc, c.col.Type, c.owner, typ, v.Name)
+		}
+		if c.from == "" && c.owner == "" {
+			return invalidf(ReasonInvalidRequest, "batch source '%s': view '%s' reads its timestamp column '%s' as '%s'", b.Name, v.Name, fc, name)
+		}
+		c.required = c.required || required
+		c.key = c.key || key
 		return nil
 	}
-	for _, v := range views {
-		for _, en := range v.Entities {
-			e, ok := in.repo.Entities[en]
-			if !ok {
-				return offlineRows{}, apierr.Errorf(apierr.KindInternal, ReasonInternal, "feature view '%s': entity '%s' is not defined", v.Name, en)
-			}
-			if err := add(v, e.JoinKey, feature.Type{Kind: e.ValueType.Kind}, true); err != nil {
-				return offlineRows{}, err
-			}
-		}
-		for _, f := range v.Schema {
-			if err := add(v, f.Name, f.Type, false); err != nil {
-				return offlineRows{}, err
-			}
-		}
+	from := in.column(name)
+	data, ok := in.df[from]
+	if !ok && required {
+		return invalidf(ReasonMissingColumn, "push source '%s': the rows have no column '%s'", in.src.Name, from)
 	}
+	oc.index[fc] = len(oc.cols)
+	oc.cols = append(oc.cols, offlineCol{col: offline.Column{Name: fc, Type: typ}, from: from, data: data, key: key, required: required, owner: v.Name})
+	return nil
+}
 
+// rows converts every pushed row to the file layout, checking each value.
+func (oc *offlineColumns) rows() (offlineRows, error) {
+	in, cols := oc.in, oc.cols
 	out := offlineRows{cols: make([]offline.Column, len(cols)), rows: make([][]feature.Value, in.n)}
 	for i, c := range cols {
 		out.cols[i] = c.col
@@ -199,7 +234,7 @@ func buildOfflineRows(in pushInput, t offlineTarget) (offlineRows, error) {
 		row := vals[r*len(cols) : (r+1)*len(cols) : (r+1)*len(cols)]
 		row[0] = feature.Value{I64: in.events[r]}
 		next := 1
-		if b.CreatedTimestampColumn != "" {
+		if oc.b.CreatedTimestampColumn != "" {
 			ct := in.now.UnixNano()
 			if in.hasCreated[r] {
 				ct = in.created[r]
@@ -208,26 +243,34 @@ func buildOfflineRows(in pushInput, t offlineTarget) (offlineRows, error) {
 			next = 2
 		}
 		for ci := next; ci < len(cols); ci++ {
-			c := &cols[ci]
-			if c.data == nil {
-				row[ci] = feature.Value{Null: true}
-				continue
-			}
-			v, err := toValue(c.data[r], c.col.Type)
-			if err == nil && v.Null && c.key && c.required {
-				err = errors.New("null")
-			}
+			v, err := cols[ci].value(r)
 			if err != nil {
-				if c.key {
-					return offlineRows{}, invalidf(ReasonInvalidEntityValue, "entity key '%s' row %d: %v", c.from, r, err)
-				}
-				return offlineRows{}, invalidf(ReasonInvalidColumnValue, "column '%s' row %d (%s, view '%s'): %v", c.from, r, c.col.Type, c.owner, err)
+				return offlineRows{}, err
 			}
 			row[ci] = v
 		}
 		out.rows[r] = row
 	}
 	return out, nil
+}
+
+// value converts row r of the column's pushed data (null where the rows
+// have no such column); a required join key must not be null.
+func (c *offlineCol) value(r int) (feature.Value, error) {
+	if c.data == nil {
+		return feature.Value{Null: true}, nil
+	}
+	v, err := toValue(c.data[r], c.col.Type)
+	if err == nil && v.Null && c.key && c.required {
+		err = errors.New("null")
+	}
+	if err != nil {
+		if c.key {
+			return v, invalidf(ReasonInvalidEntityValue, "entity key '%s' row %d: %v", c.from, r, err)
+		}
+		return v, invalidf(ReasonInvalidColumnValue, "column '%s' row %d (%s, view '%s'): %v", c.from, r, c.col.Type, c.owner, err)
+	}
+	return v, nil
 }
 
 // pushOffline appends rows to t's folder as one new Parquet file. No rows

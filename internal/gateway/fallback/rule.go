@@ -263,16 +263,16 @@ const (
 	passIdents
 )
 
-// Visit implements ast.Visitor.
+// Visit implements ast.Visitor: each pass checks its own kind of node.
 func (w *safetyWalker) Visit(node *ast.Node) {
 	w.nodes++
 	if w.err != nil {
 		return
 	}
 	n := *node
-	id, isIdent := n.(*ast.IdentifierNode)
 	_, isCall := n.(*ast.CallNode)
 	_, isBuiltin := n.(*ast.BuiltinNode)
+	id, isIdent := n.(*ast.IdentifierNode)
 	switch w.pass {
 	case passCalls:
 		if !isCall && !isBuiltin {
@@ -284,15 +284,28 @@ func (w *safetyWalker) Visit(node *ast.Node) {
 		}
 	case passIdents:
 		if isIdent {
-			if _, ok := w.vars[id.Value]; ok {
-				w.used[id.Value] = true
-				w.uses[id.Value]++
-			} else if !allowedFuncs[id.Value] {
-				w.fail(n, fmt.Sprintf("unknown variable %q", id.Value))
-			}
+			w.checkIdent(n, id.Value)
 		}
 		return
 	}
+	w.checkNode(n)
+}
+
+// checkIdent counts a use of a known variable, or fails on an unknown
+// name that is not an allowed function.
+func (w *safetyWalker) checkIdent(n ast.Node, name string) {
+	if _, ok := w.vars[name]; ok {
+		w.used[name] = true
+		w.uses[name]++
+	} else if !allowedFuncs[name] {
+		w.fail(n, fmt.Sprintf("unknown variable %q", name))
+	}
+}
+
+// checkNode fails on a node a rule may not hold: an operator or function
+// outside the allowed ones, or any other kind of node than literals,
+// conditionals, operators and calls.
+func (w *safetyWalker) checkNode(n ast.Node) {
 	switch n := n.(type) {
 	case *ast.IntegerNode, *ast.FloatNode, *ast.BoolNode, *ast.StringNode,
 		*ast.ConstantNode, *ast.ConditionalNode:

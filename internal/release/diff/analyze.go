@@ -172,33 +172,18 @@ func newAnalysis(in Input, opts Options) *analysis {
 // checkEvery is how many records pass between context checks.
 const checkEvery = 256
 
+// read reads recording A (and, to join by request id, all of recording B
+// first) and pairs each request's arms, counting what does not pair.
 func (a *analysis) read(ctx context.Context, in Input) error {
 	c := &a.res.Counts
 	var index map[string]*side
 	var matched map[string]bool
 	if a.mode == ModeJoin {
-		index, matched = map[string]*side{}, map[string]bool{}
-		for {
-			rec, err := in.B.Next(ctx)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("read recording b: %w", err)
-			}
-			c.RecordsB++
-			if c.RecordsB%checkEvery == 0 && ctx.Err() != nil {
-				return context.Cause(ctx)
-			}
-			if rec == nil {
-				continue
-			}
-			if _, dup := index[rec.RequestID]; dup {
-				c.Duplicates++
-				continue
-			}
-			index[rec.RequestID] = arm(rec, a.res.B.Arm)
+		var err error
+		if index, err = a.indexB(ctx, in); err != nil {
+			return err
 		}
+		matched = map[string]bool{}
 	}
 	seenA := map[string]bool{}
 	for {
@@ -231,20 +216,62 @@ func (a *analysis) read(ctx context.Context, in Input) error {
 		} else {
 			sb = arm(rec, a.res.B.Arm)
 		}
-		switch {
-		case sa != nil && sb != nil:
-			a.addPair(rec, sa, sb)
-		case sa != nil:
-			c.UnmatchedA++
-		case sb != nil:
-			c.UnmatchedB++
-		default:
-			c.Incomplete++
-		}
+		a.pairArms(rec, sa, sb)
 	}
 	if err := ctx.Err(); err != nil {
 		return context.Cause(ctx)
 	}
+	a.countUnmatchedB(index, matched)
+	return nil
+}
+
+// indexB reads recording B and indexes its B arms by request id; a
+// repeated request id is counted as a duplicate and the first one kept.
+func (a *analysis) indexB(ctx context.Context, in Input) (map[string]*side, error) {
+	c := &a.res.Counts
+	index := map[string]*side{}
+	for {
+		rec, err := in.B.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return index, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read recording b: %w", err)
+		}
+		c.RecordsB++
+		if c.RecordsB%checkEvery == 0 && ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		if rec == nil {
+			continue
+		}
+		if _, dup := index[rec.RequestID]; dup {
+			c.Duplicates++
+			continue
+		}
+		index[rec.RequestID] = arm(rec, a.res.B.Arm)
+	}
+}
+
+// pairArms compares a request's two arms, or counts the request as
+// unmatched (one arm) or incomplete (neither).
+func (a *analysis) pairArms(rec *record.Record, sa, sb *side) {
+	c := &a.res.Counts
+	switch {
+	case sa != nil && sb != nil:
+		a.addPair(rec, sa, sb)
+	case sa != nil:
+		c.UnmatchedA++
+	case sb != nil:
+		c.UnmatchedB++
+	default:
+		c.Incomplete++
+	}
+}
+
+// countUnmatchedB counts the indexed B records no A record matched.
+func (a *analysis) countUnmatchedB(index map[string]*side, matched map[string]bool) {
+	c := &a.res.Counts
 	for id, sb := range index {
 		if matched[id] {
 			continue
@@ -255,7 +282,6 @@ func (a *analysis) read(ctx context.Context, in Input) error {
 			c.UnmatchedB++
 		}
 	}
-	return nil
 }
 
 // succeeded reports a 2xx status: only then are a side's outputs valid.

@@ -221,18 +221,9 @@ func OpenSpool(opts SpoolOptions, logger *slog.Logger) (*Spool, error) {
 
 // load lists and checks the segments and applies the cursor.
 func (s *Spool) load() error {
-	names, err := filepath.Glob(filepath.Join(s.opts.Dir, "*"+segmentSuffix))
-	if err != nil {
+	if err := s.listSegments(); err != nil {
 		return err
 	}
-	for _, name := range names {
-		seq, err := strconv.ParseUint(strings.TrimSuffix(filepath.Base(name), segmentSuffix), 10, 64)
-		if err != nil {
-			continue // not ours
-		}
-		s.segs = append(s.segs, &segment{seq: seq, path: name})
-	}
-	slices.SortFunc(s.segs, func(a, b *segment) int { return cmp.Compare(a.seq, b.seq) })
 	cseq, coff, cok := s.readCursor()
 	var keep []*segment
 	for _, g := range s.segs {
@@ -244,25 +235,10 @@ func (s *Spool) load() error {
 			}
 			continue
 		}
-		sc, cut, err := scanSegment(g.path)
+		offs, err := s.checkSegment(g)
 		if err != nil {
 			return err
 		}
-		offs := sc.ends
-		if cut > 0 {
-			s.truncated += cut
-			s.log.Warn("recording spool segment has a torn or corrupt tail; cut off", "file", g.path, "bytes", cut)
-		}
-		if sc.damaged > 0 {
-			s.damaged += sc.damaged
-			s.log.Error("recording spool segment has damaged frames; skipped to the next intact ones",
-				"file", g.path, "damaged_records", sc.damaged, "stretches", len(sc.skips))
-		}
-		if len(sc.skips) > 0 {
-			g.skips = sc.skips
-		}
-		g.frames = len(offs) - 1
-		g.size = offs[len(offs)-1]
 		if g.frames == 0 {
 			if err := os.Remove(g.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
@@ -283,20 +259,62 @@ func (s *Spool) load() error {
 	if len(keep) > 0 && (!cok || keep[0].seq != cseq) {
 		s.cur = position{off: int64(len(spoolMagic))}
 	}
-	for i, g := range s.segs {
+	for _, g := range s.segs {
 		s.bytes += g.size
 		s.records += g.frames
-		if i == 0 {
-			s.records -= s.cur.frame
-		}
 	}
 	if len(s.segs) == 0 {
 		return s.removeCursor()
 	}
+	s.records -= s.cur.frame
 	if s.segs[0].frames == s.cur.frame {
 		return s.dropFirstLocked()
 	}
 	return nil
+}
+
+// listSegments lists the segment files of the spool folder in sequence
+// order, passing over files that are not segments.
+func (s *Spool) listSegments() error {
+	names, err := filepath.Glob(filepath.Join(s.opts.Dir, "*"+segmentSuffix))
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		seq, err := strconv.ParseUint(strings.TrimSuffix(filepath.Base(name), segmentSuffix), 10, 64)
+		if err != nil {
+			continue // not ours
+		}
+		s.segs = append(s.segs, &segment{seq: seq, path: name})
+	}
+	slices.SortFunc(s.segs, func(a, b *segment) int { return cmp.Compare(a.seq, b.seq) })
+	return nil
+}
+
+// checkSegment scans segment g, cutting off a torn or corrupt tail and
+// noting its damaged stretches (both counted and logged), sets its frame
+// count and size, and returns the end offset of each frame.
+func (s *Spool) checkSegment(g *segment) ([]int64, error) {
+	sc, cut, err := scanSegment(g.path)
+	if err != nil {
+		return nil, err
+	}
+	offs := sc.ends
+	if cut > 0 {
+		s.truncated += cut
+		s.log.Warn("recording spool segment has a torn or corrupt tail; cut off", "file", g.path, "bytes", cut)
+	}
+	if sc.damaged > 0 {
+		s.damaged += sc.damaged
+		s.log.Error("recording spool segment has damaged frames; skipped to the next intact ones",
+			"file", g.path, "damaged_records", sc.damaged, "stretches", len(sc.skips))
+	}
+	if len(sc.skips) > 0 {
+		g.skips = sc.skips
+	}
+	g.frames = len(offs) - 1
+	g.size = offs[len(offs)-1]
+	return offs, nil
 }
 
 // scanSegment checks a segment file frame by frame, skipping damaged
@@ -720,28 +738,9 @@ func (s *Spool) peek(maxEntries int, maxBytes int64) ([]entry, error) {
 	if s.closed {
 		return nil, errSpoolClosed
 	}
-	for len(s.segs) > 0 && s.cur.frame >= s.segs[0].frames {
-		if len(s.segs) == 1 {
-			return nil, nil
-		}
-		if err := s.dropFirstLocked(); err != nil {
-			return nil, err
-		}
-	}
-	if len(s.segs) == 0 {
-		return nil, nil
-	}
-	g := s.segs[0]
-	if s.rf == nil || s.rseq != g.seq {
-		if s.rf != nil {
-			_ = s.rf.Close()
-		}
-		f, err := os.Open(g.path)
-		if err != nil {
-			s.rf = nil
-			return nil, fmt.Errorf("spool read: %w", err)
-		}
-		s.rf, s.rseq = f, g.seq
+	g, err := s.drainSegmentLocked()
+	if g == nil || err != nil {
+		return nil, err
 	}
 	if next, ok := g.skips[s.cur.off]; ok {
 		s.cur.off = next // a damaged stretch Open found and counted
@@ -794,6 +793,36 @@ func (s *Spool) peek(maxEntries int, maxBytes int64) ([]entry, error) {
 		s.peeked = append(s.peeked, pos)
 	}
 	return out, nil
+}
+
+// drainSegmentLocked returns the segment the drain position is in, with
+// its file open for reading: drained segments are dropped first, except
+// the last (the writer's). It returns nil when nothing is left to drain.
+func (s *Spool) drainSegmentLocked() (*segment, error) {
+	for len(s.segs) > 0 && s.cur.frame >= s.segs[0].frames {
+		if len(s.segs) == 1 {
+			return nil, nil
+		}
+		if err := s.dropFirstLocked(); err != nil {
+			return nil, err
+		}
+	}
+	if len(s.segs) == 0 {
+		return nil, nil
+	}
+	g := s.segs[0]
+	if s.rf == nil || s.rseq != g.seq {
+		if s.rf != nil {
+			_ = s.rf.Close()
+		}
+		f, err := os.Open(g.path)
+		if err != nil {
+			s.rf = nil
+			return nil, fmt.Errorf("spool read: %w", err)
+		}
+		s.rf, s.rseq = f, g.seq
+	}
+	return g, nil
 }
 
 // resyncLocked handles a frame at pos (the drain position) that went bad

@@ -501,9 +501,11 @@ func (w *Writer) waitForSpace() {
 func (w *Writer) drain() {
 	defer close(w.drainDone)
 	backoff := minRetry
-	storedIDs := map[string]bool{} // stored, but behind one that was not
-	ok := make([]bool, w.opts.BatchSize)
-	send := make([]entry, 0, w.opts.BatchSize)
+	sb := &sendBatch{
+		storedIDs: map[string]bool{},
+		ok:        make([]bool, w.opts.BatchSize),
+		send:      make([]entry, 0, w.opts.BatchSize),
+	}
 	closing := w.closing
 	var lastLog time.Time
 	for {
@@ -535,36 +537,10 @@ func (w *Writer) drain() {
 		}
 		k := 0
 		if err == nil {
-			send = send[:0]
-			for _, e := range es {
-				if !storedIDs[e.id] {
-					send = append(send, e)
-				}
-			}
-			clear(ok)
-			err = w.es.writeEntries(w.ctx, send, ok[:len(send)])
-			j := 0
-			for _, e := range es {
-				if !storedIDs[e.id] {
-					if ok[j] {
-						storedIDs[e.id] = true
-					}
-					j++
-				}
-			}
-			for k < len(es) && storedIDs[es[k].id] {
-				delete(storedIDs, es[k].id)
-				k++
-			}
+			k, err = sb.write(w.ctx, w.es, es)
 		}
 		if k > 0 {
-			if aerr := w.spool.ack(k); aerr != nil {
-				w.log.Warn("recording spool", "err", aerr)
-			}
-			w.written.Add(uint64(k))
-			w.m.written.Add(float64(k))
-			w.spoolGauges()
-			signal(w.drained)
+			w.ackDrained(k)
 		}
 		if err == nil && k == len(es) {
 			backoff = minRetry
@@ -595,6 +571,54 @@ func (w *Writer) drain() {
 			backoff = min(backoff, 4*minRetry)
 		}
 	}
+}
+
+// sendBatch sends peeked spool entries to the sink, remembering the ones
+// the sink stored behind one it did not, so they are not sent again.
+type sendBatch struct {
+	storedIDs map[string]bool // stored, but behind one that was not
+	ok        []bool          // per entry of send: stored
+	send      []entry         // the entries of this try not stored before
+}
+
+// write sends the entries of es not stored before and returns how many
+// of es, from the first, are now stored (and may leave the spool).
+func (b *sendBatch) write(ctx context.Context, sink entrySink, es []entry) (int, error) {
+	b.send = b.send[:0]
+	for _, e := range es {
+		if !b.storedIDs[e.id] {
+			b.send = append(b.send, e)
+		}
+	}
+	clear(b.ok)
+	err := sink.writeEntries(ctx, b.send, b.ok[:len(b.send)])
+	j := 0
+	for _, e := range es {
+		if !b.storedIDs[e.id] {
+			if b.ok[j] {
+				b.storedIDs[e.id] = true
+			}
+			j++
+		}
+	}
+	k := 0
+	for k < len(es) && b.storedIDs[es[k].id] {
+		delete(b.storedIDs, es[k].id)
+		k++
+	}
+	return k, err
+}
+
+// ackDrained drains the first k peeked records from the spool and counts
+// them as written.
+func (w *Writer) ackDrained(k int) {
+	if aerr := w.spool.ack(k); aerr != nil {
+		w.log.Warn("recording spool", "err", aerr)
+	}
+	w.written.Add(uint64(k))
+	w.m.written.Add(float64(k))
+	w.spoolGauges()
+	signal(w.drained)
 }
 
 // lose counts n accepted records as failed.

@@ -262,6 +262,14 @@ func Collect(ctx context.Context, dir string) (fams []Family, err error) {
 	rec.component = ComponentExporter
 	promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: rec})
 
+	return rec.families()
+}
+
+// families describes every collector registered through rec, with the
+// Go runtime and process collectors every registry has, sorted; a metric
+// name registered twice is an error.
+func (rec *recorder) families() ([]Family, error) {
+	var fams []Family
 	for _, c := range rec.collectors {
 		got, err := describe(c.c)
 		if err != nil {
