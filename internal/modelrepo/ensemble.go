@@ -80,135 +80,173 @@ func stepLabel(i int, model string) string {
 // consumes, ensemble outputs nothing produces, and cycles. exists says
 // whether a model name is known; nil accepts every name.
 func parseEnsemble(cfg *inferencepb.ModelConfig, src *modelconfig.Source, exists func(string) bool) (*ensemble, modelconfig.Errors) {
-	var ps modelconfig.Errors
-	add := func(path, format string, args ...any) {
-		ps = append(ps, modelconfig.Error{Pos: src.Pos(path), Msg: fmt.Sprintf(format, args...)})
-	}
+	ep := &ensembleParser{cfg: cfg, src: src, exists: exists}
 	es := cfg.GetEnsembleScheduling()
 	if es == nil {
-		add("platform", "platform \"ensemble\" needs ensemble_scheduling")
-		return nil, ps
+		ep.add("platform", "platform \"ensemble\" needs ensemble_scheduling")
+		return nil, ep.ps
 	}
 	if len(es.GetStep()) == 0 {
-		add("ensemble_scheduling", "ensemble_scheduling must list at least one step")
-		return nil, ps
+		ep.add("ensemble_scheduling", "ensemble_scheduling must list at least one step")
+		return nil, ep.ps
 	}
 	e := &ensemble{name: cfg.GetName()}
+	ep.e, ep.ids, ep.producer = e, map[string]int{}, map[int]int{}
 	if n := es.GetMaxInflightRequests(); n > 0 {
 		e.limits = make([]chan struct{}, len(es.GetStep()))
 		for i := range e.limits {
 			e.limits[i] = make(chan struct{}, n)
 		}
 	}
-	ids := map[string]int{}
-	id := func(name string) int {
-		if i, ok := ids[name]; ok {
-			return i
-		}
-		ids[name] = len(e.tensors)
-		e.tensors = append(e.tensors, name)
-		return ids[name]
-	}
-	const fromInput = -1
-	producer := map[int]int{} // tensor -> step, or fromInput
 	for _, in := range cfg.GetInput() {
-		t := id(in.GetName())
+		t := ep.id(in.GetName())
 		e.inputs = append(e.inputs, t)
-		producer[t] = fromInput
+		ep.producer[t] = fromEnsembleInput
 	}
 	for i, st := range es.GetStep() {
-		at := fmt.Sprintf("ensemble_scheduling.step[%d]", i)
-		name := st.GetModelName()
-		label := stepLabel(i, name)
-		step := ensembleStep{model: name}
-		switch {
-		case name == "":
-			add(at, "ensemble_scheduling: step[%d]: model_name must be set", i)
-		case name == cfg.GetName():
-			add(at+".model_name", "%s: an ensemble cannot be a step of itself", label)
-		case exists != nil && !exists(name):
-			add(at+".model_name", "%s: model '%s' is not in any model repository", label, name)
+		e.steps = append(e.steps, ep.step(i, st))
+	}
+	ep.checkGraph()
+	if len(ep.ps) > 0 {
+		return nil, byPosition(ep.ps)
+	}
+	return e, nil
+}
+
+// fromEnsembleInput is the producer of a tensor that is an ensemble
+// input rather than a step's output.
+const fromEnsembleInput = -1
+
+// ensembleParser holds what parseEnsemble builds and the problems it
+// finds, each at its position in the configuration's source.
+type ensembleParser struct {
+	cfg      *inferencepb.ModelConfig
+	src      *modelconfig.Source
+	exists   func(string) bool
+	e        *ensemble
+	ids      map[string]int // tensor name -> index in e.tensors
+	producer map[int]int    // tensor -> step, or fromEnsembleInput
+	ps       modelconfig.Errors
+}
+
+func (ep *ensembleParser) add(path, format string, args ...any) {
+	ep.ps = append(ep.ps, modelconfig.Error{Pos: ep.src.Pos(path), Msg: fmt.Sprintf(format, args...)})
+}
+
+// id is the index of the tensor named name, added on first mention.
+func (ep *ensembleParser) id(name string) int {
+	if i, ok := ep.ids[name]; ok {
+		return i
+	}
+	ep.ids[name] = len(ep.e.tensors)
+	ep.e.tensors = append(ep.e.tensors, name)
+	return ep.ids[name]
+}
+
+// step parses step i: its model and version, then its input and output
+// maps.
+func (ep *ensembleParser) step(i int, st *inferencepb.ModelEnsembling_Step) ensembleStep {
+	at := fmt.Sprintf("ensemble_scheduling.step[%d]", i)
+	name := st.GetModelName()
+	label := stepLabel(i, name)
+	step := ensembleStep{model: name}
+	switch {
+	case name == "":
+		ep.add(at, "ensemble_scheduling: step[%d]: model_name must be set", i)
+	case name == ep.cfg.GetName():
+		ep.add(at+".model_name", "%s: an ensemble cannot be a step of itself", label)
+	case ep.exists != nil && !ep.exists(name):
+		ep.add(at+".model_name", "%s: model '%s' is not in any model repository", label, name)
+	}
+	// proto3 cannot tell an omitted model_version from 0: both mean
+	// the latest version, like -1.
+	switch v := st.GetModelVersion(); {
+	case v == -1 || v == 0:
+	case v >= 1:
+		step.version = strconv.FormatInt(v, 10)
+	default:
+		ep.add(at+".model_version", "%s: model_version must be -1 (latest) or a version >= 1, got %d", label, v)
+	}
+	if len(st.GetInputMap()) == 0 {
+		ep.add(at, "%s maps no input: input_map is empty", label)
+	}
+	if len(st.GetOutputMap()) == 0 {
+		ep.add(at, "%s maps no output: output_map is empty", label)
+	}
+	for _, k := range sortedKeys(st.GetInputMap()) {
+		v := st.GetInputMap()[k]
+		if v == "" {
+			ep.add(at+".input_map["+strconv.Quote(k)+"]", "%s: input '%s' is mapped to an empty tensor name", label, k)
+			continue
 		}
-		// proto3 cannot tell an omitted model_version from 0: both mean
-		// the latest version, like -1.
-		switch v := st.GetModelVersion(); {
-		case v == -1 || v == 0:
-		case v >= 1:
-			step.version = strconv.FormatInt(v, 10)
-		default:
-			add(at+".model_version", "%s: model_version must be -1 (latest) or a version >= 1, got %d", label, v)
-		}
-		if len(st.GetInputMap()) == 0 {
-			add(at, "%s maps no input: input_map is empty", label)
-		}
-		if len(st.GetOutputMap()) == 0 {
-			add(at, "%s maps no output: output_map is empty", label)
-		}
-		for _, k := range sortedKeys(st.GetInputMap()) {
-			v := st.GetInputMap()[k]
-			if v == "" {
-				add(at+".input_map["+strconv.Quote(k)+"]", "%s: input '%s' is mapped to an empty tensor name", label, k)
-				continue
-			}
-			step.in = append(step.in, stepTensor{name: k, tensor: id(v)})
-		}
-		for _, k := range sortedKeys(st.GetOutputMap()) {
-			v := st.GetOutputMap()[k]
-			path := at + ".output_map[" + strconv.Quote(k) + "]"
-			if v == "" {
-				add(path, "%s: output '%s' is mapped to an empty tensor name", label, k)
-				continue
-			}
-			t := id(v)
-			switch p, ok := producer[t]; {
-			case !ok:
-				producer[t] = i
-			case p == fromInput:
-				add(path, "tensor '%s' is produced by %s but it is also an ensemble input", v, label)
-			case p == i:
-				add(path, "tensor '%s' is produced twice by %s", v, label)
-			default:
-				add(path, "tensor '%s' is produced by %s and by %s", v, stepLabel(p, es.GetStep()[p].GetModelName()), label)
-			}
+		step.in = append(step.in, stepTensor{name: k, tensor: ep.id(v)})
+	}
+	for _, k := range sortedKeys(st.GetOutputMap()) {
+		if t, ok := ep.output(i, at, label, k, st.GetOutputMap()[k]); ok {
 			step.out = append(step.out, stepTensor{name: k, tensor: t})
 		}
-		e.steps = append(e.steps, step)
 	}
+	return step
+}
 
+// output records step i as the producer of the tensor its output k is
+// mapped to (v); a tensor produced twice, or also an ensemble input, is
+// refused.
+func (ep *ensembleParser) output(i int, at, label, k, v string) (int, bool) {
+	path := at + ".output_map[" + strconv.Quote(k) + "]"
+	if v == "" {
+		ep.add(path, "%s: output '%s' is mapped to an empty tensor name", label, k)
+		return 0, false
+	}
+	t := ep.id(v)
+	switch p, ok := ep.producer[t]; {
+	case !ok:
+		ep.producer[t] = i
+	case p == fromEnsembleInput:
+		ep.add(path, "tensor '%s' is produced by %s but it is also an ensemble input", v, label)
+	case p == i:
+		ep.add(path, "tensor '%s' is produced twice by %s", v, label)
+	default:
+		ep.add(path, "tensor '%s' is produced by %s and by %s", v, stepLabel(p, ep.cfg.GetEnsembleScheduling().GetStep()[p].GetModelName()), label)
+	}
+	return t, true
+}
+
+// checkGraph checks the steps' tensors as a graph: every consumed
+// tensor produced (by another step) or an input, every input consumed,
+// every output produced, and no cycle.
+func (ep *ensembleParser) checkGraph() {
+	e := ep.e
 	consumed := map[int]bool{}
 	for i, st := range e.steps {
 		for _, in := range st.in {
 			consumed[in.tensor] = true
 			path := fmt.Sprintf("ensemble_scheduling.step[%d].input_map[%s]", i, strconv.Quote(in.name))
-			switch p, ok := producer[in.tensor]; {
+			switch p, ok := ep.producer[in.tensor]; {
 			case !ok:
-				add(path, "tensor '%s' is consumed by %s but no step produces it and it is not an ensemble input", e.tensors[in.tensor], stepLabel(i, st.model))
+				ep.add(path, "tensor '%s' is consumed by %s but no step produces it and it is not an ensemble input", e.tensors[in.tensor], stepLabel(i, st.model))
 			case p == i:
-				add(path, "%s consumes its own output '%s' (a cycle)", stepLabel(i, st.model), e.tensors[in.tensor])
+				ep.add(path, "%s consumes its own output '%s' (a cycle)", stepLabel(i, st.model), e.tensors[in.tensor])
 			}
 		}
 	}
-	for i, in := range cfg.GetInput() {
-		if t := ids[in.GetName()]; !consumed[t] {
-			add(fmt.Sprintf("input[%d]", i), "ensemble input '%s' is not consumed by any step", in.GetName())
+	for i, in := range ep.cfg.GetInput() {
+		if t := ep.ids[in.GetName()]; !consumed[t] {
+			ep.add(fmt.Sprintf("input[%d]", i), "ensemble input '%s' is not consumed by any step", in.GetName())
 		}
 	}
-	for i, out := range cfg.GetOutput() {
-		if _, ok := producer[id(out.GetName())]; !ok {
-			add(fmt.Sprintf("output[%d]", i), "ensemble output '%s' is not produced by any step", out.GetName())
+	for i, out := range ep.cfg.GetOutput() {
+		if _, ok := ep.producer[ep.id(out.GetName())]; !ok {
+			ep.add(fmt.Sprintf("output[%d]", i), "ensemble output '%s' is not produced by any step", out.GetName())
 		}
 	}
-	if cycle := e.cycle(producer); cycle != nil {
+	if cycle := e.cycle(ep.producer); cycle != nil {
 		labels := make([]string, len(cycle))
 		for j, s := range cycle {
 			labels[j] = stepLabel(s, e.steps[s].model)
 		}
-		add("ensemble_scheduling", "the steps form a cycle: %s", strings.Join(labels, " → "))
+		ep.add("ensemble_scheduling", "the steps form a cycle: %s", strings.Join(labels, " → "))
 	}
-	if len(ps) > 0 {
-		return nil, byPosition(ps)
-	}
-	return e, nil
 }
 
 // byPosition orders problems by line and column, those without a line

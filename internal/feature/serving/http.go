@@ -448,40 +448,16 @@ func scanKeyColumn(msg []byte, kind feature.Kind, maxRows int) (vals []feature.V
 			return nil, false
 		}
 		var v feature.Value
+		var next int
 		if isInt {
-			j := i
-			if j < len(msg) && msg[j] == '-' {
-				j++
-			}
-			digits := j
-			for j < len(msg) && msg[j] >= '0' && msg[j] <= '9' {
-				j++
-			}
-			// JSON's integers: no leading zeros, no fraction or exponent.
-			if j == digits || j-digits > 1 && msg[digits] == '0' {
-				return nil, false
-			}
-			n, err := strconv.ParseInt(string(msg[i:j]), 10, 64)
-			if err != nil || kind == feature.KindInt32 && (n < math.MinInt32 || n > math.MaxInt32) {
-				return nil, false
-			}
-			v.I64, i = n, j
+			v.I64, next, ok = scanKeyInt(msg, i, kind)
 		} else {
-			if i >= len(msg) || msg[i] != '"' {
-				return nil, false
-			}
-			j := i + 1
-			for j < len(msg) && msg[j] != '"' {
-				if c := msg[j]; c < 0x20 || c >= 0x80 || c == '\\' {
-					return nil, false
-				}
-				j++
-			}
-			if j >= len(msg) {
-				return nil, false
-			}
-			v.S, i = string(msg[i+1:j]), j+1
+			v.S, next, ok = scanKeyString(msg, i)
 		}
+		if !ok {
+			return nil, false
+		}
+		i = next
 		vals = append(vals, v)
 		i = skipSpace(msg, i)
 		if i >= len(msg) {
@@ -496,6 +472,49 @@ func scanKeyColumn(msg []byte, kind feature.Kind, maxRows int) (vals []feature.V
 			return nil, false
 		}
 	}
+}
+
+// scanKeyInt scans the JSON integer at msg[i:] for an Int32 or Int64
+// key: its value and the index after it; ok false for anything else (a
+// fraction, an exponent, leading zeros, out of the kind's range).
+func scanKeyInt(msg []byte, i int, kind feature.Kind) (n int64, next int, ok bool) {
+	j := i
+	if j < len(msg) && msg[j] == '-' {
+		j++
+	}
+	digits := j
+	for j < len(msg) && msg[j] >= '0' && msg[j] <= '9' {
+		j++
+	}
+	// JSON's integers: no leading zeros, no fraction or exponent.
+	if j == digits || j-digits > 1 && msg[digits] == '0' {
+		return 0, 0, false
+	}
+	n, err := strconv.ParseInt(string(msg[i:j]), 10, 64)
+	if err != nil || kind == feature.KindInt32 && (n < math.MinInt32 || n > math.MaxInt32) {
+		return 0, 0, false
+	}
+	return n, j, true
+}
+
+// scanKeyString scans the JSON string at msg[i:] when it is plain ASCII
+// without escapes: its value and the index after its closing quote; ok
+// false for anything else.
+func scanKeyString(msg []byte, i int) (s string, next int, ok bool) {
+	if i >= len(msg) || msg[i] != '"' {
+		return "", 0, false
+	}
+	j := i + 1
+	for j < len(msg) && msg[j] != '"' {
+		if c := msg[j]; c < 0x20 || c >= 0x80 || c == '\\' {
+			return "", 0, false
+		}
+		j++
+	}
+	if j >= len(msg) {
+		return "", 0, false
+	}
+	return string(msg[i+1 : j]), j + 1, true
 }
 
 // skipSpace returns the index of the first non-space byte of b at or
@@ -658,31 +677,42 @@ func appendValue(b []byte, t feature.Type, v *feature.Value) []byte {
 		return append(b, "null"...)
 	}
 	if !t.List {
-		switch t.Kind {
-		case feature.KindInt32, feature.KindInt64:
-			return strconv.AppendInt(b, v.I64, 10)
-		case feature.KindFloat32:
-			return appendFloat(b, v.F64, 32)
-		case feature.KindFloat64:
-			return appendFloat(b, v.F64, 64)
-		case feature.KindString:
-			return jsonenc.AppendHTMLSafeString(b, v.S)
-		case feature.KindBytes:
-			b = append(b, '"')
-			b = base64.StdEncoding.AppendEncode(b, v.B)
-			return append(b, '"')
-		case feature.KindBool:
-			return strconv.AppendBool(b, v.Bool)
-		case feature.KindUnixTimestamp:
-			// Whole seconds, as Feast's server writes its
-			// unix_timestamp_val (an int64 of seconds) in JSON.
-			return strconv.AppendInt(b, time.Unix(0, v.I64).Unix(), 10)
-		default:
-			return append(b, "null"...)
-		}
+		return appendScalar(b, t.Kind, v)
 	}
+	return appendList(b, t.Kind, v)
+}
+
+// appendScalar appends the non-null scalar v of kind k as JSON.
+func appendScalar(b []byte, k feature.Kind, v *feature.Value) []byte {
+	switch k {
+	case feature.KindInt32, feature.KindInt64:
+		return strconv.AppendInt(b, v.I64, 10)
+	case feature.KindFloat32:
+		return appendFloat(b, v.F64, 32)
+	case feature.KindFloat64:
+		return appendFloat(b, v.F64, 64)
+	case feature.KindString:
+		return jsonenc.AppendHTMLSafeString(b, v.S)
+	case feature.KindBytes:
+		b = append(b, '"')
+		b = base64.StdEncoding.AppendEncode(b, v.B)
+		return append(b, '"')
+	case feature.KindBool:
+		return strconv.AppendBool(b, v.Bool)
+	case feature.KindUnixTimestamp:
+		// Whole seconds, as Feast's server writes its
+		// unix_timestamp_val (an int64 of seconds) in JSON.
+		return strconv.AppendInt(b, time.Unix(0, v.I64).Unix(), 10)
+	default:
+		return append(b, "null"...)
+	}
+}
+
+// appendList appends the non-null list v of element kind k as a JSON
+// array.
+func appendList(b []byte, k feature.Kind, v *feature.Value) []byte {
 	b = append(b, '[')
-	switch t.Kind {
+	switch k {
 	case feature.KindInt32, feature.KindInt64:
 		for i, x := range v.I64s {
 			if i > 0 {

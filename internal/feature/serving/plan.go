@@ -149,6 +149,30 @@ type selection struct {
 // compile resolves a feature list ("view:feature") or a feature service
 // against repo.
 func compile(repo *registry.Repo, features []string, service string, full bool) (*plan, error) {
+	sels, err := selections(repo, features, service)
+	if err != nil {
+		return nil, err
+	}
+	if p, ok, err := compileOnDemand(repo, sels, full); ok {
+		return p, err
+	}
+	p := &plan{}
+	seenName, err := p.selectColumns(repo, sels, full)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.indexColumns(); err != nil {
+		return nil, err
+	}
+	if err := p.nameOutputs(seenName); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// selections are the views and features a request names: a feature
+// service's, or its "view:feature" references, never both.
+func selections(repo *registry.Repo, features []string, service string) ([]selection, error) {
 	var sels []selection
 	switch {
 	case service != "" && len(features) > 0:
@@ -172,30 +196,19 @@ func compile(repo *registry.Repo, features []string, service string, full bool) 
 	default:
 		return nil, invalidf(ReasonInvalidRequest, "the request names no features: give features or feature_service")
 	}
-	if p, ok, err := compileOnDemand(repo, sels, full); ok {
-		return p, err
-	}
+	return sels, nil
+}
 
-	p := &plan{}
+// selectColumns adds the views and output columns of sels to p, in
+// request order, and returns each output name's "view:feature". A
+// feature asked twice, or two features of one output name, are refused.
+func (p *plan) selectColumns(repo *registry.Repo, sels []selection, full bool) (map[string]string, error) {
 	viewIdx := make(map[string]int)
 	seenName := make(map[string]string) // output name -> "view:feature"
 	for _, sel := range sels {
-		vi, ok := viewIdx[sel.view]
-		if !ok {
-			v, found := repo.Views[sel.view]
-			if !found {
-				return nil, invalidf(ReasonUnknownView, "unknown feature view '%s'", sel.view)
-			}
-			if !v.Online {
-				return nil, invalidf(ReasonViewNotOnline, "feature view '%s' is not online (online: false)", v.Name)
-			}
-			vp, err := p.addView(repo, v)
-			if err != nil {
-				return nil, err
-			}
-			vi = len(p.views)
-			p.views = append(p.views, vp)
-			viewIdx[sel.view] = vi
+		vi, err := p.viewIndex(repo, viewIdx, sel.view)
+		if err != nil {
+			return nil, err
 		}
 		v := p.views[vi].view
 		fields := sel.features
@@ -225,6 +238,35 @@ func compile(repo *registry.Repo, features []string, service string, full bool) 
 			p.cols = append(p.cols, outCol{view: vi, field: fi, name: out})
 		}
 	}
+	return seenName, nil
+}
+
+// viewIndex is the index in p.views of the view named name, added on its
+// first mention; an unknown or offline view is refused.
+func (p *plan) viewIndex(repo *registry.Repo, viewIdx map[string]int, name string) (int, error) {
+	if vi, ok := viewIdx[name]; ok {
+		return vi, nil
+	}
+	v, found := repo.Views[name]
+	if !found {
+		return 0, invalidf(ReasonUnknownView, "unknown feature view '%s'", name)
+	}
+	if !v.Online {
+		return 0, invalidf(ReasonViewNotOnline, "feature view '%s' is not online (online: false)", v.Name)
+	}
+	vp, err := p.addView(repo, v)
+	if err != nil {
+		return 0, err
+	}
+	vi := len(p.views)
+	p.views = append(p.views, vp)
+	viewIdx[name] = vi
+	return vi, nil
+}
+
+// indexColumns maps each view's schema fields to the output columns they
+// fill, and lists each entity key set's kinds.
+func (p *plan) indexColumns() error {
 	for vi := range p.views {
 		fc := make([]int, len(p.views[vi].view.Schema))
 		for i := range fc {
@@ -234,8 +276,8 @@ func compile(repo *registry.Repo, features []string, service string, full bool) 
 	}
 	for ci, c := range p.cols {
 		vp := &p.views[c.view]
-		if vp.fieldCols[c.field] >= 0 { // unreachable: duplicates are refused above
-			return nil, invalidf(ReasonDuplicateFeature, "feature '%s:%s' is requested twice", vp.view.Name, vp.view.Schema[c.field].Name)
+		if vp.fieldCols[c.field] >= 0 { // unreachable: duplicates are refused in selectColumns
+			return invalidf(ReasonDuplicateFeature, "feature '%s:%s' is requested twice", vp.view.Name, vp.view.Schema[c.field].Name)
 		}
 		vp.fieldCols[c.field] = ci
 		vp.cols = append(vp.cols, ci)
@@ -247,18 +289,24 @@ func compile(repo *registry.Repo, features []string, service string, full bool) 
 		}
 		p.setKinds = append(p.setKinds, kinds)
 	}
+	return nil
+}
+
+// nameOutputs lists the response's names and types: the entity keys,
+// then the feature columns; a feature named as an entity key is refused.
+func (p *plan) nameOutputs(seenName map[string]string) error {
 	for _, k := range p.keys {
 		p.names = append(p.names, k.name)
 		p.types = append(p.types, feature.Type{Kind: k.kind})
 	}
 	for _, c := range p.cols {
 		if slices.ContainsFunc(p.keys, func(k keyCol) bool { return k.name == c.name }) {
-			return nil, invalidf(ReasonFeatureNameCollision, "feature '%s' has the name of an entity key: set full_feature_names", seenName[c.name])
+			return invalidf(ReasonFeatureNameCollision, "feature '%s' has the name of an entity key: set full_feature_names", seenName[c.name])
 		}
 		p.names = append(p.names, c.name)
 		p.types = append(p.types, p.views[c.view].view.Schema[c.field].Type)
 	}
-	return p, nil
+	return nil
 }
 
 // addView resolves v's join keys into p's entity columns.
