@@ -629,7 +629,7 @@ func (d *decoder) readData(t *inputState) error {
 				return invalidf(reasonSizeMismatch, "%s: shape %s needs %d elements, got more", t.label(), t.shape, n)
 			}
 			var err error
-			if out, err = d.appendElement(out, t, count); err != nil {
+			if out, err = d.appendScalar(out, t, count); err != nil {
 				return err
 			}
 			count++
