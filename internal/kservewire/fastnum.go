@@ -74,6 +74,16 @@ func ScanFloat32(b []byte, at int) (f float32, end int, ok bool) {
 		}
 		exp10 += e
 	}
+	if man < 1<<23 && exp10 <= 0 && exp10 >= -10 {
+		// Most literals are short decimals: an exact float32 divided by
+		// an exact power of ten is one correctly rounded operation (the
+		// first case of jsonnum's exact conversion, here without a call).
+		f = float32(man) / float32Pow10[-exp10]
+		if neg {
+			f = -f
+		}
+		return f, i, true
+	}
 	f, ok = jsonnum.Decimal32(man, exp10, neg)
 	if !ok {
 		return 0, at, false
@@ -116,3 +126,6 @@ func ScanInt64(b []byte, at int) (v int64, end int, ok bool) {
 	}
 	return int64(mag), i, true
 }
+
+// float32Pow10 are the powers of ten a float32 holds exactly.
+var float32Pow10 = [...]float32{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10}
