@@ -31,6 +31,7 @@ func (d *decoder) appendScalars(out []byte, t *inputState, count, n int) (_ []by
 		out, k = d.s.appendFloat32Run(out, room)
 	case infer.Int64:
 		out, k = d.s.appendInt64Run(out, room)
+	default: // every other datatype: the general path, one element
 	}
 	if k > 0 {
 		return out, k, nil

@@ -54,41 +54,53 @@ func ScanFloat32(b []byte, at int) (f float32, end int, ok bool) {
 		}
 	}
 	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		eneg := false
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			eneg = b[i] == '-'
-			i++
-		}
-		if i >= len(b) || b[i]-'0' > 9 {
+		e, end, ok := scanExponent(b, i+1)
+		if !ok {
 			return 0, at, false
 		}
-		e := 0
-		for ; i < len(b) && b[i]-'0' <= 9; i++ {
-			if e < 10000 { // beyond any float's range: strconv decides
-				e = e*10 + int(b[i]-'0')
-			}
-		}
-		if eneg {
-			e = -e
-		}
 		exp10 += e
+		i = end
 	}
-	if man < 1<<23 && exp10 <= 0 && exp10 >= -10 {
-		// Most literals are short decimals: an exact float32 divided by
-		// an exact power of ten is one correctly rounded operation (the
-		// first case of jsonnum's exact conversion, here without a call).
-		f = float32(man) / float32Pow10[-exp10]
-		if neg {
-			f = -f
-		}
-		return f, i, true
-	}
-	f, ok = jsonnum.Decimal32(man, exp10, neg)
-	if !ok {
+	if f, ok = decimalToFloat32(man, exp10, neg); !ok {
 		return 0, at, false
 	}
 	return f, i, true
+}
+
+// scanExponent reads an exponent's optional sign and digits from b[i]
+// (just after the 'e'); ok is false when no digit follows.
+func scanExponent(b []byte, i int) (e, end int, ok bool) {
+	neg := false
+	if i < len(b) && (b[i] == '+' || b[i] == '-') {
+		neg = b[i] == '-'
+		i++
+	}
+	if i >= len(b) || b[i]-'0' > 9 {
+		return 0, i, false
+	}
+	for ; i < len(b) && b[i]-'0' <= 9; i++ {
+		if e < 10000 { // beyond any float's range: strconv decides
+			e = e*10 + int(b[i]-'0')
+		}
+	}
+	if neg {
+		e = -e
+	}
+	return e, i, true
+}
+
+// decimalToFloat32 is jsonnum.Decimal32, with its most common case (a
+// short decimal: an exact float32 divided by an exact power of ten, one
+// correctly rounded operation) answered without a call.
+func decimalToFloat32(man uint64, exp10 int, neg bool) (float32, bool) {
+	if man < 1<<23 && exp10 <= 0 && exp10 >= -10 {
+		f := float32(man) / float32Pow10[-exp10]
+		if neg {
+			f = -f
+		}
+		return f, true
+	}
+	return jsonnum.Decimal32(man, exp10, neg)
 }
 
 // ScanInt64 reads the JSON integer literal at b[at] (no fraction or

@@ -18,8 +18,10 @@ func TestAcquireWithoutRegionsAllocations(t *testing.T) {
 	req := &infer.Request{
 		Inputs: []infer.Tensor{
 			{Name: "user_features", DataType: infer.FP32, Shape: infer.Shape{1, 2}, Data: make([]byte, 8)},
-			{Name: "package_features", DataType: infer.FP32, Shape: infer.Shape{1, 1}, Data: make([]byte, 4),
-				Parameters: infer.Parameters{"other": "x"}},
+			{
+				Name: "package_features", DataType: infer.FP32, Shape: infer.Shape{1, 1}, Data: make([]byte, 4),
+				Parameters: infer.Parameters{"other": "x"},
+			},
 		},
 		Outputs: []infer.RequestedOutput{{Name: "eta_prediction"}},
 	}
