@@ -20,7 +20,7 @@ test: deps ## vet, unit + integration tests with -race, then each fuzz target br
 	$(GO) vet $(PKGS)
 	$(GO) test -race -shuffle=on -count=1 -timeout 20m $(PKGS)
 	# Allocation guards build only without -race (the race detector drops pooled objects).
-	$(GO) test -count=1 -run 'Allocations' ./internal/batch/ ./internal/httpapi/ ./internal/feature/serving/
+	$(GO) test -count=1 -run 'Allocations' ./internal/batch/ ./internal/httpapi/ ./internal/feature/serving/ ./internal/shm/
 	@scripts/fuzz.sh $(FUZZTIME)
 
 test-short: ## the unit tier, no race detector: the integration, docs, deploy, browser and drill tiers are left out (docs/architecture.md, Test tiers)

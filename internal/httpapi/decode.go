@@ -628,12 +628,13 @@ func (d *decoder) readData(t *inputState) error {
 				// (and store) the rest of an oversized array.
 				return invalidf(reasonSizeMismatch, "%s: shape %s needs %d elements, got more", t.label(), t.shape, n)
 			}
+			var k int
 			var err error
-			if out, err = d.appendElement(out, t, count); err != nil {
+			if out, k, err = d.appendScalars(out, t, count, n); err != nil {
 				return err
 			}
-			count++
-			counts[depth]++
+			count += k
+			counts[depth] += k
 			c = s.peek()
 		}
 		justOpened = false

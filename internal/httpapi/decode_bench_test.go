@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,6 +48,22 @@ func BenchmarkDecodeInferJSON(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			r, err := decodeInferJSON(body)
+			if err != nil || len(r.req.Inputs) != 3 {
+				b.Fatal(err)
+			}
+		}
+	})
+	// The body the client benchmarks send (bench/clients.sh): short
+	// decimals, batch 2.
+	example, err := os.ReadFile("../../examples/requests/parcel_eta.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("sluice_example", func(b *testing.B) {
+		b.SetBytes(int64(len(example)))
+		b.ReportAllocs()
+		for b.Loop() {
+			r, err := decodeInferJSON(example)
 			if err != nil || len(r.req.Inputs) != 3 {
 				b.Fatal(err)
 			}

@@ -10,7 +10,9 @@
 // JSON: it is the one implementation of the JSON tensor encoding (json.go):
 // AppendJSONData and AppendJSONParams write tensor data and parameters,
 // ScanNumber and AppendNumber read a number element by its datatype's
-// rules. The model server's HTTP edge (httpapi), sluice perf and replay
+// rules, and ScanFloat32 and ScanInt64 (fastnum.go) read the common FP32
+// and INT64 elements in one call, declining whatever the general path must
+// decide. The model server's HTTP edge (httpapi), sluice perf and replay
 // all use them, so every end rounds, range-checks and formats alike.
 //
 // It holds the protocol's rules (which typed contents field carries which

@@ -200,13 +200,15 @@ func TestAppendJSONDataErrors(t *testing.T) {
 }
 
 // FuzzJSONNumber feeds arbitrary text to the number decoder (request
-// bodies are untrusted): it must not panic, and a literal it accepts as
-// FP32 must read exactly as strconv reads it.
+// bodies are untrusted): it must not panic, a literal it accepts as FP32
+// must read exactly as strconv reads it, and the FP32 and INT64 fast paths
+// (ScanFloat32, ScanInt64) must agree with it wherever they answer.
 func FuzzJSONNumber(f *testing.F) {
-	for _, s := range []string{"0", "-1.5e-3", "0.30000001192092896", "1e39", "18446744073709551616", "1.", "-"} {
+	for _, s := range []string{"0", "-1.5e-3", "0.30000001192092896", "1e39", "18446744073709551616", "1.", "-", "-9223372036854775808", "16777217", "0.299,"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, text []byte) {
+		checkFastScanners(t, text, 0)
 		n, end, err := ScanNumber(text, 0)
 		if err != nil {
 			return

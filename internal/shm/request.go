@@ -140,6 +140,9 @@ func (l *Lease) Release() {
 // until Release; it is nil when the request names none. On error nothing
 // is held.
 func (r *Registry) Acquire(req *infer.Request) (*Lease, error) {
+	if !namesSharedMemory(req) {
+		return nil, nil // the common case, without allocating
+	}
 	l := &Lease{r: r}
 	if err := l.readInputs(req); err != nil {
 		l.Release()
@@ -153,6 +156,32 @@ func (r *Registry) Acquire(req *infer.Request) (*Lease, error) {
 		return nil, nil
 	}
 	return l, nil
+}
+
+// namesSharedMemory reports whether any input or requested output has one
+// of the shared memory parameters; without them Acquire has nothing to
+// check or hold.
+func namesSharedMemory(req *infer.Request) bool {
+	has := func(p infer.Parameters) bool {
+		if len(p) == 0 {
+			return false
+		}
+		_, region := p[ParamRegion]
+		_, size := p[ParamByteSize]
+		_, off := p[ParamOffset]
+		return region || size || off
+	}
+	for i := range req.Inputs {
+		if has(req.Inputs[i].Parameters) {
+			return true
+		}
+	}
+	for i := range req.Outputs {
+		if has(req.Outputs[i].Parameters) {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *Lease) readInputs(req *infer.Request) error {
