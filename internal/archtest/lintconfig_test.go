@@ -111,6 +111,13 @@ func TestLintConfigAgrees(t *testing.T) {
 			t.Errorf(".golangci.yml depguard rule %s allows %v of this module; archtest allows %s %v", sr.lint, got, sr.from, want)
 		}
 	}
+	// A rule without files applies to every file: only the module-wide
+	// "main" rule (banned third-party packages) may be one.
+	for name, r := range rules {
+		if name != "main" && len(r.Files) == 0 {
+			t.Errorf(".golangci.yml depguard rule %s names no files, so it would apply to every file", name)
+		}
+	}
 	leaves, ok := rules["config-leaves"]
 	if !ok {
 		t.Fatal(".golangci.yml: no depguard rule config-leaves")
