@@ -125,12 +125,16 @@ func TestLimitsValidate(t *testing.T) {
 		{name: "defaults", l: DefaultLimits(64 << 20), budget: DefaultBudgetBytes},
 		{name: "zero", l: Limits{}, budget: 0},
 		{name: "unlimited budget", l: DefaultLimits(1 << 40), budget: 0},
-		{name: "negative", l: Limits{MaxBodyBytes: -1, MaxHeaderBytes: -1, MaxHeaderCount: -1},
-			wantErr: []string{"max_body_bytes must not be negative", "max_header_bytes must not be negative", "max_header_count must not be negative"}},
+		{
+			name: "negative", l: Limits{MaxBodyBytes: -1, MaxHeaderBytes: -1, MaxHeaderCount: -1},
+			wantErr: []string{"max_body_bytes must not be negative", "max_header_bytes must not be negative", "max_header_count must not be negative"},
+		},
 		{name: "body over the budget", l: DefaultLimits(2 << 20), budget: 1 << 20, wantErr: []string{"exceeds the memory budget"}},
 		{name: "small body may use the reserve", l: DefaultLimits(1 << 20), budget: 1 << 20},
-		{name: "large body over seven eighths", l: DefaultLimits(60 << 20), budget: 64 << 20,
-			wantErr: []string{"exceeds the memory budget's 58720256 bytes open to bodies over 1 MiB"}},
+		{
+			name: "large body over seven eighths", l: DefaultLimits(60 << 20), budget: 64 << 20,
+			wantErr: []string{"exceeds the memory budget's 58720256 bytes open to bodies over 1 MiB"},
+		},
 		{name: "large body within seven eighths", l: DefaultLimits(56 << 20), budget: 64 << 20},
 	}
 	for _, tt := range tests {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -76,9 +77,7 @@ func (s *testServer) post(t *testing.T, body []byte, known bool, hdr http.Header
 	}
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.url, rd)
 	require.NoError(t, err)
-	for k, v := range hdr {
-		req.Header[k] = v
-	}
+	maps.Copy(req.Header, hdr)
 	resp, err := s.client.Do(req)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = resp.Body.Close() })
@@ -146,8 +145,10 @@ func TestHandler(t *testing.T) {
 		{name: "no body limit, budget still applies", limits: Limits{}, budget: 16 * kib, size: 32 * kib, status: http.StatusServiceUnavailable, reason: ReasonOverloaded},
 		{name: "unlimited budget", limits: limits, budget: 0, size: 64 * kib, status: http.StatusOK},
 		{name: "too many headers", limits: limits, budget: kib * kib, size: kib, known: true, hdr: manyHeaders(21), status: http.StatusRequestHeaderFieldsTooLarge, reason: ReasonTooManyHeaders},
-		{name: "repeated values count", limits: limits, budget: kib * kib, size: kib, known: true,
-			hdr: http.Header{"X-Repeated": strings.Split(strings.Repeat("v,", 21), ",")}, status: http.StatusRequestHeaderFieldsTooLarge, reason: ReasonTooManyHeaders},
+		{
+			name: "repeated values count", limits: limits, budget: kib * kib, size: kib, known: true,
+			hdr: http.Header{"X-Repeated": strings.Split(strings.Repeat("v,", 21), ",")}, status: http.StatusRequestHeaderFieldsTooLarge, reason: ReasonTooManyHeaders,
+		},
 		{name: "headers within the count", limits: limits, budget: kib * kib, size: kib, known: true, hdr: manyHeaders(10), status: http.StatusOK},
 	}
 	for _, tt := range tests {

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/sluice-ml/sluice/internal/apierr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluice-ml/sluice/internal/apierr"
 )
 
 // GRPCError turns a *Denied into a gRPC status error carrying an

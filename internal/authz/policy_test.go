@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"math/big"
 	"net"
 	"net/http"
@@ -157,7 +158,7 @@ func TestAuthorize(t *testing.T) {
 				require.NoError(t, err)
 				return
 			}
-			d, ok := err.(*Denied)
+			d, ok := errors.AsType[*Denied](err)
 			require.True(t, ok, "error %v is not a *Denied", err)
 			require.Equal(t, tc.status, d.Status)
 			require.Equal(t, tc.reason, d.Reason)
@@ -215,7 +216,7 @@ func TestAuthorizeGRPC(t *testing.T) {
 				require.NoError(t, err)
 				return
 			}
-			d, ok := err.(*Denied)
+			d, ok := errors.AsType[*Denied](err)
 			require.True(t, ok, "error %v is not a *Denied", err)
 			require.Equal(t, tc.reason, d.Reason)
 			if tc.reason == ReasonRestrictedAPI {

@@ -52,8 +52,10 @@ func TestHeaderForwardReservedNames(t *testing.T) {
 	f := newFakeModels()
 	h := New(f, Options{HeaderForward: regexp.MustCompile(`.*`)}, nil, prometheus.NewRegistry())
 	req := []byte(simpleRequest(seq(0, 16), seq(0, 16)))
-	for _, name := range []string{"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output",
-		"triton_enable_empty_final_response", "triton_final_response", "triton_injected_via_header"} {
+	for _, name := range []string{
+		"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output",
+		"triton_enable_empty_final_response", "triton_final_response", "triton_injected_via_header",
+	} {
 		rec := do(t, h, http.MethodPost, "/v2/models/simple/infer", req, map[string]string{name: "dummy-value"})
 		requireError(t, rec, http.StatusBadRequest, "invalid_parameter", "header '"+name+"'", "reserved for Triton usage")
 	}

@@ -82,14 +82,22 @@ func TestSharedMemoryHTTP(t *testing.T) {
 	require.Equal(t, region[0:16], region[32+8:32+8+16], "the output was written at its offset in the output region")
 
 	for _, tc := range []struct{ body, want string }{
-		{`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"parameters":{"shared_memory_region":"input0","shared_memory_byte_size":16,"shared_memory_offset":4}}]}`,
-			"input 'IN': Invalid offset + byte size for shared memory region: 'input0'"},
-		{`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"parameters":{"shared_memory_region":"input0","shared_memory_byte_size":12}}]}`,
-			"input 'IN': shared memory byte_size 12 does not fit shape [1,4]"},
-		{`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"parameters":{"shared_memory_region":"gone","shared_memory_byte_size":16}}]}`,
-			"input 'IN': Unable to find shared memory region: 'gone'"},
-		{`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"data":[1,2,3,4]}],"outputs":[{"name":"OUT","parameters":{"shared_memory_region":"output0","shared_memory_byte_size":8}}]}`,
-			"output 'OUT': the output needs 16 bytes but shared memory region 'output0' was given 8"},
+		{
+			`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"parameters":{"shared_memory_region":"input0","shared_memory_byte_size":16,"shared_memory_offset":4}}]}`,
+			"input 'IN': Invalid offset + byte size for shared memory region: 'input0'",
+		},
+		{
+			`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"parameters":{"shared_memory_region":"input0","shared_memory_byte_size":12}}]}`,
+			"input 'IN': shared memory byte_size 12 does not fit shape [1,4]",
+		},
+		{
+			`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"parameters":{"shared_memory_region":"gone","shared_memory_byte_size":16}}]}`,
+			"input 'IN': Unable to find shared memory region: 'gone'",
+		},
+		{
+			`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"data":[1,2,3,4]}],"outputs":[{"name":"OUT","parameters":{"shared_memory_region":"output0","shared_memory_byte_size":8}}]}`,
+			"output 'OUT': the output needs 16 bytes but shared memory region 'output0' was given 8",
+		},
 	} {
 		requireError(t, do(t, h, http.MethodPost, "/v2/models/identity/infer", []byte(tc.body), nil), http.StatusBadRequest, shm.ReasonInvalid, tc.want)
 	}
@@ -163,8 +171,10 @@ func TestSharedMemoryDisabledHTTP(t *testing.T) {
 	reg := shm.New(shm.Options{Disabled: true})
 	h := New(newFakeModels(), Options{SharedMemory: reg}, nil, prometheus.NewRegistry())
 	key, _ := shmObject(t, 64)
-	for _, target := range []string{"/v2/systemsharedmemory/region/dummy_data/register", "/v2/systemsharedmemory/region/dummy_data/unregister",
-		"/v2/systemsharedmemory/unregister", "/v2/cudasharedmemory/region/c/register", "/v2/cudasharedmemory/unregister"} {
+	for _, target := range []string{
+		"/v2/systemsharedmemory/region/dummy_data/register", "/v2/systemsharedmemory/region/dummy_data/unregister",
+		"/v2/systemsharedmemory/unregister", "/v2/cudasharedmemory/region/c/register", "/v2/cudasharedmemory/unregister",
+	} {
 		requireError(t, do(t, h, http.MethodPost, target, fmt.Appendf(nil, `{"key":%q,"byte_size":8}`, key), nil),
 			http.StatusBadRequest, shm.ReasonDisabled, "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.")
 	}

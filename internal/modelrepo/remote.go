@@ -375,7 +375,7 @@ func (mr *mirror) download(ctx context.Context, key string, m objMeta, dst strin
 		return false, fmt.Errorf("cache %s: %w", key, err)
 	}
 	defer func() { _ = os.Remove(f.Name()) }()
-	var h hash.Hash = md5.New() //nolint:gosec // see the import
+	h := md5.New() //nolint:gosec // see the import
 	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(r, m.Size+1))
 	if cerr := f.Close(); err == nil {
 		err = cerr

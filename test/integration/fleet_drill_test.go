@@ -529,8 +529,10 @@ type flReq struct {
 }
 
 func newFlLoad(t *testing.T, chains []*gwChain, bodies []map[string]any) *flLoad {
-	return &flLoad{t: t, chains: chains, bodies: bodies, prefix: fmt.Sprintf("fl%d", time.Now().UnixNano()%1e6),
-		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}}
+	return &flLoad{
+		t: t, chains: chains, bodies: bodies, prefix: fmt.Sprintf("fl%d", time.Now().UnixNano()%1e6),
+		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second},
+	}
 }
 
 func (l *flLoad) reset() {

@@ -378,8 +378,10 @@ func TestSecurityTokens(t *testing.T) {
 		done func() bool
 	}
 	rollout := func(action string) call {
-		return call{listener: "admin", method: http.MethodPost, base: admin, path: "/rollout/" + secService + "/" + action,
-			action: "rollout." + action, target: secService}
+		return call{
+			listener: "admin", method: http.MethodPost, base: admin, path: "/rollout/" + secService + "/" + action,
+			action: "rollout." + action, target: secService,
+		}
 	}
 	calls := []call{
 		{listener: "admin", method: http.MethodPost, base: admin, path: "/reload", action: "reload"},

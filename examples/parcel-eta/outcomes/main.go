@@ -56,7 +56,7 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	factors := map[string]float64{}
-	for _, kv := range strings.Split(*late, ",") {
+	for kv := range strings.SplitSeq(*late, ",") {
 		if kv == "" {
 			continue
 		}

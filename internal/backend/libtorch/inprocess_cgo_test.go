@@ -341,8 +341,10 @@ func TestUnsupportedModelsFallBack(t *testing.T) {
 	if _, ok := forced.(*Instance); !ok {
 		t.Fatal("picky did not load in-process")
 	}
-	inst, err := b.Load(t.Context(), backend.LoadOptions{Model: "forced", Version: 1, Path: generatedModel(t, "picky"),
-		Config: testConfig(t, "forced", oneInputConfig), Parameters: map[string]string{EngineParameter: "python"}})
+	inst, err := b.Load(t.Context(), backend.LoadOptions{
+		Model: "forced", Version: 1, Path: generatedModel(t, "picky"),
+		Config: testConfig(t, "forced", oneInputConfig), Parameters: map[string]string{EngineParameter: "python"},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,8 +365,10 @@ func TestBadParameters(t *testing.T) {
 	b, _ := shimBackend(t, &fakeFallback{})
 	for _, p := range []string{"INTRA_OP_THREAD_COUNT", "DISABLE_OPTIMIZED_EXECUTION", EngineParameter} {
 		cfg := testConfig(t, "picky", oneInputConfig+`parameters { key: "`+p+`" value: { string_value: "lots" } }`)
-		_, err := b.Load(t.Context(), backend.LoadOptions{Model: "picky", Version: 1, Path: generatedModel(t, "picky"), Config: cfg,
-			Parameters: map[string]string{p: "lots"}})
+		_, err := b.Load(t.Context(), backend.LoadOptions{
+			Model: "picky", Version: 1, Path: generatedModel(t, "picky"), Config: cfg,
+			Parameters: map[string]string{p: "lots"},
+		})
 		if err == nil || !strings.Contains(err.Error(), p) {
 			t.Errorf("%s \"lots\": load error %v, want one naming the parameter", p, err)
 		}

@@ -783,8 +783,10 @@ func (s *Scheduler) backendError(err error) error {
 	if ie, ok := errors.AsType[*apierr.Error](err); ok {
 		return ie
 	}
-	return &apierr.Error{Kind: apierr.KindInternal, Reason: batch.ReasonBackendError,
-		Msg: fmt.Sprintf("model '%s' version %s: execute", s.opts.Model, s.opts.Version), Err: err}
+	return &apierr.Error{
+		Kind: apierr.KindInternal, Reason: batch.ReasonBackendError,
+		Msg: fmt.Sprintf("model '%s' version %s: execute", s.opts.Model, s.opts.Version), Err: err,
+	}
 }
 
 func (s *Scheduler) unloadingError() *apierr.Error {

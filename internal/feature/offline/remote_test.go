@@ -96,7 +96,8 @@ func wideSource(tb testing.TB, dir string) (int64, func(path string) *registry.R
 	st, err := os.Stat(path)
 	require.NoError(tb, err)
 	return st.Size(), func(p string) *registry.Repo {
-		return &registry.Repo{Dir: dir,
+		return &registry.Repo{
+			Dir:      dir,
 			Entities: map[string]*feature.Entity{"user": {Name: "user", JoinKey: "user_id", ValueType: tInt64}},
 			Sources:  map[string]*feature.Source{"src": {Name: "src", Kind: feature.SourceFile, Path: p, TimestampField: "ts"}},
 			Views:    map[string]*feature.View{"v": {Name: "v", Entities: []string{"user"}, Source: "src", Schema: schema[7:8]}},

@@ -220,8 +220,14 @@ func TestAppendFloatWholeNumbers(t *testing.T) {
 		bits int
 		want string
 	}{
-		{1, 32, "1.0"}, {0, 64, "0.0"}, {math.Copysign(0, -1), 64, "-0.0"}, {100000, 64, "100000.0"},
-		{1e6, 64, "1e+06"}, {1.5, 32, "1.5"}, {math.NaN(), 64, "null"}, {math.Inf(1), 32, "null"},
+		{1, 32, "1.0"},
+		{0, 64, "0.0"},
+		{math.Copysign(0, -1), 64, "-0.0"},
+		{100000, 64, "100000.0"},
+		{1e6, 64, "1e+06"},
+		{1.5, 32, "1.5"},
+		{math.NaN(), 64, "null"},
+		{math.Inf(1), 32, "null"},
 	} {
 		require.Equal(t, c.want, string(appendFloat(nil, c.f, c.bits)), "%v", c.f)
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	mrand "math/rand/v2"
@@ -152,7 +151,7 @@ func runAggregators(t *testing.T, repo *registry.Repo, store online.Store, msgs 
 	var wg sync.WaitGroup
 	for range replicas {
 		a, err := New(repo, "deliveries", src, store, Options{Batch: 37, Now: func() time.Time { return now }},
-			slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+			slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 		require.NoError(t, err)
 		wg.Go(func() {
 			for {

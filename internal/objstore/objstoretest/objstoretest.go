@@ -188,9 +188,11 @@ func StartS3(t testing.TB) *Server {
 	start, stop := serveHTTP(t, addr, faker.Server())
 	s := &Server{Scheme: objstore.SchemeS3, Bucket: bucket, addr: addr, start: start, stop: stop, running: true}
 	key, secret, token := "AKIA"+strings.ToUpper(randomHex(8)), randomHex(20), "tok"+randomHex(16)
-	s.Env = []string{"AWS_ACCESS_KEY_ID=" + key, "AWS_SECRET_ACCESS_KEY=" + secret, "AWS_SESSION_TOKEN=" + token, "AWS_DEFAULT_REGION=us-east-1",
+	s.Env = []string{
+		"AWS_ACCESS_KEY_ID=" + key, "AWS_SECRET_ACCESS_KEY=" + secret, "AWS_SESSION_TOKEN=" + token, "AWS_DEFAULT_REGION=us-east-1",
 		// Keep the SDK away from instance metadata and profiles.
-		"AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE=" + os.DevNull, "AWS_SHARED_CREDENTIALS_FILE=" + os.DevNull}
+		"AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE=" + os.DevNull, "AWS_SHARED_CREDENTIALS_FILE=" + os.DevNull,
+	}
 	s.Secrets = []string{key, secret, token}
 	return s
 }
@@ -209,8 +211,10 @@ func StartGCS(t testing.TB) *Server {
 	fs.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: bucket})
 	start, stop := serveHTTP(t, addr, fs.HTTPHandler())
 	t.Cleanup(fs.Stop)
-	return &Server{Scheme: objstore.SchemeGCS, Bucket: bucket, addr: addr, start: start, stop: stop, running: true,
-		Env: []string{"STORAGE_EMULATOR_HOST=" + addr}}
+	return &Server{
+		Scheme: objstore.SchemeGCS, Bucket: bucket, addr: addr, start: start, stop: stop, running: true,
+		Env: []string{"STORAGE_EMULATOR_HOST=" + addr},
+	}
 }
 
 // AzuriteBinary finds azurite-blob: $AZURITE_BLOB, then the copy
@@ -297,9 +301,11 @@ func StartAzurite(t testing.TB) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	s := &Server{Scheme: objstore.SchemeAzure, Bucket: "models" + randomHex(4), addr: addr, account: account, start: start, stop: stop, running: true,
+	s := &Server{
+		Scheme: objstore.SchemeAzure, Bucket: "models" + randomHex(4), addr: addr, account: account, start: start, stop: stop, running: true,
 		Env:     []string{"AZURE_STORAGE_ACCOUNT=" + account, "AZURE_STORAGE_KEY=" + key, "AZURE_STORAGE_IS_LOCAL_EMULATOR=true", "AZURE_STORAGE_DOMAIN=" + addr},
-		Secrets: []string{key}}
+		Secrets: []string{key},
+	}
 	createContainer(t, s)
 	return s
 }

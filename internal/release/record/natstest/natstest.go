@@ -136,7 +136,7 @@ func (s *Server) readPort() error {
 		Nats []string `json:"nats"`
 	}
 	if err := json.Unmarshal(b, &ports); err != nil || len(ports.Nats) == 0 {
-		return fmt.Errorf("ports file %s: %q: %v", path, b, err) // written but maybe not yet whole: read again
+		return fmt.Errorf("ports file %s: %q: %w", path, b, err) // written but maybe not yet whole: read again
 	}
 	u, err := url.Parse(ports.Nats[0])
 	if err != nil {
