@@ -35,6 +35,7 @@ func freePorts(t *testing.T, n int) []string {
 // getter returns a GET of a path under base: the status and body, or 0
 // when nothing answers.
 func getter(t *testing.T, base string) func(path string) (int, []byte) {
+	t.Helper()
 	return func(path string) (int, []byte) {
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+path, nil)
 		require.NoError(t, err)

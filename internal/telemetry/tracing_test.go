@@ -18,6 +18,7 @@ import (
 
 // resetTracing puts the no-op provider back when the test ends.
 func resetTracing(t *testing.T) {
+	t.Helper()
 	t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()) })
 }
 

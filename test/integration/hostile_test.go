@@ -350,8 +350,14 @@ func TestHostileLoad(t *testing.T) {
 		name   string
 		attack func(t *testing.T)
 	}{
-		{"EntityIDs", func(t *testing.T) { c.checkEntityIDs(t, ids) }},
-		{"ChunkedBodies", func(t *testing.T) { c.checkChunkedBodies(t, ids) }},
+		{"EntityIDs", func(t *testing.T) {
+			t.Helper()
+			c.checkEntityIDs(t, ids)
+		}},
+		{"ChunkedBodies", func(t *testing.T) {
+			t.Helper()
+			c.checkChunkedBodies(t, ids)
+		}},
 	} {
 		t.Run(a.name, func(t *testing.T) {
 			w := watchMem(t, pid)

@@ -31,7 +31,7 @@ const (
 func generatedModel(t *testing.T, name string) string {
 	t.Helper()
 	generated.once.Do(func() {
-		generated.dir, generated.err = os.MkdirTemp("", "libtorch-test-")
+		generated.dir, generated.err = os.MkdirTemp("", "libtorch-test-") //nolint:usetesting // one folder for all tests (sync.Once); a t.TempDir goes with the first test
 		if generated.err != nil {
 			return
 		}
@@ -59,6 +59,7 @@ func shimBackend(t *testing.T, fallback backend.Backend) (*Backend, *harness.Syn
 }
 
 func readConfig(t *testing.T, modelDir string) *inferencepb.ModelConfig {
+	t.Helper()
 	return benchConfig(t, modelDir)
 }
 

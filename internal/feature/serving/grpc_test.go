@@ -22,18 +22,18 @@ import (
 
 // serveGRPC serves s's gRPC edge on a loopback port and returns a client
 // connection to it.
-func serveGRPC(t testing.TB, s *Server, opts GRPCOptions) *grpc.ClientConn {
-	t.Helper()
+func serveGRPC(tb testing.TB, s *Server, opts GRPCOptions) *grpc.ClientConn {
+	tb.Helper()
 	var lc net.ListenConfig
-	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
+	ln, err := lc.Listen(tb.Context(), "tcp", "127.0.0.1:0")
+	require.NoError(tb, err)
 	gs := grpc.NewServer()
 	feastpb.RegisterServingServiceServer(gs, NewGRPCService(s, opts))
 	done := make(chan struct{})
 	go func() { _ = gs.Serve(ln); close(done) }()
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() {
+	require.NoError(tb, err)
+	tb.Cleanup(func() {
 		_ = conn.Close()
 		gs.Stop()
 		<-done
