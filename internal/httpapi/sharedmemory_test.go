@@ -42,11 +42,11 @@ func TestSharedMemoryHTTP(t *testing.T) {
 	h := New(newFakeModels(), Options{SharedMemory: reg}, nil, prometheus.NewRegistry())
 	key, path := shmObject(t, 64)
 
-	post := func(target, body string) *http.Response {
-		return do(t, h, http.MethodPost, target, []byte(body), nil).Result()
+	post := func(target, body string) int { // the status code
+		return do(t, h, http.MethodPost, target, []byte(body), nil).Code
 	}
-	require.Equal(t, http.StatusOK, post("/v2/systemsharedmemory/region/input0/register", fmt.Sprintf(`{"key":%q,"offset":0,"byte_size":16}`, key)).StatusCode)
-	require.Equal(t, http.StatusOK, post("/v2/systemsharedmemory/region/output0/register", fmt.Sprintf(`{"key":%q,"offset":32,"byte_size":32}`, key)).StatusCode)
+	require.Equal(t, http.StatusOK, post("/v2/systemsharedmemory/region/input0/register", fmt.Sprintf(`{"key":%q,"offset":0,"byte_size":16}`, key)))
+	require.Equal(t, http.StatusOK, post("/v2/systemsharedmemory/region/output0/register", fmt.Sprintf(`{"key":%q,"offset":32,"byte_size":32}`, key)))
 	requireError(t, do(t, h, http.MethodPost, "/v2/systemsharedmemory/region/input0/register", fmt.Appendf(nil, `{"key":%q,"offset":0,"byte_size":16}`, key), nil),
 		http.StatusConflict, "shared_memory_exists", "shared memory region 'input0' already in manager")
 	requireError(t, do(t, h, http.MethodPost, "/v2/systemsharedmemory/region/big/register", fmt.Appendf(nil, `{"key":%q,"offset":60,"byte_size":16}`, key), nil),
@@ -102,12 +102,12 @@ func TestSharedMemoryHTTP(t *testing.T) {
 		requireError(t, do(t, h, http.MethodPost, "/v2/models/identity/infer", []byte(tc.body), nil), http.StatusBadRequest, shm.ReasonInvalid, tc.want)
 	}
 
-	require.Equal(t, http.StatusOK, post("/v2/systemsharedmemory/region/input0/unregister", "").StatusCode)
+	require.Equal(t, http.StatusOK, post("/v2/systemsharedmemory/region/input0/unregister", ""))
 	rec = do(t, h, http.MethodGet, "/v2/systemsharedmemory/status", nil, nil)
 	var st []shm.Status
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &st))
 	require.Len(t, st, 1)
-	require.Equal(t, http.StatusOK, post("/v2/systemsharedmemory/unregister", "").StatusCode)
+	require.Equal(t, http.StatusOK, post("/v2/systemsharedmemory/unregister", ""))
 	rec = do(t, h, http.MethodGet, "/v2/systemsharedmemory/status", nil, nil)
 	require.JSONEq(t, `[]`, rec.Body.String())
 
@@ -120,8 +120,8 @@ func TestSharedMemoryHTTP(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code)
 	require.JSONEq(t, `[]`, rec.Body.String())
 	requireError(t, do(t, h, http.MethodGet, "/v2/cudasharedmemory/region/c/status", nil, nil), http.StatusNotFound, "shared_memory_not_found", "Unable to find cuda shared memory region: 'c'")
-	require.Equal(t, http.StatusOK, post("/v2/cudasharedmemory/unregister", "").StatusCode)
-	require.Equal(t, http.StatusOK, post("/v2/cudasharedmemory/region/c/unregister", "").StatusCode)
+	require.Equal(t, http.StatusOK, post("/v2/cudasharedmemory/unregister", ""))
+	require.Equal(t, http.StatusOK, post("/v2/cudasharedmemory/region/c/unregister", ""))
 }
 
 // Issue 22: a client that shrinks its object (ftruncate) after
