@@ -41,7 +41,7 @@ import (
 var (
 	clusterOnce sync.Once
 	theCluster  *controlPlane
-	clusterErr  error
+	errCluster  error
 )
 
 type controlPlane struct {
@@ -67,10 +67,10 @@ type process struct {
 func cluster(t *testing.T) *controlPlane {
 	t.Helper()
 	clusterOnce.Do(func() {
-		theCluster, clusterErr = startControlPlane()
+		theCluster, errCluster = startControlPlane()
 	})
-	if clusterErr != nil {
-		t.Fatal(clusterErr)
+	if errCluster != nil {
+		t.Fatal(errCluster)
 	}
 	return theCluster
 }
