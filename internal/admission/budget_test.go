@@ -95,16 +95,16 @@ func TestBudgetOverReleasePanics(t *testing.T) {
 }
 
 func TestBudgetConcurrent(t *testing.T) {
-	const max = 1000
-	b := NewBudget(max, NewMetrics(nil))
+	const limit = 1000
+	b := NewBudget(limit, NewMetrics(nil))
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
 			for i := range 2000 {
 				n := int64(i%97 + 1)
 				if b.TryAcquire(n) {
-					if got := b.InUse(); got > max {
-						t.Errorf("in use %d > max %d", got, max)
+					if got := b.InUse(); got > limit {
+						t.Errorf("in use %d > limit %d", got, limit)
 					}
 					b.Release(n)
 				}

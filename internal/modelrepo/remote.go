@@ -145,9 +145,6 @@ func modelOf(k string) string {
 	return m
 }
 
-// errBackoff is returned (wrapped) while a failed store is left alone.
-var errBackoff = errors.New("waiting before the next attempt")
-
 // sync brings the copy up to date and returns the model folders whose
 // files changed in it. On an error the copy is left as it was; syncs in
 // the following back-off period fail at once with the same error.

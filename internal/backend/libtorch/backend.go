@@ -246,7 +246,7 @@ func (b *Backend) loadInProcess(file string, opts backend.LoadOptions) (*Instanc
 		// The worker applies the same rules and reports its own error
 		// when it cannot run the model either.
 		m.free()
-		return nil, err.Error(), nil
+		return nil, err.Error(), nil //nolint:nilerr // a model whose arguments do not map is a reason for the fallback, not a load error
 	}
 	return in, "", nil
 }
