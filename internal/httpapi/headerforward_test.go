@@ -66,6 +66,18 @@ func TestHeaderForwardReservedNames(t *testing.T) {
 	f.mu.Unlock()
 }
 
+// The generate extension forwards headers as infer does: a header named
+// as a reserved parameter is refused there too, before any stream starts.
+func TestHeaderForwardReservedNamesGenerate(t *testing.T) {
+	h := New(newFakeModels(), Options{HeaderForward: regexp.MustCompile(`.*`)}, nil, prometheus.NewRegistry())
+	for _, path := range []string{"/v2/models/identity/generate", "/v2/models/identity/generate_stream"} {
+		rec := do(t, h, http.MethodPost, path, []byte(`{"IN":[1,2,3,4]}`), map[string]string{"sequence_id": "7"})
+		requireError(t, rec, http.StatusBadRequest, "invalid_parameter", "header 'sequence_id'", "reserved for Triton usage")
+		rec = do(t, h, http.MethodPost, path, []byte(`{"IN":[1,2,3,4]}`), map[string]string{"My_Header_1": "v"})
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	}
+}
+
 // qa/L0_parameters test_headers forwards 'This is a "quoted" string with
 // a backslash\ ' (a trailing space) under --http-header-forward-pattern
 // .* and reads it back unchanged, as Triton keeps header values as they
