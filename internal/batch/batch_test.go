@@ -303,6 +303,9 @@ func TestQueueTimeoutReject(t *testing.T) {
 		o := failed(t, r, ReasonQueueTimeout)
 		require.Equal(t, 6*ms, o.at, "answered when its time in queue reached the timeout")
 		require.Equal(t, apierr.KindUnavailable, asInfer(t, o.err).Kind)
+		// Triton's words, whole, as qa/L0_batcher queue_timeout_test.py
+		// test_default_queue_policy_timeout_prompt_response compares them.
+		require.Equal(t, "Request timeout expired", asInfer(t, o.err).Msg)
 		failed(t, keep, ReasonQueueTimeout)
 		close(e.hold)
 		ok(t, plug, 100, 1)

@@ -235,7 +235,7 @@ func (b *Batcher) expireLocked(now time.Time) {
 		}
 		b.unqueueLocked(p)
 		b.m.rejectDeadline.Inc()
-		b.answerLocked(p, b.queueTimeoutError(p))
+		b.answerLocked(p, queueTimeoutError())
 	}
 }
 

@@ -141,17 +141,27 @@ func parseTraceConfig(args []string) (tritonsettings.TraceConfig, error) {
 	return tc, nil
 }
 
+// addTraceLevel adds level to levels, dropping OFF and an earlier copy.
+func addTraceLevel(levels []string, level string) []string {
+	levels = slices.DeleteFunc(levels, func(l string) bool { return l == "OFF" || l == level })
+	return append(levels, level)
+}
+
 // setTraceSetting applies one of --trace-config's global settings
 // (key=value); known is false for a key that is none of them.
 func setTraceSetting(tc *tritonsettings.TraceConfig, k, v string, bad func(want string) error) (known bool, err error) {
 	switch k {
 	case "level":
-		switch v {
-		case "OFF":
+		// Triton reads the level without regard to case and takes its
+		// older names: false and off for OFF; true, on, min and max for
+		// TIMESTAMPS (qa/L0_batcher starts it with --trace-level=MIN).
+		switch strings.ToLower(v) {
+		case "off", "false":
 			tc.Level = []string{"OFF"}
-		case "TIMESTAMPS", "TENSORS":
-			tc.Level = slices.DeleteFunc(tc.Level, func(l string) bool { return l == "OFF" || l == v })
-			tc.Level = append(tc.Level, v)
+		case "timestamps", "true", "on", "min", "max":
+			tc.Level = addTraceLevel(tc.Level, "TIMESTAMPS")
+		case "tensors":
+			tc.Level = addTraceLevel(tc.Level, "TENSORS")
 		default:
 			return true, bad("OFF, TIMESTAMPS or TENSORS")
 		}

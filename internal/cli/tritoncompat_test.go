@@ -161,6 +161,21 @@ func TestTritonOlderTraceFlags(t *testing.T) {
 	c2.register(fl2)
 	require.NoError(t, fl2.Parse([]string{"--trace-rate=0"}))
 	require.ErrorContains(t, c2.apply(fl2, &serveFlags{}), "rate must be an integer >= 1")
+
+	// Triton's older level names, in any case: qa/L0_batcher's
+	// preserve_ordering part starts the server with --trace-level=MIN.
+	for level, want := range map[string][]string{
+		"MIN": {"TIMESTAMPS"}, "max": {"TIMESTAMPS"}, "on": {"TIMESTAMPS"}, "True": {"TIMESTAMPS"},
+		"timestamps": {"TIMESTAMPS"}, "Tensors": {"TENSORS"}, "false": {"OFF"}, "off": {"OFF"},
+	} {
+		var c3 tritonCompatFlags
+		fl3 := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		c3.register(fl3)
+		require.NoError(t, fl3.Parse([]string{"--trace-file=not_preserve.log", "--trace-level=" + level, "--trace-rate=1"}))
+		var f3 serveFlags
+		require.NoError(t, c3.apply(fl3, &f3), level)
+		require.Equal(t, want, f3.traceConfig.Level, level)
+	}
 }
 
 func TestParseTraceConfig(t *testing.T) {

@@ -54,7 +54,7 @@ func ScanFloat32(b []byte, at int) (f float32, end int, ok bool) {
 		}
 	}
 	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		e, end, ok := scanExponent(b, i+1)
+		e, end, ok := jsonnum.ScanExponent(b, i+1)
 		if !ok {
 			return 0, at, false
 		}
@@ -65,28 +65,6 @@ func ScanFloat32(b []byte, at int) (f float32, end int, ok bool) {
 		return 0, at, false
 	}
 	return f, i, true
-}
-
-// scanExponent reads an exponent's optional sign and digits from b[i]
-// (just after the 'e'); ok is false when no digit follows.
-func scanExponent(b []byte, i int) (e, end int, ok bool) {
-	neg := false
-	if i < len(b) && (b[i] == '+' || b[i] == '-') {
-		neg = b[i] == '-'
-		i++
-	}
-	if i >= len(b) || b[i]-'0' > 9 {
-		return 0, i, false
-	}
-	for ; i < len(b) && b[i]-'0' <= 9; i++ {
-		if e < 10000 { // beyond any float's range: strconv decides
-			e = e*10 + int(b[i]-'0')
-		}
-	}
-	if neg {
-		e = -e
-	}
-	return e, i, true
 }
 
 // decimalToFloat32 is jsonnum.Decimal32, with its most common case (a

@@ -502,3 +502,23 @@ func TestClientSignature(t *testing.T) {
 	cfg.MaxBatchSize = 0
 	require.Equal(t, infer.Shape{2}, ClientSignature(cfg).Inputs[0].Shape)
 }
+
+// Modelled on qa/L0_simple_ensemble/test.sh, which greps the server log
+// for protobuf's words about bad max_inflight_requests values.
+func TestParseBadIntegerProtobufWords(t *testing.T) {
+	for value, want := range map[string]string{
+		`-5`:              "Expected integer, got: -",
+		`"invalid_value"`: `Expected integer, got: "invalid_value"`,
+		`12345678901`:     "Integer out of range (12345678901)",
+	} {
+		in := "platform: \"ensemble\"\nensemble_scheduling {\n  max_inflight_requests: " + value + "\n}\n"
+		_, _, err := Parse("c.pbtxt", []byte(in))
+		var ps Errors
+		require.ErrorAs(t, err, &ps, value)
+		require.Len(t, ps, 1, value)
+		require.Contains(t, ps[0].Error(), `field "max_inflight_requests": invalid value `+value, value)
+		require.Contains(t, ps[0].Error(), want, value)
+	}
+	_, _, err := Parse("c.pbtxt", []byte("max_batch_size: -9999999999\n"))
+	require.ErrorContains(t, err, "Integer out of range (-9999999999)")
+}

@@ -89,7 +89,7 @@ func cleanTextMsg(s string) string {
 
 var (
 	unknownFieldRE = regexp.MustCompile(`^unknown field: (.*)$`)
-	invalidValueRE = regexp.MustCompile(`^invalid value for (\w+) type: (.*)$`)
+	invalidValueRE = regexp.MustCompile(`(?s)^invalid value for (\w+) type: (.*)$`)
 	repeatedRE     = regexp.MustCompile(`^non-repeated field "(.*)" is repeated$`)
 	oneofRE        = regexp.MustCompile(`^error parsing "(.*)", oneof (\S+) is already set$`)
 )
@@ -106,7 +106,11 @@ func describeTextErr(msg string, sp fieldSpan, found bool) string {
 	if m := invalidValueRE.FindStringSubmatch(msg); m != nil {
 		m[2] = strings.TrimSpace(m[2])
 		if found && sp.fd != nil {
-			return fmt.Sprintf("field %q: invalid value %s, expected %s", sp.name, m[2], expected(sp.fd))
+			out := fmt.Sprintf("field %q: invalid value %s, expected %s", sp.name, m[2], expected(sp.fd))
+			if w := protobufIntegerWords(sp.fd, m[2]); w != "" {
+				out += " (" + w + ")"
+			}
+			return out
 		}
 		return fmt.Sprintf("invalid value %s, expected %s", m[2], m[1])
 	}
@@ -117,6 +121,30 @@ func describeTextErr(msg string, sp fieldSpan, found bool) string {
 		return fmt.Sprintf("field %q: another field of %s is already set; only one may be", m[1], m[2])
 	}
 	return msg
+}
+
+// protobufIntegerWords is what protobuf's C++ text parser, which Triton
+// uses, says of a bad value for an integer field; Triton's QA greps the
+// server log for these words (qa/L0_simple_ensemble/test.sh, invalid
+// max_inflight_requests values). Empty for other fields.
+func protobufIntegerWords(fd protoreflect.FieldDescriptor, v string) string {
+	unsigned := false
+	switch fd.Kind() {
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind, protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		unsigned = true
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
+		protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+	default:
+		return ""
+	}
+	digits := strings.TrimPrefix(v, "-")
+	if unsigned && digits != v {
+		return "Expected integer, got: -"
+	}
+	if _, err := strconv.ParseUint(digits, 0, 64); err != nil && !errors.Is(err, strconv.ErrRange) {
+		return "Expected integer, got: " + v
+	}
+	return "Integer out of range (" + v + ")"
 }
 
 // expected says in words what a field accepts.

@@ -260,6 +260,9 @@ func TestEnsembleMaxInflightRequests(t *testing.T) {
 	cfg, err := h.m.Config(t.Context(), "pipe", "")
 	require.NoError(t, err)
 	require.Equal(t, uint32(1), cfg.GetEnsembleScheduling().GetMaxInflightRequests())
+	// qa/L0_simple_ensemble/test.sh greps the server log for Triton's line
+	// to tell that the limit was taken.
+	require.Len(t, h.logs.logLines(t, "Ensemble model 'pipe' configured with max_inflight_requests: 1"), 1)
 }
 
 // joinConfig is a fake model "join" taking IN and IN2 (INT32 [1], batching

@@ -308,12 +308,14 @@ func (r *ensembleRun) stepRequest(run stepAt) pendingStep {
 	sreq := &infer.Request{ID: r.req.ID, Model: st.model, Version: st.version, Parameters: r.req.Parameters}
 	scfg, stepBatches := r.m.stepConfig(st)
 	stepBatch := int64(0)
-	var taken []int
+	// A step may map one ensemble tensor to several of its inputs: the
+	// value is taken once and given to each.
+	taken := map[int]*ensembleValue{}
 	for _, in := range st.in {
-		v := r.series[in.tensor].vals[run.n]
-		if !slices.Contains(taken, in.tensor) {
-			taken = append(taken, in.tensor)
-			r.take(in.tensor, run.n)
+		v, ok := taken[in.tensor]
+		if !ok {
+			v = r.take(in.tensor, run.n)
+			taken[in.tensor] = v
 		}
 		if !v.have {
 			continue

@@ -467,3 +467,29 @@ func FuzzEnsembleGraph(f *testing.F) {
 		}
 	})
 }
+
+// Modelled on qa/L0_simple_ensemble/ensemble_test.py
+// test_ensemble_partial_add_sub: its first step feeds one ensemble tensor
+// to both of the step model's inputs (INPUT0 and INPUT1 from INPUT1).
+func TestEnsembleStepTakesOneTensorTwice(t *testing.T) {
+	repo := t.TempDir()
+	writeFiles(t, repo, map[string]string{
+		"c/config.pbtxt": `backend: "fake"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 4 ] }, { name: "IN2" data_type: TYPE_INT32 dims: [ 4 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 4 ] } ]
+`,
+		"c/1/model.fake": fakeFile(100, func(fm *fakeModel) {
+			fm.Inputs = append(fm.Inputs, fakeTensor{Name: "IN2", DataType: "INT32", Shape: []int64{-1, 4}})
+		}),
+		"twice/config.pbtxt": strings.Replace(ensembleConfig("X", "Y", step("c", "IN:X,IN2:X", "OUT:Y")), `"e"`, `"twice"`, 1),
+		"twice/1/.keep":      "",
+	})
+	h := newHarness(t, Options{Repositories: []string{repo}, StrictReadiness: true})
+	h.start(t)
+
+	resp, err := h.m.Infer(t.Context(), ensembleRequest("twice"))
+	require.NoError(t, err)
+	require.Len(t, resp.Outputs, 1)
+	require.Equal(t, []int32{101, 102, 103, 104, 105, 106, 107, 108}, int32Values(resp.Outputs[0].Data))
+}

@@ -771,6 +771,9 @@ func (m *Manager) loadEnsembleVersion(p *plan, v int64) (*loaded, *loadError) {
 		return nil, newLoadError(p.name, v, causeConfig, err)
 	}
 	m.logger.Info("loaded ensemble", "model", p.name, "version", lv.vstr, "steps", len(e.steps))
+	if n := cfg.GetEnsembleScheduling().GetMaxInflightRequests(); n > 0 {
+		m.logger.Info(fmt.Sprintf("Ensemble model '%s' configured with max_inflight_requests: %d", p.name, n), "model", p.name, "version", lv.vstr) //nolint:sloglint // Triton's log line, which its QA greps for
+	}
 	return lv, nil
 }
 

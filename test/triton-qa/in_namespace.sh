@@ -30,6 +30,9 @@ export NVIDIA_TRITON_SERVER_VERSION=qa
 TRITON_SERVER_VERSION=$("$SLUICE" version | awk 'NR == 1 { print $2 }')
 export TRITON_SERVER_VERSION
 export TRITON_SERVER_CPU_ONLY=1
+# Some scripts test `[ $TEST_WINDOWS -eq 0 ]` without a default (L0_batcher's
+# preserve_ordering part): Triton's Linux CI sets it to 0.
+export TEST_WINDOWS=${TEST_WINDOWS:-0}
 export QA_RECORDS=$QA_RUN/records
 cd "/opt/tritonserver/qa/$dir"
 exec bash test.sh
