@@ -16,8 +16,9 @@ deps: ## install what the tests and the demo need (idempotent)
 build: ## build bin/sluice
 	$(GO) build -ldflags "-X github.com/sluice-ml/sluice/internal/cli.Commit=$$(git rev-parse HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo -dirty)" -o $(BIN) ./cmd/sluice
 
-test: deps ## vet, unit + integration tests with -race, then each fuzz target briefly
+test: deps ## vet, lint, unit + integration tests with -race, then each fuzz target briefly
 	$(GO) vet $(PKGS)
+	"$$(scripts/install-golangci-lint.sh)" run
 	$(GO) test -race -shuffle=on -count=1 -timeout 20m $(PKGS)
 	# Allocation guards build only without -race (the race detector drops pooled objects).
 	$(GO) test -count=1 -run 'Allocations' ./internal/batch/ ./internal/httpapi/ ./internal/feature/serving/ ./internal/shm/
@@ -32,9 +33,8 @@ lint: ## golangci-lint (pinned; scripts/install-golangci-lint.sh builds it once)
 fuzz: ## run every fuzz target for FUZZTIME each
 	@scripts/fuzz.sh $(FUZZTIME)
 
-check: ## format check, lint, then make test
+check: ## format check, then make test (vet, lint, tests)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^internal/pb/'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '^internal/pb/'); exit 1; }
-	"$$(scripts/install-golangci-lint.sh)" run
 	$(MAKE) test
 
 proto: ## regenerate internal/pb from proto/ with the pinned generators in go.mod

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # install-golangci-lint.sh — build the pinned golangci-lint from its Go
 # module into the user cache (idempotent: returns at once when it is there)
-# and print its path. make deps runs it; make lint and make test run the
+# and print its path. make deps runs it; make test and make lint run the
 # binary with the repository's .golangci.yml. Cold: a few CPU minutes.
 set -euo pipefail
 

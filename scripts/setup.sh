@@ -16,6 +16,8 @@
 #   - helm, kube-apiserver, kube-controller-manager and kubectl built from
 #     the Go module proxy, and prometheus-operator's CRDs
 #     (scripts/install-kube.sh), for test/deploy
+#   - golangci-lint, pinned, built from its Go module
+#     (scripts/install-golangci-lint.sh), which make test runs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +29,11 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 
 scripts/install-onnxruntime.sh >/dev/null
+
+# golangci-lint, which make test runs after go vet, built once from its Go
+# module into the user cache. Cold: a few CPU minutes; afterwards it finds
+# the binary and returns at once.
+scripts/install-golangci-lint.sh >/dev/null
 
 need_apt=()
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)

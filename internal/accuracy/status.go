@@ -1,6 +1,7 @@
 package accuracy
 
 import (
+	"maps"
 	"slices"
 	"strings"
 )
@@ -128,8 +129,6 @@ func regressionOrBinary(binary bool) []string {
 
 func copyMap(m map[string]float64) map[string]float64 {
 	out := make(map[string]float64, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
+	maps.Copy(out, m)
 	return out
 }

@@ -23,7 +23,7 @@ func benchSetup() (http.Handler, http.ResponseWriter, *http.Request) {
 	h := Handler("bench", DefaultLimits(64<<20), NewBudget(DefaultBudgetBytes, m), m,
 		http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	body := `{"inputs":[{"name":"INPUT0","shape":[1,16],"datatype":"FP32","data":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}]}`
-	req, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1/v2/models/m/infer", strings.NewReader(body)) //nolint:noctx // a benchmark request, never sent
+	req, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1/v2/models/m/infer", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "bench/1.0")
 	req.Header.Set("Accept", "*/*")

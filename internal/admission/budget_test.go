@@ -95,16 +95,16 @@ func TestBudgetOverReleasePanics(t *testing.T) {
 }
 
 func TestBudgetConcurrent(t *testing.T) {
-	const max = 1000
-	b := NewBudget(max, NewMetrics(nil))
+	const limit = 1000
+	b := NewBudget(limit, NewMetrics(nil))
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
 			for i := range 2000 {
 				n := int64(i%97 + 1)
 				if b.TryAcquire(n) {
-					if got := b.InUse(); got > max {
-						t.Errorf("in use %d > max %d", got, max)
+					if got := b.InUse(); got > limit {
+						t.Errorf("in use %d > limit %d", got, limit)
 					}
 					b.Release(n)
 				}
@@ -125,12 +125,16 @@ func TestLimitsValidate(t *testing.T) {
 		{name: "defaults", l: DefaultLimits(64 << 20), budget: DefaultBudgetBytes},
 		{name: "zero", l: Limits{}, budget: 0},
 		{name: "unlimited budget", l: DefaultLimits(1 << 40), budget: 0},
-		{name: "negative", l: Limits{MaxBodyBytes: -1, MaxHeaderBytes: -1, MaxHeaderCount: -1},
-			wantErr: []string{"max_body_bytes must not be negative", "max_header_bytes must not be negative", "max_header_count must not be negative"}},
+		{
+			name: "negative", l: Limits{MaxBodyBytes: -1, MaxHeaderBytes: -1, MaxHeaderCount: -1},
+			wantErr: []string{"max_body_bytes must not be negative", "max_header_bytes must not be negative", "max_header_count must not be negative"},
+		},
 		{name: "body over the budget", l: DefaultLimits(2 << 20), budget: 1 << 20, wantErr: []string{"exceeds the memory budget"}},
 		{name: "small body may use the reserve", l: DefaultLimits(1 << 20), budget: 1 << 20},
-		{name: "large body over seven eighths", l: DefaultLimits(60 << 20), budget: 64 << 20,
-			wantErr: []string{"exceeds the memory budget's 58720256 bytes open to bodies over 1 MiB"}},
+		{
+			name: "large body over seven eighths", l: DefaultLimits(60 << 20), budget: 64 << 20,
+			wantErr: []string{"exceeds the memory budget's 58720256 bytes open to bodies over 1 MiB"},
+		},
 		{name: "large body within seven eighths", l: DefaultLimits(56 << 20), budget: 64 << 20},
 	}
 	for _, tt := range tests {

@@ -39,7 +39,7 @@ func FuzzBody(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, limit, budget uint16, chunk uint8) {
 		b := NewBudget(int64(budget), nil)
 		a := &account{b: b, rej: NewMetrics(nil).forListener("fuzz")}
-		var rc io.ReadCloser = io.NopCloser(&chunkReader{data: data, n: int(chunk) + 1})
+		rc := io.NopCloser(&chunkReader{data: data, n: int(chunk) + 1})
 		if limit > 0 {
 			rc = http.MaxBytesReader(httptest.NewRecorder(), rc, int64(limit))
 		}

@@ -6,12 +6,13 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/sluice-ml/sluice/internal/apierr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/sluice-ml/sluice/internal/apierr"
 )
 
 // tapFloor is how much of the budget must be free for a new gRPC stream to

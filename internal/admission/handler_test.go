@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -68,7 +69,23 @@ var readAll = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 
 // post sends body to the server: with a Content-Length when known is
 // true, chunked otherwise. hdr adds header fields.
-func (s *testServer) post(t *testing.T, body []byte, known bool, hdr http.Header) *http.Response {
+// answer is a response read whole: its status, headers and body.
+type answer struct {
+	StatusCode int
+	Header     http.Header
+	Close      bool
+	Body       []byte
+}
+
+// readAnswer reads resp's body; the caller closes it.
+func readAnswer(t *testing.T, resp *http.Response) answer {
+	t.Helper()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return answer{StatusCode: resp.StatusCode, Header: resp.Header, Close: resp.Close, Body: body}
+}
+
+func (s *testServer) post(t *testing.T, body []byte, known bool, hdr http.Header) answer {
 	t.Helper()
 	var rd io.Reader = bytes.NewReader(body)
 	if !known {
@@ -76,20 +93,17 @@ func (s *testServer) post(t *testing.T, body []byte, known bool, hdr http.Header
 	}
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.url, rd)
 	require.NoError(t, err)
-	for k, v := range hdr {
-		req.Header[k] = v
-	}
+	maps.Copy(req.Header, hdr)
 	resp, err := s.client.Do(req)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = resp.Body.Close() })
-	return resp
+	defer resp.Body.Close()
+	return readAnswer(t, resp)
 }
 
 // requireAnswer checks status and, for errors, the JSON body's reason.
-func requireAnswer(t *testing.T, resp *http.Response, status int, reason string) {
+func requireAnswer(t *testing.T, resp answer, status int, reason string) {
 	t.Helper()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
+	body := resp.Body
 	require.Equal(t, status, resp.StatusCode, "body: %s", body)
 	if reason == "" {
 		return
@@ -146,8 +160,10 @@ func TestHandler(t *testing.T) {
 		{name: "no body limit, budget still applies", limits: Limits{}, budget: 16 * kib, size: 32 * kib, status: http.StatusServiceUnavailable, reason: ReasonOverloaded},
 		{name: "unlimited budget", limits: limits, budget: 0, size: 64 * kib, status: http.StatusOK},
 		{name: "too many headers", limits: limits, budget: kib * kib, size: kib, known: true, hdr: manyHeaders(21), status: http.StatusRequestHeaderFieldsTooLarge, reason: ReasonTooManyHeaders},
-		{name: "repeated values count", limits: limits, budget: kib * kib, size: kib, known: true,
-			hdr: http.Header{"X-Repeated": strings.Split(strings.Repeat("v,", 21), ",")}, status: http.StatusRequestHeaderFieldsTooLarge, reason: ReasonTooManyHeaders},
+		{
+			name: "repeated values count", limits: limits, budget: kib * kib, size: kib, known: true,
+			hdr: http.Header{"X-Repeated": strings.Split(strings.Repeat("v,", 21), ",")}, status: http.StatusRequestHeaderFieldsTooLarge, reason: ReasonTooManyHeaders,
+		},
 		{name: "headers within the count", limits: limits, budget: kib * kib, size: kib, known: true, hdr: manyHeaders(10), status: http.StatusOK},
 	}
 	for _, tt := range tests {
@@ -189,7 +205,7 @@ func TestHandlerGETUntouched(t *testing.T) {
 type slowUpload struct {
 	pw   *io.PipeWriter
 	done chan struct{}
-	resp *http.Response
+	resp answer
 	err  error
 }
 
@@ -201,11 +217,14 @@ func (s *testServer) startUpload(ctx context.Context, t *testing.T) *slowUpload 
 	u := &slowUpload{pw: pw, done: make(chan struct{})}
 	go func() {
 		defer close(u.done)
-		u.resp, u.err = s.client.Do(req)
-		if u.err == nil {
-			_, _ = io.Copy(io.Discard, u.resp.Body)
-			_ = u.resp.Body.Close()
+		resp, err := s.client.Do(req)
+		if err != nil {
+			u.err = err
+			return
 		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body) // the status is what the tests check
+		u.resp = answer{StatusCode: resp.StatusCode, Header: resp.Header, Close: resp.Close, Body: body}
 	}()
 	t.Cleanup(func() {
 		_ = pw.CloseWithError(errors.New("test over"))
@@ -214,14 +233,14 @@ func (s *testServer) startUpload(ctx context.Context, t *testing.T) *slowUpload 
 	return u
 }
 
-func (u *slowUpload) wait(t *testing.T) (*http.Response, error) {
+func (u *slowUpload) wait(t *testing.T) (answer, error) {
 	t.Helper()
 	select {
 	case <-u.done:
 		return u.resp, u.err
 	case <-time.After(10 * time.Second):
 		t.Fatal("upload did not finish")
-		return nil, nil
+		return answer{}, nil
 	}
 }
 
@@ -376,7 +395,7 @@ func TestCharge(t *testing.T) {
 			writeOverloaded(w)
 		}
 	}))
-	send := func(grow int, enc string) *http.Response {
+	send := func(grow int, enc string) answer {
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.url+"?grow="+strconv.Itoa(grow), strings.NewReader(strings.Repeat("z", 10*kib)))
 		require.NoError(t, err)
 		if enc != "" {
@@ -384,8 +403,8 @@ func TestCharge(t *testing.T) {
 		}
 		resp, err := s.client.Do(req)
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = resp.Body.Close() })
-		return resp
+		defer resp.Body.Close()
+		return readAnswer(t, resp)
 	}
 
 	// Growth is charged like a chunked body: within the 87.5 KiB of the
@@ -467,6 +486,6 @@ func TestHandlerDrainsOversizedBody(t *testing.T) {
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	requireAnswer(t, resp, http.StatusRequestEntityTooLarge, ReasonBodyTooLarge)
+	requireAnswer(t, readAnswer(t, resp), http.StatusRequestEntityTooLarge, ReasonBodyTooLarge)
 	require.True(t, resp.Close, "the connection still closes after the answer")
 }

@@ -134,5 +134,5 @@ func WriteError(w http.ResponseWriter, code int, reason, msg string, extra ...Ex
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(code)
-	_, _ = w.Write(b) //nolint:gosec // G705: a JSON body sent as application/json with nosniff, not HTML
+	_, _ = w.Write(b)
 }

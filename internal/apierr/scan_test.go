@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -89,9 +90,7 @@ func scanModule(t *testing.T, root string) *scan {
 		kindSlot:    map[string]int{"internal/apierr.Errorf": 0},
 		fixedStatus: map[string]int{}, fixedKind: map[string]Kind{},
 	}
-	for k, v := range seeds {
-		s.takers[k] = v
-	}
+	maps.Copy(s.takers, seeds)
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err

@@ -39,8 +39,10 @@ func TestAuditorLine(t *testing.T) {
 		Time: at, Component: ComponentAdmin, Action: "rollout.promote", Target: "fraud\n\"x\"",
 		Who: "ci", Via: ViaToken, Addr: "10.0.0.7:51234", Status: 200, Result: ResultOK, RequestID: "r-1",
 	})
-	a.Record(Event{Component: ComponentModelsGRPC, Action: "repository.load", Result: ResultDenied, Status: 401,
-		Reason: ReasonMissingCredential, GRPCCode: "Unauthenticated"})
+	a.Record(Event{
+		Component: ComponentModelsGRPC, Action: "repository.load", Result: ResultDenied, Status: 401,
+		Reason: ReasonMissingCredential, GRPCCode: "Unauthenticated",
+	})
 
 	raw := buf.String()
 	require.Equal(t, 2, strings.Count(raw, "\n"), "one line per event; a newline in a field must be escaped")

@@ -38,7 +38,7 @@
 // anonymous call would. Where none are, a bearer credential cannot be
 // ours (a proxy's, a KServe client's default header) and is ignored.
 //
-// Refusals are *Denied errors: 401 missing_credential or
+// Refusals are *DeniedError errors: 401 missing_credential or
 // invalid_credential (HTTP answers carry "WWW-Authenticate: Bearer"), 403
 // insufficient_role, and restricted_api (below). HTTP bodies are
 // {"error": "...", "reason": "..."}; GRPCError maps 401 to Unauthenticated

@@ -26,8 +26,8 @@ import (
 // for a proxied call's client.
 const HeaderForwardedClient = "X-Sluice-Forwarded-Client"
 
-// ReasonInvalidForwarded: a forwarded-client header that does not verify
-// (wrong key, malformed, expired, for another request id) (401).
+// ReasonInvalidForwarded refuses a forwarded-client header that does not
+// verify (wrong key, malformed, expired, for another request id) (401).
 const ReasonInvalidForwarded = "invalid_forwarded_client"
 
 // ViaGateway is the Principal.Via of a proxied call the gateway vouched

@@ -5,26 +5,27 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/sluice-ml/sluice/internal/apierr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluice-ml/sluice/internal/apierr"
 )
 
-// GRPCError turns a *Denied into a gRPC status error carrying an
+// GRPCError turns a *DeniedError into a gRPC status error carrying an
 // errdetails.ErrorInfo with its reason (domain "sluice"): 401 becomes
 // Unauthenticated and 403 PermissionDenied, except a restricted API, which
 // is Unavailable, as Triton answers it. Any other error, and nil, is
 // returned as is.
 func GRPCError(err error) error {
-	d, ok := errors.AsType[*Denied](err)
+	d, ok := errors.AsType[*DeniedError](err)
 	if !ok {
 		return err
 	}
 	return apierr.StatusError(deniedCode(d), d.Reason, d.Message)
 }
 
-func deniedCode(d *Denied) codes.Code {
+func deniedCode(d *DeniedError) codes.Code {
 	switch {
 	case d.Reason == ReasonRestrictedAPI:
 		return codes.Unavailable

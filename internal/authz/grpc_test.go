@@ -262,13 +262,13 @@ func TestGRPCError(t *testing.T) {
 	plain := errors.New("plain")
 	require.Same(t, plain, GRPCError(plain))
 	for _, tc := range []struct {
-		d    *Denied
+		d    *DeniedError
 		code codes.Code
 	}{
-		{&Denied{Status: http.StatusUnauthorized, Reason: ReasonMissingCredential, Message: "m"}, codes.Unauthenticated},
-		{&Denied{Status: http.StatusUnauthorized, Reason: ReasonInvalidCredential, Message: "m"}, codes.Unauthenticated},
-		{&Denied{Status: http.StatusForbidden, Reason: ReasonInsufficientRole, Message: "m"}, codes.PermissionDenied},
-		{&Denied{Status: http.StatusForbidden, Reason: ReasonRestrictedAPI, Message: "m"}, codes.Unavailable},
+		{&DeniedError{Status: http.StatusUnauthorized, Reason: ReasonMissingCredential, Message: "m"}, codes.Unauthenticated},
+		{&DeniedError{Status: http.StatusUnauthorized, Reason: ReasonInvalidCredential, Message: "m"}, codes.Unauthenticated},
+		{&DeniedError{Status: http.StatusForbidden, Reason: ReasonInsufficientRole, Message: "m"}, codes.PermissionDenied},
+		{&DeniedError{Status: http.StatusForbidden, Reason: ReasonRestrictedAPI, Message: "m"}, codes.Unavailable},
 	} {
 		t.Run(tc.d.Reason, func(t *testing.T) {
 			err := GRPCError(tc.d)

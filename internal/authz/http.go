@@ -23,7 +23,7 @@ func PrincipalFrom(ctx context.Context) (Principal, bool) {
 }
 
 // Require serves next only to callers Authorize lets in for need and group,
-// with the Principal in the request's context. Others get the Denied
+// with the Principal in the request's context. Others get the DeniedError
 // status and a JSON body {"error": ..., "reason": ...}; a 401 also carries
 // "WWW-Authenticate: Bearer".
 func (p *Policy) Require(need Role, group string, next http.Handler) http.Handler {
@@ -115,7 +115,7 @@ func (p *Policy) serveAudited(w http.ResponseWriter, r *http.Request, a *Auditor
 	next.ServeHTTP(rec, r.WithContext(WithPrincipal(r.Context(), pr)))
 }
 
-// WriteError writes err (a *Denied; any other error is a 500) as the
+// WriteError writes err (a *DeniedError; any other error is a 500) as the
 // JSON body {"error": ..., "reason": ...} with its status, and
 // "WWW-Authenticate: Bearer" on a 401.
 func WriteError(w http.ResponseWriter, err error) {
@@ -131,12 +131,12 @@ func WriteError(w http.ResponseWriter, err error) {
 	apierr.WriteError(w, d.Status, d.Reason, d.Message)
 }
 
-// asDenied returns err as a *Denied, or a 500 one for any other error.
-func asDenied(err error) *Denied {
-	if d, ok := errors.AsType[*Denied](err); ok {
+// asDenied returns err as a *DeniedError, or a 500 one for any other error.
+func asDenied(err error) *DeniedError {
+	if d, ok := errors.AsType[*DeniedError](err); ok {
 		return d
 	}
-	return &Denied{Status: http.StatusInternalServerError, Reason: "internal", Message: "authorization failed"}
+	return &DeniedError{Status: http.StatusInternalServerError, Reason: "internal", Message: "authorization failed"}
 }
 
 // statusRecorder remembers the status a handler writes. It keeps

@@ -3,6 +3,7 @@ package authz
 import (
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -250,12 +251,7 @@ func KServeHTTPAction(path string) (action, target string) {
 }
 
 func hasEmpty(seg []string) bool {
-	for _, s := range seg {
-		if s == "" {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(seg, "")
 }
 
 func unescape(s string) string {

@@ -25,21 +25,21 @@ const (
 	headerAuthorization = authzspec.HeaderAuthorization
 	headerToken         = authzspec.HeaderToken
 	mdAuthorization     = "authorization"
-	mdToken             = "x-sluice-token"
+	mdToken             = "x-sluice-token" //nolint:gosec // G101: a metadata key, not a credential
 )
 
 // MaxCredentialBytes bounds a credential header's value; longer ones are
 // refused unread.
 const MaxCredentialBytes = 4 << 10
 
-// Reasons of a *Denied.
+// Reasons of a *DeniedError.
 const (
 	// ReasonMissingCredential: the call needs a credential and carries none (401).
 	ReasonMissingCredential = "missing_credential"
 	// ReasonInvalidCredential: the credential matches no configured token, or
 	// is malformed (401). A wrong credential is refused even where an
 	// anonymous call would pass: it is a mistake worth reporting.
-	ReasonInvalidCredential = "invalid_credential"
+	ReasonInvalidCredential = "invalid_credential" //nolint:gosec // G101: a reason code, not a credential
 	// ReasonInsufficientRole: a known credential whose role is too weak (403).
 	ReasonInsufficientRole = "insufficient_role"
 	// ReasonRestrictedAPI: a Triton restricted API group called without its
@@ -58,9 +58,9 @@ const (
 // AnonymousID is the Principal.ID of a call let in without a credential.
 const AnonymousID = "anonymous"
 
-// Denied is the error Authorize and AuthorizeGRPC return. Status is the
+// DeniedError is the error Authorize and AuthorizeGRPC return. Status is the
 // HTTP status (401 or 403); Message never holds the presented secret.
-type Denied struct {
+type DeniedError struct {
 	Status  int
 	Reason  string
 	Message string
@@ -68,7 +68,7 @@ type Denied struct {
 
 // Error returns the message, which names what is missing or wrong but
 // never the presented secret.
-func (d *Denied) Error() string { return d.Message }
+func (d *DeniedError) Error() string { return d.Message }
 
 // Principal is who made a call.
 type Principal struct {
@@ -209,7 +209,7 @@ func (p *Policy) Restricted(group string) (Restriction, bool) {
 // "Authorization: Bearer <token>" (which wins) or "X-Sluice-Token: <token>";
 // failing those, a verified client certificate mapped by CertRoles.
 //
-// On success it returns the caller. On failure the error is a *Denied and
+// On success it returns the caller. On failure the error is a *DeniedError and
 // the Principal holds what is known of the caller (always Addr; ID and Via
 // when a valid credential lacked the role), for the audit log.
 func (p *Policy) Authorize(r *http.Request, need Role, group string) (Principal, error) {
@@ -235,7 +235,7 @@ func (p *Policy) Authorize(r *http.Request, need Role, group string) (Principal,
 // AuthorizeGRPC is Authorize for a gRPC call: the credential comes from
 // metadata "authorization" or "x-sluice-token", the restriction value from
 // metadata GRPCRestrictionPrefix+key (as Triton names it), the client
-// certificate from the peer's TLS state. The error is a *Denied; GRPCError
+// certificate from the peer's TLS state. The error is a *DeniedError; GRPCError
 // turns it into a gRPC status.
 func (p *Policy) AuthorizeGRPC(ctx context.Context, need Role, group string) (Principal, error) {
 	// ValueFromIncomingContext reads one key without copying the whole
@@ -294,7 +294,7 @@ func (p *Policy) decide(c presented, need Role, group string, restricted restric
 	if c.forwarded != "" {
 		f, err := VerifyForwarded(p.fwdKey, c.forwarded, c.requestID, p.now())
 		if err != nil {
-			return pr, &Denied{Status: http.StatusUnauthorized, Reason: ReasonInvalidForwarded, Message: "the forwarded client identity does not verify"}
+			return pr, &DeniedError{Status: http.StatusUnauthorized, Reason: ReasonInvalidForwarded, Message: "the forwarded client identity does not verify"}
 		}
 		pr.Client, pr.Addr, pr.ProxyAddr = f.Client, f.Addr, c.addr
 		pr.ID, pr.Via = f.Client, ViaGateway // unless a credential of its own says more
@@ -303,13 +303,13 @@ func (p *Policy) decide(c presented, need Role, group string, restricted restric
 	if rule, ok := p.restricted[group]; ok && group != "" {
 		v, present, msg := restricted(rule.Key)
 		if !present || subtle.ConstantTimeCompare([]byte(v), []byte(rule.Value)) != 1 {
-			return pr, &Denied{Status: http.StatusForbidden, Reason: ReasonRestrictedAPI, Message: msg}
+			return pr, &DeniedError{Status: http.StatusForbidden, Reason: ReasonRestrictedAPI, Message: msg}
 		}
 	}
 	state := p.identify(c, &pr)
 	switch state {
 	case credInvalid:
-		return pr, &Denied{Status: http.StatusUnauthorized, Reason: ReasonInvalidCredential, Message: "the credential is not valid"}
+		return pr, &DeniedError{Status: http.StatusUnauthorized, Reason: ReasonInvalidCredential, Message: "the credential is not valid"}
 	case credNone:
 		if p.openTo(need, pr) {
 			if !pr.Proxied() {
@@ -317,7 +317,7 @@ func (p *Policy) decide(c presented, need Role, group string, restricted restric
 			}
 			return pr, nil
 		}
-		return pr, &Denied{
+		return pr, &DeniedError{
 			Status: http.StatusUnauthorized, Reason: ReasonMissingCredential,
 			Message: "this call needs a credential with role " + need.String() +
 				": send 'Authorization: Bearer <token>' or 'X-Sluice-Token: <token>'",
@@ -331,7 +331,7 @@ func (p *Policy) decide(c presented, need Role, group string, restricted restric
 	if pr.Via == ViaMTLS {
 		what = "client certificate"
 	}
-	return pr, &Denied{
+	return pr, &DeniedError{
 		Status: http.StatusForbidden, Reason: ReasonInsufficientRole,
 		Message: fmt.Sprintf("%s %q has role %s; this call needs %s", what, pr.ID, pr.Role, need),
 	}

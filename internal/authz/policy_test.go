@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"math/big"
 	"net"
 	"net/http"
@@ -157,8 +158,8 @@ func TestAuthorize(t *testing.T) {
 				require.NoError(t, err)
 				return
 			}
-			d, ok := err.(*Denied)
-			require.True(t, ok, "error %v is not a *Denied", err)
+			d, ok := errors.AsType[*DeniedError](err)
+			require.True(t, ok, "error %v is not a *DeniedError", err)
 			require.Equal(t, tc.status, d.Status)
 			require.Equal(t, tc.reason, d.Reason)
 			for _, v := range tc.headers {
@@ -215,8 +216,8 @@ func TestAuthorizeGRPC(t *testing.T) {
 				require.NoError(t, err)
 				return
 			}
-			d, ok := err.(*Denied)
-			require.True(t, ok, "error %v is not a *Denied", err)
+			d, ok := errors.AsType[*DeniedError](err)
+			require.True(t, ok, "error %v is not a *DeniedError", err)
 			require.Equal(t, tc.reason, d.Reason)
 			if tc.reason == ReasonRestrictedAPI {
 				require.Equal(t, "This protocol is restricted, expecting header 'triton-grpc-protocol-admin-key'", d.Message)

@@ -102,7 +102,7 @@ func (b *Batcher) execute(s *slot) {
 	case packErr != nil:
 	case err != nil:
 		err = b.backendError(ctx, err)
-	case len(outs) > len(names) || (len(outs) < len(names) && !(keepsRequests && len(batch) == 1)):
+	case len(outs) > len(names) || (len(outs) < len(names) && (!keepsRequests || len(batch) != 1)):
 		// A request executor (a Python model) may answer a request alone
 		// with a subset of the outputs asked for, as Triton passes the
 		// subset on; the outputs carry their names (requests.go).

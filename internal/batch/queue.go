@@ -318,13 +318,14 @@ scan:
 					p = next
 					continue
 				}
-				if head == nil {
+				switch {
+				case head == nil:
 					head = p
-				} else if total+p.bs > b.maxBatch || !compatible(head.req, p.req, b.raggedInputs) {
+				case total+p.bs > b.maxBatch || !compatible(head.req, p.req, b.raggedInputs):
 					// FIFO: the batch cannot grow past this request.
 					blocked = true
 					break scan
-				} else if best == 0 && cut == 0 && total+p.bs > b.maxPreferred {
+				case best == 0 && cut == 0 && total+p.bs > b.maxPreferred:
 					cut = len(cand)
 				}
 				cand = append(cand, p)

@@ -11,7 +11,7 @@ import (
 
 // BatchInputKind is what a batch input describes (Triton's BatchInput
 // kinds).
-type BatchInputKind uint8
+type BatchInputKind uint8 //nolint:revive // exported: named after the model config's batch_input, as Triton names it
 
 // The batch input kinds. Counts are of the source input's elements in
 // each request (all its rows).
@@ -36,7 +36,7 @@ const (
 
 // BatchInput is an input the batcher computes from the batch it formed
 // and adds to the executor's inputs.
-type BatchInput struct {
+type BatchInput struct { //nolint:revive // exported: named after the model config's batch_input, as Triton names it
 	Kind     BatchInputKind
 	Targets  []string       // the model inputs that receive it
 	DataType infer.DataType // INT32 or FP32
@@ -47,7 +47,7 @@ type BatchInput struct {
 // of a request input (Triton's BATCH_SCATTER_WITH_INPUT_SHAPE): the model
 // returns the requests' parts concatenated, and each request gets as many
 // elements as its Source input has, shaped like it.
-type BatchOutput struct {
+type BatchOutput struct { //nolint:revive // exported: named after the model config's batch_output, as Triton names it
 	Targets []string
 	Source  string
 }

@@ -130,8 +130,9 @@ func value(dt infer.DataType, b []byte) float64 {
 		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b)))
 	case infer.FP64:
 		return math.Float64frombits(binary.LittleEndian.Uint64(b))
+	default:
+		return math.NaN()
 	}
-	return math.NaN()
 }
 
 // format writes one element as Triton does: integers in decimal, floats
@@ -144,8 +145,9 @@ func format(dt infer.DataType, b []byte) string {
 		return strconv.FormatInt(int64(binary.LittleEndian.Uint64(b)), 10)
 	case infer.FP16, infer.BF16, infer.FP32, infer.FP64:
 		return strconv.FormatFloat(value(dt, b), 'f', 6, 64)
+	default:
+		return strconv.FormatInt(int64(value(dt, b)), 10)
 	}
-	return strconv.FormatInt(int64(value(dt, b)), 10)
 }
 
 // half converts IEEE 754 binary16 bits to a float64.

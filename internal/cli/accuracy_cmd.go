@@ -136,7 +136,7 @@ observed values (every other numeric column, by name).`,
 			if err != nil {
 				return err
 			}
-			var w io.Writer = cmd.OutOrStdout()
+			w := cmd.OutOrStdout()
 			if out != "-" {
 				f, err := os.Create(out)
 				if err != nil {

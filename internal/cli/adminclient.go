@@ -13,7 +13,7 @@ import (
 
 // tokenEnv names the environment variable the admin commands read their
 // token from when --token is not given.
-const tokenEnv = "SLUICE_ADMIN_TOKEN"
+const tokenEnv = "SLUICE_ADMIN_TOKEN" //nolint:gosec // G101: the name of a variable, not a credential
 
 // adminAuth are the credentials of the commands that call an admin API
 // (status, rollout): a bearer token and, for an https admin port, the CA

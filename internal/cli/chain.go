@@ -84,8 +84,10 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 	defer undo.run()
 	grp := newGroup(ctx)
 	defer grp.abandon()
-	c := &chain{cmd: cmd, cfg: cfg, f: f, gd: gd, regs: regs, logger: logger, grp: grp, undo: &undo,
-		banner: &banner{config: f.configFile, guard: gd}}
+	c := &chain{
+		cmd: cmd, cfg: cfg, f: f, gd: gd, regs: regs, logger: logger, grp: grp, undo: &undo,
+		banner: &banner{config: f.configFile, guard: gd},
+	}
 	// The model server first: the gateway's in-process backends and its
 	// start-up check call it. The group stops it last.
 	if err := c.startModels(ctx); err != nil {

@@ -115,7 +115,7 @@ func (f *aggregateFlags) startAggregators(ctx, gctx context.Context, g *errgroup
 			g.Go(func() error {
 				js, err := stream.DialJetStream(gctx, repo.Sources[name], opts, logger, reg)
 				if err != nil {
-					return nil // gctx ended: shutting down
+					return nil //nolint:nilerr // it fails only once gctx ended: shutting down
 				}
 				if !keep(js) {
 					_ = js.Close()

@@ -85,7 +85,8 @@ func writeBucketFeatureData(t *testing.T, dir string) {
 	}
 	ts := feature.Type{Kind: feature.KindUnixTimestamp}
 	write("users.parquet", []offline.Column{
-		{Name: "event_timestamp", Type: ts}, {Name: "created", Type: ts},
+		{Name: "event_timestamp", Type: ts},
+		{Name: "created", Type: ts},
 		{Name: "user_id", Type: feature.Type{Kind: feature.KindInt64}},
 		{Name: "clicks", Type: feature.Type{Kind: feature.KindInt64}},
 		{Name: "score", Type: feature.Type{Kind: feature.KindFloat64}},
@@ -103,8 +104,15 @@ func writeBucketFeatureData(t *testing.T, dir string) {
 		if i%97 == 0 {
 			score = feature.Value{Null: true}
 		}
-		return []feature.Value{{I64: ev.UnixNano()}, {I64: ev.Add(time.Duration(i%2) * time.Second).UnixNano()},
-			{I64: int64(i % 700)}, {I64: int64(i)}, score, {F32s: emb}, {S: fmt.Sprintf("tier-%d", i%5)}}
+		return []feature.Value{
+			{I64: ev.UnixNano()},
+			{I64: ev.Add(time.Duration(i%2) * time.Second).UnixNano()},
+			{I64: int64(i % 700)},
+			{I64: int64(i)},
+			score,
+			{F32s: emb},
+			{S: fmt.Sprintf("tier-%d", i%5)},
+		}
 	})
 	for f := range 3 {
 		write(fmt.Sprintf("routes/part-%d.parquet", f), []offline.Column{
@@ -112,8 +120,11 @@ func writeBucketFeatureData(t *testing.T, dir string) {
 			{Name: "route_id", Type: feature.Type{Kind: feature.KindString}},
 			{Name: "delay", Type: feature.Type{Kind: feature.KindFloat32}},
 		}, 500, func(i int) []feature.Value {
-			return []feature.Value{{I64: bucketDay.Add(time.Duration(f*500+i) * 7 * time.Minute).UnixNano()},
-				{S: fmt.Sprintf("r%d", i%40)}, {F64: float64(f*1000+i) / 4}}
+			return []feature.Value{
+				{I64: bucketDay.Add(time.Duration(f*500+i) * 7 * time.Minute).UnixNano()},
+				{S: fmt.Sprintf("r%d", i%40)},
+				{F64: float64(f*1000+i) / 4},
+			}
 		})
 	}
 	write("entities.parquet", []offline.Column{
@@ -121,8 +132,11 @@ func writeBucketFeatureData(t *testing.T, dir string) {
 		{Name: "route_id", Type: feature.Type{Kind: feature.KindString}},
 		{Name: "event_timestamp", Type: ts},
 	}, 3000, func(i int) []feature.Value {
-		return []feature.Value{{I64: int64(i*7) % 750}, {S: fmt.Sprintf("r%d", i%45)},
-			{I64: bucketDay.Add(time.Duration(i) * 113 * time.Second).UnixNano()}}
+		return []feature.Value{
+			{I64: int64(i*7) % 750},
+			{S: fmt.Sprintf("r%d", i%45)},
+			{I64: bucketDay.Add(time.Duration(i) * 113 * time.Second).UnixNano()},
+		}
 	})
 }
 

@@ -312,8 +312,10 @@ func describeSource(s *feature.Source) sourceInfo {
 	if s.Kind == feature.SourcePush {
 		kind = "push"
 	}
-	si := sourceInfo{Name: s.Name, Type: kind, Path: s.Path, BatchSource: s.BatchSource, TimestampField: s.TimestampField,
-		CreatedTimestampColumn: s.CreatedTimestampColumn, FieldMapping: s.FieldMapping}
+	si := sourceInfo{
+		Name: s.Name, Type: kind, Path: s.Path, BatchSource: s.BatchSource, TimestampField: s.TimestampField,
+		CreatedTimestampColumn: s.CreatedTimestampColumn, FieldMapping: s.FieldMapping,
+	}
 	if st := s.Stream; st != nil {
 		si.Type, si.URL, si.Stream, si.Subject, si.Consumer = "stream", st.URL, st.Stream, st.Subject, st.Consumer
 	}
@@ -575,8 +577,16 @@ func writeDescription(w io.Writer, kind string, obj any) {
 		}
 	case sourceInfo:
 		fmt.Fprintf(w, "source: %s\ntype: %s\n", o.Name, o.Type)
-		for _, kv := range [][2]string{{"path", o.Path}, {"batch_source", o.BatchSource}, {"timestamp_field", o.TimestampField}, {"created_timestamp_column", o.CreatedTimestampColumn},
-			{"url", o.URL}, {"stream", o.Stream}, {"subject", o.Subject}, {"consumer", o.Consumer}} {
+		for _, kv := range [][2]string{
+			{"path", o.Path},
+			{"batch_source", o.BatchSource},
+			{"timestamp_field", o.TimestampField},
+			{"created_timestamp_column", o.CreatedTimestampColumn},
+			{"url", o.URL},
+			{"stream", o.Stream},
+			{"subject", o.Subject},
+			{"consumer", o.Consumer},
+		} {
 			if kv[1] != "" {
 				fmt.Fprintf(w, "%s: %s\n", kv[0], kv[1])
 			}

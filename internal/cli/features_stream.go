@@ -45,7 +45,7 @@ func writeStreamDescription(w io.Writer, si *streamInfo) {
 		fmt.Fprintf(w, "  %s\n", a)
 	}
 	if si.LagSeconds != nil {
-		fmt.Fprintf(w, "stream lag: %s (now − newest applied event time)\n", (time.Duration(*si.LagSeconds * float64(time.Second))).Round(time.Millisecond))
+		fmt.Fprintf(w, "stream lag: %s (now − newest applied event time)\n", time.Duration(*si.LagSeconds*float64(time.Second)).Round(time.Millisecond))
 	} else {
 		fmt.Fprintln(w, "stream lag: unknown (no event applied yet, or the online store was not read)")
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -100,8 +101,8 @@ func (g *group) run(parent context.Context) error {
 		g.eg.Go(func() error {
 			<-g.ctx.Done()
 			var errs []error
-			for i := len(g.interrupt) - 1; i >= 0; i-- {
-				errs = append(errs, g.interrupt[i](g.hurry))
+			for _, v := range slices.Backward(g.interrupt) {
+				errs = append(errs, v(g.hurry))
 			}
 			return errors.Join(errs...)
 		})
@@ -144,7 +145,7 @@ func (c *cleanups) push(f func()) { *c = append(*c, f) }
 
 // run runs the stack, last pushed first, and empties it.
 func (c *cleanups) run() {
-	for i := len(*c) - 1; i >= 0; i-- {
+	for i := range slices.Backward(*c) {
 		(*c)[i]()
 	}
 	*c = nil

@@ -35,6 +35,7 @@ func freePorts(t *testing.T, n int) []string {
 // getter returns a GET of a path under base: the status and body, or 0
 // when nothing answers.
 func getter(t *testing.T, base string) func(path string) (int, []byte) {
+	t.Helper()
 	return func(path string) (int, []byte) {
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+path, nil)
 		require.NoError(t, err)
@@ -59,8 +60,10 @@ func TestModelServerStaysUpWhenRepositoryFails(t *testing.T) {
 	t.Run("exit-on-error not given: exits", func(t *testing.T) {
 		p := freePorts(t, 3)
 		var out, errb bytes.Buffer
-		code := Run(t.Context(), []string{"model-server", "--model-repository", missing, "--address", "127.0.0.1",
-			"--http-port", p[0], "--grpc-port", p[1], "--metrics-port", p[2]}, &out, &errb)
+		code := Run(t.Context(), []string{
+			"model-server", "--model-repository", missing, "--address", "127.0.0.1",
+			"--http-port", p[0], "--grpc-port", p[1], "--metrics-port", p[2],
+		}, &out, &errb)
 		require.Equal(t, 1, code)
 		require.Contains(t, errb.String(), "read model repository")
 	})
@@ -70,9 +73,11 @@ func TestModelServerStaysUpWhenRepositoryFails(t *testing.T) {
 		done := make(chan int)
 		var out, errb bytes.Buffer
 		go func() {
-			done <- Run(ctx, []string{"model-server", "--model-repository", missing, "--model-repository", t.TempDir(),
+			done <- Run(ctx, []string{
+				"model-server", "--model-repository", missing, "--model-repository", t.TempDir(),
 				"--exit-on-error=false", "--strict-readiness=false", "--address", "127.0.0.1", "--server-name", "triton",
-				"--http-port", p[0], "--grpc-port", p[1], "--metrics-port", p[2]}, &out, &errb)
+				"--http-port", p[0], "--grpc-port", p[1], "--metrics-port", p[2],
+			}, &out, &errb)
 		}()
 		get := getter(t, "http://127.0.0.1:"+p[0])
 		require.Eventually(t, func() bool { code, _ := get("/v2"); return code == http.StatusOK }, 10*time.Second, 20*time.Millisecond)

@@ -111,7 +111,7 @@ func openLogDest(dest string, stdout, stderr io.Writer, perm os.FileMode) (io.Wr
 	case "off":
 		return io.Discard, func() {}, nil
 	}
-	fh, err := os.OpenFile(dest, os.O_WRONLY|os.O_APPEND|os.O_CREATE, perm) //nolint:gosec // the operator's own config names the file
+	fh, err := os.OpenFile(dest, os.O_WRONLY|os.O_APPEND|os.O_CREATE, perm)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -31,7 +31,7 @@ func testHook(lookup func(string) (string, bool), logger *slog.Logger, env, unit
 		return 0, fmt.Errorf("%s=%q: want a number of %s, 0 or more", env, v, unit)
 	}
 	if n > 0 {
-		logger.Warn("test hook: "+does, "env", env, unit, n)
+		logger.Warn("test hook enabled", "env", env, unit, n, "effect", does)
 	}
 	return n, nil
 }

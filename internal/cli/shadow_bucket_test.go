@@ -87,10 +87,14 @@ func TestRecorderArchivesToBucket(t *testing.T) {
 	dir := t.TempDir()
 	gc := &config.Gateway{
 		Services: []config.Service{{Name: "parcel-eta", Shadow: &config.Shadow{}}},
-		Recording: config.Recording{Sink: "jsonl", Dir: filepath.Join(dir, "rec"), MaxBytes: 4 << 10, MaxAge: config.Duration(time.Hour),
-			QueueSize: 1024, Archive: accuracyspec.Archive{Location: srv.URI("recordings"), Interval: config.Duration(time.Hour)}},
-		Accuracy: &accuracyspec.Gateway{QueueSize: 1024, Log: accuracyspec.Log{Sink: "jsonl", Dir: filepath.Join(dir, "pred"),
-			Archive: accuracyspec.Archive{Location: srv.URI("predictions"), Interval: config.Duration(time.Hour)}}},
+		Recording: config.Recording{
+			Sink: "jsonl", Dir: filepath.Join(dir, "rec"), MaxBytes: 4 << 10, MaxAge: config.Duration(time.Hour),
+			QueueSize: 1024, Archive: accuracyspec.Archive{Location: srv.URI("recordings"), Interval: config.Duration(time.Hour)},
+		},
+		Accuracy: &accuracyspec.Gateway{QueueSize: 1024, Log: accuracyspec.Log{
+			Sink: "jsonl", Dir: filepath.Join(dir, "pred"),
+			Archive: accuracyspec.Archive{Location: srv.URI("predictions"), Interval: config.Duration(time.Hour)},
+		}},
 	}
 	reg := prometheus.NewRegistry()
 	logger := slog.New(slog.DiscardHandler)

@@ -78,8 +78,10 @@ func TestHTTPMaxInputSize(t *testing.T) {
 	done := make(chan int, 1)
 	errb.Reset()
 	go func() {
-		done <- Run(ctx, []string{"model-server", "--model-repository=" + t.TempDir(), "--address", "127.0.0.1",
-			"--http-max-input-size=1024", "--http-port", p[0], "--grpc-port", p[1], "--metrics-port", p[2]}, &out, &errb)
+		done <- Run(ctx, []string{
+			"model-server", "--model-repository=" + t.TempDir(), "--address", "127.0.0.1",
+			"--http-max-input-size=1024", "--http-port", p[0], "--grpc-port", p[1], "--metrics-port", p[2],
+		}, &out, &errb)
 	}()
 	base := "http://127.0.0.1:" + p[0]
 	get := getter(t, base)
@@ -141,8 +143,10 @@ func TestTritonOlderTraceFlags(t *testing.T) {
 	var c tritonCompatFlags
 	fl := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	c.register(fl)
-	require.NoError(t, fl.Parse([]string{"--trace-file=global_unittest.log", "--trace-level=TIMESTAMPS", "--trace-level=TENSORS",
-		"--trace-rate=4", "--trace-count=6", "--trace-log-frequency=2", "--trace-config", "rate=5"}))
+	require.NoError(t, fl.Parse([]string{
+		"--trace-file=global_unittest.log", "--trace-level=TIMESTAMPS", "--trace-level=TENSORS",
+		"--trace-rate=4", "--trace-count=6", "--trace-log-frequency=2", "--trace-config", "rate=5",
+	}))
 	var f serveFlags
 	require.NoError(t, c.apply(fl, &f))
 	require.NotNil(t, f.traceConfig)
@@ -209,8 +213,10 @@ func runTritonStart(t *testing.T, flags ...string) (p []string, get func(string)
 	t.Cleanup(cancel)
 	done := make(chan int, 1)
 	var out, errb bytes.Buffer
-	args := append([]string{"model-server", "--model-repository=" + t.TempDir(), "--address", "127.0.0.1",
-		"--http-port", p[0], "--grpc-port", p[1], "--metrics-port", p[2]}, flags...)
+	args := append([]string{
+		"model-server", "--model-repository=" + t.TempDir(), "--address", "127.0.0.1",
+		"--http-port", p[0], "--grpc-port", p[1], "--metrics-port", p[2],
+	}, flags...)
 	go func() { done <- Run(ctx, args, &out, &errb) }()
 	get = getter(t, "http://127.0.0.1:"+p[0])
 	require.Eventually(t, func() bool { code, _ := get("/v2/health/ready"); return code == http.StatusOK }, 30*time.Second, 20*time.Millisecond)

@@ -2,12 +2,12 @@ package config
 
 import (
 	"fmt"
-
-	"github.com/sluice-ml/sluice/internal/accuracy/accuracyspec"
-	"github.com/sluice-ml/sluice/internal/admission/limitspec"
 	"math"
 	"path/filepath"
 	"time"
+
+	"github.com/sluice-ml/sluice/internal/accuracy/accuracyspec"
+	"github.com/sluice-ml/sluice/internal/admission/limitspec"
 )
 
 // The servers' defaults, each defined here once: sluice.yaml's

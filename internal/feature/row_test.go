@@ -175,8 +175,10 @@ func TestSchemaDocument(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, schema, got)
 	require.Equal(t, Fingerprint(schema), Fingerprint(got))
-	for _, bad := range []string{``, `{}`, `{"fields":[]}`, `{"fields":[{"name":"a","dtype":"Nope"}]}`,
-		`{"fields":[{"name":"","dtype":"Int64"}]}`, `{"fields":[{"name":"a","dtype":"Int64"},{"name":"a","dtype":"Int64"}]}`} {
+	for _, bad := range []string{
+		``, `{}`, `{"fields":[]}`, `{"fields":[{"name":"a","dtype":"Nope"}]}`,
+		`{"fields":[{"name":"","dtype":"Int64"}]}`, `{"fields":[{"name":"a","dtype":"Int64"},{"name":"a","dtype":"Int64"}]}`,
+	} {
 		_, err := DecodeSchema([]byte(bad))
 		require.Error(t, err, bad)
 	}

@@ -148,6 +148,7 @@ func TestFallbackNotTriggeredWithoutDrift(t *testing.T) {
 func TestFallbackOnUpstreamFailure(t *testing.T) {
 	onYAML := strings.Replace(fallbackYAML, "rule:", "on_upstream_failure: true, rule:", 1)
 	env := func(t *testing.T, fb string) *testEnv {
+		t.Helper()
 		e := newEnv(t, parseConfig(t, gatewayYAML(yamlOpts{
 			gateway: []string{anonAllowed}, service: []string{fb},
 			routes: poolRoutes("1s", `{retry_on: [unavailable, 5xx], num_retries: 2, per_try_timeout: 100ms}`), backends: poolBackend(""),

@@ -221,8 +221,8 @@ func isConnectErr(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-// ReasonProxyAPINotAllowed: the KServe proxy does not forward the
-// request's API group (gateway.proxy.allow_apis) (403).
+// ReasonProxyAPINotAllowed refuses a request whose API group the KServe
+// proxy does not forward (gateway.proxy.allow_apis) (403).
 const ReasonProxyAPINotAllowed = "proxy_api_not_allowed"
 
 // proxyRefusal is the message of a request whose group the proxy does

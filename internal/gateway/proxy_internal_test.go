@@ -37,8 +37,11 @@ func TestUsesSharedMemory(t *testing.T) {
 		{"duplicate key", []byte(`{"outputs":[{"parameters":{"shared_memory_region":"r"},"parameters":{}}]}`), nil, true},
 		{"escapes without a region", []byte(`{"inputs":[{"datatype":"BYTES","data":["\u003cb\u003e"]}]}`), nil, false},
 		{"gzip", gz(shm), map[string]string{"Content-Encoding": "gzip"}, true},
-		{"binary tail holds the words", append(binary, []byte(`"shared_memory_region"`)...),
-			map[string]string{"Inference-Header-Content-Length": strconv.Itoa(len(binary))}, false},
+		{
+			"binary tail holds the words", append(binary, []byte(`"shared_memory_region"`)...),
+			map[string]string{"Inference-Header-Content-Length": strconv.Itoa(len(binary))},
+			false,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{}

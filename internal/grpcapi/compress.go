@@ -8,6 +8,7 @@ import (
 	"github.com/klauspost/compress/zlib"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
+
 	// Imported so that its init, which registers grpc-go's own gzip, runs
 	// before this package's, which replaces it (a dependency of the
 	// binary imports it anyway).

@@ -147,7 +147,7 @@ func delayNonInfer(d time.Duration) grpc.UnaryServerInterceptor {
 // streamWorkers is the size of the call goroutine pool: enough for the
 // calls a server keeps busy at once, a few per core.
 func streamWorkers() uint32 {
-	return uint32(min(max(4*runtime.GOMAXPROCS(0), 16), 256)) //nolint:gosec // G115: bounded to [16, 256]
+	return uint32(min(max(4*runtime.GOMAXPROCS(0), 16), 256))
 }
 
 func (s *Service) metricsUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"context"
+	"errors"
 
 	"github.com/sluice-ml/sluice/internal/apierr"
 	pb "github.com/sluice-ml/sluice/internal/pb/inferencepb"
@@ -64,7 +65,7 @@ func (s *Service) TraceSetting(ctx context.Context, req *pb.TraceSettingRequest)
 	}
 	if m := req.GetModelName(); m != "" {
 		if _, err := s.models.Metadata(ctx, m, ""); err != nil {
-			if ie, ok := err.(*apierr.Error); ok && ie.Kind == apierr.KindNotFound {
+			if ie, ok := errors.AsType[*apierr.Error](err); ok && ie.Kind == apierr.KindNotFound {
 				return nil, s.fail(ctx, "TraceSetting", tritonsettings.UnknownModel(m))
 			}
 		}

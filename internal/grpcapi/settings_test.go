@@ -79,8 +79,10 @@ func TestTraceSettingsGRPCPerModel(t *testing.T) {
 		return out
 	}
 	want := func(level []string, rate, freq string) map[string][]string {
-		return map[string][]string{"trace_file": {"global_unittest.log"}, "trace_level": level, "trace_rate": {rate},
-			"trace_count": {"-1"}, "log_frequency": {freq}, "trace_mode": {"triton"}}
+		return map[string][]string{
+			"trace_file": {"global_unittest.log"}, "trace_level": level, "trace_rate": {rate},
+			"trace_count": {"-1"}, "log_frequency": {freq}, "trace_mode": {"triton"},
+		}
 	}
 	_, err := svc.TraceSetting(ctx, &pb.TraceSettingRequest{ModelName: "echo", Settings: map[string]*pb.TraceSettingRequest_SettingValue{"trace_file": {Value: []string{"model.log"}}}})
 	requireStatus(t, err, codes.InvalidArgument, tritonsettings.ReasonInvalid, "trace file location can not be updated through network protocol")

@@ -53,23 +53,39 @@ func TestAdmission(t *testing.T) {
 	}{
 		{name: "within everything", limits: admission.DefaultLimits(64 * kib), budget: 1024 * kib, body: padded(4 * kib), status: http.StatusOK},
 		{name: "chunked within everything", limits: admission.DefaultLimits(64 * kib), budget: 1024 * kib, body: padded(20 * kib), chunked: true, status: http.StatusOK},
-		{name: "chunked over the listener limit", limits: admission.DefaultLimits(16 * kib), budget: 1024 * kib, body: padded(20 * kib), chunked: true,
-			status: http.StatusBadRequest, reason: reasonBodyTooLarge, want: "request JSON size of over 16384 bytes exceeds the maximum allowed input size of 16384 bytes. Use --http-max-input-size to increase the limit."},
-		{name: "length over the listener limit", limits: admission.DefaultLimits(16 * kib), budget: 1024 * kib, body: padded(20 * kib),
-			status: http.StatusBadRequest, reason: reasonBodyTooLarge, want: "request JSON size of 20480 bytes exceeds the maximum allowed input size of 16384 bytes. Use --http-max-input-size to increase the limit."},
-		{name: "raw body over the listener limit", limits: admission.DefaultLimits(16 * kib), budget: 1024 * kib, body: padded(20 * kib), raw: true,
-			status: http.StatusBadRequest, reason: reasonBodyTooLarge, want: "Raw input has a byte_size (20480 bytes) that exceeds the maximum allowed value of 16384 bytes."},
-		{name: "chunked raw body over the listener limit", limits: admission.DefaultLimits(16 * kib), budget: 1024 * kib, body: padded(20 * kib), raw: true, chunked: true,
-			status: http.StatusBadRequest, reason: reasonBodyTooLarge, want: "Raw input has a byte_size (over 16384 bytes) that exceeds the maximum allowed value of 16384 bytes."},
-		{name: "gzip inflating past the limit", limits: admission.DefaultLimits(64 * kib), budget: 1024 * kib, body: gz(padded(80 * kib)), enc: "gzip",
-			status: http.StatusBadRequest, reason: reasonBodyTooLarge, want: "Decompressed data size exceeds the maximum allowed value of 65536 bytes."},
-		{name: "chunked past the budget", limits: admission.DefaultLimits(64 * kib), budget: 8 * kib, body: padded(20 * kib), chunked: true,
-			status: http.StatusServiceUnavailable, reason: reasonOverloaded},
+		{
+			name: "chunked over the listener limit", limits: admission.DefaultLimits(16 * kib), budget: 1024 * kib, body: padded(20 * kib), chunked: true,
+			status: http.StatusBadRequest, reason: reasonBodyTooLarge, want: "request JSON size of over 16384 bytes exceeds the maximum allowed input size of 16384 bytes. Use --http-max-input-size to increase the limit.",
+		},
+		{
+			name: "length over the listener limit", limits: admission.DefaultLimits(16 * kib), budget: 1024 * kib, body: padded(20 * kib),
+			status: http.StatusBadRequest, reason: reasonBodyTooLarge, want: "request JSON size of 20480 bytes exceeds the maximum allowed input size of 16384 bytes. Use --http-max-input-size to increase the limit.",
+		},
+		{
+			name: "raw body over the listener limit", limits: admission.DefaultLimits(16 * kib), budget: 1024 * kib, body: padded(20 * kib), raw: true,
+			status: http.StatusBadRequest, reason: reasonBodyTooLarge, want: "Raw input has a byte_size (20480 bytes) that exceeds the maximum allowed value of 16384 bytes.",
+		},
+		{
+			name: "chunked raw body over the listener limit", limits: admission.DefaultLimits(16 * kib), budget: 1024 * kib, body: padded(20 * kib), raw: true, chunked: true,
+			status: http.StatusBadRequest, reason: reasonBodyTooLarge, want: "Raw input has a byte_size (over 16384 bytes) that exceeds the maximum allowed value of 16384 bytes.",
+		},
+		{
+			name: "gzip inflating past the limit", limits: admission.DefaultLimits(64 * kib), budget: 1024 * kib, body: gz(padded(80 * kib)), enc: "gzip",
+			status: http.StatusBadRequest, reason: reasonBodyTooLarge, want: "Decompressed data size exceeds the maximum allowed value of 65536 bytes.",
+		},
+		{
+			name: "chunked past the budget", limits: admission.DefaultLimits(64 * kib), budget: 8 * kib, body: padded(20 * kib), chunked: true,
+			status: http.StatusServiceUnavailable, reason: reasonOverloaded,
+		},
 		{name: "gzip that fits", limits: admission.DefaultLimits(64 * kib), budget: 1024 * kib, body: gz(padded(60 * kib)), enc: "gzip", status: http.StatusOK},
-		{name: "gzip inflating past the budget", limits: admission.DefaultLimits(64 * kib), budget: 32 * kib, body: gz(padded(60 * kib)), enc: "gzip",
-			status: http.StatusServiceUnavailable, reason: reasonOverloaded},
-		{name: "chunked gzip inflating past the budget", limits: admission.DefaultLimits(64 * kib), budget: 32 * kib, body: gz(padded(60 * kib)), chunked: true, enc: "gzip",
-			status: http.StatusServiceUnavailable, reason: reasonOverloaded},
+		{
+			name: "gzip inflating past the budget", limits: admission.DefaultLimits(64 * kib), budget: 32 * kib, body: gz(padded(60 * kib)), enc: "gzip",
+			status: http.StatusServiceUnavailable, reason: reasonOverloaded,
+		},
+		{
+			name: "chunked gzip inflating past the budget", limits: admission.DefaultLimits(64 * kib), budget: 32 * kib, body: gz(padded(60 * kib)), chunked: true, enc: "gzip",
+			status: http.StatusServiceUnavailable, reason: reasonOverloaded,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -559,7 +559,7 @@ func (d *decoder) keepShape(shape infer.Shape) infer.Shape {
 	if n := len(shape); n <= len(d.dims)-d.ndims {
 		d.ndims += n
 	}
-	return shape[:len(shape):len(shape)]
+	return slices.Clip(shape)
 }
 
 // readData parses a "data" array, flat or nested, into t.data in the wire

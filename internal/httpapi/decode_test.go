@@ -315,8 +315,10 @@ func TestDecodeRawBody(t *testing.T) {
 		{"not whole elements", md(infer.FP32, -1, -1), true, []byte{1, 2, 3}, nil, "whole number"},
 		{"two variable dims", md(infer.FP32, -1, -1), false, f32s(1), nil, "more than one variable dimension"},
 		// Triton's wording, which its QA (L0_http test_multi_variable_dimensions) matches on.
-		{"two variable dims, Triton's words", md(infer.FP32, -1, -1), false, f32s(1), nil,
-			"The shape of the raw input 'X' can not be deduced because there are more than one variable-sized dimension"},
+		{
+			"two variable dims, Triton's words", md(infer.FP32, -1, -1), false, f32s(1), nil,
+			"The shape of the raw input 'X' can not be deduced because there are more than one variable-sized dimension",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := decodeRawBody(tc.md, tc.batching, tc.body)

@@ -133,8 +133,10 @@ func TestAppendInferResponse(t *testing.T) {
 	// test_tf_unicode_bytes: a BYTES output that is not UTF-8, asked for as
 	// JSON, must reach the client as an error, never as altered strings.
 	t.Run("not UTF-8", func(t *testing.T) {
-		bad := &infer.Response{Outputs: []infer.Tensor{{Name: "S", DataType: infer.Bytes, Shape: infer.Shape{2},
-			Data: append(append(le32(2), "ok"...), append(le32(3), 'a', 0xbf, 0xcb)...)}}}
+		bad := &infer.Response{Outputs: []infer.Tensor{{
+			Name: "S", DataType: infer.Bytes, Shape: infer.Shape{2},
+			Data: append(append(le32(2), "ok"...), append(le32(3), 'a', 0xbf, 0xcb)...),
+		}}}
 		_, err := appendInferResponse(nil, bad, []bool{false})
 		require.ErrorContains(t, err, "output 'S': element 1 is not valid UTF-8")
 		require.ErrorContains(t, err, "binary")

@@ -52,8 +52,10 @@ func TestDecodeRunErrors(t *testing.T) {
 // rows, literals the fast scanners leave to strconv (subnormals, halfway
 // cases, more digits than a uint64 keeps) and integral literals for INT64.
 func TestDecodeRunValues(t *testing.T) {
-	fp32 := []string{"0.299", "-1.344", "2.0", "-0", "1e-45", "16777217", "3.4028235e38",
-		"0.30000001192092896", "1.00000000000000000000001", "7", "-2.5E+3"}
+	fp32 := []string{
+		"0.299", "-1.344", "2.0", "-0", "1e-45", "16777217", "3.4028235e38",
+		"0.30000001192092896", "1.00000000000000000000001", "7", "-2.5E+3",
+	}
 	var want []float32
 	for _, s := range fp32 {
 		f, err := strconv.ParseFloat(s, 32)

@@ -62,7 +62,10 @@ func (h *Handler) generate(w http.ResponseWriter, r *http.Request, stream bool) 
 	}
 	req.Model, req.Version = name, version
 	if h.opts.HeaderForward != nil {
-		forwardHeaders(ctx, req, r.Header, h.opts.HeaderForward)
+		if err := forwardHeaders(ctx, req, r.Header, h.opts.HeaderForward); err != nil {
+			h.writeError(w, r, requestID, err)
+			return
+		}
 	}
 	st, ok := h.models.(modelrepo.Streamer)
 	if !ok {
@@ -156,7 +159,7 @@ func (h *Handler) generateStream(w http.ResponseWriter, r *http.Request, request
 			h.logger.Error("generate_stream failed", "request_id", requestID, "err", err)
 		}
 		js := jsonenc.AppendString([]byte(`data: {"error":`), err.Error())
-		_, _ = w.Write(append(js, "}\n\n"...))
+		_, _ = w.Write(append(js, "}\n\n"...)) //nolint:gosec // G705: a text/event-stream of JSON events with the error escaped, not HTML
 	}
 }
 

@@ -52,8 +52,10 @@ func TestHeaderForwardReservedNames(t *testing.T) {
 	f := newFakeModels()
 	h := New(f, Options{HeaderForward: regexp.MustCompile(`.*`)}, nil, prometheus.NewRegistry())
 	req := []byte(simpleRequest(seq(0, 16), seq(0, 16)))
-	for _, name := range []string{"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output",
-		"triton_enable_empty_final_response", "triton_final_response", "triton_injected_via_header"} {
+	for _, name := range []string{
+		"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output",
+		"triton_enable_empty_final_response", "triton_final_response", "triton_injected_via_header",
+	} {
 		rec := do(t, h, http.MethodPost, "/v2/models/simple/infer", req, map[string]string{name: "dummy-value"})
 		requireError(t, rec, http.StatusBadRequest, "invalid_parameter", "header '"+name+"'", "reserved for Triton usage")
 	}
@@ -62,6 +64,18 @@ func TestHeaderForwardReservedNames(t *testing.T) {
 	f.mu.Lock()
 	require.Equal(t, "my_value_1", f.lastReq.Parameters["my_header_1"])
 	f.mu.Unlock()
+}
+
+// The generate extension forwards headers as infer does: a header named
+// as a reserved parameter is refused there too, before any stream starts.
+func TestHeaderForwardReservedNamesGenerate(t *testing.T) {
+	h := New(newFakeModels(), Options{HeaderForward: regexp.MustCompile(`.*`)}, nil, prometheus.NewRegistry())
+	for _, path := range []string{"/v2/models/identity/generate", "/v2/models/identity/generate_stream"} {
+		rec := do(t, h, http.MethodPost, path, []byte(`{"IN":[1,2,3,4]}`), map[string]string{"sequence_id": "7"})
+		requireError(t, rec, http.StatusBadRequest, "invalid_parameter", "header 'sequence_id'", "reserved for Triton usage")
+		rec = do(t, h, http.MethodPost, path, []byte(`{"IN":[1,2,3,4]}`), map[string]string{"My_Header_1": "v"})
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	}
 }
 
 // qa/L0_parameters test_headers forwards 'This is a "quoted" string with

@@ -94,8 +94,10 @@ func (c *headConn) resume() {
 	c.mu.Unlock()
 }
 
-type headConnKey struct{}
-type rawHeadKey struct{}
+type (
+	headConnKey struct{}
+	rawHeadKey  struct{}
+)
 
 // connContext puts a recording connection in the context of its requests.
 func connContext(ctx context.Context, c net.Conn) context.Context {

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 
@@ -94,7 +95,7 @@ func (h *Handler) traceModel(w http.ResponseWriter, r *http.Request) (string, bo
 	model := r.PathValue("model")
 	if model != "" {
 		if err := h.models.ModelReady(r.Context(), model, ""); err != nil {
-			if ie, ok := err.(*apierr.Error); ok && ie.Kind == apierr.KindNotFound {
+			if ie, ok := errors.AsType[*apierr.Error](err); ok && ie.Kind == apierr.KindNotFound {
 				h.writeError(w, r, r.Header.Get("X-Request-Id"), tritonsettings.UnknownModel(model))
 				return "", false
 			}

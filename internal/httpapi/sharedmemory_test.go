@@ -42,11 +42,11 @@ func TestSharedMemoryHTTP(t *testing.T) {
 	h := New(newFakeModels(), Options{SharedMemory: reg}, nil, prometheus.NewRegistry())
 	key, path := shmObject(t, 64)
 
-	post := func(target, body string) *http.Response {
-		return do(t, h, http.MethodPost, target, []byte(body), nil).Result()
+	post := func(target, body string) int { // the status code
+		return do(t, h, http.MethodPost, target, []byte(body), nil).Code
 	}
-	require.Equal(t, http.StatusOK, post("/v2/systemsharedmemory/region/input0/register", fmt.Sprintf(`{"key":%q,"offset":0,"byte_size":16}`, key)).StatusCode)
-	require.Equal(t, http.StatusOK, post("/v2/systemsharedmemory/region/output0/register", fmt.Sprintf(`{"key":%q,"offset":32,"byte_size":32}`, key)).StatusCode)
+	require.Equal(t, http.StatusOK, post("/v2/systemsharedmemory/region/input0/register", fmt.Sprintf(`{"key":%q,"offset":0,"byte_size":16}`, key)))
+	require.Equal(t, http.StatusOK, post("/v2/systemsharedmemory/region/output0/register", fmt.Sprintf(`{"key":%q,"offset":32,"byte_size":32}`, key)))
 	requireError(t, do(t, h, http.MethodPost, "/v2/systemsharedmemory/region/input0/register", fmt.Appendf(nil, `{"key":%q,"offset":0,"byte_size":16}`, key), nil),
 		http.StatusConflict, "shared_memory_exists", "shared memory region 'input0' already in manager")
 	requireError(t, do(t, h, http.MethodPost, "/v2/systemsharedmemory/region/big/register", fmt.Appendf(nil, `{"key":%q,"offset":60,"byte_size":16}`, key), nil),
@@ -82,24 +82,32 @@ func TestSharedMemoryHTTP(t *testing.T) {
 	require.Equal(t, region[0:16], region[32+8:32+8+16], "the output was written at its offset in the output region")
 
 	for _, tc := range []struct{ body, want string }{
-		{`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"parameters":{"shared_memory_region":"input0","shared_memory_byte_size":16,"shared_memory_offset":4}}]}`,
-			"input 'IN': Invalid offset + byte size for shared memory region: 'input0'"},
-		{`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"parameters":{"shared_memory_region":"input0","shared_memory_byte_size":12}}]}`,
-			"input 'IN': shared memory byte_size 12 does not fit shape [1,4]"},
-		{`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"parameters":{"shared_memory_region":"gone","shared_memory_byte_size":16}}]}`,
-			"input 'IN': Unable to find shared memory region: 'gone'"},
-		{`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"data":[1,2,3,4]}],"outputs":[{"name":"OUT","parameters":{"shared_memory_region":"output0","shared_memory_byte_size":8}}]}`,
-			"output 'OUT': the output needs 16 bytes but shared memory region 'output0' was given 8"},
+		{
+			`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"parameters":{"shared_memory_region":"input0","shared_memory_byte_size":16,"shared_memory_offset":4}}]}`,
+			"input 'IN': Invalid offset + byte size for shared memory region: 'input0'",
+		},
+		{
+			`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"parameters":{"shared_memory_region":"input0","shared_memory_byte_size":12}}]}`,
+			"input 'IN': shared memory byte_size 12 does not fit shape [1,4]",
+		},
+		{
+			`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"parameters":{"shared_memory_region":"gone","shared_memory_byte_size":16}}]}`,
+			"input 'IN': Unable to find shared memory region: 'gone'",
+		},
+		{
+			`{"inputs":[{"name":"IN","datatype":"FP32","shape":[1,4],"data":[1,2,3,4]}],"outputs":[{"name":"OUT","parameters":{"shared_memory_region":"output0","shared_memory_byte_size":8}}]}`,
+			"output 'OUT': the output needs 16 bytes but shared memory region 'output0' was given 8",
+		},
 	} {
 		requireError(t, do(t, h, http.MethodPost, "/v2/models/identity/infer", []byte(tc.body), nil), http.StatusBadRequest, shm.ReasonInvalid, tc.want)
 	}
 
-	require.Equal(t, http.StatusOK, post("/v2/systemsharedmemory/region/input0/unregister", "").StatusCode)
+	require.Equal(t, http.StatusOK, post("/v2/systemsharedmemory/region/input0/unregister", ""))
 	rec = do(t, h, http.MethodGet, "/v2/systemsharedmemory/status", nil, nil)
 	var st []shm.Status
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &st))
 	require.Len(t, st, 1)
-	require.Equal(t, http.StatusOK, post("/v2/systemsharedmemory/unregister", "").StatusCode)
+	require.Equal(t, http.StatusOK, post("/v2/systemsharedmemory/unregister", ""))
 	rec = do(t, h, http.MethodGet, "/v2/systemsharedmemory/status", nil, nil)
 	require.JSONEq(t, `[]`, rec.Body.String())
 
@@ -112,8 +120,8 @@ func TestSharedMemoryHTTP(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code)
 	require.JSONEq(t, `[]`, rec.Body.String())
 	requireError(t, do(t, h, http.MethodGet, "/v2/cudasharedmemory/region/c/status", nil, nil), http.StatusNotFound, "shared_memory_not_found", "Unable to find cuda shared memory region: 'c'")
-	require.Equal(t, http.StatusOK, post("/v2/cudasharedmemory/unregister", "").StatusCode)
-	require.Equal(t, http.StatusOK, post("/v2/cudasharedmemory/region/c/unregister", "").StatusCode)
+	require.Equal(t, http.StatusOK, post("/v2/cudasharedmemory/unregister", ""))
+	require.Equal(t, http.StatusOK, post("/v2/cudasharedmemory/region/c/unregister", ""))
 }
 
 // Issue 22: a client that shrinks its object (ftruncate) after
@@ -163,8 +171,10 @@ func TestSharedMemoryDisabledHTTP(t *testing.T) {
 	reg := shm.New(shm.Options{Disabled: true})
 	h := New(newFakeModels(), Options{SharedMemory: reg}, nil, prometheus.NewRegistry())
 	key, _ := shmObject(t, 64)
-	for _, target := range []string{"/v2/systemsharedmemory/region/dummy_data/register", "/v2/systemsharedmemory/region/dummy_data/unregister",
-		"/v2/systemsharedmemory/unregister", "/v2/cudasharedmemory/region/c/register", "/v2/cudasharedmemory/unregister"} {
+	for _, target := range []string{
+		"/v2/systemsharedmemory/region/dummy_data/register", "/v2/systemsharedmemory/region/dummy_data/unregister",
+		"/v2/systemsharedmemory/unregister", "/v2/cudasharedmemory/region/c/register", "/v2/cudasharedmemory/unregister",
+	} {
 		requireError(t, do(t, h, http.MethodPost, target, fmt.Appendf(nil, `{"key":%q,"byte_size":8}`, key), nil),
 			http.StatusBadRequest, shm.ReasonDisabled, "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.")
 	}

@@ -448,8 +448,9 @@ func AppendNumber(dst []byte, dt infer.DataType, n *Number) ([]byte, error) {
 	case infer.Int8, infer.Int16, infer.Int32, infer.Int64,
 		infer.Uint8, infer.Uint16, infer.Uint32, infer.Uint64:
 		return appendInteger(dst, dt, n)
+	default:
+		return nil, ErrNotNumeric
 	}
-	return nil, ErrNotNumeric
 }
 
 // intBits is the width of each integer datatype.

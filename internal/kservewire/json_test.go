@@ -165,8 +165,9 @@ func finiteBits(dt infer.DataType, b []byte) bool {
 		return finite(float64(math.Float32frombits(le.Uint32(b))))
 	case infer.FP64:
 		return finite(math.Float64frombits(le.Uint64(b)))
+	default:
+		return true
 	}
-	return true
 }
 
 func TestAppendJSONDataErrors(t *testing.T) {

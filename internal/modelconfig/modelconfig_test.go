@@ -269,8 +269,10 @@ func TestApplyDefaults(t *testing.T) {
 			{"python", "", inferencepb.ModelInstanceGroup_KIND_CPU, 1},
 			{"pytorch", "pytorch_libtorch", inferencepb.ModelInstanceGroup_KIND_CPU, 1},
 		} {
-			cfg := &inferencepb.ModelConfig{Backend: c.backend, Platform: c.platform,
-				InstanceGroup: []*inferencepb.ModelInstanceGroup{{Kind: c.kind}, {Kind: c.kind, Count: 3}}}
+			cfg := &inferencepb.ModelConfig{
+				Backend: c.backend, Platform: c.platform,
+				InstanceGroup: []*inferencepb.ModelInstanceGroup{{Kind: c.kind}, {Kind: c.kind, Count: 3}},
+			}
 			ApplyDefaults(cfg, "m")
 			require.Equal(t, c.want, cfg.InstanceGroup[0].Count, "%+v", c)
 			require.EqualValues(t, 3, cfg.InstanceGroup[1].Count, "a count given is kept")

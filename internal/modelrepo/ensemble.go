@@ -510,8 +510,10 @@ func (e *ensemble) checkDecoupled(cfg *inferencepb.ModelConfig, src *modelconfig
 			from := origin[st.in[0].tensor]
 			for _, in := range st.in[1:] {
 				if origin[in.tensor] != from {
-					ps = append(ps, modelconfig.Error{Pos: src.Pos(fmt.Sprintf("ensemble_scheduling.step[%d]", i)),
-						Msg: fmt.Sprintf("in ensemble %s, step of model '%s' receives inputs originated from different decoupled models", e.name, st.model)})
+					ps = append(ps, modelconfig.Error{
+						Pos: src.Pos(fmt.Sprintf("ensemble_scheduling.step[%d]", i)),
+						Msg: fmt.Sprintf("in ensemble %s, step of model '%s' receives inputs originated from different decoupled models", e.name, st.model),
+					})
 					break
 				}
 			}
@@ -525,8 +527,10 @@ func (e *ensemble) checkDecoupled(cfg *inferencepb.ModelConfig, src *modelconfig
 		}
 	}
 	if decoupled && cfg.GetResponseCache().GetEnable() {
-		ps = append(ps, modelconfig.Error{Pos: src.Pos("response_cache"),
-			Msg: fmt.Sprintf("response cache does not currently support model '%s' with 'decoupled' transaction policy (it runs a decoupled step); disable the response cache", e.name)})
+		ps = append(ps, modelconfig.Error{
+			Pos: src.Pos("response_cache"),
+			Msg: fmt.Sprintf("response cache does not currently support model '%s' with 'decoupled' transaction policy (it runs a decoupled step); disable the response cache", e.name),
+		})
 	}
 	return ps
 }

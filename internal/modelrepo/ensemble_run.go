@@ -288,7 +288,7 @@ func (r *ensembleRun) outputs(n int) []infer.Tensor {
 		name := r.e.tensors[t]
 		if !v.have {
 			// Triton's log line, which its QA greps for.
-			r.m.logger.Info("Composing models did not output tensor "+name, "ensemble", r.e.name, "output", name)
+			r.m.logger.Info("Composing models did not output tensor "+name, "ensemble", r.e.name, "output", name) //nolint:sloglint // Triton's message, tensor name included, as its QA greps it
 			continue
 		}
 		x := v.t
@@ -361,7 +361,7 @@ func (r *ensembleRun) dispatch(steps []pendingStep) {
 					"ensemble", r.e.name, "step", p.s, "limit", cap(lim), "waited", inflightWait)
 			case <-r.ctx.Done():
 				timer.Stop()
-				r.finish(p, nil, r.ctx.Err(), true)
+				_ = r.finish(p, nil, r.ctx.Err(), true) // errEnsembleFailed stops a running stream: none here
 				continue
 			}
 			timer.Stop()
@@ -387,7 +387,7 @@ func (r *ensembleRun) runStep(p pendingStep) {
 		return r.finish(p, resp, err, last)
 	})
 	if !final {
-		r.finish(p, nil, err, true)
+		_ = r.finish(p, nil, err, true) // errEnsembleFailed stops a running stream: this one is over
 	}
 }
 

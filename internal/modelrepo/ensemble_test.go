@@ -239,13 +239,13 @@ func TestEnsembleValidation(t *testing.T) {
 //
 //	chain:   X -> a -> T -> b -> Y           (Y = X + 11)
 //	diamond: X -> a -> L, X -> b -> R, (L, R) -> c -> Y   (Y = X + 101)
-func ensembleRepo(t testing.TB) string {
-	t.Helper()
-	repo := t.TempDir()
+func ensembleRepo(tb testing.TB) string {
+	tb.Helper()
+	repo := tb.TempDir()
 	cIn := func(fm *fakeModel) {
 		fm.Inputs = append(fm.Inputs, fakeTensor{Name: "IN2", DataType: "INT32", Shape: []int64{-1, 4}})
 	}
-	writeFiles(t, repo, map[string]string{
+	writeFiles(tb, repo, map[string]string{
 		"a/config.pbtxt": fakeConfig(""),
 		"a/1/model.fake": fakeFile(1),
 		"b/config.pbtxt": fakeConfig(""),

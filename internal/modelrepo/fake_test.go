@@ -235,29 +235,29 @@ type harness struct {
 // newHarness builds a manager over the fake backend. The manager is closed
 // at the end of the test, which then checks every instance was closed
 // exactly once and never used after.
-func newHarness(t testing.TB, opts Options) *harness {
-	t.Helper()
+func newHarness(tb testing.TB, opts Options) *harness {
+	tb.Helper()
 	h := &harness{fake: &fakeBackend{}, reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
 	var reg backend.Registry
 	reg.Register(h.fake, "fake_platform")
 	reg.Register(fakeStreamBackend{h.fake})
 	logger := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	m, err := New(opts, &reg, logger, h.reg)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	h.m = m
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		require.NoError(t, m.Close(ctx))
-		require.Equal(t, h.fake.loads.Load(), h.fake.closes.Load(), "every instance created must be closed")
-		require.Zero(t, h.fake.violations.Load(), "instance used after close, or closed twice")
+		require.NoError(tb, m.Close(ctx))
+		require.Equal(tb, h.fake.loads.Load(), h.fake.closes.Load(), "every instance created must be closed")
+		require.Zero(tb, h.fake.violations.Load(), "instance used after close, or closed twice")
 	})
 	return h
 }
 
-func (h *harness) start(t testing.TB) {
-	t.Helper()
-	require.NoError(t, h.m.Start(t.Context()))
+func (h *harness) start(tb testing.TB) {
+	tb.Helper()
+	require.NoError(tb, h.m.Start(tb.Context()))
 }
 
 // infer sends IN = [1,2,3,4] (batch 1) to model/version.
@@ -291,12 +291,12 @@ func int32Values(b []byte) []int32 {
 }
 
 // writeFiles writes files (path relative to root -> content).
-func writeFiles(t testing.TB, root string, files map[string]string) {
-	t.Helper()
+func writeFiles(tb testing.TB, root string, files map[string]string) {
+	tb.Helper()
 	for rel, content := range files {
 		path := filepath.Join(root, filepath.FromSlash(rel))
-		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
-		require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
+		require.NoError(tb, os.MkdirAll(filepath.Dir(path), 0o755))
+		require.NoError(tb, os.WriteFile(path, []byte(content), 0o644))
 	}
 }
 

@@ -92,13 +92,14 @@ func (m *Manager) serve(ctx context.Context, lv *loaded, req *infer.Request, sta
 	}
 	var outs []infer.Tensor
 	var times execTimes
-	if lv.ens != nil {
+	switch {
+	case lv.ens != nil:
 		outs, ierr = m.runEnsemble(ctx, lv, req, inputs, outputs)
-	} else if lv.seq != nil {
+	case lv.seq != nil:
 		enqueued := time.Now()
 		outs, times, ierr = lv.executeSequence(ctx, inputs, outputs, req.Parameters)
 		traceExecution(ctx, lv, enqueued, times, batch, ierr)
-	} else {
+	default:
 		enqueued := time.Now()
 		lv.obs.triton.enqueued()
 		outs, times, ierr = lv.execute(ctx, inputs, outputs, batch, sched)

@@ -268,7 +268,6 @@ func pickBackend(reg *backend.Registry, strict bool, cfg *inferencepb.ModelConfi
 			file = f
 		}
 		for _, v := range versions {
-			//nolint:gosec // G703: file comes from config.pbtxt in the operator's own model repository
 			if _, err := os.Stat(filepath.Join(dir, strconv.FormatInt(v, 10), file)); err == nil {
 				matches = append(matches, b)
 				break

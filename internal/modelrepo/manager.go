@@ -850,7 +850,6 @@ func (m *Manager) findModel(name string) []string {
 	}
 	var repos []string
 	for _, repo := range m.opts.Repositories {
-		//nolint:gosec // G703: checkModelName above allows only a single folder name
 		if fi, err := os.Stat(filepath.Join(repo, name)); err == nil && fi.IsDir() {
 			repos = append(repos, repo)
 		}

@@ -145,9 +145,6 @@ func modelOf(k string) string {
 	return m
 }
 
-// errBackoff is returned (wrapped) while a failed store is left alone.
-var errBackoff = errors.New("waiting before the next attempt")
-
 // sync brings the copy up to date and returns the model folders whose
 // files changed in it. On an error the copy is left as it was; syncs in
 // the following back-off period fail at once with the same error.
@@ -375,7 +372,7 @@ func (mr *mirror) download(ctx context.Context, key string, m objMeta, dst strin
 		return false, fmt.Errorf("cache %s: %w", key, err)
 	}
 	defer func() { _ = os.Remove(f.Name()) }()
-	var h hash.Hash = md5.New() //nolint:gosec // see the import
+	h := md5.New() //nolint:gosec // see the import
 	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(r, m.Size+1))
 	if cerr := f.Close(); err == nil {
 		err = cerr

@@ -45,13 +45,13 @@ func newTritonMetrics(reg prometheus.Registerer) *tritonMetrics {
 	}
 	return &tritonMetrics{
 		success: counter("nv_inference_request_success", "Triton-compatible: successful inference requests, cache hits included."),
-		failure: f.NewCounterVec(prometheus.CounterOpts{
+		failure: f.NewCounterVec(prometheus.CounterOpts{ //nolint:promlinter // Triton's metric name, which Triton dashboards query
 			Name: "nv_inference_request_failure",
 			Help: "Triton-compatible: failed inference requests, by reason (REJECTED, CANCELED, BACKEND, OTHER).",
 		}, []string{"model", "version", "reason"}),
 		count:     counter("nv_inference_count", "Triton-compatible: inferences performed; a request with a batch of n counts n. Cache hits are not counted."),
 		execCount: counter("nv_inference_exec_count", "Triton-compatible: model executions (batches) performed. Cache hits are not counted."),
-		pending: f.NewGaugeVec(prometheus.GaugeOpts{
+		pending: f.NewGaugeVec(prometheus.GaugeOpts{ //nolint:promlinter // Triton's metric name, which Triton dashboards query
 			Name: "nv_inference_pending_request_count",
 			Help: "Triton-compatible: requests handed to the model's scheduler and not yet answered.",
 		}, mv),

@@ -33,7 +33,7 @@ func (c Credentials) secrets() []string {
 
 // CredentialFileEnv names the variable that points at Triton's credential
 // file.
-const CredentialFileEnv = "TRITON_CLOUD_CREDENTIAL_PATH"
+const CredentialFileEnv = "TRITON_CLOUD_CREDENTIAL_PATH" //nolint:gosec // G101: the name of a variable, not a credential
 
 // credentialFile is Triton's credential file: per scheme, a map from a
 // location prefix ("" matches every location) to that location's

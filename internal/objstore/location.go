@@ -227,7 +227,7 @@ func (l Location) WithEndpoint(endpoint string) (Location, error) {
 		return Location{}, fmt.Errorf("endpoint override %q: want http://host:port or https://host[:port]", endpoint)
 	}
 	for _, c := range rest {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune(".-:[]_", c)) {
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && !strings.ContainsRune(".-:[]_", c) {
 			return Location{}, fmt.Errorf("endpoint override %q: %q is not allowed in a host", endpoint, c)
 		}
 	}

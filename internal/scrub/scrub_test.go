@@ -41,8 +41,10 @@ func FuzzMessage(f *testing.F) {
 // item 6), whatever wording carries them.
 func TestMessageHostNames(t *testing.T) {
 	for _, tt := range []struct{ in, want string }{
-		{`model server localhost:24398: Get "http://localhost:24398/v2/models/m/infer": dial tcp: connection refused`,
-			`model server [address]: Get "[url]": dial tcp: connection refused`},
+		{
+			`model server localhost:24398: Get "http://localhost:24398/v2/models/m/infer": dial tcp: connection refused`,
+			`model server [address]: Get "[url]": dial tcp: connection refused`,
+		},
 		{"ModelInfer localhost:24397: Unavailable: connection error", "ModelInfer [address]: Unavailable: connection error"},
 		{"ModelInfer models-0.models.svc.cluster.local:8001: Unavailable", "ModelInfer [address]: Unavailable"},
 		{"lookup models-0.models on 10.96.0.10:53: no such host", "lookup [address] on [address]: no such host"},

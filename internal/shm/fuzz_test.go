@@ -107,14 +107,13 @@ func FuzzRegionBounds(f *testing.F) {
 		if err := os.Truncate(obj, int64(newSize)); err != nil {
 			t.Fatal(err)
 		}
-		inBounds := off < regSize && size <= regSize-off
 		valid := end <= uint64(newSize)
 		st, err := r.Status("r")
 		require(err == nil && len(st) == 1 && (st[0].Invalid == "") == valid, "status after resize to %d: %+v %v", newSize, st, err)
 		if size > 1<<20 {
 			size = 1<<20 + size%7 // keep allocations small; the arithmetic cases stay
 		}
-		inBounds = off < regSize && size <= regSize-off
+		inBounds := off < regSize && size <= regSize-off
 		got, err := r.Read("r", off, size)
 		switch {
 		case err == nil:

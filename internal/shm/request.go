@@ -3,6 +3,7 @@ package shm
 import (
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
@@ -203,8 +204,10 @@ func (l *Lease) readInputs(req *infer.Request) error {
 			return invalid(errors.New("shared memory is not enabled on this server"))
 		}
 		if total += ref.Size; total > l.r.maxRead || total < ref.Size {
-			return &apierr.Error{Kind: apierr.KindResourceExhausted, Reason: apierr.ReasonBodyTooLarge,
-				Msg: fmt.Sprintf("%s: the request's inputs read more than %d bytes from shared memory, the most one request may carry", what, l.r.maxRead)}
+			return &apierr.Error{
+				Kind: apierr.KindResourceExhausted, Reason: apierr.ReasonBodyTooLarge,
+				Msg: fmt.Sprintf("%s: the request's inputs read more than %d bytes from shared memory, the most one request may carry", what, l.r.maxRead),
+			}
 		}
 		rg, err := l.hold(ref.Region)
 		if err != nil {
@@ -223,7 +226,7 @@ func (l *Lease) readInputs(req *infer.Request) error {
 				return invalid(fmt.Errorf("%s: shared memory byte_size %d does not fit shape %s of %s: input byte size mismatch for input '%s' for model '%s'. Expected %d, got %d (unexpected total byte size %d for input '%s', expecting %d)",
 					what, ref.Size, t.Shape, t.DataType, t.Name, req.Model, n*t.DataType.Size(), ref.Size, ref.Size, t.Name, n*t.DataType.Size()))
 			}
-			return invalid(fmt.Errorf("%s: shared memory byte_size %d does not fit shape %s of %s: %v", what, ref.Size, t.Shape, t.DataType, err))
+			return invalid(fmt.Errorf("%s: shared memory byte_size %d does not fit shape %s of %s: %w", what, ref.Size, t.Shape, t.DataType, err))
 		}
 		if len(t.Parameters) == 0 {
 			t.Parameters = nil
@@ -286,9 +289,7 @@ func (l *Lease) WriteOutputs(resp *infer.Response) error {
 			return invalid(fmt.Errorf("output '%s': %w", t.Name, err))
 		}
 		p := make(infer.Parameters, len(t.Parameters)+3)
-		for k, v := range t.Parameters {
-			p[k] = v
-		}
+		maps.Copy(p, t.Parameters)
 		p[ParamRegion] = ref.Region
 		p[ParamByteSize] = int64(len(t.Data))
 		if ref.Offset != 0 {

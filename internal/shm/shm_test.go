@@ -2,6 +2,7 @@ package shm
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -210,7 +211,7 @@ func TestRequestInputsAndOutputs(t *testing.T) {
 	} {
 		err := bad(tc.p, tc.shape)
 		require.ErrorContains(t, err, tc.want)
-		ie, ok := err.(*apierr.Error)
+		ie, ok := errors.AsType[*apierr.Error](err)
 		require.True(t, ok)
 		require.Equal(t, apierr.KindInvalid, ie.Kind)
 		require.Equal(t, ReasonInvalid, ie.Reason)
@@ -242,7 +243,7 @@ func TestReadLimit(t *testing.T) {
 	require.NoError(t, err)
 	l.Release()
 	_, err = r.Acquire(&infer.Request{Inputs: []infer.Tensor{in("a"), in("b")}})
-	ie, ok := err.(*apierr.Error)
+	ie, ok := errors.AsType[*apierr.Error](err)
 	require.True(t, ok, "%v", err)
 	require.Equal(t, apierr.KindResourceExhausted, ie.Kind)
 	require.Equal(t, "body_too_large", ie.Reason)

@@ -84,9 +84,9 @@ func SetupTracing(ctx context.Context, opts TracingOptions, logger *slog.Logger)
 		return func(context.Context) error { return nil }, nil
 	}
 	var (
-		exp   sdktrace.SpanExporter
-		close func() error
-		err   error
+		exp       sdktrace.SpanExporter
+		closeFile func() error
+		err       error
 	)
 	switch kind {
 	case ExporterOTLP:
@@ -107,7 +107,7 @@ func SetupTracing(ctx context.Context, opts TracingOptions, logger *slog.Logger)
 			if ferr != nil {
 				return nil, fmt.Errorf("tracing: %w", ferr)
 			}
-			w, close = f, f.Close
+			w, closeFile = f, f.Close
 		}
 		exp, err = stdouttrace.New(stdouttrace.WithWriter(w))
 	default:
@@ -131,8 +131,8 @@ func SetupTracing(ctx context.Context, opts TracingOptions, logger *slog.Logger)
 	logger.Info("tracing on", "exporter", kind, "otlp_endpoint", opts.Endpoint, "file", opts.File, "sampler", strings.TrimSpace(sampling))
 	return func(ctx context.Context) error {
 		err := tp.Shutdown(ctx)
-		if close != nil {
-			err = errors.Join(err, close())
+		if closeFile != nil {
+			err = errors.Join(err, closeFile())
 		}
 		return err
 	}, nil

@@ -3,7 +3,6 @@ package telemetry
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +18,7 @@ import (
 
 // resetTracing puts the no-op provider back when the test ends.
 func resetTracing(t *testing.T) {
+	t.Helper()
 	t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()) })
 }
 
@@ -31,7 +31,7 @@ func TestConsoleExporterHonoursTheEnvironment(t *testing.T) {
 	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=staging")
 	t.Setenv("OTEL_TRACES_SAMPLER", "always_on")
 	file := filepath.Join(t.TempDir(), "spans.jsonl")
-	stop, err := SetupTracing(t.Context(), TracingOptions{File: file}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	stop, err := SetupTracing(t.Context(), TracingOptions{File: file}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestConfiguredSettingsWinOverTheEnvironment(t *testing.T) {
 	t.Setenv("OTEL_TRACES_SAMPLER", "always_off")
 	file := filepath.Join(t.TempDir(), "spans.jsonl")
 	stop, err := SetupTracing(t.Context(), TracingOptions{Exporter: ExporterConsole, File: file, SampleRatio: 1, ServiceName: "configured"},
-		slog.New(slog.NewTextHandler(io.Discard, nil)))
+		slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestTracingOffAndUnknownExporter(t *testing.T) {
 	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
 		t.Setenv(k, "")
 	}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := slog.New(slog.DiscardHandler)
 	stop, err := SetupTracing(t.Context(), TracingOptions{}, logger)
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func TestTraceHTTPReturnsTheTrace(t *testing.T) {
 	}
 	// On: a server span under the caller's, which the handler sees.
 	file := filepath.Join(t.TempDir(), "spans.jsonl")
-	stop, err := SetupTracing(t.Context(), TracingOptions{Exporter: ExporterConsole, File: file, SampleRatio: 1}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	stop, err := SetupTracing(t.Context(), TracingOptions{Exporter: ExporterConsole, File: file, SampleRatio: 1}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

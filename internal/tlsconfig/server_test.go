@@ -225,24 +225,32 @@ func TestReloadErrors(t *testing.T) {
 		{
 			name: "key of another certificate",
 			mangle: func(t *testing.T, p *pki) {
+				t.Helper()
 				certPEM, _ := p.serverCA.Issue(t, "server")
 				require.NoError(t, os.WriteFile(p.opts.CertFile, certPEM, 0o600))
 			},
 			wantErr: "does not match cert_file",
 		},
 		{
-			name:    "key file removed",
-			mangle:  func(t *testing.T, p *pki) { require.NoError(t, os.Remove(p.opts.KeyFile)) },
+			name: "key file removed",
+			mangle: func(t *testing.T, p *pki) {
+				t.Helper()
+				require.NoError(t, os.Remove(p.opts.KeyFile))
+			},
 			wantErr: "read key_file: open ",
 		},
 		{
-			name:    "empty client CA bundle",
-			mangle:  func(t *testing.T, p *pki) { require.NoError(t, os.WriteFile(p.opts.ClientCAFile, nil, 0o600)) },
+			name: "empty client CA bundle",
+			mangle: func(t *testing.T, p *pki) {
+				t.Helper()
+				require.NoError(t, os.WriteFile(p.opts.ClientCAFile, nil, 0o600))
+			},
 			wantErr: "parse client_ca_file",
 		},
 		{
 			name: "garbage key",
 			mangle: func(t *testing.T, p *pki) {
+				t.Helper()
 				require.NoError(t, os.WriteFile(p.opts.KeyFile, []byte("not a key"), 0o600))
 			},
 			wantErr: "parse key_file",

@@ -32,6 +32,7 @@ package tritonsettings
 
 import (
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -105,9 +106,7 @@ func (s *Settings) UpdateLog(update map[string]any) (map[string]any, error) {
 	defer s.mu.Unlock()
 	cur := s.Log()
 	next := map[string]any{}
-	for k, v := range cur {
-		next[k] = v
-	}
+	maps.Copy(next, cur)
 	keys := make([]string, 0, len(update))
 	for k := range update {
 		keys = append(keys, k)

@@ -2,6 +2,7 @@ package tritonsettings
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 
@@ -46,7 +47,7 @@ func TestLogSettings(t *testing.T) {
 		{map[string]any{"nope": true}, apierr.KindInvalid, "unknown log setting 'nope'"},
 	} {
 		_, err := s.UpdateLog(tc.update)
-		ie, ok := err.(*apierr.Error)
+		ie, ok := errors.AsType[*apierr.Error](err)
 		require.True(t, ok, "%v", tc.update)
 		require.Equal(t, tc.kind, ie.Kind)
 		require.Contains(t, ie.Msg, tc.want)
@@ -141,7 +142,9 @@ func TestTraceSettingsTritonUpdate(t *testing.T) {
 
 	_, err := s.UpdateTrace("simple", map[string][]string{"trace_file": {"model.log"}})
 	require.ErrorContains(t, err, "trace file location can not be updated through network protocol")
-	require.Equal(t, apierr.KindInvalid, err.(*apierr.Error).Kind, "400, as Triton")
+	ie, ok := errors.AsType[*apierr.Error](err)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, apierr.KindInvalid, ie.Kind, "400, as Triton")
 	require.Equal(t, initial, s.Trace("simple"))
 
 	both := traceWant([]string{"TIMESTAMPS", "TENSORS"}, "1", "-1", "0")

@@ -44,7 +44,7 @@ metadata:
 }
 
 // helm runs the helm binary against the cluster.
-func (c *controlPlane) helm(t *testing.T, ctx context.Context, args ...string) (string, error) {
+func (c *controlPlane) helm(ctx context.Context, t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	return c.run(ctx, "", helmBinary(t), args...)
 }
@@ -90,6 +90,7 @@ func TestChartOnAPIServer(t *testing.T) {
 }
 
 func installVariant(t *testing.T, c *controlPlane, v variant) {
+	t.Helper()
 	ns := "t-" + v.name
 	rel := v.release
 	if rel == "" {
@@ -104,7 +105,7 @@ func installVariant(t *testing.T, c *controlPlane, v variant) {
 		}
 	}
 	args := append([]string{rel, filepath.Join(repoRoot, chartDir), "--namespace", ns}, v.args...)
-	rendered, err := c.helm(t, ctx, append([]string{"template"}, args...)...)
+	rendered, err := c.helm(ctx, t, append([]string{"template"}, args...)...)
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, rendered)
 	}
@@ -114,7 +115,7 @@ func installVariant(t *testing.T, c *controlPlane, v variant) {
 	if err != nil || strings.Contains(strings.ToLower(out), "warning") {
 		t.Fatalf("kubectl apply --dry-run=server --validate=strict: %v\n%s", err, out)
 	}
-	out, err = c.helm(t, ctx, append([]string{"install"}, args...)...)
+	out, err = c.helm(ctx, t, append([]string{"install"}, args...)...)
 	if err != nil || !strings.Contains(out, "STATUS: deployed") {
 		t.Fatalf("helm install %s: %v\n%s", strings.Join(v.args, " "), err, out)
 	}
@@ -280,13 +281,13 @@ spec:
 	if out, err := c.kubectl(ctx, claim, "apply", "-n", ns, "-f", "-"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	out, err := c.helm(t, ctx, "install", release, filepath.Join(repoRoot, chartDir), "-n", ns,
+	out, err := c.helm(ctx, t, "install", release, filepath.Join(repoRoot, chartDir), "-n", ns,
 		"--set", "modelServer.replicas=3", "--set", "modelServer.repository.volume.persistentVolumeClaim.claimName=models")
 	if err == nil || !strings.Contains(out, "ReadOnlyMany or ReadWriteMany") {
 		t.Fatalf("helm install with a ReadWriteOnce claim for 3 replicas: %v, want a refusal naming ReadOnlyMany or ReadWriteMany\n%s", err, out)
 	}
 	// One replica may use it.
-	out, err = c.helm(t, ctx, "install", release, filepath.Join(repoRoot, chartDir), "-n", ns,
+	out, err = c.helm(ctx, t, "install", release, filepath.Join(repoRoot, chartDir), "-n", ns,
 		"--set", "modelServer.replicas=1", "--set", "modelServer.repository.volume.persistentVolumeClaim.claimName=models")
 	if err != nil || !strings.Contains(out, "STATUS: deployed") {
 		t.Fatalf("helm install with a ReadWriteOnce claim for 1 replica: %v\n%s", err, out)

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,7 +41,7 @@ import (
 var (
 	clusterOnce sync.Once
 	theCluster  *controlPlane
-	clusterErr  error
+	errCluster  error
 )
 
 type controlPlane struct {
@@ -66,10 +67,10 @@ type process struct {
 func cluster(t *testing.T) *controlPlane {
 	t.Helper()
 	clusterOnce.Do(func() {
-		theCluster, clusterErr = startControlPlane()
+		theCluster, errCluster = startControlPlane()
 	})
-	if clusterErr != nil {
-		t.Fatal(clusterErr)
+	if errCluster != nil {
+		t.Fatal(errCluster)
 	}
 	return theCluster
 }
@@ -79,8 +80,8 @@ func stopCluster() {
 	if theCluster == nil {
 		return
 	}
-	for i := len(theCluster.procs) - 1; i >= 0; i-- {
-		theCluster.procs[i].stop()
+	for _, v := range slices.Backward(theCluster.procs) {
+		v.stop()
 	}
 }
 
@@ -165,7 +166,7 @@ func startControlPlane() (*controlPlane, error) {
 			return false
 		}
 		resp.Body.Close()
-		return resp.StatusCode == 200
+		return resp.StatusCode == http.StatusOK
 	}); err != nil {
 		return nil, err
 	}
@@ -205,7 +206,7 @@ func startControlPlane() (*controlPlane, error) {
 			return false
 		}
 		resp.Body.Close()
-		return resp.StatusCode == 200
+		return resp.StatusCode == http.StatusOK
 	}); err != nil {
 		return nil, err
 	}
@@ -308,7 +309,7 @@ func (c *controlPlane) get(path string, v any) error {
 	defer resp.Body.Close()
 	var body bytes.Buffer
 	_, _ = body.ReadFrom(resp.Body)
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, body.String())
 	}
 	if v == nil {

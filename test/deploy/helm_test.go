@@ -151,7 +151,7 @@ func find[T any](t *testing.T, ms []manifest, kind, name string) T {
 			return m.obj.(T)
 		}
 	}
-	t.Fatalf("no %s %q among %v", kind, name, names(ms))
+	t.Fatalf("no %s %q among %v", kind, name, names(ms)) //nolint:revive // unreachable-code: Go needs the return below all the same
 	var zero T
 	return zero
 }

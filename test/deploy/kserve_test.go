@@ -75,7 +75,7 @@ type modelSpec struct {
 	StorageURI      *string                     `json:"storageUri,omitempty"`
 	Args            []string                    `json:"args,omitempty"`
 	Env             []corev1.EnvVar             `json:"env,omitempty"`
-	Resources       corev1.ResourceRequirements `json:"resources,omitempty"`
+	Resources       corev1.ResourceRequirements `json:"resources,omitzero"`
 }
 
 func kserveObject(apiVersion, kind string) (any, bool) {

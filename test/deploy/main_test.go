@@ -44,11 +44,11 @@ var (
 
 	binOnce sync.Once
 	binPath string
-	binErr  error
+	errBin  error
 
 	helmOnce sync.Once
 	helmPath string
-	helmErr  error
+	errHelm  error
 )
 
 func TestMain(m *testing.M) {
@@ -77,11 +77,11 @@ func sluiceBinary(t *testing.T) string {
 		// -trimpath as scripts/image.sh builds: the two share compiled packages.
 		out, err := command(context.Background(), repoRoot, nil, "go", "build", "-trimpath", "-o", binPath, "./cmd/sluice")
 		if err != nil {
-			binErr = fmt.Errorf("build sluice: %w\n%s", err, out)
+			errBin = fmt.Errorf("build sluice: %w\n%s", err, out)
 		}
 	})
-	if binErr != nil {
-		t.Fatal(binErr)
+	if errBin != nil {
+		t.Fatal(errBin)
 	}
 	return binPath
 }
@@ -98,7 +98,7 @@ func helmBinary(t *testing.T) string {
 		}
 		cache, err := os.UserCacheDir()
 		if err != nil {
-			helmErr = fmt.Errorf("no cache folder for helm: %w", err)
+			errHelm = fmt.Errorf("no cache folder for helm: %w", err)
 			return
 		}
 		dir := filepath.Join(cache, "sluice", "helm-"+helmVersion)
@@ -111,13 +111,13 @@ func helmBinary(t *testing.T) string {
 		start := time.Now()
 		env := []string{"GOBIN=" + dir, "GOFLAGS=-mod=mod"}
 		if out, err := command(ctx, "", env, "go", "install", helmModule+"@"+helmVersion); err != nil {
-			helmErr = fmt.Errorf("build helm %s from its Go module (go install %s@%s): %w\n%s", helmVersion, helmModule, helmVersion, err, out)
+			errHelm = fmt.Errorf("build helm %s from its Go module (go install %s@%s): %w\n%s", helmVersion, helmModule, helmVersion, err, out)
 			return
 		}
 		fmt.Fprintf(os.Stderr, "deploy: built helm %s into %s in %s\n", helmVersion, dir, time.Since(start).Round(time.Second))
 	})
-	if helmErr != nil {
-		t.Fatal(helmErr)
+	if errHelm != nil {
+		t.Fatal(errHelm)
 	}
 	return helmPath
 }

@@ -75,7 +75,7 @@ func TestDocCommands(t *testing.T) {
 					}
 				}
 				if b.with != "" {
-					for _, w := range strings.Split(b.with, "; ") {
+					for w := range strings.SplitSeq(b.with, "; ") {
 						sb.run(t, fmt.Sprintf("%s:%d (with:)", f, b.line-1), w)
 					}
 				}
@@ -178,8 +178,12 @@ var defaultPorts = []struct {
 	port int
 	env  string
 }{
-	{8000, "SLUICE_HTTP_PORT"}, {8001, "SLUICE_GRPC_PORT"}, {8002, "SLUICE_METRICS_PORT"},
-	{6566, "SLUICE_FEATURE_PORT"}, {8080, "SLUICE_GATEWAY_PORT"}, {8081, "SLUICE_GATEWAY_GRPC_PORT"},
+	{8000, "SLUICE_HTTP_PORT"},
+	{8001, "SLUICE_GRPC_PORT"},
+	{8002, "SLUICE_METRICS_PORT"},
+	{6566, "SLUICE_FEATURE_PORT"},
+	{8080, "SLUICE_GATEWAY_PORT"},
+	{8081, "SLUICE_GATEWAY_GRPC_PORT"},
 	{9901, "SLUICE_ADMIN_PORT"},
 }
 
@@ -371,7 +375,7 @@ func (sb *sandbox) startServer(t *testing.T, where, kind, text string) {
 			t.Fatalf("%s: %s exited:\n%s", where, text, s.out.String())
 		default:
 		}
-		if res, err := http.Get(ready); err == nil { //nolint:noctx // a loopback probe
+		if res, err := http.Get(ready); err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
 				return

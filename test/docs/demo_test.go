@@ -98,7 +98,7 @@ func (d *demo) checkRandomIDs(t *testing.T, n int) {
 	t.Helper()
 	url := fmt.Sprintf("http://127.0.0.1:%d/v1/services/parcel-eta:predict", d.ports["SLUICE_GATEWAY_PORT"])
 	client := &http.Client{Timeout: 10 * time.Second}
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 17)) //nolint:gosec // test ids
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 17))
 	ok := 0
 	var failures []string
 	tick := time.NewTicker(15 * time.Millisecond) // ≤ 67/s: the demo client's limit is 100/s

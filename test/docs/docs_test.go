@@ -112,7 +112,7 @@ func commandTree(t *testing.T, parent []string) [][]string {
 	if !ok {
 		return out
 	}
-	for _, line := range strings.Split(rest, "\n") {
+	for line := range strings.SplitSeq(rest, "\n") {
 		if strings.TrimSpace(line) == "" {
 			break
 		}

@@ -50,6 +50,9 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-func freePort(t *testing.T) int { return harness.FreePort(t) }
+func freePort(t *testing.T) int {
+	t.Helper()
+	return harness.FreePort(t)
+}
 
 type syncBuffer = harness.SyncBuffer

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -149,9 +150,7 @@ func conStartExampleWith(t *testing.T, file, models string, msSet map[string]any
 	} else {
 		ms["model_repository"] = []string{filepath.Join(repoDir, models)}
 	}
-	for k, v := range msSet {
-		ms[k] = v
-	}
+	maps.Copy(ms, msSet)
 	ms["address"] = "127.0.0.1"
 	c.modelsMetrics = addr()
 	ms["http_port"], ms["grpc_port"], ms["metrics_port"] = port(c.models), freePort(t), port(c.modelsMetrics)

@@ -399,6 +399,7 @@ func flStatus(t *testing.T, c *gwChain) flRolloutStatus {
 }
 
 func flStatuses(t *testing.T, cs []*gwChain) []flRolloutStatus {
+	t.Helper()
 	var out []flRolloutStatus
 	for _, c := range cs {
 		out = append(out, flStatus(t, c))
@@ -446,11 +447,15 @@ func flFallbackOf(t *testing.T, c *gwChain) flFallback {
 }
 
 func flBaselineBuckets(t *testing.T, c *gwChain) int {
+	t.Helper()
 	n, _ := flFallbackOf(t, c).Baseline["buckets"].(float64)
 	return int(n)
 }
 
-func flTriggered(t *testing.T, c *gwChain) bool { return flFallbackOf(t, c).Triggered }
+func flTriggered(t *testing.T, c *gwChain) bool {
+	t.Helper()
+	return flFallbackOf(t, c).Triggered
+}
 
 func (c *gwChain) metricsText(t *testing.T) string {
 	t.Helper()
@@ -529,8 +534,11 @@ type flReq struct {
 }
 
 func newFlLoad(t *testing.T, chains []*gwChain, bodies []map[string]any) *flLoad {
-	return &flLoad{t: t, chains: chains, bodies: bodies, prefix: fmt.Sprintf("fl%d", time.Now().UnixNano()%1e6),
-		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}}
+	t.Helper()
+	return &flLoad{
+		t: t, chains: chains, bodies: bodies, prefix: fmt.Sprintf("fl%d", time.Now().UnixNano()%1e6),
+		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second},
+	}
 }
 
 func (l *flLoad) reset() {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -349,8 +350,14 @@ func TestHostileLoad(t *testing.T) {
 		name   string
 		attack func(t *testing.T)
 	}{
-		{"EntityIDs", func(t *testing.T) { c.checkEntityIDs(t, ids) }},
-		{"ChunkedBodies", func(t *testing.T) { c.checkChunkedBodies(t, ids) }},
+		{"EntityIDs", func(t *testing.T) {
+			t.Helper()
+			c.checkEntityIDs(t, ids)
+		}},
+		{"ChunkedBodies", func(t *testing.T) {
+			t.Helper()
+			c.checkChunkedBodies(t, ids)
+		}},
 	} {
 		t.Run(a.name, func(t *testing.T) {
 			w := watchMem(t, pid)
@@ -571,8 +578,8 @@ func attackOnce(ctx context.Context, client *http.Client, tgt attackTarget, chun
 	switch {
 	case resp.StatusCode < 400:
 		tally.add(resp.StatusCode, e.Reason, sent, fmt.Sprintf("answered %d %s after %d bytes", resp.StatusCode, bytes.TrimSpace(b), sent))
-	case tgt.reads && !(resp.StatusCode == cmp.Or(tgt.tooLarge, http.StatusRequestEntityTooLarge) && e.Reason == "body_too_large") &&
-		!(resp.StatusCode == http.StatusServiceUnavailable && e.Reason == "overloaded"):
+	case tgt.reads && (resp.StatusCode != cmp.Or(tgt.tooLarge, http.StatusRequestEntityTooLarge) || e.Reason != "body_too_large") &&
+		(resp.StatusCode != http.StatusServiceUnavailable || e.Reason != "overloaded"):
 		tally.add(resp.StatusCode, e.Reason, sent, fmt.Sprintf("answered %d %s, want %d body_too_large or 503 overloaded",
 			resp.StatusCode, bytes.TrimSpace(b), cmp.Or(tgt.tooLarge, http.StatusRequestEntityTooLarge)))
 	default:
@@ -709,9 +716,7 @@ func TestSIGHUPDropsNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		next := cfg["gateway"].(map[string]any)
-		for k, v := range gw {
-			next[k] = v
-		}
+		maps.Copy(next, gw)
 		b, err := yaml.Marshal(cfg)
 		if err != nil {
 			t.Fatal(err)

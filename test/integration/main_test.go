@@ -63,7 +63,10 @@ type server struct {
 
 type syncBuffer = harness.SyncBuffer
 
-func freePort(t *testing.T) int { return harness.FreePort(t) }
+func freePort(t *testing.T) int {
+	t.Helper()
+	return harness.FreePort(t)
+}
 
 // startServer runs `sluice serve` with args on free loopback ports and waits
 // until the HTTP endpoint answers live. The process is stopped with SIGTERM

@@ -567,10 +567,12 @@ func TestMonitoringPrometheusAlerts(t *testing.T) {
 	gateway := map[string]any{
 		"accuracy":     map[string]any{"path": filepath.Join(accDir, "pending.db"), "log": map[string]any{"dir": filepath.Join(accDir, "log")}},
 		"drain_period": "100ms",
-		"clients": []any{map[string]any{"id": "it-main", "api_key": "${" + gwMainKeyEnv + "}",
+		"clients": []any{map[string]any{
+			"id": "it-main", "api_key": "${" + gwMainKeyEnv + "}",
 			// A limit far above the test's traffic, so the quota gauge the
 			// alert rules use has a series.
-			"rate_limit": map[string]any{"requests_per_second": 100000, "burst": 100000}}},
+			"rate_limit": map[string]any{"requests_per_second": 100000, "burst": 100000},
+		}},
 		"anonymous": map[string]any{"allowed": false},
 		"services":  []any{svc},
 		"recording": map[string]any{"sink": "jsonl", "dir": t.TempDir()},

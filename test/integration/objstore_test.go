@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,12 +46,7 @@ func osUpload(t *testing.T, b *objstore.Bucket, prefix, model string, versions .
 }
 
 func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if x == y {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(xs, x)
 }
 
 // osNoSecrets fails when any credential value appears in text.
@@ -414,8 +411,6 @@ func (g *osLoadGen) stop() (int64, int64, string, map[string]int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	out := map[string]int{}
-	for k, v := range g.versions {
-		out[k] = v
-	}
+	maps.Copy(out, g.versions)
 	return g.n.Load(), g.failed.Load(), first, out
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -170,7 +171,7 @@ func TestPythonDecoupledStreams(t *testing.T) {
 		if err := stream.CloseSend(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := stream.Recv(); err != io.EOF {
+		if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
 			t.Errorf("after CloseSend: %v, want EOF", err)
 		}
 	})

@@ -127,16 +127,20 @@ func TestResponsesInsideBudget(t *testing.T) {
 	for _, alg := range []string{"gzip", "identity"} {
 		_, err := gc.ModelInfer(t.Context(), &inferencepb.ModelInferRequest{
 			ModelName: "expand",
-			Inputs: []*inferencepb.ModelInferRequest_InferInputTensor{{Name: "N", Datatype: "INT64", Shape: []int64{1},
-				Contents: &inferencepb.InferTensorContents{Int64Contents: []int64{60 << 20}}}},
+			Inputs: []*inferencepb.ModelInferRequest_InferInputTensor{{
+				Name: "N", Datatype: "INT64", Shape: []int64{1},
+				Contents: &inferencepb.InferTensorContents{Int64Contents: []int64{60 << 20}},
+			}},
 		}, grpc.UseCompressor(alg))
 		if st := status.Convert(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "max_output_bytes") {
 			t.Errorf("gRPC expand of 240 MB (%s): %v, want ResourceExhausted naming max_output_bytes", alg, err)
 		}
 		resp, err := gc.ModelInfer(t.Context(), &inferencepb.ModelInferRequest{
 			ModelName: "expand",
-			Inputs: []*inferencepb.ModelInferRequest_InferInputTensor{{Name: "N", Datatype: "INT64", Shape: []int64{1},
-				Contents: &inferencepb.InferTensorContents{Int64Contents: []int64{4096}}}},
+			Inputs: []*inferencepb.ModelInferRequest_InferInputTensor{{
+				Name: "N", Datatype: "INT64", Shape: []int64{1},
+				Contents: &inferencepb.InferTensorContents{Int64Contents: []int64{4096}},
+			}},
 		}, grpc.UseCompressor(alg))
 		if err != nil || len(resp.GetRawOutputContents()) != 1 || len(resp.GetRawOutputContents()[0]) != 4*4096 {
 			t.Errorf("gRPC expand of 4096 values (%s): %v", alg, err)

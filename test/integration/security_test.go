@@ -378,8 +378,10 @@ func TestSecurityTokens(t *testing.T) {
 		done func() bool
 	}
 	rollout := func(action string) call {
-		return call{listener: "admin", method: http.MethodPost, base: admin, path: "/rollout/" + secService + "/" + action,
-			action: "rollout." + action, target: secService}
+		return call{
+			listener: "admin", method: http.MethodPost, base: admin, path: "/rollout/" + secService + "/" + action,
+			action: "rollout." + action, target: secService,
+		}
 	}
 	calls := []call{
 		{listener: "admin", method: http.MethodPost, base: admin, path: "/reload", action: "reload"},
@@ -769,6 +771,7 @@ func TestSecurityTLS(t *testing.T) {
 		request    func(t *testing.T, cfg *tls.Config) error // one request over TLS with cfg
 	}{
 		{"gateway", c.listen, true, false, func(t *testing.T, cfg *tls.Config) error {
+			t.Helper()
 			res, err := secSend(t.Context(), secClient(t, cfg), http.MethodPost, "https://"+c.listen+predictPath, bodyJSON, nil)
 			if err == nil && res.code != http.StatusOK {
 				err = fmt.Errorf("status %d: %s", res.code, res.body)
@@ -776,10 +779,12 @@ func TestSecurityTLS(t *testing.T) {
 			return err
 		}},
 		{"gateway_grpc", grpcAddr, true, true, func(t *testing.T, cfg *tls.Config) error {
+			t.Helper()
 			_, err := gatewaypb.NewGatewayClient(secDialTLS(t, grpcAddr, cfg)).Predict(t.Context(), &gatewaypb.PredictRequest{Service: secService, Fields: fields})
 			return err
 		}},
 		{"admin", c.admin, false, false, func(t *testing.T, cfg *tls.Config) error {
+			t.Helper()
 			res, err := secSend(t.Context(), secClient(t, cfg), http.MethodGet, "https://"+c.admin+"/config_dump", nil, nil)
 			if err == nil && res.code != http.StatusOK {
 				err = fmt.Errorf("status %d: %s", res.code, res.body)
@@ -787,6 +792,7 @@ func TestSecurityTLS(t *testing.T) {
 			return err
 		}},
 		{"models_http", c.models, false, false, func(t *testing.T, cfg *tls.Config) error {
+			t.Helper()
 			res, err := secSend(t.Context(), secClient(t, cfg), http.MethodGet, "https://"+c.models+"/v2/models/parcel_eta", nil, nil)
 			if err == nil && res.code != http.StatusOK {
 				err = fmt.Errorf("status %d: %s", res.code, res.body)
@@ -794,6 +800,7 @@ func TestSecurityTLS(t *testing.T) {
 			return err
 		}},
 		{"models_grpc", c.modelsGRPC, false, true, func(t *testing.T, cfg *tls.Config) error {
+			t.Helper()
 			resp, err := inferClient(cfg, c.modelsGRPC).ServerLive(t.Context(), &inferencepb.ServerLiveRequest{})
 			if err == nil && !resp.GetLive() {
 				err = errors.New("not live")
@@ -801,6 +808,7 @@ func TestSecurityTLS(t *testing.T) {
 			return err
 		}},
 		{"models_metrics", c.modelsMetrics, false, false, func(t *testing.T, cfg *tls.Config) error {
+			t.Helper()
 			res, err := secSend(t.Context(), secClient(t, cfg), http.MethodGet, "https://"+c.modelsMetrics+"/metrics", nil, nil)
 			if err == nil && (res.code != http.StatusOK || !bytes.Contains(res.body, []byte("sluice_"))) {
 				err = fmt.Errorf("status %d: %.200s", res.code, res.body)
@@ -808,6 +816,7 @@ func TestSecurityTLS(t *testing.T) {
 			return err
 		}},
 		{"features", c.features, false, false, func(t *testing.T, cfg *tls.Config) error {
+			t.Helper()
 			res, err := secSend(t.Context(), secClient(t, cfg), http.MethodGet, "https://"+c.features+"/health", nil, nil)
 			if err == nil && res.code != http.StatusOK {
 				err = fmt.Errorf("status %d: %s", res.code, res.body)

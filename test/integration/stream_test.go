@@ -260,8 +260,13 @@ func readLog(t *testing.T, js jetstream.JetStream, repo string) []logEvent {
 		evs = append(evs, logEvent{seq: m.Sequence, arrived: m.Time, et: et, route: ev.Route, delay: ev.Delay})
 	}
 	ts := feature.Type{Kind: feature.KindUnixTimestamp}
-	cols := []offline.Column{{Name: "route_id", Type: feature.Type{Kind: feature.KindString}}, {Name: "event_ts", Type: ts},
-		{Name: "arrived_ts", Type: ts}, {Name: "seq", Type: feature.Type{Kind: feature.KindInt64}}, {Name: "delay_min", Type: feature.Type{Kind: feature.KindFloat64}}}
+	cols := []offline.Column{
+		{Name: "route_id", Type: feature.Type{Kind: feature.KindString}},
+		{Name: "event_ts", Type: ts},
+		{Name: "arrived_ts", Type: ts},
+		{Name: "seq", Type: feature.Type{Kind: feature.KindInt64}},
+		{Name: "delay_min", Type: feature.Type{Kind: feature.KindFloat64}},
+	}
 	if err := os.MkdirAll(filepath.Join(repo, "data"), 0o755); err != nil {
 		t.Fatal(err)
 	}

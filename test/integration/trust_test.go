@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptrace"
@@ -188,9 +189,7 @@ func TestProxyLendsNoTrust(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			id := "trust-proxy-" + strings.ReplaceAll(tc.name, " ", "-")
 			hdr := map[string]string{"X-Request-Id": id}
-			for k, v := range tc.hdr {
-				hdr[k] = v
-			}
+			maps.Copy(hdr, tc.hdr)
 			res, from := trustSend(t, c, tc.method, gwURL(tc.path), tc.body, hdr)
 			secCheckDenied(t, tc.name+" through the proxy", res, secDenial{status: http.StatusForbidden, reason: "proxy_api_not_allowed"})
 			a := trustAuditLine(t, c, trustComponentProxy, id)

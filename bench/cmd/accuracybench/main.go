@@ -163,7 +163,7 @@ only the joiner's bounded metric state).
 		_, err = os.Stdout.Write(b.Bytes())
 		return err
 	}
-	if err := os.WriteFile(out, b.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(out, b.Bytes(), 0o644); err != nil { //nolint:gosec // G306: a report for people to read, like the docs it is written into
 		return err
 	}
 	fmt.Print(b.String())
@@ -214,6 +214,7 @@ func requestCost(dir string, logged bool) (testing.BenchmarkResult, error) {
 	}
 	i := 0
 	res := testing.Benchmark(func(b *testing.B) {
+		b.Helper()
 		b.ReportAllocs()
 		w := httptest.NewRecorder()
 		for b.Loop() {

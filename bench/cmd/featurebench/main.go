@@ -296,8 +296,8 @@ type benchRun struct {
 
 // close releases what openTargets opened, the last first.
 func (b *benchRun) close() {
-	for i := len(b.closers) - 1; i >= 0; i-- {
-		b.closers[i]()
+	for _, v := range slices.Backward(b.closers) {
+		v()
 	}
 }
 
@@ -369,8 +369,10 @@ func (b *benchRun) add(store, path string, s shape, fn func() error) error {
 		return fmt.Errorf("%s %s %s: %w", store, path, s, err)
 	}
 	say("%-8s %-22s %-6s p50 %-10s p99 %s", store, path, s, p50, p99)
-	b.rows = append(b.rows, row{store: store, path: path, shape: s.String(), p50: p50, p99: p99, mean: mean, n: n,
-		cpu: cpu[0], redisCPU: cpu[1], hasRedisCPU: redisOK})
+	b.rows = append(b.rows, row{
+		store: store, path: path, shape: s.String(), p50: p50, p99: p99, mean: mean, n: n,
+		cpu: cpu[0], redisCPU: cpu[1], hasRedisCPU: redisOK,
+	})
 	return nil
 }
 

@@ -136,12 +136,16 @@ func moreRowSpecs(cfg config) []rowSpec {
 	var out []rowSpec
 	if cfg.ShippedModel != "" {
 		if cfg.SluiceGRPC != "" {
-			out = append(out, rowSpec{System: "Sluice", Transport: "gRPC", Batching: "as shipped", Model: cfg.ShippedModel,
-				Protocol: "grpc", URL: cfg.SluiceGRPC, PIDs: pids(cfg.SluicePID)})
+			out = append(out, rowSpec{
+				System: "Sluice", Transport: "gRPC", Batching: "as shipped", Model: cfg.ShippedModel,
+				Protocol: "grpc", URL: cfg.SluiceGRPC, PIDs: pids(cfg.SluicePID),
+			})
 		}
 		if cfg.SluiceHTTP != "" {
-			out = append(out, rowSpec{System: "Sluice", Transport: "HTTP JSON", Batching: "as shipped", Model: cfg.ShippedModel,
-				Protocol: "http", URL: cfg.SluiceHTTP, PIDs: pids(cfg.SluicePID)})
+			out = append(out, rowSpec{
+				System: "Sluice", Transport: "HTTP JSON", Batching: "as shipped", Model: cfg.ShippedModel,
+				Protocol: "http", URL: cfg.SluiceHTTP, PIDs: pids(cfg.SluicePID),
+			})
 		}
 	}
 	rates, _ := parseFloats(cfg.Rates)
@@ -151,16 +155,22 @@ func moreRowSpecs(cfg config) []rowSpec {
 			if cfg.ShippedModel != "" {
 				model, batching = cfg.ShippedModel, "as shipped"
 			}
-			out = append(out, rowSpec{System: "Sluice", Transport: "HTTP JSON", Batching: batching, Model: model,
-				Protocol: "http", URL: cfg.SluiceHTTP, Rate: rate, PIDs: pids(cfg.SluicePID)})
+			out = append(out, rowSpec{
+				System: "Sluice", Transport: "HTTP JSON", Batching: batching, Model: model,
+				Protocol: "http", URL: cfg.SluiceHTTP, Rate: rate, PIDs: pids(cfg.SluicePID),
+			})
 		}
 		if cfg.PeerHTTP != "" {
-			out = append(out, rowSpec{System: cfg.PeerDesc, Transport: "HTTP JSON", Batching: "n/a", Model: cfg.peerModel(),
-				Protocol: "http", URL: cfg.PeerHTTP, IsPeer: true, Rate: rate, PIDs: pids(cfg.PeerPID)})
+			out = append(out, rowSpec{
+				System: cfg.PeerDesc, Transport: "HTTP JSON", Batching: "n/a", Model: cfg.peerModel(),
+				Protocol: "http", URL: cfg.PeerHTTP, IsPeer: true, Rate: rate, PIDs: pids(cfg.PeerPID),
+			})
 		}
 		if cfg.TrivialHTTP != "" {
-			out = append(out, rowSpec{System: trivialDesc, Transport: "HTTP JSON", Batching: "n/a", Model: cfg.peerModel(),
-				Protocol: "http", URL: cfg.TrivialHTTP, Trivial: true, Rate: rate, PIDs: pids(cfg.TrivialPID)})
+			out = append(out, rowSpec{
+				System: trivialDesc, Transport: "HTTP JSON", Batching: "n/a", Model: cfg.peerModel(),
+				Protocol: "http", URL: cfg.TrivialHTTP, Trivial: true, Rate: rate, PIDs: pids(cfg.TrivialPID),
+			})
 		}
 	}
 	if cfg.RankerModel != "" && cfg.SluiceGRPC != "" {
@@ -168,9 +178,11 @@ func moreRowSpecs(cfg config) []rowSpec {
 			if m.name == "" {
 				continue
 			}
-			out = append(out, rowSpec{System: "Sluice", Transport: "gRPC", Batching: m.batching, Model: m.name,
+			out = append(out, rowSpec{
+				System: "Sluice", Transport: "gRPC", Batching: m.batching, Model: m.name,
 				Protocol: "grpc", URL: cfg.SluiceGRPC, Group: rankerGroup, Levels: cfg.RankerLevels,
-				Request: cfg.RankerRequest, PIDs: pids(cfg.SluicePID)})
+				Request: cfg.RankerRequest, PIDs: pids(cfg.SluicePID),
+			})
 		}
 	}
 	return out

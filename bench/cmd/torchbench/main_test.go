@@ -111,14 +111,18 @@ func TestParsePerfCSV(t *testing.T) {
 		{
 			name: "sluice row",
 			csv:  head + "32,7893.4,1,100,200,10,300,10,5,7.61,3640,5000,6000,10890,4000,23680,0,true,145.3,38.0\n",
-			want: result{Throughput: 7893.4, P50: 3640 * time.Microsecond, P99: 10890 * time.Microsecond, AvgBatch: 7.61,
-				Requests: 23680, Stable: true, ServerCPU: 145300 * time.Nanosecond, ClientCPU: 38 * time.Microsecond},
+			want: result{
+				Throughput: 7893.4, P50: 3640 * time.Microsecond, P99: 10890 * time.Microsecond, AvgBatch: 7.61,
+				Requests: 23680, Stable: true, ServerCPU: 145300 * time.Nanosecond, ClientCPU: 38 * time.Microsecond,
+			},
 		},
 		{
 			name: "peer row without server statistics",
 			csv:  strings.Replace(head, "Concurrency", "Request Rate", 1) + "200,199.5,1,,,,,,,,2000,3000,3500,5000,2100,598,2,false,610.0,150.5\n",
-			want: result{Throughput: 199.5, P50: 2 * time.Millisecond, P99: 5 * time.Millisecond,
-				Requests: 598, Errors: 2, ServerCPU: 610 * time.Microsecond, ClientCPU: 150500 * time.Nanosecond},
+			want: result{
+				Throughput: 199.5, P50: 2 * time.Millisecond, P99: 5 * time.Millisecond,
+				Requests: 598, Errors: 2, ServerCPU: 610 * time.Microsecond, ClientCPU: 150500 * time.Nanosecond,
+			},
 		},
 		{name: "no server CPU", csv: head + "32,1,1,,,,,,,,1,1,1,1,1,1,0,true,,1.0\n", wantErr: true},
 		{name: "two levels", csv: head + "1,1,1,,,,,,,,1,1,1,1,1,1,0,true,1,1\n1,1,1,,,,,,,,1,1,1,1,1,1,0,true,1,1\n", wantErr: true},

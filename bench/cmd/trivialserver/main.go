@@ -40,14 +40,21 @@ func main() {
 	})
 	mux.HandleFunc("GET /v2/health/ready", func(http.ResponseWriter, *http.Request) {})
 	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if err := serve(srv, logger); err != nil {
+		logger.Error("trivial server stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+// serve runs srv until SIGINT or SIGTERM, then shuts it down.
+func serve(srv *http.Server, logger *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
 	select {
 	case err := <-errc:
-		logger.Error("trivial server stopped", "err", err)
-		os.Exit(1)
+		return err
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -55,5 +62,8 @@ func main() {
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		logger.Error("trivial server shutdown", "err", err)
 	}
-	<-errc
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }

@@ -56,7 +56,7 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	factors := map[string]float64{}
-	for _, kv := range strings.Split(*late, ",") {
+	for kv := range strings.SplitSeq(*late, ",") {
 		if kv == "" {
 			continue
 		}
@@ -72,7 +72,7 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	defer src.Close()
-	rng := rand.New(rand.NewPCG(*seed, 7))
+	rng := rand.New(rand.NewPCG(*seed, 7)) //nolint:gosec // G404: seeded synthetic data, reproducible on purpose
 	var outs []outcome
 	for {
 		r, err := src.Next(context.Background())

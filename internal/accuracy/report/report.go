@@ -218,8 +218,10 @@ func ci95(n int, sum, sum2 float64) float64 {
 
 func (a *acc) row(version, slice string) Row {
 	n := float64(a.n)
-	r := Row{Version: version, Slice: slice, N: a.n, MAE: a.sumAbs / n, Bias: a.sumErr / n, RMSE: math.Sqrt(a.sumErr2 / n),
-		BiasCI: ci95(a.n, a.sumErr, a.sumErr2), Accuracy: float64(a.correct) / n, LogLoss: a.sumLL / n}
+	r := Row{
+		Version: version, Slice: slice, N: a.n, MAE: a.sumAbs / n, Bias: a.sumErr / n, RMSE: math.Sqrt(a.sumErr2 / n),
+		BiasCI: ci95(a.n, a.sumErr, a.sumErr2), Accuracy: float64(a.correct) / n, LogLoss: a.sumLL / n,
+	}
 	// |e|'s second moment is e's.
 	r.MAECI = ci95(a.n, a.sumAbs, a.sumAbs2)
 	return r
@@ -293,8 +295,10 @@ func outputReport(out Output, ps []pair, o Options) (*OutputReport, error) {
 }
 
 var palette = []color.Color{
-	color.NRGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, color.NRGBA{R: 0xd6, G: 0x5f, B: 0x0e, A: 0xff},
-	color.NRGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, color.NRGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+	color.NRGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	color.NRGBA{R: 0xd6, G: 0x5f, B: 0x0e, A: 0xff},
+	color.NRGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	color.NRGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
 }
 
 func versions(ps []pair) []string {

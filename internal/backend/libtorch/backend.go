@@ -228,7 +228,7 @@ func (b *Backend) loadInProcess(file string, opts backend.LoadOptions) (*Instanc
 	}
 	m, err := b.lib.load(file, set)
 	if err != nil {
-		return nil, "", fmt.Errorf("model %s version %d: libtorch cannot load %s: %s", opts.Model, opts.Version, filepath.Base(file), err)
+		return nil, "", fmt.Errorf("model %s version %d: libtorch cannot load %s: %w", opts.Model, opts.Version, filepath.Base(file), err)
 	}
 	names, types := m.args()
 	for i, t := range types {
@@ -246,7 +246,7 @@ func (b *Backend) loadInProcess(file string, opts backend.LoadOptions) (*Instanc
 		// The worker applies the same rules and reports its own error
 		// when it cannot run the model either.
 		m.free()
-		return nil, err.Error(), nil
+		return nil, err.Error(), nil //nolint:nilerr // a model whose arguments do not map is a reason for the fallback, not a load error
 	}
 	return in, "", nil
 }
@@ -256,7 +256,7 @@ func (b *Backend) loadInProcess(file string, opts backend.LoadOptions) (*Instanc
 // holds tensors only.
 func tensorResult(t string) bool {
 	t = strings.NewReplacer("(", "", ")", "", "[]", "", "List[", "", "]", "", "Tuple[", "", " ", "").Replace(t)
-	for _, p := range strings.Split(t, ",") {
+	for p := range strings.SplitSeq(t, ",") {
 		if p != "Tensor" {
 			return false
 		}

@@ -202,7 +202,7 @@ func (m *cModule) forward(inputs []*infer.Tensor) ([]rawTensor, error) {
 			data   unsafe.Pointer
 			nbytes C.size_t
 		)
-		C.call_out_tensor(m.lib.api, out, C.int32_t(i), &dt, &nd, &shape, &data, &nbytes)
+		C.call_out_tensor(m.lib.api, out, C.int32_t(i), &dt, &nd, &shape, &data, &nbytes) //nolint:gocritic // dupSubExpr: in cgo's generated pointer checks, not this line
 		r := rawTensor{dataType: infer.DataType(dt)}
 		if nd > 0 {
 			r.shape = make(infer.Shape, int(nd))

@@ -31,7 +31,7 @@ const (
 func generatedModel(t *testing.T, name string) string {
 	t.Helper()
 	generated.once.Do(func() {
-		generated.dir, generated.err = os.MkdirTemp("", "libtorch-test-")
+		generated.dir, generated.err = os.MkdirTemp("", "libtorch-test-") //nolint:usetesting // one folder for all tests (sync.Once); a t.TempDir goes with the first test
 		if generated.err != nil {
 			return
 		}
@@ -59,6 +59,7 @@ func shimBackend(t *testing.T, fallback backend.Backend) (*Backend, *harness.Syn
 }
 
 func readConfig(t *testing.T, modelDir string) *inferencepb.ModelConfig {
+	t.Helper()
 	return benchConfig(t, modelDir)
 }
 
@@ -341,8 +342,10 @@ func TestUnsupportedModelsFallBack(t *testing.T) {
 	if _, ok := forced.(*Instance); !ok {
 		t.Fatal("picky did not load in-process")
 	}
-	inst, err := b.Load(t.Context(), backend.LoadOptions{Model: "forced", Version: 1, Path: generatedModel(t, "picky"),
-		Config: testConfig(t, "forced", oneInputConfig), Parameters: map[string]string{EngineParameter: "python"}})
+	inst, err := b.Load(t.Context(), backend.LoadOptions{
+		Model: "forced", Version: 1, Path: generatedModel(t, "picky"),
+		Config: testConfig(t, "forced", oneInputConfig), Parameters: map[string]string{EngineParameter: "python"},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,8 +366,10 @@ func TestBadParameters(t *testing.T) {
 	b, _ := shimBackend(t, &fakeFallback{})
 	for _, p := range []string{"INTRA_OP_THREAD_COUNT", "DISABLE_OPTIMIZED_EXECUTION", EngineParameter} {
 		cfg := testConfig(t, "picky", oneInputConfig+`parameters { key: "`+p+`" value: { string_value: "lots" } }`)
-		_, err := b.Load(t.Context(), backend.LoadOptions{Model: "picky", Version: 1, Path: generatedModel(t, "picky"), Config: cfg,
-			Parameters: map[string]string{p: "lots"}})
+		_, err := b.Load(t.Context(), backend.LoadOptions{
+			Model: "picky", Version: 1, Path: generatedModel(t, "picky"), Config: cfg,
+			Parameters: map[string]string{p: "lots"},
+		})
 		if err == nil || !strings.Contains(err.Error(), p) {
 			t.Errorf("%s \"lots\": load error %v, want one naming the parameter", p, err)
 		}

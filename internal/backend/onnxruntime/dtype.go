@@ -75,8 +75,9 @@ func toORTType(dt infer.DataType) ort.TensorElementDataType {
 		return ort.TensorElementDataTypeUint64
 	case infer.Bool:
 		return ort.TensorElementDataTypeBool
+	default:
+		return ort.TensorElementDataTypeUndefined
 	}
-	return ort.TensorElementDataTypeUndefined
 }
 
 // ortCustomType is the ONNX element type of data passed as raw bytes.

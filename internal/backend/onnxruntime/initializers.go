@@ -94,6 +94,7 @@ func parseInitializerInputs(model []byte) ([]infer.TensorSpec, error) {
 			})
 		case 11:
 			inputs = append(inputs, v)
+		default: // the graph's other fields
 		}
 		return nil
 	}); err != nil {

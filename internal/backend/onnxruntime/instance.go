@@ -244,7 +244,8 @@ func (in *Instance) where(what string) string {
 // the model's input order.
 // buf is scratch the result may use.
 func (in *Instance) orderInputs(inputs []infer.Tensor, buf []*infer.Tensor) ([]*infer.Tensor, error) {
-	ordered := append(buf[:0], make([]*infer.Tensor, len(in.sig.Inputs))...)
+	ordered := slices.Grow(buf[:0], len(in.sig.Inputs))[:len(in.sig.Inputs)]
+	clear(ordered)
 	for i := range inputs {
 		t := &inputs[i]
 		j, ok := in.inputIdx[t.Name]
@@ -287,7 +288,8 @@ func (in *Instance) wantedOutputs(outputs []string, buf []int) ([]int, error) {
 	if len(outputs) == 0 {
 		return in.all, nil
 	}
-	want := append(buf[:0], make([]int, len(outputs))...)
+	want := slices.Grow(buf[:0], len(outputs))[:len(outputs)]
+	clear(want)
 	for i, n := range outputs {
 		j, ok := in.outputIdx[n]
 		if !ok {

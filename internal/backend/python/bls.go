@@ -289,6 +289,7 @@ func codeOfError(err error) byte {
 		return codeAlreadyExists
 	case apierr.KindInternal:
 		return codeInternal
+	default:
+		return codeUnknown
 	}
-	return codeUnknown
 }

@@ -232,7 +232,7 @@ func (w *worker) callStreaming(ctx context.Context, op byte, st *stream, build f
 	}
 	w.pending[id] = ch
 	if op == opExecute {
-		w.execs[id] = ctx
+		w.execs[id] = ctx //nolint:fatcontext // kept by request id to cancel the execution, not nested
 	}
 	if st != nil {
 		st.id = id

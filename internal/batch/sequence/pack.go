@@ -16,10 +16,10 @@ import (
 // holding a request.
 func (s *Scheduler) pack(rows []row) ([]infer.Tensor, []string, int) {
 	var first *pending
-	real := 0
+	held := 0
 	for _, r := range rows {
 		if r.p != nil {
-			real++
+			held++
 			if first == nil {
 				first = r.p
 			}
@@ -62,7 +62,7 @@ func (s *Scheduler) pack(rows []row) ([]infer.Tensor, []string, int) {
 		}
 		inputs = append(inputs, infer.Tensor{Name: st.Input, DataType: st.DataType, Shape: shape, Data: data})
 	}
-	return inputs, s.outputNames(rows), real
+	return inputs, s.outputNames(rows), held
 }
 
 // controlData is control c's value for each row: its start, end or ready

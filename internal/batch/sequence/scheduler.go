@@ -667,7 +667,7 @@ func (s *Scheduler) onTimer() {
 func (s *Scheduler) run(e int, rows []row) {
 	defer s.wg.Done()
 	start := time.Now()
-	inputs, names, real := s.pack(rows)
+	inputs, names, held := s.pack(rows)
 	packed := time.Now()
 	ctx := s.execCtx
 	if len(rows) == 1 {
@@ -706,7 +706,7 @@ func (s *Scheduler) run(e int, rows []row) {
 			res := &results[i]
 			res.QueueTime = start.Sub(p.enq)
 			res.InputTime, res.ComputeTime, res.OutputTime = packed.Sub(start), computed.Sub(packed), done.Sub(computed)
-			res.ExecBatch = real
+			res.ExecBatch = held
 			p.out = res
 		}
 		if p.req.End {
@@ -783,8 +783,10 @@ func (s *Scheduler) backendError(err error) error {
 	if ie, ok := errors.AsType[*apierr.Error](err); ok {
 		return ie
 	}
-	return &apierr.Error{Kind: apierr.KindInternal, Reason: batch.ReasonBackendError,
-		Msg: fmt.Sprintf("model '%s' version %s: execute", s.opts.Model, s.opts.Version), Err: err}
+	return &apierr.Error{
+		Kind: apierr.KindInternal, Reason: batch.ReasonBackendError,
+		Msg: fmt.Sprintf("model '%s' version %s: execute", s.opts.Model, s.opts.Version), Err: err,
+	}
 }
 
 func (s *Scheduler) unloadingError() *apierr.Error {

@@ -205,6 +205,7 @@ func TestConcurrentSequencesShareExecutions(t *testing.T) {
 }
 
 func concurrentSequences(t *testing.T, strategy Strategy) {
+	t.Helper()
 	e := &accExec{sleep: ms}
 	s, _ := newSched(t, accOptions(strategy, 4, infer.Invalid), e)
 	const seqs, steps = 4, 5

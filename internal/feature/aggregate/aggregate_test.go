@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -71,7 +72,7 @@ func TestOrderAndReplayDoNotChangeValues(t *testing.T) {
 	}
 	shuffled := append([]Event(nil), evs...)
 	rand.New(rand.NewPCG(3, 3)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-	replayed := append(shuffled, evs[100:900]...) // a redelivery
+	replayed := slices.Concat(shuffled, evs[100:900]) // a redelivery
 	got := valuesAt(s, replayed, at)
 	for i := range want {
 		if !same(got[i], want[i]) {

@@ -60,7 +60,7 @@ func (d *Decoder) Decode(data []byte, ev *Event, key []byte) ([]byte, error) {
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(data, &obj); err != nil {
-		return key, fmt.Errorf("%w: not a JSON object: %v", ErrEvent, err)
+		return key, fmt.Errorf("%w: not a JSON object: %w", ErrEvent, err)
 	}
 	raw, ok := obj[d.TimeField]
 	if !ok {
@@ -68,7 +68,7 @@ func (d *Decoder) Decode(data []byte, ev *Event, key []byte) ([]byte, error) {
 	}
 	t, err := parseTime(raw)
 	if err != nil {
-		return key, fmt.Errorf("%w: field '%s': %v", ErrEvent, d.TimeField, err)
+		return key, fmt.Errorf("%w: field '%s': %w", ErrEvent, d.TimeField, err)
 	}
 	ev.Time = t
 	d.vals = d.vals[:0]
@@ -79,13 +79,13 @@ func (d *Decoder) Decode(data []byte, ev *Event, key []byte) ([]byte, error) {
 		}
 		v, err := parseKey(raw, d.KeyKinds[i])
 		if err != nil {
-			return key, fmt.Errorf("%w: field '%s': %v", ErrEvent, f, err)
+			return key, fmt.Errorf("%w: field '%s': %w", ErrEvent, f, err)
 		}
 		d.vals = append(d.vals, v)
 	}
 	key, err = feature.AppendEntityKey(key, d.KeyKinds, d.vals)
 	if err != nil {
-		return key, fmt.Errorf("%w: %v", ErrEvent, err)
+		return key, fmt.Errorf("%w: %w", ErrEvent, err)
 	}
 	ev.Values = ev.Values[:0]
 	for _, c := range d.Columns {

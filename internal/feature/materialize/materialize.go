@@ -481,7 +481,6 @@ func (m *Materializer) writeLatest(ctx context.Context, v *feature.View, latest 
 		return time.Time{}, nil
 	}
 	return time.Unix(0, newest).UTC(), nil
-
 }
 
 // futureTolerance is Options.FutureTolerance, else the repository's

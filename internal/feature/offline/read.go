@@ -391,8 +391,10 @@ func openScannerAt(r io.ReaderAt, closer io.Closer, size int64, display string, 
 	}
 	// Synchronous reads: the async mode reads pages on goroutines, where a
 	// panic on corrupt data could not be recovered.
-	popts := []parquet.FileOption{parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true),
-		parquet.FileReadMode(parquet.ReadModeSync)}
+	popts := []parquet.FileOption{
+		parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true),
+		parquet.FileReadMode(parquet.ReadModeSync),
+	}
 	if bufSize > 0 {
 		popts = append(popts, parquet.ReadBufferSize(bufSize))
 	}

@@ -27,22 +27,25 @@ type countingProxy struct {
 	bytes, largest atomic.Int64
 }
 
-func (c *countingProxy) start(t *testing.T, target string) string { return c.startTB(t, target) }
-
-func (c *countingProxy) startTB(t testing.TB, target string) string {
+func (c *countingProxy) start(t *testing.T, target string) string {
 	t.Helper()
+	return c.startTB(t, target)
+}
+
+func (c *countingProxy) startTB(tb testing.TB, target string) string {
+	tb.Helper()
 	u, err := url.Parse("http://" + target)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.ModifyResponse = func(r *http.Response) error {
 		r.Body = &countedBody{ReadCloser: r.Body, c: c}
 		return nil
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	srv := &http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	tb.Cleanup(func() { _ = srv.Close() })
 	return ln.Addr().String()
 }
 
@@ -96,7 +99,8 @@ func wideSource(tb testing.TB, dir string) (int64, func(path string) *registry.R
 	st, err := os.Stat(path)
 	require.NoError(tb, err)
 	return st.Size(), func(p string) *registry.Repo {
-		return &registry.Repo{Dir: dir,
+		return &registry.Repo{
+			Dir:      dir,
 			Entities: map[string]*feature.Entity{"user": {Name: "user", JoinKey: "user_id", ValueType: tInt64}},
 			Sources:  map[string]*feature.Source{"src": {Name: "src", Kind: feature.SourceFile, Path: p, TimestampField: "ts"}},
 			Views:    map[string]*feature.View{"v": {Name: "v", Entities: []string{"user"}, Source: "src", Schema: schema[7:8]}},
@@ -137,5 +141,5 @@ func TestRemoteScanReadsRanges(t *testing.T) {
 	require.Equal(t, want, got)
 	t.Logf("object %d bytes; fetched %d bytes, largest response %d bytes", size, proxy.bytes.Load(), proxy.largest.Load())
 	require.Less(t, proxy.bytes.Load(), size/4, "a scan of 3 of 26 columns fetched most of the object")
-	require.LessOrEqual(t, proxy.largest.Load(), int64(max(remoteBufferSize, remoteBlockSize)))
+	require.LessOrEqual(t, proxy.largest.Load(), int64(max(remoteBufferSize, remoteBlockSize))) //nolint:unconvert // an untyped constant would be an int, and require compares types
 }

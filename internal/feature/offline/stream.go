@@ -23,13 +23,6 @@ func hasStream(repo *registry.Repo, refs []feature.FeatureRef) bool {
 	})
 }
 
-// streamEvent is one event of a stream's log, as the tile arithmetic
-// takes it.
-type streamEvent struct {
-	ev  aggregate.Event
-	key string
-}
-
 // streamHistView is one requested stream feature view.
 type streamHistView struct {
 	view   *feature.View

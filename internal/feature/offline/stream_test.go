@@ -75,8 +75,13 @@ func TestHistoricalStreamCountsArrivedEvents(t *testing.T) {
 	for _, e := range evs {
 		rows = append(rows, []feature.Value{{S: e.route}, {I64: e.et.UnixNano()}, {I64: e.arrived.UnixNano()}, {I64: e.seq}, {F64: e.delay}})
 	}
-	writeStreamParquet(t, filepath.Join(dir, "data/deliveries.parquet"), []Column{{"route_id", feature.Type{Kind: feature.KindString}}, {"event_ts", ts},
-		{"arrived_ts", ts}, {"seq", feature.Type{Kind: feature.KindInt64}}, {"delay", feature.Type{Kind: feature.KindFloat64}}}, rows)
+	writeStreamParquet(t, filepath.Join(dir, "data/deliveries.parquet"), []Column{
+		{"route_id", feature.Type{Kind: feature.KindString}},
+		{"event_ts", ts},
+		{"arrived_ts", ts},
+		{"seq", feature.Type{Kind: feature.KindInt64}},
+		{"delay", feature.Type{Kind: feature.KindFloat64}},
+	}, rows)
 	var ents [][]feature.Value
 	var at []time.Time
 	for i := range 20 {
@@ -92,8 +97,13 @@ func TestHistoricalStreamCountsArrivedEvents(t *testing.T) {
 	require.NoError(t, err)
 	out := filepath.Join(dir, "out.parquet")
 	require.NoError(t, Historical(t.Context(), repo, entFile, []feature.FeatureRef{{View: "route_live"}}, out, Options{TempDir: dir}))
-	got := readParquet(t, out, []Column{{"route_id", feature.Type{Kind: feature.KindString}}, {EntityTimestampColumn, ts},
-		{"n_10m", feature.Type{Kind: feature.KindInt64}}, {"delay_sum_10m", feature.Type{Kind: feature.KindFloat64}}, {"delay_max_1h", feature.Type{Kind: feature.KindFloat64}}})
+	got := readParquet(t, out, []Column{
+		{"route_id", feature.Type{Kind: feature.KindString}},
+		{EntityTimestampColumn, ts},
+		{"n_10m", feature.Type{Kind: feature.KindInt64}},
+		{"delay_sum_10m", feature.Type{Kind: feature.KindFloat64}},
+		{"delay_max_1h", feature.Type{Kind: feature.KindFloat64}},
+	})
 	require.Len(t, got, 21)
 	var total int64
 	for i, tm := range at {

@@ -165,8 +165,10 @@ func (c *compiler) sources(items []item[rawSource]) {
 			}
 			continue
 		}
-		for key, set := range map[string]bool{"url": r.URL != "", "stream": r.Stream != "", "subject": r.Subject != "",
-			"format": r.Format != "", "consumer": r.Consumer != "", "sequence_field": r.SequenceField != ""} {
+		for key, set := range map[string]bool{
+			"url": r.URL != "", "stream": r.Stream != "", "subject": r.Subject != "",
+			"format": r.Format != "", "consumer": r.Consumer != "", "sequence_field": r.SequenceField != "",
+		} {
 			if set {
 				rep.bad(lineOf(n, key), "%s is only for stream sources (type: stream)", key)
 			}

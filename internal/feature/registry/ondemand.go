@@ -46,8 +46,10 @@ func (c *compiler) requestSource(it item[rawSource]) {
 		c.errorf(it.file, line, obj, format, args...)
 		ok = false
 	}
-	for key, set := range map[string]bool{"path": r.Path != "", "timestamp_field": r.TimestampField != "",
-		"created_timestamp_column": r.CreatedTimestampColumn != "", "field_mapping": r.FieldMapping != nil, "batch_source": r.BatchSource != "", "s3_endpoint_override": r.S3EndpointOverride != ""} {
+	for key, set := range map[string]bool{
+		"path": r.Path != "", "timestamp_field": r.TimestampField != "",
+		"created_timestamp_column": r.CreatedTimestampColumn != "", "field_mapping": r.FieldMapping != nil, "batch_source": r.BatchSource != "", "s3_endpoint_override": r.S3EndpointOverride != "",
+	} {
 		if set {
 			bad(lineOf(n, key), "%s is not for request sources (a request source has only a schema)", key)
 		}

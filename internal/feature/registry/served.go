@@ -73,8 +73,10 @@ func snapshotDefinitions(snap *Snapshot) ([]byte, error) {
 					aggs[i]["column"] = a.Column
 				}
 			}
-			x := m{"name": v.Name, "entities": v.Entities, "source": v.Source, "ttl": v.TTL, "online": v.Online,
-				"tile": st.Tile, "allowed_lateness": st.AllowedLateness, "late_policy": st.LatePolicy, "aggregations": aggs}
+			x := m{
+				"name": v.Name, "entities": v.Entities, "source": v.Source, "ttl": v.TTL, "online": v.Online,
+				"tile": st.Tile, "allowed_lateness": st.AllowedLateness, "late_policy": st.LatePolicy, "aggregations": aggs,
+			}
 			if len(v.Tags) > 0 {
 				x["tags"] = v.Tags
 			}
@@ -85,8 +87,10 @@ func snapshotDefinitions(snap *Snapshot) ([]byte, error) {
 		for i, f := range v.Schema {
 			schema[i] = m{"name": f.Name, "dtype": f.Dtype}
 		}
-		x := m{"name": v.Name, "entities": v.Entities, "schema": schema, "ttl": v.TTL, "online": v.Online,
-			"source": v.Source, "stale_policy": v.StalePolicy}
+		x := m{
+			"name": v.Name, "entities": v.Entities, "schema": schema, "ttl": v.TTL, "online": v.Online,
+			"source": v.Source, "stale_policy": v.StalePolicy,
+		}
 		if len(v.Tags) > 0 {
 			x["tags"] = v.Tags
 		}

@@ -40,8 +40,10 @@ func TestStreamViewCompilesAndDiffs(t *testing.T) {
 	require.Equal(t, []string{"delay_min"}, r.StreamSpec("route_live").Columns)
 	src := r.Sources["deliveries"]
 	require.Equal(t, feature.SourceStream, src.Kind)
-	require.Equal(t, &feature.StreamSource{URL: DefaultNATSURL, Stream: "DELIVERIES", Subject: "deliveries.events", Format: "json",
-		Consumer: "sluice-deliveries", SequenceField: "seq"}, src.Stream)
+	require.Equal(t, &feature.StreamSource{
+		URL: DefaultNATSURL, Stream: "DELIVERIES", Subject: "deliveries.events", Format: "json",
+		Consumer: "sluice-deliveries", SequenceField: "seq",
+	}, src.Stream)
 
 	before := r.Snapshot()
 	require.Contains(t, Diff(nil, before), Change{Op: OpAdd, Kind: streamKind, Name: "route_live"})

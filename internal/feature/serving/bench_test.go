@@ -37,13 +37,13 @@ func BenchmarkGetOnlineFeatures(b *testing.B) {
 // wideServer is a Server over an embedded store holding 1,000 users' rows
 // of the view "wide" (50 Float32 features); it returns the features'
 // references too.
-func wideServer(b testing.TB) (*Server, []string) {
-	b.Helper()
-	store, err := embedded.Open(filepath.Join(b.TempDir(), "online.db"), embedded.Options{NoSync: true})
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = store.Close() })
+func wideServer(tb testing.TB) (*Server, []string) {
+	tb.Helper()
+	store, err := embedded.Open(filepath.Join(tb.TempDir(), "online.db"), embedded.Options{NoSync: true})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = store.Close() })
 
-	repo := testRepo(b)
+	repo := testRepo(tb)
 	v := &feature.View{Name: "wide", Entities: []string{"user"}, TTL: 24 * time.Hour, Online: true, Source: "user_file"}
 	refs := make([]string, 50)
 	vals := make([]feature.Value, 50)
@@ -57,18 +57,18 @@ func wideServer(b testing.TB) (*Server, []string) {
 	h := &holder{}
 	h.p.Store(repo)
 
-	ctx := b.Context()
+	ctx := tb.Context()
 	payload, err := feature.AppendValues(nil, v.Schema, vals)
-	require.NoError(b, err)
+	require.NoError(tb, err)
 	var entries []online.Entry
 	for u := range int64(1000) {
 		ek, err := feature.AppendEntityKey(nil, []feature.Kind{feature.KindInt64}, []feature.Value{{I64: u}})
-		require.NoError(b, err)
+		require.NoError(tb, err)
 		entries = append(entries, online.Entry{Key: online.Key{View: "wide", Entity: ek}, Record: feature.Record{EventTS: now.Add(-time.Minute).UnixNano(), Schema: feature.Fingerprint(v.Schema), Payload: payload}})
 	}
 	_, err = store.Write(ctx, entries, online.WriteOptions{})
-	require.NoError(b, err)
-	require.NoError(b, store.PutMeta(ctx, feature.ViewStateName("wide"), []byte(`{"last_success":"2026-01-02T11:59:00Z"}`)))
+	require.NoError(tb, err)
+	require.NoError(tb, store.PutMeta(ctx, feature.ViewStateName("wide"), []byte(`{"last_success":"2026-01-02T11:59:00Z"}`)))
 
 	return New(h, store, Options{Now: func() time.Time { return now }}, nil, nil), refs
 }
@@ -126,8 +126,8 @@ func BenchmarkGetOnlineFeaturesOlderSchema(b *testing.B) {
 // wideRequest is a request for every feature of the view "wide" for n
 // users (of wideServer's 1,000), in-process and as the JSON body of
 // POST /get-online-features.
-func wideRequest(b testing.TB, refs []string, n int) (*Request, []byte) {
-	b.Helper()
+func wideRequest(tb testing.TB, refs []string, n int) (*Request, []byte) {
+	tb.Helper()
 	ids := make([]feature.Value, n)
 	js := make([]int64, n)
 	for i := range n {
@@ -135,7 +135,7 @@ func wideRequest(b testing.TB, refs []string, n int) (*Request, []byte) {
 		ids[i], js[i] = feature.Value{I64: id}, id
 	}
 	body, err := json.Marshal(map[string]any{"features": refs, "entities": map[string]any{"user_id": js}})
-	require.NoError(b, err)
+	require.NoError(tb, err)
 	return &Request{Features: refs, Entities: map[string][]feature.Value{"user_id": ids}}, body
 }
 

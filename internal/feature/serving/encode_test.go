@@ -82,9 +82,17 @@ func refResponse(resp *Response) string {
 // the timestamp memo's stack size.
 func TestAppendResponseMatchesReference(t *testing.T) {
 	types := []feature.Type{
-		{Kind: feature.KindInt64}, {Kind: feature.KindFloat32}, {Kind: feature.KindFloat64}, {Kind: feature.KindString},
-		{Kind: feature.KindBytes}, {Kind: feature.KindBool}, {Kind: feature.KindUnixTimestamp}, {Kind: feature.KindInt32},
-		{Kind: feature.KindFloat32, List: true}, {Kind: feature.KindString, List: true}, {Kind: feature.KindFloat32},
+		{Kind: feature.KindInt64},
+		{Kind: feature.KindFloat32},
+		{Kind: feature.KindFloat64},
+		{Kind: feature.KindString},
+		{Kind: feature.KindBytes},
+		{Kind: feature.KindBool},
+		{Kind: feature.KindUnixTimestamp},
+		{Kind: feature.KindInt32},
+		{Kind: feature.KindFloat32, List: true},
+		{Kind: feature.KindString, List: true},
+		{Kind: feature.KindFloat32},
 	}
 	floats := []float64{1, 0.25, math.NaN(), math.Copysign(0, -1), 0, 1e6, 999999, -3, 1.0 / 3, math.Inf(-1), 123456.5}
 	for _, rows := range []int{0, 1, 3, 16, 17, 40} {
@@ -102,8 +110,10 @@ func TestAppendResponseMatchesReference(t *testing.T) {
 			var c Column
 			for r := range rows {
 				k := r*len(types) + ci
-				v := feature.Value{I64: int64(k*7919 - 5000), F64: floats[k%len(floats)] * float64(r+1), S: "s\"<" + strconv.Itoa(k), B: []byte{byte(k), 0xff},
-					Bool: k%2 == 0, F32s: []float32{float32(k) / 4, 1}, Ss: []string{"a", strconv.Itoa(k)}}
+				v := feature.Value{
+					I64: int64(k*7919 - 5000), F64: floats[k%len(floats)] * float64(r+1), S: "s\"<" + strconv.Itoa(k), B: []byte{byte(k), 0xff},
+					Bool: k%2 == 0, F32s: []float32{float32(k) / 4, 1}, Ss: []string{"a", strconv.Itoa(k)},
+				}
 				if ty.Kind == feature.KindFloat32 {
 					v.F64 = float64(float32(v.F64))
 				}

@@ -26,8 +26,8 @@ import (
 // host:port), socket operations and absolute paths.
 var internals = regexp.MustCompile(`\d{1,3}(\.\d{1,3}){3}|\[[0-9a-fA-F:]+\]|[A-Za-z0-9-]+:\d{2,5}\b|\btcp\b|\bi/o timeout\b|(^|[\s'"])/[a-z]`)
 
-// redisOutage is the error a Redis store returns when Redis is hung.
-var redisOutage = fmt.Errorf("read redis: %w: read tcp 127.0.0.1:41294->127.0.0.1:28079: i/o timeout", online.ErrUnavailable)
+// errRedisOutage is the error a Redis store returns when Redis is hung.
+var errRedisOutage = fmt.Errorf("read redis: %w: read tcp 127.0.0.1:41294->127.0.0.1:28079: i/o timeout", online.ErrUnavailable)
 
 // errorBody decodes a JSON error body.
 func errorBody(t *testing.T, body []byte) (msg, reason string) {
@@ -65,7 +65,7 @@ func TestOutageBodiesCarryNoInternals(t *testing.T) {
 	f, _ := offlineFixture(t)
 	withMaterializer(f)
 	seed(t, f)
-	f.store.setErr(redisOutage)
+	f.store.setErr(errRedisOutage)
 	cases := []struct{ name, method, path, body string }{
 		{"get-online-features", http.MethodPost, "/get-online-features", `{"features":["route_stats:eta"],"entities":{"route_id":["r1"]}}`},
 		{"stale check", http.MethodPost, "/get-online-features", `{"features":["user_stats:clicks"],"entities":{"user_id":[1]}}`},
@@ -200,8 +200,8 @@ func TestPublicMessage(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"store unavailable", storeError("read online features", redisOutage), "read online features: online store unavailable"},
-		{"materialize", fmt.Errorf("materialize view 'v': write online store: %w", redisOutage), "online store unavailable"},
+		{"store unavailable", storeError("read online features", errRedisOutage), "read online features: online store unavailable"},
+		{"materialize", fmt.Errorf("materialize view 'v': write online store: %w", errRedisOutage), "online store unavailable"},
 		{"internal with cause", &apierr.Error{Kind: apierr.KindInternal, Reason: ReasonOfflineWriteFailed, Msg: "push source 'p': append to batch source 'b'", Err: errors.New("open /srv/repo/data/x.parquet: permission denied")}, "push source 'p': append to batch source 'b'"},
 		{"internal message naming a path", apierr.Errorf(apierr.KindInternal, ReasonOfflineWriteFailed, "push source 'p': mkdir /srv/repo/data: read-only file system"), "push source 'p': mkdir <path>: read-only file system"},
 		{"address in the message", apierr.Errorf(apierr.KindUnavailable, ReasonStoreUnavailable, "dial redis-0.redis:6379 and [::1]:6380 and 10.1.2.3"), "dial <address> and <address> and <address>: online store unavailable"},

@@ -138,7 +138,10 @@ func TestFeastRemoteReadsEveryValueType(t *testing.T) {
 		{"float64 fraction", f64, feature.Value{F64: 97.4}, "DOUBLE", wantNum(97.4)},
 		{"string", feature.Type{Kind: feature.KindString}, feature.Value{S: "a\"<b>"}, "STRING", wantStr("a\"<b>")},
 		{"bytes", feature.Type{Kind: feature.KindBytes}, feature.Value{B: []byte{0, 1, 255}}, "STRING", wantStr(base64.StdEncoding.EncodeToString([]byte{0, 1, 255}))},
-		{"bool", feature.Type{Kind: feature.KindBool}, feature.Value{Bool: true}, "BOOL", func(t *testing.T, p pyValue) { require.True(t, p.b) }},
+		{"bool", feature.Type{Kind: feature.KindBool}, feature.Value{Bool: true}, "BOOL", func(t *testing.T, p pyValue) {
+			t.Helper()
+			require.True(t, p.b)
+		}},
 		{"unix timestamp", feature.Type{Kind: feature.KindUnixTimestamp}, feature.Value{I64: ts.UnixNano()}, "INT64", wantNum(float64(ts.Unix()))},
 		{"int32 list", feature.Type{Kind: feature.KindInt32, List: true}, feature.Value{I64s: []int64{1, -2, 3}}, "INT64_LIST", wantNums(1, -2, 3)},
 		{"int64 list", feature.Type{Kind: feature.KindInt64, List: true}, feature.Value{I64s: []int64{1 << 50}}, "INT64_LIST", wantNums(1 << 50)},
@@ -220,8 +223,14 @@ func TestAppendFloatWholeNumbers(t *testing.T) {
 		bits int
 		want string
 	}{
-		{1, 32, "1.0"}, {0, 64, "0.0"}, {math.Copysign(0, -1), 64, "-0.0"}, {100000, 64, "100000.0"},
-		{1e6, 64, "1e+06"}, {1.5, 32, "1.5"}, {math.NaN(), 64, "null"}, {math.Inf(1), 32, "null"},
+		{1, 32, "1.0"},
+		{0, 64, "0.0"},
+		{math.Copysign(0, -1), 64, "-0.0"},
+		{100000, 64, "100000.0"},
+		{1e6, 64, "1e+06"},
+		{1.5, 32, "1.5"},
+		{math.NaN(), 64, "null"},
+		{math.Inf(1), 32, "null"},
 	} {
 		require.Equal(t, c.want, string(appendFloat(nil, c.f, c.bits)), "%v", c.f)
 	}

@@ -262,7 +262,7 @@ func toProtoResponse(r *Response) *feastpb.GetOnlineFeaturesResponse {
 		// One allocation for the column's timestamps, not one each.
 		tss := make([]timestamppb.Timestamp, len(c.EventTimestamps))
 		for j, ts := range c.EventTimestamps {
-			tss[j].Seconds, tss[j].Nanos = ts.Unix(), int32(ts.Nanosecond()) //nolint:gosec // G115: nanoseconds fit in int32
+			tss[j].Seconds, tss[j].Nanos = ts.Unix(), int32(ts.Nanosecond())
 			fv.EventTimestamps[j] = &tss[j]
 		}
 		out.Results[i] = fv
@@ -331,7 +331,7 @@ func toProtoValue(t feature.Type, v *feature.Value) *feastpb.Value {
 	if !t.List {
 		switch t.Kind {
 		case feature.KindInt32:
-			return &feastpb.Value{Val: &feastpb.Value_Int32Val{Int32Val: int32(v.I64)}} //nolint:gosec // G115: an Int32 value is in range
+			return &feastpb.Value{Val: &feastpb.Value_Int32Val{Int32Val: int32(v.I64)}}
 		case feature.KindInt64:
 			return &feastpb.Value{Val: &feastpb.Value_Int64Val{Int64Val: v.I64}}
 		case feature.KindFloat32:
@@ -354,7 +354,7 @@ func toProtoValue(t feature.Type, v *feature.Value) *feastpb.Value {
 	case feature.KindInt32:
 		l := make([]int32, len(v.I64s))
 		for i, x := range v.I64s {
-			l[i] = int32(x) //nolint:gosec // G115: Int32 elements are in range
+			l[i] = int32(x)
 		}
 		return &feastpb.Value{Val: &feastpb.Value_Int32ListVal{Int32ListVal: &feastpb.Int32List{Val: l}}}
 	case feature.KindInt64:

@@ -23,7 +23,7 @@ func BenchmarkEdges(b *testing.B) {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(b.Context(), "tcp", "127.0.0.1:0")
 	require.NoError(b, err)
-	hs := &http.Server{Handler: NewHandler(srv, HandlerOptions{})} //nolint:gosec // G112: a benchmark's loopback server
+	hs := &http.Server{Handler: NewHandler(srv, HandlerOptions{})}
 	go func() { _ = hs.Serve(ln) }()
 	b.Cleanup(func() { _ = hs.Close() })
 	client := feastpb.NewServingServiceClient(serveGRPC(b, srv, GRPCOptions{}))

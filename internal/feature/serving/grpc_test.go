@@ -22,18 +22,18 @@ import (
 
 // serveGRPC serves s's gRPC edge on a loopback port and returns a client
 // connection to it.
-func serveGRPC(t testing.TB, s *Server, opts GRPCOptions) *grpc.ClientConn {
-	t.Helper()
+func serveGRPC(tb testing.TB, s *Server, opts GRPCOptions) *grpc.ClientConn {
+	tb.Helper()
 	var lc net.ListenConfig
-	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
+	ln, err := lc.Listen(tb.Context(), "tcp", "127.0.0.1:0")
+	require.NoError(tb, err)
 	gs := grpc.NewServer()
 	feastpb.RegisterServingServiceServer(gs, NewGRPCService(s, opts))
 	done := make(chan struct{})
 	go func() { _ = gs.Serve(ln); close(done) }()
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() {
+	require.NoError(tb, err)
+	tb.Cleanup(func() {
 		_ = conn.Close()
 		gs.Stop()
 		<-done
@@ -168,9 +168,9 @@ func TestGRPCReadsWhatJSONReads(t *testing.T) {
 // the wire format by hand.
 type rawCodec struct{}
 
-func (rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
+func (rawCodec) Marshal(v any) ([]byte, error) { return *v.(*[]byte), nil }
 func (rawCodec) Unmarshal(data []byte, v any) error {
-	*(v.(*[]byte)) = append([]byte(nil), data...)
+	*v.(*[]byte) = append([]byte(nil), data...)
 	return nil
 }
 func (rawCodec) Name() string { return "proto" }
@@ -331,15 +331,21 @@ func TestGRPCErrors(t *testing.T) {
 // must never panic, and every refusal is a status with a reason.
 func FuzzGRPCRequest(f *testing.F) {
 	seeds := []*feastpb.GetOnlineFeaturesRequest{
-		{Kind: &feastpb.GetOnlineFeaturesRequest_Features{Features: &feastpb.FeatureList{Val: []string{"user_stats:clicks", "user_stats:emb"}}},
-			Entities: map[string]*feastpb.RepeatedValue{"user_id": {Val: []*feastpb.Value{{Val: &feastpb.Value_Int64Val{Int64Val: 1}}, {Val: &feastpb.Value_Int32Val{Int32Val: 2}}}}}},
-		{Kind: &feastpb.GetOnlineFeaturesRequest_FeatureService{FeatureService: "eta_svc"},
+		{
+			Kind:     &feastpb.GetOnlineFeaturesRequest_Features{Features: &feastpb.FeatureList{Val: []string{"user_stats:clicks", "user_stats:emb"}}},
+			Entities: map[string]*feastpb.RepeatedValue{"user_id": {Val: []*feastpb.Value{{Val: &feastpb.Value_Int64Val{Int64Val: 1}}, {Val: &feastpb.Value_Int32Val{Int32Val: 2}}}}},
+		},
+		{
+			Kind: &feastpb.GetOnlineFeaturesRequest_FeatureService{FeatureService: "eta_svc"},
 			Entities: map[string]*feastpb.RepeatedValue{
 				"user_id":  {Val: []*feastpb.Value{{Val: &feastpb.Value_Int64Val{Int64Val: 1}}}},
 				"route_id": {Val: []*feastpb.Value{{Val: &feastpb.Value_StringVal{StringVal: "r1"}}}},
-			}, FullFeatureNames: true},
-		{Kind: &feastpb.GetOnlineFeaturesRequest_Features{Features: &feastpb.FeatureList{Val: []string{"route_stats:blob"}}},
-			Entities: map[string]*feastpb.RepeatedValue{"route_id": {Val: []*feastpb.Value{{Val: &feastpb.Value_BytesVal{BytesVal: []byte{1}}}, {Val: &feastpb.Value_NullVal{}}, {}}}}},
+			}, FullFeatureNames: true,
+		},
+		{
+			Kind:     &feastpb.GetOnlineFeaturesRequest_Features{Features: &feastpb.FeatureList{Val: []string{"route_stats:blob"}}},
+			Entities: map[string]*feastpb.RepeatedValue{"route_id": {Val: []*feastpb.Value{{Val: &feastpb.Value_BytesVal{BytesVal: []byte{1}}}, {Val: &feastpb.Value_NullVal{}}, {}}}},
+		},
 	}
 	for _, s := range seeds {
 		b, err := proto.Marshal(s)

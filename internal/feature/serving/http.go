@@ -598,7 +598,7 @@ func (m *tsMemo) append(b []byte, ts time.Time) []byte {
 	b = AppendTimestamp(b, ts)
 	b = append(b, '"')
 	if l := len(b) - start; l <= len(m.s) {
-		m.t, m.n = ts, uint8(l) //nolint:gosec // G115: l <= 32
+		m.t, m.n = ts, uint8(l)
 		copy(m.s[:], b[start:])
 	} else {
 		m.n = 0

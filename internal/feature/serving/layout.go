@@ -131,8 +131,10 @@ func (s *Server) unreadable(view, reason string, row feature.SchemaID, cause err
 	}
 	s.alertMu.Unlock()
 	if fire {
-		args := []any{"view", view, "reason", reason, "row_schema", row.String(),
-			"hint", "values read NOT_FOUND until the view is re-materialized or pushed"}
+		args := []any{
+			"view", view, "reason", reason, "row_schema", row.String(),
+			"hint", "values read NOT_FOUND until the view is re-materialized or pushed",
+		}
 		if cause != nil {
 			args = append(args, "err", cause)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -276,9 +277,7 @@ func (p *plan) withContext(entities, ctx map[string][]feature.Value) map[string]
 		return entities
 	}
 	out := make(map[string][]feature.Value, len(entities)+len(p.od.req))
-	for k, v := range entities {
-		out[k] = v
-	}
+	maps.Copy(out, entities)
 	for _, f := range p.od.req {
 		if v, ok := ctx[f.Name]; ok {
 			if _, set := out[f.Name]; !set {

@@ -58,9 +58,9 @@ func BenchmarkStreamRead(b *testing.B) {
 	}
 }
 
-func streamBenchServer(b testing.TB) *Server {
-	b.Helper()
-	dir := b.TempDir()
+func streamBenchServer(tb testing.TB) *Server {
+	tb.Helper()
+	dir := tb.TempDir()
 	var defs strings.Builder
 	defs.WriteString(`entities:
   - {name: user, join_keys: [user_id], value_type: Int64}
@@ -91,15 +91,15 @@ feature_views:
 		}
 		fmt.Fprintf(&defs, "      - {name: f%02d, function: %s, column: c%d, time_window: %s}\n", i, fns[i%len(fns)], i%5, w)
 	}
-	require.NoError(b, os.WriteFile(filepath.Join(dir, registry.ConfigFile), []byte("project: bench\n"), 0o644))
-	require.NoError(b, os.WriteFile(filepath.Join(dir, "defs.yaml"), []byte(defs.String()), 0o644))
-	repo, err := registry.Load(b.Context(), dir)
-	require.NoError(b, err)
+	require.NoError(tb, os.WriteFile(filepath.Join(dir, registry.ConfigFile), []byte("project: bench\n"), 0o644))
+	require.NoError(tb, os.WriteFile(filepath.Join(dir, "defs.yaml"), []byte(defs.String()), 0o644))
+	repo, err := registry.Load(tb.Context(), dir)
+	require.NoError(tb, err)
 	h := &holder{}
 	h.p.Store(repo)
 	store, err := embedded.Open(filepath.Join(dir, "online.db"), embedded.Options{NoSync: true})
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = store.Close() })
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = store.Close() })
 
 	wide := repo.Views["wide"]
 	vals := make([]feature.Value, 50)
@@ -107,12 +107,12 @@ feature_views:
 		vals[i] = feature.Value{F64: float64(float32(float64(i) / 4))}
 	}
 	payload, err := feature.AppendValues(nil, wide.Schema, vals)
-	require.NoError(b, err)
+	require.NoError(tb, err)
 	spec := repo.StreamSpec("live")
 	var entries []online.Entry
 	for u := range int64(1000) {
 		ek, err := feature.AppendEntityKey(nil, []feature.Kind{feature.KindInt64}, []feature.Value{{I64: u}})
-		require.NoError(b, err)
+		require.NoError(tb, err)
 		entries = append(entries, online.Entry{Key: online.Key{View: "wide", Entity: ek}, Record: feature.Record{EventTS: now.Add(-time.Minute).UnixNano(), Schema: feature.Fingerprint(wide.Schema), Payload: payload}})
 		st := aggregate.NewState()
 		for e := range 120 {
@@ -123,8 +123,8 @@ feature_views:
 		st.Version = 1
 		entries = append(entries, online.Entry{Key: online.Key{View: "live", Entity: ek}, Record: feature.Record{EventTS: 1, Schema: streamTileSchema, Payload: st.Append(nil, spec)}})
 	}
-	_, err = store.Write(b.Context(), entries, online.WriteOptions{})
-	require.NoError(b, err)
+	_, err = store.Write(tb.Context(), entries, online.WriteOptions{})
+	require.NoError(tb, err)
 	return New(h, store, Options{Now: func() time.Time { return now }}, nil, nil)
 }
 

@@ -88,8 +88,12 @@ func TestUnixTimestampValues(t *testing.T) {
 // (four-digit years take the fast path, others the layouts).
 func TestAppendTimestampMatchesLayouts(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	times := []time.Time{time.Unix(0, 0), {}, time.Date(9999, 12, 31, 23, 59, 59, 999_999_999, time.UTC),
-		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 1, 1, 0, 0, 0, 5_000, time.UTC)}
+	times := []time.Time{
+		time.Unix(0, 0),
+		{},
+		time.Date(9999, 12, 31, 23, 59, 59, 999_999_999, time.UTC),
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 1, 1, 0, 0, 0, 5_000, time.UTC),
+	}
 	for range 20000 {
 		ts := time.Unix(rng.Int64N(400_000_000_000)-200_000_000_000, 0)
 		switch rng.IntN(4) {

@@ -143,7 +143,7 @@ func (a *Aggregator) Run(ctx context.Context) error {
 		a.flushState(ctx, false)
 	}
 	a.flushState(context.WithoutCancel(ctx), true)
-	return nil
+	return nil //nolint:nilerr // ctx ended: a shutdown, not a failure (fetch and apply errors are retried)
 }
 
 func sleep(ctx context.Context, d time.Duration) {

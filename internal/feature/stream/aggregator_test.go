@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	mrand "math/rand/v2"
@@ -95,6 +94,7 @@ func genMessages(base time.Time, n int) []Message {
 
 // direct computes every route's values at t from the unique messages.
 func direct(t *testing.T, repo *registry.Repo, msgs []Message, at time.Time) map[string][]feature.Value {
+	t.Helper()
 	spec := repo.StreamSpec("route_live")
 	keys, kinds := repo.JoinKeys("route_live")
 	dec := aggregate.NewDecoder(spec, "ts", keys, kinds, nil)
@@ -128,6 +128,7 @@ func direct(t *testing.T, repo *registry.Repo, msgs []Message, at time.Time) map
 }
 
 func stored(t *testing.T, repo *registry.Repo, store online.Store, at time.Time) map[string][]feature.Value {
+	t.Helper()
 	spec := repo.StreamSpec("route_live")
 	out := map[string][]feature.Value{}
 	for i := range 10 {
@@ -148,11 +149,12 @@ func stored(t *testing.T, repo *registry.Repo, store online.Store, at time.Time)
 }
 
 func runAggregators(t *testing.T, repo *registry.Repo, store online.Store, msgs []Message, replicas int, now time.Time) {
+	t.Helper()
 	src := &memSource{msgs: msgs}
 	var wg sync.WaitGroup
 	for range replicas {
 		a, err := New(repo, "deliveries", src, store, Options{Batch: 37, Now: func() time.Time { return now }},
-			slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+			slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 		require.NoError(t, err)
 		wg.Go(func() {
 			for {

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -93,7 +92,7 @@ func (l *lagSource) count() int {
 
 func runAggregator(b *testing.B, repo *registry.Repo, store online.Store, batch int) (*lagSource, context.CancelFunc, chan struct{}) {
 	b.Helper()
-	js, err := OpenJetStream(b.Context(), repo.Sources["deliveries"], JetStreamOptions{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	js, err := OpenJetStream(b.Context(), repo.Sources["deliveries"], JetStreamOptions{}, slog.New(slog.DiscardHandler))
 	require.NoError(b, err)
 	src := &lagSource{Source: js}
 	a, err := New(repo, "deliveries", src, store, Options{Batch: batch, Wait: 100 * time.Millisecond}, slog.New(slog.NewTextHandler(os.Stderr, nil)), prometheus.NewRegistry())

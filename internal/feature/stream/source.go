@@ -28,9 +28,9 @@ type Message struct {
 
 // Source is a stream of events that aggregators consume.
 type Source interface {
-	// Fetch returns up to max messages, waiting at most wait for them; an
+	// Fetch returns up to n messages, waiting at most wait for them; an
 	// empty batch is not an error.
-	Fetch(ctx context.Context, max int, wait time.Duration) ([]Message, error)
+	Fetch(ctx context.Context, n int, wait time.Duration) ([]Message, error)
 	// Ack confirms messages whose effects are stored; unacknowledged
 	// messages are delivered again.
 	Ack(ctx context.Context, msgs []Message) error

@@ -272,8 +272,7 @@ func exprTypeName(t reflect.Type) string {
 
 // position extracts a line and column from an expr error.
 func position(err error) (line, col int, msg string) {
-	var fe *file.Error
-	if errors.As(err, &fe) {
+	if fe, ok := errors.AsType[*file.Error](err); ok {
 		return fe.Line, fe.Column + 1, fe.Message
 	}
 	return 0, 0, err.Error()

@@ -49,8 +49,10 @@ func (b *SnapshotBucket) stats() hourBucket {
 }
 
 func snapOf(h *hourBucket) SnapshotBucket {
-	return SnapshotBucket{Index: h.hour, N: h.values.n, Mean: h.values.mean, M2: h.values.m2,
-		P90N: h.p90s.n, P90Mean: h.p90s.mean, P90M2: h.p90s.m2}
+	return SnapshotBucket{
+		Index: h.hour, N: h.values.n, Mean: h.values.mean, M2: h.values.m2,
+		P90N: h.p90s.n, P90Mean: h.p90s.mean, P90M2: h.p90s.m2,
+	}
 }
 
 // ParseSnapshot decodes and checks a snapshot.

@@ -86,8 +86,10 @@ func FuzzParseSnapshot(f *testing.F) {
 		if err != nil {
 			return
 		}
-		m := NewMonitor("s", MonitorOptions{Bucket: time.Duration(s.BucketNS), History: 24 * time.Duration(s.BucketNS),
-			Now: func() time.Time { return s.Origin.Add(time.Hour) }}, nil, nil)
+		m := NewMonitor("s", MonitorOptions{
+			Bucket: time.Duration(s.BucketNS), History: 24 * time.Duration(s.BucketNS),
+			Now: func() time.Time { return s.Origin.Add(time.Hour) },
+		}, nil, nil)
 		m.Seed(s)
 		m.Observe(s.Origin.Add(time.Hour), 1)
 		_ = m.State()

@@ -81,13 +81,13 @@ func (s *Server) Getenv(name string) string {
 }
 
 // Open opens prefix of the server's bucket.
-func (s *Server) Open(t testing.TB, prefix string) *objstore.Bucket {
-	t.Helper()
-	b, err := objstore.OpenURI(t.Context(), s.URI(prefix), objstore.Options{Getenv: s.Getenv})
+func (s *Server) Open(tb testing.TB, prefix string) *objstore.Bucket {
+	tb.Helper()
+	b, err := objstore.OpenURI(tb.Context(), s.URI(prefix), objstore.Options{Getenv: s.Getenv})
 	if err != nil {
-		t.Fatalf("open %s: %v", s.URI(prefix), err)
+		tb.Fatalf("open %s: %v", s.URI(prefix), err)
 	}
-	t.Cleanup(func() { _ = b.Close() })
+	tb.Cleanup(func() { _ = b.Close() })
 	return b
 }
 
@@ -102,15 +102,15 @@ func (s *Server) Stop() {
 }
 
 // Start starts a stopped server again on the same port, with its data.
-func (s *Server) Start(t testing.TB) {
-	t.Helper()
+func (s *Server) Start(tb testing.TB) {
+	tb.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.running {
 		return
 	}
 	if err := s.start(); err != nil {
-		t.Fatalf("start %s server again: %v", s.Scheme, err)
+		tb.Fatalf("start %s server again: %v", s.Scheme, err)
 	}
 	s.running = true
 }
@@ -122,11 +122,11 @@ func randomHex(n int) string {
 }
 
 // freePort returns a loopback port nothing listens on now.
-func freePort(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(tb testing.TB) string {
+	tb.Helper()
+	ln, err := new(net.ListenConfig).Listen(tb.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
@@ -135,8 +135,8 @@ func freePort(t testing.TB) string {
 
 // serveHTTP serves h on addr (host:port) and returns start and stop
 // functions for restarts on that address.
-func serveHTTP(t testing.TB, addr string, h http.Handler) (start func() error, stop func()) {
-	t.Helper()
+func serveHTTP(tb testing.TB, addr string, h http.Handler) (start func() error, stop func()) {
+	tb.Helper()
 	var mu sync.Mutex // protects srv
 	var srv *http.Server
 	start = func() error {
@@ -144,7 +144,7 @@ func serveHTTP(t testing.TB, addr string, h http.Handler) (start func() error, s
 		var err error
 		// The port was ours a moment ago; another listener rarely takes it.
 		for range 50 {
-			if ln, err = net.Listen("tcp", addr); err == nil {
+			if ln, err = new(net.ListenConfig).Listen(context.Background(), "tcp", addr); err == nil {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -167,50 +167,54 @@ func serveHTTP(t testing.TB, addr string, h http.Handler) (start func() error, s
 		}
 	}
 	if err := start(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(stop)
+	tb.Cleanup(stop)
 	return start, stop
 }
 
 // StartS3 starts an S3-compatible server (gofakes3, in memory) with one
 // bucket. Credentials are random; the server accepts any signature, so
 // tests of what the client sends them for cannot rely on refusals.
-func StartS3(t testing.TB) *Server {
-	t.Helper()
+func StartS3(tb testing.TB) *Server {
+	tb.Helper()
 	be := s3mem.New()
 	bucket := "models-" + randomHex(4)
 	if err := be.CreateBucket(bucket); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	faker := gofakes3.New(be, gofakes3.WithTimeSkewLimit(0))
-	addr := freePort(t)
-	start, stop := serveHTTP(t, addr, faker.Server())
+	addr := freePort(tb)
+	start, stop := serveHTTP(tb, addr, faker.Server())
 	s := &Server{Scheme: objstore.SchemeS3, Bucket: bucket, addr: addr, start: start, stop: stop, running: true}
 	key, secret, token := "AKIA"+strings.ToUpper(randomHex(8)), randomHex(20), "tok"+randomHex(16)
-	s.Env = []string{"AWS_ACCESS_KEY_ID=" + key, "AWS_SECRET_ACCESS_KEY=" + secret, "AWS_SESSION_TOKEN=" + token, "AWS_DEFAULT_REGION=us-east-1",
+	s.Env = []string{
+		"AWS_ACCESS_KEY_ID=" + key, "AWS_SECRET_ACCESS_KEY=" + secret, "AWS_SESSION_TOKEN=" + token, "AWS_DEFAULT_REGION=us-east-1",
 		// Keep the SDK away from instance metadata and profiles.
-		"AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE=" + os.DevNull, "AWS_SHARED_CREDENTIALS_FILE=" + os.DevNull}
+		"AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE=" + os.DevNull, "AWS_SHARED_CREDENTIALS_FILE=" + os.DevNull,
+	}
 	s.Secrets = []string{key, secret, token}
 	return s
 }
 
 // StartGCS starts the GCS emulator (fake-gcs-server, in memory) with one
 // bucket, reached through STORAGE_EMULATOR_HOST.
-func StartGCS(t testing.TB) *Server {
-	t.Helper()
+func StartGCS(tb testing.TB) *Server {
+	tb.Helper()
 	bucket := "models-" + randomHex(4)
 	// The emulator needs to know its own address for upload sessions.
-	addr := freePort(t)
+	addr := freePort(tb)
 	fs, err := fakestorage.NewServerWithOptions(fakestorage.Options{NoListener: true, Scheme: "http", ExternalURL: "http://" + addr, PublicHost: addr})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	fs.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: bucket})
-	start, stop := serveHTTP(t, addr, fs.HTTPHandler())
-	t.Cleanup(fs.Stop)
-	return &Server{Scheme: objstore.SchemeGCS, Bucket: bucket, addr: addr, start: start, stop: stop, running: true,
-		Env: []string{"STORAGE_EMULATOR_HOST=" + addr}}
+	start, stop := serveHTTP(tb, addr, fs.HTTPHandler())
+	tb.Cleanup(fs.Stop)
+	return &Server{
+		Scheme: objstore.SchemeGCS, Bucket: bucket, addr: addr, start: start, stop: stop, running: true,
+		Env: []string{"STORAGE_EMULATOR_HOST=" + addr},
+	}
 }
 
 // AzuriteBinary finds azurite-blob: $AZURITE_BLOB, then the copy
@@ -237,23 +241,25 @@ const AzuriteVersion = "3.37.0"
 // StartAzurite starts Azurite's blob service with a random account and
 // key and one container, keeping its data in a temporary folder so that a
 // restart finds it.
-func StartAzurite(t testing.TB) *Server {
-	t.Helper()
+func StartAzurite(tb testing.TB) *Server {
+	tb.Helper()
 	bin, err := AzuriteBinary()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	account := "acct" + randomHex(4)
 	keyBytes := make([]byte, 32)
 	_, _ = rand.Read(keyBytes)
 	key := base64.StdEncoding.EncodeToString(keyBytes)
-	dir := t.TempDir()
-	addr := freePort(t)
+	dir := tb.TempDir()
+	addr := freePort(tb)
 	host, port, _ := net.SplitHostPort(addr)
 	var mu sync.Mutex
 	var cmd *exec.Cmd
 	start := func() error {
-		c := exec.Command(bin, "--blobHost", host, "--blobPort", port, "--location", dir, "--skipApiVersionCheck", "--silent", "--disableTelemetry")
+		// Not the test's context: stop (an interrupt) ends the process,
+		// and a restarted one outlives the call that started it.
+		c := exec.CommandContext(context.Background(), bin, "--blobHost", host, "--blobPort", port, "--location", dir, "--skipApiVersionCheck", "--silent", "--disableTelemetry")
 		c.Env = append(os.Environ(), "AZURITE_ACCOUNTS="+account+":"+key)
 		c.Stdout, c.Stderr = nil, nil
 		if err := c.Start(); err != nil {
@@ -264,7 +270,8 @@ func StartAzurite(t testing.TB) *Server {
 		mu.Unlock()
 		deadline := time.Now().Add(30 * time.Second)
 		for time.Now().Before(deadline) {
-			if conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+			d := net.Dialer{Timeout: 200 * time.Millisecond}
+			if conn, err := d.DialContext(context.Background(), "tcp", addr); err == nil {
 				_ = conn.Close()
 				return nil
 			}
@@ -294,50 +301,52 @@ func StartAzurite(t testing.TB) *Server {
 		}
 	}
 	if err := start(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(stop)
-	s := &Server{Scheme: objstore.SchemeAzure, Bucket: "models" + randomHex(4), addr: addr, account: account, start: start, stop: stop, running: true,
+	tb.Cleanup(stop)
+	s := &Server{
+		Scheme: objstore.SchemeAzure, Bucket: "models" + randomHex(4), addr: addr, account: account, start: start, stop: stop, running: true,
 		Env:     []string{"AZURE_STORAGE_ACCOUNT=" + account, "AZURE_STORAGE_KEY=" + key, "AZURE_STORAGE_IS_LOCAL_EMULATOR=true", "AZURE_STORAGE_DOMAIN=" + addr},
-		Secrets: []string{key}}
-	createContainer(t, s)
+		Secrets: []string{key},
+	}
+	createContainer(tb, s)
 	return s
 }
 
 // createContainer creates the server's Azure container.
-func createContainer(t testing.TB, s *Server) {
-	t.Helper()
+func createContainer(tb testing.TB, s *Server) {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cred, err := container.NewSharedKeyCredential(s.account, s.Getenv("AZURE_STORAGE_KEY"))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	c, err := container.NewClientWithSharedKeyCredential("http://"+s.addr+"/"+s.account+"/"+s.Bucket, cred, nil)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if _, err := c.Create(ctx, nil); err != nil {
-		t.Fatalf("create azurite container: %v", err)
+		tb.Fatalf("create azurite container: %v", err)
 	}
 }
 
 // Upload copies a local folder into the bucket under prefix.
-func Upload(t testing.TB, b *objstore.Bucket, dir, prefix string) {
-	t.Helper()
+func Upload(tb testing.TB, b *objstore.Bucket, dir, prefix string) {
+	tb.Helper()
 	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, p)
-		data, err := os.ReadFile(p)
+		data, err := os.ReadFile(p) //nolint:gosec // G122: a test's own fixture folder, uploaded to a test server
 		if err != nil {
 			return err
 		}
 		return b.WriteAll(context.Background(), strings.TrimPrefix(prefix+"/"+filepath.ToSlash(rel), "/"), data)
 	})
 	if err != nil {
-		t.Fatalf("upload %s: %v", dir, err)
+		tb.Fatalf("upload %s: %v", dir, err)
 	}
 }
 

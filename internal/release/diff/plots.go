@@ -54,7 +54,7 @@ func fitTitle(p *plot.Plot) {
 // titleWidth is the width of the title's widest line.
 func titleWidth(p *plot.Plot) vg.Length {
 	var w vg.Length
-	for _, line := range strings.Split(p.Title.Text, "\n") {
+	for line := range strings.SplitSeq(p.Title.Text, "\n") {
 		w = max(w, p.Title.TextStyle.Width(line))
 	}
 	return w

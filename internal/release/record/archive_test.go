@@ -34,8 +34,10 @@ func TestArchiverToBuckets(t *testing.T) {
 			sw := &syncWriter{w: &logBuf}
 			logger := slog.New(slog.NewTextHandler(sw, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			reg := prometheus.NewRegistry()
-			arch, err := NewArchiver(t.Context(), ArchiveOptions{Dir: dir, Base: "records", Location: uri, Interval: 50 * time.Millisecond,
-				Label: "recordings", Getenv: srv.Getenv}, logger, reg)
+			arch, err := NewArchiver(t.Context(), ArchiveOptions{
+				Dir: dir, Base: "records", Location: uri, Interval: 50 * time.Millisecond,
+				Label: "recordings", Getenv: srv.Getenv,
+			}, logger, reg)
 			require.NoError(t, err)
 			line, err := Encode(sample(100, t0))
 			require.NoError(t, err)

@@ -269,34 +269,43 @@ func TestSpoolSkipsDamagedFrames(t *testing.T) {
 	}{
 		{"intact", func(*testing.T, string) {}, all(), 0, 0},
 		{"torn last frame", func(t *testing.T, path string) {
+			t.Helper()
 			require.NoError(t, os.Truncate(path, magic+5*frame-3))
 		}, all(4), 0, frame - 3},
 		{"torn header", func(t *testing.T, path string) {
+			t.Helper()
 			require.NoError(t, os.Truncate(path, magic+4*frame+5))
 		}, all(4), 0, 5},
 		{"flipped byte in the last frame", func(t *testing.T, path string) {
+			t.Helper()
 			flip(t, path, magic+4*frame+20)
 		}, all(4), 1, frame},
 		{"flipped byte in the second frame", func(t *testing.T, path string) {
+			t.Helper()
 			flip(t, path, magic+frame+20)
 		}, all(1), 1, 0},
 		{"absurd length", func(t *testing.T, path string) {
+			t.Helper()
 			flip(t, path, magic+2*frame+3)
 		}, all(2), 1, 0},
 		{"8 bytes across two frames", func(t *testing.T, path string) {
+			t.Helper()
 			for i := range int64(8) {
 				flip(t, path, magic+2*frame-4+i)
 			}
 		}, all(1, 2), 2, 0},
 		{"first frame's header", func(t *testing.T, path string) {
+			t.Helper()
 			for i := range int64(8) {
 				flip(t, path, magic+i)
 			}
 		}, all(0), 1, 0},
 		{"garbage after the frames", func(t *testing.T, path string) {
+			t.Helper()
 			appendBytes(t, path, []byte("\x00\x01garbage"))
 		}, all(), 0, 9},
 		{"bad magic", func(t *testing.T, path string) {
+			t.Helper()
 			flip(t, path, 0)
 		}, nil, 0, magic + 5*frame},
 	} {

@@ -554,7 +554,7 @@ func (w *Writer) drain() {
 			w.log.Warn("recording spool drain failed; retrying", "spooled", w.spool.pendingRecords(), "retry_in", backoff, "err", err)
 		}
 		// Jitter: replicas that lost the same broker do not retry in step.
-		wait := backoff/2 + rand.N(backoff/2+1)
+		wait := backoff/2 + rand.N(backoff/2+1) //nolint:gosec // G404: retry jitter, not a secret
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:

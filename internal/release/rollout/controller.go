@@ -620,8 +620,10 @@ func (c *Controller) Reset(ctx context.Context, reason string) error {
 // in progress.
 func (c *Controller) command(ctx context.Context, plan func(cur *SavedState) (*proposal, error)) error {
 	if !c.ops.acquire(ctx) {
-		return &apierr.Error{Kind: apierr.KindUnavailable, Reason: ReasonRolloutBusy,
-			Msg: fmt.Sprintf("the rollout of %s is busy with another transition", c.service), Err: context.Cause(ctx)}
+		return &apierr.Error{
+			Kind: apierr.KindUnavailable, Reason: ReasonRolloutBusy,
+			Msg: fmt.Sprintf("the rollout of %s is busy with another transition", c.service), Err: context.Cause(ctx),
+		}
 	}
 	defer c.ops.release()
 	_, err := c.do(ctx, c.now().UTC(), func(cur *SavedState) (*proposal, error) {

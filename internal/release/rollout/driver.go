@@ -147,11 +147,15 @@ func (c *Controller) do(ctx context.Context, now time.Time, plan func(cur *Saved
 		c.mu.Unlock()
 		c.log.Info("rollout transition not made: another replica changed the rollout first",
 			"kind", string(p.kind), "state", string(state), "stage", stage)
-		return Transition{}, &apierr.Error{Kind: apierr.KindConflict, Reason: ReasonRolloutChanged,
-			Msg: fmt.Sprintf("the rollout of %s changed on another replica first; it is now %s at stage %q", c.service, state, stage), Err: err}
+		return Transition{}, &apierr.Error{
+			Kind: apierr.KindConflict, Reason: ReasonRolloutChanged,
+			Msg: fmt.Sprintf("the rollout of %s changed on another replica first; it is now %s at stage %q", c.service, state, stage), Err: err,
+		}
 	case p.kind != KindRollback:
-		return Transition{}, &apierr.Error{Kind: apierr.KindUnavailable, Reason: ReasonRolloutFleetUnavailable,
-			Msg: fmt.Sprintf("the fleet's rollout state of %s cannot be written", c.service), Err: err}
+		return Transition{}, &apierr.Error{
+			Kind: apierr.KindUnavailable, Reason: ReasonRolloutFleetUnavailable,
+			Msg: fmt.Sprintf("the fleet's rollout state of %s cannot be written", c.service), Err: err,
+		}
 	}
 	c.mu.Lock()
 	if c.gen != gen {

@@ -6,6 +6,7 @@ package harness
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -51,7 +52,7 @@ func Setup(name string) (Env, func(), error) {
 // on stderr.
 func (e Env) Build(out, pkg string, flags ...string) error {
 	args := append(append([]string{"build"}, flags...), "-o", out, pkg)
-	cmd := exec.Command("go", args...)
+	cmd := exec.CommandContext(context.Background(), "go", args...)
 	cmd.Dir = e.RepoDir
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
@@ -61,11 +62,11 @@ func (e Env) Build(out, pkg string, flags ...string) error {
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func FreePort(tb testing.TB) int {
+	tb.Helper()
+	ln, err := new(net.ListenConfig).Listen(tb.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port

@@ -38,10 +38,10 @@ type CA struct {
 }
 
 // NewCA makes a new certificate authority.
-func NewCA(t testing.TB) *CA {
-	t.Helper()
-	key := newKey(t)
-	serial := newSerial(t)
+func NewCA(tb testing.TB) *CA {
+	tb.Helper()
+	key := newKey(tb)
+	serial := newSerial(tb)
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
 		Subject:               pkix.Name{CommonName: "sluice test CA " + serial.Text(16)},
@@ -53,11 +53,11 @@ func NewCA(t testing.TB) *CA {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		t.Fatalf("tlstest: create CA certificate: %v", err)
+		tb.Fatalf("tlstest: create CA certificate: %v", err)
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		t.Fatalf("tlstest: parse CA certificate: %v", err)
+		tb.Fatalf("tlstest: parse CA certificate: %v", err)
 	}
 	return &CA{
 		cert:    cert,
@@ -88,80 +88,80 @@ func (ca *CA) Pool() *x509.CertPool {
 // for the loopback addresses too: "localhost" is added after the given DNS
 // SANs, and 127.0.0.1 and ::1 as IP SANs. Use [CA.IssueClient] for a
 // certificate carrying exactly the SANs given.
-func (ca *CA) Issue(t testing.TB, commonName string, dnsOrURISANs ...string) (certPEM, keyPEM []byte) {
-	t.Helper()
-	tmpl := ca.template(t, commonName, dnsOrURISANs)
+func (ca *CA) Issue(tb testing.TB, commonName string, dnsOrURISANs ...string) (certPEM, keyPEM []byte) {
+	tb.Helper()
+	tmpl := ca.template(tb, commonName, dnsOrURISANs)
 	if len(tmpl.DNSNames) == 0 && len(tmpl.URIs) == 0 && commonName != "" {
 		tmpl.DNSNames = []string{commonName}
 	}
 	tmpl.DNSNames = append(tmpl.DNSNames, "localhost")
 	tmpl.IPAddresses = append(tmpl.IPAddresses, net.IPv4(127, 0, 0, 1), net.IPv6loopback)
 	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
-	return ca.sign(t, tmpl)
+	return ca.sign(tb, tmpl)
 }
 
 // IssueClient issues a client certificate (extended key usage clientAuth
 // only) with exactly the SANs given, read as in [CA.Issue]; with none, its
 // identity is its subject common name.
-func (ca *CA) IssueClient(t testing.TB, commonName string, sans ...string) (certPEM, keyPEM []byte) {
-	t.Helper()
-	tmpl := ca.template(t, commonName, sans)
+func (ca *CA) IssueClient(tb testing.TB, commonName string, sans ...string) (certPEM, keyPEM []byte) {
+	tb.Helper()
+	tmpl := ca.template(tb, commonName, sans)
 	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	return ca.sign(t, tmpl)
+	return ca.sign(tb, tmpl)
 }
 
 // WriteFiles issues a certificate with [CA.Issue](t, name) and writes it to
 // dir/name.crt and its key to dir/name.key (mode 0600).
-func (ca *CA) WriteFiles(t testing.TB, dir, name string) (certFile, keyFile string) {
-	t.Helper()
-	certPEM, keyPEM := ca.Issue(t, name)
+func (ca *CA) WriteFiles(tb testing.TB, dir, name string) (certFile, keyFile string) {
+	tb.Helper()
+	certPEM, keyPEM := ca.Issue(tb, name)
 	certFile = filepath.Join(dir, name+".crt")
 	keyFile = filepath.Join(dir, name+".key")
 	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
-		t.Fatalf("tlstest: %v", err)
+		tb.Fatalf("tlstest: %v", err)
 	}
 	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
-		t.Fatalf("tlstest: %v", err)
+		tb.Fatalf("tlstest: %v", err)
 	}
 	return certFile, keyFile
 }
 
 // WriteCAFile writes the CA certificate to dir/name.crt and returns the path.
-func (ca *CA) WriteCAFile(t testing.TB, dir, name string) string {
-	t.Helper()
+func (ca *CA) WriteCAFile(tb testing.TB, dir, name string) string {
+	tb.Helper()
 	path := filepath.Join(dir, name+".crt")
 	if err := os.WriteFile(path, ca.certPEM, 0o600); err != nil {
-		t.Fatalf("tlstest: %v", err)
+		tb.Fatalf("tlstest: %v", err)
 	}
 	return path
 }
 
 // ClientConfig returns a client TLS configuration that trusts the CA and
 // presents a certificate issued by [CA.IssueClient](t, commonName, sans...).
-func (ca *CA) ClientConfig(t testing.TB, commonName string, sans ...string) *tls.Config {
-	t.Helper()
-	certPEM, keyPEM := ca.IssueClient(t, commonName, sans...)
+func (ca *CA) ClientConfig(tb testing.TB, commonName string, sans ...string) *tls.Config {
+	tb.Helper()
+	certPEM, keyPEM := ca.IssueClient(tb, commonName, sans...)
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS12,
 		RootCAs:      ca.Pool(),
-		Certificates: []tls.Certificate{KeyPair(t, certPEM, keyPEM)},
+		Certificates: []tls.Certificate{KeyPair(tb, certPEM, keyPEM)},
 	}
 }
 
 // KeyPair parses a PEM certificate and key into a tls.Certificate.
-func KeyPair(t testing.TB, certPEM, keyPEM []byte) tls.Certificate {
-	t.Helper()
+func KeyPair(tb testing.TB, certPEM, keyPEM []byte) tls.Certificate {
+	tb.Helper()
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		t.Fatalf("tlstest: key pair: %v", err)
+		tb.Fatalf("tlstest: key pair: %v", err)
 	}
 	return pair
 }
 
-func (ca *CA) template(t testing.TB, commonName string, sans []string) *x509.Certificate {
-	t.Helper()
+func (ca *CA) template(tb testing.TB, commonName string, sans []string) *x509.Certificate {
+	tb.Helper()
 	tmpl := &x509.Certificate{
-		SerialNumber: newSerial(t),
+		SerialNumber: newSerial(tb),
 		Subject:      pkix.Name{CommonName: commonName},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
@@ -172,7 +172,7 @@ func (ca *CA) template(t testing.TB, commonName string, sans []string) *x509.Cer
 		case strings.Contains(san, "://"):
 			u, err := url.Parse(san)
 			if err != nil {
-				t.Fatalf("tlstest: URI SAN %q: %v", san, err)
+				tb.Fatalf("tlstest: URI SAN %q: %v", san, err)
 			}
 			tmpl.URIs = append(tmpl.URIs, u)
 		case net.ParseIP(san) != nil:
@@ -186,35 +186,35 @@ func (ca *CA) template(t testing.TB, commonName string, sans []string) *x509.Cer
 	return tmpl
 }
 
-func (ca *CA) sign(t testing.TB, tmpl *x509.Certificate) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key := newKey(t)
+func (ca *CA) sign(tb testing.TB, tmpl *x509.Certificate) (certPEM, keyPEM []byte) {
+	tb.Helper()
+	key := newKey(tb)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		t.Fatalf("tlstest: create certificate: %v", err)
+		tb.Fatalf("tlstest: create certificate: %v", err)
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		t.Fatalf("tlstest: marshal key: %v", err)
+		tb.Fatalf("tlstest: marshal key: %v", err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
 }
 
-func newKey(t testing.TB) *ecdsa.PrivateKey {
-	t.Helper()
+func newKey(tb testing.TB) *ecdsa.PrivateKey {
+	tb.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		t.Fatalf("tlstest: generate key: %v", err)
+		tb.Fatalf("tlstest: generate key: %v", err)
 	}
 	return key
 }
 
-func newSerial(t testing.TB) *big.Int {
-	t.Helper()
+func newSerial(tb testing.TB) *big.Int {
+	tb.Helper()
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
 	if err != nil {
-		t.Fatalf("tlstest: serial: %v", err)
+		tb.Fatalf("tlstest: serial: %v", err)
 	}
 	return serial.Add(serial, big.NewInt(1)) // never zero
 }

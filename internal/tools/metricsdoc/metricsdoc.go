@@ -325,27 +325,27 @@ type owned struct {
 }
 
 // Register implements prometheus.Registerer.
-func (r *recorder) Register(c prometheus.Collector) error {
-	if err := r.reg.Register(c); err != nil {
+func (rec *recorder) Register(c prometheus.Collector) error {
+	if err := rec.reg.Register(c); err != nil {
 		return err
 	}
-	r.collectors = append(r.collectors, owned{component: r.component, c: c})
+	rec.collectors = append(rec.collectors, owned{component: rec.component, c: c})
 	return nil
 }
 
 // MustRegister implements prometheus.Registerer.
-func (r *recorder) MustRegister(cs ...prometheus.Collector) {
+func (rec *recorder) MustRegister(cs ...prometheus.Collector) {
 	for _, c := range cs {
-		if err := r.Register(c); err != nil {
+		if err := rec.Register(c); err != nil {
 			panic(err)
 		}
 	}
 }
 
 // Unregister implements prometheus.Registerer.
-func (r *recorder) Unregister(c prometheus.Collector) bool {
-	r.collectors = slices.DeleteFunc(r.collectors, func(o owned) bool { return o.c == c })
-	return r.reg.Unregister(c)
+func (rec *recorder) Unregister(c prometheus.Collector) bool {
+	rec.collectors = slices.DeleteFunc(rec.collectors, func(o owned) bool { return o.c == c })
+	return rec.reg.Unregister(c)
 }
 
 // maxLabels bounds the label count describe tries on a vector.

@@ -420,8 +420,11 @@ const deliveryHistory = 6 * time.Hour
 
 func deliveryCols() []offline.Column {
 	return []offline.Column{
-		{Name: "route_id", Type: tInt64}, {Name: "event_ts", Type: tTS}, {Name: "arrived_ts", Type: tTS},
-		{Name: "seq", Type: tInt64}, {Name: "delay_min", Type: feature.Type{Kind: feature.KindFloat64}},
+		{Name: "route_id", Type: tInt64},
+		{Name: "event_ts", Type: tTS},
+		{Name: "arrived_ts", Type: tTS},
+		{Name: "seq", Type: tInt64},
+		{Name: "delay_min", Type: feature.Type{Kind: feature.KindFloat64}},
 	}
 }
 

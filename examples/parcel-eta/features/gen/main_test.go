@@ -132,8 +132,10 @@ func TestEveryEntityFresh(t *testing.T) {
 	copyDefinitions(t, repoDir)
 	const users, packages, routes = 300, 400, 200
 	end := time.Date(2026, 3, 1, 12, 34, 56, 0, time.UTC)
-	args := []string{"-out", filepath.Join(repoDir, "data"), "-users", fmt.Sprint(users), "-packages", fmt.Sprint(packages),
-		"-routes", fmt.Sprint(routes), "-days", "90", "-end", end.Format(time.RFC3339)}
+	args := []string{
+		"-out", filepath.Join(repoDir, "data"), "-users", fmt.Sprint(users), "-packages", fmt.Sprint(packages),
+		"-routes", fmt.Sprint(routes), "-days", "90", "-end", end.Format(time.RFC3339),
+	}
 	require.NoError(t, run(t.Context(), args, new(bytes.Buffer)))
 	repo, err := registry.Load(t.Context(), repoDir)
 	require.NoError(t, err)

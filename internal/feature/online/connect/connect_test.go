@@ -163,14 +163,16 @@ func TestConnectionString(t *testing.T) {
 		{"a:1,ssl=True", RedisConfig{Addrs: []string{"a:1"}, SSL: true}, ""},
 		{
 			`a:1,ssl=true,ssl_ca_certs="/etc/redis/ca, bundle.pem",ssl_certfile=c.pem,ssl_keyfile=k.pem,ssl_cert_reqs=required,ssl_check_hostname=false`,
-			RedisConfig{}, "address", // Feast splits on every comma too: no commas in paths
+			RedisConfig{},
+			"address", // Feast splits on every comma too: no commas in paths
 		},
 		{
 			`a:1,ssl=true,ssl_ca_certs="/etc/redis/ca.pem",ssl_certfile=c.pem,ssl_keyfile=k.pem,ssl_cert_reqs=required,ssl_check_hostname=false`,
 			RedisConfig{
 				Addrs: []string{"a:1"}, SSL: true, SSLCACerts: "/etc/redis/ca.pem", SSLCertFile: "c.pem", SSLKeyFile: "k.pem",
 				SSLCertReqs: "required", SSLCheckHostname: new(false),
-			}, "",
+			},
+			"",
 		},
 		{"a:1,ssl=maybe", RedisConfig{}, "ssl=maybe is not true or false"},
 		{"a:1,db=x", RedisConfig{}, "db"},

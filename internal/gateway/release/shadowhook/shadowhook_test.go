@@ -60,9 +60,11 @@ func (c *call) FeatureMap() map[string]any  { return nil }
 func (c *call) Answer() *release.Answer {
 	return &release.Answer{Model: "eta", Version: "1", Source: "model"}
 }
+
 func (c *call) Response() *infer.Response {
 	return &infer.Response{Outputs: []infer.Tensor{{Name: "eta_minutes"}}}
 }
+
 func (c *call) Request() *infer.Request { return &infer.Request{Inputs: []infer.Tensor{{Name: "x"}}} }
 
 func shadowed(percent float64) config.Service {

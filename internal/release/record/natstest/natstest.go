@@ -91,7 +91,9 @@ func (s *Server) Restart() {
 	if s.port != 0 {
 		port = strconv.Itoa(s.port)
 	}
-	cmd := exec.Command(s.bin, "-js", "-a", "127.0.0.1", "-p", port, "--ports_file_dir", s.dir,
+	// Not the test's context: Stop ends the server with SIGTERM, a clean
+	// shutdown, and a restarted one outlives the call that started it.
+	cmd := exec.CommandContext(context.Background(), s.bin, "-js", "-a", "127.0.0.1", "-p", port, "--ports_file_dir", s.dir, //nolint:gosec // G204: the nats-server binary the test found, with these fixed arguments
 		"-sd", s.dir, "-l", filepath.Join(s.dir, "server.log"))
 	if err := cmd.Start(); err != nil {
 		s.tb.Fatalf("natstest: start nats-server: %v", err)
@@ -136,7 +138,7 @@ func (s *Server) readPort() error {
 		Nats []string `json:"nats"`
 	}
 	if err := json.Unmarshal(b, &ports); err != nil || len(ports.Nats) == 0 {
-		return fmt.Errorf("ports file %s: %q: %v", path, b, err) // written but maybe not yet whole: read again
+		return fmt.Errorf("ports file %s: %q: %w", path, b, err) // written but maybe not yet whole: read again
 	}
 	u, err := url.Parse(ports.Nats[0])
 	if err != nil {
