@@ -4,8 +4,8 @@
 # libtorch (package internal/backend/libtorch), against Debian's
 # libtorch-dev. Installs into $SLUICE_TORCH_DIR, else
 # ${XDG_CACHE_HOME:-~/.cache}/sluice/libtorch-shim, and prints the library's
-# path. Does nothing when the library is newer than its sources and the
-# libtorch it was built against. Needs g++ and libtorch-dev
+# path. Does nothing when the library was built from the same sources
+# against the same libtorch (a content stamp beside it). Needs g++ and libtorch-dev
 # (scripts/setup.sh installs them as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,12 +25,11 @@ if ! command -v g++ >/dev/null 2>&1; then
   exit 1
 fi
 
-up_to_date=1
-[ -e "$lib" ] || up_to_date=0
-for f in "$src/sluice_torch.cc" "$src/sluice_torch.h" "$torch_lib" "$0"; do
-  [ "$up_to_date" = 1 ] && [ "$f" -nt "$lib" ] && up_to_date=0
-done
-if [ "$up_to_date" = 1 ]; then
+# The library is up to date when it was built from these very sources and
+# this script against the same libtorch: a stamp of their contents (not
+# their times, which every fresh clone renews) beside it says so.
+stamp="$(cat "$src/sluice_torch.cc" "$src/sluice_torch.h" "$0" | sha256sum | cut -d' ' -f1) $(stat -L -c '%s %Y' "$torch_lib")"
+if [ -e "$lib" ] && [ "$(cat "$lib.stamp" 2>/dev/null)" = "$stamp" ]; then
   echo "$lib"
   exit 0
 fi
@@ -46,4 +45,5 @@ g++ -std=c++17 -O2 -fPIC -shared -Wall -Wextra \
   -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed
 mv -f "$tmp" "$lib"
 trap - EXIT
+echo "$stamp" >"$lib.stamp"
 echo "$lib"
