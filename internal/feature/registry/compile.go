@@ -62,6 +62,23 @@ func (r *objReport) bad(line int, format string, args ...any) {
 	r.ok = false
 }
 
+// newFeatureName checks the name of entry i of the list named list (an
+// on-demand view's schema, a stream view's aggregations), which becomes
+// a feature: well formed and not listed before (seen, to which it is
+// added). It reports the problem at line and returns false.
+func (r *objReport) newFeatureName(line int, list string, i int, name string, seen map[string]bool) bool {
+	switch {
+	case !nameRE.MatchString(name):
+		r.bad(line, "%s[%d]: name %q may contain only letters, digits, '_', '.' and '-'", list, i, name)
+		return false
+	case seen[name]:
+		r.bad(line, "feature '%s' is listed twice", name)
+		return false
+	}
+	seen[name] = true
+	return true
+}
+
 // claim registers a definition's name, reporting a bad or duplicate one.
 // It returns false when the object should be skipped.
 func (c *compiler) claim(kind, file string, n *yaml.Node, name string) bool {

@@ -178,18 +178,13 @@ func onDemandSchema(rep *objReport, r rawOnDemandView, n *yaml.Node, v *feature.
 	var lines []int
 	for i, fd := range r.Schema {
 		line := lineOf(n, "schema", strconv.Itoa(i))
-		switch {
-		case !nameRE.MatchString(fd.Name):
-			rep.bad(line, "schema[%d]: name %q may contain only letters, digits, '_', '.' and '-'", i, fd.Name)
+		if !rep.newFeatureName(line, "schema", i, fd.Name, seen) {
 			continue
-		case seen[fd.Name]:
-			rep.bad(line, "feature '%s' is listed twice", fd.Name)
-			continue
-		case fd.Expression == "":
+		}
+		if fd.Expression == "" {
 			rep.bad(line, "feature '%s': expression is required", fd.Name)
 			continue
 		}
-		seen[fd.Name] = true
 		t, err := feature.ParseType(fd.Dtype)
 		if err != nil {
 			rep.bad(lineOf(n, "schema", strconv.Itoa(i), "dtype"), "feature '%s': %v", fd.Name, err)

@@ -220,15 +220,9 @@ func streamAggregations(rep *objReport, r rawStreamView, n *yaml.Node, sv *featu
 	for i, a := range r.Aggregations {
 		line := lineOf(n, "aggregations", strconv.Itoa(i))
 		at := func(key string) int { return lineOf(n, "aggregations", strconv.Itoa(i), key) }
-		switch {
-		case !nameRE.MatchString(a.Name):
-			rep.bad(line, "aggregations[%d]: name %q may contain only letters, digits, '_', '.' and '-'", i, a.Name)
-			continue
-		case seen[a.Name]:
-			rep.bad(line, "feature '%s' is listed twice", a.Name)
+		if !rep.newFeatureName(line, "aggregations", i, a.Name, seen) {
 			continue
 		}
-		seen[a.Name] = true
 		fn, fok := aggregate.ParseFunc(a.Function)
 		if !fok {
 			rep.bad(at("function"), "feature '%s': function %q is not supported (want one of %s)", a.Name, a.Function, aggregate.Funcs)
