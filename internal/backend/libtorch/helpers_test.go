@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/modelconfig"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 	"github.com/sluice-ml/sluice/internal/testutil/harness"
+	"github.com/sluice-ml/sluice/internal/testutil/onnxgen"
 )
 
 func testLogger() (*slog.Logger, *harness.SyncBuffer) {
@@ -69,11 +70,7 @@ func testConfig(tb testing.TB, name, text string) *inferencepb.ModelConfig {
 }
 
 func f32Tensor(name string, shape infer.Shape, vals ...float32) infer.Tensor {
-	data := make([]byte, 4*len(vals))
-	for i, v := range vals {
-		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(v))
-	}
-	return infer.Tensor{Name: name, DataType: infer.FP32, Shape: shape, Data: data}
+	return infer.Tensor{Name: name, DataType: infer.FP32, Shape: shape, Data: onnxgen.Float32s(vals...)}
 }
 
 func f32s(t infer.Tensor) []float32 {
