@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/infer"
@@ -73,7 +74,9 @@ type Options struct {
 // libtorch when the shim library opens, everything else on its fallback.
 type Backend struct {
 	fallback backend.Backend
-	lib      engine // nil: every model goes to fallback
+	libPath  string
+	opened   sync.Once
+	lib      engine // set by open; nil: every model goes to fallback
 	why      string // why lib is nil
 	cpus     int
 	logger   *slog.Logger
@@ -85,33 +88,45 @@ var (
 	_ backend.VersionChecker = (*Backend)(nil)
 )
 
-// New opens the shim library and returns the backend. It never fails: when
-// the library cannot be opened, every model runs on fallback (which must
-// implement backend.ConfigSigner, as the Python worker's pytorch backend
-// does) and the server logs why once.
+// New returns the backend. It opens the shim library (and so libtorch,
+// about 0.3 s and 150 MB here) on the first TorchScript model it is asked
+// to run in-process, not here: a server without one never pays for it.
+// It never fails: when the library cannot be opened, every model runs on
+// fallback (which must implement backend.ConfigSigner, as the Python
+// worker's pytorch backend does) and the server logs why once.
 func New(opts Options, fallback backend.Backend, logger *slog.Logger) *Backend {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	b := &Backend{fallback: fallback, cpus: opts.CPUs, logger: logger}
+	b := &Backend{fallback: fallback, cpus: opts.CPUs, libPath: opts.LibraryPath, logger: logger}
 	if b.cpus <= 0 {
 		b.cpus = runtime.NumCPU()
 	}
-	path, err := FindLibrary(opts.LibraryPath)
-	if err == nil {
-		b.lib, err = openLibrary(path)
-	}
-	if err != nil {
-		b.why = err.Error()
-		logger.Warn("pytorch: TorchScript models run in the Python worker, not in-process with libtorch", "reason", b.why)
-		return b
-	}
-	logger.Info("pytorch: TorchScript models run in-process with libtorch", "libtorch", b.lib.version(), "library", path)
 	return b
 }
 
+// open opens the shim library once; afterwards b.lib is set, or b.why
+// says why not.
+func (b *Backend) open() {
+	b.opened.Do(func() {
+		path, err := FindLibrary(b.libPath)
+		if err == nil {
+			b.lib, err = openLibrary(path)
+		}
+		if err != nil {
+			b.why = err.Error()
+			b.logger.Warn("pytorch: TorchScript models run in the Python worker, not in-process with libtorch", "reason", b.why)
+			return
+		}
+		b.logger.Info("pytorch: TorchScript models run in-process with libtorch", "libtorch", b.lib.version(), "library", path)
+	})
+}
+
 // InProcess reports whether the shim library is open, and why not.
-func (b *Backend) InProcess() (bool, string) { return b.lib != nil, b.why }
+func (b *Backend) InProcess() (bool, string) {
+	b.open()
+	return b.lib != nil, b.why
+}
 
 // Name returns the fallback's name, "pytorch".
 func (b *Backend) Name() string { return b.fallback.Name() }
@@ -173,6 +188,7 @@ func (b *Backend) Load(ctx context.Context, opts backend.LoadOptions) (backend.I
 // eligible returns the TorchScript file to load in-process, or why the
 // version goes to the fallback.
 func (b *Backend) eligible(opts backend.LoadOptions) (string, string) {
+	b.open()
 	if b.lib == nil {
 		return "", b.why
 	}
