@@ -278,6 +278,13 @@ func newBackends(settings map[string]map[string]string, logger *slog.Logger, mre
 		return nil, nil, err
 	}
 	reg.Register(ort, onnxruntime.Platform)
+	// PyTorch models on the worker compute with the BLAS the in-process
+	// engine bundles, so that the engine chosen does not change answers.
+	if torchLib, err := libtorch.FindLibrary(settings[python.PyTorchName]["library"]); err == nil {
+		if dir := libtorch.BundledBLAS(torchLib); dir != "" {
+			pyOpts.TorchLibraryDirs = []string{dir}
+		}
+	}
 	py := python.New(pyOpts, logger, mreg)
 	reg.Register(py)
 	// TorchScript models run in-process through libtorch when
