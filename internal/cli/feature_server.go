@@ -42,6 +42,7 @@ type featureServerFlags struct {
 	logFormat       string
 	logLevel        string
 	sec             securityFlags
+	portsFile       string // --ports-file
 	// limits come from sluice.yaml's feature_server.limits; without -c,
 	// from --max-request-bytes and the defaults.
 	limits *config.Limits
@@ -71,6 +72,7 @@ func newFeatureServerCmd() *cobra.Command {
 	fl.StringVar(&f.ReadAuth, "read-auth", config.DefaultReadAuth, "reads (/get-online-features, /metrics): open, or token (a read or operate token)")
 	fl.IntVar(&f.MaxEntityRows, "max-entity-rows", config.DefaultMaxEntityRows, "most entity rows one feature request may ask for")
 	f.sec.register(fl)
+	registerPortsFile(fl, &f.portsFile)
 	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
@@ -161,6 +163,12 @@ func runFeatureServer(ctx context.Context, cmd *cobra.Command, f *featureServerF
 	}
 	logger.Info("feature server ready", "http", fsrv.ln.Addr().String(), "grpc", grpcAddr, "project", repo.Project,
 		"views", len(repo.Views), "online_store", repo.Config.Online.Type, "listeners", gd.Listeners())
+	removePorts, err := gd.writePortsFile(f.portsFile)
+	if err != nil {
+		grp.abandon()
+		return err
+	}
+	defer removePorts()
 	sigs := notifyStop()
 	defer signal.Stop(sigs)
 	defer grp.hurryOn(sigs)()

@@ -76,6 +76,7 @@ type serveFlags struct {
 	traceConfig   *tritonsettings.TraceConfig // Triton's --trace-config; nil: none given
 	materialize   bool
 	sec           securityFlags
+	portsFile     string // --ports-file
 	// limits come from sluice.yaml's model_server.limits; without -c,
 	// from --max-request-bytes and the defaults.
 	limits *config.Limits
@@ -126,6 +127,7 @@ func newServeCmd(use, short string) *cobra.Command {
 	fl.StringArrayVar(&f.GRPCRestrictedProtocol, "grpc-restricted-protocol", nil, "restrict KServe API groups on gRPC as Triton does: <API>[,<API>...]:<key>=<value>; may repeat")
 	fl.BoolVar(&f.AllowClientSHM, "allow-client-shm", false, "let clients register system shared-memory regions (/dev/shm objects the server then reads inputs from and writes outputs to), as Triton's flag; off by default, as in Triton: register and unregister are refused, status lists nothing")
 	f.sec.register(fl)
+	registerPortsFile(fl, &f.portsFile)
 	fl.IntVar(&f.HTTPPort, "http-port", config.DefaultModelHTTPPort, "KServe v2 HTTP port")
 	fl.IntVar(&f.GRPCPort, "grpc-port", config.DefaultModelGRPCPort, "KServe v2 gRPC port")
 	fl.IntVar(&f.MetricsPort, "metrics-port", config.DefaultModelMetricsPort, "Prometheus /metrics port")
@@ -345,6 +347,11 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 		"http", ms.httpLn.Addr().String(), "grpc", ms.grpcLn.Addr().String(), "metrics", ms.metricsAddr(),
 		"startup_seconds", time.Since(start).Seconds(), "listeners", gd.Listeners())
 	gd.writeListeners(cmd.OutOrStdout())
+	removePorts, err := gd.writePortsFile(f.portsFile)
+	if err != nil {
+		return err
+	}
+	defer removePorts()
 	sigs := notifyStop()
 	defer signal.Stop(sigs)
 	grp := newGroup(ctx)
