@@ -114,6 +114,11 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 	var out bytes.Buffer
 	b.write(&out, cfg)
 	_, _ = cmd.OutOrStdout().Write(out.Bytes())
+	removePorts, err := gd.writePortsFile(f.portsFile)
+	if err != nil {
+		return err
+	}
+	defer removePorts()
 	sigs := notifyStop()
 	defer signal.Stop(sigs)
 	defer grp.hurryOn(sigs)()

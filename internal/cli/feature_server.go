@@ -38,6 +38,7 @@ type featureServerFlags struct {
 	metricsPort int
 	log         telemetry.LogOptions
 	sec         securityFlags
+	portsFile   string // --ports-file
 }
 
 // featureRun are the feature server's settings that sluice.yaml has no
@@ -83,6 +84,7 @@ func featureServerCommand() (*cobra.Command, *featureServerFlags) {
 	fl.StringVar(&fs.ReadAuth, "read-auth", fs.ReadAuth, "reads (/get-online-features, /metrics): open, or token (a read or operate token)")
 	fl.IntVar(&fs.MaxEntityRows, "max-entity-rows", fs.MaxEntityRows, "most entity rows one feature request may ask for")
 	f.sec.register(fl)
+	registerPortsFile(fl, &f.portsFile)
 	registerLogFlags(fl, &f.log)
 	return cmd, f
 }
@@ -168,6 +170,12 @@ func runFeatureServer(ctx context.Context, cmd *cobra.Command, f *featureServerF
 	}
 	logger.Info("feature server ready", "http", fsrv.ln.Addr().String(), "grpc", grpcAddr, "project", repo.Project,
 		"views", len(repo.Views), "online_store", repo.Config.Online.Type, "listeners", gd.Listeners())
+	removePorts, err := gd.writePortsFile(f.portsFile)
+	if err != nil {
+		grp.abandon()
+		return err
+	}
+	defer removePorts()
 	sigs := notifyStop()
 	defer signal.Stop(sigs)
 	defer grp.hurryOn(sigs)()

@@ -52,6 +52,8 @@ type serveFlags struct {
 	// server's level, so that Triton's logging extension can change it
 	// (nil under serve -c).
 	log telemetry.LogOptions
+	// portsFile is --ports-file.
+	portsFile string
 
 	exitOnError    bool
 	backendConfig  []string // <backend>,<setting>=<value>, over model_server.backend_config
@@ -116,6 +118,7 @@ func serveCommand(use, short string) (*cobra.Command, *serveFlags) {
 	fl.StringArrayVar(&f.backendConfig, "backend-config", nil, "backend setting as <backend>,<setting>=<value>, e.g. onnxruntime,library=/path/libonnxruntime.so.1")
 	fl.StringArrayVar(&f.gitCommits, "model-git-commit", nil, "expected git commit of a model as <model>=<sha>; a mismatch refuses the load; may repeat")
 	f.sec.register(fl)
+	registerPortsFile(fl, &f.portsFile)
 	f.exitTimeout = config.DefaultExitTimeout
 	secondsVar(fl, &f.exitTimeout, "exit-timeout-secs", "seconds to wait for in-flight requests at shutdown")
 	fl.Int64Var(&f.cacheSize, "cache-size", 0, "bytes of the response cache shared by models with response_cache { enable: true }; 0 disables it")
@@ -362,6 +365,11 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 		"http", ms.httpLn.Addr().String(), "grpc", ms.grpcLn.Addr().String(), "metrics", ms.metricsAddr(),
 		"startup_seconds", time.Since(start).Seconds(), "listeners", gd.Listeners())
 	gd.writeListeners(cmd.OutOrStdout())
+	removePorts, err := gd.writePortsFile(f.portsFile)
+	if err != nil {
+		return err
+	}
+	defer removePorts()
 	sigs := notifyStop()
 	defer signal.Stop(sigs)
 	grp := newGroup(ctx)
