@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature/online/connect"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/feature/servingapi"
 	"github.com/sluice-ml/sluice/internal/pb/feastpb"
 	"github.com/sluice-ml/sluice/internal/telemetry"
 	"github.com/sluice-ml/sluice/internal/tlsconfig"
@@ -65,7 +66,7 @@ func newFeatureServerCmd() *cobra.Command {
 	fl.IntVar(&f.metricsPort, "metrics-port", 0, "extra port serving only /metrics; 0 for none")
 	fl.BoolVar(&f.Aggregate, "aggregate", false, "also run the stream aggregators (as sluice features aggregate does) in this process, against its online store: the way to keep stream feature views with the embedded store, which one process owns")
 	fl.IntVar(&f.pollSecs, "registry-poll-secs", int(config.DefaultRegistryPollInterval/time.Second), "seconds between checks of the definitions and the registry for changes; 0 disables reloading (once applied, the registry serves: unapplied edits and refused type changes are reported, not served)")
-	fl.Int64Var(&f.maxBodyBytes, "max-request-bytes", serving.DefaultMaxBodyBytes, "largest request body accepted")
+	fl.Int64Var(&f.maxBodyBytes, "max-request-bytes", servingapi.DefaultMaxBodyBytes, "largest request body accepted")
 	fl.DurationVar(&f.tolerance, "event-time-tolerance", serving.DefaultEventTimeTolerance, "how far past a request's event_timestamp a feature may be before the request is refused")
 	fl.IntVar(&f.exitTimeoutSecs, "exit-timeout-secs", int(config.DefaultExitTimeout/time.Second), "seconds to wait for in-flight requests at shutdown")
 	fl.StringVar(&f.ReadAuth, "read-auth", config.DefaultReadAuth, "reads (/get-online-features, /metrics): open, or token (a read or operate token)")
@@ -213,12 +214,12 @@ func startFeatureServer(ctx context.Context, f *featureServerFlags, tlsOpts *con
 	if f.limits != nil {
 		limits = *f.limits
 	}
-	h := serving.NewHandler(fs.srv, serving.HandlerOptions{
+	h := servingapi.NewHandler(fs.srv, servingapi.HandlerOptions{
 		MaxBodyBytes:  limits.MaxBodyBytes,
 		MaxEntityRows: f.MaxEntityRows,
 		Materializer:  &holderMaterializer{holder: holder, store: store, reg: reg},
 		Metrics:       metricsHandler,
-	})
+	}, logger, reg)
 	// Writes (/push, /materialize*) need an operate token whenever the
 	// listener reaches beyond loopback; on loopback without tokens they
 	// stay open so the embedded demo needs no set-up.
@@ -256,7 +257,7 @@ func startFeatureServer(ctx context.Context, f *featureServerFlags, tlsOpts *con
 			return nil, err
 		}
 		fs.grpcSrv = grpc.NewServer(gd.grpcOptions("features_grpc", limits, tlsSrv, policy, featureMethodGroup)...)
-		feastpb.RegisterServingServiceServer(fs.grpcSrv, serving.NewGRPCService(fs.srv, serving.GRPCOptions{MaxEntityRows: f.MaxEntityRows, Version: Version}))
+		feastpb.RegisterServingServiceServer(fs.grpcSrv, servingapi.NewGRPCService(fs.srv, servingapi.GRPCOptions{MaxEntityRows: f.MaxEntityRows, Version: Version}, logger, reg))
 	}
 	return fs, nil
 }
