@@ -12,8 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluice-ml/sluice/internal/feature"
-	"github.com/sluice-ml/sluice/internal/feature/online"
+	"github.com/sluice-ml/sluice/internal/feature/serving/servingtest"
 )
 
 // TestReadAllocations pins the feature assembly of 100 entity rows × 50
@@ -27,12 +26,7 @@ func TestReadAllocations(t *testing.T) {
 	srv, refs, st := wideServer(t)
 	ctx := t.Context()
 	req := wideRequest(refs, 100)
-	keys := make([]online.Key, 100)
-	for i, id := range req.Entities["user_id"] {
-		ek, err := feature.AppendEntityKey(nil, []feature.Kind{feature.KindInt64}, []feature.Value{id})
-		require.NoError(t, err)
-		keys[i] = online.Key{View: "wide", Entity: ek}
-	}
+	keys := servingtest.WideKeys(t, 100)
 	store := testing.AllocsPerRun(50, func() {
 		if _, err := st.Read(ctx, keys); err != nil {
 			t.Fatal(err)

@@ -112,12 +112,7 @@ func BenchmarkGetOnlineFeatures100x50(b *testing.B) {
 	ctx := b.Context()
 	req := wideRequest(refs, 100)
 	b.Run("store", func(b *testing.B) {
-		keys := make([]online.Key, 100)
-		for i, id := range req.Entities["user_id"] {
-			ek, err := feature.AppendEntityKey(nil, []feature.Kind{feature.KindInt64}, []feature.Value{id})
-			require.NoError(b, err)
-			keys[i] = online.Key{View: "wide", Entity: ek}
-		}
+		keys := servingtest.WideKeys(b, 100)
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := store.Read(ctx, keys); err != nil {

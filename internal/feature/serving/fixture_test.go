@@ -30,4 +30,3 @@ func newFixture(tb testing.TB, opts Options) *fixture {
 func i64(n int64) feature.Value   { return feature.Value{I64: n} }
 func f64(x float64) feature.Value { return feature.Value{F64: x} }
 func str(s string) feature.Value  { return feature.Value{S: s} }
-func null() feature.Value         { return feature.Value{Null: true} }

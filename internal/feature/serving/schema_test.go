@@ -5,11 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/online"
 	"github.com/sluice-ml/sluice/internal/feature/serving/servingtest"
-	"github.com/stretchr/testify/require"
 )
 
 // TestLegacyRowsKeepTheirSchema: rows written before rows carried their

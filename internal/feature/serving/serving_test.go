@@ -13,25 +13,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// seed stores rows that cover every status:
-//   - user 1: fresh user_stats and user_flags rows (PRESENT)
-//   - user 2: a fresh user_stats row whose name and emb are null (NULL_VALUE)
-//   - user 3: nothing (NOT_FOUND)
-//   - user 4: user_stats and user_flags rows two hours old (OUTSIDE_MAX_AGE;
-//     withheld for user_stats, flagged with the value for user_flags)
-//   - route r1: a route_stats row a year old (no ttl: PRESENT)
-func seed(t *testing.T, f *fixture) {
-	t.Helper()
-	fresh := now.Add(-10 * time.Minute)
-	old := now.Add(-2 * time.Hour)
-	f.Put(t, "user_stats", i64(1), fresh, i64(7), f64(0.5), str("ann"), feature.Value{F32s: []float32{1, 2.5, -3}})
-	f.Put(t, "user_stats", i64(2), fresh, i64(0), f64(1.25), null(), null())
-	f.Put(t, "user_stats", i64(4), old, i64(9), f64(2), str("dan"), feature.Value{F32s: []float32{0, 0, 1}})
-	f.Put(t, "user_flags", i64(1), fresh, feature.Value{Bool: true}, feature.Value{Ss: []string{"a", "b"}})
-	f.Put(t, "user_flags", i64(4), old, feature.Value{Bool: false}, feature.Value{Ss: []string{}})
-	f.Put(t, "route_stats", str("r1"), now.AddDate(-1, 0, 0), f64(31.5), feature.Value{B: []byte{0, 1, 2, 255}})
-}
-
 func TestOneStoreReadPerRequest(t *testing.T) {
 	f := newFixture(t, Options{})
 	f.Seed(t)

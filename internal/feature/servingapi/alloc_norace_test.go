@@ -15,8 +15,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluice-ml/sluice/internal/feature"
-	"github.com/sluice-ml/sluice/internal/feature/online"
 	"github.com/sluice-ml/sluice/internal/feature/serving/servingtest"
 )
 
@@ -31,12 +29,7 @@ func TestReadAllocations(t *testing.T) {
 	srv, refs, st := wideServer(t)
 	ctx := t.Context()
 	body := wideBody(t, refs, 100)
-	keys := make([]online.Key, 100)
-	for i, id := range servingtest.WideIDs(100) {
-		ek, err := feature.AppendEntityKey(nil, []feature.Kind{feature.KindInt64}, []feature.Value{{I64: id}})
-		require.NoError(t, err)
-		keys[i] = online.Key{View: "wide", Entity: ek}
-	}
+	keys := servingtest.WideKeys(t, 100)
 	store := testing.AllocsPerRun(50, func() {
 		if _, err := st.Read(ctx, keys); err != nil {
 			t.Fatal(err)

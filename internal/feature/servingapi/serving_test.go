@@ -12,9 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/sluice-ml/sluice/internal/feature/online"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
-	"github.com/stretchr/testify/require"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")

@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/feature/serving/servingtest"
 	"github.com/sluice-ml/sluice/internal/pb/feastpb"
-	"github.com/stretchr/testify/require"
 )
 
 // The answer of /get-online-features writes every event timestamp with

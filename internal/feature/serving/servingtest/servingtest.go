@@ -410,3 +410,15 @@ func WideIDs(n int) []int64 {
 	}
 	return ids
 }
+
+// WideKeys are the store keys of WideIDs(n)'s rows of the view "wide".
+func WideKeys(tb testing.TB, n int) []online.Key {
+	tb.Helper()
+	keys := make([]online.Key, n)
+	for i, id := range WideIDs(n) {
+		ek, err := feature.AppendEntityKey(nil, []feature.Kind{feature.KindInt64}, []feature.Value{{I64: id}})
+		require.NoError(tb, err)
+		keys[i] = online.Key{View: "wide", Entity: ek}
+	}
+	return keys
+}
