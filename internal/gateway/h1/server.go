@@ -78,7 +78,7 @@ type Server struct {
 	conns    map[*serverConn]struct{}
 	closed   bool
 	watching bool
-	shutting atomic.Bool // closed, read without the lock
+	shutting atomic.Bool   // closed, read without the lock
 	stop     chan struct{} // closed by Shutdown and Close: the watchdog ends
 }
 
@@ -528,16 +528,16 @@ func (c *serverConn) refuse(code int, reason, msg string) {
 // Continue before the first read when the client expects it, and ends
 // the read deadline once the body was read to its end.
 type requestBody struct {
-	c      *serverConn
-	w      *response
-	rc     io.ReadCloser
+	c        *serverConn
+	w        *response
+	rc       io.ReadCloser
 	expect   bool // Expect: 100-continue, not answered yet
 	expected bool // the request had Expect: 100-continue
 	length   int64
 	n        int64 // bytes read
 	eof      bool
-	closed bool
-	err    error // a read error other than io.EOF
+	closed   bool
+	err      error // a read error other than io.EOF
 }
 
 func (b *requestBody) Read(p []byte) (int, error) {
