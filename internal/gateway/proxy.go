@@ -43,6 +43,12 @@ import (
 // be large, but not unbounded.
 const maxProxyBody = 64 << 20
 
+// proxyBodies holds the buffers proxied request bodies are read into;
+// those over maxPooledBody are left to the garbage collector.
+var proxyBodies = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+const maxPooledBody = 64 << 10
+
 // serveProxy passes a KServe v2 request through to the proxy backend
 // after authentication and rate limiting, retrying on another endpoint as
 // the proxy's retry policy allows.
@@ -81,7 +87,22 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 		writeError(w, reqID, e.Status, e.Reason, proxyRefusal(group))
 		return
 	}
-	body, err := readAll(http.MaxBytesReader(w, r.Body, maxProxyBody), r.ContentLength)
+	var body []byte
+	if px.up.h1 != nil {
+		// Package h1's client is done with the body when its Do returns
+		// (net/http's may still be writing it): the buffer goes back to
+		// the pool once the request is answered.
+		buf := proxyBodies.Get().(*[]byte)
+		body, err = readAllInto(*buf, http.MaxBytesReader(w, r.Body, maxProxyBody), r.ContentLength)
+		defer func() {
+			if cap(body) <= maxPooledBody {
+				*buf = body[:0]
+				proxyBodies.Put(buf)
+			}
+		}()
+	} else {
+		body, err = readAll(http.MaxBytesReader(w, r.Body, maxProxyBody), r.ContentLength)
+	}
 	e.RequestBytes = int64(len(body))
 	if err != nil {
 		e.Status, e.Reason = http.StatusRequestEntityTooLarge, ReasonBodyTooLarge

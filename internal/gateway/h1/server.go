@@ -332,7 +332,8 @@ type serverConn struct {
 	// ownDeadline: a handler set a read or write deadline itself
 	// (ResponseController); they are cleared after its request.
 	ownDeadline bool
-	pending     []byte // an answer's first bytes, held until its head is written
+	pending     []byte   // an answer's first bytes, held until its head is written
+	scratch     [24]byte // formats numbers without an allocation
 }
 
 // limitReader is the connection's reader, bounding a request head.
@@ -697,8 +698,7 @@ func (w *response) Write(p []byte) (int, error) {
 		return 0, io.ErrClosedPipe
 	}
 	if w.chunked {
-		var n [16]byte
-		_, _ = c.bw.Write(strconv.AppendInt(n[:0], int64(len(p)), 16))
+		_, _ = c.bw.Write(strconv.AppendInt(c.scratch[:0], int64(len(p)), 16))
 		_, _ = c.bw.WriteString("\r\n")
 		_, _ = c.bw.Write(p)
 		_, err := c.bw.WriteString("\r\n")
@@ -817,8 +817,7 @@ func (w *response) sendHead(final bool, next []byte) {
 	}
 	if length >= 0 && (bodyAllowed(w.status) || w.declared >= 0) {
 		_, _ = bw.WriteString("Content-Length: ")
-		var n [20]byte
-		_, _ = bw.Write(strconv.AppendInt(n[:0], length, 10))
+		_, _ = bw.Write(strconv.AppendInt(c.scratch[:0], length, 10))
 		_, _ = bw.WriteString("\r\n")
 	}
 	if w.chunked {
@@ -837,8 +836,7 @@ func (w *response) sendHead(final bool, next []byte) {
 		return
 	}
 	if w.chunked {
-		var n [16]byte
-		_, _ = bw.Write(strconv.AppendInt(n[:0], int64(len(p)), 16))
+		_, _ = bw.Write(strconv.AppendInt(c.scratch[:0], int64(len(p)), 16))
 		_, _ = bw.WriteString("\r\n")
 		_, _ = bw.Write(p)
 		_, _ = bw.WriteString("\r\n")
@@ -851,8 +849,7 @@ func (w *response) sendHead(final bool, next []byte) {
 func (w *response) writeStatus(code int) {
 	bw := w.c.bw
 	_, _ = bw.WriteString("HTTP/1.1 ")
-	var n [8]byte
-	_, _ = bw.Write(strconv.AppendInt(n[:0], int64(code), 10))
+	_, _ = bw.Write(strconv.AppendInt(w.c.scratch[:0], int64(code), 10))
 	_ = bw.WriteByte(' ')
 	text := http.StatusText(code)
 	if text == "" {
