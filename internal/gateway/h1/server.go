@@ -765,37 +765,7 @@ func (w *response) sendHead(final bool, next []byte) {
 		c.pending = c.pending[:0]
 		return
 	}
-	keepAlive10 := false
-	if w.req != nil && !w.req.ProtoAtLeast(1, 1) && !w.closeAfter {
-		keepAlive10 = true // HTTP/1.0 that asked for keep-alive
-	}
-	if vs := w.header["Connection"]; len(vs) > 0 {
-		for _, v := range vs {
-			if httpguts.HeaderValuesContainsToken([]string{v}, "close") {
-				w.closeAfter = true
-			}
-		}
-	}
-	length := int64(-1)
-	switch {
-	case w.noBody:
-		if w.declared >= 0 {
-			length = w.declared
-		} else if final && w.req != nil && w.req.Method == http.MethodHead && bodyAllowed(w.status) && w.written > 0 {
-			length = w.written
-		}
-	case w.declared >= 0:
-		length = w.declared
-	case final:
-		length = int64(len(c.pending))
-	case w.req == nil || w.req.ProtoAtLeast(1, 1):
-		w.chunked = true
-	default:
-		w.closeAfter = true // HTTP/1.0: the body ends with the connection
-	}
-	if keepAlive10 && w.closeAfter {
-		keepAlive10 = false
-	}
+	length, keepAlive10 := w.framing(final)
 	w.writeStatus(w.status)
 	w.writeFields(true)
 	bw := c.bw
@@ -804,17 +774,7 @@ func (w *response) sendHead(final bool, next []byte) {
 		_, _ = bw.WriteString(httpDate())
 		_, _ = bw.WriteString("\r\n")
 	}
-	if _, ok := w.header["Content-Type"]; !ok && !w.noBody {
-		sniff := c.pending
-		if len(sniff) == 0 {
-			sniff = next
-		}
-		if len(sniff) > 0 {
-			_, _ = bw.WriteString("Content-Type: ")
-			_, _ = bw.WriteString(http.DetectContentType(sniff))
-			_, _ = bw.WriteString("\r\n")
-		}
-	}
+	w.writeSniffed(next)
 	if length >= 0 && (bodyAllowed(w.status) || w.declared >= 0) {
 		_, _ = bw.WriteString("Content-Length: ")
 		_, _ = bw.Write(strconv.AppendInt(c.scratch[:0], length, 10))
@@ -843,6 +803,35 @@ func (w *response) sendHead(final bool, next []byte) {
 		return
 	}
 	_, _ = bw.Write(p)
+}
+
+// framing decides how the answer's body is delimited: by a length (-1:
+// none), chunked (w.chunked) or the end of the connection
+// (w.closeAfter); and whether an HTTP/1.0 answer says keep-alive.
+func (w *response) framing(final bool) (length int64, keepAlive10 bool) {
+	if vs := w.header["Connection"]; httpguts.HeaderValuesContainsToken(vs, "close") {
+		w.closeAfter = true
+	}
+	length = -1
+	switch {
+	case w.noBody:
+		if w.declared >= 0 {
+			length = w.declared
+		} else if final && w.req != nil && w.req.Method == http.MethodHead && bodyAllowed(w.status) && w.written > 0 {
+			length = w.written
+		}
+	case w.declared >= 0:
+		length = w.declared
+	case final:
+		length = int64(len(w.c.pending))
+	case w.req == nil || w.req.ProtoAtLeast(1, 1):
+		w.chunked = true
+	default:
+		w.closeAfter = true // HTTP/1.0: the body ends with the connection
+	}
+	// HTTP/1.0 that asked for keep-alive, and gets it.
+	keepAlive10 = w.req != nil && !w.req.ProtoAtLeast(1, 1) && !w.closeAfter
+	return length, keepAlive10
 }
 
 // writeStatus writes the status line.
@@ -881,6 +870,25 @@ func (w *response) writeFields(final bool) {
 			_, _ = bw.WriteString("\r\n")
 		}
 	}
+}
+
+// writeSniffed writes a Content-Type sniffed from the body's first bytes
+// (the pending ones, else next) when the handler set none.
+func (w *response) writeSniffed(next []byte) {
+	if _, ok := w.header["Content-Type"]; ok || w.noBody {
+		return
+	}
+	sniff := w.c.pending
+	if len(sniff) == 0 {
+		sniff = next
+	}
+	if len(sniff) == 0 {
+		return
+	}
+	bw := w.c.bw
+	_, _ = bw.WriteString("Content-Type: ")
+	_, _ = bw.WriteString(http.DetectContentType(sniff))
+	_, _ = bw.WriteString("\r\n")
 }
 
 // serverField reports the fields the server writes itself.

@@ -24,6 +24,7 @@ func BenchmarkServer(b *testing.B) {
 		_, _ = io.WriteString(w, "{}")
 	})
 	run := func(b *testing.B, serve func(net.Listener) error, stop func()) {
+		b.Helper()
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			b.Fatal(err)

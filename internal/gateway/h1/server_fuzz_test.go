@@ -69,7 +69,9 @@ func FuzzServer(f *testing.F) {
 			if resp.StatusCode == http.StatusContinue {
 				continue
 			}
-			if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if err != nil {
 				t.Fatalf("reading an answer's body: %v\nin: %q\nout: %q", err, in, out.String())
 			}
 		}

@@ -69,14 +69,24 @@ func (c *rawConn) send(s string) {
 	require.NoError(c.t, err)
 }
 
+// answer is what the test looks at in an answer.
+type answer struct {
+	StatusCode       int
+	Header           http.Header
+	ContentLength    int64
+	TransferEncoding []string
+	Close            bool
+}
+
 // read reads one answer to a request of method and its body.
-func (c *rawConn) read(method string) (*http.Response, string) {
+func (c *rawConn) read(method string) (answer, string) {
 	c.t.Helper()
 	resp, err := http.ReadResponse(c.br, &http.Request{Method: method})
 	require.NoError(c.t, err)
+	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(c.t, err)
-	return resp, string(b)
+	return answer{resp.StatusCode, resp.Header, resp.ContentLength, resp.TransferEncoding, resp.Close}, string(b)
 }
 
 // closed reports whether the server closed the connection (after the
@@ -93,7 +103,7 @@ type errorBody struct {
 	Reason string `json:"reason"`
 }
 
-func requireJSONError(t *testing.T, resp *http.Response, body string, code int, reason string) {
+func requireJSONError(t *testing.T, resp answer, body string, code int, reason string) {
 	t.Helper()
 	require.Equal(t, code, resp.StatusCode, body)
 	var e errorBody
@@ -318,6 +328,7 @@ func TestServerDeclaredLength(t *testing.T) {
 	c.send("GET /short HTTP/1.1\r\nHost: h\r\n\r\n")
 	resp, err := http.ReadResponse(c.br, nil)
 	require.NoError(t, err)
+	defer resp.Body.Close()
 	require.Equal(t, int64(10), resp.ContentLength)
 	b, err := io.ReadAll(resp.Body)
 	require.Error(t, err, "the connection closes short of the declared length")
