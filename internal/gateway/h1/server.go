@@ -52,9 +52,9 @@ import (
 // the JSON error body every Sluice error has ("error", "reason").
 //
 // What it does not do: TLS, HTTP/2, Hijack, trailers on answers, and
-// cancelling a request's context when its client goes away while the
-// handler runs (the context ends when the handler returns; the handler's
-// own timeouts bound the work).
+// ending a request's context (net/http's ends when the client goes away
+// or the handler returns; here it is context.Background, and the
+// handler's own timeouts bound its work).
 type Server struct {
 	// Handler answers every request.
 	Handler http.Handler
@@ -470,11 +470,11 @@ func (c *serverConn) serveOne() bool {
 		req.Body = rb
 		w.body = rb
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	req = req.WithContext(ctx)
+	// The request's context is context.Background (ReadRequest's): no
+	// per-request context to allocate, and none for the handler's own
+	// timeouts to register with.
 	req.RemoteAddr = c.remote
 	s.Handler.ServeHTTP(w, req)
-	cancel()
 	w.finish()
 	rb.closed = true
 	if c.ownDeadline {
@@ -504,16 +504,8 @@ func checkRequest(req *http.Request) string {
 	case req.Host != "" && !httpguts.ValidHostHeader(req.Host):
 		return "malformed Host header"
 	}
-	for k, vs := range req.Header {
-		if !httpguts.ValidHeaderFieldName(k) {
-			return "invalid header name"
-		}
-		for _, v := range vs {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				return "invalid header value"
-			}
-		}
-	}
+	// Field names and values: textproto.ReadMIMEHeader refused the
+	// invalid ones already.
 	return ""
 }
 

@@ -233,6 +233,8 @@ func TestServerRefusals(t *testing.T) {
 		{"two Hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", http.StatusBadRequest, "invalid_request"},
 		{"bad Host", "GET / HTTP/1.1\r\nHost: a b\r\n\r\n", http.StatusBadRequest, "invalid_request"},
 		{"bad header line", "GET / HTTP/1.1\r\nHost: a\r\nno colon\r\n\r\n", http.StatusBadRequest, "invalid_request"},
+		{"bad header name", "GET / HTTP/1.1\r\nHost: a\r\nX(y): 1\r\n\r\n", http.StatusBadRequest, "invalid_request"},
+		{"control byte in a value", "GET / HTTP/1.1\r\nHost: a\r\nX: a\x01b\r\n\r\n", http.StatusBadRequest, "invalid_request"},
 		{"bad Content-Length", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: x\r\n\r\n", http.StatusBadRequest, "invalid_request"},
 		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", http.StatusHTTPVersionNotSupported, "invalid_request"},
 		{"head over the limit", "GET / HTTP/1.1\r\nHost: a\r\nX-Big: " + strings.Repeat("b", 8<<10) + "\r\n\r\n", http.StatusRequestHeaderFieldsTooLarge, "too_many_headers"},
