@@ -457,14 +457,16 @@ func (c *serverConn) serveOne() bool {
 	} else {
 		c.arm(start, s.ReadTimeout)
 	}
-	if e, ok := req.Header["Expect"]; ok {
-		if !req.ProtoAtLeast(1, 1) || len(e) != 1 || !strings.EqualFold(strings.TrimSpace(e[0]), "100-continue") {
-			w.closeAfter = true
-			apierr.WriteError(w, http.StatusExpectationFailed, apierr.ReasonInvalidRequest, "the only expectation served is Expect: 100-continue")
-			w.finish()
-			return false
-		}
-		rb.expect, rb.expected = !rb.eof, !rb.eof
+	// Expect, as net/http reads it: 100-continue counts for an HTTP/1.1
+	// request with a body; any other expectation is refused.
+	if e := req.Header.Get("Expect"); e != "" && httpguts.HeaderValuesContainsToken([]string{e}, "100-continue") {
+		ok := req.ProtoAtLeast(1, 1) && !rb.eof
+		rb.expect, rb.expected = ok, ok
+	} else if e != "" {
+		w.closeAfter = true
+		apierr.WriteError(w, http.StatusExpectationFailed, apierr.ReasonInvalidRequest, "the only expectation served is Expect: 100-continue")
+		w.finish()
+		return false
 	}
 	if !rb.eof {
 		req.Body = rb

@@ -215,6 +215,11 @@ func TestServerExpectContinue(t *testing.T) {
 	require.True(t, c.closed())
 
 	c = dialRaw(t, addr)
+	c.send("POST /x HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc")
+	resp, _ = c.read(http.MethodPost)
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "HTTP/1.0: the expectation is ignored")
+
+	c = dialRaw(t, addr)
 	c.send("POST /x HTTP/1.1\r\nHost: h\r\nExpect: something-else\r\nContent-Length: 3\r\n\r\nabc")
 	resp, body = c.read(http.MethodPost)
 	requireJSONError(t, resp, body, http.StatusExpectationFailed, "invalid_request")
