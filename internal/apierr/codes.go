@@ -74,7 +74,7 @@ var Codes = []Code{
 	{Reason: "invalid_outcome", HTTP: []int{400}, Meaning: "an outcome post that is malformed"},
 	{Reason: "invalid_parameter", HTTP: []int{400}, GRPC: []codes.Code{codes.InvalidArgument}, Meaning: "`request parameter 'timeout' must be a non-negative integer number of microseconds, got \"x\"`"},
 	{Reason: "invalid_priority", HTTP: []int{400}, GRPC: []codes.Code{codes.InvalidArgument}, Meaning: "the priority is negative or above the model's priority levels (KindInvalid)."},
-	{Reason: "invalid_request", HTTP: []int{400}, GRPC: []codes.Code{codes.InvalidArgument}, Meaning: "a request that is wrong in a way no more specific reason names."},
+	{Reason: "invalid_request", HTTP: []int{400, 417, 505}, GRPC: []codes.Code{codes.InvalidArgument}, Meaning: "a request that is wrong in a way no more specific reason names."},
 	{Reason: "invalid_request_id", Meaning: "a request id that is empty, too long or not printable"},
 	{Reason: "invalid_request_value", HTTP: []int{400}, GRPC: []codes.Code{codes.InvalidArgument}, Meaning: "ReasonInvalidRequestValue refuses a request data value of the wrong type (a string for a Float64 field)."},
 	{Reason: "invalid_setting", HTTP: []int{400}, GRPC: []codes.Code{codes.InvalidArgument, codes.Unimplemented}, Meaning: "a logging or trace settings update with a bad value"},

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/config"
+	"github.com/sluice-ml/sluice/internal/gateway/h1"
 	"github.com/sluice-ml/sluice/internal/httpapi"
 	"github.com/sluice-ml/sluice/internal/telemetry"
 	"github.com/sluice-ml/sluice/internal/tlsconfig"
@@ -238,6 +239,30 @@ func (g *guard) guardMetrics(name string, l config.Limits, ms *telemetry.Metrics
 // admission limits around h.
 func (g *guard) httpServer(name string, l config.Limits, h http.Handler) *http.Server {
 	return httpapi.NewServer(g.handler(name, l, h), httpapi.ServerOptions{MaxHeaderBytes: l.MaxHeaderBytes})
+}
+
+// httpServing is an HTTP server as the chain runs it: net/http's, or
+// package h1's for the gateway's plaintext listener.
+type httpServing interface {
+	Serve(ln net.Listener) error
+	Shutdown(ctx context.Context) error
+}
+
+// h1Server is httpServer on package h1's server: the same timeouts,
+// header limit and admission limits, HTTP/1.x only (no TLS).
+func (g *guard) h1Server(name string, l config.Limits, h http.Handler, logger *slog.Logger) *h1.Server {
+	maxHeader := l.MaxHeaderBytes
+	if maxHeader <= 0 {
+		maxHeader = httpapi.DefaultMaxHeaderBytes
+	}
+	return &h1.Server{
+		Handler:           g.handler(name, l, h),
+		ReadHeaderTimeout: httpapi.DefaultReadHeaderTimeout,
+		ReadTimeout:       httpapi.DefaultReadTimeout,
+		IdleTimeout:       httpapi.DefaultIdleTimeout,
+		MaxHeaderBytes:    maxHeader,
+		Logger:            logger,
+	}
 }
 
 // kserveServer is httpServer for the KServe HTTP port: a body over its

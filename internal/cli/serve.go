@@ -686,7 +686,7 @@ func (ms *modelServer) shutdown(hurry context.Context) error {
 // shutdownServers stops an HTTP server and, when not nil, a gRPC server
 // gracefully, together; when ctx ends first, the gRPC server's calls are
 // cut.
-func shutdownServers(ctx context.Context, httpSrv *http.Server, grpcSrv *grpc.Server) error {
+func shutdownServers(ctx context.Context, httpSrv httpServing, grpcSrv *grpc.Server) error {
 	stopped := make(chan struct{})
 	go func() {
 		if grpcSrv != nil {

@@ -138,12 +138,19 @@ const presize = 64 << 10
 // readAll is io.ReadAll with a first buffer of the size the request
 // announced (size < 0: unknown), so a body whose Content-Length is known
 // is read into one allocation.
-func readAll(rd io.Reader, size int64) ([]byte, error) {
+func readAll(rd io.Reader, size int64) ([]byte, error) { return readAllInto(nil, rd, size) }
+
+// readAllInto is readAll appending to b[:0] when b has room for what the
+// request announced.
+func readAllInto(b []byte, rd io.Reader, size int64) ([]byte, error) {
 	n := 512
 	if size > 0 {
 		n = int(min(size, presize)) + 1 // +1: the read that finds the end
 	}
-	b := make([]byte, 0, n)
+	if cap(b) < n {
+		b = make([]byte, 0, n)
+	}
+	b = b[:0]
 	for {
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)]

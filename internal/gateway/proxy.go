@@ -43,6 +43,32 @@ import (
 // be large, but not unbounded.
 const maxProxyBody = 64 << 20
 
+// readProxyBody reads a proxied request's body. With package h1's client,
+// which is done with the body when its Do returns (net/http's may still
+// be writing it), the buffer comes from a pool, and release, called once
+// the request is answered, gives it back.
+func readProxyBody(w http.ResponseWriter, r *http.Request, up *upstreamHTTP) (body []byte, release func(), err error) {
+	rd := http.MaxBytesReader(w, r.Body, maxProxyBody)
+	if up.h1 == nil {
+		body, err = readAll(rd, r.ContentLength)
+		return body, func() {}, err
+	}
+	buf := proxyBodies.Get().(*[]byte)
+	body, err = readAllInto(*buf, rd, r.ContentLength)
+	return body, func() {
+		if cap(body) <= maxPooledBody {
+			*buf = body[:0]
+			proxyBodies.Put(buf)
+		}
+	}, err
+}
+
+// proxyBodies holds the buffers proxied request bodies are read into;
+// those over maxPooledBody are left to the garbage collector.
+var proxyBodies = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+const maxPooledBody = 64 << 10
+
 // serveProxy passes a KServe v2 request through to the proxy backend
 // after authentication and rate limiting, retrying on another endpoint as
 // the proxy's retry policy allows.
@@ -81,7 +107,8 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request, st *state) 
 		writeError(w, reqID, e.Status, e.Reason, proxyRefusal(group))
 		return
 	}
-	body, err := readAll(http.MaxBytesReader(w, r.Body, maxProxyBody), r.ContentLength)
+	body, release, err := readProxyBody(w, r, px.up)
+	defer release()
 	e.RequestBytes = int64(len(body))
 	if err != nil {
 		e.Status, e.Reason = http.StatusRequestEntityTooLarge, ReasonBodyTooLarge

@@ -1,7 +1,8 @@
 // Package h1 is the HTTP/1.1 client of the gateway's KServe v2 proxy: a
 // pool of keep-alive connections per endpoint, each carrying one request
 // at a time, with the request written and the answer read on the
-// caller's goroutine.
+// caller's goroutine. It also has the server of the gateway's plaintext
+// listener (Server, server.go), built for the same reason.
 //
 // It exists for cost. net/http's Transport hands every request to two
 // goroutines of the connection's own (one writes, one reads) and the
