@@ -179,12 +179,20 @@ func TestLeakCheckCatchesViolations(t *testing.T) {
 	}{
 		{"tests without goleak", []pkg{p("internal/a", true)}, nil, []string{"internal/a starts goroutines"}},
 		{"tests with goleak", []pkg{p("internal/a", true, goleakPath)}, nil, nil},
-		{"helper imported by a test without goleak", []pkg{helper, p("internal/b", true, helper.ImportPath)}, nil,
-			[]string{"internal/b imports internal/x/xtest"}},
+		{
+			"helper imported by a test without goleak",
+			[]pkg{helper, p("internal/b", true, helper.ImportPath)},
+			nil,
+			[]string{"internal/b imports internal/x/xtest"},
+		},
 		{"helper imported by tests with goleak", []pkg{helper, p("internal/b", true, helper.ImportPath, goleakPath)}, nil, nil},
 		{"allowed", []pkg{p("internal/a", true)}, map[string]string{"internal/a": "why"}, nil},
-		{"allowed but runs goleak", []pkg{p("internal/a", true, goleakPath)}, map[string]string{"internal/a": "why"},
-			[]string{"runs goleak now"}},
+		{
+			"allowed but runs goleak",
+			[]pkg{p("internal/a", true, goleakPath)},
+			map[string]string{"internal/a": "why"},
+			[]string{"runs goleak now"},
+		},
 		{"allowed but starts nothing", nil, map[string]string{"internal/a": "why"}, []string{"starts no goroutine"}},
 	}
 	for _, tt := range tests {
