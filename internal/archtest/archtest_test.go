@@ -30,6 +30,8 @@ type pkg struct {
 	Imports      []string
 	TestImports  []string
 	XTestImports []string
+	TestGoFiles  []string
+	XTestGoFiles []string
 	Error        *struct{ Err string }
 }
 

@@ -34,4 +34,10 @@
 //     internal but each other, nothing third-party but yaml).
 //   - telemetry imports nothing internal.
 //   - Nothing imports internal/cli but cmd/sluice.
+//
+// Beside the import rules, goleak_test.go checks that every goroutine is
+// leak-checked: a package whose code starts one (a go statement, a Go
+// method of errgroup or sync.WaitGroup, time.AfterFunc) runs goleak in its
+// tests, or, having no tests (test helpers), is imported only by packages
+// that do. noGoleak lists the few commands that have no tests, with why.
 package archtest

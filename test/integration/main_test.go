@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/sluice-ml/sluice/internal/testutil/harness"
 	"github.com/sluice-ml/sluice/internal/testutil/tier"
 )
@@ -48,7 +50,17 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "integration:", err)
 		return 1
 	}
-	return m.Run()
+	code := m.Run()
+	if code == 0 {
+		// The GCS emulator (objstoretest runs fake-gcs-server in-process)
+		// pulls in pubsub, whose opencensus dependency starts a worker at
+		// init that lives as long as the process.
+		if err := goleak.Find(goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start")); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			return 1
+		}
+	}
+	return code
 }
 
 // server is one running sluice process.
