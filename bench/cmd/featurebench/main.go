@@ -25,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,6 +51,9 @@ type config struct {
 	entities  int
 	iters     int
 	seconds   float64
+	// cpuProfile, when set, receives a CPU profile of the measured calls
+	// of the row profileRow ("store/path/shape"), client and server alike.
+	cpuProfile, profileRow string
 }
 
 func main() {
@@ -60,6 +64,8 @@ func main() {
 	flag.IntVar(&c.entities, "entities", 10_000, "rows (entities) of the 50-feature view's source")
 	flag.IntVar(&c.iters, "iters", 5000, "measured calls per row at most")
 	flag.Float64Var(&c.seconds, "seconds", 2, "measured seconds per row at most")
+	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of one row's measured calls to this file")
+	flag.StringVar(&c.profileRow, "profile-row", "embedded/HTTP/100×50", "the row -cpuprofile profiles: store/path/shape")
 	flag.Parse()
 	if err := run(context.Background(), c); err != nil {
 		fmt.Fprintln(os.Stderr, "featurebench:", err)
@@ -174,11 +180,18 @@ func (m cpuMeter) read() cpuReading {
 	return r
 }
 
-func measure(c config, m cpuMeter, fn func() error) (p50, p99, mean time.Duration, n int, cpu [2]time.Duration, redisOK bool, err error) {
+func measure(c config, m cpuMeter, profile string, fn func() error) (p50, p99, mean time.Duration, n int, cpu [2]time.Duration, redisOK bool, err error) {
 	for range 200 { // warm up
 		if err := fn(); err != nil {
 			return 0, 0, 0, 0, cpu, false, err
 		}
+	}
+	if profile != "" {
+		stop, err := startProfile(profile)
+		if err != nil {
+			return 0, 0, 0, 0, cpu, false, err
+		}
+		defer stop()
 	}
 	before := m.read()
 	ds := make([]time.Duration, 0, c.iters)
@@ -202,6 +215,25 @@ func measure(c config, m cpuMeter, fn func() error) (p50, p99, mean time.Duratio
 	}
 	slices.Sort(ds)
 	return ds[len(ds)/2], ds[(len(ds)*99)/100], total / calls, len(ds), cpu, redisOK, nil
+}
+
+// startProfile starts a CPU profile into the file path; stop ends it.
+func startProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			say("close %s: %v", path, err)
+		}
+		say("wrote CPU profile %s", path)
+	}, nil
 }
 
 // redisPID asks Redis for its process id (INFO server), so that its CPU
@@ -364,7 +396,11 @@ func (b *benchRun) add(store, path string, s shape, fn func() error) error {
 	if store != "redis" {
 		m.redisPID = 0
 	}
-	p50, p99, mean, n, cpu, redisOK, err := measure(b.c, m, fn)
+	profile := ""
+	if b.c.cpuProfile != "" && b.c.profileRow == store+"/"+path+"/"+s.String() {
+		profile = b.c.cpuProfile
+	}
+	p50, p99, mean, n, cpu, redisOK, err := measure(b.c, m, profile, fn)
 	if err != nil {
 		return fmt.Errorf("%s %s %s: %w", store, path, s, err)
 	}

@@ -249,8 +249,13 @@ func writeErrorBody(w http.ResponseWriter, code int, reason, msg string) {
 	apierr.WriteError(w, code, reason, msg)
 }
 
+// writeJSON writes b, a whole JSON body, in one write. Its length goes in
+// Content-Length, so that a body over net/http's 2 KiB buffer is not sent
+// chunked (a chunk header per write, decoded by the client).
 func writeJSON(w http.ResponseWriter, b []byte) {
-	w.Header().Set("Content-Type", "application/json")
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b) //nolint:gosec // G705: JSON sent as application/json
 }
@@ -548,6 +553,7 @@ func appendResponse(b []byte, resp *Response) []byte {
 			memo = make([]tsMemo, n)
 		}
 	}
+	var prev columnText
 	for i := range resp.Results {
 		c := &resp.Results[i]
 		if i > 0 {
@@ -556,25 +562,9 @@ func appendResponse(b []byte, resp *Response) []byte {
 		b = append(b, `{"values":[`...)
 		b = appendValues(b, resp.Types[i], c.Values)
 		b = append(b, `],"statuses":[`...)
-		for j, st := range c.Statuses {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, quotedStatus(st)...)
-		}
+		b = prev.appendStatuses(b, c.Statuses)
 		b = append(b, `],"event_timestamps":[`...)
-		for j, ts := range c.EventTimestamps {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			if j < len(memo) {
-				b = memo[j].append(b, ts)
-				continue
-			}
-			b = append(b, '"')
-			b = AppendTimestamp(b, ts)
-			b = append(b, '"')
-		}
+		b = prev.appendTimestamps(b, c.EventTimestamps, memo)
 		b = append(b, "]}"...)
 	}
 	return append(b, "]}\n"...)
@@ -780,7 +770,11 @@ func appendFloat(b []byte, f float64, bits int) []byte {
 		return append(b, ".0"...)
 	}
 	start := len(b)
-	b = strconv.AppendFloat(b, f, 'g', -1, bits)
+	if bits == 32 {
+		b = jsonenc.AppendFloat32(b, float32(f))
+	} else {
+		b = strconv.AppendFloat(b, f, 'g', -1, bits)
+	}
 	for _, c := range b[start:] {
 		if c == '.' || c == 'e' {
 			return b
