@@ -2,6 +2,8 @@ package jsonenc
 
 import (
 	"math"
+	"math/bits"
+	"slices"
 	"strconv"
 )
 
@@ -75,7 +77,7 @@ func appendFixedFloat32(dst []byte, f float32) ([]byte, bool) {
 			half = lo
 		}
 		if d < half {
-			if d == 0.5 || m == 0 || k == 0 && m >= 1e6 || k > 4 && m < pow10[k-4] {
+			if d == 0.5 || m == 0 || k == 0 && m >= 1e6 || k > 4 && uint64(m) < pow10[k-4] {
 				// Both integers read back, equally near; or outside
 				// [1e-4, 1e6), where strconv writes an exponent.
 				return dst, false
@@ -92,21 +94,21 @@ func appendFixedFloat32(dst []byte, f float32) ([]byte, bool) {
 	return dst, false
 }
 
-// pow10 holds 10^0 to 10^maxFixedDecimals.
-var pow10 = func() (p [maxFixedDecimals + 1]float64) {
-	p[0] = 1
-	for i := 1; i < len(p); i++ {
-		p[i] = p[i-1] * 10
-	}
-	return p
-}()
-
 // appendDecimal appends m/10^k as a plain decimal: "-" when neg, the
 // integer digits ("0" when there are none), and k decimals after a point
-// (none when k is 0).
+// (none when k is 0). m < 10^19. The text is written in place, from its
+// end, into dst's spare capacity (grown when short).
 func appendDecimal(dst []byte, neg bool, m uint64, k int) []byte {
-	var buf [24]byte // 1e6×10^12 has 19 digits, plus "0." and leading zeros
-	i := len(buf)
+	n := max(decimalDigits(m), k+1) // digits, with a leading "0" for m < 10^k
+	if k > 0 {
+		n++ // the point
+	}
+	if neg {
+		n++
+	}
+	dst = slices.Grow(dst, n)
+	buf := dst[len(dst) : len(dst)+n]
+	i := n
 	// The decimals, two at a time while two are left.
 	for ; k >= 2; k -= 2 {
 		r := m % 100
@@ -119,7 +121,7 @@ func appendDecimal(dst []byte, neg bool, m uint64, k int) []byte {
 		buf[i] = byte('0' + m%10)
 		m /= 10
 	}
-	if i < len(buf) {
+	if i < n {
 		i--
 		buf[i] = '.'
 	}
@@ -130,18 +132,35 @@ func appendDecimal(dst []byte, neg bool, m uint64, k int) []byte {
 		buf[i], buf[i+1] = digitPairs[2*r], digitPairs[2*r+1]
 	}
 	if m >= 10 {
-		i -= 2
-		buf[i], buf[i+1] = digitPairs[2*m], digitPairs[2*m+1]
+		buf[i-2], buf[i-1] = digitPairs[2*m], digitPairs[2*m+1]
 	} else {
-		i--
-		buf[i] = byte('0' + m)
+		buf[i-1] = byte('0' + m)
 	}
 	if neg {
-		i--
-		buf[i] = '-'
+		buf[0] = '-'
 	}
-	return append(dst, buf[i:]...)
+	return dst[:len(dst)+n]
 }
+
+// decimalDigits returns the number of decimal digits of m (1 for 0).
+func decimalDigits(m uint64) int {
+	// bits.Len64(m)×1233/4096 is log10(2^len) rounded down: the digits of
+	// m, or one fewer.
+	d := bits.Len64(m) * 1233 >> 12
+	if d < len(pow10) && m >= pow10[d] {
+		d++
+	}
+	return max(d, 1)
+}
+
+// pow10 holds 10^0 to 10^19.
+var pow10 = func() (p [20]uint64) {
+	p[0] = 1
+	for i := 1; i < len(p); i++ {
+		p[i] = p[i-1] * 10
+	}
+	return p
+}()
 
 // digitPairs holds "00" to "99".
 const digitPairs = "00010203040506070809" +

@@ -116,3 +116,16 @@ func BenchmarkAppendFloat32(b *testing.B) {
 		})
 	}
 }
+
+func TestDecimalDigits(t *testing.T) {
+	require.Equal(t, 1, decimalDigits(0))
+	for d := 1; d <= 19; d++ {
+		p := uint64(math.Pow10(d - 1)) // 10^(d-1): d digits
+		if d == 19 {
+			p = 1_000_000_000_000_000_000
+		}
+		require.Equal(t, d, decimalDigits(p), "10^%d", d-1)
+		require.Equal(t, d, decimalDigits(p*10-1), "10^%d-1", d)
+	}
+	require.Equal(t, 20, decimalDigits(math.MaxUint64))
+}

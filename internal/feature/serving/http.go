@@ -763,20 +763,24 @@ func appendFloat(b []byte, f float64, bits int) []byte {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return append(b, "null"...)
 	}
-	// A whole number under 1e6 is its integer digits in the shortest 'g'
-	// form (from 1e6 on it takes an exponent); -0 keeps its sign below.
-	if f == math.Trunc(f) && f > -1e6 && f < 1e6 && (f != 0 || !math.Signbit(f)) {
+	start := len(b)
+	switch {
+	case bits == 32:
+		// Whole numbers included: jsonenc's path writes them as fast.
+		b = jsonenc.AppendFloat32(b, float32(f))
+	case f == math.Trunc(f) && f > -1e6 && f < 1e6 && (f != 0 || !math.Signbit(f)):
+		// A whole number under 1e6 is its integer digits in the shortest
+		// 'g' form (from 1e6 on it takes an exponent); -0 keeps its sign
+		// below.
 		b = strconv.AppendInt(b, int64(f), 10)
 		return append(b, ".0"...)
-	}
-	start := len(b)
-	if bits == 32 {
-		b = jsonenc.AppendFloat32(b, float32(f))
-	} else {
+	default:
 		b = strconv.AppendFloat(b, f, 'g', -1, bits)
 	}
-	for _, c := range b[start:] {
-		if c == '.' || c == 'e' {
+	// A point or an exponent is near the end ("…5.25", "…e+06"): look
+	// there first.
+	for i := len(b) - 1; i >= start; i-- {
+		if c := b[i]; c == '.' || c == 'e' {
 			return b
 		}
 	}
