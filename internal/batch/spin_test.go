@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	testharness "github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // These tests use the real clock: the spinner busy-waits on time.Now, which
@@ -48,9 +50,9 @@ func TestSpinWaitSendsAPreferredBatchAtOnce(t *testing.T) {
 		}
 		first <- res
 	}()
-	for b.pending() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testharness.WaitFor(t, 10*time.Second, time.Millisecond, "the first request queued", func() (bool, string) {
+		return b.pending() > 0, "nothing queued"
+	})
 	res, err := b.Submit(t.Context(), request(2, 1))
 	require.NoError(t, err)
 	require.Equal(t, 2, res.ExecBatch)

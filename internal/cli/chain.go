@@ -44,7 +44,7 @@ import (
 // stopped in the reverse one (group).
 func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan os.Signal) error {
 	start := time.Now()
-	logger, err := telemetry.NewLogger(cmd.ErrOrStderr(), telemetry.LogOptions{Format: f.logFormat, Level: f.logLevel})
+	logger, err := telemetry.NewLogger(cmd.ErrOrStderr(), f.log)
 	if err != nil {
 		return err
 	}
@@ -52,12 +52,11 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	if t := cfg.Tracing; t != nil {
-		f.traceEndpoint, f.traceRatio = t.OTLPEndpoint, t.SampleRatio
-		f.traceService = t.ServiceName
-		f.traceExporter, f.traceFile = t.Exporter, t.File
+	tracing := cfg.Tracing
+	if tracing == nil {
+		tracing = &config.Tracing{} // the OTEL_* environment decides
 	}
-	stopTracing, err := setupTracing(ctx, f, logger)
+	stopTracing, err := setupTracing(ctx, tracing, nil, logger)
 	if err != nil {
 		return err
 	}
@@ -115,6 +114,11 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 	var out bytes.Buffer
 	b.write(&out, cfg)
 	_, _ = cmd.OutOrStdout().Write(out.Bytes())
+	removePorts, err := gd.writePortsFile(f.portsFile)
+	if err != nil {
+		return err
+	}
+	defer removePorts()
 	sigs := notifyStop()
 	defer signal.Stop(sigs)
 	defer grp.hurryOn(sigs)()
@@ -167,15 +171,10 @@ func (c *chain) startModels(ctx context.Context) error {
 	if m == nil {
 		return nil
 	}
-	mf := *c.f
-	mf.ModelServer = *m
-	if m.RepositoryCacheBytes == 0 {
-		mf.RepositoryCacheBytes = c.f.RepositoryCacheBytes // --repository-cache-bytes
+	if c.cmd.Flags().Changed("strict-readiness") {
+		m.StrictReadiness = c.f.model.StrictReadiness // the flag wins over the file
 	}
-	mf.pollSecs = max(1, int(m.RepositoryPollInterval.Std()/time.Second))
-	mf.strictReadiness = chainStrictReadiness(c.cmd, m)
-	mf.limits = &m.Limits
-	ms, err := startModelServer(ctx, &mf, m.TLS, c.gd, c.logger, c.regs.models, c.undo)
+	ms, err := startModelServer(ctx, m, c.f, m.TLS, c.gd, c.logger, c.regs.models, c.undo)
 	if err != nil {
 		return err
 	}
@@ -201,8 +200,8 @@ func (c *chain) startFeatures(ctx context.Context) error {
 			return err
 		}
 	}
-	ff := featureServerSettings(fc, c.f.exitTimeoutSecs)
-	fs, err := startFeatureServer(ctx, ff, fc.TLS, c.gd, c.logger, c.regs.features)
+	run := featureRun{tolerance: serving.DefaultEventTimeTolerance, exitTimeout: c.f.exitTimeout}
+	fs, err := startFeatureServer(ctx, fc, run, fc.TLS, c.gd, c.logger, c.regs.features)
 	if err != nil {
 		return err
 	}
@@ -227,17 +226,6 @@ func (c *chain) startFeatures(ctx context.Context) error {
 	c.banner.featuresMetrics = true
 	fs.add(c.grp)
 	return nil
-}
-
-// featureServerSettings are the settings of sluice.yaml's feature_server
-// as sluice feature-server's flags hold them.
-func featureServerSettings(fc *config.FeatureServer, exitTimeoutSecs int) *featureServerFlags {
-	return &featureServerFlags{
-		FeatureServer: *fc,
-		pollSecs:      int(fc.RegistryPollInterval.Std() / time.Second),
-		maxBodyBytes:  fc.Limits.MaxBodyBytes, tolerance: serving.DefaultEventTimeTolerance,
-		exitTimeoutSecs: exitTimeoutSecs, limits: &fc.Limits,
-	}
 }
 
 // chainGateway is the chain's gateway with what serves it.
@@ -372,7 +360,7 @@ func (c *chain) signatures(remote *kserve.Client) gateway.SignatureFunc {
 // the gateway closes it (on a failed New as on Close).
 func (c *chain) newGateway(ctx context.Context, remote *kserve.Client, errLog io.Writer) (*chainGateway, error) {
 	gc, logger, reg := c.cfg.Gateway, c.logger, c.regs.process
-	cg := &chainGateway{drain: gc.DrainPeriod.Std(), exitAfter: time.Duration(c.f.exitTimeoutSecs) * time.Second, logger: logger}
+	cg := &chainGateway{drain: gc.DrainPeriod.Std(), exitAfter: c.f.exitTimeout, logger: logger}
 	opts := gateway.Options{
 		Remote: remote,
 		// One client per kserve_grpc backend with a tls block.
@@ -682,23 +670,6 @@ func chainGatherers(reg *prometheus.Registry, ms *modelServer, fs *featureServer
 		}
 	}
 	return gs
-}
-
-// chainStrictReadiness is the chain's readiness mode: --strict-readiness
-// when given, else model_server.strict_readiness, else false. Triton's
-// default is strict; a chain serves several models behind one pod, and
-// one that fails to load should show in its own readiness
-// (/v2/models/<name>/ready, the console) rather than take the others
-// out of a load balancer's rotation.
-func chainStrictReadiness(cmd *cobra.Command, m *config.ModelServer) bool {
-	if fl := cmd.Flags().Lookup("strict-readiness"); fl != nil && fl.Changed {
-		v, err := cmd.Flags().GetBool("strict-readiness")
-		return err == nil && v
-	}
-	if m.StrictReadiness != nil {
-		return *m.StrictReadiness
-	}
-	return false
 }
 
 // banner is what "sluice serve -c" prints once it is ready.

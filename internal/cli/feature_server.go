@@ -16,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
-	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature/materialize"
@@ -29,26 +28,39 @@ import (
 	"github.com/sluice-ml/sluice/internal/tlsconfig"
 )
 
-// featureServerFlags are `sluice feature-server`'s flags.
+// featureServerFlags are `sluice feature-server`'s settings, bound to
+// its flags.
 type featureServerFlags struct {
-	// config.FeatureServer holds the settings sluice.yaml's
-	// feature_server has, bound to the flags of the same meaning.
-	config.FeatureServer
-	metricsPort     int
-	pollSecs        int
-	maxBodyBytes    int64
-	tolerance       time.Duration
-	exitTimeoutSecs int
-	logFormat       string
-	logLevel        string
-	sec             securityFlags
-	// limits come from sluice.yaml's feature_server.limits; without -c,
-	// from --max-request-bytes and the defaults.
-	limits *config.Limits
+	// feature is sluice.yaml's feature_server settings:
+	// config.NewFeatureServer's defaults, then the flags.
+	feature     config.FeatureServer
+	run         featureRun
+	metricsPort int
+	log         telemetry.LogOptions
+	sec         securityFlags
+	portsFile   string // --ports-file
+}
+
+// featureRun are the feature server's settings that sluice.yaml has no
+// key for; under serve -c, the default tolerance and serve's
+// --exit-timeout-secs.
+type featureRun struct {
+	tolerance   time.Duration
+	exitTimeout time.Duration
 }
 
 func newFeatureServerCmd() *cobra.Command {
-	f := &featureServerFlags{}
+	cmd, _ := featureServerCommand()
+	return cmd
+}
+
+// featureServerCommand is newFeatureServerCmd with the settings its flags
+// write.
+func featureServerCommand() (*cobra.Command, *featureServerFlags) {
+	f := &featureServerFlags{
+		feature: config.NewFeatureServer(),
+		run:     featureRun{tolerance: serving.DefaultEventTimeTolerance, exitTimeout: config.DefaultExitTimeout},
+	}
 	cmd := &cobra.Command{
 		Use:   "feature-server",
 		Short: "Serve online features over Feast's HTTP API (/get-online-features, /push, /materialize) and, with --grpc-port, its gRPC API",
@@ -58,22 +70,23 @@ func newFeatureServerCmd() *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.Repo, "repo", ".", "feature repository folder (feature_store.yaml and definitions)")
-	fl.StringVar(&f.Address, "address", config.DefaultListenAddress, "address the listeners bind to")
-	fl.IntVar(&f.Port, "port", config.DefaultFeaturePort, "HTTP port (Feast's default); /metrics is served here too")
-	fl.IntVar(&f.GRPCPort, "grpc-port", 0, "port serving Feast's gRPC API (feast.serving.ServingService); 0 for none")
+	fs := &f.feature
+	fl.StringVar(&fs.Repo, "repo", ".", "feature repository folder (feature_store.yaml and definitions)")
+	fl.StringVar(&fs.Address, "address", fs.Address, "address the listeners bind to")
+	fl.IntVar(&fs.Port, "port", fs.Port, "HTTP port (Feast's default); /metrics is served here too")
+	fl.IntVar(&fs.GRPCPort, "grpc-port", 0, "port serving Feast's gRPC API (feast.serving.ServingService); 0 for none")
 	fl.IntVar(&f.metricsPort, "metrics-port", 0, "extra port serving only /metrics; 0 for none")
-	fl.BoolVar(&f.Aggregate, "aggregate", false, "also run the stream aggregators (as sluice features aggregate does) in this process, against its online store: the way to keep stream feature views with the embedded store, which one process owns")
-	fl.IntVar(&f.pollSecs, "registry-poll-secs", int(config.DefaultRegistryPollInterval/time.Second), "seconds between checks of the definitions and the registry for changes; 0 disables reloading (once applied, the registry serves: unapplied edits and refused type changes are reported, not served)")
-	fl.Int64Var(&f.maxBodyBytes, "max-request-bytes", serving.DefaultMaxBodyBytes, "largest request body accepted")
-	fl.DurationVar(&f.tolerance, "event-time-tolerance", serving.DefaultEventTimeTolerance, "how far past a request's event_timestamp a feature may be before the request is refused")
-	fl.IntVar(&f.exitTimeoutSecs, "exit-timeout-secs", int(config.DefaultExitTimeout/time.Second), "seconds to wait for in-flight requests at shutdown")
-	fl.StringVar(&f.ReadAuth, "read-auth", config.DefaultReadAuth, "reads (/get-online-features, /metrics): open, or token (a read or operate token)")
-	fl.IntVar(&f.MaxEntityRows, "max-entity-rows", config.DefaultMaxEntityRows, "most entity rows one feature request may ask for")
+	fl.BoolVar(&fs.Aggregate, "aggregate", false, "also run the stream aggregators (as sluice features aggregate does) in this process, against its online store: the way to keep stream feature views with the embedded store, which one process owns")
+	secondsVar(fl, (*time.Duration)(&fs.RegistryPollInterval), "registry-poll-secs", "seconds between checks of the definitions and the registry for changes; 0 disables reloading (once applied, the registry serves: unapplied edits and refused type changes are reported, not served)")
+	fl.Int64Var(&fs.Limits.MaxBodyBytes, "max-request-bytes", fs.Limits.MaxBodyBytes, "largest request body accepted")
+	fl.DurationVar(&f.run.tolerance, "event-time-tolerance", f.run.tolerance, "how far past a request's event_timestamp a feature may be before the request is refused")
+	secondsVar(fl, &f.run.exitTimeout, "exit-timeout-secs", "seconds to wait for in-flight requests at shutdown")
+	fl.StringVar(&fs.ReadAuth, "read-auth", fs.ReadAuth, "reads (/get-online-features, /metrics): open, or token (a read or operate token)")
+	fl.IntVar(&fs.MaxEntityRows, "max-entity-rows", fs.MaxEntityRows, "most entity rows one feature request may ask for")
 	f.sec.register(fl)
-	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
-	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	return cmd
+	registerPortsFile(fl, &f.portsFile)
+	registerLogFlags(fl, &f.log)
+	return cmd, f
 }
 
 // holderMaterializer runs materializations against the registry snapshot
@@ -97,7 +110,7 @@ func (m *holderMaterializer) MaterializeIncremental(ctx context.Context, end tim
 }
 
 func runFeatureServer(ctx context.Context, cmd *cobra.Command, f *featureServerFlags) error {
-	logger, err := telemetry.NewLogger(cmd.ErrOrStderr(), telemetry.LogOptions{Format: f.logFormat, Level: f.logLevel})
+	logger, err := telemetry.NewLogger(cmd.ErrOrStderr(), f.log)
 	if err != nil {
 		return err
 	}
@@ -109,14 +122,14 @@ func runFeatureServer(ctx context.Context, cmd *cobra.Command, f *featureServerF
 		return err
 	}
 	defer gd.close()
-	fsrv, err := startFeatureServer(ctx, f, tlsOpts, gd, logger, reg)
+	fsrv, err := startFeatureServer(ctx, &f.feature, f.run, tlsOpts, gd, logger, reg)
 	if err != nil {
 		return err
 	}
 	defer fsrv.close()
 	grp := newGroup(ctx)
 	if f.metricsPort > 0 {
-		ms, err := telemetry.NewMetricsServer(ctx, net.JoinHostPort(f.Address, strconv.Itoa(f.metricsPort)), reg, logger)
+		ms, err := telemetry.NewMetricsServer(ctx, net.JoinHostPort(f.feature.Address, strconv.Itoa(f.metricsPort)), reg, logger)
 		if err != nil {
 			grp.abandon()
 			_ = fsrv.ln.Close()
@@ -126,15 +139,11 @@ func runFeatureServer(ctx context.Context, cmd *cobra.Command, f *featureServerF
 		if fsrv.tls != nil {
 			ms.UseTLS(fsrv.tls.Config())
 		}
-		ml := admission.DefaultLimits(f.maxBodyBytes)
-		if f.limits != nil {
-			ml = *f.limits
-		}
-		gd.guardMetrics("features_metrics", ml, ms)
+		gd.guardMetrics("features_metrics", f.feature.Limits, ms)
 		gd.record("features_metrics", ms.Addr().String(), tlsOpts, "open (reads only)")
 		grp.Go(func() error { return ms.Run(grp.ctx) })
 	}
-	if f.Aggregate {
+	if f.feature.Aggregate {
 		agg := aggregateFlags{ackWait: defaultAggregateAckWait, batch: defaultAggregateBatch}
 		closeAgg, err := agg.startAggregators(ctx, grp.ctx, grp.eg, fsrv.holder.Current(), fsrv.store, logger, reg)
 		if err != nil {
@@ -161,6 +170,12 @@ func runFeatureServer(ctx context.Context, cmd *cobra.Command, f *featureServerF
 	}
 	logger.Info("feature server ready", "http", fsrv.ln.Addr().String(), "grpc", grpcAddr, "project", repo.Project,
 		"views", len(repo.Views), "online_store", repo.Config.Online.Type, "listeners", gd.Listeners())
+	removePorts, err := gd.writePortsFile(f.portsFile)
+	if err != nil {
+		grp.abandon()
+		return err
+	}
+	defer removePorts()
 	sigs := notifyStop()
 	defer signal.Stop(sigs)
 	defer grp.hurryOn(sigs)()
@@ -191,8 +206,10 @@ func (fs *featureServer) close() {
 }
 
 // startFeatureServer loads the feature repository, opens its online store
-// and binds the HTTP listener; the caller runs it with run and closes it.
-func startFeatureServer(ctx context.Context, f *featureServerFlags, tlsOpts *config.TLS, gd *guard, logger *slog.Logger, reg *prometheus.Registry) (*featureServer, error) {
+// and binds the HTTP listener, with f's settings (sluice.yaml's
+// feature_server under serve -c) and run's; the caller runs it with add
+// and closes it.
+func startFeatureServer(ctx context.Context, f *config.FeatureServer, run featureRun, tlsOpts *config.TLS, gd *guard, logger *slog.Logger, reg *prometheus.Registry) (*featureServer, error) {
 	holder, err := registry.NewHolder(ctx, f.Repo, logger, reg)
 	if err != nil {
 		return nil, err
@@ -204,15 +221,12 @@ func startFeatureServer(ctx context.Context, f *featureServerFlags, tlsOpts *con
 	}
 	fs := &featureServer{
 		holder: holder, store: store, logger: logger, reg: reg,
-		pollEvery:   time.Duration(f.pollSecs) * time.Second,
-		exitTimeout: time.Duration(f.exitTimeoutSecs) * time.Second,
+		pollEvery:   f.RegistryPollInterval.Std(),
+		exitTimeout: run.exitTimeout,
 	}
-	fs.srv = serving.New(holder, store, serving.Options{EventTimeTolerance: f.tolerance}, logger, reg)
+	fs.srv = serving.New(holder, store, serving.Options{EventTimeTolerance: run.tolerance}, logger, reg)
 	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true, Registry: reg})
-	limits := admission.DefaultLimits(f.maxBodyBytes)
-	if f.limits != nil {
-		limits = *f.limits
-	}
+	limits := f.Limits
 	h := serving.NewHandler(fs.srv, serving.HandlerOptions{
 		MaxBodyBytes:  limits.MaxBodyBytes,
 		MaxEntityRows: f.MaxEntityRows,

@@ -7,29 +7,39 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
-// freePorts returns n TCP ports that were free a moment ago.
-func freePorts(t *testing.T, n int) []string {
+// portZero are model-server flags that let the system pick the three
+// ports; bound waits until the server has written them to its ports file
+// and returns them (HTTP, gRPC, metrics; "" for a listener it does not
+// have).
+func portZero(t *testing.T) (flags []string, bound func() []string) {
 	t.Helper()
-	var ports []string
-	var lns []net.Listener
-	for range n {
-		var lc net.ListenConfig
-		ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		lns = append(lns, ln)
-		ports = append(ports, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+	path := filepath.Join(t.TempDir(), "ports.json")
+	flags = []string{"--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", "--ports-file", path}
+	return flags, func() []string {
+		t.Helper()
+		var ports []string
+		harness.WaitFor(t, 30*time.Second, 10*time.Millisecond, "the ports file", func() (bool, string) {
+			ls, err := harness.ReadPortsFile(path)
+			if err != nil {
+				return false, err.Error()
+			}
+			ports = ports[:0]
+			for _, name := range []string{"models_http", "models_grpc", "models_metrics"} {
+				_, port, _ := net.SplitHostPort(ls[name])
+				ports = append(ports, port)
+			}
+			return true, ""
+		})
+		return ports
 	}
-	for _, ln := range lns {
-		require.NoError(t, ln.Close())
-	}
-	return ports
 }
 
 // getter returns a GET of a path under base: the status and body, or 0
@@ -58,28 +68,26 @@ func getter(t *testing.T, base string) func(path string) (int, []byte) {
 func TestModelServerStaysUpWhenRepositoryFails(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "xyzx")
 	t.Run("exit-on-error not given: exits", func(t *testing.T) {
-		p := freePorts(t, 3)
 		var out, errb bytes.Buffer
 		code := Run(t.Context(), []string{
 			"model-server", "--model-repository", missing, "--address", "127.0.0.1",
-			"--http-port", p[0], "--grpc-port", p[1], "--metrics-port", p[2],
+			"--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
 		}, &out, &errb)
 		require.Equal(t, 1, code)
 		require.Contains(t, errb.String(), "read model repository")
 	})
 	t.Run("exit-on-error=false: up, not live, not ready", func(t *testing.T) {
-		p := freePorts(t, 3)
+		ports, bound := portZero(t)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan int)
 		var out, errb bytes.Buffer
 		go func() {
-			done <- Run(ctx, []string{
+			done <- Run(ctx, append([]string{
 				"model-server", "--model-repository", missing, "--model-repository", t.TempDir(),
 				"--exit-on-error=false", "--strict-readiness=false", "--address", "127.0.0.1", "--server-name", "triton",
-				"--http-port", p[0], "--grpc-port", p[1], "--metrics-port", p[2],
-			}, &out, &errb)
+			}, ports...), &out, &errb)
 		}()
-		get := getter(t, "http://127.0.0.1:"+p[0])
+		get := getter(t, "http://127.0.0.1:"+bound()[0])
 		require.Eventually(t, func() bool { code, _ := get("/v2"); return code == http.StatusOK }, 10*time.Second, 20*time.Millisecond)
 		_, body := get("/v2")
 		var md struct{ Name string }

@@ -18,9 +18,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 
-	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/backend"
 	"github.com/sluice-ml/sluice/internal/backend/libtorch"
@@ -36,68 +36,72 @@ import (
 	"github.com/sluice-ml/sluice/internal/zpool"
 )
 
-// serveFlags are the model server's flags. Names follow tritonserver's.
-// The settings sluice.yaml's model_server holds are its config.ModelServer,
-// bound to the flags of the same meaning, so that serve -c takes the
-// file's section whole. Its BackendConfig comes from the file alone;
-// --backend-config values win over it.
+// serveFlags are the model server's settings, bound to its flags (names
+// follow tritonserver's). What sluice.yaml holds is the config package's
+// structs: model (model_server) and tracing (tracing); serve -c takes
+// those from the file and ignores their flags, but for --strict-readiness
+// and --backend-config, which win over it. The rest has no key in the
+// file: the flags set it under serve -c too.
 type serveFlags struct {
-	config.ModelServer
-	pollSecs        int
-	exitOnError     bool
-	strictReadiness bool
-	backendConfig   []string
-	gitCommits      []string
-	maxBodyBytes    int64
-	exitTimeoutSecs int
-	logFormat       string
-	logLevel        string
-	cacheSize       int64
-	cacheConfig     []string
-	cacheByteSize   int64
-	tritonMetrics   bool
-	serverName      string
-	serverVersion   string
-	httpForward     string
-	grpcForward     string
-	compressMin     int
-	maxOutputBytes  int64
-	// levelVar holds the model server's log level and sampling its root
-	// trace sampling, so that Triton's logging and trace extensions can
-	// change them; nil under serve -c.
-	levelVar      *slog.LevelVar
-	sampling      *telemetry.Sampling
-	configFile    string
-	traceEndpoint string
-	traceRatio    float64
-	traceService  string
-	traceExporter string                      // otlp, console, none; empty: OTEL_TRACES_EXPORTER
-	traceFile     string                      // the console exporter's file; empty: stdout
-	traceConfig   *tritonsettings.TraceConfig // Triton's --trace-config; nil: none given
-	materialize   bool
-	sec           securityFlags
-	// limits come from sluice.yaml's model_server.limits; without -c,
-	// from --max-request-bytes and the defaults.
-	limits *config.Limits
-	// httpMaxBody is Triton's --http-max-input-size: the KServe HTTP
-	// port's body limit, over limits' (0: limits' own).
-	httpMaxBody int64
+	// model is model_server's settings: config.NewModelServer's defaults,
+	// then the flags.
+	model config.ModelServer
+	// tracing is the tracing section's settings.
+	tracing config.Tracing
+	// log is the logger's format and level; its LevelVar holds the model
+	// server's level, so that Triton's logging extension can change it
+	// (nil under serve -c).
+	log telemetry.LogOptions
+	// portsFile is --ports-file.
+	portsFile string
 
+	exitOnError    bool
+	backendConfig  []string // <backend>,<setting>=<value>, over model_server.backend_config
+	gitCommits     []string
+	exitTimeout    time.Duration
+	cacheSize      int64
+	cacheConfig    []string
+	cacheByteSize  int64
+	tritonMetrics  bool
+	serverName     string
+	serverVersion  string
+	httpForward    string
+	grpcForward    string
+	compressMin    int
+	maxOutputBytes int64
+
+	configFile  string // -c: sluice.yaml
+	materialize bool
+	sec         securityFlags
+	// modelStore is --model-store, Triton's old --model-repository.
+	modelStore []string
+	// tritonCompat are tritonserver flags accepted so that Triton start
+	// commands run unchanged (--allow-metrics, --log-verbose, ...); apply
+	// translates them into the settings below and the ones above.
+	tritonCompat tritonCompatFlags
+	// sampling is the root trace sampling, so that Triton's trace
+	// extension can change it; nil under serve -c.
+	sampling    *telemetry.Sampling
+	traceConfig *tritonsettings.TraceConfig // Triton's --trace-config; nil: none given
+	// httpMaxBody is Triton's --http-max-input-size: the KServe HTTP
+	// port's body limit, over the limits' (0: the limits' own).
+	httpMaxBody int64
 	// stayUpOnInitError is --exit-on-error=false given explicitly: a
 	// model server that cannot start its repository stays up, not live
 	// and not ready, as Triton's does.
 	stayUpOnInitError bool
-	// modelStore is --model-store, Triton's old --model-repository.
-	modelStore []string
-	// tritonCompat are tritonserver flags accepted so that Triton start
-	// commands run unchanged (--allow-metrics, --log-verbose, ...).
-	tritonCompat tritonCompatFlags
 	// noMetrics is --allow-metrics=false: no metrics listener.
 	noMetrics bool
 }
 
 func newServeCmd(use, short string) *cobra.Command {
-	f := &serveFlags{}
+	cmd, _ := serveCommand(use, short)
+	return cmd
+}
+
+// serveCommand is newServeCmd with the settings its flags write.
+func serveCommand(use, short string) (*cobra.Command, *serveFlags) {
+	f := &serveFlags{model: config.NewModelServer()}
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
@@ -107,30 +111,16 @@ func newServeCmd(use, short string) *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringArrayVar(&f.ModelRepository, "model-repository", nil, "model repository folder (Triton layout) or object-storage location (s3://bucket/path, s3://https://host:port/bucket/path, gs://bucket/path, as://account/container/path); may repeat")
-	fl.StringVar(&f.RepositoryCacheDir, "repository-cache-dir", "", "folder for the local copies of object-storage model repositories (default: the user cache folder's sluice/model-repositories)")
-	fl.Int64Var(&f.RepositoryCacheBytes, "repository-cache-bytes", modelrepo.DefaultRemoteCacheBytes, "largest object-storage model repository the local copy holds, in bytes")
+	f.registerModelFlags(fl)
 	fl.StringArrayVar(&f.modelStore, "model-store", nil, "Triton's old name for --model-repository")
 	_ = fl.MarkDeprecated("model-store", "use --model-repository")
-	fl.StringVar(&f.ControlMode, "model-control-mode", config.DefaultControlMode, "model control mode: none, poll or explicit")
-	fl.StringArrayVar(&f.LoadModel, "load-model", nil, "model to load at start-up in explicit mode; '*' loads all; may repeat")
-	fl.IntVar(&f.pollSecs, "repository-poll-secs", int(config.DefaultRepositoryPollInterval/time.Second), "seconds between repository polls in poll mode")
-	fl.BoolVar(&f.StrictModelConfig, "strict-model-config", false, "require a complete config.pbtxt; no auto-complete from the model")
-	fl.BoolVar(&f.StrictModelConfig, "disable-auto-complete-config", false, "Triton's newer name for --strict-model-config")
 	fl.BoolVar(&f.exitOnError, "exit-on-error", false, "exit at start-up if any model fails to load (Triton's default is true; Sluice keeps serving the others); given as false, a model repository that cannot be read at start leaves the server up, not live and not ready, as Triton does, instead of exiting")
-	fl.BoolVar(&f.strictReadiness, "strict-readiness", true, "server readiness (/v2/health/ready) requires every model to be ready, as Triton's default; with -c the default is false (model_server.strict_readiness), so one broken model does not take the whole process out of rotation")
 	fl.StringArrayVar(&f.backendConfig, "backend-config", nil, "backend setting as <backend>,<setting>=<value>, e.g. onnxruntime,library=/path/libonnxruntime.so.1")
 	fl.StringArrayVar(&f.gitCommits, "model-git-commit", nil, "expected git commit of a model as <model>=<sha>; a mismatch refuses the load; may repeat")
-	fl.StringVar(&f.Address, "address", config.DefaultListenAddress, "address the HTTP, gRPC and metrics listeners bind to (Triton's default: every interface; with -c the config's model_server.address, default 127.0.0.1, applies)")
-	fl.StringArrayVar(&f.HTTPRestrictedAPI, "http-restricted-api", nil, "restrict KServe API groups on HTTP as Triton does: <API>[,<API>...]:<key>=<value> (e.g. model-repository:admin-key=secret); may repeat")
-	fl.StringArrayVar(&f.GRPCRestrictedProtocol, "grpc-restricted-protocol", nil, "restrict KServe API groups on gRPC as Triton does: <API>[,<API>...]:<key>=<value>; may repeat")
-	fl.BoolVar(&f.AllowClientSHM, "allow-client-shm", false, "let clients register system shared-memory regions (/dev/shm objects the server then reads inputs from and writes outputs to), as Triton's flag; off by default, as in Triton: register and unregister are refused, status lists nothing")
 	f.sec.register(fl)
-	fl.IntVar(&f.HTTPPort, "http-port", config.DefaultModelHTTPPort, "KServe v2 HTTP port")
-	fl.IntVar(&f.GRPCPort, "grpc-port", config.DefaultModelGRPCPort, "KServe v2 gRPC port")
-	fl.IntVar(&f.MetricsPort, "metrics-port", config.DefaultModelMetricsPort, "Prometheus /metrics port")
-	fl.Int64Var(&f.maxBodyBytes, "max-request-bytes", config.DefaultModelMaxBodyBytes, "largest HTTP body or gRPC message accepted")
-	fl.IntVar(&f.exitTimeoutSecs, "exit-timeout-secs", int(config.DefaultExitTimeout/time.Second), "seconds to wait for in-flight requests at shutdown")
+	registerPortsFile(fl, &f.portsFile)
+	f.exitTimeout = config.DefaultExitTimeout
+	secondsVar(fl, &f.exitTimeout, "exit-timeout-secs", "seconds to wait for in-flight requests at shutdown")
 	fl.Int64Var(&f.cacheSize, "cache-size", 0, "bytes of the response cache shared by models with response_cache { enable: true }; 0 disables it")
 	fl.StringArrayVar(&f.cacheConfig, "cache-config", nil, "Triton's spelling of --cache-size: local,size=<bytes> (the local cache is the one supported)")
 	fl.Int64Var(&f.cacheByteSize, "response-cache-byte-size", 0, "Triton's older spelling of --cache-size")
@@ -142,15 +132,37 @@ func newServeCmd(use, short string) *cobra.Command {
 	fl.Int64Var(&f.maxOutputBytes, "max-output-bytes", modelrepo.DefaultMaxOutputBytes, "most output bytes one request may get from a model whose config.pbtxt sets no max_output_bytes parameter; larger outputs are refused with 413 response_too_large")
 	fl.StringVar(&f.grpcForward, "grpc-header-forward-pattern", "", "regular expression: gRPC request metadata whose keys match reach the model as string request parameters (as Triton's flag)")
 	if use == "serve" { // model-server is the model server alone: no sluice.yaml
-		fl.StringVarP(&f.configFile, "config", "c", "", "sluice.yaml: run the whole chain it describes (model server, feature server, gateway); the model-server flags are then ignored except --backend-config, --strict-readiness, --log-format and --log-level")
+		fl.StringVarP(&f.configFile, "config", "c", "", "sluice.yaml: run the whole chain it describes (model server, feature server, gateway); the file's model_server, tracing, security and tls settings then replace the flags of the same settings (--backend-config and --strict-readiness win over the file) and Triton's compatibility flags are ignored; the flags the file has no key for apply")
 		fl.BoolVar(&f.materialize, "materialize", true, "with -c: apply the feature repository and materialize it incrementally into the online store at start")
 	}
-	fl.StringVar(&f.traceEndpoint, "trace-otlp-endpoint", "", "OTLP/gRPC collector (host:port) to export OpenTelemetry spans to; empty: the OTEL_* environment decides (OTEL_TRACES_EXPORTER=otlp|console|none, OTEL_EXPORTER_OTLP_ENDPOINT), else tracing off")
-	fl.Float64Var(&f.traceRatio, "trace-sample-ratio", 0, "share of traces started here that are sampled (by trace id); a sampled parent is always followed; 0: OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG when set, else 0.01")
-	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
-	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fl.StringVar(&f.tracing.OTLPEndpoint, "trace-otlp-endpoint", "", "OTLP/gRPC collector (host:port) to export OpenTelemetry spans to; empty: the OTEL_* environment decides (OTEL_TRACES_EXPORTER=otlp|console|none, OTEL_EXPORTER_OTLP_ENDPOINT), else tracing off")
+	fl.Float64Var(&f.tracing.SampleRatio, "trace-sample-ratio", 0, "share of traces started here that are sampled (by trace id); a sampled parent is always followed; 0: OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG when set, else 0.01")
+	registerLogFlags(fl, &f.log)
 	f.tritonCompat.register(fl)
-	return cmd
+	return cmd, f
+}
+
+// registerModelFlags binds the flags of model_server's settings to
+// f.model, whose values are their defaults.
+func (f *serveFlags) registerModelFlags(fl *pflag.FlagSet) {
+	m := &f.model
+	fl.StringArrayVar(&m.ModelRepository, "model-repository", nil, "model repository folder (Triton layout) or object-storage location (s3://bucket/path, s3://https://host:port/bucket/path, gs://bucket/path, as://account/container/path); may repeat")
+	fl.StringVar(&m.RepositoryCacheDir, "repository-cache-dir", "", "folder for the local copies of object-storage model repositories (default: the user cache folder's sluice/model-repositories)")
+	fl.Int64Var(&m.RepositoryCacheBytes, "repository-cache-bytes", m.RepositoryCacheBytes, "largest object-storage model repository the local copy holds, in bytes")
+	fl.StringVar(&m.ControlMode, "model-control-mode", m.ControlMode, "model control mode: none, poll or explicit")
+	fl.StringArrayVar(&m.LoadModel, "load-model", nil, "model to load at start-up in explicit mode; '*' loads all; may repeat")
+	secondsVar(fl, (*time.Duration)(&m.RepositoryPollInterval), "repository-poll-secs", "seconds between repository polls in poll mode")
+	fl.BoolVar(&m.StrictModelConfig, "strict-model-config", false, "require a complete config.pbtxt; no auto-complete from the model")
+	fl.BoolVar(&m.StrictModelConfig, "disable-auto-complete-config", false, "Triton's newer name for --strict-model-config")
+	fl.BoolVar(m.StrictReadiness, "strict-readiness", *m.StrictReadiness, "server readiness (/v2/health/ready) requires every model to be ready, as Triton's default; with -c the default is false (model_server.strict_readiness), so one broken model does not take the whole process out of rotation")
+	fl.StringVar(&m.Address, "address", m.Address, "address the HTTP, gRPC and metrics listeners bind to (Triton's default: every interface; with -c the config's model_server.address, default 127.0.0.1, applies)")
+	fl.StringArrayVar(&m.HTTPRestrictedAPI, "http-restricted-api", nil, "restrict KServe API groups on HTTP as Triton does: <API>[,<API>...]:<key>=<value> (e.g. model-repository:admin-key=secret); may repeat")
+	fl.StringArrayVar(&m.GRPCRestrictedProtocol, "grpc-restricted-protocol", nil, "restrict KServe API groups on gRPC as Triton does: <API>[,<API>...]:<key>=<value>; may repeat")
+	fl.BoolVar(&m.AllowClientSHM, "allow-client-shm", false, "let clients register system shared-memory regions (/dev/shm objects the server then reads inputs from and writes outputs to), as Triton's flag; off by default, as in Triton: register and unregister are refused, status lists nothing")
+	fl.IntVar(&m.HTTPPort, "http-port", m.HTTPPort, "KServe v2 HTTP port")
+	fl.IntVar(&m.GRPCPort, "grpc-port", m.GRPCPort, "KServe v2 gRPC port")
+	fl.IntVar(&m.MetricsPort, "metrics-port", m.MetricsPort, "Prometheus /metrics port")
+	fl.Int64Var(&m.Limits.MaxBodyBytes, "max-request-bytes", m.Limits.MaxBodyBytes, "largest HTTP body or gRPC message accepted")
 }
 
 // delaySchedulerEnv is Triton's test hook that holds each dynamic
@@ -278,6 +290,13 @@ func newBackends(settings map[string]map[string]string, logger *slog.Logger, mre
 		return nil, nil, err
 	}
 	reg.Register(ort, onnxruntime.Platform)
+	// PyTorch models on the worker compute with the BLAS the in-process
+	// engine bundles, so that the engine chosen does not change answers.
+	if torchLib, err := libtorch.FindLibrary(settings[python.PyTorchName]["library"]); err == nil {
+		if dir := libtorch.BundledBLAS(torchLib); dir != "" {
+			pyOpts.TorchLibraryDirs = []string{dir}
+		}
+	}
 	py := python.New(pyOpts, logger, mreg)
 	reg.Register(py)
 	// TorchScript models run in-process through libtorch when
@@ -314,17 +333,18 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	if err := f.tritonCompat.apply(cmd.Flags(), f); err != nil {
 		return err
 	}
+	f.model.ModelRepository = append(f.model.ModelRepository, f.modelStore...)
 	start := time.Now()
-	f.levelVar = new(slog.LevelVar)
-	if f.traceRatio > 0 || os.Getenv("OTEL_TRACES_SAMPLER") == "" {
-		f.sampling = telemetry.NewSampling(f.traceRatio) // else the environment's sampler rules
+	f.log.LevelVar = new(slog.LevelVar)
+	if f.tracing.SampleRatio > 0 || os.Getenv("OTEL_TRACES_SAMPLER") == "" {
+		f.sampling = telemetry.NewSampling(f.tracing.SampleRatio) // else the environment's sampler rules
 	}
-	logger, err := telemetry.NewLogger(cmd.ErrOrStderr(), telemetry.LogOptions{Format: f.logFormat, Level: f.logLevel, LevelVar: f.levelVar})
+	logger, err := telemetry.NewLogger(cmd.ErrOrStderr(), f.log)
 	if err != nil {
 		return err
 	}
 	f.tritonCompat.explain(cmd.Flags(), logger)
-	stopTracing, err := setupTracing(ctx, f, logger)
+	stopTracing, err := setupTracing(ctx, &f.tracing, f.sampling, logger)
 	if err != nil {
 		return err
 	}
@@ -337,7 +357,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	defer gd.close()
 	var undo cleanups
 	defer undo.run()
-	ms, err := startModelServer(ctx, f, tlsOpts, gd, logger, reg, &undo)
+	ms, err := startModelServer(ctx, &f.model, f, tlsOpts, gd, logger, reg, &undo)
 	if err != nil {
 		return err
 	}
@@ -345,6 +365,11 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 		"http", ms.httpLn.Addr().String(), "grpc", ms.grpcLn.Addr().String(), "metrics", ms.metricsAddr(),
 		"startup_seconds", time.Since(start).Seconds(), "listeners", gd.Listeners())
 	gd.writeListeners(cmd.OutOrStdout())
+	removePorts, err := gd.writePortsFile(f.portsFile)
+	if err != nil {
+		return err
+	}
+	defer removePorts()
 	sigs := notifyStop()
 	defer signal.Stop(sigs)
 	grp := newGroup(ctx)
@@ -386,26 +411,27 @@ func (ms *modelServer) closeBackends() {
 	}
 }
 
-// startModelServer loads the models and opens the listeners. What it
-// opens (backends, listeners) it pushes on undo, which the caller runs
-// when the process ends, or now when the start fails; the caller serves
-// it with add.
-func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, gd *guard, logger *slog.Logger, reg *prometheus.Registry, undo *cleanups) (*modelServer, error) {
-	f.ModelRepository = append(f.ModelRepository, f.modelStore...)
-	if len(f.ModelRepository) == 0 {
+// startModelServer loads the models and opens the listeners: m's
+// settings (sluice.yaml's model_server under serve -c, else f.model) and
+// f's others. What it opens (backends, listeners) it pushes on undo,
+// which the caller runs when the process ends, or now when the start
+// fails; the caller serves it with add.
+func startModelServer(ctx context.Context, m *config.ModelServer, f *serveFlags, tlsOpts *config.TLS, gd *guard, logger *slog.Logger, reg *prometheus.Registry, undo *cleanups) (*modelServer, error) {
+	if len(m.ModelRepository) == 0 {
 		return nil, errors.New("--model-repository is required")
 	}
-	mode := modelrepo.ControlMode(f.ControlMode)
+	mode := modelrepo.ControlMode(m.ControlMode)
 	switch mode {
 	case modelrepo.ControlNone, modelrepo.ControlPoll, modelrepo.ControlExplicit:
 	default:
-		return nil, fmt.Errorf("--model-control-mode %q: want none, poll or explicit", f.ControlMode)
+		return nil, fmt.Errorf("--model-control-mode %q: want none, poll or explicit", m.ControlMode)
 	}
-	settings, err := f.mergedBackendSettings()
+	settings, err := mergedBackendSettings(f.backendConfig, m.BackendConfig)
 	if err != nil {
 		return nil, err
 	}
-	if f.cacheSize, err = cacheSizeFlags(f.cacheSize, f.cacheByteSize, f.cacheConfig); err != nil {
+	cacheSize, err := cacheSizeFlags(f.cacheSize, f.cacheByteSize, f.cacheConfig)
+	if err != nil {
 		return nil, err
 	}
 	commits, err := parseCommits(f.gitCommits)
@@ -420,20 +446,20 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	if err != nil {
 		return nil, err
 	}
-	ms := &modelServer{closeBack: closeBackends, logger: logger, reg: reg, exitTimeout: time.Duration(f.exitTimeoutSecs) * time.Second}
+	ms := &modelServer{closeBack: closeBackends, logger: logger, reg: reg, exitTimeout: f.exitTimeout}
 	undo.push(ms.closeBackends)
 	mgr, err := modelrepo.New(modelrepo.Options{
-		Repositories:     f.ModelRepository,
+		Repositories:     m.ModelRepository,
 		ControlMode:      mode,
-		StartupModels:    f.LoadModel,
-		PollInterval:     time.Duration(f.pollSecs) * time.Second,
-		RemoteCacheDir:   f.RepositoryCacheDir,
-		RemoteCacheBytes: f.RepositoryCacheBytes,
-		StrictConfig:     f.StrictModelConfig,
+		StartupModels:    m.LoadModel,
+		PollInterval:     m.RepositoryPollInterval.Std(),
+		RemoteCacheDir:   m.RepositoryCacheDir,
+		RemoteCacheBytes: m.RepositoryCacheBytes,
+		StrictConfig:     m.StrictModelConfig,
 		ExitOnError:      f.exitOnError,
 		ExpectedCommits:  commits,
-		StrictReadiness:  f.strictReadiness,
-		CacheSizeBytes:   f.cacheSize,
+		StrictReadiness:  m.StrictReadiness != nil && *m.StrictReadiness,
+		CacheSizeBytes:   cacheSize,
 		MaxOutputBytes:   f.maxOutputBytes,
 
 		DisableTritonMetrics: !f.tritonMetrics,
@@ -445,7 +471,7 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	}
 	ms.mgr = mgr
 	ms.models = &drainingModels{Manager: mgr}
-	if err := ms.listen(ctx, f, tlsOpts, gd, hooks.grpcDelay, undo); err != nil {
+	if err := ms.listen(ctx, m, f, tlsOpts, gd, hooks.grpcDelay, undo); err != nil {
 		return nil, err
 	}
 	if err := mgr.Start(ctx); err != nil && f.stayUpOnInitError && !errors.Is(err, context.Canceled) {
@@ -460,14 +486,14 @@ func startModelServer(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, g
 	return ms, nil
 }
 
-// mergedBackendSettings are --backend-config's settings over sluice.yaml's
-// model_server.backend_config.
-func (f *serveFlags) mergedBackendSettings() (map[string]map[string]string, error) {
-	settings, err := backendSettings(f.backendConfig)
+// mergedBackendSettings are --backend-config's settings (flags) over
+// model_server.backend_config's (file).
+func mergedBackendSettings(flags []string, file map[string]map[string]string) (map[string]map[string]string, error) {
+	settings, err := backendSettings(flags)
 	if err != nil {
 		return nil, err
 	}
-	for name, kv := range f.BackendConfig {
+	for name, kv := range file {
 		if settings[name] == nil {
 			settings[name] = map[string]string{}
 		}
@@ -501,35 +527,31 @@ func readTestHooks(logger *slog.Logger) (testHooks, error) {
 
 // listen opens the model server's listeners and builds the servers on
 // them; what it opens it pushes on undo.
-func (ms *modelServer) listen(ctx context.Context, f *serveFlags, tlsOpts *config.TLS, gd *guard, grpcDelay time.Duration, undo *cleanups) error {
+func (ms *modelServer) listen(ctx context.Context, m *config.ModelServer, f *serveFlags, tlsOpts *config.TLS, gd *guard, grpcDelay time.Duration, undo *cleanups) error {
 	logger, reg := ms.logger, ms.reg
-
-	limits := admission.DefaultLimits(f.maxBodyBytes)
-	if f.limits != nil {
-		limits = *f.limits
-	}
+	limits := m.Limits
 	// Triton's behaviour stays: the repository API is open when nothing
 	// restricts it and no operate token exists; beyond loopback that is
 	// worth a warning (under serve -c the config refuses it instead). HTTP
 	// and gRPC are restricted separately, so either can leave it open.
 	var openProtocols []string
-	if !restrictsRepository(f.HTTPRestrictedAPI) {
+	if !restrictsRepository(m.HTTPRestrictedAPI) {
 		openProtocols = append(openProtocols, "http")
 	}
-	if !restrictsRepository(f.GRPCRestrictedProtocol) {
+	if !restrictsRepository(m.GRPCRestrictedProtocol) {
 		openProtocols = append(openProtocols, "grpc")
 	}
 	openWrites := !gd.hasTokens()
-	if openWrites && len(openProtocols) > 0 && !config.IsLoopback(f.Address) {
+	if openWrites && len(openProtocols) > 0 && !config.IsLoopback(m.Address) {
 		logger.Warn("the model repository API (load/unload) is open to the network without a credential",
-			"address", f.Address, "protocols", openProtocols,
+			"address", m.Address, "protocols", openProtocols,
 			"fix", "--security-config with an operate token, --http-restricted-api and --grpc-restricted-protocol model-repository:<key>=<value>, or --address 127.0.0.1")
 	}
-	httpPolicy, err := gd.policy(true, openWrites, f.HTTPRestrictedAPI)
+	httpPolicy, err := gd.policy(true, openWrites, m.HTTPRestrictedAPI)
 	if err != nil {
 		return fmt.Errorf("--http-restricted-api: %w", err)
 	}
-	grpcPolicy, err := gd.policy(true, openWrites, f.GRPCRestrictedProtocol)
+	grpcPolicy, err := gd.policy(true, openWrites, m.GRPCRestrictedProtocol)
 	if err != nil {
 		return fmt.Errorf("--grpc-restricted-protocol: %w", err)
 	}
@@ -538,19 +560,19 @@ func (ms *modelServer) listen(ctx context.Context, f *serveFlags, tlsOpts *confi
 		return err
 	}
 	auth := authMode(true, openWrites)
-	if ms.httpLn, err = gd.listen(ctx, "models_http", net.JoinHostPort(f.Address, strconv.Itoa(f.HTTPPort)), tlsSrv, tlsOpts, auth); err != nil {
+	if ms.httpLn, err = gd.listen(ctx, "models_http", net.JoinHostPort(m.Address, strconv.Itoa(m.HTTPPort)), tlsSrv, tlsOpts, auth); err != nil {
 		return err
 	}
 	undo.push(func() { _ = ms.httpLn.Close() })
 	// Forwarded header values keep their trailing whitespace, as Triton's.
 	ms.httpLn = httpapi.RecordHeads(ms.httpLn)
 	// gRPC does its own handshake through its credentials (grpcOptions).
-	if ms.grpcLn, err = gd.listen(ctx, "models_grpc", net.JoinHostPort(f.Address, strconv.Itoa(f.GRPCPort)), nil, tlsOpts, auth); err != nil {
+	if ms.grpcLn, err = gd.listen(ctx, "models_grpc", net.JoinHostPort(m.Address, strconv.Itoa(m.GRPCPort)), nil, tlsOpts, auth); err != nil {
 		return err
 	}
 	undo.push(func() { _ = ms.grpcLn.Close() })
 	if !f.noMetrics {
-		metricsAddr := net.JoinHostPort(f.Address, strconv.Itoa(f.MetricsPort))
+		metricsAddr := net.JoinHostPort(m.Address, strconv.Itoa(m.MetricsPort))
 		ms.metrics, err = telemetry.NewMetricsServer(ctx, metricsAddr, reg, logger)
 		if err != nil {
 			return listenError(tritonServices["metrics"], metricsAddr, err)
@@ -567,7 +589,7 @@ func (ms *modelServer) listen(ctx context.Context, f *serveFlags, tlsOpts *confi
 	}
 	// System shared-memory regions, shared by HTTP and gRPC; a request reads
 	// at most what its body could carry. Off unless --allow-client-shm.
-	ms.shm = shm.New(shm.Options{MaxRequestBytes: limits.MaxBodyBytes, Disabled: !f.AllowClientSHM})
+	ms.shm = shm.New(shm.Options{MaxRequestBytes: limits.MaxBodyBytes, Disabled: !m.AllowClientSHM})
 	httpForward, err := forwardPattern("--http-header-forward-pattern", f.httpForward)
 	if err != nil {
 		return err
@@ -577,8 +599,8 @@ func (ms *modelServer) listen(ctx context.Context, f *serveFlags, tlsOpts *confi
 		return err
 	}
 	var extSettings *tritonsettings.Settings // Triton's logging and trace extensions
-	if f.levelVar != nil {
-		extSettings = tritonsettings.New(f.levelVar, f.logFormat, f.sampling)
+	if f.log.LevelVar != nil {
+		extSettings = tritonsettings.New(f.log.LevelVar, f.log.Format, f.sampling)
 		if f.traceConfig != nil {
 			if err := extSettings.ConfigureTrace(*f.traceConfig); err != nil {
 				return err
@@ -684,12 +706,12 @@ func shutdownServers(ctx context.Context, httpSrv *http.Server, grpcSrv *grpc.Se
 	return err
 }
 
-// setupTracing starts span export when an endpoint is set; the returned
-// function flushes it.
-func setupTracing(ctx context.Context, f *serveFlags, logger *slog.Logger) (func(), error) {
+// setupTracing starts span export as t says, with sampling as the root
+// sampler when not nil; the returned function flushes it.
+func setupTracing(ctx context.Context, t *config.Tracing, sampling *telemetry.Sampling, logger *slog.Logger) (func(), error) {
 	stop, err := telemetry.SetupTracing(ctx, telemetry.TracingOptions{
-		Endpoint: f.traceEndpoint, SampleRatio: f.traceRatio, ServiceName: f.traceService,
-		Exporter: f.traceExporter, File: f.traceFile, Sampling: f.sampling,
+		Endpoint: t.OTLPEndpoint, SampleRatio: t.SampleRatio, ServiceName: t.ServiceName,
+		Exporter: t.Exporter, File: t.File, Sampling: sampling,
 	}, logger)
 	if err != nil {
 		return nil, err

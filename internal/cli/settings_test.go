@@ -7,7 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/sluice-ml/sluice/internal/config"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/telemetry"
 )
 
 // TestServerDefaultsAgree checks that each server setting has one default:
@@ -41,6 +45,23 @@ func TestServerDefaultsAgree(t *testing.T) {
 			cmd: "serve", flag: "exit-timeout-secs", want: secs(config.DefaultExitTimeout),
 			docs: []doc{{"model-server.md", "| `--exit-timeout-secs`", "`30`"}},
 		},
+		{
+			cmd: "serve", flag: "repository-cache-bytes", want: itoa(config.DefaultRepositoryCacheBytes),
+			yaml: strconv.FormatInt(m.RepositoryCacheBytes, 10),
+			docs: []doc{{"model-server.md", "| `--repository-cache-bytes N`", "`21474836480`"}},
+		},
+		{
+			cmd: "serve", flag: "strict-readiness", want: strconv.FormatBool(config.DefaultStrictReadiness),
+			docs: []doc{
+				{"model-server.md", "| `--strict-readiness`", "`true`"},
+				{"gateway-config.md", "| `strict_readiness`", "(`false` under `serve -c`"},
+			},
+		},
+		{
+			cmd: "serve", flag: "log-format", want: telemetry.DefaultLogFormat,
+			docs: []doc{{"model-server.md", "| `--log-format` / `--log-level`", "`json` / `info`"}},
+		},
+		{cmd: "serve", flag: "log-level", want: telemetry.DefaultLogLevel},
 		{
 			cmd: "serve", flag: "model-control-mode", want: config.DefaultControlMode, yaml: m.ControlMode,
 			docs: []doc{
@@ -96,6 +117,18 @@ func TestServerDefaultsAgree(t *testing.T) {
 			docs: []doc{{"feature-store.md", "                      [--metrics-port 0]", "[--max-request-bytes 16777216]"}},
 		},
 		{cmd: "feature-server", flag: "exit-timeout-secs", want: secs(config.DefaultExitTimeout)},
+		{
+			cmd: "feature-server", flag: "log-format", want: telemetry.DefaultLogFormat,
+			docs: []doc{{"feature-store.md", "                      [--event-time-tolerance", "[--log-format json]"}},
+		},
+		{
+			cmd: "feature-server", flag: "log-level", want: telemetry.DefaultLogLevel,
+			docs: []doc{{"feature-store.md", "                      [--event-time-tolerance", "[--log-level info]"}},
+		},
+		{
+			cmd: "feature-server", flag: "event-time-tolerance", want: serving.DefaultEventTimeTolerance.String(),
+			docs: []doc{{"feature-store.md", "                      [--event-time-tolerance", "[--event-time-tolerance 5m]"}},
+		},
 		{cmd: "feature-server", flag: "address", want: config.DefaultListenAddress},
 	} {
 		t.Run(tc.cmd+"/"+tc.flag, func(t *testing.T) {
@@ -121,6 +154,10 @@ func TestServerDefaultsAgree(t *testing.T) {
 			}
 		})
 	}
+	// Under serve -c readiness is not strict unless the file says so.
+	if *m.StrictReadiness {
+		t.Errorf("model_server.strict_readiness defaults to true, want false")
+	}
 	// sluice.yaml's servers bind loopback: only the gateway faces the
 	// network under serve -c.
 	if m.Address != config.DefaultChainAddress || fs.Address != config.DefaultChainAddress {
@@ -134,8 +171,9 @@ func TestServerDefaultsAgree(t *testing.T) {
 }
 
 // TestRegistryPollIntervalSettable: feature_server.registry_poll_interval
-// reaches the chain's feature server, and a written 0s turns reloading
-// off, as --registry-poll-secs 0 does.
+// is what the chain's feature server polls by (startFeatureServer takes
+// the file's section as sluice feature-server takes its flags'), and a
+// written 0s turns reloading off, as --registry-poll-secs 0 does.
 func TestRegistryPollIntervalSettable(t *testing.T) {
 	for _, tc := range []struct {
 		yaml string
@@ -149,10 +187,51 @@ func TestRegistryPollIntervalSettable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := featureServerSettings(cfg.FeatureServer, 0).pollSecs; time.Duration(got)*time.Second != tc.want {
-			t.Errorf("%s: poll every %ds, want %s", strings.TrimSpace(tc.yaml), got, tc.want)
+		if got := cfg.FeatureServer.RegistryPollInterval.Std(); got != tc.want {
+			t.Errorf("%s: poll every %s, want %s", strings.TrimSpace(tc.yaml), got, tc.want)
 		}
 	}
+	f := newFeatureServerCmd()
+	if err := f.ParseFlags([]string{"--registry-poll-secs", "0"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Flags().Lookup("registry-poll-secs").Value.String(); got != "0" {
+		t.Errorf("--registry-poll-secs 0 reads back %s", got)
+	}
+}
+
+// TestFlagsSetTheSettingsStructs: the servers' flags write the config
+// structs sluice.yaml holds, so that one function starts a server from
+// either; the flags' defaults are config.NewModelServer's and
+// config.NewFeatureServer's.
+func TestFlagsSetTheSettingsStructs(t *testing.T) {
+	cmd, got := serveCommand("model-server", "")
+	require.Equal(t, config.NewModelServer(), got.model, "the flags' defaults")
+	require.NoError(t, cmd.ParseFlags([]string{
+		"--model-repository", "a", "--repository-poll-secs", "7", "--max-request-bytes", "1000",
+		"--strict-readiness=false", "--address", "127.0.0.1", "--http-port", "1", "--exit-timeout-secs", "3",
+		"--trace-otlp-endpoint", "h:4317", "--trace-sample-ratio", "0.5", "--log-format", "text", "--log-level", "warn",
+	}))
+	want := config.NewModelServer()
+	want.ModelRepository = []string{"a"}
+	want.RepositoryPollInterval = config.Duration(7 * time.Second)
+	want.Limits.MaxBodyBytes = 1000
+	want.StrictReadiness = new(false)
+	want.Address, want.HTTPPort = "127.0.0.1", 1
+	require.Equal(t, want, got.model)
+	require.Equal(t, config.Tracing{OTLPEndpoint: "h:4317", SampleRatio: 0.5}, got.tracing)
+	require.Equal(t, telemetry.LogOptions{Format: "text", Level: "warn"}, got.log)
+	require.Equal(t, 3*time.Second, got.exitTimeout)
+
+	fcmd, fs := featureServerCommand()
+	require.Equal(t, config.NewFeatureServer().Limits, fs.feature.Limits)
+	require.NoError(t, fcmd.ParseFlags([]string{"--registry-poll-secs", "4", "--max-request-bytes", "99", "--exit-timeout-secs", "2"}))
+	fw := config.NewFeatureServer()
+	fw.Repo = "."
+	fw.RegistryPollInterval = config.Duration(4 * time.Second)
+	fw.Limits.MaxBodyBytes = 99
+	require.Equal(t, fw, fs.feature)
+	require.Equal(t, 2*time.Second, fs.run.exitTimeout)
 }
 
 // docLine is the first line of docs/file that starts with prefix.

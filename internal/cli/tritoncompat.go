@@ -53,10 +53,10 @@ func (c *tritonCompatFlags) apply(fl *pflag.FlagSet, f *serveFlags) error {
 		return fmt.Errorf("--metrics-interval-ms must be above 0, not %d", c.metricsInterval)
 	}
 	if c.logVerbose > 0 {
-		if fl.Changed("log-level") && f.logLevel != "debug" {
-			return fmt.Errorf("--log-verbose %d asks for debug logging, --log-level %s for less: give one", c.logVerbose, f.logLevel)
+		if fl.Changed("log-level") && f.log.Level != "debug" {
+			return fmt.Errorf("--log-verbose %d asks for debug logging, --log-level %s for less: give one", c.logVerbose, f.log.Level)
 		}
-		f.logLevel = "debug"
+		f.log.Level = "debug"
 	}
 	if fl.Changed("http-max-input-size") {
 		if c.httpMaxInput <= 0 {
@@ -71,11 +71,11 @@ func (c *tritonCompatFlags) apply(fl *pflag.FlagSet, f *serveFlags) error {
 		if err != nil {
 			return err
 		}
-		if tc.File != "" && !fl.Changed("trace-otlp-endpoint") && f.traceExporter == "" {
-			f.traceExporter, f.traceFile = telemetry.ExporterConsole, tc.File
+		if tc.File != "" && !fl.Changed("trace-otlp-endpoint") && f.tracing.Exporter == "" {
+			f.tracing.Exporter, f.tracing.File = telemetry.ExporterConsole, tc.File
 		}
 		if tc.Rate > 0 && !fl.Changed("trace-sample-ratio") {
-			f.traceRatio = 1 / float64(tc.Rate)
+			f.tracing.SampleRatio = 1 / float64(tc.Rate)
 		}
 		f.traceConfig = &tc
 	}

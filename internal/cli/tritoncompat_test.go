@@ -16,6 +16,8 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel"
+
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // TestTritonStartFlags: a tritonserver start command with Triton's
@@ -24,7 +26,10 @@ import (
 // --allow-metrics=false leaves no metrics listener, and the flags that do
 // nothing say so.
 func TestTritonStartFlags(t *testing.T) {
-	p, get, stop := runTritonStart(t, "--allow-metrics=false", "--allow-gpu-metrics=true", "--allow-cpu-metrics=true", "--log-verbose=1", "--metrics-interval-ms=1000")
+	// A metrics port that must stay closed: one that was free a moment ago.
+	metricsPort := strconv.Itoa(harness.FreePort(t))
+	p, get, stop := runTritonStart(t, "--metrics-port", metricsPort, "--allow-metrics=false", "--allow-gpu-metrics=true", "--allow-cpu-metrics=true", "--log-verbose=1", "--metrics-interval-ms=1000")
+	require.Empty(t, p[2], "no metrics listener in the ports file")
 	code, body := get("/v2/logging")
 	require.Equal(t, http.StatusOK, code)
 	var logging struct {
@@ -33,7 +38,7 @@ func TestTritonStartFlags(t *testing.T) {
 	require.NoError(t, json.Unmarshal(body, &logging))
 	require.Equal(t, uint32(1), logging.Verbose, "--log-verbose 1 is debug logging: %s", body)
 	var d net.Dialer
-	if c, err := d.DialContext(t.Context(), "tcp", "127.0.0.1:"+p[2]); err == nil {
+	if c, err := d.DialContext(t.Context(), "tcp", "127.0.0.1:"+metricsPort); err == nil {
 		_ = c.Close()
 		t.Fatal("--allow-metrics=false still listens on the metrics port")
 	}
@@ -72,18 +77,17 @@ func TestHTTPMaxInputSize(t *testing.T) {
 	require.NotEqual(t, 0, Run(t.Context(), []string{"model-server", "--model-repository=" + t.TempDir(), "--http-max-input-size=0"}, &out, &errb))
 	require.Contains(t, errb.String(), "--http-max-input-size must be greater than 0")
 
-	p := freePorts(t, 3)
+	ports, bound := portZero(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan int, 1)
 	errb.Reset()
 	go func() {
-		done <- Run(ctx, []string{
-			"model-server", "--model-repository=" + t.TempDir(), "--address", "127.0.0.1",
-			"--http-max-input-size=1024", "--http-port", p[0], "--grpc-port", p[1], "--metrics-port", p[2],
-		}, &out, &errb)
+		done <- Run(ctx, append([]string{
+			"model-server", "--model-repository=" + t.TempDir(), "--address", "127.0.0.1", "--http-max-input-size=1024",
+		}, ports...), &out, &errb)
 	}()
-	base := "http://127.0.0.1:" + p[0]
+	base := "http://127.0.0.1:" + bound()[0]
 	get := getter(t, base)
 	require.Eventually(t, func() bool { code, _ := get("/v2/health/ready"); return code == http.StatusOK }, 30*time.Second, 20*time.Millisecond)
 	post := func(n int) (int, string) {
@@ -208,16 +212,14 @@ func TestParseTraceConfig(t *testing.T) {
 // standard error.
 func runTritonStart(t *testing.T, flags ...string) (p []string, get func(string) (int, []byte), stop func() string) {
 	t.Helper()
-	p = freePorts(t, 3)
+	ports, bound := portZero(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
 	done := make(chan int, 1)
 	var out, errb bytes.Buffer
-	args := append([]string{
-		"model-server", "--model-repository=" + t.TempDir(), "--address", "127.0.0.1",
-		"--http-port", p[0], "--grpc-port", p[1], "--metrics-port", p[2],
-	}, flags...)
+	args := append(append([]string{"model-server", "--model-repository=" + t.TempDir(), "--address", "127.0.0.1"}, ports...), flags...)
 	go func() { done <- Run(ctx, args, &out, &errb) }()
+	p = bound()
 	get = getter(t, "http://127.0.0.1:"+p[0])
 	require.Eventually(t, func() bool { code, _ := get("/v2/health/ready"); return code == http.StatusOK }, 30*time.Second, 20*time.Millisecond)
 	return p, get, func() string {

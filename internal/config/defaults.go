@@ -49,27 +49,77 @@ const (
 	// DefaultRegistryPollInterval is the time between the feature
 	// server's checks of its definitions and registry.
 	DefaultRegistryPollInterval = 10 * time.Second
+	// DefaultRepositoryCacheBytes is the largest object-storage model
+	// repository the local copy holds: 20 GiB.
+	DefaultRepositoryCacheBytes = 20 << 30
+	// DefaultStrictReadiness is the standalone model server's readiness
+	// mode, Triton's; under serve -c it is false (model_server.strict_readiness).
+	DefaultStrictReadiness = true
 )
+
+// NewModelServer returns the model server's settings with every default
+// set, as sluice model-server starts from them: its flags are bound to
+// the fields with these values as their defaults. sluice.yaml's
+// model_server fills what it leaves unset from the same values, except
+// the address (DefaultChainAddress) and readiness (not strict).
+func NewModelServer() ModelServer {
+	return ModelServer{
+		Address:                DefaultListenAddress,
+		Limits:                 limitspec.DefaultLimits(DefaultModelMaxBodyBytes),
+		HTTPPort:               DefaultModelHTTPPort,
+		GRPCPort:               DefaultModelGRPCPort,
+		MetricsPort:            DefaultModelMetricsPort,
+		ControlMode:            DefaultControlMode,
+		RepositoryPollInterval: Duration(DefaultRepositoryPollInterval),
+		RepositoryCacheBytes:   DefaultRepositoryCacheBytes,
+		StrictReadiness:        new(DefaultStrictReadiness),
+	}
+}
+
+// NewFeatureServer returns the feature server's settings with every
+// default set, as sluice feature-server starts from them (its flags are
+// bound to the fields); sluice.yaml's feature_server fills what it leaves
+// unset from the same values, except the address (DefaultChainAddress).
+func NewFeatureServer() FeatureServer {
+	return FeatureServer{
+		Address:              DefaultListenAddress,
+		Port:                 DefaultFeaturePort,
+		ReadAuth:             DefaultReadAuth,
+		MaxEntityRows:        DefaultMaxEntityRows,
+		Limits:               limitspec.DefaultLimits(DefaultFeatureMaxBodyBytes),
+		RegistryPollInterval: Duration(DefaultRegistryPollInterval),
+	}
+}
 
 // applyDefaults fills the fields the file left unset.
 func (c *Config) applyDefaults() {
 	if m := c.ModelServer; m != nil {
+		d := NewModelServer()
 		m.Address = or(m.Address, DefaultChainAddress)
-		m.Limits = limitsOr(m.Limits, DefaultModelMaxBodyBytes)
-		m.HTTPPort = or(m.HTTPPort, DefaultModelHTTPPort)
-		m.GRPCPort = or(m.GRPCPort, DefaultModelGRPCPort)
-		m.MetricsPort = or(m.MetricsPort, DefaultModelMetricsPort)
-		m.ControlMode = or(m.ControlMode, DefaultControlMode)
-		m.RepositoryPollInterval = or(m.RepositoryPollInterval, Duration(DefaultRepositoryPollInterval))
+		m.Limits = limitsOr(m.Limits, d.Limits.MaxBodyBytes)
+		m.HTTPPort = or(m.HTTPPort, d.HTTPPort)
+		m.GRPCPort = or(m.GRPCPort, d.GRPCPort)
+		m.MetricsPort = or(m.MetricsPort, d.MetricsPort)
+		m.ControlMode = or(m.ControlMode, d.ControlMode)
+		m.RepositoryPollInterval = or(m.RepositoryPollInterval, d.RepositoryPollInterval)
+		m.RepositoryCacheBytes = or(m.RepositoryCacheBytes, d.RepositoryCacheBytes)
+		if m.StrictReadiness == nil {
+			// Triton's default is strict, but a chain serves several
+			// models behind one pod: one that fails to load shows in its
+			// own readiness (/v2/models/<name>/ready, the console) rather
+			// than taking the others out of a load balancer's rotation.
+			m.StrictReadiness = new(false)
+		}
 	}
 	if f := c.FeatureServer; f != nil {
+		d := NewFeatureServer()
 		f.Address = or(f.Address, DefaultChainAddress)
-		f.Port = or(f.Port, DefaultFeaturePort)
-		f.ReadAuth = or(f.ReadAuth, DefaultReadAuth)
-		f.MaxEntityRows = or(f.MaxEntityRows, DefaultMaxEntityRows)
-		f.Limits = limitsOr(f.Limits, DefaultFeatureMaxBodyBytes)
+		f.Port = or(f.Port, d.Port)
+		f.ReadAuth = or(f.ReadAuth, d.ReadAuth)
+		f.MaxEntityRows = or(f.MaxEntityRows, d.MaxEntityRows)
+		f.Limits = limitsOr(f.Limits, d.Limits.MaxBodyBytes)
 		if !c.writtenUnder("feature_server")("registry_poll_interval") {
-			f.RegistryPollInterval = or(f.RegistryPollInterval, Duration(DefaultRegistryPollInterval))
+			f.RegistryPollInterval = or(f.RegistryPollInterval, d.RegistryPollInterval)
 		}
 	}
 	if c.Security == nil {

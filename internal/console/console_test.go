@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/console"
 	"github.com/sluice-ml/sluice/internal/gateway/accesslog"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 func TestMain(m *testing.M) {
@@ -173,21 +175,8 @@ func TestSeries(t *testing.T) {
 		Series          map[string]map[string][]*float64
 	}
 	c.getJSON(t, "/console/api/series?kind=model", &series) // the first sample
-	time.Sleep(25 * time.Millisecond)
+	time.Sleep(25 * time.Millisecond)                       // one sampling interval (20 ms) without traffic
 	c.traffic(t, 30)
-	time.Sleep(25 * time.Millisecond)
-	for _, kind := range []string{"model", "service", "features", "view"} {
-		series.Series = nil
-		c.getJSON(t, "/console/api/series?kind="+kind, &series)
-		require.InDelta(t, 0.02, series.IntervalSeconds, 1e-9)
-		require.NotEmpty(t, series.T, kind)
-		for id, cols := range series.Series {
-			require.True(t, strings.HasPrefix(id, kind+"/"), "kind %s: series %s", kind, id)
-			for name, col := range cols {
-				require.Len(t, col, len(series.T), "%s %s", id, name)
-			}
-		}
-	}
 	peak := func(kind, id, col string) float64 {
 		t.Helper()
 		series.Series = nil
@@ -201,6 +190,28 @@ func TestSeries(t *testing.T) {
 			}
 		}
 		return m
+	}
+	harness.WaitFor(t, 10*time.Second, 5*time.Millisecond, "a sample after the traffic", func() (bool, string) {
+		series.Series = nil
+		c.getJSON(t, "/console/api/series?kind=service", &series)
+		for _, v := range series.Series["service/eta"]["rps"] {
+			if v != nil && *v > 0 {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("service/eta: %v", series.Series["service/eta"])
+	})
+	for _, kind := range []string{"model", "service", "features", "view"} {
+		series.Series = nil
+		c.getJSON(t, "/console/api/series?kind="+kind, &series)
+		require.InDelta(t, 0.02, series.IntervalSeconds, 1e-9)
+		require.NotEmpty(t, series.T, kind)
+		for id, cols := range series.Series {
+			require.True(t, strings.HasPrefix(id, kind+"/"), "kind %s: series %s", kind, id)
+			for name, col := range cols {
+				require.Len(t, col, len(series.T), "%s %s", id, name)
+			}
+		}
 	}
 	require.Positive(t, peak("model", "model/eta_model", "rps"))
 	require.Positive(t, peak("model", "model/eta_model", "p99_ms"))

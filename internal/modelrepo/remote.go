@@ -20,12 +20,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/objstore"
 )
 
 // DefaultRemoteCacheBytes bounds the local copies of remote repositories
 // when Options.RemoteCacheBytes is 0.
-const DefaultRemoteCacheBytes = 20 << 30
+const DefaultRemoteCacheBytes = config.DefaultRepositoryCacheBytes
 
 // objMeta is what a listing says of one object.
 type objMeta struct {

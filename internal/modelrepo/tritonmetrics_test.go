@@ -1,6 +1,7 @@
 package modelrepo
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/infer"
+	testharness "github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // tritonLintExceptions are the promlint findings Triton's own metric names
@@ -65,11 +67,16 @@ func TestTritonMetrics(t *testing.T) {
 	// third rejected: Triton's REJECTED. The pending gauge counts the two
 	// in the scheduler meanwhile.
 	done := make(chan error, 2)
-	for range 2 {
+	pending := h.m.metrics.triton.pending.WithLabelValues("slow", "1")
+	for i := range 2 {
 		go func() { _, err := h.infer(t.Context(), "slow", ""); done <- err }()
-		time.Sleep(50 * time.Millisecond)
+		// In order: the first executes before the second is sent.
+		testharness.WaitFor(t, 10*time.Second, time.Millisecond, "slow request in the scheduler", func() (bool, string) {
+			n := testutil.ToFloat64(pending)
+			return n >= float64(i+1), fmt.Sprintf("pending %v", n)
+		})
 	}
-	require.InDelta(t, 2, testutil.ToFloat64(h.m.metrics.triton.pending.WithLabelValues("slow", "1")), 0)
+	require.InDelta(t, 2, testutil.ToFloat64(pending), 0)
 	_, err = h.infer(t.Context(), "slow", "")
 	requireInferError(t, err, apierr.KindUnavailable, "queue_full", "")
 	require.NoError(t, <-done)

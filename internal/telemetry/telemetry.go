@@ -19,6 +19,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// The servers' log defaults (their --log-format and --log-level).
+const (
+	// DefaultLogFormat is the servers' log format.
+	DefaultLogFormat = "json"
+	// DefaultLogLevel is the servers' log level.
+	DefaultLogLevel = "info"
+)
+
 // LogOptions choose the log format and level.
 type LogOptions struct {
 	Format string // "json" (default) or "text"

@@ -18,6 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // The chart and the KServe runtime on a real API server (cluster_test.go):
@@ -153,9 +155,7 @@ func ignoredWarning(e corev1.Event) bool {
 // first Warning event.
 func (c *controlPlane) waitPods(t *testing.T, ns string) {
 	t.Helper()
-	deadline := time.Now().Add(4 * time.Minute)
-	var missing []string
-	for {
+	harness.WaitFor(t, 4*time.Minute, 250*time.Millisecond, "pods created in "+ns, func() (bool, string) {
 		var events corev1.EventList
 		if err := c.get("/api/v1/namespaces/"+ns+"/events?fieldSelector="+url.QueryEscape("type=Warning"), &events); err != nil {
 			t.Fatal(err)
@@ -170,15 +170,9 @@ func (c *controlPlane) waitPods(t *testing.T, ns string) {
 		if len(warnings) > 0 {
 			t.Fatalf("Warning events in %s:\n  %s", ns, strings.Join(warnings, "\n  "))
 		}
-		missing = c.missingPods(t, ns)
-		if len(missing) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pods not created in %s after 4 minutes: %s", ns, strings.Join(missing, "; "))
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		missing := c.missingPods(t, ns)
+		return len(missing) == 0, "missing: " + strings.Join(missing, "; ")
+	})
 }
 
 // missingPods says which workloads of ns lack pods; empty when none does.

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // TestImageServesPrediction builds the image with scripts/image.sh (what
@@ -101,14 +103,13 @@ func TestImageServesPrediction(t *testing.T) {
 	})
 
 	base := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	harness.WaitFor(t, 2*time.Minute, 200*time.Millisecond, "the server in the image ready", func() (bool, string) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v2/health/ready", nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				break
+				return true, ""
 			}
 		}
 		select {
@@ -116,11 +117,8 @@ func TestImageServesPrediction(t *testing.T) {
 			t.Fatalf("the server in the image exited:\n%s", logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server in the image was not ready within 2 minutes:\n%s", logs.String())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return false, "logs:\n" + logs.String()
+	})
 
 	in0, in1 := make([]int32, 16), make([]int32, 16)
 	for i := range in0 {

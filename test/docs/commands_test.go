@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // TestDocCommands runs every command shown in a ```sh or ```console block
@@ -368,24 +370,19 @@ func (sb *sandbox) startServer(t *testing.T, where, kind, text string) {
 	}
 	go func() { _ = s.cmd.Wait(); close(s.done) }()
 	sb.servers = append(sb.servers, s)
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	harness.WaitFor(t, 3*time.Minute, 100*time.Millisecond, where+": "+text+" ready", func() (bool, string) {
 		select {
 		case <-s.done:
 			t.Fatalf("%s: %s exited:\n%s", where, text, s.out.String())
 		default:
 		}
-		if res, err := http.Get(ready); err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return
-			}
+		res, err := http.Get(ready)
+		if err != nil {
+			return false, fmt.Sprintf("%v; output:\n%s", err, s.out.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s not ready after 3 minutes:\n%s", where, text, s.out.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, fmt.Sprintf("%d; output:\n%s", res.StatusCode, s.out.String())
+	})
 }
 
 func (s *docServer) stop() {

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // TestDemoTwoAtOnce runs scripts/demo.sh twice at the same time, each on
@@ -76,18 +78,14 @@ func startDemo(t *testing.T) *demo {
 			<-d.done
 		}
 	})
-	deadline := time.Now().Add(4 * time.Minute)
-	for !strings.Contains(d.out.String(), "Press Ctrl-C to stop.") {
+	harness.WaitFor(t, 4*time.Minute, 100*time.Millisecond, "demo.sh ready", func() (bool, string) {
 		select {
 		case <-d.done:
 			t.Fatalf("demo.sh exited:\n%s", d.out.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("demo.sh not ready after 4 minutes:\n%s", d.out.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return strings.Contains(d.out.String(), "Press Ctrl-C to stop."), "output:\n" + d.out.String()
+	})
 	return d
 }
 

@@ -404,18 +404,14 @@ func TestAccuracyGateRollsBackRegion(t *testing.T) {
 		State   rollout.State   `json:"state"`
 		Reason  *rollout.Reason `json:"reason"`
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	harness.WaitFor(t, 10*time.Second, 100*time.Millisecond, "the rollout decided", func() (bool, string) {
 		var all []json.RawMessage
 		c.adminJSON(t, "/rollout", &all)
 		if err := json.Unmarshal(all[0], &st); err != nil {
 			t.Fatal(err)
 		}
-		if st.State != rollout.StateProgressing || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return st.State != rollout.StateProgressing, fmt.Sprintf("%s; logs:\n%s", st.State, c.tail())
+	})
 	if st.State != rollout.StateRolledBack || st.Reason == nil {
 		t.Fatalf("rollout %s (%+v), want rolled back by the accuracy gate; logs:\n%s", st.State, st.Reason, c.tail())
 	}
@@ -528,11 +524,10 @@ func TestAccuracyHungNATS(t *testing.T) {
 		return accMetrics(t, c)["sluice_accuracy_predictions_dropped_total{service="+relService+"}"]
 	}
 	answers := accPredict(t, c, tr, 0, 20)
-	for deadline := time.Now().Add(10 * time.Second); pending() < 20; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("pending store holds %v entries after 10s, want 20", pending())
-		}
-	}
+	harness.WaitFor(t, 10*time.Second, 50*time.Millisecond, "20 entries in the pending store", func() (bool, string) {
+		n := pending()
+		return n >= 20, fmt.Sprintf("%v entries", n)
+	})
 
 	nats.Pause()
 	var slowest time.Duration
@@ -549,12 +544,10 @@ func TestAccuracyHungNATS(t *testing.T) {
 
 	// Every prediction is in the store or counted as dropped.
 	var p, d float64
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	harness.WaitFor(t, 30*time.Second, 100*time.Millisecond, "60 predictions pending or dropped after NATS ran again", func() (bool, string) {
 		p, d = pending(), dropped()
-		if p+d >= 60 || time.Now().After(deadline) {
-			break
-		}
-	}
+		return p+d >= 60, fmt.Sprintf("%v pending + %v dropped", p, d)
+	})
 	if p+d != 60 {
 		t.Fatalf("after NATS ran again: %v pending + %v dropped, want 60 predictions accounted for", p, d)
 	}

@@ -182,21 +182,19 @@ func conStartExampleWith(t *testing.T, file, models string, msSet map[string]any
 		c.stop(t)
 		c.client.CloseIdleConnections()
 	})
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	harness.WaitFor(t, 90*time.Second, 50*time.Millisecond, "gateway ready", func() (bool, string) {
 		select {
 		case <-c.done:
 			t.Fatalf("sluice serve -c exited during start-up (%v); config:\n%s\nlogs:\n%s", c.waitErr, c.config, c.tail())
 		default:
 		}
-		if res, err := c.get(t.Context(), "http://"+c.listen+"/ready"); err == nil && res.code == http.StatusOK {
-			return c
+		res, err := c.get(t.Context(), "http://"+c.listen+"/ready")
+		if err != nil {
+			return false, fmt.Sprintf("%v; logs:\n%s", err, c.tail())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway not ready after 90s; logs:\n%s", c.tail())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return res.code == http.StatusOK, fmt.Sprintf("%d; logs:\n%s", res.code, c.tail())
+	})
+	return c
 }
 
 // conGet GETs url and returns the status and body.

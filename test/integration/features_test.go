@@ -98,9 +98,9 @@ func startFeatureServerArgs(t *testing.T, repo string, args ...string) (string, 
 // process (to signal it).
 func startFeatureServerProc(t *testing.T, repo string, args ...string) (string, *syncBuffer, *os.Process) {
 	t.Helper()
-	port := freePort(t)
+	portsFile := filepath.Join(t.TempDir(), "ports.json")
 	logs := &syncBuffer{}
-	cmd := exec.Command(binPath, append([]string{"feature-server", "--repo", repo, "--address", "127.0.0.1", "--port", strconv.Itoa(port), "--log-format", "text"}, args...)...)
+	cmd := exec.Command(binPath, append([]string{"feature-server", "--repo", repo, "--address", "127.0.0.1", "--port", "0", "--ports-file", portsFile, "--log-format", "text"}, args...)...)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -119,12 +119,19 @@ func startFeatureServerProc(t *testing.T, repo string, args ...string) (string, 
 			t.Errorf("race detected in the feature server:\n%s", logs)
 		}
 	})
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	var base string
 	harness.WaitFor(t, 30*time.Second, 20*time.Millisecond, "the feature server healthy", func() (bool, string) {
 		select {
 		case <-done:
 			t.Fatalf("feature server exited during start-up; logs:\n%s", logs)
 		default:
+		}
+		if base == "" {
+			ls, err := harness.ReadPortsFile(portsFile)
+			if err != nil {
+				return false, fmt.Sprintf("%v; logs:\n%s", err, logs)
+			}
+			base = "http://" + loopback(ls["features"])
 		}
 		if resp, err := http.Get(base + "/health"); err == nil {
 			resp.Body.Close()

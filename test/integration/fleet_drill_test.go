@@ -96,28 +96,17 @@ func TestFleetDrill(t *testing.T) {
 	defer cancel()
 	l.start(ctx, 90, 4000)
 	var decided time.Time
-	deadline := time.Now().Add(30 * time.Second)
-	for decided.IsZero() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no rollback within 30s; statuses %+v", flStatuses(t, chains))
-		}
+	harness.WaitFor(t, 30*time.Second, 50*time.Millisecond, "a rollback", func() (bool, string) {
 		for _, c := range chains {
 			if st := flStatus(t, c); st.State == rollout.StateRolledBack {
 				decided = flRollbackTime(t, st)
-				break
+				return true, ""
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("statuses %+v", flStatuses(t, chains))
+	})
 	// Every replica follows within a second of the decision.
-	for i, c := range chains {
-		for flStatus(t, c).State != rollout.StateRolledBack {
-			if time.Since(decided) > time.Second {
-				t.Fatalf("replica %d still %s more than a second after the rollback", i, flStatus(t, c).State)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	flWaitState(t, chains, decided, "the rollback", func(st flRolloutStatus) bool { return st.State == rollout.StateRolledBack })
 	time.Sleep(2 * time.Second) // load goes on under the rolled-back state
 	l.halt()
 	l.mustAllOK(t)
@@ -206,17 +195,10 @@ func TestFleetDrill(t *testing.T) {
 	drift := newFlLoad(t, chains[2:], high)
 	drifted := time.Now()
 	drift.start(ctx, 40, 400)
-	var triggered time.Duration
-	for triggered == 0 {
-		if flTriggered(t, chains[2]) {
-			triggered = time.Since(drifted)
-			break
-		}
-		if time.Since(drifted) > 10*time.Second {
-			t.Fatalf("the restarted replica did not trigger the fallback within 10s of drifted traffic; %s", flFallbackJSON(t, chains[2]))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	harness.WaitFor(t, time.Until(drifted.Add(10*time.Second)), 50*time.Millisecond, "the restarted replica triggering the fallback on drifted traffic", func() (bool, string) {
+		return flTriggered(t, chains[2]), flFallbackJSON(t, chains[2])
+	})
+	triggered := time.Since(drifted)
 	drift.halt()
 	drift.mustAllOK(t)
 	t.Logf("restarted replica triggered the fallback %v after drifted traffic began (its first own bucket could complete only after 4s)", triggered.Round(time.Millisecond))
@@ -246,15 +228,7 @@ func TestFleetDrill(t *testing.T) {
 	if err != nil || res.code != http.StatusOK {
 		t.Fatalf("POST reset: %v %d %s", err, res.code, res.body)
 	}
-	reset := time.Now()
-	for i, c := range chains {
-		for flStatus(t, c).State != rollout.StateProgressing {
-			if time.Since(reset) > time.Second {
-				t.Fatalf("replica %d did not follow the reset within a second after the outage", i)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	flWaitState(t, chains, time.Now(), "the reset after the outage", func(st flRolloutStatus) bool { return st.State == rollout.StateProgressing })
 
 	// 6: NATS hung (SIGSTOP) for 10 s, under load.
 	l.reset()
@@ -282,18 +256,21 @@ func TestFleetDrill(t *testing.T) {
 	if err != nil || res.code != http.StatusOK {
 		t.Fatalf("POST reset: %v %d %s", err, res.code, res.body)
 	}
-	reset = time.Now()
+	flWaitState(t, chains, time.Now(), "the reset after NATS hung", func(st flRolloutStatus) bool {
+		h := st.History
+		return len(h) > 0 && h[len(h)-1].Reason == "after-hang"
+	})
+}
+
+// flWaitState waits until every replica's rollout status satisfies ok,
+// all within a second of since, when what happened.
+func flWaitState(t *testing.T, chains []*gwChain, since time.Time, what string, ok func(flRolloutStatus) bool) {
+	t.Helper()
 	for i, c := range chains {
-		for {
-			h := flStatus(t, c).History
-			if len(h) > 0 && h[len(h)-1].Reason == "after-hang" {
-				break
-			}
-			if time.Since(reset) > time.Second {
-				t.Fatalf("replica %d did not follow the reset within a second after NATS hung", i)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		harness.WaitFor(t, time.Until(since.Add(time.Second)), 10*time.Millisecond, fmt.Sprintf("replica %d following %s within a second", i, what), func() (bool, string) {
+			st := flStatus(t, c)
+			return ok(st), string(st.State)
+		})
 	}
 }
 

@@ -144,22 +144,17 @@ func startGatewayForFaults(t *testing.T, yaml func(listen, admin string) string)
 			t.Logf("gateway logs (last 8 KiB):\n%s", logs[max(0, len(logs)-8<<10):])
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	harness.WaitFor(t, 30*time.Second, 20*time.Millisecond, "gateway ready", func() (bool, string) {
 		select {
 		case <-s.done:
 			t.Fatalf("sluice serve -c exited during start-up (%v); config:\n%s\nlogs:\n%s", s.waitErr, yaml(listen, admin), s.logs)
 		default:
 		}
-		if code, _, err := g.get(t.Context(), "http://"+listen+"/ready"); err == nil && code == http.StatusOK {
-			s.startup = time.Since(begin)
-			return g
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway not ready after 30s; logs:\n%s", s.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		code, _, err := g.get(t.Context(), "http://"+listen+"/ready")
+		return err == nil && code == http.StatusOK, fmt.Sprintf("%d %v; logs:\n%s", code, err, s.logs)
+	})
+	s.startup = time.Since(begin)
+	return g
 }
 
 func (g *faultGateway) get(ctx context.Context, url string) (int, []byte, error) {

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-ml/sluice/internal/release/record/natstest"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // TestGatewayFallbackReadsStreamFeature runs `sluice serve -c` with the
@@ -99,8 +100,8 @@ func TestGatewayFallbackReadsStreamFeature(t *testing.T) {
 	// returns its eta_minutes.
 	eta := func() float64 {
 		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for {
+		var v float64
+		harness.WaitFor(t, time.Minute, 100*time.Millisecond, "a fallback_rule answer after the model server's death", func() (bool, string) {
 			res, err := c.predict(t.Context(), "eta", body, gwAuth)
 			if err != nil {
 				t.Fatal(err)
@@ -110,18 +111,16 @@ func TestGatewayFallbackReadsStreamFeature(t *testing.T) {
 				Outputs map[string]any `json:"outputs"`
 			}
 			_ = json.Unmarshal(res.body, &a)
-			if res.code == http.StatusOK && a.Source == "fallback_rule" {
-				v, ok := a.Outputs["eta_minutes"].(float64)
-				if !ok {
-					t.Fatalf("fallback answer without a number eta_minutes: %s", res.body)
-				}
-				return v
+			if res.code != http.StatusOK || a.Source != "fallback_rule" {
+				return false, fmt.Sprintf("%d %s\n%s", res.code, res.body, c.tail())
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no fallback_rule answer within a minute of the model server's death; last %d %s\n%s", res.code, res.body, c.tail())
+			var ok bool
+			if v, ok = a.Outputs["eta_minutes"].(float64); !ok {
+				t.Fatalf("fallback answer without a number eta_minutes: %s", res.body)
 			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return true, ""
+		})
+		return v
 	}
 	if got := eta(); math.Abs(got-noStream) > 1e-4*noStream {
 		t.Fatalf("with NATS down the rule answers %v, want base_eta + route_delay_min = %v (delay_mean_10m absent: ?? 0)", got, noStream)
@@ -157,19 +156,10 @@ func TestGatewayFallbackReadsStreamFeature(t *testing.T) {
 	want := noStream + 6
 	// The aggregator retries with back-off (at most 30 s apart), so its
 	// first connection may take that long.
-	deadline := time.Now().Add(90 * time.Second)
-	var got float64
-	for {
-		got = eta()
-		if math.Abs(got-want) <= 1e-4*want {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 3 deliveries on route %d (delays %v) the rule still answers %v, want base_eta + route_delay_min + delay_mean_10m = %v\n%s",
-				route, delays, got, want, c.tail())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	harness.WaitFor(t, 90*time.Second, 200*time.Millisecond, fmt.Sprintf("the rule answering base_eta + route_delay_min + delay_mean_10m = %v after 3 deliveries on route %d (delays %v)", want, route, delays), func() (bool, string) {
+		got := eta()
+		return math.Abs(got-want) <= 1e-4*want, fmt.Sprintf("%v\n%s", got, c.tail())
+	})
 	if !strings.Contains(c.logs.String(), "stream aggregator ready") {
 		t.Errorf("no 'stream aggregator ready' in the logs:\n%s", c.tail())
 	}

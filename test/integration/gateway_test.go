@@ -1491,33 +1491,22 @@ func TestGatewayRedisDown(t *testing.T) {
 
 	// Redis comes back on the same port with its dump.
 	gwStartRedis(t, port, dir)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	harness.WaitFor(t, 15*time.Second, 100*time.Millisecond, "a prediction after Redis came back", func() (bool, string) {
 		res := c.mustPredict(t, "parcel-eta", body, gwAuth)
-		if res.code == http.StatusOK {
-			if _, eta, _ := res.mustAnswer(t); math.Abs(eta-before) > 1e-4*math.Max(1, before) {
-				t.Errorf("eta_minutes after Redis came back %v, before %v: want the same features", eta, before)
-			}
-			break
+		if res.code != http.StatusOK {
+			return false, fmt.Sprintf("%d %s; logs:\n%s", res.code, res.body, c.tail())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("15s after Redis came back: %d %s; logs:\n%s", res.code, res.body, c.tail())
+		if _, eta, _ := res.mustAnswer(t); math.Abs(eta-before) > 1e-4*math.Max(1, before) {
+			t.Errorf("eta_minutes after Redis came back %v, before %v: want the same features", eta, before)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return true, ""
+	})
 	// The limiter probes Redis again within a second of traffic.
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	harness.WaitFor(t, 10*time.Second, 100*time.Millisecond, "admin /ratelimit redis_up true after Redis came back", func() (bool, string) {
 		c.mustPredict(t, "parcel-eta", body, gwAuth)
 		c.adminJSON(t, "/ratelimit", &rl)
-		if rl.RedisUp != nil && *rl.RedisUp {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("admin /ratelimit %+v 10s after Redis came back: want redis_up true", rl)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return rl.RedisUp != nil && *rl.RedisUp, fmt.Sprintf("%+v", rl)
+	})
 	if v, _ := gwMetric(metrics(), "sluice_gateway_ratelimit_redis_up"); v != 1 {
 		t.Errorf("sluice_gateway_ratelimit_redis_up = %v after Redis came back, want 1", v)
 	}

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // The hostile-load tests attack a real `sluice serve -c` process and check
@@ -646,21 +648,14 @@ func (c *gwChain) checkChunkedBodies(t *testing.T, ids gwIDs) {
 	t.Logf("chunked bodies: %v from the first body to the last answer", attack.Round(time.Millisecond))
 
 	// Every byte charged to the budget was released.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	harness.WaitFor(t, 10*time.Second, 50*time.Millisecond, "sluice_admission_inflight_bytes 0 after the attack (else the budget leaked)", func() (bool, string) {
 		res, err := c.get(t.Context(), "http://"+c.admin+"/metrics")
 		if err != nil || res.code != http.StatusOK {
 			t.Fatalf("admin /metrics: %v %d", err, res.code)
 		}
 		v, ok := gwMetric(string(res.body), "sluice_admission_inflight_bytes")
-		if ok && v == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sluice_admission_inflight_bytes = %v (found %v) 10s after the attack, want 0: budget leaked", v, ok)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ok && v == 0, fmt.Sprintf("%v (found %v)", v, ok)
+	})
 }
 
 // configPath is the sluice.yaml the chain runs (the -c argument).
@@ -774,13 +769,9 @@ func TestSIGHUPDropsNothing(t *testing.T) {
 	// waitLog waits until re matches n times in the log.
 	waitLog := func(re *regexp.Regexp, n int, what string) {
 		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for len(re.FindAllStringIndex(c.logs.String(), -1)) < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s in the log within 15s of SIGHUP; logs:\n%s", what, c.tail())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		harness.WaitFor(t, 15*time.Second, 20*time.Millisecond, what+" in the log after SIGHUP", func() (bool, string) {
+			return len(re.FindAllStringIndex(c.logs.String(), -1)) >= n, "logs:\n" + c.tail()
+		})
 	}
 	hup := func() {
 		t.Helper()

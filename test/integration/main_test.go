@@ -8,11 +8,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -85,19 +85,18 @@ func startServerCmd(t *testing.T, sub string, args ...string) *server {
 }
 
 // startServerEnv is startServerCmd with extra environment variables
-// (NAME=value) for the sluice process.
+// (NAME=value) for the sluice process. Its listeners ask for port 0 and
+// the addresses come from --ports-file, so no other process can take a
+// port between choosing and binding it.
 func startServerEnv(t *testing.T, env []string, sub string, args ...string) *server {
 	t.Helper()
-	hp, gp, mp := freePort(t), freePort(t), freePort(t)
+	portsFile := filepath.Join(t.TempDir(), "ports.json")
 	all := append([]string{
 		sub, "--address", "127.0.0.1",
-		"--http-port", strconv.Itoa(hp), "--grpc-port", strconv.Itoa(gp), "--metrics-port", strconv.Itoa(mp),
+		"--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", "--ports-file", portsFile,
 		"--backend-config", "onnxruntime,library=" + ortLib, "--log-format", "text",
 	}, args...)
-	s := &server{
-		http: fmt.Sprintf("127.0.0.1:%d", hp), grpc: fmt.Sprintf("127.0.0.1:%d", gp), metrics: fmt.Sprintf("127.0.0.1:%d", mp),
-		logs: &syncBuffer{}, done: make(chan struct{}),
-	}
+	s := &server{logs: &syncBuffer{}, done: make(chan struct{})}
 	s.cmd = exec.Command(binPath, all...)
 	s.cmd.Dir = repoDir
 	if env != nil {
@@ -116,6 +115,13 @@ func startServerEnv(t *testing.T, env []string, sub string, args ...string) *ser
 			t.Fatalf("sluice exited during start-up (%v); logs:\n%s", s.waitErr, s.logs)
 		default:
 		}
+		if s.http == "" {
+			ls, err := harness.ReadPortsFile(portsFile)
+			if err != nil {
+				return false, fmt.Sprintf("%v; logs:\n%s", err, s.logs)
+			}
+			s.http, s.grpc, s.metrics = loopback(ls["models_http"]), loopback(ls["models_grpc"]), loopback(ls["models_metrics"])
+		}
 		resp, err := http.Get("http://" + s.http + "/v2/health/live")
 		if err == nil {
 			resp.Body.Close()
@@ -127,6 +133,15 @@ func startServerEnv(t *testing.T, env []string, sub string, args ...string) *ser
 	})
 	s.startup = time.Since(begin)
 	return s
+}
+
+// loopback is a bound address's port on 127.0.0.1, where the test reaches
+// a listener whatever --address it bound ("" stays "").
+func loopback(bound string) string {
+	if _, port, err := net.SplitHostPort(bound); err == nil {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return bound
 }
 
 func (s *server) stop(t *testing.T) {

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // The monitoring tests put the Debian monitoring stack in the loop:
@@ -106,24 +108,19 @@ func (p *monProc) tail() string {
 // waitReady polls url until it answers 200, for at most 30 s.
 func (p *monProc) waitReady(t *testing.T, url string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	harness.WaitFor(t, 30*time.Second, 50*time.Millisecond, p.name+" ready at "+url, func() (bool, string) {
 		select {
 		case <-p.done:
 			t.Fatalf("%s exited during start-up; %s", p.name, p.tail())
 		default:
 		}
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		resp, err := http.Get(url)
+		if err != nil {
+			return false, fmt.Sprintf("%v; %s", err, p.tail())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready at %s after 30s; %s", p.name, url, p.tail())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, fmt.Sprintf("%d; %s", resp.StatusCode, p.tail())
+	})
 }
 
 // monGet returns the body of a GET, failing the test unless it is 200.
@@ -346,8 +343,8 @@ func (h *monWebhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // alertname, waiting at most d.
 func (h *monWebhook) wait(t *testing.T, alertname, status string, d time.Duration, logs func() string) monNotification {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
+	var found monNotification
+	harness.WaitFor(t, d, 100*time.Millisecond, fmt.Sprintf("a %s notification of %s at the webhook", status, alertname), func() (bool, string) {
 		h.mu.Lock()
 		got := slices.Clone(h.got)
 		h.mu.Unlock()
@@ -357,15 +354,14 @@ func (h *monWebhook) wait(t *testing.T, alertname, status string, d time.Duratio
 			}
 			for _, a := range n.Alerts {
 				if a.Labels["alertname"] == alertname {
-					return n
+					found = n
+					return true, ""
 				}
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s notification of %s reached the webhook within %v; got %+v\n%s", status, alertname, d, got, logs())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("got %+v\n%s", got, logs())
+	})
+	return found
 }
 
 // monProm is the test's Prometheus.
@@ -409,16 +405,12 @@ func (p *monProm) query(t *testing.T, expr string) []monSample {
 // waitQuery polls expr until it returns a sample, for at most d.
 func (p *monProm) waitQuery(t *testing.T, expr string, d time.Duration) []monSample {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		if r := p.query(t, expr); len(r) > 0 {
-			return r
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("prometheus: %s returned nothing within %v; %s", expr, d, p.tail())
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	var r []monSample
+	harness.WaitFor(t, d, 250*time.Millisecond, "prometheus: a sample of "+expr, func() (bool, string) {
+		r = p.query(t, expr)
+		return len(r) > 0, p.tail()
+	})
+	return r
 }
 
 // alertState returns monAlert's state in Prometheus (pending, firing) or
@@ -635,19 +627,12 @@ func TestMonitoringPrometheusAlerts(t *testing.T) {
 
 	t.Run("CheckMetrics", func(t *testing.T) {
 		// Wait for answers from the model and for a shadow call.
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		harness.WaitFor(t, 20*time.Second, 100*time.Millisecond, "an answered and a shadowed request", func() (bool, string) {
 			m := string(monGet(t, "http://"+c.admin+"/metrics"))
 			ok := monSum(m, "sluice_gateway_requests_total", `code="200"`, `service="parcel-eta"`, `source="model"`)
 			shadowed := monSum(m, "sluice_gateway_shadow_requests_total", `result="ok"`, `service="parcel-eta"`)
-			if ok > 0 && shadowed > 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no answered or shadowed request after 20s of traffic (answered %v, shadowed %v); %s", ok, shadowed, c.tail())
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return ok > 0 && shadowed > 0, fmt.Sprintf("answered %v, shadowed %v; %s", ok, shadowed, c.tail())
+		})
 		for _, u := range []string{
 			"http://" + c.admin + "/metrics",
 			fmt.Sprintf("http://127.0.0.1:%d/metrics", chainCfg.ModelServer.MetricsPort),
@@ -705,8 +690,7 @@ func TestMonitoringPrometheusAlerts(t *testing.T) {
 				} `json:"rules"`
 			} `json:"groups"`
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		harness.WaitFor(t, 10*time.Second, 250*time.Millisecond, "every rule healthy", func() (bool, string) {
 			prom.api(t, "rules", &rules)
 			var bad []string
 			n := 0
@@ -718,14 +702,8 @@ func TestMonitoringPrometheusAlerts(t *testing.T) {
 					}
 				}
 			}
-			if n > 0 && len(bad) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("rules not healthy after 10s (%d rules):\n%s", n, strings.Join(bad, "\n"))
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
+			return n > 0 && len(bad) == 0, fmt.Sprintf("%d rules:\n%s", n, strings.Join(bad, "\n"))
+		})
 	})
 	if t.Failed() {
 		t.FailNow()
@@ -744,17 +722,14 @@ func TestMonitoringPrometheusAlerts(t *testing.T) {
 	stopped := time.Now()
 	seen := map[string]time.Duration{}
 	var labels map[string]string
-	for seen["firing"] == 0 {
+	harness.WaitFor(t, 40*time.Second, 100*time.Millisecond, monAlert+" firing after Redis stopped", func() (bool, string) {
 		state, l := prom.alertState(t, monAlert)
 		if _, ok := seen[state]; state != "" && !ok {
 			seen[state] = time.Since(stopped)
 			labels = l
 		}
-		if time.Since(stopped) > 40*time.Second {
-			t.Fatalf("%s not firing 40s after Redis stopped (seen %v); %s", monAlert, seen, logs())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return seen["firing"] != 0, fmt.Sprintf("seen %v; %s", seen, logs())
+	})
 	if _, ok := seen["pending"]; !ok || seen["pending"] > seen["firing"] {
 		t.Errorf("%s went %v: want pending before firing", monAlert, seen)
 	}
@@ -776,18 +751,11 @@ func TestMonitoringPrometheusAlerts(t *testing.T) {
 
 	// Redis comes back with its data: the alert resolves.
 	gwStartRedis(t, redisPort, redisDir)
-	restarted := time.Now()
-	for {
+	took := harness.WaitFor(t, 40*time.Second, 100*time.Millisecond, monAlert+" resolved after Redis came back", func() (bool, string) {
 		state, _ := prom.alertState(t, monAlert)
-		if state == "" {
-			break
-		}
-		if time.Since(restarted) > 40*time.Second {
-			t.Fatalf("%s still %s 40s after Redis came back; %s", monAlert, state, logs())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Logf("Redis back: %s resolved after %v", monAlert, time.Since(restarted).Round(time.Millisecond))
+		return state == "", state + "; " + logs()
+	})
+	t.Logf("Redis back: %s resolved after %v", monAlert, took.Round(time.Millisecond))
 	n = hook.wait(t, monAlert, "resolved", 20*time.Second, logs)
 	if n.path != "/sluice-page" {
 		t.Errorf("resolved notification at %s, want /sluice-page", n.path)

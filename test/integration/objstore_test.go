@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/objstore"
 	"github.com/sluice-ml/sluice/internal/objstore/objstoretest"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // osUpload copies examples/models/<model> (the given version folders, or
@@ -194,14 +195,10 @@ func TestBucketReloadUnderLoad(t *testing.T) {
 		}
 		time.Sleep(400 * time.Millisecond)
 	}
-	uploaded := time.Now()
-	for load.version("2") == 0 {
-		if time.Since(uploaded) > 10*time.Second {
-			t.Fatalf("version 2 not serving 10s after its upload; index %+v\nlogs:\n%s", repoIndex(t, base), s.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Logf("version 2 serving %v after its last object was uploaded (poll interval 1s)", time.Since(uploaded).Round(10*time.Millisecond))
+	took := harness.WaitFor(t, 10*time.Second, 20*time.Millisecond, "version 2 serving after its upload", func() (bool, string) {
+		return load.version("2") > 0, fmt.Sprintf("index %+v\nlogs:\n%s", repoIndex(t, base), s.logs)
+	})
+	t.Logf("version 2 serving %v after its last object was uploaded (poll interval 1s)", took.Round(10*time.Millisecond))
 	if strings.Contains(s.logs.String(), "SHA256SUMS") {
 		t.Fatalf("a half-uploaded version 2 was loaded and failed verification:\n%s", s.logs)
 	}
@@ -215,23 +212,16 @@ func TestBucketReloadUnderLoad(t *testing.T) {
 	if err := b.WriteAll(t.Context(), "models/parcel_eta/3/model.onnx", v1model); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var reason string
-		for _, e := range repoIndex(t, base) {
+	harness.WaitFor(t, 10*time.Second, 100*time.Millisecond, "version 3 refused", func() (bool, string) {
+		index := repoIndex(t, base)
+		for _, e := range index {
 			if e.Name == "parcel_eta" && strings.Contains(e.Reason, "SHA256SUMS") {
-				reason = e.Reason
+				t.Logf("version 3 refused: %s", e.Reason)
+				return true, ""
 			}
 		}
-		if reason != "" {
-			t.Logf("version 3 refused: %s", reason)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("version 3 not refused; index %+v", repoIndex(t, base))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("index %+v", index)
+	})
 	time.Sleep(500 * time.Millisecond)
 	n, failed, first, counts := load.stop()
 	t.Logf("%d requests, %d failed, answers by version %v", n, failed, counts)
@@ -304,14 +294,10 @@ func TestBucketOutage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	up := time.Now()
-	for load.version("3") == 0 {
-		if time.Since(up) > 30*time.Second {
-			t.Fatalf("polling did not resume within 30s; index %+v", repoIndex(t, base))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Logf("version 3 serving %v after its upload, once the store came back", time.Since(up).Round(10*time.Millisecond))
+	took := harness.WaitFor(t, 30*time.Second, 50*time.Millisecond, "polling resumed: version 3 serving", func() (bool, string) {
+		return load.version("3") > 0, fmt.Sprintf("index %+v", repoIndex(t, base))
+	})
+	t.Logf("version 3 serving %v after its upload, once the store came back", took.Round(10*time.Millisecond))
 	for _, e := range repoIndex(t, base) {
 		if strings.Contains(e.Reason, "unreachable") {
 			t.Errorf("index still says unreachable after the outage: %+v", e)

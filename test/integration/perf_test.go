@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -11,6 +12,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // TestPerfAgainstRealServer runs `sluice perf` against the real server over
@@ -19,16 +22,10 @@ import (
 // split filled from the statistics extension.
 func TestPerfAgainstRealServer(t *testing.T) {
 	s := startServer(t, "--model-repository", filepath.Join(repoDir, "examples", "models"))
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if code, _, _ := do(t, http.MethodGet, "http://"+s.http+"/v2/models/parcel_eta/ready", nil, nil); code == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("parcel_eta not ready after 30s; logs:\n%s", s.logs)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	harness.WaitFor(t, 30*time.Second, 50*time.Millisecond, "parcel_eta ready", func() (bool, string) {
+		code, _, _ := do(t, http.MethodGet, "http://"+s.http+"/v2/models/parcel_eta/ready", nil, nil)
+		return code == http.StatusOK, fmt.Sprintf("%d; logs:\n%s", code, s.logs)
+	})
 	cases := []struct {
 		name string
 		args []string

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // pyRepo is the repository of Triton-style Python models.
@@ -79,13 +80,7 @@ func pyGone(pids []int) bool {
 // pyWait polls cond until it holds or d passes.
 func pyWait(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	harness.WaitFor(t, d, 20*time.Millisecond, what, func() (bool, string) { return cond(), "not yet" })
 }
 
 // pyInfer posts a KServe v2 JSON request and returns the status and body.

@@ -35,6 +35,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/authz"
 	"github.com/sluice-ml/sluice/internal/pb/gatewaypb"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 	"github.com/sluice-ml/sluice/internal/tlsconfig/tlstest"
 )
 
@@ -222,8 +223,8 @@ type secListener struct {
 // ready", "feature server ready") and returns its listeners by name.
 func secReadyListeners(t *testing.T, logs func() string, msg string) map[string]secListener {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var out map[string]secListener
+	harness.WaitFor(t, 30*time.Second, 50*time.Millisecond, fmt.Sprintf("a %q log line", msg), func() (bool, string) {
 		for line := range strings.SplitSeq(logs(), "\n") {
 			var l struct {
 				Msg       string        `json:"msg"`
@@ -232,20 +233,18 @@ func secReadyListeners(t *testing.T, logs func() string, msg string) map[string]
 			if json.Unmarshal([]byte(line), &l) != nil || l.Msg != msg {
 				continue
 			}
-			out := map[string]secListener{}
+			out = map[string]secListener{}
 			for _, x := range l.Listeners {
 				if _, dup := out[x.Name]; dup {
 					t.Fatalf("listener %s twice in %q", x.Name, line)
 				}
 				out[x.Name] = x
 			}
-			return out
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q log line after 30s; logs:\n%s", msg, logs())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false, "logs:\n" + logs()
+	})
+	return out
 }
 
 // secLoopback reports whether a bound address is on loopback.
@@ -261,13 +260,7 @@ func secLoopback(t *testing.T, addr string) bool {
 // secWaitFor polls cond every 50ms until it holds or d passes.
 func secWaitFor(t *testing.T, d time.Duration, what string, cond func() bool, logs func() string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v; logs:\n%s", what, d, logs())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	harness.WaitFor(t, d, 50*time.Millisecond, what, func() (bool, string) { return cond(), "logs:\n" + logs() })
 }
 
 // secRoutePush is a /push body with one route_push row for route id.
@@ -1156,7 +1149,7 @@ func TestSecurityExampleConfig(t *testing.T) {
 		// The banner prints the same table. It goes to stdout and the ready
 		// line to stderr: two pipes with no order between them, so wait for it.
 		var banner []string
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		harness.WaitFor(t, 10*time.Second, 50*time.Millisecond, "the banner listing every listener", func() (bool, string) {
 			banner = banner[:0]
 			sc := bufio.NewScanner(strings.NewReader(c.logs.String()))
 			for sc.Scan() {
@@ -1170,10 +1163,8 @@ func TestSecurityExampleConfig(t *testing.T) {
 					}
 				}
 			}
-			if len(banner) >= len(want) || time.Now().After(deadline) {
-				break
-			}
-		}
+			return len(banner) >= len(want), fmt.Sprintf("banner lists %v; logs:\n%s", banner, c.tail())
+		})
 		if len(banner) != len(want) {
 			t.Errorf("banner lists %v, want every listener of %v; logs:\n%s", banner, want, c.tail())
 		}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 	"github.com/sluice-ml/sluice/internal/testutil/onnxgen"
 )
 
@@ -97,13 +98,9 @@ func TestSequenceFloodDoesNotLockOthers(t *testing.T) {
 	defer stopFlood()
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s (held %d, refused %d, other %v); logs:\n%s", what, held.Load(), refused.Load(), other.Load(), s.logs)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		harness.WaitFor(t, 60*time.Second, 10*time.Millisecond, what, func() (bool, string) {
+			return cond(), fmt.Sprintf("held %d, refused %d, other %v; logs:\n%s", held.Load(), refused.Load(), other.Load(), s.logs)
+		})
 	}
 	waitFor("the flood to fill the slots and reach its cap", func() bool { return held.Load() >= 4 && refused.Load() >= 10 })
 

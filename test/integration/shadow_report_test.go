@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/release/diff"
 	"github.com/sluice-ml/sluice/internal/release/record"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // findChromium returns the headless browser's path. Without one the test
@@ -153,24 +154,19 @@ func (c *consoleLog) sync(ctx context.Context, t *testing.T, marker string) []ch
 	t.Helper()
 	_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf("console.info(%q), true", marker)))
 	require.NoError(t, err)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var before []chromedp.ConsoleMessage
+	harness.WaitFor(t, 10*time.Second, 10*time.Millisecond, fmt.Sprintf("console marker %q", marker), func() (bool, string) {
 		c.mu.Lock()
+		defer c.mu.Unlock()
 		i := slices.IndexFunc(c.msgs, func(m chromedp.ConsoleMessage) bool { return m.Text == marker })
-		var before []chromedp.ConsoleMessage
-		if i >= 0 {
-			before = slices.Clone(c.msgs[:i])
-			c.msgs = c.msgs[i+1:]
+		if i < 0 {
+			return false, fmt.Sprintf("%d other messages", len(c.msgs))
 		}
-		c.mu.Unlock()
-		if i >= 0 {
-			return before
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("console marker %q never arrived", marker)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		before = slices.Clone(c.msgs[:i])
+		c.msgs = c.msgs[i+1:]
+		return true, ""
+	})
+	return before
 }
 
 func problems(msgs []chromedp.ConsoleMessage) []string {

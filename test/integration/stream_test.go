@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/offline"
 	"github.com/sluice-ml/sluice/internal/release/record/natstest"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // streamDefs is the stream feature repository of the stream tests: 1 s
@@ -100,18 +101,14 @@ func startAggregator(t *testing.T, repo string) *aggregator {
 			t.Errorf("race detected in the aggregator:\n%s", a.logs)
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(a.logs.String(), "aggregating") {
+	harness.WaitFor(t, 30*time.Second, 20*time.Millisecond, "aggregator ready", func() (bool, string) {
 		select {
 		case <-a.done:
 			t.Fatalf("aggregator exited during start-up:\n%s", a.logs)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("aggregator not ready after 30s:\n%s", a.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return strings.Contains(a.logs.String(), "aggregating"), "logs:\n" + a.logs.String()
+	})
 	return a
 }
 
@@ -610,16 +607,16 @@ func TestStreamExampleInFeatureServer(t *testing.T) {
 // caughtUpStream is caughtUp for any stream and consumer.
 func caughtUpStream(t *testing.T, js jetstream.JetStream, stream, consumer string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if c, err := js.Consumer(t.Context(), stream, consumer); err == nil {
-			if info, err := c.Info(t.Context()); err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream > 0 {
-				return
-			}
+	harness.WaitFor(t, 60*time.Second, 50*time.Millisecond, fmt.Sprintf("consumer %s of %s caught up", consumer, stream), func() (bool, string) {
+		c, err := js.Consumer(t.Context(), stream, consumer)
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("consumer %s of %s did not catch up in 60s", consumer, stream)
+		info, err := c.Info(t.Context())
+		if err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return info.NumPending == 0 && info.NumAckPending == 0 && info.Delivered.Stream > 0,
+			fmt.Sprintf("pending %d, ack pending %d, delivered %d", info.NumPending, info.NumAckPending, info.Delivered.Stream)
+	})
 }

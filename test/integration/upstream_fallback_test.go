@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // TestFallbackWhenEveryModelServerDies is issue 26's drill with real
@@ -136,13 +138,10 @@ func TestFallbackWhenEveryModelServerDies(t *testing.T) {
 	}
 	// Until the health checks mark both endpoints down the answers are
 	// retried and time out or fail over; keep the load on well past that.
-	deadline := time.Now().Add(2 * time.Minute)
-	for fallbackAnswers() < 50 {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d answers from the rule in two minutes; logs:\n%s", fallbackAnswers(), c.tail())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	harness.WaitFor(t, 2*time.Minute, 50*time.Millisecond, "50 answers from the rule", func() (bool, string) {
+		n := fallbackAnswers()
+		return n >= 50, fmt.Sprintf("%d answers; logs:\n%s", n, c.tail())
+	})
 	stop()
 	wg.Wait()
 	if len(errs) > 0 {
@@ -181,16 +180,9 @@ func TestFallbackWhenEveryModelServerDies(t *testing.T) {
 	// Recovery: the model servers back on their ports; the model answers
 	// once a health check passes.
 	startModels()
-	back := time.Now()
-	for {
+	took := harness.WaitFor(t, 30*time.Second, 20*time.Millisecond, "the model answering after the model servers are back", func() (bool, string) {
 		a, err := ask(t.Context(), "on")
-		if err == nil && a.code == http.StatusOK && a.source == "model" {
-			break
-		}
-		if time.Since(back) > 30*time.Second {
-			t.Fatalf("the model does not answer 30 s after the model servers are back: %+v %v", a, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Logf("the model answers %v after the model servers are ready (health checks every 1s)", time.Since(back).Round(time.Millisecond))
+		return err == nil && a.code == http.StatusOK && a.source == "model", fmt.Sprintf("%+v %v", a, err)
+	})
+	t.Logf("the model answers %v after the model servers are ready (health checks every 1s)", took.Round(time.Millisecond))
 }

@@ -118,7 +118,11 @@ func (b *Backend) open() {
 			b.logger.Warn("pytorch: TorchScript models run in the Python worker, not in-process with libtorch", "reason", b.why)
 			return
 		}
-		b.logger.Info("pytorch: TorchScript models run in-process with libtorch", "libtorch", b.lib.version(), "library", path)
+		blas := BundledBLAS(path)
+		if blas == "" {
+			blas = "the machine's libblas.so.3"
+		}
+		b.logger.Info("pytorch: TorchScript models run in-process with libtorch", "libtorch", b.lib.version(), "library", path, "blas", blas)
 	})
 }
 

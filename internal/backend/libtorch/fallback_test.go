@@ -114,3 +114,29 @@ func writeModelDir(t *testing.T, name, file string) string {
 	}
 	return p
 }
+
+// BundledBLAS names blas/ beside the shim when it holds libblas.so.3
+// (scripts/build-torch-shim.sh unpacks OpenBLAS there), and nothing when
+// the shim uses the machine's BLAS.
+func TestBundledBLAS(t *testing.T) {
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "libsluice_torch.so")
+	if got := BundledBLAS(lib); got != "" {
+		t.Errorf("without blas/: %q, want \"\"", got)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "blas"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := BundledBLAS(lib); got != "" {
+		t.Errorf("with an empty blas/: %q, want \"\"", got)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "blas", "libblas.so.3"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := BundledBLAS(lib), filepath.Join(dir, "blas"); got != want {
+		t.Errorf("BundledBLAS = %q, want %q", got, want)
+	}
+	if got := BundledBLAS(""); got != "" {
+		t.Errorf("no library: %q, want \"\"", got)
+	}
+}

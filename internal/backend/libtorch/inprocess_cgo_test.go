@@ -116,9 +116,19 @@ func ramp(name string, shape infer.Shape, start, step float32) infer.Tensor {
 
 // In-process libtorch answers what the Python worker answers, for the
 // example TorchScript model (inputs by argument name, outputs by config
-// order) and the integration tests' INPUT__0/OUTPUT__0 model.
+// order) and the integration tests' INPUT__0/OUTPUT__0 model. The
+// worker gets the shim's bundled BLAS, as the server's newBackends gives
+// it: the BLAS decides the last bits of a matrix product.
 func TestInProcessMatchesPythonWorker(t *testing.T) {
-	py := python.New(python.Options{}, nil, nil)
+	lib, err := FindLibrary("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opts python.Options
+	if dir := BundledBLAS(lib); dir != "" {
+		opts.TorchLibraryDirs = []string{dir}
+	}
+	py := python.New(opts, nil, nil)
 	t.Cleanup(func() { _ = py.Close() })
 	b, logs := shimBackend(t, py.PyTorch())
 	cases := []struct {

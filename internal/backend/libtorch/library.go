@@ -2,6 +2,8 @@ package libtorch
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 
 	"github.com/sluice-ml/sluice/internal/backend"
 )
@@ -35,4 +37,21 @@ func FindLibrary(flagPath string) (string, error) {
 		CacheDir:   "libtorch-shim",
 		Fix:        "scripts/build-torch-shim.sh (needs libtorch-dev)",
 	}.Find(flagPath)
+}
+
+// BundledBLAS returns the folder of the BLAS the shim at lib was linked
+// with, blas/ beside it, where scripts/build-torch-shim.sh unpacks Debian's
+// single-threaded OpenBLAS; "" when the shim uses the machine's
+// libblas.so.3 (SLUICE_TORCH_BLAS=system, or no package to fetch). The
+// Python worker's PyTorch models get the same folder first on their
+// LD_LIBRARY_PATH, so that both engines compute with one BLAS.
+func BundledBLAS(lib string) string {
+	if lib == "" {
+		return ""
+	}
+	dir := filepath.Join(filepath.Dir(lib), "blas")
+	if _, err := os.Stat(filepath.Join(dir, "libblas.so.3")); err != nil {
+		return ""
+	}
+	return dir
 }

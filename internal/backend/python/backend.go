@@ -195,6 +195,7 @@ func (p *PyTorch) Load(ctx context.Context, opts backend.LoadOptions) (backend.I
 	if err != nil {
 		return nil, err
 	}
+	t.libDirs = p.b.opts.TorchLibraryDirs
 	return p.b.load(ctx, opts, t)
 }
 
@@ -202,6 +203,8 @@ func (p *PyTorch) Load(ctx context.Context, opts backend.LoadOptions) (backend.I
 type target struct {
 	file    string
 	builtin string
+	// libDirs go first on the worker's LD_LIBRARY_PATH.
+	libDirs []string
 }
 
 // pytorchTarget picks the built-in model for a version folder: TorchScript
@@ -392,7 +395,7 @@ func (b *Backend) load(ctx context.Context, opts backend.LoadOptions, t target) 
 		interpreter: b.opts.Interpreter,
 		dir:         dir,
 		args:        []string{"--model", opts.Model, "--version", vstr, "--instance", name},
-		env:         workerEnv(os.Environ(), opts.InstanceCount, runtime.NumCPU()),
+		env:         workerEnv(os.Environ(), opts.InstanceCount, runtime.NumCPU(), t.libDirs),
 		init:        init,
 		maxMessage:  b.opts.MaxMessageBytes,
 		maxResult:   resultLimit(opts.MaxOutputBytes, cfg.GetMaxBatchSize(), b.opts.MaxMessageBytes),
@@ -435,23 +438,37 @@ func instanceName(model string, cfg *inferencepb.ModelConfig, index int) string 
 // worker needs. Unless the environment sets OMP_NUM_THREADS, each worker
 // gets an equal share of the cores for its intra-op thread pool (torch
 // and numpy's BLAS otherwise start one thread per core in every worker,
-// and instances fight over the cores).
-func workerEnv(base []string, instances, cpus int) []string {
-	env := make([]string, 0, len(base)+4)
+// and instances fight over the cores). libDirs go first on
+// LD_LIBRARY_PATH, ahead of the server's own.
+func workerEnv(base []string, instances, cpus int, libDirs []string) []string {
+	env := make([]string, 0, len(base)+5)
 	omp := false
+	ldPath := ""
 	for _, kv := range base {
-		k, _, _ := strings.Cut(kv, "=")
+		k, v, _ := strings.Cut(kv, "=")
 		switch k {
 		case "SLUICE_WORKER_FD", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED":
 			continue
 		case "OMP_NUM_THREADS":
 			omp = true
+		case "LD_LIBRARY_PATH":
+			if len(libDirs) > 0 {
+				ldPath = v
+				continue
+			}
 		}
 		env = append(env, kv)
 	}
 	env = append(env, "SLUICE_WORKER_FD=3", "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1")
 	if !omp {
 		env = append(env, "OMP_NUM_THREADS="+strconv.Itoa(max(1, cpus/max(instances, 1))))
+	}
+	if len(libDirs) > 0 {
+		dirs := strings.Join(libDirs, ":")
+		if ldPath != "" {
+			dirs += ":" + ldPath
+		}
+		env = append(env, "LD_LIBRARY_PATH="+dirs)
 	}
 	return env
 }

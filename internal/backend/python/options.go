@@ -42,6 +42,11 @@ type Options struct {
 	// MaxMessageBytes bounds one message between Sluice and a worker.
 	// Default 1 GiB.
 	MaxMessageBytes int
+	// TorchLibraryDirs go first on the LD_LIBRARY_PATH of the workers
+	// that run PyTorch models: the folder of the BLAS the in-process
+	// engine bundles, so that a model gives the same answers on either
+	// engine (libtorch's BLAS decides the last bits of its results).
+	TorchLibraryDirs []string
 }
 
 func (o Options) withDefaults() Options {

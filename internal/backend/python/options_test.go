@@ -1,6 +1,7 @@
 package python
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -34,5 +35,39 @@ func TestParseSettingsTritonPythonSettings(t *testing.T) {
 	} {
 		_, err := ParseSettings(map[string]string{k: v})
 		require.Error(t, err, "%s=%q", k, v)
+	}
+}
+
+// A PyTorch model's worker finds the in-process engine's BLAS first on its
+// LD_LIBRARY_PATH, ahead of the server's own folders; without such a
+// folder the server's LD_LIBRARY_PATH passes through untouched.
+func TestWorkerEnvTorchLibraryDirs(t *testing.T) {
+	base := []string{"PATH=/bin", "LD_LIBRARY_PATH=/opt/lib", "OMP_NUM_THREADS=3"}
+	lookup := func(env []string, key string) (string, int) {
+		val, n := "", 0
+		for _, kv := range env {
+			if k, v, _ := strings.Cut(kv, "="); k == key {
+				val, n = v, n+1
+			}
+		}
+		return val, n
+	}
+	env := workerEnv(base, 2, 4, []string{"/cache/blas"})
+	if v, n := lookup(env, "LD_LIBRARY_PATH"); v != "/cache/blas:/opt/lib" || n != 1 {
+		t.Errorf("LD_LIBRARY_PATH = %q (%d times), want /cache/blas:/opt/lib once", v, n)
+	}
+	if v, _ := lookup(env, "OMP_NUM_THREADS"); v != "3" {
+		t.Errorf("OMP_NUM_THREADS = %q, want the server's 3", v)
+	}
+	env = workerEnv(base[:1], 2, 4, []string{"/cache/blas", "/other"})
+	if v, _ := lookup(env, "LD_LIBRARY_PATH"); v != "/cache/blas:/other" {
+		t.Errorf("LD_LIBRARY_PATH = %q, want /cache/blas:/other", v)
+	}
+	if v, _ := lookup(env, "OMP_NUM_THREADS"); v != "2" {
+		t.Errorf("OMP_NUM_THREADS = %q, want 4 cores / 2 instances", v)
+	}
+	env = workerEnv(base, 1, 4, nil)
+	if v, n := lookup(env, "LD_LIBRARY_PATH"); v != "/opt/lib" || n != 1 {
+		t.Errorf("without folders LD_LIBRARY_PATH = %q (%d times), want the server's", v, n)
 	}
 }

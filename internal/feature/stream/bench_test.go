@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature/online/redis"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
 	"github.com/sluice-ml/sluice/internal/release/record/natstest"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // benchSetup starts a private JetStream, loads the test repository
@@ -125,10 +126,7 @@ func BenchmarkAggregateThroughput(b *testing.B) {
 			b.ResetTimer()
 			begin := time.Now()
 			src, cancel, done := runAggregator(b, repo, store, 500)
-			deadline := time.Now().Add(5 * time.Minute)
-			for src.count() < n && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
+			waitApplied(b, src, n, 5*time.Minute)
 			elapsed := time.Since(begin)
 			cancel()
 			<-done
@@ -136,6 +134,15 @@ func BenchmarkAggregateThroughput(b *testing.B) {
 			b.ReportMetric(float64(n)/elapsed.Seconds(), "events/s")
 		})
 	}
+}
+
+// waitApplied waits until the aggregator has applied n events.
+func waitApplied(b *testing.B, src *lagSource, n int, timeout time.Duration) {
+	b.Helper()
+	harness.WaitFor(b, timeout, 5*time.Millisecond, "events applied", func() (bool, string) {
+		c := src.count()
+		return c >= n, fmt.Sprintf("%d of %d", c, n)
+	})
 }
 
 // BenchmarkAggregateLag: freshness lag — from an event's arrival in the
@@ -150,9 +157,7 @@ func BenchmarkAggregateLag(b *testing.B) {
 			// Warm up: the consumer is bound and has applied an event.
 			_, err := js.Publish(b.Context(), "deliveries.events", benchEvent(0, time.Now()))
 			require.NoError(b, err)
-			for src.count() < 1 {
-				time.Sleep(time.Millisecond)
-			}
+			waitApplied(b, src, 1, time.Minute)
 			src.mu.Lock()
 			src.lags, src.n = nil, 0
 			src.mu.Unlock()
@@ -168,10 +173,7 @@ func BenchmarkAggregateLag(b *testing.B) {
 					i++
 				}
 			}
-			deadline := time.Now().Add(time.Minute)
-			for src.count() < i && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
+			waitApplied(b, src, i, time.Minute)
 			cancel()
 			<-done
 			src.mu.Lock()

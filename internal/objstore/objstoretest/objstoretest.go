@@ -29,6 +29,7 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/sluice-ml/sluice/internal/objstore"
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // Server is one running object-storage server with one bucket.
@@ -45,7 +46,7 @@ type Server struct {
 
 	addr    string
 	account string // Azure only
-	start   func() error
+	start   func(tb testing.TB)
 	stop    func()
 	mu      sync.Mutex // protects running
 	running bool
@@ -109,9 +110,7 @@ func (s *Server) Start(tb testing.TB) {
 	if s.running {
 		return
 	}
-	if err := s.start(); err != nil {
-		tb.Fatalf("start %s server again: %v", s.Scheme, err)
-	}
+	s.start(tb)
 	s.running = true
 }
 
@@ -133,31 +132,40 @@ func freePort(tb testing.TB) string {
 	return addr
 }
 
-// serveHTTP serves h on addr (host:port) and returns start and stop
-// functions for restarts on that address.
-func serveHTTP(tb testing.TB, addr string, h http.Handler) (start func() error, stop func()) {
+// listenLoopback listens on a loopback port the system picks.
+func listenLoopback(tb testing.TB) net.Listener {
 	tb.Helper()
+	ln, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ln
+}
+
+// serveHTTP serves h on ln and returns start and stop functions for
+// restarts on ln's address.
+func serveHTTP(tb testing.TB, ln net.Listener, h http.Handler) (start func(testing.TB), stop func()) {
+	tb.Helper()
+	addr := ln.Addr().String()
 	var mu sync.Mutex // protects srv
 	var srv *http.Server
-	start = func() error {
-		var ln net.Listener
-		var err error
-		// The port was ours a moment ago; another listener rarely takes it.
-		for range 50 {
-			if ln, err = new(net.ListenConfig).Listen(context.Background(), "tcp", addr); err == nil {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if err != nil {
-			return err
-		}
+	serve := func(ln net.Listener) {
 		s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 		mu.Lock()
 		srv = s
 		mu.Unlock()
 		go func() { _ = s.Serve(ln) }()
-		return nil
+	}
+	start = func(tb testing.TB) {
+		tb.Helper()
+		// The port was ours a moment ago; another listener rarely takes it.
+		var ln net.Listener
+		harness.WaitFor(tb, time.Second, 20*time.Millisecond, "listen on "+addr+" again", func() (bool, string) {
+			var err error
+			ln, err = new(net.ListenConfig).Listen(context.Background(), "tcp", addr)
+			return err == nil, fmt.Sprint(err)
+		})
+		serve(ln)
 	}
 	stop = func() {
 		mu.Lock()
@@ -166,9 +174,7 @@ func serveHTTP(tb testing.TB, addr string, h http.Handler) (start func() error, 
 			_ = srv.Close()
 		}
 	}
-	if err := start(); err != nil {
-		tb.Fatal(err)
-	}
+	serve(ln)
 	tb.Cleanup(stop)
 	return start, stop
 }
@@ -184,8 +190,9 @@ func StartS3(tb testing.TB) *Server {
 		tb.Fatal(err)
 	}
 	faker := gofakes3.New(be, gofakes3.WithTimeSkewLimit(0))
-	addr := freePort(tb)
-	start, stop := serveHTTP(tb, addr, faker.Server())
+	ln := listenLoopback(tb)
+	addr := ln.Addr().String()
+	start, stop := serveHTTP(tb, ln, faker.Server())
 	s := &Server{Scheme: objstore.SchemeS3, Bucket: bucket, addr: addr, start: start, stop: stop, running: true}
 	key, secret, token := "AKIA"+strings.ToUpper(randomHex(8)), randomHex(20), "tok"+randomHex(16)
 	s.Env = []string{
@@ -203,13 +210,15 @@ func StartGCS(tb testing.TB) *Server {
 	tb.Helper()
 	bucket := "models-" + randomHex(4)
 	// The emulator needs to know its own address for upload sessions.
-	addr := freePort(tb)
+	ln := listenLoopback(tb)
+	addr := ln.Addr().String()
 	fs, err := fakestorage.NewServerWithOptions(fakestorage.Options{NoListener: true, Scheme: "http", ExternalURL: "http://" + addr, PublicHost: addr})
 	if err != nil {
+		_ = ln.Close()
 		tb.Fatal(err)
 	}
 	fs.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: bucket})
-	start, stop := serveHTTP(tb, addr, fs.HTTPHandler())
+	start, stop := serveHTTP(tb, ln, fs.HTTPHandler())
 	tb.Cleanup(fs.Stop)
 	return &Server{
 		Scheme: objstore.SchemeGCS, Bucket: bucket, addr: addr, start: start, stop: stop, running: true,
@@ -256,30 +265,29 @@ func StartAzurite(tb testing.TB) *Server {
 	host, port, _ := net.SplitHostPort(addr)
 	var mu sync.Mutex
 	var cmd *exec.Cmd
-	start := func() error {
+	start := func(tb testing.TB) {
+		tb.Helper()
 		// Not the test's context: stop (an interrupt) ends the process,
 		// and a restarted one outlives the call that started it.
 		c := exec.CommandContext(context.Background(), bin, "--blobHost", host, "--blobPort", port, "--location", dir, "--skipApiVersionCheck", "--silent", "--disableTelemetry")
 		c.Env = append(os.Environ(), "AZURITE_ACCOUNTS="+account+":"+key)
 		c.Stdout, c.Stderr = nil, nil
 		if err := c.Start(); err != nil {
-			return err
+			tb.Fatalf("start azurite: %v", err)
 		}
 		mu.Lock()
 		cmd = c
 		mu.Unlock()
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) {
+		// On failure the cleanup's stop ends the process.
+		harness.WaitFor(tb, 30*time.Second, 50*time.Millisecond, "azurite listening on "+addr, func() (bool, string) {
 			d := net.Dialer{Timeout: 200 * time.Millisecond}
-			if conn, err := d.DialContext(context.Background(), "tcp", addr); err == nil {
-				_ = conn.Close()
-				return nil
+			conn, err := d.DialContext(context.Background(), "tcp", addr)
+			if err != nil {
+				return false, err.Error()
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		_ = c.Process.Kill()
-		_ = c.Wait()
-		return fmt.Errorf("azurite did not listen on %s within 30s", addr)
+			_ = conn.Close()
+			return true, ""
+		})
 	}
 	stop := func() {
 		mu.Lock()
@@ -300,10 +308,8 @@ func StartAzurite(tb testing.TB) *Server {
 			cmd = nil
 		}
 	}
-	if err := start(); err != nil {
-		tb.Fatal(err)
-	}
 	tb.Cleanup(stop)
+	start(tb)
 	s := &Server{
 		Scheme: objstore.SchemeAzure, Bucket: "models" + randomHex(4), addr: addr, account: account, start: start, stop: stop, running: true,
 		Env:     []string{"AZURE_STORAGE_ACCOUNT=" + account, "AZURE_STORAGE_KEY=" + key, "AZURE_STORAGE_IS_LOCAL_EMULATOR=true", "AZURE_STORAGE_DOMAIN=" + addr},

@@ -1,7 +1,9 @@
 // Package harness is the set-up the end-to-end test packages (test/docs,
 // test/integration) share: the module root, the ONNX Runtime library, the
-// binaries each package builds once per run, free loopback ports and a
-// log buffer safe for a process's output and the test reading it.
+// binaries each package builds once per run, free loopback ports, the
+// ports a process bound on port 0 as its ports file reports them, a log
+// buffer safe for a process's output and the test reading it, and
+// WaitFor, the one way tests wait for a condition.
 package harness
 
 import (

@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 	"github.com/sluice-ml/sluice/internal/tlsconfig/tlstest"
 )
 
@@ -148,18 +149,25 @@ type NATSOptions struct {
 func StartNATS(tb testing.TB, f *Files, opts NATSOptions) *Server {
 	tb.Helper()
 	bin := lookPath(tb, "nats-server")
-	port := freePort(tb)
 	dir := tb.TempDir()
+	// -p -1: the server picks a free port and writes it to its ports file.
 	args := []string{
-		"-js", "-sd", dir, "-a", "127.0.0.1", "-p", strconv.Itoa(port),
+		"-js", "-sd", dir, "-a", "127.0.0.1", "-p", "-1", "--ports_file_dir", dir,
 		"-l", filepath.Join(dir, "nats.log"),
 		"--tls", "--tlscert", f.ServerCert, "--tlskey", f.ServerKey,
 	}
 	if opts.RequireClientCert {
 		args = append(args, "--tlsverify", "--tlscacert", f.CAFile)
 	}
-	s := start(tb, bin, port, args...)
+	s := start(tb, bin, 0, args...)
 	waitReady(tb, s, "nats-server", func(ctx context.Context) error {
+		if s.Addr == "" {
+			port, err := harness.NATSPort(dir, bin, s.cmd.Process.Pid)
+			if err != nil {
+				return err
+			}
+			s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		}
 		nc, err := nats.Connect("nats://"+s.Addr, nats.Secure(f.ClientConfig(tb, true)), nats.Timeout(time.Second))
 		if err != nil {
 			return err
@@ -203,13 +211,18 @@ func freePort(tb testing.TB) int {
 	return port
 }
 
+// start runs bin with args; port 0 leaves Addr for the caller to fill in
+// once the server has said which port it bound.
 func start(tb testing.TB, bin string, port int, args ...string) *Server {
 	tb.Helper()
 	cmd := exec.CommandContext(context.Background(), bin, args...)
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("tlsrun: start %s: %v", bin, err)
 	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd, done: make(chan struct{})}
+	s := &Server{cmd: cmd, done: make(chan struct{})}
+	if port != 0 { // 0: the caller learns the port once the server runs
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	}
 	go func() { _ = cmd.Wait(); close(s.done) }()
 	tb.Cleanup(s.Stop)
 	return s
@@ -218,22 +231,18 @@ func start(tb testing.TB, bin string, port int, args ...string) *Server {
 // waitReady polls ping until it succeeds, the process exits or 15 s pass.
 func waitReady(tb testing.TB, s *Server, name string, ping func(context.Context) error) {
 	tb.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	harness.WaitFor(tb, 15*time.Second, 25*time.Millisecond, "tlsrun: "+name+" on "+s.Addr+" answering over TLS", func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := ping(ctx)
 		cancel()
 		if err == nil {
-			return
+			return true, ""
 		}
 		select {
 		case <-s.done:
 			tb.Fatalf("tlsrun: %s on %s exited before answering: %v", name, s.Addr, err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("tlsrun: %s on %s did not answer over TLS: %v", name, s.Addr, err)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		return false, err.Error()
+	})
 }

@@ -15,9 +15,7 @@ package natstest
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +26,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
 // startTimeout bounds how long Start and Restart wait for JetStream to
@@ -100,14 +100,13 @@ func (s *Server) Restart() {
 	}
 	s.cmd, s.done = cmd, make(chan struct{})
 	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(cmd, s.done)
-	deadline := time.Now().Add(startTimeout)
-	for {
+	harness.WaitFor(s.tb, startTimeout, 50*time.Millisecond, "natstest: nats-server answering", func() (bool, string) {
 		err := s.readPort()
 		if err == nil {
 			err = s.ping()
 		}
 		if err == nil {
-			return
+			return true, ""
 		}
 		select {
 		case <-s.done:
@@ -115,38 +114,19 @@ func (s *Server) Restart() {
 			s.tb.Fatalf("natstest: nats-server on port %d exited during start-up (%v); see %s", s.port, err, filepath.Join(s.dir, "server.log"))
 		default:
 		}
-		if time.Now().After(deadline) {
-			s.tb.Fatalf("natstest: nats-server on port %d did not start within %s: %v", s.port, startTimeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("port %d: %v", s.port, err)
+	})
 }
 
-// readPort learns the port the running server bound from its ports file
-// (<binary>_<pid>.ports in the store directory, JSON with the client
-// URLs), once.
+// readPort learns the port the running server bound from its ports
+// file, once.
 func (s *Server) readPort() error {
 	if s.port != 0 {
 		return nil
 	}
-	path := filepath.Join(s.dir, filepath.Base(s.bin)+"_"+strconv.Itoa(s.cmd.Process.Pid)+".ports")
-	b, err := os.ReadFile(path)
+	p, err := harness.NATSPort(s.dir, s.bin, s.cmd.Process.Pid)
 	if err != nil {
-		return fmt.Errorf("ports file: %w", err)
-	}
-	var ports struct {
-		Nats []string `json:"nats"`
-	}
-	if err := json.Unmarshal(b, &ports); err != nil || len(ports.Nats) == 0 {
-		return fmt.Errorf("ports file %s: %q: %w", path, b, err) // written but maybe not yet whole: read again
-	}
-	u, err := url.Parse(ports.Nats[0])
-	if err != nil {
-		return fmt.Errorf("ports file %s: %w", path, err)
-	}
-	p, err := strconv.Atoi(u.Port())
-	if err != nil || p <= 0 {
-		return fmt.Errorf("ports file %s: no port in %q", path, ports.Nats[0])
+		return err
 	}
 	s.port = p
 	return nil
@@ -211,17 +191,10 @@ func (s *Server) Resume() {
 // is), as /proc/<pid>/task/*/stat says; without /proc it returns at once.
 func (s *Server) waitState(stopped bool) {
 	s.tb.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	harness.WaitFor(s.tb, 5*time.Second, 5*time.Millisecond, fmt.Sprintf("natstest: nats-server on port %d stopped=%v", s.port, stopped), func() (bool, string) {
 		all, ok := s.threadsStopped(stopped)
-		if !ok || all {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.tb.Fatalf("natstest: nats-server on port %d did not reach stopped=%v within 5s", s.port, stopped)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return !ok || all, "some threads not there yet"
+	})
 }
 
 // threadsStopped reports whether every thread is stopped (want true) or
