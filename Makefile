@@ -21,7 +21,7 @@ test: deps ## vet, lint, unit + integration tests with -race, then each fuzz tar
 	"$$(scripts/install-golangci-lint.sh)" run
 	$(GO) test -race -shuffle=on -count=1 -timeout 20m $(PKGS)
 	# Allocation guards build only without -race (the race detector drops pooled objects).
-	$(GO) test -count=1 -run 'Allocations' ./internal/batch/ ./internal/httpapi/ ./internal/feature/serving/ ./internal/shm/
+	$(GO) test -count=1 -run 'Allocations' ./internal/batch/ ./internal/httpapi/ ./internal/feature/serving/ ./internal/feature/servingapi/ ./internal/shm/
 	@scripts/fuzz.sh $(FUZZTIME)
 
 test-short: ## the unit tier, no race detector: the integration, docs, deploy, browser and drill tiers are left out (docs/architecture.md, Test tiers)

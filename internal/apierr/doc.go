@@ -8,7 +8,7 @@
 // constants of the codes only it raises.
 //
 // Every edge uses it: the model server (httpapi, grpcapi), the feature
-// server (feature/serving), the gateway, admission and authz, and the
+// server (feature/servingapi), the gateway, admission and authz, and the
 // clients that read these answers (kserve, release/replay, perf); so do
 // the components that raise errors without speaking a protocol (modelrepo,
 // batch, backends, the feature registry). It sits on the ground floor of

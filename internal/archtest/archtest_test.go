@@ -169,7 +169,8 @@ var releaseHookImports = []string{"internal/config", "internal/feature", "intern
 // every component raises its errors.
 var protocol = []string{
 	"internal/httpapi", "internal/grpcapi", "internal/kserve", "internal/kservewire",
-	"internal/pb/gatewaypb", "internal/gateway", "internal/feature/serving", "internal/console", "internal/perf",
+	"internal/pb/gatewaypb", "internal/gateway", "internal/feature/serving", "internal/feature/servingapi",
+	"internal/console", "internal/perf",
 }
 
 // A rule says which packages (from) may not import which (deny), and why.
@@ -239,6 +240,17 @@ var rules = []rule{
 			return !under(p, "internal/cli", "internal/tools", "internal/httpapi", "internal/grpcapi")
 		},
 		deny: func(_, q string) bool { return under(q, "internal/httpapi", "internal/grpcapi") },
+	},
+	{
+		// The feature server's Go API (feature/serving) never imports its
+		// edges: they decode a wire format, call the Go API and map its
+		// errors to status codes. The benchmark harness drives the HTTP
+		// edge as a client would.
+		name: "the feature server's edges are imported only by the wiring: the Go API never imports them",
+		from: func(p string) bool {
+			return !under(p, "internal/cli", "internal/tools", "internal/feature/servingapi", "bench")
+		},
+		deny: func(_, q string) bool { return under(q, "internal/feature/servingapi") },
 	},
 	{
 		name: "config is data: it imports only the leaf packages that own sluice.yaml's settings",
@@ -379,6 +391,10 @@ func TestRulesCatchViolations(t *testing.T) {
 		{p("internal/gateway", "internal/modelrepo"), "the gateway never reaches into the model server"},
 		{p("internal/gateway", "internal/feature/serving", "internal/kserve"), ""},
 		{p("internal/release/replay", "internal/httpapi"), "the model server's edges are imported only by the wiring"},
+		{p("internal/feature/serving", "internal/feature/servingapi"), "the feature server's edges are imported only by the wiring"},
+		{p("internal/gateway", "internal/feature/servingapi"), "the feature server's edges are imported only by the wiring"},
+		{p("internal/feature/servingapi", "internal/feature/serving", "internal/pb/feastpb", "internal/apierr"), ""},
+		{p("internal/cli", "internal/feature/servingapi", "internal/feature/serving"), ""},
 		{p("internal/config", "internal/release/rollout"), "config is data"},
 		{p("internal/config", "internal/release/rollout/rolloutspec", "internal/match"), ""},
 		{p("internal/tlsconfig/tlsspec", "internal/telemetry"), "config is data"},

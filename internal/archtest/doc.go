@@ -18,14 +18,17 @@
 //     internal/pb/feastpb.
 //   - The gateway never reaches into the model server (modelrepo, batch,
 //     backends, modelconfig) and never imports another component's edge
-//     (httpapi, grpcapi). It may use feature/serving's Go API
-//     (Server.GetOnlineFeatures), which is the feature store's in-process
-//     port, not its HTTP edge.
+//     (httpapi, grpcapi, feature/servingapi). It may use feature/serving's
+//     Go API (Server.GetOnlineFeatures), which is the feature store's
+//     in-process port, not its edges.
 //   - The release-hook interface (gateway/release) imports no gateway
 //     code: only the settings (config) and the feature and tensor types
 //     its views show (feature, feature/serving, infer).
 //   - httpapi and grpcapi, the model server's edges, are imported only by
 //     the wiring (cli) and the metrics inventory (tools).
+//   - feature/servingapi, the feature server's HTTP and gRPC edges, is
+//     imported only by the wiring, the metrics inventory and the benchmark
+//     harness (bench); its Go API, feature/serving, never imports it.
 //   - config is data: it imports only leaf packages that own the settings
 //     sluice.yaml holds (plain types and pure checks; they import nothing
 //     internal but each other, nothing third-party but yaml).

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature/online/connect"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/feature/servingapi"
 	"github.com/sluice-ml/sluice/internal/pb/feastpb"
 	"github.com/sluice-ml/sluice/internal/telemetry"
 	"github.com/sluice-ml/sluice/internal/tlsconfig"
@@ -227,12 +228,12 @@ func startFeatureServer(ctx context.Context, f *config.FeatureServer, run featur
 	fs.srv = serving.New(holder, store, serving.Options{EventTimeTolerance: run.tolerance}, logger, reg)
 	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true, Registry: reg})
 	limits := f.Limits
-	h := serving.NewHandler(fs.srv, serving.HandlerOptions{
+	h := servingapi.NewHandler(fs.srv, servingapi.HandlerOptions{
 		MaxBodyBytes:  limits.MaxBodyBytes,
 		MaxEntityRows: f.MaxEntityRows,
 		Materializer:  &holderMaterializer{holder: holder, store: store, reg: reg},
 		Metrics:       metricsHandler,
-	})
+	}, logger, reg)
 	// Writes (/push, /materialize*) need an operate token whenever the
 	// listener reaches beyond loopback; on loopback without tokens they
 	// stay open so the embedded demo needs no set-up.
@@ -270,7 +271,7 @@ func startFeatureServer(ctx context.Context, f *config.FeatureServer, run featur
 			return nil, err
 		}
 		fs.grpcSrv = grpc.NewServer(gd.grpcOptions("features_grpc", limits, tlsSrv, policy, featureMethodGroup)...)
-		feastpb.RegisterServingServiceServer(fs.grpcSrv, serving.NewGRPCService(fs.srv, serving.GRPCOptions{MaxEntityRows: f.MaxEntityRows, Version: Version}))
+		feastpb.RegisterServingServiceServer(fs.grpcSrv, servingapi.NewGRPCService(fs.srv, servingapi.GRPCOptions{MaxEntityRows: f.MaxEntityRows, Version: Version}, logger, reg))
 	}
 	return fs, nil
 }

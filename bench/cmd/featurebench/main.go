@@ -41,6 +41,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature/online/redis"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/feature/servingapi"
 	"github.com/sluice-ml/sluice/internal/perf"
 )
 
@@ -416,7 +417,7 @@ func (b *benchRun) add(store, path string, s shape, fn func() error) error {
 // server of its own (in process and over HTTP).
 func (b *benchRun) measureTarget(tg target) error {
 	srv := serving.New(fixedRepo{b.repo}, tg.store, serving.Options{}, nil, nil)
-	hs := httptest.NewServer(serving.NewHandler(srv, serving.HandlerOptions{}))
+	hs := httptest.NewServer(servingapi.NewHandler(srv, servingapi.HandlerOptions{}, nil, nil))
 	defer hs.Close()
 	for _, s := range shapes {
 		if err := b.measureShape(tg, srv, hs, s); err != nil {

@@ -1,11 +1,7 @@
 package serving
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"testing"
 	"time"
@@ -15,12 +11,13 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/online"
 	"github.com/sluice-ml/sluice/internal/feature/online/embedded"
+	"github.com/sluice-ml/sluice/internal/feature/serving/servingtest"
 )
 
 // BenchmarkGetOnlineFeatures reads 1 entity × 50 Float32 features from
 // the embedded (bbolt) store through the Go API.
 func BenchmarkGetOnlineFeatures(b *testing.B) {
-	srv, refs := wideServer(b)
+	srv, refs, _ := wideServer(b)
 	ctx := b.Context()
 	req := &Request{Features: refs, Entities: map[string][]feature.Value{"user_id": {{I64: 42}}}}
 	resp, err := srv.GetOnlineFeatures(ctx, req)
@@ -34,43 +31,15 @@ func BenchmarkGetOnlineFeatures(b *testing.B) {
 	}
 }
 
-// wideServer is a Server over an embedded store holding 1,000 users' rows
-// of the view "wide" (50 Float32 features); it returns the features'
-// references too.
-func wideServer(tb testing.TB) (*Server, []string) {
+// wideServer is a Server over servingtest.Wide's embedded store (1,000
+// users' rows of the view "wide", 50 Float32 features); it returns the
+// features' references and the store too.
+func wideServer(tb testing.TB) (*Server, []string, online.Store) {
 	tb.Helper()
-	store, err := embedded.Open(filepath.Join(tb.TempDir(), "online.db"), embedded.Options{NoSync: true})
-	require.NoError(tb, err)
-	tb.Cleanup(func() { _ = store.Close() })
-
-	repo := testRepo(tb)
-	v := &feature.View{Name: "wide", Entities: []string{"user"}, TTL: 24 * time.Hour, Online: true, Source: "user_file"}
-	refs := make([]string, 50)
-	vals := make([]feature.Value, 50)
-	for i := range 50 {
-		name := fmt.Sprintf("f%02d", i)
-		v.Schema = append(v.Schema, feature.Field{Name: name, Type: feature.Type{Kind: feature.KindFloat32}})
-		refs[i] = "wide:" + name
-		vals[i] = feature.Value{F64: float64(i) / 4}
-	}
-	repo.Views[v.Name] = v
-	h := &holder{}
-	h.p.Store(repo)
-
-	ctx := tb.Context()
-	payload, err := feature.AppendValues(nil, v.Schema, vals)
-	require.NoError(tb, err)
-	var entries []online.Entry
-	for u := range int64(1000) {
-		ek, err := feature.AppendEntityKey(nil, []feature.Kind{feature.KindInt64}, []feature.Value{{I64: u}})
-		require.NoError(tb, err)
-		entries = append(entries, online.Entry{Key: online.Key{View: "wide", Entity: ek}, Record: feature.Record{EventTS: now.Add(-time.Minute).UnixNano(), Schema: feature.Fingerprint(v.Schema), Payload: payload}})
-	}
-	_, err = store.Write(ctx, entries, online.WriteOptions{})
-	require.NoError(tb, err)
-	require.NoError(tb, store.PutMeta(ctx, feature.ViewStateName("wide"), []byte(`{"last_success":"2026-01-02T11:59:00Z"}`)))
-
-	return New(h, store, Options{Now: func() time.Time { return now }}, nil, nil), refs
+	store, repo, refs := servingtest.Wide(tb)
+	h := &servingtest.Holder{}
+	h.P.Store(repo)
+	return New(h, store, Options{Now: func() time.Time { return now }}, nil, nil), refs, store
 }
 
 // BenchmarkGetOnlineFeaturesOlderSchema is BenchmarkGetOnlineFeatures
@@ -81,7 +50,7 @@ func BenchmarkGetOnlineFeaturesOlderSchema(b *testing.B) {
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = store.Close() })
 
-	repo := testRepo(b)
+	repo := servingtest.Repo(b)
 	v := &feature.View{Name: "wide", Entities: []string{"user"}, TTL: 24 * time.Hour, Online: true, Source: "user_file"}
 	var old []feature.Field
 	refs := make([]string, 50)
@@ -94,8 +63,8 @@ func BenchmarkGetOnlineFeaturesOlderSchema(b *testing.B) {
 		vals[i] = feature.Value{F64: float64(49-i) / 4} // old[i] is f(49-i)
 	}
 	repo.Views[v.Name] = v
-	h := &holder{}
-	h.p.Store(repo)
+	h := &servingtest.Holder{}
+	h.P.Store(repo)
 
 	ctx := b.Context()
 	var rec online.SchemaRecorder
@@ -124,40 +93,29 @@ func BenchmarkGetOnlineFeaturesOlderSchema(b *testing.B) {
 }
 
 // wideRequest is a request for every feature of the view "wide" for n
-// users (of wideServer's 1,000), in-process and as the JSON body of
-// POST /get-online-features.
-func wideRequest(tb testing.TB, refs []string, n int) (*Request, []byte) {
-	tb.Helper()
+// users (of wideServer's 1,000).
+func wideRequest(refs []string, n int) *Request {
 	ids := make([]feature.Value, n)
-	js := make([]int64, n)
-	for i := range n {
-		id := int64((i * 97) % 1000)
-		ids[i], js[i] = feature.Value{I64: id}, id
+	for i, id := range servingtest.WideIDs(n) {
+		ids[i] = feature.Value{I64: id}
 	}
-	body, err := json.Marshal(map[string]any{"features": refs, "entities": map[string]any{"user_id": js}})
-	require.NoError(tb, err)
-	return &Request{Features: refs, Entities: map[string][]feature.Value{"user_id": ids}}, body
+	return &Request{Features: refs, Entities: map[string][]feature.Value{"user_id": ids}}
 }
 
 // BenchmarkGetOnlineFeatures100x50 reads 100 entities × 50 Float32
 // features from the embedded store: the store read alone, the Go API
 // (in-process serving, dropping the answer or giving it back with
-// Release), and POST /get-online-features through the
-// handler (request decoding and response encoding, no network).
+// Release). Its "http" case, POST /get-online-features through the
+// handler, is servingapi's BenchmarkGetOnlineFeatures100x50.
 func BenchmarkGetOnlineFeatures100x50(b *testing.B) {
-	srv, refs := wideServer(b)
+	srv, refs, store := wideServer(b)
 	ctx := b.Context()
-	req, body := wideRequest(b, refs, 100)
+	req := wideRequest(refs, 100)
 	b.Run("store", func(b *testing.B) {
-		keys := make([]online.Key, 100)
-		for i, id := range req.Entities["user_id"] {
-			ek, err := feature.AppendEntityKey(nil, []feature.Kind{feature.KindInt64}, []feature.Value{id})
-			require.NoError(b, err)
-			keys[i] = online.Key{View: "wide", Entity: ek}
-		}
+		keys := servingtest.WideKeys(b, 100)
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := srv.store.Read(ctx, keys); err != nil {
+			if _, err := store.Read(ctx, keys); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -180,37 +138,4 @@ func BenchmarkGetOnlineFeatures100x50(b *testing.B) {
 			srv.Release(resp)
 		}
 	})
-	b.Run("http", func(b *testing.B) {
-		h := NewHandler(srv, HandlerOptions{})
-		w := &discardResponse{hdr: http.Header{}}
-		b.ReportAllocs()
-		for b.Loop() {
-			r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/get-online-features", bytes.NewReader(body))
-			w.code = 0
-			h.ServeHTTP(w, r)
-			if w.code != http.StatusOK {
-				b.Fatalf("status %d", w.code)
-			}
-		}
-	})
-}
-
-// discardResponse is an http.ResponseWriter that keeps only the status.
-type discardResponse struct {
-	hdr  http.Header
-	code int
-}
-
-func (w *discardResponse) Header() http.Header { return w.hdr }
-func (w *discardResponse) WriteHeader(code int) {
-	if w.code == 0 {
-		w.code = code
-	}
-}
-
-func (w *discardResponse) Write(p []byte) (int, error) {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	return len(p), nil
 }

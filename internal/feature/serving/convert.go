@@ -13,11 +13,11 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature"
 )
 
-// toValue converts a decoded JSON value (json.Number, string, bool, nil,
+// ToValue converts a decoded JSON value (json.Number, string, bool, nil,
 // []any) or a plain Go value to a feature.Value of type t. Types are
 // strict: a string is not an integer, a fraction is not an integer, and
 // an integer out of Int32's range is not an Int32.
-func toValue(x any, t feature.Type) (feature.Value, error) {
+func ToValue(x any, t feature.Type) (feature.Value, error) {
 	if x == nil {
 		return feature.Value{Null: true}, nil
 	}
@@ -218,7 +218,7 @@ func toTime(x any) (time.Time, error) {
 	case time.Time:
 		return t.UTC(), nil
 	case string:
-		return parseTime(t)
+		return ParseTime(t)
 	case json.Number, int64, int, float64:
 		f, err := toFloat(t)
 		if err != nil {
@@ -244,7 +244,10 @@ func toTime(x any) (time.Time, error) {
 
 var errBadTime = errors.New("want an RFC 3339 timestamp such as 2026-01-02T15:04:05Z")
 
-func parseTime(s string) (time.Time, error) {
+// ParseTime parses a timestamp string in one of timeLayouts (RFC 3339 and
+// the forms pandas and Python's isoformat write; no zone means UTC), into
+// UTC: the form the feature server's requests give their timestamps in.
+func ParseTime(s string) (time.Time, error) {
 	s = strings.TrimSpace(s)
 	for _, l := range timeLayouts {
 		if t, err := time.Parse(l, s); err == nil {

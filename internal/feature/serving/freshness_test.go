@@ -2,8 +2,6 @@ package serving
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -11,14 +9,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/feature/online"
+	"github.com/sluice-ml/sluice/internal/feature/serving/servingtest"
 )
 
 func TestOutsideMaxAgeWithheld(t *testing.T) {
 	f := newFixture(t, Options{})
 	// Exactly at the ttl is still fresh; a nanosecond past it is not.
-	f.put(t, "user_stats", i64(1), now.Add(-time.Hour), i64(1), f64(1), str("a"), feature.Value{F32s: []float32{1, 1, 1}})
-	f.put(t, "user_stats", i64(2), now.Add(-time.Hour-time.Nanosecond), i64(2), f64(2), str("b"), feature.Value{F32s: []float32{2, 2, 2}})
-	f.put(t, "user_flags", i64(2), now.Add(-3*time.Hour), feature.Value{Bool: true}, feature.Value{Ss: []string{"x"}})
+	f.Put(t, "user_stats", i64(1), now.Add(-time.Hour), i64(1), f64(1), str("a"), feature.Value{F32s: []float32{1, 1, 1}})
+	f.Put(t, "user_stats", i64(2), now.Add(-time.Hour-time.Nanosecond), i64(2), f64(2), str("b"), feature.Value{F32s: []float32{2, 2, 2}})
+	f.Put(t, "user_flags", i64(2), now.Add(-3*time.Hour), feature.Value{Bool: true}, feature.Value{Ss: []string{"x"}})
 	resp, err := f.srv.GetOnlineFeatures(t.Context(), &Request{
 		Features: []string{"user_stats:clicks", "user_flags:active"},
 		Entities: map[string][]feature.Value{"user_id": {i64(1), i64(2)}},
@@ -35,105 +35,24 @@ func TestOutsideMaxAgeWithheld(t *testing.T) {
 	require.True(t, active.Values[1].Bool)
 }
 
-func TestStaleView(t *testing.T) {
-	cases := []struct {
-		name    string
-		state   func(f *fixture)
-		stale   bool
-		mention string
-	}{
-		{"fresh", func(f *fixture) { f.setState(t, "user_stats", now.Add(-59*time.Minute)) }, false, ""},
-		{"older than ttl", func(f *fixture) { f.setState(t, "user_stats", now.Add(-61*time.Minute)) }, true, "1h1m0s ago"},
-		{"never materialized", func(f *fixture) { delete(f.store.meta, feature.ViewStateName("user_stats")) }, true, "never materialized"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, Options{})
-			tc.state(f)
-			body := `{"features":["user_stats:clicks"],"entities":{"user_id":[1]}}`
-			for range 3 {
-				code, out := f.post(t, "/get-online-features", body)
-				if !tc.stale {
-					require.Equal(t, http.StatusOK, code, string(out))
-					continue
-				}
-				require.Equal(t, http.StatusServiceUnavailable, code)
-				var e map[string]string
-				require.NoError(t, json.Unmarshal(out, &e))
-				require.Equal(t, ReasonViewStale, e["reason"])
-				require.Contains(t, e["error"], "'user_stats'")
-				require.Contains(t, e["error"], tc.mention)
-			}
-			alerts := strings.Count(f.logs.String(), `"msg":"stale_feature_alert"`)
-			if !tc.stale {
-				require.Zero(t, alerts)
-				return
-			}
-			// Three refused reads, one alert: the log is rate-limited.
-			require.Equal(t, 1, alerts)
-			require.Contains(t, f.logs.String(), `"view":"user_stats"`)
-			require.Equal(t, 1.0, f.counter(t, "sluice_feature_stale_alerts_total", map[string]string{"view": "user_stats"}))
-			require.Equal(t, 3.0, f.counter(t, "sluice_feature_stale_reads_total", map[string]string{"view": "user_stats"}))
-		})
-	}
-}
-
-func TestNoTTLViewNeverStale(t *testing.T) {
-	f := newFixture(t, Options{})
-	delete(f.store.meta, feature.ViewStateName("route_stats"))
-	code, out := f.post(t, "/get-online-features", `{"features":["route_stats:eta"],"entities":{"route_id":["r1"]}}`)
-	require.Equal(t, http.StatusOK, code, string(out))
-}
-
 func TestStaleAlertAgainAfterInterval(t *testing.T) {
 	clock := now
 	f := newFixture(t, Options{Now: func() time.Time { return clock }, AlertInterval: time.Minute, StateCacheTTL: -1})
-	f.setState(t, "user_stats", now.Add(-2*time.Hour))
+	f.SetState(t, "user_stats", now.Add(-2*time.Hour))
 	req := &Request{Features: []string{"user_stats:clicks"}, Entities: map[string][]feature.Value{"user_id": {i64(1)}}}
 	for _, step := range []time.Duration{0, 30 * time.Second, 31 * time.Second} {
 		clock = clock.Add(step)
 		_, err := f.srv.GetOnlineFeatures(t.Context(), req)
-		requireReason(t, err, ReasonViewStale, "user_stats")
+		servingtest.RequireReason(t, err, ReasonViewStale, "user_stats")
 	}
-	require.Equal(t, 2, strings.Count(f.logs.String(), "stale_feature_alert"))
-}
-
-func TestEventTimestampCheck(t *testing.T) {
-	ev := now.Add(-10 * time.Minute)
-	cases := []struct {
-		name string
-		ts   time.Time
-		ok   bool
-	}{
-		{"feature older than request", now, true},
-		{"within tolerance", ev.Add(-5 * time.Minute), true},
-		{"from the request's future", ev.Add(-5*time.Minute - time.Second), false},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, Options{})
-			f.put(t, "user_stats", i64(1), ev, i64(1), f64(1), str("a"), feature.Value{F32s: []float32{1, 1, 1}})
-			body := `{"features":["user_stats:clicks"],"entities":{"user_id":[1,2]},"event_timestamp":"` + tc.ts.Format(time.RFC3339) + `"}`
-			code, out := f.post(t, "/get-online-features", body)
-			if tc.ok {
-				require.Equal(t, http.StatusOK, code, string(out))
-				return
-			}
-			require.Equal(t, http.StatusBadRequest, code)
-			var e map[string]string
-			require.NoError(t, json.Unmarshal(out, &e))
-			require.Equal(t, ReasonEventTimestampTooOld, e["reason"])
-			require.Equal(t, "event_timestamp_too_old", e["feature_stale_reason"])
-			require.Contains(t, e["error"], "'user_stats'")
-		})
-	}
+	require.Equal(t, 2, strings.Count(f.Logs.String(), "stale_feature_alert"))
 }
 
 func TestEventTimestampIgnoresWithheldValues(t *testing.T) {
 	f := newFixture(t, Options{})
 	// A row from the request's future, but expired and withheld: the
 	// request does not use it, so it is not refused.
-	f.put(t, "user_stats", i64(1), now.Add(-2*time.Hour), i64(1), f64(1), str("a"), feature.Value{F32s: []float32{1, 1, 1}})
+	f.Put(t, "user_stats", i64(1), now.Add(-2*time.Hour), i64(1), f64(1), str("a"), feature.Value{F32s: []float32{1, 1, 1}})
 	ts := now.Add(-5 * time.Hour)
 	resp, err := f.srv.GetOnlineFeatures(t.Context(), &Request{
 		Features: []string{"user_stats:clicks"}, Entities: map[string][]feature.Value{"user_id": {i64(1)}}, EventTimestamp: &ts,
@@ -147,12 +66,12 @@ func TestHotCold(t *testing.T) {
 	// User 1: hot row 1 minute old (hit). User 5: hot row 10 minutes old,
 	// past the hot ttl of 5m (miss, cold row). User 7: not in the hot
 	// subset, not looked up there. User 1's hot row must win over its cold one.
-	f.put(t, "user_recent", i64(1), now.Add(-20*time.Minute), i64(100))
-	f.put(t, "user_recent__hot", i64(1), now.Add(-time.Minute), i64(101))
-	f.put(t, "user_recent", i64(5), now.Add(-20*time.Minute), i64(500))
-	f.put(t, "user_recent__hot", i64(5), now.Add(-10*time.Minute), i64(501))
-	f.put(t, "user_recent", i64(7), now.Add(-20*time.Minute), i64(700))
-	f.put(t, "user_recent__hot", i64(7), now.Add(-time.Minute), i64(701))
+	f.Put(t, "user_recent", i64(1), now.Add(-20*time.Minute), i64(100))
+	f.Put(t, "user_recent__hot", i64(1), now.Add(-time.Minute), i64(101))
+	f.Put(t, "user_recent", i64(5), now.Add(-20*time.Minute), i64(500))
+	f.Put(t, "user_recent__hot", i64(5), now.Add(-10*time.Minute), i64(501))
+	f.Put(t, "user_recent", i64(7), now.Add(-20*time.Minute), i64(700))
+	f.Put(t, "user_recent__hot", i64(7), now.Add(-time.Minute), i64(701))
 
 	resp, err := f.srv.GetOnlineFeatures(t.Context(), &Request{
 		Features: []string{"user_recent:recent"},
@@ -165,13 +84,13 @@ func TestHotCold(t *testing.T) {
 	require.Equal(t, int64(500), col.Values[1].I64, "hot expired: cold")
 	require.Equal(t, int64(700), col.Values[2].I64, "not a hot entity: cold")
 	require.Equal(t, StatusNotFound, col.Statuses[3])
-	require.Equal(t, 1, f.store.reads)
-	require.Equal(t, 4+2, f.store.keys, "4 cold keys and the 2 hot members")
-	require.Equal(t, 1.0, f.counter(t, "sluice_feature_hot_reads_total", map[string]string{"view": "user_recent", "outcome": "hit"}))
-	require.Equal(t, 1.0, f.counter(t, "sluice_feature_hot_reads_total", map[string]string{"view": "user_recent", "outcome": "miss"}))
+	require.Equal(t, 1, f.Store.Reads)
+	require.Equal(t, 4+2, f.Store.Keys, "4 cold keys and the 2 hot members")
+	require.Equal(t, 1.0, f.Counter(t, "sluice_feature_hot_reads_total", map[string]string{"view": "user_recent", "outcome": "hit"}))
+	require.Equal(t, 1.0, f.Counter(t, "sluice_feature_hot_reads_total", map[string]string{"view": "user_recent", "outcome": "miss"}))
 
 	// Hot row missing for a hot member: cold.
-	delete(f.store.rows, rowKey(hotKey(t, 1)))
+	delete(f.Store.Rows, servingtest.RowKey(hotKey(t, 1)))
 	resp, err = f.srv.GetOnlineFeatures(t.Context(), &Request{
 		Features: []string{"user_recent:recent"}, Entities: map[string][]feature.Value{"user_id": {i64(1)}},
 	})
@@ -179,28 +98,28 @@ func TestHotCold(t *testing.T) {
 	require.Equal(t, int64(100), resp.Results[1].Values[0].I64, "hot missing: cold")
 }
 
-func hotKey(t *testing.T, user int64) onlineKey {
+func hotKey(t *testing.T, user int64) online.Key {
 	t.Helper()
 	ek, err := feature.AppendEntityKey(nil, []feature.Kind{feature.KindInt64}, []feature.Value{i64(user)})
 	require.NoError(t, err)
-	return onlineKey{View: "user_recent__hot", Entity: ek}
+	return online.Key{View: "user_recent__hot", Entity: ek}
 }
 
 func TestRunUpdatesGauges(t *testing.T) {
 	f := newFixture(t, Options{GaugeInterval: time.Millisecond})
-	f.setState(t, "user_stats", now.Add(-30*time.Minute)) // NewestEventTS 31m ago
-	f.setState(t, "user_flags", now.Add(-3*time.Hour))    // stale
+	f.SetState(t, "user_stats", now.Add(-30*time.Minute)) // NewestEventTS 31m ago
+	f.SetState(t, "user_flags", now.Add(-3*time.Hour))    // stale
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- f.srv.Run(ctx) }()
 	require.Eventually(t, func() bool {
-		return f.counter(t, "sluice_feature_view_seconds_since_materialization", map[string]string{"view": "user_stats"}) == 1800
+		return f.Counter(t, "sluice_feature_view_seconds_since_materialization", map[string]string{"view": "user_stats"}) == 1800
 	}, 5*time.Second, time.Millisecond)
 	cancel()
 	require.NoError(t, <-done)
-	require.Equal(t, 1860.0, f.counter(t, "sluice_feature_view_data_age_seconds", map[string]string{"view": "user_stats"}))
+	require.Equal(t, 1860.0, f.Counter(t, "sluice_feature_view_data_age_seconds", map[string]string{"view": "user_stats"}))
 	// A stale view raises the alert without anyone reading it.
-	require.Equal(t, 1.0, f.counter(t, "sluice_feature_stale_alerts_total", map[string]string{"view": "user_flags"}))
+	require.Equal(t, 1.0, f.Counter(t, "sluice_feature_stale_alerts_total", map[string]string{"view": "user_flags"}))
 }
 
 func TestHotOlderThanColdLoses(t *testing.T) {
@@ -208,8 +127,8 @@ func TestHotOlderThanColdLoses(t *testing.T) {
 	// The hot row is within the hot ttl but older than the cold row (a
 	// push reached the cold view after the hot materialization): the
 	// newer cold row answers.
-	f.put(t, "user_recent", i64(1), now.Add(-time.Minute), i64(100))
-	f.put(t, "user_recent__hot", i64(1), now.Add(-2*time.Minute), i64(101))
+	f.Put(t, "user_recent", i64(1), now.Add(-time.Minute), i64(100))
+	f.Put(t, "user_recent__hot", i64(1), now.Add(-2*time.Minute), i64(101))
 	resp, err := f.srv.GetOnlineFeatures(t.Context(), &Request{
 		Features: []string{"user_recent:recent"}, Entities: map[string][]feature.Value{"user_id": {i64(1)}},
 	})

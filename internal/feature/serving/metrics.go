@@ -19,10 +19,6 @@ type metrics struct {
 	unreadable  *prometheus.CounterVec // values of existing rows answered NOT_FOUND, by view and reason
 	odFailures  *prometheus.CounterVec // on-demand values not computed from inputs that were there, by view and reason
 	pushedRows  *prometheus.CounterVec
-	httpReqs    *prometheus.CounterVec
-	httpDur     *prometheus.HistogramVec
-	grpcReqs    *prometheus.CounterVec
-	grpcDur     *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -73,23 +69,5 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "sluice", Subsystem: "feature", Name: "pushed_rows_total",
 			Help: "Rows pushed to the online store, by view and result (written or skipped as not newer).",
 		}, []string{"view", "result"}),
-		httpReqs: f.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "sluice", Subsystem: "feature_server", Name: "requests_total",
-			Help: "Feature server HTTP requests answered, by route pattern and status code.",
-		}, []string{"route", "code"}),
-		httpDur: f.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "sluice", Subsystem: "feature_server", Name: "request_duration_seconds",
-			Help:    "Feature server HTTP request duration, by route pattern.",
-			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 18),
-		}, []string{"route"}),
-		grpcReqs: f.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "sluice", Subsystem: "feature_server", Name: "grpc_requests_total",
-			Help: "Feature server gRPC calls answered (Feast's ServingService), by method and gRPC code.",
-		}, []string{"method", "code"}),
-		grpcDur: f.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "sluice", Subsystem: "feature_server", Name: "grpc_request_duration_seconds",
-			Help:    "Feature server gRPC call duration (Feast's ServingService), by method.",
-			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 18),
-		}, []string{"method"}),
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature/online"
 	"github.com/sluice-ml/sluice/internal/feature/online/embedded"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
+	"github.com/sluice-ml/sluice/internal/feature/serving/servingtest"
 )
 
 // BenchmarkOnDemand measures what on-demand features add to a read of
@@ -104,8 +105,8 @@ feature_views:
 	require.NoError(b, os.WriteFile(filepath.Join(dir, "defs.yaml"), []byte(defs.String()), 0o644))
 	repo, err := registry.Load(b.Context(), dir)
 	require.NoError(b, err)
-	h := &holder{}
-	h.p.Store(repo)
+	h := &servingtest.Holder{}
+	h.P.Store(repo)
 
 	store, err := embedded.Open(filepath.Join(dir, "online.db"), embedded.Options{NoSync: true})
 	require.NoError(b, err)

@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature/offline"
 	"github.com/sluice-ml/sluice/internal/feature/online/embedded"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
+	"github.com/sluice-ml/sluice/internal/feature/serving/servingtest"
 )
 
 // consistencyDefs: route_stats rows come from a Parquet file; the
@@ -109,8 +110,8 @@ func TestOnDemandServingMatchesHistorical(t *testing.T) {
 
 	repo, err := registry.Load(t.Context(), dir)
 	require.NoError(t, err)
-	hold := &holder{}
-	hold.p.Store(repo)
+	hold := &servingtest.Holder{}
+	hold.P.Store(repo)
 	store, err := embedded.Open(filepath.Join(dir, "data", "online.db"), embedded.Options{NoSync: true})
 	require.NoError(t, err)
 	defer store.Close()

@@ -319,7 +319,7 @@ func (o *onlineRows) addView(in pushInput, vi int) error {
 			return err
 		}
 		for fi, f := range v.Schema {
-			if vals[fi], err = toValue(featCols[fi][r], f.Type); err != nil {
+			if vals[fi], err = ToValue(featCols[fi][r], f.Type); err != nil {
 				return invalidf(ReasonInvalidColumnValue, "column '%s' row %d (feature '%s:%s', %s): %v", in.column(f.Name), r, v.Name, f.Name, f.Type, err)
 			}
 		}
@@ -371,7 +371,7 @@ func (in *pushInput) viewKeys(v *feature.View) (pushKeys, error) {
 // encode returns row r's entity key; a key value may not be null.
 func (k *pushKeys) encode(r int) ([]byte, error) {
 	for ki, kind := range k.kinds {
-		kv, err := toValue(k.cols[ki][r], feature.Type{Kind: kind})
+		kv, err := ToValue(k.cols[ki][r], feature.Type{Kind: kind})
 		if err == nil && kv.Null {
 			err = fmt.Errorf("null")
 		}

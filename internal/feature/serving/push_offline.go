@@ -260,7 +260,7 @@ func (c *offlineCol) value(r int) (feature.Value, error) {
 	if c.data == nil {
 		return feature.Value{Null: true}, nil
 	}
-	v, err := toValue(c.data[r], c.col.Type)
+	v, err := ToValue(c.data[r], c.col.Type)
 	if err == nil && v.Null && c.key && c.required {
 		err = errors.New("null")
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature/online"
 	"github.com/sluice-ml/sluice/internal/feature/online/embedded"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
+	"github.com/sluice-ml/sluice/internal/feature/serving/servingtest"
 )
 
 // BenchmarkStreamRead compares the read of 50 aggregation features of a
@@ -95,8 +96,8 @@ feature_views:
 	require.NoError(tb, os.WriteFile(filepath.Join(dir, "defs.yaml"), []byte(defs.String()), 0o644))
 	repo, err := registry.Load(tb.Context(), dir)
 	require.NoError(tb, err)
-	h := &holder{}
-	h.p.Store(repo)
+	h := &servingtest.Holder{}
+	h.P.Store(repo)
 	store, err := embedded.Open(filepath.Join(dir, "online.db"), embedded.Options{NoSync: true})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = store.Close() })

@@ -34,6 +34,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature/online/connect"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
 	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/feature/servingapi"
 	"github.com/sluice-ml/sluice/internal/feature/stream"
 	"github.com/sluice-ml/sluice/internal/gateway"
 	"github.com/sluice-ml/sluice/internal/grpcapi"
@@ -178,6 +179,8 @@ func Collect(ctx context.Context, dir string) (fams []Family, err error) {
 	}
 	closers = append(closers, func(context.Context) error { return store.Close() })
 	features := serving.New(holder, store, serving.Options{}, nil, rec)
+	servingapi.NewHandler(features, servingapi.HandlerOptions{}, nil, rec)
+	servingapi.NewGRPCService(features, servingapi.GRPCOptions{}, nil, rec)
 	// The commands still pass materialization a nil registerer
 	// (internal/cli/chain.go, feature_server.go); its collectors are part
 	// of the feature server's vocabulary all the same.

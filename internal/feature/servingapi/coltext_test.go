@@ -1,4 +1,4 @@
-package serving
+package servingapi
 
 import (
 	"strconv"
@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
 )
 
 // TestAppendResponseCopiesSharedColumns writes answers whose columns
@@ -19,7 +20,7 @@ import (
 // must be exactly what writing it would give.
 func TestAppendResponseCopiesSharedColumns(t *testing.T) {
 	for _, rows := range []int{0, 1, 5, 40} {
-		resp := &Response{}
+		resp := &serving.Response{}
 		stamps := func(view int) []time.Time {
 			ts := make([]time.Time, rows)
 			for r := range ts {
@@ -27,19 +28,19 @@ func TestAppendResponseCopiesSharedColumns(t *testing.T) {
 			}
 			return ts
 		}
-		add := func(name string, sts []Status, ts []time.Time) {
+		add := func(name string, sts []serving.Status, ts []time.Time) {
 			vals := make([]feature.Value, len(sts))
 			for r := range vals {
 				vals[r] = feature.Value{F64: float64(float32(float64(r)/3 + float64(len(resp.Results))))}
 			}
 			resp.FeatureNames = append(resp.FeatureNames, name)
 			resp.Types = append(resp.Types, feature.Type{Kind: feature.KindFloat32})
-			resp.Results = append(resp.Results, Column{Values: vals, Statuses: sts, EventTimestamps: ts})
+			resp.Results = append(resp.Results, serving.Column{Values: vals, Statuses: sts, EventTimestamps: ts})
 		}
-		present := func() []Status {
-			sts := make([]Status, rows)
+		present := func() []serving.Status {
+			sts := make([]serving.Status, rows)
 			for r := range sts {
-				sts[r] = StatusPresent
+				sts[r] = serving.StatusPresent
 			}
 			return sts
 		}
@@ -49,7 +50,7 @@ func TestAppendResponseCopiesSharedColumns(t *testing.T) {
 				if rows > 0 {
 					switch f {
 					case 1: // one entity's value missing: another status, the epoch
-						sts[rows-1], ts[rows-1] = StatusNotFound, epoch
+						sts[rows-1], ts[rows-1] = serving.StatusNotFound, epoch
 					case 2: // one timestamp a nanosecond later
 						ts[0] = ts[0].Add(time.Nanosecond)
 					case 3: // the same instants in another zone: written alike

@@ -1,4 +1,4 @@
-package serving
+package servingapi
 
 import (
 	"encoding/json"
@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-ml/sluice/internal/admission"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
@@ -23,8 +24,8 @@ import (
 // the process budget.
 func TestAdmissionBodyErrors(t *testing.T) {
 	const kib = 1 << 10
-	f := newFixture(t, Options{})
-	seed(t, f)
+	f := newFixture(t, serving.Options{})
+	f.Seed(t)
 	body := strings.Repeat(" ", 4*kib) + `{"features":["user_stats:clicks"],"entities":{"user_id":[1]}}`
 	tests := []struct {
 		name   string

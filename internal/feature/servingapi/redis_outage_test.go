@@ -1,4 +1,4 @@
-package serving
+package servingapi
 
 import (
 	"context"
@@ -20,6 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-ml/sluice/internal/feature/online/redis"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/feature/serving/servingtest"
 	"github.com/sluice-ml/sluice/internal/testutil/harness"
 )
 
@@ -75,15 +77,16 @@ func TestHungRedis(t *testing.T) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
-	hold := &holder{}
-	hold.p.Store(testRepo(t))
-	logs := &syncBuffer{}
-	srv := New(hold, store, Options{Now: func() time.Time { return now }}, slog.New(slog.NewJSONHandler(logs, nil)), nil)
-	h := NewHandler(srv, HandlerOptions{})
+	hold := &servingtest.Holder{}
+	hold.P.Store(servingtest.Repo(t))
+	logs := &servingtest.SyncBuffer{}
+	logger := slog.New(slog.NewJSONHandler(logs, nil))
+	srv := serving.New(hold, store, serving.Options{Now: func() time.Time { return now }}, logger, nil)
+	h := NewHandler(srv, HandlerOptions{}, logger, nil)
 
 	_, err = srv.Push(t.Context(), "user_push", map[string][]any{
 		"user_id": {int64(1)}, "level": {int64(3)}, "event_timestamp": {now.Add(-time.Minute).Format(time.RFC3339)},
-	}, PushOnline)
+	}, serving.PushOnline)
 	require.NoError(t, err)
 	get := func() (int, string, time.Duration) {
 		start := time.Now()
@@ -105,7 +108,7 @@ func TestHungRedis(t *testing.T) {
 	t.Logf("first request after SIGSTOP: %d in %s: %s", code, took, body)
 	require.Equal(t, http.StatusServiceUnavailable, code, body)
 	msg, reason := errorBody(t, []byte(body))
-	require.Equal(t, ReasonStoreUnavailable, reason)
+	require.Equal(t, serving.ReasonStoreUnavailable, reason)
 	require.NotRegexp(t, internals, msg)
 	require.Less(t, took, timeout+failMargin, "the first request after the hang fails within the store timeout")
 
@@ -118,7 +121,7 @@ func TestHungRedis(t *testing.T) {
 	code, body, took = get()
 	require.Equal(t, http.StatusServiceUnavailable, code, body)
 	msg, reason = errorBody(t, []byte(body))
-	require.Equal(t, ReasonStoreUnavailable, reason)
+	require.Equal(t, serving.ReasonStoreUnavailable, reason)
 	require.NotRegexp(t, internals, msg)
 	require.Less(t, took, failMargin, "an open breaker answers without waiting for Redis")
 	rec := httptest.NewRecorder()

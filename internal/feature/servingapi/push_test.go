@@ -1,4 +1,4 @@
-package serving
+package servingapi
 
 import (
 	"encoding/json"
@@ -9,28 +9,29 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
 )
 
 func TestPushThenRead(t *testing.T) {
-	f := newFixture(t, Options{})
-	delete(f.store.meta, feature.ViewStateName("user_live"))
+	f := newFixture(t, serving.Options{})
+	delete(f.Store.Meta, feature.ViewStateName("user_live"))
 	code, out := f.post(t, "/push", `{"push_source_name":"user_push","to":"online","df":{
 		"user_id":[1,2],"level":[10,20],
 		"event_timestamp":["2026-01-02T11:50:00Z","2026-01-02 11:55:00"]}}`)
 	require.Equal(t, http.StatusOK, code, string(out))
-	var rep PushReport
+	var rep serving.PushReport
 	require.NoError(t, json.Unmarshal(out, &rep))
-	require.Equal(t, PushReport{Rows: 2, Views: []PushViewReport{{View: "user_live", Written: 2}}}, rep)
+	require.Equal(t, serving.PushReport{Rows: 2, Views: []serving.PushViewReport{{View: "user_live", Written: 2}}}, rep)
 
-	read := func() *Response {
-		resp, err := f.srv.GetOnlineFeatures(t.Context(), &Request{
+	read := func() *serving.Response {
+		resp, err := f.srv.GetOnlineFeatures(t.Context(), &serving.Request{
 			Features: []string{"user_live:level"}, Entities: map[string][]feature.Value{"user_id": {i64(1), i64(2)}},
 		})
 		require.NoError(t, err)
 		return resp
 	}
 	resp := read()
-	require.Equal(t, []Status{StatusPresent, StatusPresent}, resp.Results[1].Statuses)
+	require.Equal(t, []serving.Status{serving.StatusPresent, serving.StatusPresent}, resp.Results[1].Statuses)
 	require.Equal(t, int64(10), resp.Results[1].Values[0].I64)
 	require.Equal(t, time.Date(2026, 1, 2, 11, 55, 0, 0, time.UTC), resp.Results[1].EventTimestamps[1])
 
@@ -39,23 +40,23 @@ func TestPushThenRead(t *testing.T) {
 		"event_timestamp":["2026-01-02T11:00:00Z","2026-01-02T11:59:00Z"]}}`)
 	require.Equal(t, http.StatusOK, code, string(out))
 	require.NoError(t, json.Unmarshal(out, &rep))
-	require.Equal(t, []PushViewReport{{View: "user_live", Written: 1, Skipped: 1}}, rep.Views)
+	require.Equal(t, []serving.PushViewReport{{View: "user_live", Written: 1, Skipped: 1}}, rep.Views)
 	resp = read()
 	require.Equal(t, int64(10), resp.Results[1].Values[0].I64)
 	require.Equal(t, int64(21), resp.Results[1].Values[1].I64)
 
 	// The push is the view's latest success.
 	var st feature.ViewState
-	require.NoError(t, json.Unmarshal(f.store.meta[feature.ViewStateName("user_live")], &st))
+	require.NoError(t, json.Unmarshal(f.Store.Meta[feature.ViewStateName("user_live")], &st))
 	require.Equal(t, now, st.LastSuccess)
 	require.Equal(t, time.Date(2026, 1, 2, 11, 59, 0, 0, time.UTC), st.NewestEventTS)
 }
 
 func TestPushRefreshesStaleView(t *testing.T) {
-	f := newFixture(t, Options{})
+	f := newFixture(t, serving.Options{})
 	// user_live gets a ttl and a state older than it: stale until a push.
-	f.repo.Views["user_live"].TTL = time.Hour
-	f.setState(t, "user_live", now.Add(-2*time.Hour))
+	f.Repo.Views["user_live"].TTL = time.Hour
+	f.SetState(t, "user_live", now.Add(-2*time.Hour))
 	body := `{"features":["user_live:level"],"entities":{"user_id":[1]}}`
 	code, _ := f.post(t, "/get-online-features", body)
 	require.Equal(t, http.StatusServiceUnavailable, code)
@@ -67,39 +68,25 @@ func TestPushRefreshesStaleView(t *testing.T) {
 }
 
 func TestPushNothingWrittenOnBadRow(t *testing.T) {
-	f := newFixture(t, Options{})
+	f := newFixture(t, serving.Options{})
 	code, _ := f.post(t, "/push", `{"push_source_name":"user_push","df":{"user_id":[1,"x"],"level":[1,2],"event_timestamp":["2026-01-02T11:00:00Z","2026-01-02T11:00:00Z"]}}`)
 	require.Equal(t, http.StatusBadRequest, code)
-	require.Empty(t, f.store.rows)
-}
-
-func TestToTime(t *testing.T) {
-	want := time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC)
-	for _, in := range []any{
-		"2026-01-02T12:00:00Z", "2026-01-02T13:00:00+01:00", "2026-01-02 12:00:00", "2026-01-02T12:00:00",
-		json.Number("1767355200"), json.Number("1767355200000"), json.Number("1767355200000000"), json.Number("1767355200000000000"),
-	} {
-		got, err := toTime(in)
-		require.NoError(t, err, "%v", in)
-		require.Equal(t, want, got, "%v", in)
-	}
-	_, err := toTime(true)
-	require.Error(t, err)
+	require.Empty(t, f.Store.Rows)
 }
 
 func TestPushWritesHotCopy(t *testing.T) {
-	f := newFixture(t, Options{})
-	f.repo.Views["user_live"].Hot = &feature.HotSubset{View: "user_live__hot", Keys: []feature.Value{i64(1)}, TTL: 5 * time.Minute}
+	f := newFixture(t, serving.Options{})
+	f.Repo.Views["user_live"].Hot = &feature.HotSubset{View: "user_live__hot", Keys: []feature.Value{i64(1)}, TTL: 5 * time.Minute}
 	// An old hot row for user 1 must not shadow the pushed value.
-	f.put(t, "user_live__hot", i64(1), now.Add(-4*time.Minute), i64(5))
+	f.Put(t, "user_live__hot", i64(1), now.Add(-4*time.Minute), i64(5))
 	code, out := f.post(t, "/push", `{"push_source_name":"user_push","df":{"user_id":[1,2],"level":[6,7],"event_timestamp":["2026-01-02T11:59:00Z","2026-01-02T11:59:00Z"]}}`)
 	require.Equal(t, http.StatusOK, code, string(out))
 	require.Contains(t, string(out), `"hot_written":1`)
-	resp, err := f.srv.GetOnlineFeatures(t.Context(), &Request{
+	resp, err := f.srv.GetOnlineFeatures(t.Context(), &serving.Request{
 		Features: []string{"user_live:level"}, Entities: map[string][]feature.Value{"user_id": {i64(1), i64(2)}},
 	})
 	require.NoError(t, err)
 	require.Equal(t, int64(6), resp.Results[1].Values[0].I64)
 	require.Equal(t, int64(7), resp.Results[1].Values[1].I64)
-	require.Equal(t, 1.0, f.counter(t, "sluice_feature_hot_reads_total", map[string]string{"view": "user_live", "outcome": "hit"}))
+	require.Equal(t, 1.0, f.Counter(t, "sluice_feature_hot_reads_total", map[string]string{"view": "user_live", "outcome": "hit"}))
 }

@@ -1,4 +1,4 @@
-package serving
+package servingapi
 
 import (
 	"bytes"
@@ -19,14 +19,14 @@ import (
 // and Feast's gRPC GetOnlineFeatures (protobuf). The client's encoding and
 // decoding count, as a client pays them.
 func BenchmarkEdges(b *testing.B) {
-	srv, refs := wideServer(b)
+	srv, refs, _ := wideServer(b)
 	var lc net.ListenConfig
 	ln, err := lc.Listen(b.Context(), "tcp", "127.0.0.1:0")
 	require.NoError(b, err)
-	hs := &http.Server{Handler: NewHandler(srv, HandlerOptions{})}
+	hs := &http.Server{Handler: NewHandler(srv, HandlerOptions{}, nil, nil)}
 	go func() { _ = hs.Serve(ln) }()
 	b.Cleanup(func() { _ = hs.Close() })
-	client := feastpb.NewServingServiceClient(serveGRPC(b, srv, GRPCOptions{}))
+	client := feastpb.NewServingServiceClient(serveGRPC(b, srv, GRPCOptions{}, nil, nil))
 	hc := &http.Client{}
 
 	for _, rows := range []int{1, 100} {

@@ -1,4 +1,4 @@
-package serving
+package servingapi
 
 import (
 	"bytes"
@@ -7,20 +7,26 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-ml/sluice/internal/admission"
 	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/online"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
 )
 
@@ -67,17 +73,20 @@ type HandlerOptions struct {
 
 // Handler is the feature server's HTTP edge, with Feast's JSON shapes.
 type Handler struct {
-	s    *Server
-	opts HandlerOptions
-	mux  *http.ServeMux
+	s       *serving.Server
+	opts    HandlerOptions
+	logger  *slog.Logger
+	metrics *httpMetrics
+	mux     *http.ServeMux
 	// outBufs holds /get-online-features response buffers (*[]byte).
 	outBufs sync.Pool
 }
 
 // NewHandler returns the HTTP handler for s: POST /get-online-features,
 // /push, /write-to-online-store, /materialize and /materialize-incremental, GET /health and, with
-// opts.Metrics, GET /metrics.
-func NewHandler(s *Server, opts HandlerOptions) *Handler {
+// opts.Metrics, GET /metrics. A nil logger discards; a nil registerer
+// leaves the request metrics unregistered.
+func NewHandler(s *serving.Server, opts HandlerOptions, logger *slog.Logger, reg prometheus.Registerer) *Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -87,7 +96,7 @@ func NewHandler(s *Server, opts HandlerOptions) *Handler {
 	case opts.MaxEntityRows < 0:
 		opts.MaxEntityRows = math.MaxInt
 	}
-	h := &Handler{s: s, opts: opts, mux: http.NewServeMux()}
+	h := &Handler{s: s, opts: opts, logger: edgeLogger(logger), metrics: newHTTPMetrics(reg), mux: http.NewServeMux()}
 	h.outBufs.New = func() any { return new([]byte) }
 	h.mux.HandleFunc("POST /get-online-features", h.handleGet)
 	h.mux.HandleFunc("POST /push", h.handlePush)
@@ -111,17 +120,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if err, ok := p.(error); ok && errors.Is(err, http.ErrAbortHandler) {
 				panic(p)
 			}
-			h.s.logger.Error("handler panicked", "method", r.Method, "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
+			h.logger.Error("handler panicked", "method", r.Method, "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
 			if !sw.wrote {
-				writeErrorBody(sw, http.StatusInternalServerError, ReasonInternal, "internal error")
+				writeErrorBody(sw, http.StatusInternalServerError, serving.ReasonInternal, "internal error")
 			}
 		}
 		route := r.Pattern
 		if route == "" {
 			route = "unmatched"
 		}
-		h.s.metrics.httpReqs.WithLabelValues(route, strconv.Itoa(sw.status())).Inc()
-		h.s.metrics.httpDur.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		h.metrics.httpReqs.WithLabelValues(route, strconv.Itoa(sw.status())).Inc()
+		h.metrics.httpDur.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	}()
 	if _, pattern := h.mux.Handler(r); pattern == "" {
 		writeErrorBody(sw, http.StatusNotFound, apierr.ReasonNotFound, "no endpoint "+r.Method+" "+r.URL.Path)
@@ -167,7 +176,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func statusOf(err error) (int, string) {
 	if _, ok := errors.AsType[*apierr.Error](err); !ok && errors.Is(err, online.ErrUnavailable) {
 		if _, tooLarge := errors.AsType[*http.MaxBytesError](err); !tooLarge {
-			return http.StatusServiceUnavailable, ReasonStoreUnavailable
+			return http.StatusServiceUnavailable, serving.ReasonStoreUnavailable
 		}
 	}
 	return apierr.HTTPStatus(err)
@@ -176,13 +185,13 @@ func statusOf(err error) (int, string) {
 func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code, reason := statusOf(err)
 	if code >= 500 {
-		lvl := h.s.logger.Error
+		lvl := h.logger.Error
 		if code == http.StatusServiceUnavailable {
-			lvl = h.s.logger.Warn
+			lvl = h.logger.Warn
 		}
 		lvl("request failed", "path", r.URL.Path, "status", code, "reason", reason, "err", err)
 	} else {
-		h.s.logger.Debug("request rejected", "path", r.URL.Path, "status", code, "reason", reason, "err", err)
+		h.logger.Debug("request rejected", "path", r.URL.Path, "status", code, "reason", reason, "err", err)
 	}
 	writeErrorBody(w, code, reason, publicMessage(code, reason, err))
 }
@@ -201,7 +210,7 @@ func publicMessage(code int, reason string, err error) string {
 	if ie, ok := errors.AsType[*apierr.Error](err); ok {
 		msg = ie.Msg
 	}
-	if reason == ReasonStoreUnavailable && !strings.Contains(msg, online.ErrUnavailable.Error()) {
+	if reason == serving.ReasonStoreUnavailable && !strings.Contains(msg, online.ErrUnavailable.Error()) {
 		if msg == "" {
 			msg = online.ErrUnavailable.Error()
 		} else {
@@ -242,7 +251,7 @@ func scrub(msg string) string {
 // event_timestamp_too_old error also carries Feast-style
 // "feature_stale_reason".
 func writeErrorBody(w http.ResponseWriter, code int, reason, msg string) {
-	if reason == ReasonEventTimestampTooOld {
+	if reason == serving.ReasonEventTimestampTooOld {
 		apierr.WriteError(w, code, reason, msg, apierr.Field("feature_stale_reason", reason))
 		return
 	}
@@ -271,7 +280,7 @@ func (h *Handler) readJSON(w http.ResponseWriter, r *http.Request, v any) error 
 		if errors.Is(err, admission.ErrOverloaded) {
 			return apierr.Errorf(apierr.KindUnavailable, apierr.ReasonOverloaded, "read request body: %v", err)
 		}
-		return invalidf(ReasonInvalidRequest, "read request body: %v", err)
+		return invalidf(serving.ReasonInvalidRequest, "read request body: %v", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
@@ -298,14 +307,14 @@ type getRequest struct {
 func (h *Handler) handleGet(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	resp, err := h.getOnline(w, r)
-	h.s.observe(start, err)
+	h.s.ObserveRead(start, err)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
 	}
 	bp := h.outBufs.Get().(*[]byte)
 	b := appendResponse((*bp)[:0], resp)
-	h.s.release(resp)
+	h.s.Release(resp)
 	writeJSON(w, b)
 	if cap(b) <= maxPooledOut {
 		*bp = b[:0]
@@ -317,20 +326,20 @@ func (h *Handler) handleGet(w http.ResponseWriter, r *http.Request) {
 // rows of 50 features take about 250 KiB.
 const maxPooledOut = 4 << 20
 
-func (h *Handler) getOnline(w http.ResponseWriter, r *http.Request) (*Response, error) {
+func (h *Handler) getOnline(w http.ResponseWriter, r *http.Request) (*serving.Response, error) {
 	var req getRequest
 	if err := h.readJSON(w, r, &req); err != nil {
 		return nil, err
 	}
-	p, err := h.s.plan(req.Features, req.FeatureService, req.FullFeatureNames)
+	p, err := h.s.Plan(req.Features, req.FeatureService, req.FullFeatureNames)
 	if err != nil {
 		return nil, err
 	}
 	var ets *time.Time
 	if req.EventTimestamp != nil {
-		t, err := parseTime(*req.EventTimestamp)
+		t, err := serving.ParseTime(*req.EventTimestamp)
 		if err != nil {
-			return nil, invalidf(ReasonInvalidRequest, "event_timestamp: %v", err)
+			return nil, invalidf(serving.ReasonInvalidRequest, "event_timestamp: %v", err)
 		}
 		ets = &t
 	}
@@ -338,7 +347,7 @@ func (h *Handler) getOnline(w http.ResponseWriter, r *http.Request) (*Response, 
 	if err != nil {
 		return nil, err
 	}
-	return h.s.read(r.Context(), p, ents, ets)
+	return h.s.Read(r.Context(), p, ents, ets)
 }
 
 // decodeEntities converts the JSON entity columns with the join keys'
@@ -346,11 +355,11 @@ func (h *Handler) getOnline(w http.ResponseWriter, r *http.Request) (*Response, 
 // reports them as unknown. A column is decoded token by token and
 // refused at its (maxRows+1)th value, so a request with millions of
 // entity ids costs its body and no more.
-func decodeEntities(p *plan, raw map[string]json.RawMessage, maxRows int) (map[string][]feature.Value, error) {
+func decodeEntities(p serving.Plan, raw map[string]json.RawMessage, maxRows int) (map[string][]feature.Value, error) {
 	out := make(map[string][]feature.Value, len(raw))
 	for name, msg := range raw {
-		ki := p.keyIndex(name)
-		if t, isReq := p.requestField(name); ki < 0 && isReq {
+		kind, isKey := p.KeyKind(name)
+		if t, isReq := p.RequestField(name); !isKey && isReq {
 			vals, err := decodeRequestColumn(name, msg, t, maxRows)
 			if err != nil {
 				return nil, err
@@ -358,11 +367,11 @@ func decodeEntities(p *plan, raw map[string]json.RawMessage, maxRows int) (map[s
 			out[name] = vals
 			continue
 		}
-		if ki < 0 {
+		if !isKey {
 			out[name] = nil
 			continue
 		}
-		vals, err := decodeEntityColumn(name, msg, p.keys[ki].kind, maxRows)
+		vals, err := decodeEntityColumn(name, msg, kind, maxRows)
 		if err != nil {
 			return nil, err
 		}
@@ -384,7 +393,7 @@ func decodeEntityColumn(name string, msg json.RawMessage, kind feature.Kind, max
 // for every column scanKeyColumn leaves alone.
 func decodeEntityTokens(name string, msg json.RawMessage, kind feature.Kind, maxRows int) ([]feature.Value, error) {
 	notList := func() error {
-		return invalidf(ReasonInvalidEntityValue, "entity key '%s': want a list of values, one per entity row", name)
+		return invalidf(serving.ReasonInvalidEntityValue, "entity key '%s': want a list of values, one per entity row", name)
 	}
 	dec := json.NewDecoder(bytes.NewReader(msg))
 	dec.UseNumber()
@@ -394,7 +403,7 @@ func decodeEntityTokens(name string, msg json.RawMessage, kind feature.Kind, max
 	var vals []feature.Value
 	for i := 0; dec.More(); i++ {
 		if i >= maxRows {
-			return nil, apierr.Errorf(apierr.KindResourceExhausted, ReasonTooManyEntityRows,
+			return nil, apierr.Errorf(apierr.KindResourceExhausted, serving.ReasonTooManyEntityRows,
 				"entity key '%s' has more than %d values: a request may read at most %d entity rows; split it into several requests", name, maxRows, maxRows)
 		}
 		tok, err := dec.Token()
@@ -405,13 +414,13 @@ func decodeEntityTokens(name string, msg json.RawMessage, kind feature.Kind, max
 		if _, nested := tok.(json.Delim); nested {
 			err = errors.New("a list or an object is not a key value")
 		} else {
-			v, err = toValue(tok, feature.Type{Kind: kind})
+			v, err = serving.ToValue(tok, feature.Type{Kind: kind})
 		}
 		if err == nil && v.Null {
 			err = errors.New("null")
 		}
 		if err != nil {
-			return nil, invalidf(ReasonInvalidEntityValue, "entity key '%s' value %d: %s key: %v", name, i, kind, err)
+			return nil, invalidf(serving.ReasonInvalidEntityValue, "entity key '%s' value %d: %s key: %v", name, i, kind, err)
 		}
 		if vals == nil {
 			vals = make([]feature.Value, 0, min(maxRows, 64))
@@ -533,7 +542,7 @@ func skipSpace(b []byte, i int) int {
 
 // appendResponse appends resp as Feast's JSON:
 // {"metadata":{"feature_names":[…]},"results":[{"values":[…],"statuses":[…],"event_timestamps":[…]},…]}.
-func appendResponse(b []byte, resp *Response) []byte {
+func appendResponse(b []byte, resp *serving.Response) []byte {
 	b = append(b, `{"metadata":{"feature_names":[`...)
 	for i, n := range resp.FeatureNames {
 		if i > 0 {
@@ -585,7 +594,7 @@ func (m *tsMemo) append(b []byte, ts time.Time) []byte {
 	}
 	start := len(b)
 	b = append(b, '"')
-	b = AppendTimestamp(b, ts)
+	b = serving.AppendTimestamp(b, ts)
 	b = append(b, '"')
 	if l := len(b) - start; l <= len(m.s) {
 		m.t, m.n = ts, uint8(l)
@@ -597,19 +606,19 @@ func (m *tsMemo) append(b []byte, ts time.Time) []byte {
 }
 
 // quotedStatuses are the statuses' JSON strings.
-var quotedStatuses = func() (q [len(statusNames)]string) {
-	for i, n := range statusNames {
-		q[i] = `"` + n + `"`
+var quotedStatuses = func() (q [serving.StatusOutsideMaxAge + 1]string) {
+	for i := range q {
+		q[i] = `"` + serving.Status(i).String() + `"`
 	}
 	return q
 }()
 
 // quotedStatus returns st's name as a JSON string.
-func quotedStatus(st Status) string {
+func quotedStatus(st serving.Status) string {
 	if int(st) < len(quotedStatuses) {
 		return quotedStatuses[st]
 	}
-	return quotedStatuses[StatusInvalid]
+	return quotedStatuses[serving.StatusInvalid]
 }
 
 // appendValues appends a column of type t's values, comma-separated, as
@@ -811,7 +820,7 @@ type pushRequest struct {
 func columns(df map[string]any) (map[string][]any, error) {
 	out := make(map[string][]any, len(df))
 	n := -1
-	for _, name := range sortedKeys(df) {
+	for _, name := range slices.Sorted(maps.Keys(df)) {
 		switch c := df[name].(type) {
 		case []any:
 			out[name] = c
@@ -819,14 +828,14 @@ func columns(df map[string]any) (map[string][]any, error) {
 				n = len(c)
 			}
 		case map[string]any:
-			return nil, invalidf(ReasonInvalidColumnValue, "df column '%s': want a list of values (or one value for every row), got an object", name)
+			return nil, invalidf(serving.ReasonInvalidColumnValue, "df column '%s': want a list of values (or one value for every row), got an object", name)
 		}
 	}
 	if n < 0 {
 		n = 1
 	}
 	if scalars := len(df) - len(out); scalars > 0 && n > maxBroadcastCells/scalars {
-		return nil, invalidf(ReasonInvalidRequest, "df repeats %d single values over %d rows: more than %d cells; send those columns as lists", scalars, n, maxBroadcastCells)
+		return nil, invalidf(serving.ReasonInvalidRequest, "df repeats %d single values over %d rows: more than %d cells; send those columns as lists", scalars, n, maxBroadcastCells)
 	}
 	for name, x := range df {
 		if _, isList := x.([]any); isList {
@@ -848,10 +857,10 @@ func (h *Handler) handlePush(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.PushSourceName == "" {
-		h.writeError(w, r, invalidf(ReasonInvalidRequest, "push_source_name is required"))
+		h.writeError(w, r, invalidf(serving.ReasonInvalidRequest, "push_source_name is required"))
 		return
 	}
-	to, err := ParsePushTo(req.To)
+	to, err := serving.ParsePushTo(req.To)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -891,7 +900,7 @@ func (h *Handler) handleWrite(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.FeatureViewName == "" {
-		h.writeError(w, r, invalidf(ReasonInvalidRequest, "feature_view_name is required"))
+		h.writeError(w, r, invalidf(serving.ReasonInvalidRequest, "feature_view_name is required"))
 		return
 	}
 	df, err := columns(req.DF)
@@ -926,7 +935,7 @@ func (h *Handler) materialize(w http.ResponseWriter, r *http.Request, incrementa
 	if h.opts.Materializer == nil {
 		// An endpoint this server does not provide at all, not a problem
 		// with the request: 501, written here rather than through a Kind.
-		writeErrorBody(w, http.StatusNotImplemented, ReasonMaterializeUnavailable, "this feature server does not run materializations")
+		writeErrorBody(w, http.StatusNotImplemented, serving.ReasonMaterializeUnavailable, "this feature server does not run materializations")
 		return
 	}
 	var req materializeRequest
@@ -936,11 +945,11 @@ func (h *Handler) materialize(w http.ResponseWriter, r *http.Request, incrementa
 	}
 	ts := func(name string, s *string) (time.Time, error) {
 		if s == nil {
-			return time.Time{}, invalidf(ReasonInvalidRequest, "%s is required", name)
+			return time.Time{}, invalidf(serving.ReasonInvalidRequest, "%s is required", name)
 		}
-		t, err := parseTime(*s)
+		t, err := serving.ParseTime(*s)
 		if err != nil {
-			return time.Time{}, invalidf(ReasonInvalidRequest, "%s: %v", name, err)
+			return time.Time{}, invalidf(serving.ReasonInvalidRequest, "%s: %v", name, err)
 		}
 		return t, nil
 	}
@@ -949,10 +958,10 @@ func (h *Handler) materialize(w http.ResponseWriter, r *http.Request, incrementa
 		h.writeError(w, r, err)
 		return
 	}
-	if repo := h.s.repos.Current(); repo != nil {
+	if repo := h.s.Repo(); repo != nil {
 		for _, v := range req.FeatureViews {
 			if _, ok := repo.Views[v]; !ok {
-				h.writeError(w, r, invalidf(ReasonUnknownView, "unknown feature view '%s'", v))
+				h.writeError(w, r, invalidf(serving.ReasonUnknownView, "unknown feature view '%s'", v))
 				return
 			}
 		}
@@ -967,17 +976,12 @@ func (h *Handler) materialize(w http.ResponseWriter, r *http.Request, incrementa
 			return
 		}
 		if start.After(end) {
-			h.writeError(w, r, invalidf(ReasonInvalidRequest, "start_ts %s is after end_ts %s", start.Format(time.RFC3339), end.Format(time.RFC3339)))
+			h.writeError(w, r, invalidf(serving.ReasonInvalidRequest, "start_ts %s is after end_ts %s", start.Format(time.RFC3339), end.Format(time.RFC3339)))
 			return
 		}
 		rep, err = h.opts.Materializer.Materialize(r.Context(), start, end, req.FeatureViews)
 	}
-	for _, v := range req.FeatureViews {
-		h.s.forgetState(v)
-	}
-	if len(req.FeatureViews) == 0 {
-		h.s.forgetAllStates()
-	}
+	h.s.ForgetStates(req.FeatureViews)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -991,14 +995,10 @@ func (h *Handler) materialize(w http.ResponseWriter, r *http.Request, incrementa
 }
 
 func (h *Handler) handleHealth(w http.ResponseWriter, r *http.Request) {
-	if h.s.repos.Current() == nil {
-		h.writeError(w, r, unavailablef(ReasonRegistryNotLoaded, "no feature registry is loaded"))
-		return
-	}
 	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 	defer cancel()
-	if err := h.s.store.Ping(ctx); err != nil {
-		h.writeError(w, r, &apierr.Error{Kind: apierr.KindUnavailable, Reason: ReasonStoreUnavailable, Msg: "ping online store", Err: err})
+	if err := h.s.Health(ctx); err != nil {
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, []byte(`{"status":"ok"}`+"\n"))

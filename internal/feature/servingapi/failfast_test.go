@@ -1,4 +1,4 @@
-package serving
+package servingapi
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature/materialize"
 	"github.com/sluice-ml/sluice/internal/feature/online"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
 )
 
 // internals matches what must never reach a client: addresses (ip:port,
@@ -42,7 +43,7 @@ func errorBody(t *testing.T, body []byte) (msg, reason string) {
 type fixtureMaterializer struct{ f *fixture }
 
 func (m fixtureMaterializer) m() *materialize.Materializer {
-	return materialize.New(m.f.repo, m.f.store, materialize.Options{Now: func() time.Time { return now }}, nil, nil)
+	return materialize.New(m.f.Repo, m.f.Store, materialize.Options{Now: func() time.Time { return now }}, nil, nil)
 }
 
 func (m fixtureMaterializer) Materialize(ctx context.Context, start, end time.Time, views []string) (any, error) {
@@ -55,7 +56,7 @@ func (m fixtureMaterializer) MaterializeIncremental(ctx context.Context, end tim
 
 // withMaterializer gives f's handler a real materializer.
 func withMaterializer(f *fixture) {
-	f.h = NewHandler(f.srv, HandlerOptions{MaxBodyBytes: 1 << 16, Materializer: fixtureMaterializer{f}})
+	f.h = NewHandler(f.srv, HandlerOptions{MaxBodyBytes: 1 << 16, Materializer: fixtureMaterializer{f}}, f.Logger, nil)
 }
 
 // TestOutageBodiesCarryNoInternals: every answer during a Redis outage is
@@ -64,8 +65,8 @@ func withMaterializer(f *fixture) {
 func TestOutageBodiesCarryNoInternals(t *testing.T) {
 	f, _ := offlineFixture(t)
 	withMaterializer(f)
-	seed(t, f)
-	f.store.setErr(errRedisOutage)
+	f.Seed(t)
+	f.Store.SetErr(errRedisOutage)
 	cases := []struct{ name, method, path, body string }{
 		{"get-online-features", http.MethodPost, "/get-online-features", `{"features":["route_stats:eta"],"entities":{"route_id":["r1"]}}`},
 		{"stale check", http.MethodPost, "/get-online-features", `{"features":["user_stats:clicks"],"entities":{"user_id":[1]}}`},
@@ -81,12 +82,12 @@ func TestOutageBodiesCarryNoInternals(t *testing.T) {
 			f.h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
 			require.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
 			msg, reason := errorBody(t, rec.Body.Bytes())
-			require.Equal(t, ReasonStoreUnavailable, reason)
+			require.Equal(t, serving.ReasonStoreUnavailable, reason)
 			require.Contains(t, msg, "online store unavailable")
 			require.NotRegexp(t, internals, msg)
 		})
 	}
-	require.Contains(t, f.logs.String(), "127.0.0.1:28079", "the log keeps the detail")
+	require.Contains(t, f.Logs.String(), "127.0.0.1:28079", "the log keeps the detail")
 }
 
 // TestMaterializeEmptyBatchFolder: /materialize of a view whose push
@@ -130,9 +131,9 @@ func TestEntityRowCap(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, Options{})
-			seed(t, f)
-			f.h = NewHandler(f.srv, HandlerOptions{MaxBodyBytes: 1 << 20, MaxEntityRows: tc.limit})
+			f := newFixture(t, serving.Options{})
+			f.Seed(t)
+			f.h = NewHandler(f.srv, HandlerOptions{MaxBodyBytes: 1 << 20, MaxEntityRows: tc.limit}, f.Logger, nil)
 			ids := make([]string, tc.rows)
 			for i := range ids {
 				ids[i] = strconv.Itoa(i)
@@ -141,7 +142,7 @@ func TestEntityRowCap(t *testing.T) {
 			require.Equal(t, tc.code, code, string(body[:min(len(body), 300)]))
 			if code != http.StatusOK {
 				msg, reason := errorBody(t, body)
-				require.Equal(t, ReasonTooManyEntityRows, reason)
+				require.Equal(t, serving.ReasonTooManyEntityRows, reason)
 				limit := tc.limit
 				if limit == 0 {
 					limit = DefaultMaxEntityRows
@@ -157,9 +158,9 @@ func TestEntityRowCap(t *testing.T) {
 // while decoding; the request costs about its body, not the ~200 bytes
 // per id that decoding every value would.
 func TestHugeEntityRequest(t *testing.T) {
-	f := newFixture(t, Options{})
-	seed(t, f)
-	f.h = NewHandler(f.srv, HandlerOptions{MaxBodyBytes: 32 << 20})
+	f := newFixture(t, serving.Options{})
+	f.Seed(t)
+	f.h = NewHandler(f.srv, HandlerOptions{MaxBodyBytes: 32 << 20}, f.Logger, nil)
 	const ids = 1_500_000
 	var b bytes.Buffer
 	b.Grow(ids * 9)
@@ -185,7 +186,7 @@ func TestHugeEntityRequest(t *testing.T) {
 	t.Logf("allocated %d MB while answering (body %d MB)", allocated>>20, len(body)>>20)
 	require.Equal(t, http.StatusRequestEntityTooLarge, rec.Code)
 	_, reason := errorBody(t, rec.Body.Bytes())
-	require.Equal(t, ReasonTooManyEntityRows, reason)
+	require.Equal(t, serving.ReasonTooManyEntityRows, reason)
 	// Reading the body and keeping the entities' raw JSON cost several
 	// times the body (about 100 MB here, the same for any body of this
 	// size), the capped decode a fixed 10,000 values; decoding all 1.5M
@@ -200,14 +201,14 @@ func TestPublicMessage(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"store unavailable", storeError("read online features", errRedisOutage), "read online features: online store unavailable"},
+		{"store unavailable", &apierr.Error{Kind: apierr.KindUnavailable, Reason: serving.ReasonStoreUnavailable, Msg: "read online features", Err: errRedisOutage}, "read online features: online store unavailable"},
 		{"materialize", fmt.Errorf("materialize view 'v': write online store: %w", errRedisOutage), "online store unavailable"},
-		{"internal with cause", &apierr.Error{Kind: apierr.KindInternal, Reason: ReasonOfflineWriteFailed, Msg: "push source 'p': append to batch source 'b'", Err: errors.New("open /srv/repo/data/x.parquet: permission denied")}, "push source 'p': append to batch source 'b'"},
-		{"internal message naming a path", apierr.Errorf(apierr.KindInternal, ReasonOfflineWriteFailed, "push source 'p': mkdir /srv/repo/data: read-only file system"), "push source 'p': mkdir <path>: read-only file system"},
-		{"address in the message", apierr.Errorf(apierr.KindUnavailable, ReasonStoreUnavailable, "dial redis-0.redis:6379 and [::1]:6380 and 10.1.2.3"), "dial <address> and <address> and <address>: online store unavailable"},
+		{"internal with cause", &apierr.Error{Kind: apierr.KindInternal, Reason: serving.ReasonOfflineWriteFailed, Msg: "push source 'p': append to batch source 'b'", Err: errors.New("open /srv/repo/data/x.parquet: permission denied")}, "push source 'p': append to batch source 'b'"},
+		{"internal message naming a path", apierr.Errorf(apierr.KindInternal, serving.ReasonOfflineWriteFailed, "push source 'p': mkdir /srv/repo/data: read-only file system"), "push source 'p': mkdir <path>: read-only file system"},
+		{"address in the message", apierr.Errorf(apierr.KindUnavailable, serving.ReasonStoreUnavailable, "dial redis-0.redis:6379 and [::1]:6380 and 10.1.2.3"), "dial <address> and <address> and <address>: online store unavailable"},
 		{"plain error", errors.New("open /etc/x: boom"), "internal error"},
 		{"deadline", fmt.Errorf("read: %w", context.DeadlineExceeded), "the request did not finish within its deadline"},
-		{"request error keeps its detail", invalidf(ReasonInvalidEntityValue, "entity key 'user_id' value 1: Int64 key: want an integer"), "entity key 'user_id' value 1: Int64 key: want an integer"},
+		{"request error keeps its detail", invalidf(serving.ReasonInvalidEntityValue, "entity key 'user_id' value 1: Int64 key: want an integer"), "entity key 'user_id' value 1: Int64 key: want an integer"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
-package serving
+package servingapi
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/jsonenc"
 )
 
@@ -17,7 +19,7 @@ import (
 // with time's layouts and strconv: appendResponse's shortcuts (per-row
 // timestamp reuse, per-column value loops, whole-number floats) must
 // write the same bytes.
-func refResponse(resp *Response) string {
+func refResponse(resp *serving.Response) string {
 	var b strings.Builder
 	b.WriteString(`{"metadata":{"feature_names":[`)
 	for i, n := range resp.FeatureNames {
@@ -68,7 +70,7 @@ func refResponse(resp *Response) string {
 			if j > 0 {
 				b.WriteByte(',')
 			}
-			b.WriteString(`"` + string(appendTimestampLayout(nil, ts.UTC())) + `"`)
+			b.WriteString(`"` + refTimestamp(ts.UTC()) + `"`)
 		}
 		b.WriteString("]}")
 	}
@@ -96,18 +98,18 @@ func TestAppendResponseMatchesReference(t *testing.T) {
 	}
 	floats := []float64{1, 0.25, math.NaN(), math.Copysign(0, -1), 0, 1e6, 999999, -3, 1.0 / 3, math.Inf(-1), 123456.5}
 	for _, rows := range []int{0, 1, 3, 16, 17, 40} {
-		resp := &Response{FeatureNames: []string{"user_id"}, Types: []feature.Type{{Kind: feature.KindInt64}}, EntityColumns: 1}
-		key := Column{}
+		resp := &serving.Response{FeatureNames: []string{"user_id"}, Types: []feature.Type{{Kind: feature.KindInt64}}, EntityColumns: 1}
+		key := serving.Column{}
 		for r := range rows {
 			key.Values = append(key.Values, feature.Value{I64: int64(r)})
-			key.Statuses = append(key.Statuses, StatusPresent)
+			key.Statuses = append(key.Statuses, serving.StatusPresent)
 			key.EventTimestamps = append(key.EventTimestamps, epoch)
 		}
 		resp.Results = append(resp.Results, key)
 		for ci, ty := range types {
 			resp.FeatureNames = append(resp.FeatureNames, "f<"+strconv.Itoa(ci)+">")
 			resp.Types = append(resp.Types, ty)
-			var c Column
+			var c serving.Column
 			for r := range rows {
 				k := r*len(types) + ci
 				v := feature.Value{
@@ -120,7 +122,7 @@ func TestAppendResponseMatchesReference(t *testing.T) {
 				if ty.Kind == feature.KindUnixTimestamp {
 					v.I64 = now.Add(time.Duration(k) * time.Second).UnixNano()
 				}
-				st := Status(k % 6) // 5 is out of range: INVALID
+				st := serving.Status(k % 6) // 5 is out of range: INVALID
 				if k%5 == 0 {
 					v = feature.Value{Null: true}
 				}
@@ -141,4 +143,20 @@ func TestAppendResponseMatchesReference(t *testing.T) {
 		}
 		require.Equal(t, refResponse(resp), string(appendResponse(nil, resp)), "%d rows", rows)
 	}
+}
+
+// refTimestamp writes t as serving.AppendTimestamp does, by other means:
+// whole seconds, then the fewest of 3, 6 or 9 fraction digits that hold
+// the value, and "Z".
+func refTimestamp(t time.Time) string {
+	frac := fmt.Sprintf(".%09d", t.Nanosecond())
+	switch {
+	case t.Nanosecond() == 0:
+		frac = ""
+	case strings.HasSuffix(frac, "000000"):
+		frac = frac[:4]
+	case strings.HasSuffix(frac, "000"):
+		frac = frac[:7]
+	}
+	return t.Format("2006-01-02T15:04:05") + frac + "Z"
 }

@@ -1,4 +1,4 @@
-package serving
+package servingapi
 
 import (
 	"errors"
@@ -7,14 +7,15 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/pb/feastpb"
 )
 
 // fromProtoRequest converts the request data columns of a gRPC request
 // (those p reads, from its entities or its request_context) into out.
-func fromProtoRequest(p *plan, cols map[string]*feastpb.RepeatedValue, maxRows int, out map[string][]feature.Value) error {
+func fromProtoRequest(p serving.Plan, cols map[string]*feastpb.RepeatedValue, maxRows int, out map[string][]feature.Value) error {
 	for name, col := range cols {
-		t, ok := p.requestField(name)
+		t, ok := p.RequestField(name)
 		if !ok {
 			continue
 		}
@@ -23,14 +24,14 @@ func fromProtoRequest(p *plan, cols map[string]*feastpb.RepeatedValue, maxRows i
 		}
 		vals := col.GetVal()
 		if len(vals) > maxRows {
-			return apierr.Errorf(apierr.KindResourceExhausted, ReasonTooManyEntityRows,
+			return apierr.Errorf(apierr.KindResourceExhausted, serving.ReasonTooManyEntityRows,
 				"request data '%s' has %d values: a request may read at most %d entity rows; split it into several requests", name, len(vals), maxRows)
 		}
 		conv := make([]feature.Value, len(vals))
 		for i, v := range vals {
 			var err error
 			if conv[i], err = fromProtoValue(v, t); err != nil {
-				return invalidf(ReasonInvalidRequestValue, "request data '%s' value %d: %v", name, i, err)
+				return invalidf(serving.ReasonInvalidRequestValue, "request data '%s' value %d: %v", name, i, err)
 			}
 		}
 		out[name] = conv

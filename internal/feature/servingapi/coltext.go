@@ -1,8 +1,10 @@
-package serving
+package servingapi
 
 import (
 	"slices"
 	"time"
+
+	"github.com/sluice-ml/sluice/internal/feature/serving"
 )
 
 // columnText remembers where the previous column's statuses and event
@@ -12,13 +14,13 @@ import (
 // the previous column's text for them instead of writing it again: at
 // 100 rows × 50 features that is 49 of 50 columns.
 type columnText struct {
-	statuses []Status    // the previous column's statuses; nil before the first
-	times    []time.Time // the previous column's timestamps; nil before the first
-	st, ts   [2]int      // their text: b[st[0]:st[1]], b[ts[0]:ts[1]]
+	statuses []serving.Status // the previous column's statuses; nil before the first
+	times    []time.Time      // the previous column's timestamps; nil before the first
+	st, ts   [2]int           // their text: b[st[0]:st[1]], b[ts[0]:ts[1]]
 }
 
 // appendStatuses appends sts comma-separated, quoted.
-func (p *columnText) appendStatuses(b []byte, sts []Status) []byte {
+func (p *columnText) appendStatuses(b []byte, sts []serving.Status) []byte {
 	if p.statuses != nil && slices.Equal(sts, p.statuses) {
 		return append(b, b[p.st[0]:p.st[1]]...)
 	}
@@ -49,7 +51,7 @@ func (p *columnText) appendTimestamps(b []byte, tss []time.Time, memo []tsMemo) 
 			continue
 		}
 		b = append(b, '"')
-		b = AppendTimestamp(b, ts)
+		b = serving.AppendTimestamp(b, ts)
 		b = append(b, '"')
 	}
 	p.times, p.ts = tss, [2]int{start, len(b)}
@@ -57,7 +59,7 @@ func (p *columnText) appendTimestamps(b []byte, tss []time.Time, memo []tsMemo) 
 }
 
 // sameInstants reports whether a and b hold the same instants, which
-// AppendTimestamp writes alike.
+// serving.AppendTimestamp writes alike.
 func sameInstants(a, b []time.Time) bool {
 	if len(a) != len(b) {
 		return false

@@ -1,13 +1,15 @@
-package serving
+package servingapi
 
 import (
 	"encoding/base64"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -17,18 +19,20 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/feature/serving/servingtest"
 	"github.com/sluice-ml/sluice/internal/pb/feastpb"
 )
 
 // serveGRPC serves s's gRPC edge on a loopback port and returns a client
 // connection to it.
-func serveGRPC(tb testing.TB, s *Server, opts GRPCOptions) *grpc.ClientConn {
+func serveGRPC(tb testing.TB, s *serving.Server, opts GRPCOptions, logger *slog.Logger, reg prometheus.Registerer) *grpc.ClientConn {
 	tb.Helper()
 	var lc net.ListenConfig
 	ln, err := lc.Listen(tb.Context(), "tcp", "127.0.0.1:0")
 	require.NoError(tb, err)
 	gs := grpc.NewServer()
-	feastpb.RegisterServingServiceServer(gs, NewGRPCService(s, opts))
+	feastpb.RegisterServingServiceServer(gs, NewGRPCService(s, opts, logger, reg))
 	done := make(chan struct{})
 	go func() { _ = gs.Serve(ln); close(done) }()
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -96,7 +100,7 @@ func TestGRPCReadsWhatJSONReads(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newStoreFixture(t, open(t))
 			seedForGRPC(t, f)
-			client := feastpb.NewServingServiceClient(serveGRPC(t, f.srv, GRPCOptions{Version: "test-1"}))
+			client := feastpb.NewServingServiceClient(serveGRPC(t, f.srv, GRPCOptions{Version: "test-1"}, nil, nil))
 
 			info, err := client.GetFeastServingInfo(t.Context(), &feastpb.GetFeastServingInfoRequest{})
 			require.NoError(t, err)
@@ -153,7 +157,7 @@ func TestGRPCReadsWhatJSONReads(t *testing.T) {
 							sts = append(sts, st.String())
 						}
 						for _, ts := range col.GetEventTimestamps() {
-							tss = append(tss, string(AppendTimestamp(nil, ts.AsTime())))
+							tss = append(tss, string(serving.AppendTimestamp(nil, ts.AsTime())))
 						}
 						require.Equal(t, want.Results[i].Statuses, sts)
 						require.Equal(t, want.Results[i].EventTimestamps, tss)
@@ -186,7 +190,7 @@ func (rawCodec) Name() string { return "proto" }
 func TestGRPCFeastWireFormat(t *testing.T) {
 	f := newStoreFixture(t, schemaStores()["embedded"](t))
 	seedForGRPC(t, f)
-	conn := serveGRPC(t, f.srv, GRPCOptions{})
+	conn := serveGRPC(t, f.srv, GRPCOptions{}, nil, nil)
 
 	var req []byte
 	var list []byte
@@ -270,8 +274,8 @@ func TestGRPCFeastWireFormat(t *testing.T) {
 // Errors carry the JSON API's reason in an ErrorInfo and the code its
 // status maps to; the calls are counted by method and code.
 func TestGRPCErrors(t *testing.T) {
-	f := newFixture(t, Options{})
-	client := feastpb.NewServingServiceClient(serveGRPC(t, f.srv, GRPCOptions{MaxEntityRows: 2}))
+	f := newFixture(t, serving.Options{})
+	client := feastpb.NewServingServiceClient(serveGRPC(t, f.srv, GRPCOptions{MaxEntityRows: 2}, f.Logger, f.Reg))
 	feats := func(refs ...string) *feastpb.GetOnlineFeaturesRequest_Features {
 		return &feastpb.GetOnlineFeaturesRequest_Features{Features: &feastpb.FeatureList{Val: refs}}
 	}
@@ -288,14 +292,14 @@ func TestGRPCErrors(t *testing.T) {
 		code   codes.Code
 		reason string
 	}{
-		{"unknown feature", &feastpb.GetOnlineFeaturesRequest{Kind: feats("user_stats:nope"), Entities: map[string]*feastpb.RepeatedValue{"user_id": i64s(1)}}, codes.InvalidArgument, ReasonUnknownFeature},
-		{"unknown service", &feastpb.GetOnlineFeaturesRequest{Kind: &feastpb.GetOnlineFeaturesRequest_FeatureService{FeatureService: "nope"}}, codes.InvalidArgument, ReasonUnknownService},
+		{"unknown feature", &feastpb.GetOnlineFeaturesRequest{Kind: feats("user_stats:nope"), Entities: map[string]*feastpb.RepeatedValue{"user_id": i64s(1)}}, codes.InvalidArgument, serving.ReasonUnknownFeature},
+		{"unknown service", &feastpb.GetOnlineFeaturesRequest{Kind: &feastpb.GetOnlineFeaturesRequest_FeatureService{FeatureService: "nope"}}, codes.InvalidArgument, serving.ReasonUnknownService},
 		{"nothing asked", &feastpb.GetOnlineFeaturesRequest{}, codes.InvalidArgument, ""},
-		{"missing key", &feastpb.GetOnlineFeaturesRequest{Kind: feats("user_stats:clicks")}, codes.InvalidArgument, ReasonMissingEntityKey},
-		{"unknown key", &feastpb.GetOnlineFeaturesRequest{Kind: feats("user_stats:clicks"), Entities: map[string]*feastpb.RepeatedValue{"user_id": i64s(1), "x": i64s(1)}}, codes.InvalidArgument, ReasonUnknownEntityKey},
-		{"string for int key", &feastpb.GetOnlineFeaturesRequest{Kind: feats("user_stats:clicks"), Entities: map[string]*feastpb.RepeatedValue{"user_id": {Val: []*feastpb.Value{{Val: &feastpb.Value_StringVal{StringVal: "1"}}}}}}, codes.InvalidArgument, ReasonInvalidEntityValue},
-		{"null key", &feastpb.GetOnlineFeaturesRequest{Kind: feats("user_stats:clicks"), Entities: map[string]*feastpb.RepeatedValue{"user_id": {Val: []*feastpb.Value{{}}}}}, codes.InvalidArgument, ReasonInvalidEntityValue},
-		{"too many rows", &feastpb.GetOnlineFeaturesRequest{Kind: feats("user_stats:clicks"), Entities: map[string]*feastpb.RepeatedValue{"user_id": i64s(1, 2, 3)}}, codes.ResourceExhausted, ReasonTooManyEntityRows},
+		{"missing key", &feastpb.GetOnlineFeaturesRequest{Kind: feats("user_stats:clicks")}, codes.InvalidArgument, serving.ReasonMissingEntityKey},
+		{"unknown key", &feastpb.GetOnlineFeaturesRequest{Kind: feats("user_stats:clicks"), Entities: map[string]*feastpb.RepeatedValue{"user_id": i64s(1), "x": i64s(1)}}, codes.InvalidArgument, serving.ReasonUnknownEntityKey},
+		{"string for int key", &feastpb.GetOnlineFeaturesRequest{Kind: feats("user_stats:clicks"), Entities: map[string]*feastpb.RepeatedValue{"user_id": {Val: []*feastpb.Value{{Val: &feastpb.Value_StringVal{StringVal: "1"}}}}}}, codes.InvalidArgument, serving.ReasonInvalidEntityValue},
+		{"null key", &feastpb.GetOnlineFeaturesRequest{Kind: feats("user_stats:clicks"), Entities: map[string]*feastpb.RepeatedValue{"user_id": {Val: []*feastpb.Value{{}}}}}, codes.InvalidArgument, serving.ReasonInvalidEntityValue},
+		{"too many rows", &feastpb.GetOnlineFeaturesRequest{Kind: feats("user_stats:clicks"), Entities: map[string]*feastpb.RepeatedValue{"user_id": i64s(1, 2, 3)}}, codes.ResourceExhausted, serving.ReasonTooManyEntityRows},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -317,13 +321,13 @@ func TestGRPCErrors(t *testing.T) {
 	}
 	// A stale view answers Unavailable feature_view_stale, as the JSON
 	// API answers 503.
-	f.setState(t, "user_stats", now.Add(-2*time.Hour))
+	f.SetState(t, "user_stats", now.Add(-2*time.Hour))
 	_, err := client.GetOnlineFeatures(t.Context(), &feastpb.GetOnlineFeaturesRequest{Kind: feats("user_stats:clicks"), Entities: map[string]*feastpb.RepeatedValue{"user_id": i64s(1)}})
 	require.Equal(t, codes.Unavailable, status.Code(err))
 
-	require.Equal(t, 7.0, f.counter(t, "sluice_feature_server_grpc_requests_total", map[string]string{"method": "GetOnlineFeatures", "code": "InvalidArgument"}))
-	require.Equal(t, 1.0, f.counter(t, "sluice_feature_server_grpc_requests_total", map[string]string{"method": "GetOnlineFeatures", "code": "ResourceExhausted"}))
-	require.Equal(t, 1.0, f.counter(t, "sluice_feature_server_grpc_requests_total", map[string]string{"method": "GetOnlineFeatures", "code": "Unavailable"}))
+	require.Equal(t, 7.0, f.Counter(t, "sluice_feature_server_grpc_requests_total", map[string]string{"method": "GetOnlineFeatures", "code": "InvalidArgument"}))
+	require.Equal(t, 1.0, f.Counter(t, "sluice_feature_server_grpc_requests_total", map[string]string{"method": "GetOnlineFeatures", "code": "ResourceExhausted"}))
+	require.Equal(t, 1.0, f.Counter(t, "sluice_feature_server_grpc_requests_total", map[string]string{"method": "GetOnlineFeatures", "code": "Unavailable"}))
 }
 
 // FuzzGRPCRequest decodes arbitrary bytes as a GetOnlineFeaturesRequest,
@@ -352,9 +356,9 @@ func FuzzGRPCRequest(f *testing.F) {
 		require.NoError(f, err)
 		f.Add(b)
 	}
-	fx := newFixture(f, Options{})
-	fx.put(f, "user_stats", i64(1), now.Add(-time10m), i64(7), f64(0.5), str("ann"), emb3())
-	svc := NewGRPCService(fx.srv, GRPCOptions{MaxEntityRows: 100})
+	fx := newFixture(f, serving.Options{})
+	fx.Put(f, "user_stats", i64(1), now.Add(-(10 * time.Minute)), i64(7), f64(0.5), str("ann"), servingtest.Emb3())
+	svc := NewGRPCService(fx.srv, GRPCOptions{MaxEntityRows: 100}, fx.Logger, nil)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var req feastpb.GetOnlineFeaturesRequest
 		if proto.Unmarshal(b, &req) != nil {

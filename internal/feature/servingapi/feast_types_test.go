@@ -1,4 +1,4 @@
-package serving
+package servingapi
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
 )
 
 // feastValueType is the Feast ValueType a Python value read from our JSON
@@ -152,12 +153,12 @@ func TestFeastRemoteReadsEveryValueType(t *testing.T) {
 		{"bytes list", feature.Type{Kind: feature.KindBytes, List: true}, feature.Value{Ss: []string{"\x00\x01"}}, "STRING_LIST", nil},
 		{"bool list", feature.Type{Kind: feature.KindBool, List: true}, feature.Value{Bools: []bool{true, false}}, "BOOL_LIST", nil},
 	}
-	resp := &Response{}
+	resp := &serving.Response{}
 	for _, c := range cases {
 		resp.FeatureNames = append(resp.FeatureNames, "v:"+c.name)
 		resp.Types = append(resp.Types, c.t)
-		resp.Results = append(resp.Results, Column{
-			Values: []feature.Value{c.v}, Statuses: []Status{StatusPresent}, EventTimestamps: []time.Time{ts},
+		resp.Results = append(resp.Results, serving.Column{
+			Values: []feature.Value{c.v}, Statuses: []serving.Status{serving.StatusPresent}, EventTimestamps: []time.Time{ts},
 		})
 	}
 	var doc struct {

@@ -1,4 +1,4 @@
-package serving
+package servingapi
 
 import (
 	"encoding/json"
@@ -20,18 +20,19 @@ import (
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/offline"
 	"github.com/sluice-ml/sluice/internal/feature/online"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
 )
 
 // offlineFixture is a fixture whose user_file source is the folder
 // data/users/ (with a created column) inside a temporary repository.
 func offlineFixture(t *testing.T) (*fixture, string) {
 	t.Helper()
-	f := newFixture(t, Options{})
-	f.repo.Dir = t.TempDir()
-	src := f.repo.Sources["user_file"]
+	f := newFixture(t, serving.Options{})
+	f.Repo.Dir = t.TempDir()
+	src := f.Repo.Sources["user_file"]
 	src.Path = "data/users/"
 	src.CreatedTimestampColumn = "created"
-	folder := filepath.Join(f.repo.Dir, "data", "users")
+	folder := filepath.Join(f.Repo.Dir, "data", "users")
 	require.NoError(t, os.MkdirAll(folder, 0o755))
 	return f, folder
 }
@@ -58,7 +59,7 @@ type scanned struct {
 func scanView(t *testing.T, f *fixture, view string) []scanned {
 	t.Helper()
 	var out []scanned
-	err := offline.ScanView(t.Context(), f.repo, f.repo.Views[view], time.Unix(0, 0), now.Add(time.Hour), func(r offline.Row) error {
+	err := offline.ScanView(t.Context(), f.Repo, f.Repo.Views[view], time.Unix(0, 0), now.Add(time.Hour), func(r offline.Row) error {
 		out = append(out, scanned{key: r.Keys[0].I64, ev: time.Unix(0, r.EventTS).UTC(), cr: time.Unix(0, r.CreatedTS).UTC(), valueNull: r.Values[0].Null, value: r.Values[0]})
 		return nil
 	})
@@ -71,13 +72,13 @@ var pushFileName = regexp.MustCompile(`^push-[0-9]+-[0-9a-f]{16}\.parquet$`)
 
 func TestPushOffline(t *testing.T) {
 	f, folder := offlineFixture(t)
-	stateBefore := string(f.store.meta[feature.ViewStateName("user_live")])
+	stateBefore := string(f.Store.Meta[feature.ViewStateName("user_live")])
 	code, out := f.post(t, "/push", `{"push_source_name":"user_push","to":"offline","df":{
 		"user_id":[1,2],"level":[10,null],
 		"event_timestamp":["2026-01-02T11:50:00Z","2026-01-02 11:55:00"],
 		"created":[null,"2026-01-02T11:58:00Z"]}}`)
 	require.Equal(t, http.StatusOK, code, string(out))
-	var rep PushReport
+	var rep serving.PushReport
 	require.NoError(t, json.Unmarshal(out, &rep))
 	require.Equal(t, 2, rep.Rows)
 	require.Empty(t, rep.Views, "nothing written online")
@@ -91,8 +92,8 @@ func TestPushOffline(t *testing.T) {
 	require.Equal(t, "data/users/"+names[0], rep.Offline.File)
 
 	// Offline only: the online store and the view's state are untouched.
-	require.Empty(t, f.store.rows)
-	require.Equal(t, stateBefore, string(f.store.meta[feature.ViewStateName("user_live")]))
+	require.Empty(t, f.Store.Rows)
+	require.Equal(t, stateBefore, string(f.Store.Meta[feature.ViewStateName("user_live")]))
 
 	// The rows read back with their values and timestamps; a row without
 	// a created timestamp gets the push time.
@@ -129,7 +130,7 @@ func TestPushOfflineFieldMapping(t *testing.T) {
 	// The batch source stores level as column lvl: the file uses the
 	// source column name, and the view reads it back as level.
 	f, _ := offlineFixture(t)
-	f.repo.Sources["user_file"].FieldMapping = map[string]string{"lvl": "level"}
+	f.Repo.Sources["user_file"].FieldMapping = map[string]string{"lvl": "level"}
 	code, out := f.post(t, "/push", `{"push_source_name":"user_push","to":"offline","df":{
 		"user_id":[4],"level":[9],"event_timestamp":["2026-01-02T11:50:00Z"]}}`)
 	require.Equal(t, http.StatusOK, code, string(out))
@@ -143,17 +144,17 @@ func TestPushOnlineAndOffline(t *testing.T) {
 	code, out := f.post(t, "/push", `{"push_source_name":"user_push","to":"online_and_offline","df":{
 		"user_id":[1,2],"level":[10,20],"event_timestamp":["2026-01-02T11:50:00Z","2026-01-02T11:55:00Z"]}}`)
 	require.Equal(t, http.StatusOK, code, string(out))
-	var rep PushReport
+	var rep serving.PushReport
 	require.NoError(t, json.Unmarshal(out, &rep))
-	require.Equal(t, []PushViewReport{{View: "user_live", Written: 2}}, rep.Views)
+	require.Equal(t, []serving.PushViewReport{{View: "user_live", Written: 2}}, rep.Views)
 	require.NotNil(t, rep.Offline)
 	require.Len(t, folderNames(t, folder), 1)
 
-	resp, err := f.srv.GetOnlineFeatures(t.Context(), &Request{
+	resp, err := f.srv.GetOnlineFeatures(t.Context(), &serving.Request{
 		Features: []string{"user_live:level"}, Entities: map[string][]feature.Value{"user_id": {i64(1), i64(2)}},
 	})
 	require.NoError(t, err)
-	require.Equal(t, []Status{StatusPresent, StatusPresent}, resp.Results[1].Statuses)
+	require.Equal(t, []serving.Status{serving.StatusPresent, serving.StatusPresent}, resp.Results[1].Statuses)
 	require.Equal(t, int64(20), resp.Results[1].Values[1].I64)
 
 	got := scanView(t, f, "user_live")
@@ -164,28 +165,28 @@ func TestPushOnlineAndOffline(t *testing.T) {
 
 func TestPushOnlineFailsAfterOffline(t *testing.T) {
 	f, folder := offlineFixture(t)
-	f.store.setErr(fmt.Errorf("redis: %w: dial timeout", online.ErrUnavailable))
+	f.Store.SetErr(fmt.Errorf("redis: %w: dial timeout", online.ErrUnavailable))
 	code, out := f.post(t, "/push", `{"push_source_name":"user_push","to":"online_and_offline","df":{
 		"user_id":[1],"level":[10],"event_timestamp":["2026-01-02T11:50:00Z"]}}`)
 	require.Equal(t, http.StatusServiceUnavailable, code, string(out))
 	var e map[string]string
 	require.NoError(t, json.Unmarshal(out, &e))
-	require.Equal(t, ReasonStoreUnavailable, e["reason"])
+	require.Equal(t, serving.ReasonStoreUnavailable, e["reason"])
 	require.Contains(t, e["error"], "appended to the offline store (data/users/push-")
 	require.Contains(t, e["error"], "stay there")
 	// The offline rows stay.
 	names := folderNames(t, folder)
 	require.Len(t, names, 1)
 	require.Regexp(t, pushFileName, names[0])
-	f.store.setErr(nil)
+	f.Store.SetErr(nil)
 	require.Len(t, scanView(t, f, "user_live"), 1)
 }
 
 func TestPushOfflineNeedsFolderSource(t *testing.T) {
-	f := newFixture(t, Options{})
-	f.repo.Dir = t.TempDir()
-	require.NoError(t, os.MkdirAll(filepath.Join(f.repo.Dir, "data"), 0o755))
-	file := filepath.Join(f.repo.Dir, "data", "users.parquet")
+	f := newFixture(t, serving.Options{})
+	f.Repo.Dir = t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(f.Repo.Dir, "data"), 0o755))
+	file := filepath.Join(f.Repo.Dir, "data", "users.parquet")
 	require.NoError(t, os.WriteFile(file, []byte("PAR1"), 0o644))
 	for _, to := range []string{"offline", "online_and_offline"} {
 		t.Run(to, func(t *testing.T) {
@@ -194,11 +195,11 @@ func TestPushOfflineNeedsFolderSource(t *testing.T) {
 			require.Equal(t, http.StatusBadRequest, code, string(out))
 			var e map[string]string
 			require.NoError(t, json.Unmarshal(out, &e))
-			require.Equal(t, ReasonPushOfflineNeedsFolder, e["reason"])
+			require.Equal(t, serving.ReasonPushOfflineNeedsFolder, e["reason"])
 			require.Contains(t, e["error"], "batch source 'user_file'")
 			require.Contains(t, e["error"], "data/users.parquet")
-			require.Empty(t, f.store.rows, "nothing written online")
-			require.Equal(t, []string{"users.parquet"}, folderNames(t, filepath.Join(f.repo.Dir, "data")))
+			require.Empty(t, f.Store.Rows, "nothing written online")
+			require.Equal(t, []string{"users.parquet"}, folderNames(t, filepath.Join(f.Repo.Dir, "data")))
 		})
 	}
 }
@@ -206,35 +207,35 @@ func TestPushOfflineNeedsFolderSource(t *testing.T) {
 // An offline push to a batch source on object storage is refused: it
 // would otherwise append to a local folder named after the URI.
 func TestPushOfflineRefusesBucketSource(t *testing.T) {
-	f := newFixture(t, Options{})
-	f.repo.Dir = t.TempDir()
-	f.repo.Sources["user_file"].Path = "s3://features/users/"
+	f := newFixture(t, serving.Options{})
+	f.Repo.Dir = t.TempDir()
+	f.Repo.Sources["user_file"].Path = "s3://features/users/"
 	code, out := f.post(t, "/push", `{"push_source_name":"user_push","to":"offline","df":{
 		"user_id":[1],"level":[10],"event_timestamp":["2026-01-02T11:50:00Z"]}}`)
 	require.Equal(t, http.StatusBadRequest, code, string(out))
 	var e map[string]string
 	require.NoError(t, json.Unmarshal(out, &e))
-	require.Equal(t, ReasonPushOfflineNeedsFolder, e["reason"])
+	require.Equal(t, serving.ReasonPushOfflineNeedsFolder, e["reason"])
 	require.Contains(t, e["error"], "is on object storage (s3://features/users/)")
-	require.Empty(t, folderNames(t, f.repo.Dir), "nothing created locally")
+	require.Empty(t, folderNames(t, f.Repo.Dir), "nothing created locally")
 }
 
 func TestPushOfflineCreatesMissingFolder(t *testing.T) {
-	f := newFixture(t, Options{})
-	f.repo.Dir = t.TempDir()
-	f.repo.Sources["user_file"].Path = "data/users"
-	_, err := f.srv.Push(t.Context(), "user_push", map[string][]any{"user_id": {1}, "level": {2}, "event_timestamp": {"2026-01-02T11:50:00Z"}}, PushOffline)
+	f := newFixture(t, serving.Options{})
+	f.Repo.Dir = t.TempDir()
+	f.Repo.Sources["user_file"].Path = "data/users"
+	_, err := f.srv.Push(t.Context(), "user_push", map[string][]any{"user_id": {1}, "level": {2}, "event_timestamp": {"2026-01-02T11:50:00Z"}}, serving.PushOffline)
 	require.NoError(t, err)
-	require.Len(t, folderNames(t, filepath.Join(f.repo.Dir, "data", "users")), 1)
+	require.Len(t, folderNames(t, filepath.Join(f.Repo.Dir, "data", "users")), 1)
 }
 
 func TestPushOfflineNoBatchSource(t *testing.T) {
-	f := newFixture(t, Options{})
-	f.repo.Sources["user_push"].BatchSource = ""
-	_, err := f.srv.Push(t.Context(), "user_push", map[string][]any{}, PushOffline)
+	f := newFixture(t, serving.Options{})
+	f.Repo.Sources["user_push"].BatchSource = ""
+	_, err := f.srv.Push(t.Context(), "user_push", map[string][]any{}, serving.PushOffline)
 	e, ok := errors.AsType[*apierr.Error](err)
 	require.True(t, ok, "%v", err)
-	require.Equal(t, ReasonPushOfflineNoBatchSource, e.Reason)
+	require.Equal(t, serving.ReasonPushOfflineNoBatchSource, e.Reason)
 	require.Equal(t, apierr.KindInvalid, e.Kind)
 }
 
@@ -254,7 +255,7 @@ func TestPushOfflineBadRowWritesNothing(t *testing.T) {
 				require.Equal(t, http.StatusBadRequest, code, string(out))
 				require.Contains(t, string(out), tc.mention)
 				require.Empty(t, folderNames(t, folder), "no file, temporary or not")
-				require.Empty(t, f.store.rows)
+				require.Empty(t, f.Store.Rows)
 			})
 		}
 	}
@@ -272,7 +273,7 @@ func TestPushOfflineConcurrent(t *testing.T) {
 			_, errs[i] = f.srv.Push(t.Context(), "user_push", map[string][]any{
 				"user_id": {json.Number(fmt.Sprint(100 + i))}, "level": {json.Number(fmt.Sprint(i))},
 				"event_timestamp": {"2026-01-02T11:00:00Z"},
-			}, PushOffline)
+			}, serving.PushOffline)
 		})
 	}
 	wg.Wait()

@@ -1,4 +1,4 @@
-package serving
+package servingapi
 
 import (
 	"encoding/json"
@@ -7,8 +7,11 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/feature/serving/servingtest"
 )
 
 // FuzzGetOnlineFeaturesRequest feeds arbitrary bodies to the HTTP edge:
@@ -28,8 +31,8 @@ func FuzzGetOnlineFeaturesRequest(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	fx := newFixture(f, Options{})
-	fx.put(f, "user_stats", i64(1), now.Add(-time10m), i64(7), f64(0.5), str("ann"), emb3())
+	fx := newFixture(f, serving.Options{})
+	fx.Put(f, "user_stats", i64(1), now.Add(-(10 * time.Minute)), i64(7), f64(0.5), str("ann"), servingtest.Emb3())
 	f.Fuzz(func(t *testing.T, body string) {
 		rec := httptest.NewRecorder()
 		fx.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/get-online-features", strings.NewReader(body)))
@@ -69,13 +72,13 @@ func FuzzWriteRequest(f *testing.F) {
 		if !ok || (path != "/push" && path != "/write-to-online-store") {
 			return
 		}
-		fx := newFixture(t, Options{})
+		fx := newFixture(t, serving.Options{})
 		rec := httptest.NewRecorder()
 		fx.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
 		switch rec.Code {
 		case http.StatusOK:
-			if len(fx.store.rows) > len(body) {
-				t.Fatalf("%d rows stored from a %d-byte body", len(fx.store.rows), len(body))
+			if len(fx.Store.Rows) > len(body) {
+				t.Fatalf("%d rows stored from a %d-byte body", len(fx.Store.Rows), len(body))
 			}
 		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusServiceUnavailable:
 			if !strings.Contains(rec.Body.String(), `"reason":`) {

@@ -1,4 +1,4 @@
-package serving
+package servingapi
 
 import (
 	"encoding/json"
@@ -14,20 +14,22 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/online"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/feature/serving/servingtest"
 )
 
 // storeFixture is the test repository served from a real online store.
 type storeFixture struct {
-	srv *Server
+	srv *serving.Server
 	h   *Handler
 }
 
 func newStoreFixture(t *testing.T, store online.Store) *storeFixture {
 	t.Helper()
-	hold := &holder{}
-	hold.p.Store(testRepo(t))
-	srv := New(hold, store, Options{Now: func() time.Time { return now }, StateCacheTTL: -1}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	return &storeFixture{srv: srv, h: NewHandler(srv, HandlerOptions{})}
+	hold := &servingtest.Holder{}
+	hold.P.Store(servingtest.Repo(t))
+	srv := serving.New(hold, store, serving.Options{Now: func() time.Time { return now }, StateCacheTTL: -1}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	return &storeFixture{srv: srv, h: NewHandler(srv, HandlerOptions{}, nil, nil)}
 }
 
 func (f *storeFixture) post(t *testing.T, path, body string) (int, string) {
@@ -106,19 +108,19 @@ func TestWriteToOnlineStore(t *testing.T) {
 }
 
 func TestWriteToOnlineStoreErrors(t *testing.T) {
-	f := newFixture(t, Options{})
+	f := newFixture(t, serving.Options{})
 	cases := []struct {
 		name, body string
 		reason     string
 	}{
-		{"no view", `{"df":{"user_id":[1]}}`, ReasonInvalidRequest},
-		{"unknown view", `{"feature_view_name":"nope","df":{"user_id":[1]}}`, ReasonUnknownView},
-		{"offline view", `{"feature_view_name":"offline_only","df":{"user_id":[1],"x":[1],"event_timestamp":["2026-01-02T11:00:00Z"]}}`, ReasonViewNotOnline},
-		{"missing feature", `{"feature_view_name":"user_live","df":{"user_id":[1],"event_timestamp":["2026-01-02T11:00:00Z"]}}`, ReasonMissingColumn},
-		{"missing timestamp", `{"feature_view_name":"user_live","df":{"user_id":[1],"level":[1]}}`, ReasonMissingColumn},
-		{"bad value", `{"feature_view_name":"user_live","df":{"user_id":[1],"level":["x"],"event_timestamp":["2026-01-02T11:00:00Z"]}}`, ReasonInvalidColumnValue},
-		{"future", `{"feature_view_name":"user_live","df":{"user_id":[1],"level":[1],"event_timestamp":["2027-01-02T11:00:00Z"]}}`, ReasonTimestampInFuture},
-		{"object column", `{"feature_view_name":"user_live","df":{"user_id":{"a":1},"level":[1],"event_timestamp":["2026-01-02T11:00:00Z"]}}`, ReasonInvalidColumnValue},
+		{"no view", `{"df":{"user_id":[1]}}`, serving.ReasonInvalidRequest},
+		{"unknown view", `{"feature_view_name":"nope","df":{"user_id":[1]}}`, serving.ReasonUnknownView},
+		{"offline view", `{"feature_view_name":"offline_only","df":{"user_id":[1],"x":[1],"event_timestamp":["2026-01-02T11:00:00Z"]}}`, serving.ReasonViewNotOnline},
+		{"missing feature", `{"feature_view_name":"user_live","df":{"user_id":[1],"event_timestamp":["2026-01-02T11:00:00Z"]}}`, serving.ReasonMissingColumn},
+		{"missing timestamp", `{"feature_view_name":"user_live","df":{"user_id":[1],"level":[1]}}`, serving.ReasonMissingColumn},
+		{"bad value", `{"feature_view_name":"user_live","df":{"user_id":[1],"level":["x"],"event_timestamp":["2026-01-02T11:00:00Z"]}}`, serving.ReasonInvalidColumnValue},
+		{"future", `{"feature_view_name":"user_live","df":{"user_id":[1],"level":[1],"event_timestamp":["2027-01-02T11:00:00Z"]}}`, serving.ReasonTimestampInFuture},
+		{"object column", `{"feature_view_name":"user_live","df":{"user_id":{"a":1},"level":[1],"event_timestamp":["2026-01-02T11:00:00Z"]}}`, serving.ReasonInvalidColumnValue},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -128,7 +130,7 @@ func TestWriteToOnlineStoreErrors(t *testing.T) {
 			require.Equal(t, tc.reason, reason, string(body))
 		})
 	}
-	require.Empty(t, f.store.rows)
+	require.Empty(t, f.Store.Rows)
 }
 
 // Feast's feature server builds the push's rows with pandas'
@@ -136,7 +138,7 @@ func TestWriteToOnlineStoreErrors(t *testing.T) {
 // ("string_feature": "test2", python-feature-server.md): a single value
 // stands for every row.
 func TestPushScalarColumns(t *testing.T) {
-	f := newFixture(t, Options{})
+	f := newFixture(t, serving.Options{})
 	code, out := f.post(t, "/push", `{"push_source_name":"user_push","df":{"user_id":[1,2],"level":5,"event_timestamp":"2026-01-02T11:50:00Z"}}`)
 	require.Equal(t, http.StatusOK, code, string(out))
 	require.Contains(t, string(out), `"written":2`)
@@ -144,12 +146,12 @@ func TestPushScalarColumns(t *testing.T) {
 	code, out = f.post(t, "/push", `{"push_source_name":"user_push","df":{"user_id":3,"level":9,"event_timestamp":"2026-01-02T11:51:00Z"}}`)
 	require.Equal(t, http.StatusOK, code, string(out))
 	require.Contains(t, string(out), `"rows":1`)
-	resp, err := f.srv.GetOnlineFeatures(t.Context(), &Request{
+	resp, err := f.srv.GetOnlineFeatures(t.Context(), &serving.Request{
 		Features: []string{"user_live:level"}, Entities: map[string][]feature.Value{"user_id": {i64(1), i64(2), i64(3)}},
 	})
 	require.NoError(t, err)
 	for i, want := range []int64{5, 5, 9} {
-		require.Equal(t, StatusPresent, resp.Results[1].Statuses[i])
+		require.Equal(t, serving.StatusPresent, resp.Results[1].Statuses[i])
 		require.Equal(t, want, resp.Results[1].Values[i].I64)
 	}
 }

@@ -1,18 +1,21 @@
-package serving
+package servingapi
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"runtime/debug"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sluice-ml/sluice/internal/apierr"
 	"github.com/sluice-ml/sluice/internal/feature"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
 	"github.com/sluice-ml/sluice/internal/pb/feastpb"
 )
 
@@ -34,19 +37,22 @@ type GRPCOptions struct {
 // credentials and admission bounds are the caller's server options.
 type GRPCService struct {
 	feastpb.UnimplementedServingServiceServer
-	s    *Server
-	opts GRPCOptions
+	s       *serving.Server
+	opts    GRPCOptions
+	logger  *slog.Logger
+	metrics *grpcMetrics
 }
 
-// NewGRPCService returns the gRPC edge of s.
-func NewGRPCService(s *Server, opts GRPCOptions) *GRPCService {
+// NewGRPCService returns the gRPC edge of s. A nil logger discards; a nil
+// registerer leaves the call metrics unregistered.
+func NewGRPCService(s *serving.Server, opts GRPCOptions, logger *slog.Logger, reg prometheus.Registerer) *GRPCService {
 	switch {
 	case opts.MaxEntityRows == 0:
 		opts.MaxEntityRows = DefaultMaxEntityRows
 	case opts.MaxEntityRows < 0:
 		opts.MaxEntityRows = math.MaxInt
 	}
-	return &GRPCService{s: s, opts: opts}
+	return &GRPCService{s: s, opts: opts, logger: edgeLogger(logger), metrics: newGRPCMetrics(reg)}
 }
 
 // The method names of the request metrics.
@@ -67,8 +73,8 @@ func (g *GRPCService) GetOnlineFeatures(ctx context.Context, req *feastpb.GetOnl
 	start := time.Now()
 	defer func() {
 		if p := recover(); p != nil {
-			g.s.logger.Error("grpc handler panicked", "method", methodGetOnlineFeatures, "panic", p, "stack", string(debug.Stack()))
-			resp, err = nil, apierr.Errorf(apierr.KindInternal, ReasonInternal, "internal error")
+			g.logger.Error("grpc handler panicked", "method", methodGetOnlineFeatures, "panic", p, "stack", string(debug.Stack()))
+			resp, err = nil, apierr.Errorf(apierr.KindInternal, serving.ReasonInternal, "internal error")
 		}
 		if err != nil {
 			g.logError(err)
@@ -77,18 +83,18 @@ func (g *GRPCService) GetOnlineFeatures(ctx context.Context, req *feastpb.GetOnl
 		g.record(methodGetOnlineFeatures, start, err)
 	}()
 	r, err := g.getOnline(ctx, req)
-	g.s.observe(start, err)
+	g.s.ObserveRead(start, err)
 	if err != nil {
 		return nil, err
 	}
 	// The message copies what it needs (the strings, byte slices and
 	// lists it shares are never written again): r's memory goes back.
 	out := toProtoResponse(r)
-	g.s.release(r)
+	g.s.Release(r)
 	return out, nil
 }
 
-func (g *GRPCService) getOnline(ctx context.Context, req *feastpb.GetOnlineFeaturesRequest) (*Response, error) {
+func (g *GRPCService) getOnline(ctx context.Context, req *feastpb.GetOnlineFeaturesRequest) (*serving.Response, error) {
 	var (
 		features []string
 		service  string
@@ -99,7 +105,7 @@ func (g *GRPCService) getOnline(ctx context.Context, req *feastpb.GetOnlineFeatu
 	case *feastpb.GetOnlineFeaturesRequest_Features:
 		features = k.Features.GetVal()
 	}
-	p, err := g.s.plan(features, service, req.GetFullFeatureNames())
+	p, err := g.s.Plan(features, service, req.GetFullFeatureNames())
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +113,7 @@ func (g *GRPCService) getOnline(ctx context.Context, req *feastpb.GetOnlineFeatu
 	if err != nil {
 		return nil, err
 	}
-	if p.od != nil {
+	if p.OnDemand() {
 		if err := fromProtoRequest(p, req.GetEntities(), g.opts.MaxEntityRows, ents); err != nil {
 			return nil, err
 		}
@@ -115,17 +121,17 @@ func (g *GRPCService) getOnline(ctx context.Context, req *feastpb.GetOnlineFeatu
 			return nil, err
 		}
 	}
-	return g.s.read(ctx, p, ents, nil)
+	return g.s.Read(ctx, p, ents, nil)
 }
 
 // logError logs a failed call as the HTTP edge logs a failed request.
 func (g *GRPCService) logError(err error) {
 	code, reason := statusOf(err)
 	if code >= 500 {
-		g.s.logger.Warn("grpc request failed", "method", methodGetOnlineFeatures, "status", code, "reason", reason, "err", err)
+		g.logger.Warn("grpc request failed", "method", methodGetOnlineFeatures, "status", code, "reason", reason, "err", err)
 		return
 	}
-	g.s.logger.Debug("grpc request rejected", "method", methodGetOnlineFeatures, "status", code, "reason", reason, "err", err)
+	g.logger.Debug("grpc request rejected", "method", methodGetOnlineFeatures, "status", code, "reason", reason, "err", err)
 }
 
 // record counts a finished call by method and gRPC code.
@@ -134,32 +140,31 @@ func (g *GRPCService) record(method string, start time.Time, err error) {
 	if err != nil {
 		code = apierr.GRPCCode(err)
 	}
-	g.s.metrics.grpcReqs.WithLabelValues(method, code.String()).Inc()
-	g.s.metrics.grpcDur.WithLabelValues(method).Observe(time.Since(start).Seconds())
+	g.metrics.grpcReqs.WithLabelValues(method, code.String()).Inc()
+	g.metrics.grpcDur.WithLabelValues(method).Observe(time.Since(start).Seconds())
 }
 
 // fromProtoEntities converts a request's entity columns with the plan's
 // join key types. Columns the plan does not know are kept (empty) so
 // that the read reports them as unknown, as for a JSON request.
-func fromProtoEntities(p *plan, cols map[string]*feastpb.RepeatedValue, maxRows int) (map[string][]feature.Value, error) {
+func fromProtoEntities(p serving.Plan, cols map[string]*feastpb.RepeatedValue, maxRows int) (map[string][]feature.Value, error) {
 	out := make(map[string][]feature.Value, len(cols))
 	for name, col := range cols {
-		ki := p.keyIndex(name)
-		if ki < 0 {
+		kind, ok := p.KeyKind(name)
+		if !ok {
 			out[name] = nil
 			continue
 		}
 		vals := col.GetVal()
 		if len(vals) > maxRows {
-			return nil, apierr.Errorf(apierr.KindResourceExhausted, ReasonTooManyEntityRows,
+			return nil, apierr.Errorf(apierr.KindResourceExhausted, serving.ReasonTooManyEntityRows,
 				"entity key '%s' has %d values: a request may read at most %d entity rows; split it into several requests", name, len(vals), maxRows)
 		}
-		kind := p.keys[ki].kind
 		conv := make([]feature.Value, len(vals))
 		for i, v := range vals {
 			var err error
 			if conv[i], err = fromProtoKey(v, kind); err != nil {
-				return nil, invalidf(ReasonInvalidEntityValue, "entity key '%s' value %d: %s key: %v", name, i, kind, err)
+				return nil, invalidf(serving.ReasonInvalidEntityValue, "entity key '%s' value %d: %s key: %v", name, i, kind, err)
 			}
 		}
 		out[name] = conv
@@ -243,7 +248,7 @@ func valueKind(v *feastpb.Value) string {
 // toProtoResponse converts an answer to Feast's message: the same names,
 // statuses and event timestamps as the JSON answer, values as Feast's
 // Value (an empty Value for null, UnixTimestamp as whole seconds).
-func toProtoResponse(r *Response) *feastpb.GetOnlineFeaturesResponse {
+func toProtoResponse(r *serving.Response) *feastpb.GetOnlineFeaturesResponse {
 	out := &feastpb.GetOnlineFeaturesResponse{
 		Metadata: &feastpb.GetOnlineFeaturesResponseMetadata{FeatureNames: &feastpb.FeatureList{Val: r.FeatureNames}},
 		Results:  make([]*feastpb.GetOnlineFeaturesResponse_FeatureVector, len(r.Results)),

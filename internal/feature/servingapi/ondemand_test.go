@@ -1,8 +1,7 @@
-package serving
+package servingapi
 
 import (
 	"encoding/json"
-	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -12,11 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-ml/sluice/internal/feature"
 	"github.com/sluice-ml/sluice/internal/feature/registry"
+	"github.com/sluice-ml/sluice/internal/feature/serving"
+	"github.com/sluice-ml/sluice/internal/feature/serving/servingtest"
 	"github.com/sluice-ml/sluice/internal/pb/feastpb"
 )
 
@@ -82,20 +82,16 @@ func loadODRepo(tb testing.TB) *registry.Repo {
 // 1 (fresh, 4 clicks), 2 (fresh, 0 clicks), 4 (two hours old) and route r1.
 func newODFixture(tb testing.TB) *fixture {
 	tb.Helper()
-	f := &fixture{repo: loadODRepo(tb), hold: &holder{}, store: newFakeStore(), reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
-	f.hold.p.Store(f.repo)
-	f.srv = New(f.hold, f.store, Options{Now: func() time.Time { return now }}, slog.New(slog.DiscardHandler), f.reg)
-	f.h = NewHandler(f.srv, HandlerOptions{MaxBodyBytes: 1 << 16})
-	for _, v := range f.repo.Views {
-		f.setState(tb, v.Name, now.Add(-time.Minute))
-	}
+	f := &fixture{Fixture: servingtest.NewFixture(tb, loadODRepo(tb))}
+	f.srv = serving.New(f.Hold, f.Store, serving.Options{Now: func() time.Time { return now }}, f.Logger, f.Reg)
+	f.h = NewHandler(f.srv, HandlerOptions{MaxBodyBytes: 1 << 16}, f.Logger, f.Reg)
 	fresh, old := now.Add(-10*time.Minute), now.Add(-2*time.Hour)
-	f.put(tb, "user_stats", i64(1), fresh, i64(4), f64(float64(float32(0.3))))
-	f.put(tb, "user_stats", i64(2), fresh, i64(0), f64(2))
-	f.put(tb, "user_stats", i64(4), old, i64(9), f64(1))
-	f.put(tb, "user_flags", i64(1), fresh, feature.Value{Bool: true})
-	f.put(tb, "user_flags", i64(4), old, feature.Value{Bool: true})
-	f.put(tb, "route_stats", str("r1"), now.AddDate(0, -1, 0), f64(30))
+	f.Put(tb, "user_stats", i64(1), fresh, i64(4), f64(float64(float32(0.3))))
+	f.Put(tb, "user_stats", i64(2), fresh, i64(0), f64(2))
+	f.Put(tb, "user_stats", i64(4), old, i64(9), f64(1))
+	f.Put(tb, "user_flags", i64(1), fresh, feature.Value{Bool: true})
+	f.Put(tb, "user_flags", i64(4), old, feature.Value{Bool: true})
+	f.Put(tb, "route_stats", str("r1"), now.AddDate(0, -1, 0), f64(30))
 	return f
 }
 
@@ -151,8 +147,8 @@ func TestOnDemandHTTP(t *testing.T) {
 	v, _ = a.col(t, "clicks")
 	require.Equal(t, []any{4.0, 0.0, nil, nil}, v)
 
-	require.Equal(t, 1.0, f.counter(t, "sluice_feature_on_demand_failures_total", map[string]string{"view": "adj", "reason": "not_finite"}))
-	require.Equal(t, 1.0, f.counter(t, "sluice_feature_on_demand_failures_total", map[string]string{"view": "adj", "reason": "evaluation_failed"}))
+	require.Equal(t, 1.0, f.Counter(t, "sluice_feature_on_demand_failures_total", map[string]string{"view": "adj", "reason": "not_finite"}))
+	require.Equal(t, 1.0, f.Counter(t, "sluice_feature_on_demand_failures_total", map[string]string{"view": "adj", "reason": "evaluation_failed"}))
 }
 
 func TestOnDemandMissingRequestField(t *testing.T) {
@@ -174,11 +170,11 @@ func TestOnDemandMissingRequestField(t *testing.T) {
 func TestOnDemandBadRequests(t *testing.T) {
 	f := newODFixture(t)
 	for _, tc := range []struct{ name, body, reason string }{
-		{"wrong type", `{"features":["adj:eta_x"],"entities":{"user_id":[1],"route_id":["r1"],"factor":["fast"]}}`, ReasonInvalidRequestValue},
-		{"not a list", `{"features":["adj:eta_x"],"entities":{"user_id":[1],"route_id":["r1"],"factor":2}}`, ReasonInvalidRequestValue},
-		{"length", `{"features":["adj:eta_x"],"entities":{"route_id":["r1"],"factor":[1,2]}}`, ReasonEntityLengthMismatch},
-		{"unknown feature", `{"features":["adj:nope"],"entities":{"user_id":[1]}}`, ReasonUnknownFeature},
-		{"unknown key", `{"features":["adj:eta_x"],"entities":{"user_id":[1],"route_id":["r1"],"shop":[1]}}`, ReasonUnknownEntityKey},
+		{"wrong type", `{"features":["adj:eta_x"],"entities":{"user_id":[1],"route_id":["r1"],"factor":["fast"]}}`, serving.ReasonInvalidRequestValue},
+		{"not a list", `{"features":["adj:eta_x"],"entities":{"user_id":[1],"route_id":["r1"],"factor":2}}`, serving.ReasonInvalidRequestValue},
+		{"length", `{"features":["adj:eta_x"],"entities":{"route_id":["r1"],"factor":[1,2]}}`, serving.ReasonEntityLengthMismatch},
+		{"unknown feature", `{"features":["adj:nope"],"entities":{"user_id":[1]}}`, serving.ReasonUnknownFeature},
+		{"unknown key", `{"features":["adj:eta_x"],"entities":{"user_id":[1],"route_id":["r1"],"shop":[1]}}`, serving.ReasonUnknownEntityKey},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, body := f.post(t, "/get-online-features", tc.body)
@@ -192,7 +188,7 @@ func TestOnDemandBadRequests(t *testing.T) {
 
 func TestOnDemandGoAPIRequestContext(t *testing.T) {
 	f := newODFixture(t)
-	resp, err := f.srv.GetOnlineFeatures(t.Context(), &Request{
+	resp, err := f.srv.GetOnlineFeatures(t.Context(), &serving.Request{
 		Features:       []string{"adj:eta_x", "route_stats:eta"},
 		Entities:       map[string][]feature.Value{"route_id": {str("r1")}, "label": {str("not read by eta_x")}},
 		RequestContext: map[string][]feature.Value{"factor": {f64(0.25)}, "unused": {f64(1)}},
@@ -200,12 +196,12 @@ func TestOnDemandGoAPIRequestContext(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"route_id", "eta_x", "eta"}, resp.FeatureNames)
 	require.Equal(t, 7.5, resp.Results[1].Values[0].F64)
-	require.Equal(t, StatusPresent, resp.Results[1].Statuses[0])
+	require.Equal(t, serving.StatusPresent, resp.Results[1].Statuses[0])
 	require.Equal(t, now.AddDate(0, -1, 0), resp.Results[1].EventTimestamps[0], "a computed value has its newest input's timestamp")
 
 	// A Float32 request field is rounded to float32 as the JSON and gRPC
 	// edges and historical retrieval round it.
-	resp, err = f.srv.GetOnlineFeatures(t.Context(), &Request{
+	resp, err = f.srv.GetOnlineFeatures(t.Context(), &serving.Request{
 		Features:       []string{"adj:f32x"},
 		RequestContext: map[string][]feature.Value{"f32": {f64(0.1)}},
 	})
@@ -216,7 +212,7 @@ func TestOnDemandGoAPIRequestContext(t *testing.T) {
 
 func TestOnDemandGRPC(t *testing.T) {
 	f := newODFixture(t)
-	conn := serveGRPC(t, f.srv, GRPCOptions{MaxEntityRows: 100})
+	conn := serveGRPC(t, f.srv, GRPCOptions{MaxEntityRows: 100}, f.Logger, f.Reg)
 	c := feastpb.NewServingServiceClient(conn)
 	resp, err := c.GetOnlineFeatures(t.Context(), &feastpb.GetOnlineFeaturesRequest{
 		Kind: &feastpb.GetOnlineFeaturesRequest_Features{Features: &feastpb.FeatureList{Val: []string{"adj:eta_x", "adj:per_click"}}},
