@@ -1,6 +1,7 @@
-// Package jsonenc appends JSON string literals to byte slices without
-// reflection or allocation, for the hand-written response encoders of the
-// HTTP edges (httpapi and the feature server).
+// Package jsonenc appends JSON string literals, and float32 numbers in
+// their shortest form, to byte slices without reflection or allocation,
+// for the hand-written response encoders of the HTTP edges (httpapi and
+// the feature server).
 //
 // The output is always valid JSON: bytes that are not valid UTF-8 become
 // \ufffd (U+FFFD), so a client decoding the string gets each such byte as

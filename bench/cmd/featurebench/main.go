@@ -25,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,6 +52,9 @@ type config struct {
 	entities  int
 	iters     int
 	seconds   float64
+	// cpuProfile, when set, receives a CPU profile of the measured calls
+	// of the row profileRow ("store/path/shape"), client and server alike.
+	cpuProfile, profileRow string
 }
 
 func main() {
@@ -61,6 +65,8 @@ func main() {
 	flag.IntVar(&c.entities, "entities", 10_000, "rows (entities) of the 50-feature view's source")
 	flag.IntVar(&c.iters, "iters", 5000, "measured calls per row at most")
 	flag.Float64Var(&c.seconds, "seconds", 2, "measured seconds per row at most")
+	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of one row's measured calls to this file")
+	flag.StringVar(&c.profileRow, "profile-row", "embedded/HTTP/100×50", "the row -cpuprofile profiles: store/path/shape")
 	flag.Parse()
 	if err := run(context.Background(), c); err != nil {
 		fmt.Fprintln(os.Stderr, "featurebench:", err)
@@ -175,11 +181,18 @@ func (m cpuMeter) read() cpuReading {
 	return r
 }
 
-func measure(c config, m cpuMeter, fn func() error) (p50, p99, mean time.Duration, n int, cpu [2]time.Duration, redisOK bool, err error) {
+func measure(c config, m cpuMeter, profile string, fn func() error) (p50, p99, mean time.Duration, n int, cpu [2]time.Duration, redisOK bool, err error) {
 	for range 200 { // warm up
 		if err := fn(); err != nil {
 			return 0, 0, 0, 0, cpu, false, err
 		}
+	}
+	if profile != "" {
+		stop, err := startProfile(profile)
+		if err != nil {
+			return 0, 0, 0, 0, cpu, false, err
+		}
+		defer stop()
 	}
 	before := m.read()
 	ds := make([]time.Duration, 0, c.iters)
@@ -203,6 +216,25 @@ func measure(c config, m cpuMeter, fn func() error) (p50, p99, mean time.Duratio
 	}
 	slices.Sort(ds)
 	return ds[len(ds)/2], ds[(len(ds)*99)/100], total / calls, len(ds), cpu, redisOK, nil
+}
+
+// startProfile starts a CPU profile into the file path; stop ends it.
+func startProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			say("close %s: %v", path, err)
+		}
+		say("wrote CPU profile %s", path)
+	}, nil
 }
 
 // redisPID asks Redis for its process id (INFO server), so that its CPU
@@ -365,7 +397,11 @@ func (b *benchRun) add(store, path string, s shape, fn func() error) error {
 	if store != "redis" {
 		m.redisPID = 0
 	}
-	p50, p99, mean, n, cpu, redisOK, err := measure(b.c, m, fn)
+	profile := ""
+	if b.c.cpuProfile != "" && b.c.profileRow == store+"/"+path+"/"+s.String() {
+		profile = b.c.cpuProfile
+	}
+	p50, p99, mean, n, cpu, redisOK, err := measure(b.c, m, profile, fn)
 	if err != nil {
 		return fmt.Errorf("%s %s %s: %w", store, path, s, err)
 	}
@@ -505,7 +541,7 @@ func render(c config, rows, mat []row, haveRedis bool) string {
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
 		fmt.Fprintf(&b, "Load average when the report was written: %s (tail latencies on a busy machine measure the scheduler as much as Sluice; compare p50s across rows, and rerun on an idle machine for the targets).\n\n", strings.Join(strings.Fields(string(la))[:3], " "))
 	}
-	b.WriteString("`store.Read` is the bare online store; `in-process serving` adds the GetOnlineFeatures assembly (plan, freshness, decode), the answer left to the collector; `+ Release` gives each answer back (Server.Release), as the HTTP and gRPC edges do, so the next read reuses its memory; `HTTP` is POST /get-online-features on a loopback httptest server, including the client's request encoding; `raw go-redis pipeline` GETs the same keys with go-redis and decodes nothing (the floor).\n\n")
+	b.WriteString("`store.Read` is the bare online store; `in-process serving` adds the GetOnlineFeatures assembly (plan, freshness, decode), the answer left to the collector; `+ Release` gives each answer back (Server.Release), as the HTTP and gRPC edges do, so the next read reuses its memory; `HTTP` is POST /get-online-features on a loopback httptest server, client and server: the client's request (its JSON body encoded once, before the loop), the server's handler, and the client reading the whole answer, which it does not decode; `raw go-redis pipeline` GETs the same keys with go-redis and decodes nothing (the floor).\n\n")
 	b.WriteString("CPU is µs of CPU time per call over each row's measured calls: *Sluice CPU* is this whole process (`getrusage`): the client, and for the in-process rows the store, serving and the loopback HTTP server too, all in one process; *Redis CPU* is the Redis server's, from `/proc/PID/stat` (pid from `INFO server`; 10 ms ticks), shown when Redis runs on this machine.\n\n")
 	b.WriteString("## Online reads (µs)\n\n| store | path | entities×features | p50 | p99 | mean | calls | p99 / raw pipeline p99 | Sluice CPU | Redis CPU |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {

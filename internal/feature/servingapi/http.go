@@ -258,8 +258,13 @@ func writeErrorBody(w http.ResponseWriter, code int, reason, msg string) {
 	apierr.WriteError(w, code, reason, msg)
 }
 
+// writeJSON writes b, a whole JSON body, in one write. Its length goes in
+// Content-Length, so that a body over net/http's 2 KiB buffer is not sent
+// chunked (a chunk header per write, decoded by the client).
 func writeJSON(w http.ResponseWriter, b []byte) {
-	w.Header().Set("Content-Type", "application/json")
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b) //nolint:gosec // G705: JSON sent as application/json
 }
@@ -557,6 +562,7 @@ func appendResponse(b []byte, resp *serving.Response) []byte {
 			memo = make([]tsMemo, n)
 		}
 	}
+	var prev columnText
 	for i := range resp.Results {
 		c := &resp.Results[i]
 		if i > 0 {
@@ -565,25 +571,9 @@ func appendResponse(b []byte, resp *serving.Response) []byte {
 		b = append(b, `{"values":[`...)
 		b = appendValues(b, resp.Types[i], c.Values)
 		b = append(b, `],"statuses":[`...)
-		for j, st := range c.Statuses {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, quotedStatus(st)...)
-		}
+		b = prev.appendStatuses(b, c.Statuses)
 		b = append(b, `],"event_timestamps":[`...)
-		for j, ts := range c.EventTimestamps {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			if j < len(memo) {
-				b = memo[j].append(b, ts)
-				continue
-			}
-			b = append(b, '"')
-			b = serving.AppendTimestamp(b, ts)
-			b = append(b, '"')
-		}
+		b = prev.appendTimestamps(b, c.EventTimestamps, memo)
 		b = append(b, "]}"...)
 	}
 	return append(b, "]}\n"...)
@@ -782,16 +772,24 @@ func appendFloat(b []byte, f float64, bits int) []byte {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return append(b, "null"...)
 	}
-	// A whole number under 1e6 is its integer digits in the shortest 'g'
-	// form (from 1e6 on it takes an exponent); -0 keeps its sign below.
-	if f == math.Trunc(f) && f > -1e6 && f < 1e6 && (f != 0 || !math.Signbit(f)) {
+	start := len(b)
+	switch {
+	case bits == 32:
+		// Whole numbers included: jsonenc's path writes them as fast.
+		b = jsonenc.AppendFloat32(b, float32(f))
+	case f == math.Trunc(f) && f > -1e6 && f < 1e6 && (f != 0 || !math.Signbit(f)):
+		// A whole number under 1e6 is its integer digits in the shortest
+		// 'g' form (from 1e6 on it takes an exponent); -0 keeps its sign
+		// below.
 		b = strconv.AppendInt(b, int64(f), 10)
 		return append(b, ".0"...)
+	default:
+		b = strconv.AppendFloat(b, f, 'g', -1, bits)
 	}
-	start := len(b)
-	b = strconv.AppendFloat(b, f, 'g', -1, bits)
-	for _, c := range b[start:] {
-		if c == '.' || c == 'e' {
+	// A point or an exponent is near the end ("…5.25", "…e+06"): look
+	// there first.
+	for i := len(b) - 1; i >= start; i-- {
+		if c := b[i]; c == '.' || c == 'e' {
 			return b
 		}
 	}
