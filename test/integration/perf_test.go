@@ -18,6 +18,7 @@ import (
 // one row per level, throughput above zero, no errors, and the server-side
 // split filled from the statistics extension.
 func TestPerfAgainstRealServer(t *testing.T) {
+	// Not parallel: it measures throughput.
 	s := startServer(t, "--model-repository", filepath.Join(repoDir, "examples", "models"))
 	deadline := time.Now().Add(30 * time.Second)
 	for {

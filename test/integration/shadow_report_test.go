@@ -192,6 +192,7 @@ func fileURL(path string) string {
 // without console errors and shows the verdict, the gates, the slices and
 // its plots. The screenshot goes where docScreenshot puts it (docs/release/).
 func TestShadowReportInChromium(t *testing.T) {
+	t.Parallel()
 	chromium := findChromium(t)
 
 	key, err := diff.ParseSliceKey("header:x-region")
