@@ -11,7 +11,8 @@
 # ($(go env GOCACHE)/fuzz/<import path>/<Target>). `go test -fuzz` would
 # compile and link the binary again for every target; most of this
 # script's time was that. A binary that reports it was built without
-# coverage instrumentation fails the run: fuzzing it would be blind.
+# coverage instrumentation fails the run: fuzzing it would be blind. The
+# build skips go test's vet checks (-vet=off): make test runs go vet first.
 #
 # Minimizing a new input is capped at 1s: with a short -fuzztime, a
 # minimization still running when time is up fails the run with "context
@@ -65,7 +66,7 @@ for dir in $(cut -d' ' -f1 <<<"$targets" | sort -u); do
   importpath="$module"
   [ "$dir" = . ] || importpath="$module/$dir"
   bin="$work/$(tr / _ <<<"$importpath").test"
-  if ! go test -c -fuzz="^($(paste -sd'|' <<<"$names"))\$" -o "$bin" "./$dir" >"$out" 2>&1; then
+  if ! go test -c -vet=off -fuzz="^($(paste -sd'|' <<<"$names"))\$" -o "$bin" "./$dir" >"$out" 2>&1; then
     cat "$out"
     echo "fuzz: building ./$dir failed"
     status=1
