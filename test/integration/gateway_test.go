@@ -1424,7 +1424,8 @@ func gwMetric(text, series string) (float64, bool) {
 // online_store_unavailable; once Redis is back with its data, they work
 // again.
 func TestGatewayRedisDown(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it materializes the example's features into Redis at
+	// start, each write bounded by the store's 500 ms timeout.
 	port, dir := freePort(t), t.TempDir()
 	rs := gwStartRedis(t, port, dir)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)

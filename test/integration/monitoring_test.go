@@ -513,7 +513,8 @@ func monExampleFallback(t *testing.T) map[string]any {
 // reaches the webhook through Alertmanager's page route; Redis comes back
 // and the alert resolves, in Prometheus and at the webhook.
 func TestMonitoringPrometheusAlerts(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it materializes the example's features into Redis at
+	// start, each write bounded by the store's 500 ms timeout.
 	promtool := monNeed(t, "prometheus", "promtool")
 	monNeed(t, "prometheus", "prometheus") // before the chain starts: a missing package fails at once
 	amBin := monNeed(t, "prometheus-alertmanager", "prometheus-alertmanager", "alertmanager")
