@@ -19,9 +19,10 @@ build: ## build bin/sluice
 test: deps ## vet, lint, unit + integration tests with -race, then each fuzz target briefly
 	$(GO) vet $(PKGS)
 	"$$(scripts/install-golangci-lint.sh)" run
-	$(GO) test -race -shuffle=on -count=1 -timeout 20m $(PKGS)
+	# go vet above ran every analyzer go test would run again per package (-vet=off).
+	$(GO) test -vet=off -race -shuffle=on -count=1 -timeout 20m $(PKGS)
 	# Allocation guards build only without -race (the race detector drops pooled objects).
-	$(GO) test -count=1 -run 'Allocations' ./internal/batch/ ./internal/httpapi/ ./internal/feature/serving/ ./internal/feature/servingapi/ ./internal/shm/
+	$(GO) test -vet=off -count=1 -run 'Allocations' ./internal/batch/ ./internal/httpapi/ ./internal/feature/serving/ ./internal/feature/servingapi/ ./internal/shm/
 	@scripts/fuzz.sh $(FUZZTIME)
 
 test-short: ## the unit tier, no race detector: the integration, docs, deploy, browser and drill tiers are left out (docs/architecture.md, Test tiers)

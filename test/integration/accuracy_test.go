@@ -176,6 +176,7 @@ func accKey(name, version, slice, metric string) string {
 func accNoise(i int) float64 { return float64((i*37)%13-6) / 2 }
 
 func TestAccuracyEndToEnd(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	// Versions 1 and 2 share the traffic, sticky by order id.
 	c, tr := accStart(t, dir, map[string]any{
@@ -334,6 +335,7 @@ func accReadLog(t *testing.T, dir string) []*record.Record {
 }
 
 func TestAccuracyPendingSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	c, tr := accStart(t, dir, map[string]any{"accuracy": accService(nil)})
 	answers := accPredict(t, c, tr, 0, 30)
@@ -357,6 +359,7 @@ func TestAccuracyPendingSurvivesRestart(t *testing.T) {
 }
 
 func TestAccuracyGateRollsBackRegion(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	// Version 2 serves half of everyone; the other gates are loose (the
 	// halved confidence on long routes would trip the confidence gate
@@ -444,6 +447,7 @@ func TestAccuracyGateRollsBackRegion(t *testing.T) {
 // outcome posted to B, and the same outcome posted to A afterwards is a
 // duplicate.
 func TestAccuracyFleetJoin(t *testing.T) {
+	// Not parallel: it needs the shared NATS server's recording subjects to itself (relNATS).
 	relNATS(t)
 	fleet := fmt.Sprintf("accit%d", time.Now().UnixNano()%1_000_000_000)
 	start := func() *gwChain {
@@ -508,6 +512,7 @@ func TestAccuracyFleetJoin(t *testing.T) {
 // stored once NATS runs again or counted as dropped, none silently lost,
 // and outcomes then join every stored one.
 func TestAccuracyHungNATS(t *testing.T) {
+	// Not parallel: it bounds each prediction's latency while NATS hangs.
 	nats := natstest.Start(t)
 	dir := t.TempDir()
 	gw := relGateway(t, map[string]any{"accuracy": accService(nil)}, nil)

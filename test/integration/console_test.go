@@ -31,6 +31,7 @@ import (
 // there yet or SLUICE_UPDATE_SCREENSHOTS=1 (they are committed once, for
 // the docs). Finally `sluice status` reads the same admin port.
 func TestConsole(t *testing.T) {
+	t.Parallel()
 	browser := consoletest.NewBrowser(t) // first: without Chromium, fail (CI) or skip before starting anything
 	c := conStart(t)
 	code, body := conGet(t, c, "http://"+c.admin+"/console/")

@@ -58,6 +58,7 @@ func dashFamilies(text string) map[string]bool {
 // component's metrics, so scraping all three counts nothing twice, and
 // the banner names all three.
 func TestChainMetricsPorts(t *testing.T) {
+	t.Parallel()
 	c, modelsMetrics := dashChain(t)
 	ids := c.presentIDs(t)
 	if res, err := c.predict(t.Context(), "parcel-eta", gwBody(ids.users[0], ids.packages[0], ids.routes[0], 30, 0.5), gwAuth); err != nil || res.code != http.StatusOK {
@@ -200,6 +201,7 @@ var dashElsewhere = map[string]string{
 // event has not happened. Selecting one job and instance must still
 // return the gateway's series.
 func TestDashboardsReturnData(t *testing.T) {
+	t.Parallel()
 	monNeed(t, "prometheus", "promtool") // before the chain starts: a missing package fails at once
 	c, modelsMetrics := dashChain(t)
 

@@ -13,6 +13,7 @@ import (
 )
 
 func TestBadInputAnswers(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "--model-repository", "examples/models", "--max-request-bytes", "1048576")
 	base := "http://" + s.http
 	simple := func(in0 string) string {
@@ -86,6 +87,7 @@ func TestBadInputAnswers(t *testing.T) {
 }
 
 func TestRepoCheck(t *testing.T) {
+	t.Parallel()
 	run := func(dir string) (string, int) {
 		cmd := exec.Command(binPath, "repo", "check", "--backend-config", "onnxruntime,library="+ortLib, dir)
 		cmd.Dir = repoDir
@@ -118,6 +120,7 @@ func TestRepoCheck(t *testing.T) {
 }
 
 func TestProvenance(t *testing.T) {
+	t.Parallel()
 	var prov struct {
 		Version   string `json:"version"`
 		GitCommit string `json:"git_commit"`
@@ -154,6 +157,7 @@ func TestProvenance(t *testing.T) {
 }
 
 func TestMissingRuntimeNamesTheScript(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command(binPath, "serve", "--model-repository", "examples/models", "--address", "127.0.0.1",
 		"--http-port", "0", "--grpc-port", "0", "--metrics-port", "0")
 	cmd.Dir = repoDir

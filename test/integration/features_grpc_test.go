@@ -26,6 +26,7 @@ import (
 // reads, under the same credentials; /write-to-online-store needs operate
 // like /push; the gRPC calls are counted on /metrics.
 func TestFeatureServerGRPC(t *testing.T) {
+	t.Parallel()
 	const opsToken, readToken = "fs-grpc-ops-5b1e", "fs-grpc-read-77c0"
 	secFile := filepath.Join(t.TempDir(), "security.yaml")
 	mustWrite(t, secFile, fmt.Appendf(nil, "security:\n  tokens:\n    - {id: ops, token_sha256: %s, role: operate}\n    - {id: viewer, token_sha256: %s, role: read}\n",

@@ -28,6 +28,7 @@ import (
 // below (SIGHUP plus 8 s: eight polls of unchanged files after the
 // refused one) covers what the 30 s covered with its 10 s polls.
 func TestRefusedRetypeNeverGoesLive(t *testing.T) {
+	t.Parallel()
 	rd := startRedis(t, freePort(t))
 	repo := featureRepo(t, rd.port)
 	sluice := func(args ...string) (int, string) {

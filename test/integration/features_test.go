@@ -176,6 +176,7 @@ func readRoutes(t *testing.T, base string, ids ...int) (int, []byte) {
 // mid-test: reads answer 503 online_store_unavailable, and once Redis is
 // back the same server pushes and reads again without a restart.
 func TestFeatureServerSurvivesRedisRestart(t *testing.T) {
+	t.Parallel()
 	port := freePort(t)
 	rs := startRedis(t, port)
 	base := startFeatureServer(t, featureRepo(t, port))

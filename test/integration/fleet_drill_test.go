@@ -50,6 +50,7 @@ import (
 //     waits on it (every answer 200 within a second), the replicas notice
 //     by their pings and say so, and once it runs again they converge.
 func TestFleetDrill(t *testing.T) {
+	// Not parallel: it bounds request latency and how fast replicas converge.
 	nats, repo := flSharedState(t, "fleetit")
 
 	const minRequests = 150

@@ -476,6 +476,8 @@ func faultForwarded(proxies []*faultkserve.Proxy) []int64 {
 }
 
 func TestGatewayFault(t *testing.T) {
+	// Not parallel: its per-try timeouts (200 ms) must not fire on an
+	// endpoint slowed down by other tests.
 	// Three real model servers serving only `simple`, shared by the
 	// subtests; each subtest puts its own proxies and gateway in front. The
 	// subtests run one after the other: the hang test's 200ms per-try

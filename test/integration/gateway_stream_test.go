@@ -35,6 +35,7 @@ import (
 // The rule answers because the only model server is killed and the
 // service has fallback.on_upstream_failure.
 func TestGatewayFallbackReadsStreamFeature(t *testing.T) {
+	// Not parallel: the model server's health check times out after 500 ms.
 	ns := natstest.Start(t)
 	natsURL := ns.URL()
 	ns.Kill() // down at start: serve -c must not wait for it

@@ -787,6 +787,7 @@ func (c *gwChain) checkRateLimited(t *testing.T, body any, hdr map[string]string
 // below, and checks predictions, authentication, rate limits, routing, the
 // business fallback and graceful shutdown.
 func TestGatewayChain(t *testing.T) {
+	// Not parallel: its rate-limit burst and drain period are timed.
 	base := gwExample(t)
 	canaryMatch := map[string]any{"headers": []any{map[string]any{"name": "x-canary", "exact": "true"}}}
 	hotMatch := map[string]any{"entity_hash": map[string]any{"key": "user_id", "modulo": 100, "below": 10}}
@@ -1340,6 +1341,7 @@ func gwScan(ctx context.Context, addr, pattern string, unlink bool) (int, error)
 // TestGatewayRedisFeatures reads the features from the shared Redis under
 // a project of its own, and checks the anonymous per-IP limit.
 func TestGatewayRedisFeatures(t *testing.T) {
+	// Not parallel: its rate-limit burst is timed.
 	gwNeedRedis(t, gwSharedRedis)
 	project := fmt.Sprintf("gwit_%d", time.Now().UnixNano())
 	pattern := "sluice:" + project + ":*" // internal/feature/online/redis's layout
@@ -1422,6 +1424,8 @@ func gwMetric(text, series string) (float64, bool) {
 // online_store_unavailable; once Redis is back with its data, they work
 // again.
 func TestGatewayRedisDown(t *testing.T) {
+	// Not parallel: it materializes the example's features into Redis at
+	// start, each write bounded by the store's 500 ms timeout.
 	port, dir := freePort(t), t.TempDir()
 	rs := gwStartRedis(t, port, dir)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)

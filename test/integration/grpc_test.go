@@ -25,6 +25,7 @@ func dialGRPC(t *testing.T, addr string) *grpc.ClientConn {
 }
 
 func TestGRPC(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "--model-repository", "examples/models")
 	conn := dialGRPC(t, s.grpc)
 	client := inferencepb.NewGRPCInferenceServiceClient(conn)

@@ -83,10 +83,10 @@ func plainBinary(t *testing.T) string {
 		"build", "-o", "{out}", "./cmd/sluice")
 }
 
-// hostileStart is gwStart on the plain binary. The integration tests run
-// one at a time (none calls t.Parallel), so pointing binPath at the plain
-// binary for the length of one start is safe; the chain starter itself
-// stays the one every test shares.
+// hostileStart is gwStart on the plain binary. Its callers do not call
+// t.Parallel, and no parallel test runs while a test that does not is
+// running, so pointing binPath at the plain binary for the length of one
+// start is safe; the chain starter itself stays the one every test shares.
 func hostileStart(t *testing.T, repo string, gateway map[string]any) *gwChain {
 	t.Helper()
 	plain := plainBinary(t)
@@ -325,6 +325,7 @@ func (c *gwChain) metricsAddr(t *testing.T) string {
 // process's RSS is measured at rest after a warm-up, and its peak during
 // each attack must stay under rest + budget + allowance.
 func TestHostileLoad(t *testing.T) {
+	// Not parallel: it measures the server's memory, and points binPath at the plain binary for one start.
 	c := hostileStart(t, gwFeatureRepo(t, ""), hostileGateway(t))
 	pid := c.cmd.Process.Pid
 	ids := c.presentIDs(t)
@@ -680,6 +681,7 @@ var reloadedRe = regexp.MustCompile(`msg=reloaded(\s|$)`)
 // the broken file is refused while the running configuration keeps
 // serving.
 func TestSIGHUPDropsNothing(t *testing.T) {
+	// Not parallel: its rate limits are timed.
 	base := gwExample(t)
 	limited := func(rps int) map[string]any {
 		return map[string]any{
@@ -891,6 +893,7 @@ func TestSIGHUPDropsNothing(t *testing.T) {
 // feature server: 400 timestamp_in_future, nothing stored; a push for the
 // same route dated now is then accepted and read back.
 func TestFuturePush(t *testing.T) {
+	t.Parallel()
 	c := gwStart(t, gwFeatureRepo(t, ""), hostileGateway(t), gwKeyEnv...)
 	const route = 7
 	push := func(ts time.Time, distance float64) gwResult {

@@ -14,6 +14,7 @@ import (
 // of route ids by hash) are answered by parcel_eta_hot, the others by
 // parcel_eta_cold, both 200 with the model's outputs.
 func TestHotColdExampleServes(t *testing.T) {
+	t.Parallel()
 	c := conStartExample(t, "examples/parcel-eta-hotcold/sluice.yaml", "examples/parcel-eta-hotcold/models")
 	ids := c.presentIDs(t)
 	seen := map[string]int{}

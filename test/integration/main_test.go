@@ -1,5 +1,12 @@
 // Package integration_test drives the real sluice binary, built once per
 // run, against the example model repository with the real ONNX Runtime.
+//
+// Every test starts its own processes on free loopback ports with its own
+// temporary folders, and calls t.Parallel: most of a test's time is spent
+// waiting on processes, so running them side by side shortens the tier.
+// A test that bounds a latency, a timeout or an exit time, measures the
+// server, or needs a shared service to itself does not, and says why on
+// its first line: Go runs it alone, before the parallel ones.
 package integration_test
 
 import (

@@ -93,6 +93,7 @@ func setVersionPolicy(t *testing.T, base, model string, policy any) (int, []byte
 }
 
 func TestParcelETAMatchesPyTorch(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "--model-repository", "examples/models", "--model-control-mode", "explicit", "--load-model", "*")
 	base := "http://" + s.http
 	if code, body := setVersionPolicy(t, base, "parcel_eta", map[string]any{"all": map[string]any{}}); code != http.StatusOK {
@@ -121,6 +122,7 @@ func TestParcelETAMatchesPyTorch(t *testing.T) {
 }
 
 func TestDigitsAccuracyThroughServer(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "--model-repository", "examples/models")
 	var set struct {
 		Labels []int       `json:"labels"`
@@ -171,6 +173,7 @@ func TestDigitsAccuracyThroughServer(t *testing.T) {
 // send requests without pause: no request may fail, and every answer must
 // match exactly one version's reference outputs.
 func TestReloadUnderLoad(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "--model-repository", "examples/models", "--model-control-mode", "explicit", "--load-model", "parcel_eta")
 	base := "http://" + s.http
 	refs := map[string]reference{}
@@ -276,6 +279,7 @@ func repoIndex(t *testing.T, base string) []indexEntry {
 }
 
 func TestBrokenVersionKeepsOldServing(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name       string
 		break3     func(t *testing.T, model string)

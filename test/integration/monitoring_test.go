@@ -200,6 +200,7 @@ func withoutTritonNames(body []byte) []byte {
 // feature server run on their own, after some traffic (successes and
 // failures, so that labelled series exist).
 func TestMonitoringCheckMetrics(t *testing.T) {
+	t.Parallel()
 	promtool := monNeed(t, "prometheus", "promtool")
 	t.Run("ModelServer", func(t *testing.T) {
 		s := startServer(t, "--model-repository", "examples/models")
@@ -504,6 +505,8 @@ func monExampleFallback(t *testing.T) map[string]any {
 // reaches the webhook through Alertmanager's page route; Redis comes back
 // and the alert resolves, in Prometheus and at the webhook.
 func TestMonitoringPrometheusAlerts(t *testing.T) {
+	// Not parallel: it materializes the example's features into Redis at
+	// start, each write bounded by the store's 500 ms timeout.
 	promtool := monNeed(t, "prometheus", "promtool")
 	monNeed(t, "prometheus", "prometheus") // before the chain starts: a missing package fails at once
 	amBin := monNeed(t, "prometheus-alertmanager", "prometheus-alertmanager", "alertmanager")

@@ -84,6 +84,7 @@ func osInferParcel(t *testing.T, base string) (int, string) {
 // ensemble and a PyTorch model from a bucket, and no credential value in
 // any log line or error body.
 func TestBucketRepositories(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name  string
 		start func(testing.TB) *objstoretest.Server
@@ -172,6 +173,7 @@ func TestBucketRepositories(t *testing.T) {
 // A version 3 whose model file does not match its SHA256SUMS is refused
 // with version 2 still serving. No request fails.
 func TestBucketReloadUnderLoad(t *testing.T) {
+	t.Parallel()
 	srv := objstoretest.StartS3(t)
 	b := srv.Open(t, "")
 	osUpload(t, b, "models", "parcel_eta", "1")
@@ -242,6 +244,7 @@ func TestBucketReloadUnderLoad(t *testing.T) {
 // `sluice status` and the index say the repository is stale, and polling
 // resumes after. /config_dump and every log line are free of credentials.
 func TestBucketOutage(t *testing.T) {
+	t.Parallel()
 	srv := objstoretest.StartS3(t)
 	b := srv.Open(t, "")
 	osUpload(t, b, "models", "parcel_eta") // the example's service runs version 2

@@ -21,6 +21,7 @@ import (
 // one row per level, throughput above zero, no errors, and the server-side
 // split filled from the statistics extension.
 func TestPerfAgainstRealServer(t *testing.T) {
+	// Not parallel: it measures throughput.
 	s := startServer(t, "--model-repository", filepath.Join(repoDir, "examples", "models"))
 	harness.WaitFor(t, 30*time.Second, 50*time.Millisecond, "parcel_eta ready", func() (bool, string) {
 		code, _, _ := do(t, http.MethodGet, "http://"+s.http+"/v2/models/parcel_eta/ready", nil, nil)

@@ -19,6 +19,7 @@ import (
 // instead of waiting for its own busy instance. Before, every BLS request
 // failed with "not supported".
 func TestPythonBLS(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	for dst, src := range map[string]string{
 		"bls":          filepath.Join(repoDir, "internal/backend/python/testdata/models/bls"),
@@ -74,6 +75,7 @@ func TestPythonBLS(t *testing.T) {
 // custom_metrics test model) and reads them on the metrics port with the
 // model's labels. Before, MetricFamily raised "not supported" at load.
 func TestPythonCustomMetrics(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	if err := os.CopyFS(filepath.Join(repo, "custom_metrics"), os.DirFS(filepath.Join(repoDir, "internal/backend/python/testdata/models/custom_metrics"))); err != nil {
 		t.Fatal(err)
@@ -116,6 +118,7 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
 // coming as a last response without outputs. Before, exec(decoupled=True)
 // raised "not supported".
 func TestPythonBLSDecoupled(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	for _, m := range []string{"bls_decoupled", "square"} {
 		if err := os.CopyFS(filepath.Join(repo, m), os.DirFS(filepath.Join(repoDir, "internal/backend/python/testdata/models", m))); err != nil {

@@ -23,6 +23,7 @@ import (
 // with triton_final_response. Before, decoupled models were refused at
 // load.
 func TestPythonDecoupledStreams(t *testing.T) {
+	t.Parallel()
 	s := startServerCmd(t, "model-server", "--model-repository", "internal/backend/python/testdata/models",
 		"--model-control-mode", "explicit", "--load-model", "repeat", "--load-model", "square", "--load-model", "params")
 	base := "http://" + s.http

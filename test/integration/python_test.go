@@ -124,6 +124,7 @@ func pyOutputs(t *testing.T, body []byte) map[string][]any {
 }
 
 func TestPythonModelsHTTPAndGRPC(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "--model-repository", pyRepo)
 	base := "http://" + s.http
 	ctx := t.Context()
@@ -312,6 +313,7 @@ func pyLoad(base, model string, workers, perWorker int, stop <-chan struct{}, ch
 }
 
 func TestPythonDynamicBatching(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "--model-repository", pyRepo, "--model-control-mode", "explicit", "--load-model", "batcher")
 	base := "http://" + s.http
 	var maxRequests atomic.Int64
@@ -356,6 +358,7 @@ func TestPythonDynamicBatching(t *testing.T) {
 }
 
 func TestPythonWorkerKillUnderLoad(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "--model-repository", pyRepo, "--model-control-mode", "explicit", "--load-model", "batcher")
 	base := "http://" + s.http
 	before := pyWorkers(t, s, "batcher")
@@ -426,6 +429,7 @@ func grepLines(s, sub string) string {
 }
 
 func TestPythonUnloadStopsWorkers(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "--model-repository", pyRepo, "--model-control-mode", "explicit", "--load-model", "batcher", "--load-model", "add_sub_fp32")
 	base := "http://" + s.http
 	pids := pyWorkers(t, s, "batcher")
@@ -452,6 +456,7 @@ func TestPythonUnloadStopsWorkers(t *testing.T) {
 }
 
 func TestPythonReloadUnderLoad(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	dir := filepath.Join(repo, "batcher")
 	if err := os.CopyFS(dir, os.DirFS(filepath.Join(repoDir, pyRepo, "batcher"))); err != nil {
@@ -530,6 +535,7 @@ func TestPythonReloadUnderLoad(t *testing.T) {
 // qa/L0_parameters/parameters_test.py (test_http_parameter,
 // test_grpc_parameter with test.sh's TEST_HEADER=test_headers flags).
 func TestPythonRequestParameters(t *testing.T) {
+	t.Parallel()
 	// The backend's own test model (its folder holds broken models too:
 	// only this one is loaded).
 	s := startServerCmd(t, "model-server", "--model-repository", "internal/backend/python/testdata/models",

@@ -12,6 +12,7 @@ import (
 // out of rotation), while its own readiness says it is not; Triton's
 // strict readiness is one config key or flag away, and the flag wins.
 func TestChainReadiness(t *testing.T) {
+	t.Parallel()
 	broken := t.TempDir()
 	mustWrite(t, filepath.Join(broken, "broken", "config.pbtxt"), []byte(`name: "broken"
 platform: "onnxruntime_onnx"

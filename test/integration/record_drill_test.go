@@ -403,6 +403,7 @@ func drNoDrops(t *testing.T, metrics string, st record.WriterStats) {
 // spool and are drained once the broker is back; the stream then holds
 // every answered request exactly once.
 func TestRecordDrillBrokerKilled(t *testing.T) {
+	// Not parallel: 100 requests/s for 30 s, every answer counted.
 	srv := natstest.Start(t)
 	c := drStart(t, drGateway(t, srv.URL(), t.TempDir(), nil))
 	ids := c.presentIDs(t)
@@ -456,6 +457,7 @@ func TestRecordDrillBrokerKilled(t *testing.T) {
 // holds every answered request exactly once (what the hung broker took
 // before the gateway gave up is deduplicated).
 func TestRecordDrillBrokerHungAcrossSIGTERM(t *testing.T) {
+	// Not parallel: it bounds the exit time after SIGTERM.
 	srv := natstest.Start(t)
 	c := drStart(t, drGateway(t, srv.URL(), t.TempDir(), nil))
 	ids := c.presentIDs(t)
@@ -518,6 +520,7 @@ func TestRecordDrillBrokerHungAcrossSIGTERM(t *testing.T) {
 // the policy. With the broker back, the next start publishes exactly the
 // spooled records: accepted = stored + dropped_by_policy.
 func TestRecordDrillSpoolFull(t *testing.T) {
+	// Not parallel: it bounds the exit time after SIGTERM.
 	srv := natstest.Start(t)
 	const maxBytes = 256 << 10
 	c := drStart(t, drGateway(t, srv.URL(), t.TempDir(), map[string]any{"max_bytes": maxBytes, "full": "drop_newest"}))

@@ -596,6 +596,7 @@ func relCheckDiff(t *testing.T, code int, res *diff.Result) {
 }
 
 func TestReleaseShadowDiff(t *testing.T) {
+	t.Parallel()
 	recDir := t.TempDir()
 	gateway := relGateway(t,
 		map[string]any{"shadow": map[string]any{"version": "2", "percent": 100, "key": "order_id", "timeout": "5s"}},
@@ -638,6 +639,7 @@ type relRolloutStatus struct {
 }
 
 func TestReleaseRollout(t *testing.T) {
+	t.Parallel()
 	groups := func(name, header, value string) []any {
 		return []any{map[string]any{"name": name, "headers": []any{map[string]any{"name": header, "exact": value}}}}
 	}
@@ -822,6 +824,7 @@ func relSweepLeftovers(t *testing.T, js jetstream.JetStream) {
 }
 
 func TestReleaseShadowNATS(t *testing.T) {
+	// Not parallel: it needs the shared NATS server's recording subjects to itself (relNATS).
 	js := relNATS(t)
 	var b [5]byte
 	_, _ = rand.Read(b[:])

@@ -37,6 +37,7 @@ const responseRepo = "test/integration/testdata/response_models"
 // a huge output reached 4.9 GB) to a 64 MiB budget, 8 MB echoes to 8
 // clients and 240 MB outputs to 2: without the fix both exceed the bound.
 func TestResponsesInsideBudget(t *testing.T) {
+	// Not parallel: it measures the server's memory, and points binPath at the plain binary for one start.
 	const budget = 64 << 20
 	sec := filepath.Join(t.TempDir(), "sluice.yaml")
 	if err := os.WriteFile(sec, []byte("security:\n  memory_budget_bytes: "+strconv.Itoa(budget)+"\n"), 0o600); err != nil {

@@ -25,6 +25,7 @@ import (
 //     follows: both replicas agree on the state and its revision, with
 //     one rollback in their history.
 func TestRolloutNATSHung(t *testing.T) {
+	// Not parallel: it bounds request and status latency while NATS hangs.
 	nats, repo := flSharedState(t, "hangit")
 	const svcA, svcB = "hang-a", "hang-b"
 	base := gwExample(t)

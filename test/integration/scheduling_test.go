@@ -79,6 +79,7 @@ func argmax(v []float64) int {
 // to the digits_pipeline ensemble (digits_preprocess, then digits) and
 // checks it predicts what digits predicts on the scaled images.
 func TestEnsembleDigitsPipeline(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "--model-repository", "examples/models")
 	base := "http://" + s.http
 	var set struct {
@@ -177,6 +178,7 @@ func TestEnsembleDigitsPipeline(t *testing.T) {
 // with response_cache enabled: the second is answered from the cache, which
 // the statistics show.
 func TestResponseCacheSkipsExecution(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	copyModel(t, repo, "simple", "response_cache { enable: true }")
 	s := startServer(t, "--model-repository", repo, "--cache-size", "1048576")
@@ -226,6 +228,7 @@ func TestResponseCacheSkipsExecution(t *testing.T) {
 // TestStatisticsAddUp sends requests of batch sizes 1 to 3 at once to a
 // model with dynamic batching and checks Triton's counters agree.
 func TestStatisticsAddUp(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	copyModel(t, repo, "simple", "dynamic_batching { max_queue_delay_microseconds: 50000 }")
 	s := startServer(t, "--model-repository", repo)

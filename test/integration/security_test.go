@@ -306,6 +306,7 @@ func secGateway(t *testing.T, extra map[string]any) map[string]any {
 // TestSecurityTokens runs one chain with operator tokens and drives every
 // state-changing endpoint of every listener with each credential.
 func TestSecurityTokens(t *testing.T) {
+	t.Parallel()
 	gw := secGateway(t, nil)
 	gw["services"].([]any)[0].(map[string]any)["rollout"] = map[string]any{
 		"stable":    map[string]any{"version": "1"},
@@ -699,6 +700,7 @@ func secDialTLS(t *testing.T, addr string, cfg *tls.Config) *grpc.ClientConn {
 // gateway, Triton's restricted APIs on the model server) and swaps the
 // gateway's certificate on disk.
 func TestSecurityTLS(t *testing.T) {
+	t.Parallel()
 	pki := newSecPKI(t)
 	grpcAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	gwTLS := pki.block("gateway")
@@ -1111,6 +1113,7 @@ func secExampleCopy(t *testing.T, ports map[int]int, featureRepo string) []byte 
 // that only the gateway faces the network; then checks that a copy whose
 // admin port leaves loopback without a token is refused.
 func TestSecurityExampleConfig(t *testing.T) {
+	t.Parallel()
 	ports := map[int]int{}
 	for _, p := range []int{8000, 8001, 8002, 6566, 8080, 8081, 9901} {
 		ports[p] = freePort(t)
@@ -1225,6 +1228,7 @@ func runBounded(ctx context.Context, cmd *exec.Cmd) error {
 // interface without credentials: the feature server refuses writes and
 // says so; the model server keeps Triton's open repository API and warns.
 func TestSecurityStandalone(t *testing.T) {
+	t.Parallel()
 	// The operate token from a --security-config file, by its hash.
 	secFile := filepath.Join(t.TempDir(), "security.yaml")
 	mustWrite(t, secFile, fmt.Appendf(nil, "security:\n  tokens: [{id: ops, token_sha256: %s, role: operate}]\n", authz.HashToken(secOpsToken)))

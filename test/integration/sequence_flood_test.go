@@ -31,6 +31,7 @@ import (
 // The flood comes from 127.0.0.1, the other client from 127.0.0.2: both
 // anonymous, so each is counted by its address.
 func TestSequenceFloodDoesNotLockOthers(t *testing.T) {
+	// Not parallel: the contended idle timeout it relies on is 1 s.
 	repo := t.TempDir()
 	dir := filepath.Join(repo, "acc_flood", "1")
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -211,6 +211,7 @@ func interleaved(a, b any) []seqStep {
 }
 
 func TestSequenceBatching(t *testing.T) {
+	// Not parallel: it checks what the idle timeout keeps and drops.
 	s := startServer(t, "--model-repository", sequenceRepo(t))
 	base := "http://" + s.http
 	client := inferencepb.NewGRPCInferenceServiceClient(dialGRPC(t, s.grpc))

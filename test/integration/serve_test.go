@@ -39,6 +39,7 @@ func simpleInputs(t *testing.T) (in0, in1 []float64) {
 }
 
 func TestServeExamples(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "--model-repository", "examples/models")
 	t.Logf("start-up to live: %v", s.startup)
 	base := "http://" + s.http

@@ -188,6 +188,9 @@ func fileURL(path string) string {
 // without console errors and shows the verdict, the gates, the slices and
 // its plots. The screenshot goes where docScreenshot puts it (docs/release/).
 func TestShadowReportInChromium(t *testing.T) {
+	// Not parallel: with Chromium slowed down by the tests beside it,
+	// chromedp once polled the report in the execution context of the page
+	// before it ("Cannot find context with specified id").
 	chromium := findChromium(t)
 
 	key, err := diff.ParseSliceKey("header:x-region")

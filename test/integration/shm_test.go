@@ -30,6 +30,7 @@ import (
 // status, the process lives, and other clients' inferences answer 200
 // throughout.
 func TestSharedMemoryShrunkObject(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "--model-repository", tritonRepo(t), "--allow-client-shm")
 	base := "http://" + s.http
 	client := inferencepb.NewGRPCInferenceServiceClient(dialGRPC(t, s.grpc))
@@ -157,6 +158,7 @@ func TestSharedMemoryShrunkObject(t *testing.T) {
 // (qa/L0_shared_memory test_client_shm_disabled_by_default): register
 // refused with Triton's words, status lists nothing.
 func TestSharedMemoryOffByDefault(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "--model-repository", tritonRepo(t))
 	base := "http://" + s.http
 	code, _, b := do(t, http.MethodPost, base+"/v2/systemsharedmemory/region/dummy_data/register", []byte(`{"key":"/dummy_data","byte_size":8}`), nil)

@@ -408,6 +408,7 @@ func directCount(evs []logEvent, route string, at time.Time) (int64, float64) {
 // server must answer the same values as the two replicas' at every
 // moment.
 func TestStreamAggregationsOnlineEqualOffline(t *testing.T) {
+	t.Parallel()
 	ns := natstest.Start(t)
 	rd := startRedis(t, freePort(t))
 	repo := streamRepo(t, ns.URL(), rd.port, fmt.Sprintf("stream_%d", time.Now().UnixNano()), "replicas")
@@ -520,6 +521,7 @@ func TestStreamAggregationsOnlineEqualOffline(t *testing.T) {
 // parcel.deliveries, two of them late, are served as the route's count,
 // mean and max.
 func TestStreamExampleInFeatureServer(t *testing.T) {
+	t.Parallel()
 	ns := natstest.Start(t)
 	dir := t.TempDir()
 	src := filepath.Join(repoDir, "examples/parcel-eta/features")

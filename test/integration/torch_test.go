@@ -129,6 +129,7 @@ func outputDiff(t *testing.T, r v2Response, want map[string][][]float64) float64
 }
 
 func TestTorchScriptModel(t *testing.T) {
+	t.Parallel()
 	ref := loadTorchReference(t)
 	s := startServer(t, "--model-repository", copyTorchRepo(t), "--model-control-mode", "explicit", "--load-model", "ts_addsub")
 	base := "http://" + s.http
@@ -197,6 +198,7 @@ func TestTorchScriptModel(t *testing.T) {
 // on the Python worker (the shim's path pointing nowhere), and the load log
 // names the engine that runs it.
 func TestTorchScriptEngines(t *testing.T) {
+	t.Parallel()
 	ref := loadTorchReference(t)
 	for _, tc := range []struct {
 		name, engine string
@@ -229,6 +231,7 @@ func TestTorchScriptEngines(t *testing.T) {
 // model with dynamic batching reach the built-in as one execute(requests)
 // call, run as one forward() and each caller gets its own rows back.
 func TestTorchBatchesSplitPerRequest(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "--model-repository", copyTorchRepo(t), "--model-control-mode", "explicit", "--load-model", "ts_addsub")
 	base := "http://" + s.http
 	const clients, perClient, rounds = 16, 10, 5
@@ -292,6 +295,7 @@ func TestTorchBatchesSplitPerRequest(t *testing.T) {
 // TestTorchExampleModels serves the example repository's PyTorch copies of
 // parcel_eta (TorchScript and state_dict) and compares them with PyTorch.
 func TestTorchExampleModels(t *testing.T) {
+	t.Parallel()
 	var ref reference
 	if err := json.Unmarshal(readFile(t, "examples/reference/parcel_eta_torch.json"), &ref); err != nil {
 		t.Fatal(err)
@@ -319,6 +323,7 @@ func TestTorchExampleModels(t *testing.T) {
 // matching version loads and serves; a new version from another commit is
 // refused with model_git_mismatch and the old version keeps serving.
 func TestTorchStateDictCommitPin(t *testing.T) {
+	t.Parallel()
 	ref := loadTorchReference(t)
 	repo := copyTorchRepo(t)
 	s := startServer(t, "--model-repository", repo, "--model-control-mode", "explicit", "--load-model", "sd_mlp",
@@ -370,6 +375,7 @@ func TestTorchStateDictCommitPin(t *testing.T) {
 // TestTorchStateDictLoadsNewVersion: without a pin, a new version with new
 // weights swaps in and answers with them.
 func TestTorchStateDictLoadsNewVersion(t *testing.T) {
+	t.Parallel()
 	ref := loadTorchReference(t)
 	repo := copyTorchRepo(t)
 	s := startServer(t, "--model-repository", repo, "--model-control-mode", "explicit", "--load-model", "sd_mlp")
@@ -391,6 +397,7 @@ func TestTorchStateDictLoadsNewVersion(t *testing.T) {
 // refused with a reason that says what to save instead; the old version
 // keeps serving.
 func TestTorchFullPickleRefused(t *testing.T) {
+	t.Parallel()
 	ref := loadTorchReference(t)
 	repo := copyTorchRepo(t)
 	s := startServer(t, "--model-repository", repo, "--model-control-mode", "explicit", "--load-model", "sd_mlp")
@@ -424,6 +431,7 @@ func TestTorchFullPickleRefused(t *testing.T) {
 // models and reports a broken model.py and a state_dict that does not fit
 // its class at file:line:col.
 func TestRepoCheckPythonModels(t *testing.T) {
+	t.Parallel()
 	run := func(dir string) (string, int) {
 		cmd := exec.Command(binPath, "repo", "check", "--backend-config", "onnxruntime,library="+ortLib, dir)
 		cmd.Dir = repoDir

@@ -13,6 +13,7 @@ import (
 // the feature server returns its trace id, and the spans of that trace
 // are in the file when the process stops.
 func TestChainTracesToAFile(t *testing.T) {
+	t.Parallel()
 	spans := filepath.Join(t.TempDir(), "spans.jsonl")
 	base := gwExample(t)
 	gateway := map[string]any{

@@ -123,6 +123,7 @@ func f32le(vals ...float32) []byte {
 // TestTritonCompat drives the Triton features of issue 16 part B through
 // the real binary and ONNX Runtime, over HTTP and gRPC.
 func TestTritonCompat(t *testing.T) {
+	t.Parallel()
 	repo := tritonRepo(t)
 	// --allow-client-shm: client shared memory is off by default, as in Triton.
 	s := startServer(t, "--model-repository", repo, "--allow-client-shm")

@@ -81,6 +81,7 @@ output [
 // whose optional input was not produced runs without it
 // (qa/L0_optional_input test_ensemble_optional_connecting_tensor).
 func TestEnsemblePartialOutputs(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	sprintf := func(opt string) string { return strings.ReplaceAll(twoInTwoOut, "%[1]s", opt) }
 	writeFiles(t, repo, map[string]string{
@@ -139,6 +140,7 @@ ensemble_scheduling { step [ {
 // model's output is the running sum of the batch's inputs up to that row,
 // so each answer tells where its request sat in the batch.
 func TestStreamRequestsBatchedInOrder(t *testing.T) {
+	t.Parallel()
 	const n = 16
 	repo := t.TempDir()
 	writeModel(t, repo, "cumsum", onnxgen.Model{
@@ -196,6 +198,7 @@ dynamic_batching { preferred_batch_size: [ %d ] max_queue_delay_microseconds: 60
 // Triton does (qa/L0_implicit_state, trial v: gen_qa_implicit_models.py
 // makes such states of dims [-1]); it was refused at load before.
 func TestImplicitStateVariableDimsWithoutInitialState(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	m := onnxgen.Accumulator(0)
 	for i := range m.Inputs {
@@ -244,6 +247,7 @@ sequence_batching {
 // autofill_noplatform_success/onnx/cpu_instance expects count: 2), with
 // or without config.pbtxt; a Python model's stays 1; a count given is kept.
 func TestOnnxDefaultCPUInstanceCountIsTwo(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	onnx := readFile(t, "examples/models/simple/1/model.onnx")
 	pyCfg := `backend: "python"

@@ -64,6 +64,7 @@ func inferJSON(t *testing.T, base, model string, body string) (int, v2Out, strin
 // requests of [batch, 1] (the config's dims are what clients send and
 // get).
 func TestScalarTensorsDeclaredAsOne(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	writeModel(t, repo, "scalar", doubler(), `name: "scalar"
 backend: "onnxruntime"
@@ -128,6 +129,7 @@ output { name: "S" data_type: TYPE_FP32 dims: [ 1 ] }
 // requests may leave it out (the initializer is used) or give it
 // (Triton's qa/L0_optional_input: optional inputs may be omitted).
 func TestOptionalInitializerInput(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	bias := onnxgen.Model{
 		Inputs: []onnxgen.Value{
@@ -182,6 +184,7 @@ output { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] }
 // OUTPUT is split back by each request's INPUT shape
 // (BATCH_SCATTER_WITH_INPUT_SHAPE).
 func TestRaggedBatchInputOutput(t *testing.T) {
+	t.Parallel()
 	repo := t.TempDir()
 	writeModel(t, repo, "ragged", onnxgen.Model{
 		Inputs: []onnxgen.Value{

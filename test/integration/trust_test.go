@@ -130,6 +130,7 @@ func trustProxyChain(t *testing.T, edit func(gw, cfg map[string]any)) *gwChain {
 }
 
 func TestProxyLendsNoTrust(t *testing.T) {
+	t.Parallel()
 	// An object in /dev/shm the model server's user can open: what the
 	// attacker registered in the report.
 	shmName := fmt.Sprintf("/sluice-it-trust-%d", os.Getpid())
@@ -252,6 +253,7 @@ func TestProxyLendsNoTrust(t *testing.T) {
 // needs the token even though the model server opens nothing to local
 // processes... and its audit line names the client and its address.
 func TestProxyForwardsTheClient(t *testing.T) {
+	t.Parallel()
 	c := trustProxyChain(t, func(gw, cfg map[string]any) {
 		gw["proxy"].(map[string]any)["allow_apis"] = []string{"model-repository"}
 		cfg["security"] = map[string]any{"tokens": []any{
@@ -288,6 +290,7 @@ func TestProxyForwardsTheClient(t *testing.T) {
 // prediction served to it-main; nothing is stored, so it-main's later
 // outcome joins, and the accuracy is the true one.
 func TestOutcomeOwnership(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	gw := relGateway(t, map[string]any{"accuracy": accService(nil)}, nil)
 	gw["clients"] = append(gw["clients"].([]any), map[string]any{"id": "demo", "api_key": "${" + gwLimitedKeyEnv + "}"})
@@ -334,6 +337,7 @@ func TestOutcomeOwnership(t *testing.T) {
 // behind a service (kserve_grpc), the proxy (kserve_http) and the gRPC
 // edge answer 5xx bodies that name neither the host nor the port.
 func TestUpstreamNamesScrubbed(t *testing.T) {
+	t.Parallel()
 	deadGRPC, deadHTTP := freePort(t), freePort(t)
 	grpcPort := freePort(t)
 	gw := secGateway(t, nil)

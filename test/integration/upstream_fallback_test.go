@@ -28,6 +28,7 @@ import (
 //   - once the model servers are back on their ports, the model answers
 //     again within a few health-check intervals.
 func TestFallbackWhenEveryModelServerDies(t *testing.T) {
+	// Not parallel: answers are bounded by the 2 s route timeout.
 	const routeTimeout = 2 * time.Second
 	ports := []int{freePort(t), freePort(t)}
 	startModels := func() []*server {

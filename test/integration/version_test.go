@@ -15,6 +15,7 @@ import (
 // so the build here asks for the default explicitly (-buildvcs=true) and
 // fails, never skips, when no stamp comes out.
 func TestVersionFromPlainBuild(t *testing.T) {
+	t.Parallel()
 	bin := filepath.Join(t.TempDir(), "sluice")
 	build := exec.CommandContext(t.Context(), "go", "build", "-buildvcs=true", "-o", bin, "./cmd/sluice")
 	build.Dir = repoDir

@@ -10,11 +10,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -63,15 +66,82 @@ func (e Env) Build(out, pkg string, flags ...string) error {
 	return nil
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port that was free a moment ago, for a
+// process the test starts to bind. The port is below the kernel's
+// ephemeral range (net.ipv4.ip_local_port_range), where outgoing
+// connections take their local ports from, so a connection opened by any
+// test between this call and the bind cannot take it; and no port is
+// returned twice in one test binary, so tests running in parallel never
+// get the same one. Where the range leaves no room below it, the kernel
+// picks the port (127.0.0.1:0).
 func FreePort(tb testing.TB) int {
 	tb.Helper()
-	ln, err := new(net.ListenConfig).Listen(tb.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	lc := new(net.ListenConfig)
+	lo, hi := belowEphemeral()
+	for range 200 {
+		if hi <= lo {
+			break
+		}
+		p := lo + rand.IntN(hi-lo) //nolint:gosec // a port to try, not a secret
+		if !ports.take(p) {
+			continue
+		}
+		ln, err := lc.Listen(tb.Context(), "tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue // in use: it stays taken, and another is tried
+		}
+		_ = ln.Close()
+		return p
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	for {
+		ln, err := lc.Listen(tb.Context(), "tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		_ = ln.Close()
+		if ports.take(p) {
+			return p
+		}
+	}
+}
+
+// portLow is where FreePort's ports start: above the well-known ports and
+// the usual fixed service ports (Redis 6379, NATS 4222, 8000–9999).
+const portLow = 20000
+
+// belowEphemeral is the range [lo, hi) FreePort picks from: from portLow
+// up to the start of the ephemeral range.
+func belowEphemeral() (lo, hi int) {
+	hi = 32768 // Linux's default start
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				hi = n
+			}
+		}
+	}
+	return portLow, hi
+}
+
+// ports are the ports FreePort has returned or found in use.
+var ports = portSet{m: map[int]bool{}}
+
+type portSet struct {
+	mu sync.Mutex // protects m
+	m  map[int]bool
+}
+
+// take marks p taken and reports whether it was free of this process's
+// earlier picks.
+func (s *portSet) take(p int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m[p] {
+		return false
+	}
+	s.m[p] = true
+	return true
 }
 
 // SyncBuffer is a bytes.Buffer a process writes while a test reads it.

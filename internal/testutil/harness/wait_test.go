@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"net"
 	"testing"
 	"time"
 )
@@ -43,5 +44,25 @@ func TestWaitForFailsWithTheLastState(t *testing.T) {
 	}()
 	if want := "never: not within 20ms; last state: still no"; rec.msg != want {
 		t.Fatalf("Fatalf message %q, want %q", rec.msg, want)
+	}
+}
+
+func TestFreePortBelowEphemeralAndNeverTwice(t *testing.T) {
+	lo, hi := belowEphemeral()
+	seen := map[int]bool{}
+	for range 50 {
+		p := FreePort(t)
+		if seen[p] {
+			t.Fatalf("port %d returned twice", p)
+		}
+		seen[p] = true
+		if hi > lo && (p < lo || p >= hi) {
+			t.Errorf("port %d outside [%d, %d), below the ephemeral range", p, lo, hi)
+		}
+		ln, err := new(net.ListenConfig).Listen(t.Context(), "tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			t.Fatalf("port %d from FreePort: %v", p, err)
+		}
+		_ = ln.Close()
 	}
 }
