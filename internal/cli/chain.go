@@ -200,7 +200,7 @@ func (c *chain) startFeatures(ctx context.Context) error {
 			return err
 		}
 	}
-	run := featureRun{tolerance: serving.DefaultEventTimeTolerance, exitTimeout: c.f.exitTimeout}
+	run := featureRun{tolerance: serving.DefaultEventTimeTolerance}
 	fs, err := startFeatureServer(ctx, fc, run, fc.TLS, c.gd, c.logger, c.regs.features)
 	if err != nil {
 		return err
@@ -360,7 +360,7 @@ func (c *chain) signatures(remote *kserve.Client) gateway.SignatureFunc {
 // the gateway closes it (on a failed New as on Close).
 func (c *chain) newGateway(ctx context.Context, remote *kserve.Client, errLog io.Writer) (*chainGateway, error) {
 	gc, logger, reg := c.cfg.Gateway, c.logger, c.regs.process
-	cg := &chainGateway{drain: gc.DrainPeriod.Std(), exitAfter: c.f.exitTimeout, logger: logger}
+	cg := &chainGateway{drain: gc.DrainPeriod.Std(), exitAfter: gc.ExitTimeout.Std(), logger: logger}
 	opts := gateway.Options{
 		Remote: remote,
 		// One client per kserve_grpc backend with a tls block.
