@@ -310,3 +310,18 @@ func docLine(t *testing.T, file, prefix string) string {
 	t.Fatalf("docs/%s has no line starting %q", file, prefix)
 	return ""
 }
+
+// TestFlagsIgnoredUnderConfig: serve -c names the flags given that the
+// file replaces, and none of those that apply under it.
+func TestFlagsIgnoredUnderConfig(t *testing.T) {
+	cmd, _ := serveCommand("serve", "")
+	require.NoError(t, cmd.ParseFlags([]string{
+		"-c", "s.yaml", "--materialize=false", "--log-format", "text", "--log-level", "warn", "--ports-file", "p",
+		"--backend-config", "onnxruntime,library=x", "--strict-readiness=false",
+		"--server-name", "x", "--exit-timeout-secs", "1", "--allow-metrics=false",
+	}))
+	require.Equal(t, []string{"--allow-metrics", "--exit-timeout-secs", "--server-name"}, flagsIgnoredUnderConfig(cmd.Flags()))
+	cmd, _ = serveCommand("serve", "")
+	require.NoError(t, cmd.ParseFlags([]string{"-c", "s.yaml", "--log-level", "debug"}))
+	require.Empty(t, flagsIgnoredUnderConfig(cmd.Flags()))
+}
