@@ -31,9 +31,7 @@ gateway: {exit_timeout: 0s}
 `), nil)
 	require.NoError(t, err)
 	m := cfg.ModelServer
-	want := NewModelServer()
-	want.ModelRepository = []string{"m"}
-	want.Address, want.StrictReadiness = DefaultChainAddress, new(false)
+	want := chainModelServer("m")
 	want.ExitOnError, want.ModelGitCommit = true, map[string]string{"parcel_eta": "abc1234"}
 	want.ExitTimeout, want.CacheSize, want.TritonMetrics = 0, 1<<20, new(false)
 	want.ServerName, want.ServerVersion = "triton", "2.50.0"
@@ -45,11 +43,17 @@ gateway: {exit_timeout: 0s}
 
 	cfg, err = Parse("s.yaml", []byte("model_server: {model_repository: [m]}\nfeature_server: {repo: f}\n"), nil)
 	require.NoError(t, err)
-	want = NewModelServer()
-	want.ModelRepository = []string{"m"}
-	want.Address, want.StrictReadiness = DefaultChainAddress, new(false)
-	require.Equal(t, want, *cfg.ModelServer, "left out: the flags' defaults")
+	require.Equal(t, chainModelServer("m"), *cfg.ModelServer, "left out: the flags' defaults")
 	require.Equal(t, DefaultExitTimeout, cfg.FeatureServer.ExitTimeout.Std())
+}
+
+// chainModelServer is model_server with the given repositories and every
+// other key left out: the flags' defaults but the address and readiness.
+func chainModelServer(repos ...string) ModelServer {
+	m := NewModelServer()
+	m.ModelRepository = repos
+	m.Address, m.StrictReadiness = DefaultChainAddress, new(false)
+	return m
 }
 
 // TestModelServerRuntimeKeysValidated: a bad value is refused with the
