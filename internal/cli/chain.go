@@ -14,12 +14,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 
 	"github.com/sluice-ml/sluice/internal/admission"
@@ -51,6 +53,9 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 	cfg, err := config.Load(f.configFile)
 	if err != nil {
 		return &exitError{code: 2, err: err}
+	}
+	if ignored := flagsIgnoredUnderConfig(cmd.Flags()); len(ignored) > 0 {
+		logger.Warn("flags ignored under -c: sluice.yaml's settings (or their defaults) apply", "flags", ignored)
 	}
 	tracing := cfg.Tracing
 	if tracing == nil {
@@ -123,6 +128,21 @@ func runChain(ctx context.Context, cmd *cobra.Command, f *serveFlags, hup <-chan
 	defer signal.Stop(sigs)
 	defer grp.hurryOn(sigs)()
 	return grp.run(ctx)
+}
+
+// chainFlags are the flags of sluice serve that apply under -c; the file
+// replaces the others.
+var chainFlags = []string{"config", "materialize", "log-format", "log-level", "ports-file", "backend-config", "strict-readiness"}
+
+// flagsIgnoredUnderConfig names the flags given that serve -c ignores.
+func flagsIgnoredUnderConfig(fl *pflag.FlagSet) []string {
+	var out []string
+	fl.Visit(func(f *pflag.Flag) {
+		if !slices.Contains(chainFlags, f.Name) {
+			out = append(out, "--"+f.Name)
+		}
+	})
+	return out
 }
 
 // chain is the assembly of "sluice serve -c": its parts, as they start.
@@ -200,7 +220,7 @@ func (c *chain) startFeatures(ctx context.Context) error {
 			return err
 		}
 	}
-	run := featureRun{tolerance: serving.DefaultEventTimeTolerance, exitTimeout: c.f.exitTimeout}
+	run := featureRun{tolerance: serving.DefaultEventTimeTolerance}
 	fs, err := startFeatureServer(ctx, fc, run, fc.TLS, c.gd, c.logger, c.regs.features)
 	if err != nil {
 		return err
@@ -361,7 +381,7 @@ func (c *chain) signatures(remote *kserve.Client) gateway.SignatureFunc {
 // the gateway closes it (on a failed New as on Close).
 func (c *chain) newGateway(ctx context.Context, remote *kserve.Client, errLog io.Writer) (*chainGateway, error) {
 	gc, logger, reg := c.cfg.Gateway, c.logger, c.regs.process
-	cg := &chainGateway{drain: gc.DrainPeriod.Std(), exitAfter: c.f.exitTimeout, logger: logger}
+	cg := &chainGateway{drain: gc.DrainPeriod.Std(), exitAfter: gc.ExitTimeout.Std(), logger: logger}
 	opts := gateway.Options{
 		Remote: remote,
 		// One client per kserve_grpc backend with a tls block.

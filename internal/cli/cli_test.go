@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -23,13 +24,24 @@ func TestBackendSettings(t *testing.T) {
 	}
 }
 
-func TestParseCommits(t *testing.T) {
-	got, err := parseCommits([]string{"parcel_eta=abc1234"})
-	if err != nil || got["parcel_eta"] != "abc1234" {
-		t.Fatalf("parseCommits = %v, %v", got, err)
+// --model-git-commit <model>=<sha> fills model_server.model_git_commit's
+// map; a value without a model or a commit is refused when parsed.
+func TestModelGitCommitFlag(t *testing.T) {
+	cmd, f := serveCommand("serve", "")
+	if err := cmd.ParseFlags([]string{"--model-git-commit", "parcel_eta=abc1234", "--model-git-commit", "b=def"}); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := parseCommits([]string{"parcel_eta"}); err == nil {
-		t.Error("a value without = was accepted")
+	if want := map[string]string{"parcel_eta": "abc1234", "b": "def"}; !maps.Equal(f.model.ModelGitCommit, want) {
+		t.Fatalf("model_git_commit = %v, want %v", f.model.ModelGitCommit, want)
+	}
+	if got := cmd.Flags().Lookup("model-git-commit").Value.String(); got != "[b=def,parcel_eta=abc1234]" {
+		t.Errorf("the flag prints %s", got)
+	}
+	for _, bad := range []string{"parcel_eta", "=abc", "parcel_eta="} {
+		cmd, _ := serveCommand("serve", "")
+		if err := cmd.ParseFlags([]string{"--model-git-commit", bad}); err == nil || !strings.Contains(err.Error(), "want <model>=<sha>") {
+			t.Errorf("--model-git-commit %s: error %v", bad, err)
+		}
 	}
 }
 

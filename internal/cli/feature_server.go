@@ -43,11 +43,9 @@ type featureServerFlags struct {
 }
 
 // featureRun are the feature server's settings that sluice.yaml has no
-// key for; under serve -c, the default tolerance and serve's
-// --exit-timeout-secs.
+// key for; under serve -c, the default tolerance.
 type featureRun struct {
-	tolerance   time.Duration
-	exitTimeout time.Duration
+	tolerance time.Duration
 }
 
 func newFeatureServerCmd() *cobra.Command {
@@ -60,7 +58,7 @@ func newFeatureServerCmd() *cobra.Command {
 func featureServerCommand() (*cobra.Command, *featureServerFlags) {
 	f := &featureServerFlags{
 		feature: config.NewFeatureServer(),
-		run:     featureRun{tolerance: serving.DefaultEventTimeTolerance, exitTimeout: config.DefaultExitTimeout},
+		run:     featureRun{tolerance: serving.DefaultEventTimeTolerance},
 	}
 	cmd := &cobra.Command{
 		Use:   "feature-server",
@@ -81,7 +79,7 @@ func featureServerCommand() (*cobra.Command, *featureServerFlags) {
 	secondsVar(fl, (*time.Duration)(&fs.RegistryPollInterval), "registry-poll-secs", "seconds between checks of the definitions and the registry for changes; 0 disables reloading (once applied, the registry serves: unapplied edits and refused type changes are reported, not served)")
 	fl.Int64Var(&fs.Limits.MaxBodyBytes, "max-request-bytes", fs.Limits.MaxBodyBytes, "largest request body accepted")
 	fl.DurationVar(&f.run.tolerance, "event-time-tolerance", f.run.tolerance, "how far past a request's event_timestamp a feature may be before the request is refused")
-	secondsVar(fl, &f.run.exitTimeout, "exit-timeout-secs", "seconds to wait for in-flight requests at shutdown")
+	secondsVar(fl, (*time.Duration)(&fs.ExitTimeout), "exit-timeout-secs", "seconds to wait for in-flight requests at shutdown")
 	fl.StringVar(&fs.ReadAuth, "read-auth", fs.ReadAuth, "reads (/get-online-features, /metrics): open, or token (a read or operate token)")
 	fl.IntVar(&fs.MaxEntityRows, "max-entity-rows", fs.MaxEntityRows, "most entity rows one feature request may ask for")
 	f.sec.register(fl)
@@ -223,7 +221,7 @@ func startFeatureServer(ctx context.Context, f *config.FeatureServer, run featur
 	fs := &featureServer{
 		holder: holder, store: store, logger: logger, reg: reg,
 		pollEvery:   f.RegistryPollInterval.Std(),
-		exitTimeout: run.exitTimeout,
+		exitTimeout: f.ExitTimeout.Std(),
 	}
 	fs.srv = serving.New(holder, store, serving.Options{EventTimeTolerance: run.tolerance}, logger, reg)
 	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true, Registry: reg})

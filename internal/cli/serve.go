@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -33,15 +34,16 @@ import (
 	"github.com/sluice-ml/sluice/internal/shm"
 	"github.com/sluice-ml/sluice/internal/telemetry"
 	"github.com/sluice-ml/sluice/internal/tritonsettings"
-	"github.com/sluice-ml/sluice/internal/zpool"
 )
 
 // serveFlags are the model server's settings, bound to its flags (names
 // follow tritonserver's). What sluice.yaml holds is the config package's
 // structs: model (model_server) and tracing (tracing); serve -c takes
 // those from the file and ignores their flags, but for --strict-readiness
-// and --backend-config, which win over it. The rest has no key in the
-// file: the flags set it under serve -c too.
+// and --backend-config, which win over it. What is left here is the
+// command line's own: the config file, the ports file, --materialize,
+// the logger and Triton's compatibility flags with what they translate
+// into.
 type serveFlags struct {
 	// model is model_server's settings: config.NewModelServer's defaults,
 	// then the flags.
@@ -54,21 +56,10 @@ type serveFlags struct {
 	log telemetry.LogOptions
 	// portsFile is --ports-file.
 	portsFile string
-
-	exitOnError    bool
-	backendConfig  []string // <backend>,<setting>=<value>, over model_server.backend_config
-	gitCommits     []string
-	exitTimeout    time.Duration
-	cacheSize      int64
-	cacheConfig    []string
-	cacheByteSize  int64
-	tritonMetrics  bool
-	serverName     string
-	serverVersion  string
-	httpForward    string
-	grpcForward    string
-	compressMin    int
-	maxOutputBytes int64
+	// backendConfig is --backend-config, <backend>,<setting>=<value>: it
+	// wins over model_server.backend_config setting by setting, so that
+	// one library path can be given on the command line of a chain.
+	backendConfig []string
 
 	configFile  string // -c: sluice.yaml
 	materialize bool
@@ -112,27 +103,14 @@ func serveCommand(use, short string) (*cobra.Command, *serveFlags) {
 	}
 	fl := cmd.Flags()
 	f.registerModelFlags(fl)
+	f.registerRuntimeFlags(fl)
 	fl.StringArrayVar(&f.modelStore, "model-store", nil, "Triton's old name for --model-repository")
 	_ = fl.MarkDeprecated("model-store", "use --model-repository")
-	fl.BoolVar(&f.exitOnError, "exit-on-error", false, "exit at start-up if any model fails to load (Triton's default is true; Sluice keeps serving the others); given as false, a model repository that cannot be read at start leaves the server up, not live and not ready, as Triton does, instead of exiting")
 	fl.StringArrayVar(&f.backendConfig, "backend-config", nil, "backend setting as <backend>,<setting>=<value>, e.g. onnxruntime,library=/path/libonnxruntime.so.1")
-	fl.StringArrayVar(&f.gitCommits, "model-git-commit", nil, "expected git commit of a model as <model>=<sha>; a mismatch refuses the load; may repeat")
 	f.sec.register(fl)
 	registerPortsFile(fl, &f.portsFile)
-	f.exitTimeout = config.DefaultExitTimeout
-	secondsVar(fl, &f.exitTimeout, "exit-timeout-secs", "seconds to wait for in-flight requests at shutdown")
-	fl.Int64Var(&f.cacheSize, "cache-size", 0, "bytes of the response cache shared by models with response_cache { enable: true }; 0 disables it")
-	fl.StringArrayVar(&f.cacheConfig, "cache-config", nil, "Triton's spelling of --cache-size: local,size=<bytes> (the local cache is the one supported)")
-	fl.Int64Var(&f.cacheByteSize, "response-cache-byte-size", 0, "Triton's older spelling of --cache-size")
-	fl.BoolVar(&f.tritonMetrics, "triton-metrics", true, "also export the inference metrics under Triton's names (nv_inference_*), for Triton dashboards and alerts")
-	fl.StringVar(&f.serverName, "server-name", "sluice", "name in the server metadata (GET /v2, ServerMetadata); \"triton\" for clients that check it")
-	fl.StringVar(&f.serverVersion, "server-version", "", "version in the server metadata; default: this build's version")
-	fl.StringVar(&f.httpForward, "http-header-forward-pattern", "", "regular expression: HTTP inference request headers whose lower-case names match reach the model as string request parameters (as Triton's flag)")
-	fl.IntVar(&f.compressMin, "compress-min-bytes", zpool.DefaultMinBytes, "smallest inference response compressed for a client that accepts gzip or deflate (HTTP Accept-Encoding, a compressed gRPC request); smaller ones go out uncompressed; -1: never compress")
-	fl.Int64Var(&f.maxOutputBytes, "max-output-bytes", modelrepo.DefaultMaxOutputBytes, "most output bytes one request may get from a model whose config.pbtxt sets no max_output_bytes parameter; larger outputs are refused with 413 response_too_large")
-	fl.StringVar(&f.grpcForward, "grpc-header-forward-pattern", "", "regular expression: gRPC request metadata whose keys match reach the model as string request parameters (as Triton's flag)")
 	if use == "serve" { // model-server is the model server alone: no sluice.yaml
-		fl.StringVarP(&f.configFile, "config", "c", "", "sluice.yaml: run the whole chain it describes (model server, feature server, gateway); the file's model_server, tracing, security and tls settings then replace the flags of the same settings (--backend-config and --strict-readiness win over the file) and Triton's compatibility flags are ignored; the flags the file has no key for apply")
+		fl.StringVarP(&f.configFile, "config", "c", "", "sluice.yaml: run the whole chain it describes (model server, feature server, gateway); the file's model_server, tracing, security and tls settings then replace the flags (each model server flag has its key in model_server, whose value or default applies; --backend-config and --strict-readiness win over the file), Triton's compatibility flags are ignored, and --log-format, --log-level and --ports-file apply")
 		fl.BoolVar(&f.materialize, "materialize", true, "with -c: apply the feature repository and materialize it incrementally into the online store at start")
 	}
 	fl.StringVar(&f.tracing.OTLPEndpoint, "trace-otlp-endpoint", "", "OTLP/gRPC collector (host:port) to export OpenTelemetry spans to; empty: the OTEL_* environment decides (OTEL_TRACES_EXPORTER=otlp|console|none, OTEL_EXPORTER_OTLP_ENDPOINT), else tracing off")
@@ -164,6 +142,53 @@ func (f *serveFlags) registerModelFlags(fl *pflag.FlagSet) {
 	fl.IntVar(&m.MetricsPort, "metrics-port", m.MetricsPort, "Prometheus /metrics port")
 	fl.Int64Var(&m.Limits.MaxBodyBytes, "max-request-bytes", m.Limits.MaxBodyBytes, "largest HTTP body or gRPC message accepted")
 }
+
+// registerRuntimeFlags binds the flags of what the model server does at
+// start, at shutdown and in its answers to f.model (sluice.yaml's
+// model_server has a key for each).
+func (f *serveFlags) registerRuntimeFlags(fl *pflag.FlagSet) {
+	m := &f.model
+	fl.BoolVar(&m.ExitOnError, "exit-on-error", false, "exit at start-up if any model fails to load (Triton's default is true; Sluice keeps serving the others); given as false, a model repository that cannot be read at start leaves the server up, not live and not ready, as Triton does, instead of exiting")
+	fl.Var(commitsValue{&m.ModelGitCommit}, "model-git-commit", "expected git commit of a model as <model>=<sha>; a mismatch refuses the load; may repeat")
+	secondsVar(fl, (*time.Duration)(&m.ExitTimeout), "exit-timeout-secs", "seconds to wait for in-flight requests at shutdown")
+	fl.Int64Var(&m.CacheSize, "cache-size", 0, "bytes of the response cache shared by models with response_cache { enable: true }; 0 disables it")
+	fl.BoolVar(m.TritonMetrics, "triton-metrics", *m.TritonMetrics, "also export the inference metrics under Triton's names (nv_inference_*), for Triton dashboards and alerts")
+	fl.StringVar(&m.ServerName, "server-name", m.ServerName, "name in the server metadata (GET /v2, ServerMetadata); \"triton\" for clients that check it")
+	fl.StringVar(&m.ServerVersion, "server-version", "", "version in the server metadata; default: this build's version")
+	fl.StringVar(&m.HTTPHeaderForwardPattern, "http-header-forward-pattern", "", "regular expression: HTTP inference request headers whose lower-case names match reach the model as string request parameters (as Triton's flag)")
+	fl.IntVar(&m.CompressMinBytes, "compress-min-bytes", m.CompressMinBytes, "smallest inference response compressed for a client that accepts gzip or deflate (HTTP Accept-Encoding, a compressed gRPC request); smaller ones go out uncompressed; -1: never compress")
+	fl.Int64Var(&m.MaxOutputBytes, "max-output-bytes", m.MaxOutputBytes, "most output bytes one request may get from a model whose config.pbtxt sets no max_output_bytes parameter; larger outputs are refused with 413 response_too_large")
+	fl.StringVar(&m.GRPCHeaderForwardPattern, "grpc-header-forward-pattern", "", "regular expression: gRPC request metadata whose keys match reach the model as string request parameters (as Triton's flag)")
+}
+
+// commitsValue is --model-git-commit <model>=<sha>, repeatable, bound to
+// model_server.model_git_commit's map.
+type commitsValue struct{ m *map[string]string }
+
+func (v commitsValue) String() string {
+	if len(*v.m) == 0 {
+		return ""
+	}
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(*v.m)) {
+		out = append(out, name+"="+(*v.m)[name])
+	}
+	return "[" + strings.Join(out, ",") + "]"
+}
+
+func (v commitsValue) Set(s string) error {
+	name, sha, ok := strings.Cut(s, "=")
+	if !ok || name == "" || sha == "" {
+		return errors.New("want <model>=<sha>")
+	}
+	if *v.m == nil {
+		*v.m = map[string]string{}
+	}
+	(*v.m)[name] = sha
+	return nil
+}
+
+func (commitsValue) Type() string { return "stringArray" }
 
 // delaySchedulerEnv is Triton's test hook that holds each dynamic
 // batcher until that many requests are queued, so that a test can queue
@@ -257,18 +282,6 @@ func backendSettings(values []string) (map[string]map[string]string, error) {
 	return out, nil
 }
 
-func parseCommits(values []string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, v := range values {
-		name, sha, ok := strings.Cut(v, "=")
-		if !ok || name == "" || sha == "" {
-			return nil, fmt.Errorf("--model-git-commit %q: want <model>=<sha>", v)
-		}
-		out[name] = sha
-	}
-	return out, nil
-}
-
 // newBackends builds the backend registry. A missing ONNX Runtime library is
 // a start-up error that names the install script. The Python backend
 // (python, and pytorch / pytorch_libtorch on the same workers) starts
@@ -329,7 +342,7 @@ func runServe(ctx context.Context, cmd *cobra.Command, f *serveFlags) error {
 	if f.configFile != "" {
 		return runChain(ctx, cmd, f, hup)
 	}
-	f.stayUpOnInitError = cmd.Flags().Changed("exit-on-error") && !f.exitOnError
+	f.stayUpOnInitError = cmd.Flags().Changed("exit-on-error") && !f.model.ExitOnError
 	if err := f.tritonCompat.apply(cmd.Flags(), f); err != nil {
 		return err
 	}
@@ -430,14 +443,6 @@ func startModelServer(ctx context.Context, m *config.ModelServer, f *serveFlags,
 	if err != nil {
 		return nil, err
 	}
-	cacheSize, err := cacheSizeFlags(f.cacheSize, f.cacheByteSize, f.cacheConfig)
-	if err != nil {
-		return nil, err
-	}
-	commits, err := parseCommits(f.gitCommits)
-	if err != nil {
-		return nil, err
-	}
 	hooks, err := readTestHooks(logger)
 	if err != nil {
 		return nil, err
@@ -446,7 +451,7 @@ func startModelServer(ctx context.Context, m *config.ModelServer, f *serveFlags,
 	if err != nil {
 		return nil, err
 	}
-	ms := &modelServer{closeBack: closeBackends, logger: logger, reg: reg, exitTimeout: f.exitTimeout}
+	ms := &modelServer{closeBack: closeBackends, logger: logger, reg: reg, exitTimeout: m.ExitTimeout.Std()}
 	undo.push(ms.closeBackends)
 	mgr, err := modelrepo.New(modelrepo.Options{
 		Repositories:     m.ModelRepository,
@@ -456,13 +461,13 @@ func startModelServer(ctx context.Context, m *config.ModelServer, f *serveFlags,
 		RemoteCacheDir:   m.RepositoryCacheDir,
 		RemoteCacheBytes: m.RepositoryCacheBytes,
 		StrictConfig:     m.StrictModelConfig,
-		ExitOnError:      f.exitOnError,
-		ExpectedCommits:  commits,
+		ExitOnError:      m.ExitOnError,
+		ExpectedCommits:  m.ModelGitCommit,
 		StrictReadiness:  m.StrictReadiness != nil && *m.StrictReadiness,
-		CacheSizeBytes:   cacheSize,
-		MaxOutputBytes:   f.maxOutputBytes,
+		CacheSizeBytes:   m.CacheSize,
+		MaxOutputBytes:   m.MaxOutputBytes,
 
-		DisableTritonMetrics: !f.tritonMetrics,
+		DisableTritonMetrics: m.TritonMetrics != nil && !*m.TritonMetrics,
 		HoldSchedulerUntil:   hooks.hold,
 		HoldBacklogUntil:     hooks.backlogHold,
 	}, backends, logger, reg)
@@ -583,18 +588,18 @@ func (ms *modelServer) listen(ctx context.Context, m *config.ModelServer, f *ser
 		gd.guardMetrics("models_metrics", limits, ms.metrics)
 		gd.record("models_metrics", ms.metrics.Addr().String(), tlsOpts, "open (reads only)")
 	}
-	serverVersion := f.serverVersion
+	serverVersion := m.ServerVersion
 	if serverVersion == "" {
 		serverVersion = Version
 	}
 	// System shared-memory regions, shared by HTTP and gRPC; a request reads
 	// at most what its body could carry. Off unless --allow-client-shm.
 	ms.shm = shm.New(shm.Options{MaxRequestBytes: limits.MaxBodyBytes, Disabled: !m.AllowClientSHM})
-	httpForward, err := forwardPattern("--http-header-forward-pattern", f.httpForward)
+	httpForward, err := forwardPattern("--http-header-forward-pattern", m.HTTPHeaderForwardPattern)
 	if err != nil {
 		return err
 	}
-	grpcForward, err := forwardPattern("--grpc-header-forward-pattern", f.grpcForward)
+	grpcForward, err := forwardPattern("--grpc-header-forward-pattern", m.GRPCHeaderForwardPattern)
 	if err != nil {
 		return err
 	}
@@ -611,9 +616,9 @@ func (ms *modelServer) listen(ctx context.Context, m *config.ModelServer, f *ser
 	if f.httpMaxBody > 0 {
 		httpLimits.MaxBodyBytes = f.httpMaxBody
 	}
-	kh := httpapi.New(ms.models, httpapi.Options{MaxBodyBytes: httpLimits.MaxBodyBytes, ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings, HeaderForward: httpForward, CompressMinBytes: f.compressMin, Budget: gd.budget}, logger, reg)
+	kh := httpapi.New(ms.models, httpapi.Options{MaxBodyBytes: httpLimits.MaxBodyBytes, ServerName: m.ServerName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings, HeaderForward: httpForward, CompressMinBytes: m.CompressMinBytes, Budget: gd.budget}, logger, reg)
 	ms.httpSrv = gd.kserveServer("models_http", httpLimits, httpPolicy.RequireKServe(gd.audit, "models_http", telemetry.TraceHTTP("models.http", kh)))
-	ms.grpcSvc = grpcapi.New(ms.models, grpcapi.Options{ServerName: f.serverName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings, HeaderForward: grpcForward, CompressMinBytes: f.compressMin}, logger, reg)
+	ms.grpcSvc = grpcapi.New(ms.models, grpcapi.Options{ServerName: m.ServerName, ServerVersion: serverVersion, SharedMemory: ms.shm, Settings: extSettings, HeaderForward: grpcForward, CompressMinBytes: m.CompressMinBytes}, logger, reg)
 	ms.grpcSrv = grpcapi.NewServer(ms.grpcSvc, grpcapi.ServerOptions{
 		MaxRecvMsgSize: int(limits.MaxBodyBytes),
 		DelayNonInfer:  grpcDelay,

@@ -19,7 +19,7 @@ import (
 // default (where the file has the setting) and the docs' tables all say
 // the config package's Default constant.
 func TestServerDefaultsAgree(t *testing.T) {
-	cfg, err := config.Parse("sluice.yaml", []byte("model_server: {model_repository: [models]}\nfeature_server: {repo: features}\n"), func(string) (string, bool) { return "", false })
+	cfg, err := config.Parse("sluice.yaml", []byte("model_server: {model_repository: [models]}\nfeature_server: {repo: features}\ngateway: {}\n"), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,8 +42,53 @@ func TestServerDefaultsAgree(t *testing.T) {
 			},
 		},
 		{
-			cmd: "serve", flag: "exit-timeout-secs", want: secs(config.DefaultExitTimeout),
-			docs: []doc{{"model-server.md", "| `--exit-timeout-secs`", "`30`"}},
+			cmd: "serve", flag: "exit-timeout-secs", want: secs(config.DefaultExitTimeout), yaml: secs(m.ExitTimeout.Std()),
+			docs: []doc{
+				{"model-server.md", "| `--exit-timeout-secs`", "`30`"},
+				{"gateway-config.md", "| `exit_timeout` | at shutdown, how long in-flight requests may take to finish, `--exit-timeout-secs`", "(`30s`)"},
+			},
+		},
+		{
+			cmd: "serve", flag: "exit-on-error", want: "false", yaml: strconv.FormatBool(m.ExitOnError),
+			docs: []doc{
+				{"model-server.md", "| `--exit-on-error`", "`false`"},
+				{"gateway-config.md", "| `exit_on_error`", "(`false`"},
+			},
+		},
+		{
+			cmd: "serve", flag: "cache-size", want: "0", yaml: strconv.FormatInt(m.CacheSize, 10),
+			docs: []doc{
+				{"model-server.md", "| `--cache-size BYTES`", "`0`"},
+				{"gateway-config.md", "| `cache_size`", "(`0`"},
+			},
+		},
+		{
+			cmd: "serve", flag: "triton-metrics", want: strconv.FormatBool(config.DefaultTritonMetrics), yaml: strconv.FormatBool(*m.TritonMetrics),
+			docs: []doc{
+				{"model-server.md", "| `--triton-metrics`", "`true`"},
+				{"gateway-config.md", "| `triton_metrics`", "(`true`)"},
+			},
+		},
+		{
+			cmd: "serve", flag: "server-name", want: config.DefaultServerName, yaml: m.ServerName,
+			docs: []doc{
+				{"model-server.md", "| `--server-name` / `--server-version`", "`sluice` / the build's version"},
+				{"gateway-config.md", "| `server_name`, `server_version`", "(`sluice` and the build's version)"},
+			},
+		},
+		{
+			cmd: "serve", flag: "compress-min-bytes", want: itoa(config.DefaultCompressMinBytes), yaml: itoa(m.CompressMinBytes),
+			docs: []doc{
+				{"model-server.md", "| `--compress-min-bytes", "`1024`"},
+				{"gateway-config.md", "| `compress_min_bytes`", "(`1024`)"},
+			},
+		},
+		{
+			cmd: "serve", flag: "max-output-bytes", want: itoa(config.DefaultMaxOutputBytes), yaml: strconv.FormatInt(m.MaxOutputBytes, 10),
+			docs: []doc{
+				{"model-server.md", "| `--max-output-bytes", "`67108864`"},
+				{"gateway-config.md", "| `max_output_bytes`", "(`67108864`)"},
+			},
 		},
 		{
 			cmd: "serve", flag: "repository-cache-bytes", want: itoa(config.DefaultRepositoryCacheBytes),
@@ -116,7 +161,10 @@ func TestServerDefaultsAgree(t *testing.T) {
 			cmd: "feature-server", flag: "max-request-bytes", want: itoa(config.DefaultFeatureMaxBodyBytes), yaml: strconv.FormatInt(fs.Limits.MaxBodyBytes, 10),
 			docs: []doc{{"feature-store.md", "                      [--metrics-port 0]", "[--max-request-bytes 16777216]"}},
 		},
-		{cmd: "feature-server", flag: "exit-timeout-secs", want: secs(config.DefaultExitTimeout)},
+		{
+			cmd: "feature-server", flag: "exit-timeout-secs", want: secs(config.DefaultExitTimeout), yaml: secs(fs.ExitTimeout.Std()),
+			docs: []doc{{"gateway-config.md", "| `exit_timeout` | at shutdown, how long in-flight requests may take to finish, as `sluice feature-server", "(`30s`)"}},
+		},
 		{
 			cmd: "feature-server", flag: "log-format", want: telemetry.DefaultLogFormat,
 			docs: []doc{{"feature-store.md", "                      [--event-time-tolerance", "[--log-format json]"}},
@@ -162,6 +210,12 @@ func TestServerDefaultsAgree(t *testing.T) {
 	// network under serve -c.
 	if m.Address != config.DefaultChainAddress || fs.Address != config.DefaultChainAddress {
 		t.Errorf("model_server.address %s, feature_server.address %s, want %s", m.Address, fs.Address, config.DefaultChainAddress)
+	}
+	if g := cfg.Gateway; g.ExitTimeout.Std() != config.DefaultExitTimeout {
+		t.Errorf("gateway.exit_timeout defaults to %s, want %s", g.ExitTimeout.Std(), config.DefaultExitTimeout)
+	}
+	if line := docLine(t, "gateway-config.md", "| `exit_timeout` | at shutdown, after `drain_period`"); !strings.Contains(line, "(`30s`)") {
+		t.Errorf("docs/gateway-config.md says\n%s\nwant the default 30s", line)
 	}
 	for _, row := range []string{"| `address` | the model server's bind address", "| `address` | the feature server's bind address"} {
 		if line := docLine(t, "gateway-config.md", row); !strings.Contains(line, "(`"+config.DefaultChainAddress+"`") {
@@ -211,6 +265,9 @@ func TestFlagsSetTheSettingsStructs(t *testing.T) {
 		"--model-repository", "a", "--repository-poll-secs", "7", "--max-request-bytes", "1000",
 		"--strict-readiness=false", "--address", "127.0.0.1", "--http-port", "1", "--exit-timeout-secs", "3",
 		"--trace-otlp-endpoint", "h:4317", "--trace-sample-ratio", "0.5", "--log-format", "text", "--log-level", "warn",
+		"--exit-on-error", "--model-git-commit", "m=abc", "--cache-size", "10", "--triton-metrics=false",
+		"--server-name", "triton", "--server-version", "2.0", "--http-header-forward-pattern", "h.*",
+		"--grpc-header-forward-pattern", "g.*", "--compress-min-bytes", "-1", "--max-output-bytes", "5",
 	}))
 	want := config.NewModelServer()
 	want.ModelRepository = []string{"a"}
@@ -218,10 +275,14 @@ func TestFlagsSetTheSettingsStructs(t *testing.T) {
 	want.Limits.MaxBodyBytes = 1000
 	want.StrictReadiness = new(false)
 	want.Address, want.HTTPPort = "127.0.0.1", 1
+	want.ExitTimeout = config.Duration(3 * time.Second)
+	want.ExitOnError, want.ModelGitCommit, want.CacheSize, want.TritonMetrics = true, map[string]string{"m": "abc"}, 10, new(false)
+	want.ServerName, want.ServerVersion = "triton", "2.0"
+	want.HTTPHeaderForwardPattern, want.GRPCHeaderForwardPattern = "h.*", "g.*"
+	want.CompressMinBytes, want.MaxOutputBytes = -1, 5
 	require.Equal(t, want, got.model)
 	require.Equal(t, config.Tracing{OTLPEndpoint: "h:4317", SampleRatio: 0.5}, got.tracing)
 	require.Equal(t, telemetry.LogOptions{Format: "text", Level: "warn"}, got.log)
-	require.Equal(t, 3*time.Second, got.exitTimeout)
 
 	fcmd, fs := featureServerCommand()
 	require.Equal(t, config.NewFeatureServer().Limits, fs.feature.Limits)
@@ -230,8 +291,8 @@ func TestFlagsSetTheSettingsStructs(t *testing.T) {
 	fw.Repo = "."
 	fw.RegistryPollInterval = config.Duration(4 * time.Second)
 	fw.Limits.MaxBodyBytes = 99
+	fw.ExitTimeout = config.Duration(2 * time.Second)
 	require.Equal(t, fw, fs.feature)
-	require.Equal(t, 2*time.Second, fs.run.exitTimeout)
 }
 
 // docLine is the first line of docs/file that starts with prefix.
@@ -248,4 +309,19 @@ func docLine(t *testing.T, file, prefix string) string {
 	}
 	t.Fatalf("docs/%s has no line starting %q", file, prefix)
 	return ""
+}
+
+// TestFlagsIgnoredUnderConfig: serve -c names the flags given that the
+// file replaces, and none of those that apply under it.
+func TestFlagsIgnoredUnderConfig(t *testing.T) {
+	cmd, _ := serveCommand("serve", "")
+	require.NoError(t, cmd.ParseFlags([]string{
+		"-c", "s.yaml", "--materialize=false", "--log-format", "text", "--log-level", "warn", "--ports-file", "p",
+		"--backend-config", "onnxruntime,library=x", "--strict-readiness=false",
+		"--server-name", "x", "--exit-timeout-secs", "1", "--allow-metrics=false",
+	}))
+	require.Equal(t, []string{"--allow-metrics", "--exit-timeout-secs", "--server-name"}, flagsIgnoredUnderConfig(cmd.Flags()))
+	cmd, _ = serveCommand("serve", "")
+	require.NoError(t, cmd.ParseFlags([]string{"-c", "s.yaml", "--log-level", "debug"}))
+	require.Empty(t, flagsIgnoredUnderConfig(cmd.Flags()))
 }

@@ -24,6 +24,9 @@ type tritonCompatFlags struct {
 	metricsInterval int
 	httpMaxInput    int64
 	traceConfig     []string
+	// Triton's spellings of --cache-size.
+	cacheConfig   []string
+	cacheByteSize int64
 	// Triton's older spellings of --trace-config entries.
 	traceFile, traceRate, traceCount, traceLogFrequency string
 	traceLevel                                          []string
@@ -41,6 +44,8 @@ func (c *tritonCompatFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&c.traceRate, "trace-rate", "", "Triton's older form of --trace-config rate=N")
 	fl.StringVar(&c.traceCount, "trace-count", "", "Triton's older form of --trace-config count=N")
 	fl.StringVar(&c.traceLogFrequency, "trace-log-frequency", "", "Triton's older form of --trace-config log_frequency=N")
+	fl.StringArrayVar(&c.cacheConfig, "cache-config", nil, "Triton's spelling of --cache-size: local,size=<bytes> (the local cache is the one supported)")
+	fl.Int64Var(&c.cacheByteSize, "response-cache-byte-size", 0, "Triton's older spelling of --cache-size")
 	fl.IntVar(&c.metricsInterval, "metrics-interval-ms", 2000, "accepted for Triton start commands; Sluice's gauges are set when what they measure changes or read when /metrics is scraped, so there is no polling interval and the value changes nothing")
 }
 
@@ -66,6 +71,11 @@ func (c *tritonCompatFlags) apply(fl *pflag.FlagSet, f *serveFlags) error {
 		f.httpMaxBody = c.httpMaxInput
 	}
 	f.noMetrics = !c.allowMetrics
+	size, err := cacheSizeFlags(f.model.CacheSize, c.cacheByteSize, c.cacheConfig)
+	if err != nil {
+		return err
+	}
+	f.model.CacheSize = size
 	if trace := c.traceSettings(fl); len(trace) > 0 {
 		tc, err := parseTraceConfig(trace)
 		if err != nil {

@@ -108,6 +108,44 @@ type ModelServer struct {
 	StrictReadiness *bool `yaml:"strict_readiness"`
 	// BackendConfig holds backend settings: backend → setting → value.
 	BackendConfig map[string]map[string]string `yaml:"backend_config"`
+	// ExitOnError exits at start-up when any model fails to load
+	// (--exit-on-error). Default false: the models that loaded serve.
+	ExitOnError bool `yaml:"exit_on_error"`
+	// ModelGitCommit is the git commit expected of each model named
+	// (--model-git-commit <model>=<sha>): a version whose
+	// model_config.json git_commit differs is refused.
+	ModelGitCommit map[string]string `yaml:"model_git_commit"`
+	// ExitTimeout is how long shutdown waits for in-flight requests
+	// (--exit-timeout-secs). Default 30s; 0s, written, waits for none.
+	ExitTimeout Duration `yaml:"exit_timeout"`
+	// CacheSize is the bytes of the response cache shared by the models
+	// with response_cache { enable: true } (--cache-size). Default 0: no
+	// cache.
+	CacheSize int64 `yaml:"cache_size"`
+	// TritonMetrics also exports the inference metrics under Triton's
+	// names, nv_inference_* (--triton-metrics). Default true.
+	TritonMetrics *bool `yaml:"triton_metrics"`
+	// ServerName is the name in the server metadata (--server-name).
+	// Default "sluice".
+	ServerName string `yaml:"server_name"`
+	// ServerVersion is the version in the server metadata
+	// (--server-version). Default: the build's version.
+	ServerVersion string `yaml:"server_version"`
+	// HTTPHeaderForwardPattern is a regular expression: the HTTP
+	// inference request headers whose names match reach the model as
+	// string request parameters (--http-header-forward-pattern).
+	HTTPHeaderForwardPattern string `yaml:"http_header_forward_pattern"`
+	// GRPCHeaderForwardPattern is its gRPC twin, over request metadata
+	// keys (--grpc-header-forward-pattern).
+	GRPCHeaderForwardPattern string `yaml:"grpc_header_forward_pattern"`
+	// CompressMinBytes is the smallest inference response compressed for
+	// a client that accepts it (--compress-min-bytes). Default 1024; -1:
+	// never compress.
+	CompressMinBytes int `yaml:"compress_min_bytes"`
+	// MaxOutputBytes is the most output bytes one request may get from a
+	// model whose config.pbtxt sets no max_output_bytes parameter
+	// (--max-output-bytes). Default 64 MiB.
+	MaxOutputBytes int64 `yaml:"max_output_bytes"`
 }
 
 // FeatureServer configures the feature server.
@@ -143,6 +181,10 @@ type FeatureServer struct {
 	// unreachable never holds up or fails the start: each source retries
 	// in the background and its views stay missing or stale meanwhile.
 	Aggregate bool `yaml:"aggregate"`
+	// ExitTimeout is how long shutdown waits for in-flight requests
+	// (sluice feature-server --exit-timeout-secs). Default 30s; 0s,
+	// written, waits for none.
+	ExitTimeout Duration `yaml:"exit_timeout"`
 }
 
 // Gateway configures the inference gateway.
@@ -186,6 +228,9 @@ type Gateway struct {
 	// DrainPeriod is how long, at shutdown, the gateway keeps serving with
 	// readiness failing before it stops its listeners [2s].
 	DrainPeriod Duration `yaml:"drain_period"`
+	// ExitTimeout is how long, after the drain period, shutdown waits for
+	// in-flight requests. Default 30s; 0s, written, waits for none.
+	ExitTimeout Duration `yaml:"exit_timeout"`
 	// PriorityHeaders map a request header value to a model priority; the
 	// first match wins over the client's priority.
 	PriorityHeaders []PriorityHeader `yaml:"priority_headers"`

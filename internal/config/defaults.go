@@ -55,6 +55,26 @@ const (
 	// DefaultStrictReadiness is the standalone model server's readiness
 	// mode, Triton's; under serve -c it is false (model_server.strict_readiness).
 	DefaultStrictReadiness = true
+	// DefaultTritonMetrics exports the inference metrics under Triton's
+	// names (nv_inference_*) too.
+	DefaultTritonMetrics = true
+	// DefaultServerName is the name in the model server's metadata.
+	DefaultServerName = "sluice"
+	// DefaultCompressMinBytes is the smallest response body compressed
+	// unless a server's setting says otherwise (zpool.DefaultMinBytes). A
+	// body under it with its response headers fits one TCP segment
+	// (1,460 bytes on Ethernet) compressed or not, so compressing it
+	// saves no packet and costs CPU: parcel_eta's 214-byte answer shrinks
+	// by 26 bytes (12 %) for about as much CPU as the rest of the
+	// request. Envoy's compressor filter has the same knob,
+	// min_content_length.
+	DefaultCompressMinBytes = 1024
+	// DefaultMaxOutputBytes is the most output bytes (tensor data, all
+	// outputs together) one request may get from a model unless the
+	// model's config or the server says otherwise
+	// (modelrepo.DefaultMaxOutputBytes): the largest request the KServe
+	// edges accept, so that an echo of any accepted request fits.
+	DefaultMaxOutputBytes = DefaultModelMaxBodyBytes
 )
 
 // NewModelServer returns the model server's settings with every default
@@ -73,6 +93,11 @@ func NewModelServer() ModelServer {
 		RepositoryPollInterval: Duration(DefaultRepositoryPollInterval),
 		RepositoryCacheBytes:   DefaultRepositoryCacheBytes,
 		StrictReadiness:        new(DefaultStrictReadiness),
+		ExitTimeout:            Duration(DefaultExitTimeout),
+		TritonMetrics:          new(DefaultTritonMetrics),
+		ServerName:             DefaultServerName,
+		CompressMinBytes:       DefaultCompressMinBytes,
+		MaxOutputBytes:         DefaultMaxOutputBytes,
 	}
 }
 
@@ -88,6 +113,7 @@ func NewFeatureServer() FeatureServer {
 		MaxEntityRows:        DefaultMaxEntityRows,
 		Limits:               limitspec.DefaultLimits(DefaultFeatureMaxBodyBytes),
 		RegistryPollInterval: Duration(DefaultRegistryPollInterval),
+		ExitTimeout:          Duration(DefaultExitTimeout),
 	}
 }
 
@@ -110,6 +136,7 @@ func (c *Config) applyDefaults() {
 			// than taking the others out of a load balancer's rotation.
 			m.StrictReadiness = new(false)
 		}
+		c.applyModelServerDefaults(m, d)
 	}
 	if f := c.FeatureServer; f != nil {
 		d := NewFeatureServer()
@@ -118,8 +145,12 @@ func (c *Config) applyDefaults() {
 		f.ReadAuth = or(f.ReadAuth, d.ReadAuth)
 		f.MaxEntityRows = or(f.MaxEntityRows, d.MaxEntityRows)
 		f.Limits = limitsOr(f.Limits, d.Limits.MaxBodyBytes)
-		if !c.writtenUnder("feature_server")("registry_poll_interval") {
+		written := c.writtenUnder("feature_server")
+		if !written("registry_poll_interval") {
 			f.RegistryPollInterval = or(f.RegistryPollInterval, d.RegistryPollInterval)
+		}
+		if !written("exit_timeout") {
+			f.ExitTimeout = d.ExitTimeout
 		}
 	}
 	if c.Security == nil {
@@ -137,6 +168,9 @@ func (c *Config) applyDefaults() {
 	g.Limits = limitsOr(g.Limits, 1<<20)
 	g.Listen = or(g.Listen, ":8080")
 	g.DrainPeriod = or(g.DrainPeriod, Duration(2*time.Second))
+	if !c.writtenUnder("gateway")("exit_timeout") {
+		g.ExitTimeout = Duration(DefaultExitTimeout)
+	}
 	g.AccessLog = or(g.AccessLog, "stdout")
 	rc := &g.Recording
 	rc.Sink = or(rc.Sink, "jsonl")
@@ -213,6 +247,24 @@ func (r *RateLimit) applyDefaults() {
 	if r.Burst == 0 && r.RequestsPerSecond > 0 {
 		r.Burst = max(1, int(math.Min(math.Ceil(r.RequestsPerSecond), math.MaxInt32)))
 	}
+}
+
+// applyModelServerDefaults fills the model_server settings that stand
+// for a command-line flag of their own from d, NewModelServer's; a 0
+// written for exit_timeout or compress_min_bytes is kept.
+func (c *Config) applyModelServerDefaults(m *ModelServer, d ModelServer) {
+	written := c.writtenUnder("model_server")
+	if !written("exit_timeout") {
+		m.ExitTimeout = d.ExitTimeout
+	}
+	if !written("compress_min_bytes") {
+		m.CompressMinBytes = d.CompressMinBytes
+	}
+	if m.TritonMetrics == nil {
+		m.TritonMetrics = d.TritonMetrics
+	}
+	m.ServerName = or(m.ServerName, d.ServerName)
+	m.MaxOutputBytes = or(m.MaxOutputBytes, d.MaxOutputBytes)
 }
 
 // writtenUnder returns a test of whether a path below prefix was written

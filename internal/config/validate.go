@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"regexp"
@@ -47,6 +48,7 @@ func (c *Config) Validate() error {
 		if m.HTTPPort == m.GRPCPort || m.HTTPPort == m.MetricsPort || m.GRPCPort == m.MetricsPort {
 			v.add("model_server", "http_port, grpc_port and metrics_port must differ")
 		}
+		v.modelServerRuntime(m)
 	}
 	if f := c.FeatureServer; f != nil {
 		v.port("feature_server.port", f.Port)
@@ -62,6 +64,7 @@ func (c *Config) Validate() error {
 		if f.Repo == "" {
 			v.add("feature_server.repo", "is required")
 		}
+		v.notNegative("feature_server.exit_timeout", f.ExitTimeout)
 	}
 	if c.Gateway != nil {
 		v.gateway(c.Gateway)
@@ -131,6 +134,42 @@ func (v *validator) positive(path string, d Duration) {
 	}
 }
 
+// notNegative checks a duration for which 0 means "none".
+func (v *validator) notNegative(path string, d Duration) {
+	if d < 0 {
+		v.add(path, "must not be negative")
+	}
+}
+
+// modelServerRuntime checks the model_server settings that stand for the
+// flags of the same names: what the model server does at start, at
+// shutdown and in its answers.
+func (v *validator) modelServerRuntime(m *ModelServer) {
+	v.notNegative("model_server.exit_timeout", m.ExitTimeout)
+	if m.CacheSize < 0 {
+		v.add("model_server.cache_size", "must be a number of bytes, 0 (no cache) or more")
+	}
+	if m.CompressMinBytes < -1 {
+		v.add("model_server.compress_min_bytes", "%d: want a number of bytes, 0 or more, or -1 (never compress)", m.CompressMinBytes)
+	}
+	if m.MaxOutputBytes < 0 {
+		v.add("model_server.max_output_bytes", "must be a number of bytes, more than 0")
+	}
+	for _, name := range slices.Sorted(maps.Keys(m.ModelGitCommit)) {
+		if name == "" || m.ModelGitCommit[name] == "" {
+			v.add("model_server.model_git_commit", "%q: %q: want a model name and its commit", name, m.ModelGitCommit[name])
+		}
+	}
+	for _, p := range [][2]string{
+		{"model_server.http_header_forward_pattern", m.HTTPHeaderForwardPattern},
+		{"model_server.grpc_header_forward_pattern", m.GRPCHeaderForwardPattern},
+	} {
+		if _, err := regexp.Compile(p[1]); err != nil {
+			v.add(p[0], "%q is not a regular expression: %v", p[1], err)
+		}
+	}
+}
+
 func (v *validator) hostPort(path, addr string, needHost bool) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -172,6 +211,7 @@ func (v *validator) gateway(g *Gateway) {
 		kinds[b.Name] = b.Kind
 	}
 	v.positive("gateway.drain_period", g.DrainPeriod)
+	v.notNegative("gateway.exit_timeout", g.ExitTimeout)
 	v.priorityHeaders(g.PriorityHeaders)
 	if px := g.Proxy; px != nil {
 		v.proxy(px, kinds)

@@ -6,15 +6,16 @@ import (
 	"strings"
 
 	"github.com/sluice-ml/sluice/internal/apierr"
+	"github.com/sluice-ml/sluice/internal/config"
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/pb/inferencepb"
 )
 
 // DefaultMaxOutputBytes is the most output bytes (tensor data, all
 // outputs together) one request may get from a model unless the model's
-// config or the server says otherwise: 64 MiB, the largest request the
-// KServe edges accept, so that an echo of any accepted request fits.
-const DefaultMaxOutputBytes = 64 << 20
+// config or the server says otherwise: 64 MiB, config's (the default of
+// --max-output-bytes and model_server.max_output_bytes).
+const DefaultMaxOutputBytes = config.DefaultMaxOutputBytes
 
 // ParamMaxOutputBytes is the config.pbtxt parameter that sets a model's
 // own maximum output per request, in bytes:

@@ -19,16 +19,15 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zlib"
+
+	"github.com/sluice-ml/sluice/internal/config"
 )
 
 // DefaultMinBytes is the smallest response body compressed unless a
-// server's setting says otherwise. A body under it with its response
-// headers fits one TCP segment (1,460 bytes on Ethernet) compressed or
-// not, so compressing it saves no packet and costs CPU: parcel_eta's
-// 214-byte answer shrinks by 26 bytes (12 %) for about as much CPU as the
-// rest of the request. Envoy's compressor filter has the same knob,
-// min_content_length.
-const DefaultMinBytes = 1024
+// server's setting says otherwise: config's (the default of
+// --compress-min-bytes and model_server.compress_min_bytes), where the
+// reason for its size is written.
+const DefaultMinBytes = config.DefaultCompressMinBytes
 
 // Level is the compression level of both encodings: the fastest.
 const Level = gzip.BestSpeed

@@ -363,6 +363,7 @@ func checkChart(t *testing.T, ms []manifest, features bool) {
 		Gateway struct {
 			Listen, Admin, GRPC string
 			DrainPeriod         string `json:"drain_period"`
+			ExitTimeout         string `json:"exit_timeout"`
 			Backends            []struct {
 				Name, Kind string
 				Endpoints  []string
@@ -395,9 +396,13 @@ func checkChart(t *testing.T, ms []manifest, features bool) {
 	if err != nil || !strings.HasSuffix(preStop[0], "sleep") {
 		t.Fatalf("gateway preStop %v, want a sleep", preStop)
 	}
+	exit, err := time.ParseDuration(cfg.Gateway.ExitTimeout)
+	if err != nil {
+		t.Fatalf("exit_timeout %q: %v", cfg.Gateway.ExitTimeout, err)
+	}
 	grace := *gw.Spec.Template.Spec.TerminationGracePeriodSeconds
-	if time.Duration(grace)*time.Second <= time.Duration(sleep)*time.Second+drain {
-		t.Errorf("terminationGracePeriodSeconds %d does not exceed preStop %ds + drain %s", grace, sleep, drain)
+	if time.Duration(grace)*time.Second <= time.Duration(sleep)*time.Second+drain+exit {
+		t.Errorf("terminationGracePeriodSeconds %d does not exceed preStop %ds + drain %s + exit timeout %s", grace, sleep, drain, exit)
 	}
 	// One gRPC endpoint per model-server pod, through the headless Service.
 	svc := find[*corev1.Service](t, ms, "Service", model.Spec.ServiceName)

@@ -121,7 +121,7 @@ security:
 {{- end -}}
 {{- end -}}
 {{- $backends = concat $backends $gw.extraBackends -}}
-{{- $forced := dict "listen" (printf ":%d" (int $gw.ports.http)) "admin" (printf ":%d" (int $gw.ports.admin)) "drain_period" (printf "%ds" (int $gw.drainSeconds)) -}}
+{{- $forced := dict "listen" (printf ":%d" (int $gw.ports.http)) "admin" (printf ":%d" (int $gw.ports.admin)) "drain_period" (printf "%ds" (int $gw.drainSeconds)) "exit_timeout" (printf "%ds" (int $gw.exitTimeoutSeconds)) -}}
 {{- if $gw.ports.grpc -}}
 {{- $_ := set $forced "grpc" (printf ":%d" (int $gw.ports.grpc)) -}}
 {{- end -}}
@@ -135,7 +135,7 @@ security:
 {{- $section := mustMergeOverwrite $defaults (deepCopy $gw.config) $forced -}}
 {{- $cfg := dict "gateway" $section -}}
 {{- if .Values.featureServer.enabled -}}
-{{- $_ := set $cfg "feature_server" (dict "repo" "/etc/sluice/features" "address" "127.0.0.1" "port" (int .Values.featureServer.port) "read_auth" "open") -}}
+{{- $_ := set $cfg "feature_server" (dict "repo" "/etc/sluice/features" "address" "127.0.0.1" "port" (int .Values.featureServer.port) "read_auth" "open" "exit_timeout" (printf "%ds" (int $gw.exitTimeoutSeconds))) -}}
 {{- end -}}
 {{- with .Values.cluster.nats.url -}}
 {{- $nats := dict "url" . -}}
