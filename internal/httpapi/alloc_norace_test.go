@@ -53,20 +53,6 @@ func TestCompressedResponseAllocations(t *testing.T) {
 	}
 }
 
-// discardWriter is an http.ResponseWriter that keeps only its header map
-// and the byte count.
-type discardWriter struct {
-	hdr http.Header
-	n   int
-}
-
-func (d *discardWriter) Header() http.Header { return d.hdr }
-func (d *discardWriter) WriteHeader(int)     {}
-func (d *discardWriter) Write(p []byte) (int, error) {
-	d.n = len(p)
-	return len(p), nil
-}
-
 // A JSON inference request through the whole handler reuses its decoder,
 // its tensors, its data buffers, its input names, its body and its
 // response buffer. What is left: net/http's path values and the

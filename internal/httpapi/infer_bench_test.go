@@ -42,3 +42,17 @@ func BenchmarkHandleInferJSON(b *testing.B) {
 type readCloser struct{ *bytes.Reader }
 
 func (readCloser) Close() error { return nil }
+
+// discardWriter is an http.ResponseWriter that keeps only its header map
+// and the byte count.
+type discardWriter struct {
+	hdr http.Header
+	n   int
+}
+
+func (d *discardWriter) Header() http.Header { return d.hdr }
+func (d *discardWriter) WriteHeader(int)     {}
+func (d *discardWriter) Write(p []byte) (int, error) {
+	d.n = len(p)
+	return len(p), nil
+}
