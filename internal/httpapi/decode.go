@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/sluice-ml/sluice/internal/infer"
 	"github.com/sluice-ml/sluice/internal/kservewire"
@@ -50,7 +51,18 @@ func (b *inferBody) wantsBinary(name string) bool {
 // binary section. Many requested outputs are looked up through a map, so
 // the work stays linear.
 func (b *inferBody) binaryOutputs(outs []infer.Tensor) []bool {
-	isBinary := make([]bool, len(outs))
+	return b.appendBinaryOutputs(nil, outs)
+}
+
+// appendBinaryOutputs is binaryOutputs writing into dst's capacity when
+// it has room (a caller's array on the stack).
+func (b *inferBody) appendBinaryOutputs(dst []bool, outs []infer.Tensor) []bool {
+	isBinary := dst[:0]
+	if cap(dst) < len(outs) {
+		isBinary = make([]bool, len(outs))
+	} else {
+		isBinary = isBinary[:len(outs)]
+	}
 	if len(b.req.Outputs) <= smallSet {
 		for i := range outs {
 			isBinary[i] = b.wantsBinary(outs[i].Name)
@@ -120,13 +132,36 @@ type decoder struct {
 	// take no allocation of their own.
 	dims  [16]int64
 	ndims int
+
+	// The fields below serve a decoder that a Handler reuses across
+	// requests (decoderPool); decodeInferJSON's one-off decoder leaves
+	// arena nil and allocates each data buffer.
+
+	// arena backs the inputs' data; arenaUsed bytes of it are taken and
+	// arenaWant is what this request's data asked for in all, which
+	// sizes the next request's arena.
+	arena     []byte
+	arenaUsed int
+	arenaWant int
+	// inputs and sizes back body.req.Inputs and body.binarySize.
+	inputs [4]infer.Tensor
+	sizes  [4]int64
+	// names are the previous request's input names, by position: a name
+	// spelled the same is reused instead of allocated again.
+	names [4]string
 }
 
 // decodeInferJSON decodes the JSON part of an inference request. Inputs
 // that declare binary_data_size are left without Data; attachBinary fills
 // them.
 func decodeInferJSON(js []byte) (*inferBody, error) {
-	d := &decoder{s: scanner{buf: js}}
+	d := &decoder{}
+	return d.decode(js)
+}
+
+// decode decodes js with d, which is new or was reset.
+func (d *decoder) decode(js []byte) (*inferBody, error) {
+	d.s = scanner{buf: js}
 	var seen [4]bool
 	err := d.s.readObject(1, func(key []byte) error {
 		switch string(key) {
@@ -274,8 +309,12 @@ func (d *decoder) readInputs() error {
 		return invalidf(reasonInvalidRequest, `"inputs" must be an array`)
 	}
 	if d.body.req.Inputs == nil {
-		d.body.req.Inputs = make([]infer.Tensor, 0, 4)
-		d.body.binarySize = make([]int64, 0, 4)
+		if d.arena != nil {
+			d.body.req.Inputs, d.body.binarySize = d.inputs[:0], d.sizes[:0]
+		} else {
+			d.body.req.Inputs = make([]infer.Tensor, 0, 4)
+			d.body.binarySize = make([]int64, 0, 4)
+		}
 	}
 	return d.s.readArray(2, func(i int) error {
 		t, size, err := d.readInput(i)
@@ -352,7 +391,7 @@ func (d *decoder) readInputKey(t *inputState, key []byte) error {
 			}
 			return invalidf(reasonInvalidInput, `input #%d: "name" must be a string`, idx)
 		}
-		name, err := d.s.readString()
+		name, err := d.inputName(idx)
 		t.name = name
 		return err
 	case "datatype":
@@ -586,7 +625,7 @@ func (d *decoder) readData(t *inputState) error {
 	if t.dt == infer.Bytes {
 		size = 8 // a guess: prefix plus a few bytes
 	}
-	out := make([]byte, 0, capElems*size)
+	out := d.dataBuffer(capElems * size)
 
 	// counts[d] is the number of values so far in the open array at depth
 	// d; want[d] is one more than the length every array at depth d must
@@ -852,3 +891,75 @@ func (d *decoder) readOutputs() error {
 		return nil
 	})
 }
+
+// inputName reads input idx's name. A reused decoder hands out the
+// previous request's string when the bytes are the same (clients send
+// the same names request after request), so the name is not allocated
+// again; strings are immutable, so sharing one cannot leak anything.
+func (d *decoder) inputName(idx int) (string, error) {
+	if d.arena == nil || idx >= len(d.names) {
+		return d.s.readString()
+	}
+	raw, escaped, err := d.s.readStringRaw()
+	if err != nil {
+		return "", err
+	}
+	if !escaped && d.names[idx] == string(raw) {
+		return d.names[idx], nil
+	}
+	name := string(raw)
+	if escaped {
+		name = string(appendUnescaped(nil, raw))
+	}
+	d.names[idx] = name
+	return name, nil
+}
+
+// dataBuffer returns an empty buffer with room for n bytes: a slice of
+// the arena, capped so that appending past n moves it rather than write
+// over the next input's data, or a new one when the arena is short.
+func (d *decoder) dataBuffer(n int) []byte {
+	d.arenaWant += n
+	if d.arena == nil || n > cap(d.arena)-d.arenaUsed {
+		return make([]byte, 0, n)
+	}
+	b := d.arena[d.arenaUsed : d.arenaUsed : d.arenaUsed+n]
+	d.arenaUsed += n
+	return b
+}
+
+// Bounds of a pooled decoder's arena: it starts at minArena bytes and
+// grows to what a request's data asked for, up to maxArena; larger data
+// is allocated per request.
+const (
+	minArena = 4 << 10
+	maxArena = 256 << 10
+)
+
+// decoderPool reuses decoders, their arenas and their input tensors
+// across the JSON-only inference requests of one Handler. A decoder is
+// given back only once nothing refers to the request it decoded.
+type decoderPool struct{ p sync.Pool }
+
+// get returns a reset decoder with an arena. A decoder is reset when it
+// is taken, not when it is given back, so that the request it decoded
+// stays whole for as long as nothing else needs its memory.
+func (dp *decoderPool) get() *decoder {
+	d, ok := dp.p.Get().(*decoder)
+	if !ok {
+		return &decoder{arena: make([]byte, minArena)}
+	}
+	// The arena is zeroed up to what was used, so no request's data
+	// outlives it there, and regrown (up to maxArena) when the last
+	// request's data did not fit.
+	clear(d.arena[:d.arenaUsed])
+	if d.arenaWant > cap(d.arena) && d.arenaWant <= maxArena {
+		d.arena = make([]byte, d.arenaWant)
+	}
+	*d = decoder{arena: d.arena[:cap(d.arena)], names: d.names}
+	return d
+}
+
+// put keeps d for a later request; nothing may refer to the request it
+// decoded any more.
+func (dp *decoderPool) put(d *decoder) { dp.p.Put(d) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -127,4 +128,28 @@ func TestFuzzSeedsAreRealRequests(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A decoder from the handler's pool, which parses data into its arena
+// and reuses the last request's tensors and names, decodes every body as
+// a fresh decoder does, whatever the body it decoded before.
+func FuzzReusedDecoder(f *testing.F) {
+	f.Add([]byte(`{"inputs":[{"name":"A","datatype":"FP32","shape":[2],"data":[1.5,2]}]}`),
+		[]byte(`{"id":"x","inputs":[{"name":"A","datatype":"FP32","shape":[1],"data":[3]},{"name":"B","datatype":"INT64","shape":[2],"data":[4,5]}]}`))
+	f.Add(parcelETARequest(), []byte(`{"inputs":[{"name":"user_features","datatype":"BYTES","shape":[1],"data":["a"]}]}`))
+	f.Fuzz(func(t *testing.T, first, second []byte) {
+		var pool decoderPool
+		d := pool.get()
+		_, _ = d.decodeBody(first, -1)
+		pool.put(d)
+		d = pool.get()
+		got, gotErr := d.decodeBody(second, -1)
+		want, wantErr := decodeInferBody(second, -1)
+		if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
+			t.Fatalf("reused decoder: error %v, fresh decoder: %v", gotErr, wantErr)
+		}
+		if wantErr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("reused decoder decoded\n%+v\nfresh decoder\n%+v", got, want)
+		}
+	})
 }

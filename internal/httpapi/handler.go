@@ -88,6 +88,9 @@ type Handler struct {
 	// bodies pools request body buffers of JSON-only inference requests,
 	// which nothing refers to once decoded; entries are *[]byte.
 	bodies sync.Pool
+	// decoders pools the decoders of JSON-only inference requests, with
+	// the request's tensors and the arena their data is parsed into.
+	decoders decoderPool
 }
 
 // New builds a Handler serving models. A nil logger discards; a nil

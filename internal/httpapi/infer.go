@@ -46,13 +46,21 @@ func (h *Handler) handleInfer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	hdr := r.Header.Get(headerLength)
-	ib, err := h.decodeInfer(ctx, hdr, name, version, body)
+	var ib *inferBody
+	var err error
+	var pooled *decoder
 	if hdr == "" {
 		// A JSON-only body is copied out by the decoder (names, values,
 		// parameters; errors format their own text), so its buffer can
 		// serve the next request. Binary tensors alias the body: those
-		// bodies are left to the collector.
+		// bodies are left to the collector. The decoder, with the
+		// request's tensors and its data, comes from a pool and goes back
+		// once the answer is written.
+		pooled = h.decoders.get()
+		ib, err = pooled.decodeBody(body, -1)
 		h.putBody(body)
+	} else {
+		ib, err = h.decodeInfer(ctx, hdr, name, version, body)
 	}
 	if err != nil {
 		h.writeError(w, r, requestID, err)
@@ -88,6 +96,16 @@ func (h *Handler) handleInfer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.writeInferResponse(w, r, requestID, ib, resp)
+	if pooled != nil {
+		// The decoder goes back only here, once the model answered and
+		// the answer is written: every user of the request's tensors (the
+		// scheduler, which waits for a started batch even when its caller
+		// leaves; the backend; the response cache, which keeps copies;
+		// outputs that alias an input) is done with them. After a failure
+		// the request may still be in a batch that runs on, so its
+		// decoder is left to the collector.
+		h.decoders.put(pooled)
+	}
 }
 
 // readBody reads the whole request body, decompressing gzip or deflate
@@ -102,7 +120,13 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	}
 	// MaxBytesReader tells the server to close the connection once the
 	// limit is hit, but only when it gets the server's own writer.
-	var rd io.Reader = http.MaxBytesReader(innermost(w), r.Body, limit)
+	var rd io.Reader = r.Body
+	if r.ContentLength < 0 {
+		// A body of unknown length is cut at the limit; one with a
+		// Content-Length (at most limit, checked above) ends there
+		// already, as net/http reads no further.
+		rd = http.MaxBytesReader(innermost(w), r.Body, limit)
+	}
 	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
 	switch enc {
 	case "", "identity":
@@ -294,11 +318,16 @@ func (h *Handler) decodeInfer(ctx context.Context, hdr, name, version string, bo
 // and whose remainder is binary tensor data. headerLen -1 means the whole
 // body is JSON.
 func decodeInferBody(body []byte, headerLen int) (*inferBody, error) {
+	return new(decoder).decodeBody(body, headerLen)
+}
+
+// decodeBody is decodeInferBody with d, which is new or was reset.
+func (d *decoder) decodeBody(body []byte, headerLen int) (*inferBody, error) {
 	js, bin := body, []byte(nil)
 	if headerLen >= 0 {
 		js, bin = body[:headerLen], body[headerLen:]
 	}
-	ib, err := decodeInferJSON(js)
+	ib, err := d.decode(js)
 	if err != nil {
 		return nil, err
 	}
@@ -462,7 +491,8 @@ func (h *Handler) writeInferResponse(w http.ResponseWriter, r *http.Request, req
 	if resp.Model == "" {
 		resp.Model = ib.req.Model
 	}
-	isBinary := ib.binaryOutputs(resp.Outputs)
+	var small [smallSet]bool
+	isBinary := ib.appendBinaryOutputs(small[:], resp.Outputs)
 	binBytes := 0
 	for i := range resp.Outputs {
 		if isBinary[i] {
@@ -498,7 +528,7 @@ func (h *Handler) writeInferResponse(w http.ResponseWriter, r *http.Request, req
 		hdr.Set("Content-Type", "application/octet-stream")
 		hdr.Set(headerLength, itoa(len(js)))
 	} else {
-		hdr.Set("Content-Type", "application/json")
+		hdr["Content-Type"] = contentTypeJSON // canonical key, shared value: no allocation
 	}
 	if enc != "" && zpool.ShouldCompress(len(js)+binBytes, h.opts.CompressMinBytes) {
 		h.writeCompressed(w, enc, js, resp.Outputs, isBinary)
@@ -517,6 +547,11 @@ func (h *Handler) writeInferResponse(w http.ResponseWriter, r *http.Request, req
 		}
 	}
 }
+
+// contentTypeJSON is the Content-Type value of JSON answers. Header
+// values are only read or replaced, never written in place, and a value
+// slice of capacity one makes Header.Add copy it, so it is shared.
+var contentTypeJSON = []string{"application/json"}
 
 // acceptedEncoding picks the response compression a client accepts, as
 // Triton's HTTP endpoint offers it: gzip, else deflate (zlib), else none.
