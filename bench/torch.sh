@@ -168,10 +168,17 @@ PEER_PID=$!
 PIDS+=("$PEER_PID")
 wait_ready "flask peer" "http://127.0.0.1:$PEER_PORT/v2/health/ready" "$PEER_PID" "$WORK/peer.log" 90
 
+# The shim's own BLAS (scripts/build-torch-shim.sh unpacks OpenBLAS beside
+# it) serves Sluice, in-process and on its PyTorch workers, unless
+# BENCH_TORCH_BLAS_DIR puts another first on every server's LD_LIBRARY_PATH.
+shim_blas="${SLUICE_TORCH_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/libtorch-shim}/blas"
+system_blas="the system's libblas.so.3, $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null | sed 's|.*/x86_64-linux-gnu/||')"
 if [ -n "$BLAS_DIR" ]; then
   blas_desc="libblas.so.3 from $(basename "$BLAS_DIR") (LD_LIBRARY_PATH of every server)"
+elif [ -e "$shim_blas/libblas.so.3" ]; then
+  blas_desc="Sluice (in-process and its PyTorch workers): the OpenBLAS the libtorch shim bundles (Debian's libopenblas0-serial $(cat "$shim_blas/.version" 2>/dev/null)); the peer: $system_blas"
 else
-  blas_desc="the system's libblas.so.3, $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null | sed 's|.*/x86_64-linux-gnu/||')"
+  blas_desc="$system_blas"
 fi
 if [ -n "${MAKELEVEL:-}" ]; then invoked="make bench"; else invoked="bench/torch.sh"; fi
 cmdline="$invoked  # ${BLAS_DIR:+BENCH_TORCH_BLAS_DIR=<$(basename "$BLAS_DIR")> }BENCH_TORCH_WINDOW_MS=$WINDOW_MS BENCH_TORCH_MAX_TRIALS=$TRIALS BENCH_TORCH_CONCURRENCY=$LEVELS BENCH_TORCH_RATES=$RATES BENCH_TORCH_INSTANCES=$INSTANCES BENCH_TORCH_BATCH_DELAY_US=$DELAY_US"
