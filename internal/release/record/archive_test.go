@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-ml/sluice/internal/objstore"
 	"github.com/sluice-ml/sluice/internal/objstore/objstoretest"
+	"github.com/sluice-ml/sluice/internal/testutil/tier"
 )
 
 // TestArchiverToBuckets rotates a JSONL sink into a bucket of each store
@@ -25,6 +26,7 @@ import (
 // location) yields every record written, in order, none lost; no
 // credential value appears in the log.
 func TestArchiverToBuckets(t *testing.T) {
+	tier.Skip(t, "integration") // S3, GCS and Azurite emulators (Azurite a Node process): about 18 s
 	for _, tt := range objstoretest.Stores {
 		t.Run(tt.Name, func(t *testing.T) {
 			srv := tt.Start(t)

@@ -356,6 +356,7 @@ func TestNATSWriterSurvivesABrokerKill(t *testing.T) {
 // on the same spool (the next start) publishes them, each exactly once
 // (records the hung broker got before Close are deduplicated).
 func TestNATSWriterCloseWhileBrokerHungThenNextStartDrains(t *testing.T) {
+	tier.Skip(t, "drill") // a hung broker across a close and a restart: about 7 s
 	t.Parallel()
 	srv := natstest.Start(t)
 	opts := isolated(t, srv.URL())
