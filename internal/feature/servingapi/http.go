@@ -258,6 +258,17 @@ func writeErrorBody(w http.ResponseWriter, code int, reason, msg string) {
 	apierr.WriteError(w, code, reason, msg)
 }
 
+// writeReport answers 200 with v as one line of JSON (a push's or a
+// materialization's report), or the error marshalling it.
+func (h *Handler) writeReport(w http.ResponseWriter, r *http.Request, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, append(b, '\n'))
+}
+
 // writeJSON writes b, a whole JSON body, in one write. Its length goes in
 // Content-Length, so that a body over net/http's 2 KiB buffer is not sent
 // chunked (a chunk header per write, decoded by the client).
@@ -875,12 +886,7 @@ func (h *Handler) handlePush(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	b, err := json.Marshal(rep)
-	if err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, append(b, '\n'))
+	h.writeReport(w, r, rep)
 }
 
 // writeRequest is the body of POST /write-to-online-store (Feast's
@@ -986,12 +992,7 @@ func (h *Handler) materialize(w http.ResponseWriter, r *http.Request, incrementa
 		h.writeError(w, r, err)
 		return
 	}
-	b, err := json.Marshal(rep)
-	if err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, append(b, '\n'))
+	h.writeReport(w, r, rep)
 }
 
 func (h *Handler) handleHealth(w http.ResponseWriter, r *http.Request) {
