@@ -47,8 +47,9 @@ import (
 //     reset on one replica reaches the others within a second).
 //  6. NATS hung (SIGSTOP) for 10 s: its connections stay open and nothing
 //     answers, the failure a dead broker's timeouts never see. No request
-//     waits on it (every answer 200 within a second), the replicas notice
-//     by their pings and say so, and once it runs again they converge.
+//     waits on it (every answer 200, none as slow as a shared-state
+//     timeout), the replicas notice by their pings and say so, and once it
+//     runs again they converge.
 func TestFleetDrill(t *testing.T) {
 	// Not parallel: it bounds request latency and how fast replicas converge.
 	nats, repo := flSharedState(t, "fleetit")
@@ -247,8 +248,12 @@ func TestFleetDrill(t *testing.T) {
 	for _, r := range l.reqs {
 		slowest = max(slowest, r.end.Sub(r.start))
 	}
-	if slowest > time.Second {
-		t.Errorf("a request took %v while NATS hung: something on the request path waits on the shared state", slowest)
+	// A request that waited on the hung broker would wait out one of the
+	// shared state's bounds, the shortest of which is rollout.FleetTimeout;
+	// a loaded machine (the race detector, a build on both cores) can
+	// stretch an ordinary answer past a second, but not to that bound.
+	if slowest >= rollout.FleetTimeout {
+		t.Errorf("a request took %v while NATS hung (the shared state's timeout is %v): something on the request path waits on it", slowest, rollout.FleetTimeout)
 	}
 	t.Logf("NATS hung 10s: %d requests, all answered 200, slowest %v", len(l.reqs), slowest.Round(time.Millisecond))
 	// Converged again: a reset on replica 1 reaches the others (whatever

@@ -197,9 +197,16 @@ func TestReloadUnderLoad(t *testing.T) {
 		wg       sync.WaitGroup
 		firstErr atomic.Value
 	)
-	client := &http.Client{Timeout: 10 * time.Second}
+	// An idle connection per worker (the default keeps two): no
+	// connection churn, which under a long load can use up the ephemeral
+	// ports.
+	const workers = 8
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = workers
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Timeout: 10 * time.Second, Transport: tr}
 	deadline := time.Now().Add(60 * time.Second)
-	for range 8 {
+	for range workers {
 		wg.Go(func() {
 			for n := 0; n < 20000 && !stop.Load() && time.Now().Before(deadline); n++ {
 				resp, err := client.Post(base+"/v2/models/parcel_eta/infer", "application/json", strings.NewReader(string(body)))

@@ -277,7 +277,13 @@ func (r *pyResult) failed() []string {
 
 func pyLoad(base, model string, workers, perWorker int, stop <-chan struct{}, check func(v float64, body []byte) error) (*pyResult, func()) {
 	res := &pyResult{}
-	client := &http.Client{Timeout: 20 * time.Second}
+	// One idle connection per worker, as a client pool sized for its
+	// concurrency keeps: with the default two, the other workers open a
+	// connection per request and thousands in TIME_WAIT can use up the
+	// ephemeral ports under a long load.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = workers
+	client := &http.Client{Timeout: 20 * time.Second, Transport: tr}
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(90 * time.Second)
 	for w := range workers {
@@ -309,7 +315,7 @@ func pyLoad(base, model string, workers, perWorker int, stop <-chan struct{}, ch
 			}
 		})
 	}
-	return res, wg.Wait
+	return res, func() { wg.Wait(); tr.CloseIdleConnections() }
 }
 
 func TestPythonDynamicBatching(t *testing.T) {

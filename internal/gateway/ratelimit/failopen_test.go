@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -157,7 +158,14 @@ func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // While Redis is down, at most one call per probe interval tries it, so a
 // dead Redis does not add its timeout to every request.
 func TestFailOpenProbesAtMostOncePerInterval(t *testing.T) {
-	client := newTestClient(t, fmt.Sprintf("127.0.0.1:%d", freePort(t))) // nothing listens there
+	// A socket path that does not exist: every dial fails at once, and no
+	// other process can start listening there while the test runs (a TCP
+	// port that was free a moment ago can be taken by a parallel test).
+	client := redis.NewClient(&redis.Options{
+		Network: "unix", Addr: filepath.Join(t.TempDir(), "no-redis.sock"),
+		ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
+	})
+	t.Cleanup(func() { _ = client.Close() })
 	hook := &countHook{}
 	client.AddHook(hook)
 	clock := newManualClock()
