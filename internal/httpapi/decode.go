@@ -49,19 +49,14 @@ func (b *inferBody) wantsBinary(name string) bool {
 
 // binaryOutputs decides, for each output of resp, whether it goes in the
 // binary section. Many requested outputs are looked up through a map, so
-// the work stays linear.
-func (b *inferBody) binaryOutputs(outs []infer.Tensor) []bool {
-	return b.appendBinaryOutputs(nil, outs)
-}
-
-// appendBinaryOutputs is binaryOutputs writing into dst's capacity when
-// it has room (a caller's array on the stack).
-func (b *inferBody) appendBinaryOutputs(dst []bool, outs []infer.Tensor) []bool {
-	isBinary := dst[:0]
-	if cap(dst) < len(outs) {
-		isBinary = make([]bool, len(outs))
+// the work stays linear. The flags go into dst's capacity when it has
+// room (a caller's array on the stack), else into a new slice.
+func (b *inferBody) binaryOutputs(dst []bool, outs []infer.Tensor) []bool {
+	var isBinary []bool
+	if cap(dst) >= len(outs) {
+		isBinary = dst[:len(outs)]
 	} else {
-		isBinary = isBinary[:len(outs)]
+		isBinary = make([]bool, len(outs))
 	}
 	if len(b.req.Outputs) <= smallSet {
 		for i := range outs {

@@ -395,7 +395,7 @@ func TestDecodeManyTensors(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, b.req.Inputs, 20)
 	resp := []infer.Tensor{{Name: "O3"}, {Name: "O4"}, {Name: "unrequested"}}
-	require.Equal(t, []bool{false, true, false}, b.binaryOutputs(resp))
+	require.Equal(t, []bool{false, true, false}, b.binaryOutputs(nil, resp))
 
 	dupIn := `{"inputs":[` + strings.Join(append(ins, ins[3]), ",") + `]}`
 	_, err = decodeInferJSON([]byte(dupIn))

@@ -492,7 +492,7 @@ func (h *Handler) writeInferResponse(w http.ResponseWriter, r *http.Request, req
 		resp.Model = ib.req.Model
 	}
 	var small [smallSet]bool
-	isBinary := ib.appendBinaryOutputs(small[:], resp.Outputs)
+	isBinary := ib.binaryOutputs(small[:0], resp.Outputs)
 	binBytes := 0
 	for i := range resp.Outputs {
 		if isBinary[i] {
